@@ -1,0 +1,43 @@
+"""guardrail: keep LLM agents from acting on identifiers they never really saw."""
+
+from guardrail.check import Finding, Verdict
+from guardrail.errors import (
+    GuardrailError,
+    GuardrailUsageError,
+    IdentifierViolation,
+    ManifestError,
+    RepromptLimitExceeded,
+    TranscriptError,
+)
+from guardrail.guard import Guard, Rejection, SessionScope
+from guardrail.kinds import Kind
+from guardrail.ledger import Entry, Ledger, Source, Tombstone
+from guardrail.spec import Id, ToolSpec
+from guardrail.stores import MemoryStore, SQLiteStore, Store
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Entry",
+    "Finding",
+    "Guard",
+    "GuardrailError",
+    "GuardrailUsageError",
+    "Id",
+    "IdentifierViolation",
+    "Kind",
+    "Ledger",
+    "ManifestError",
+    "MemoryStore",
+    "Rejection",
+    "RepromptLimitExceeded",
+    "SQLiteStore",
+    "SessionScope",
+    "Source",
+    "Store",
+    "Tombstone",
+    "ToolSpec",
+    "TranscriptError",
+    "Verdict",
+    "__version__",
+]

@@ -1,0 +1,233 @@
+"""Audit: every decision of the guard as a structlog event.
+
+Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
+``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``)
+with flat, JSON-safe fields: the session id, the tool, the parameter, the
+role, the problem, and the identifier value, or a keyed hash of it where
+the guard was built with ``redact=``. Other argument values are never
+logged. The library never configures structlog: events go wherever the
+program sends them.
+
+Levels: a refusal is a warning; an allowed ``write`` call and a compaction
+are info; allowed ``read`` calls, records and evictions are debug. The
+logger is resolved on first use and its level checked once, so with a
+production logger at warning the allowed path builds no event at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    from guardrail.check import Finding, Verdict
+    from guardrail.ledger import Entry
+
+DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
+
+
+class Audit:
+    """Emits the guard's events through one structlog logger."""
+
+    def __init__(self, logger: Any = None, *, redact: bytes | str | None = None) -> None:
+        self._given = logger
+        self._logger: Any = None
+        self._enabled: dict[int, bool] = {}
+        if isinstance(redact, str):
+            redact = redact.encode()
+        if redact is not None and not redact:
+            raise ValueError("redact= needs a non-empty key")
+        self._key = redact
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _resolve(self) -> Any:
+        logger = self._given if self._given is not None else structlog.get_logger("guardrail")
+        if hasattr(logger, "bind"):
+            logger = logger.bind()
+        self._logger = logger
+        probe = getattr(logger, "is_enabled_for", None) or getattr(logger, "isEnabledFor", None)
+        for level in (DEBUG, INFO, WARNING):
+            self._enabled[level] = bool(probe(level)) if probe is not None else True
+        return logger
+
+    def enabled(self, level: int) -> bool:
+        """Whether events at ``level`` reach the logger (resolved once)."""
+        if self._logger is None:
+            self._resolve()
+        return self._enabled[level]
+
+    def emit(self, level: int, event: str, **fields: Any) -> None:
+        """Send one event at ``level``."""
+        logger = self._logger if self._logger is not None else self._resolve()
+        if level >= WARNING:
+            logger.warning(event, **fields)
+        elif level >= INFO:
+            logger.info(event, **fields)
+        else:
+            logger.debug(event, **fields)
+
+    def value(self, value: str) -> str:
+        """An identifier as logged: verbatim, or a keyed hash when redacting."""
+        if self._key is None:
+            return value
+        digest = hmac.new(self._key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
+        return "hmac:" + digest.hexdigest()[:16]
+
+    def values(self, values: Iterable[str]) -> list[str]:
+        """Several identifiers as logged."""
+        return [self.value(value) for value in values]
+
+    # -- events ---------------------------------------------------------------------------
+
+    def call_checked(
+        self,
+        session: str | None,
+        verdict: Verdict,
+        *,
+        effect: str | None,
+        mode: str,
+        outcome: str,
+    ) -> None:
+        """``guardrail.call_checked``: one per checked call, allowed or refused."""
+        if verdict.allowed and not verdict.findings:
+            level = INFO if effect == "write" else DEBUG
+            if not self.enabled(level):
+                return
+            self.emit(
+                level,
+                "guardrail.call_checked",
+                session=session,
+                tool=verdict.tool,
+                effect=effect,
+                mode=mode,
+                outcome=outcome,
+                roles=[entry.role for entry in verdict.used],
+                ids=len(verdict.used) + len(verdict.typed),
+            )
+            return
+        level = WARNING if not verdict.allowed or outcome == "observed" else INFO
+        if not self.enabled(level):
+            return
+        self.emit(
+            level,
+            "guardrail.call_checked",
+            session=session,
+            tool=verdict.tool,
+            effect=effect,
+            mode=mode,
+            outcome=outcome,
+            **self._findings(verdict.findings),
+        )
+
+    def _findings(self, findings: Sequence[Finding]) -> dict[str, Any]:
+        first = findings[0]
+        return {
+            "problem": first.problem,
+            "param": first.param,
+            "kind": first.kind,
+            "value": self.value(first.value),
+            "nearest_role": first.nearest_role,
+            "findings": len(findings),
+            "problems": [f.problem for f in findings],
+            "params": [f.param for f in findings],
+            "values": self.values(f.value for f in findings),
+            "nearest_roles": [f.nearest_role for f in findings],
+        }
+
+    def ids_recorded(
+        self,
+        session: str | None,
+        tool: str,
+        *,
+        call_id: str | None,
+        added: Sequence[Entry],
+        verified: Sequence[Entry],
+        error: bool,
+        problems: Sequence[str] = (),
+    ) -> None:
+        """``guardrail.ids_recorded``: one per recorded result; problems reading it are warnings."""
+        if problems and self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.result_unreadable",
+                session=session,
+                tool=tool,
+                call_id=call_id,
+                problems=list(problems),
+            )
+        if not self.enabled(DEBUG):
+            return
+        self.emit(
+            DEBUG,
+            "guardrail.ids_recorded",
+            session=session,
+            tool=tool,
+            call_id=call_id,
+            error=error,
+            added=len(added),
+            verified=len(verified),
+            roles=[entry.role for entry in (*added, *verified)],
+            values=self.values(entry.value for entry in (*added, *verified)),
+        )
+
+    def user_observed(self, session: str | None, added: Sequence[Entry]) -> None:
+        """``guardrail.user_ids_observed``: ids found in what the user typed."""
+        if added and self.enabled(DEBUG):
+            self.emit(
+                DEBUG,
+                "guardrail.user_ids_observed",
+                session=session,
+                roles=[entry.role for entry in added],
+                values=self.values(entry.value for entry in added),
+            )
+
+    def evicted(self, session: str | None, entries: Sequence[Entry]) -> None:
+        """``guardrail.id_evicted``: one per entry dropped for capacity."""
+        if not entries or not self.enabled(DEBUG):
+            return
+        for entry in entries:
+            self.emit(
+                DEBUG,
+                "guardrail.id_evicted",
+                session=session,
+                role=entry.role,
+                kind=entry.kind,
+                value=self.value(entry.value),
+                last_used=entry.last_used,
+            )
+
+    def relabeled(self, session: str | None, entry: Entry, old_role: str) -> None:
+        """``guardrail.id_relabeled``: a role renamed (the old name stays an alias)."""
+        if self.enabled(INFO):
+            self.emit(
+                INFO,
+                "guardrail.id_relabeled",
+                session=session,
+                role=entry.role,
+                old_role=old_role,
+                kind=entry.kind,
+                value=self.value(entry.value),
+            )
+
+    def reprompt_limit(self, session: str | None, tool: str, limit: int) -> None:
+        """``guardrail.reprompt_limit``: the guard stopped re-prompting and raised."""
+        if self.enabled(WARNING):
+            self.emit(WARNING, "guardrail.reprompt_limit", session=session, tool=tool, limit=limit)
+
+    def undeclared(self, session: str | None, tool: str) -> None:
+        """``guardrail.call_checked`` for a tool the guard does not know (allowed)."""
+        if self.enabled(DEBUG):
+            self.emit(
+                DEBUG,
+                "guardrail.call_checked",
+                session=session,
+                tool=tool,
+                effect=None,
+                outcome="undeclared",
+            )

@@ -1,0 +1,575 @@
+"""The check: every identifier argument of a call, against the ledger.
+
+An argument is allowed when its normalised value is a verified ledger entry
+of a compatible kind, or an unverified one passed to a ``read`` tool.
+Otherwise it gets one finding, exact matches first (``example``,
+``unverified``, ``evicted``, ``wrong_kind``), then ``truncated``, then
+``mutated``, then ``unknown``. The allowed path is a few dictionary
+look-ups; the near-miss search runs only for a value that is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from guardrail.kinds import Kind
+from guardrail.ledger import Entry, Ledger
+from guardrail.spec import ParamSpec, ToolSpec
+
+Problem = Literal[
+    "mutated",
+    "truncated",
+    "example",
+    "wrong_kind",
+    "unverified",
+    "evicted",
+    "unknown",
+    "malformed",
+    "undeclared",
+]
+PROBLEMS: Final[tuple[str, ...]] = (
+    "mutated",
+    "truncated",
+    "example",
+    "wrong_kind",
+    "unverified",
+    "evicted",
+    "unknown",
+    "malformed",
+    "undeclared",
+)
+
+_ELLIPSES: Final = ("…", "...", "..")
+#: Longest value for which every pair of characters is tried as a swap (beyond it, neighbours).
+_ALL_SWAPS_UP_TO: Final = 32
+
+# Letters from other scripts that render like Latin ones; NFKC folds full-width forms first.
+_CONFUSABLES: Final = str.maketrans(
+    {
+        "А": "A",
+        "В": "B",
+        "Е": "E",
+        "К": "K",
+        "М": "M",
+        "Н": "H",
+        "О": "O",
+        "Р": "P",
+        "С": "C",
+        "Т": "T",
+        "Х": "X",
+        "У": "Y",
+        "І": "I",
+        "Ј": "J",
+        "Ѕ": "S",
+        "Ԛ": "Q",
+        "Ԝ": "W",
+        "а": "a",
+        "е": "e",
+        "о": "o",
+        "р": "p",
+        "с": "c",
+        "у": "y",
+        "х": "x",
+        "і": "i",
+        "ј": "j",
+        "ѕ": "s",
+        "ԁ": "d",
+        "ԛ": "q",
+        "ԝ": "w",
+        "һ": "h",
+        "ӏ": "l",
+        "Α": "A",
+        "Β": "B",
+        "Ε": "E",
+        "Ζ": "Z",
+        "Η": "H",
+        "Ι": "I",
+        "Κ": "K",
+        "Μ": "M",
+        "Ν": "N",
+        "Ο": "O",
+        "Ρ": "P",
+        "Τ": "T",
+        "Υ": "Y",
+        "Χ": "X",
+        "ο": "o",
+        "ν": "v",
+        "α": "a",
+        "ι": "i",
+        "κ": "k",
+        "ρ": "p",
+        "τ": "t",
+        "υ": "u",
+        "χ": "x",
+        "З": "3",
+        "з": "3",
+        "б": "6",
+        "Ꮎ": "O",
+        "Ɩ": "l",
+        "ǀ": "l",
+        "\u2010": "-",
+        "\u2011": "-",
+        "\u2012": "-",
+        "\u2013": "-",
+        "\u2014": "-",
+        "\u2212": "-",
+        "\u200b": "",
+        "\u200c": "",
+        "\u200d": "",
+        "\ufeff": "",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why one identifier argument was not allowed.
+
+    ``nearest_role`` names the ledger entry the value is closest to, where
+    there is one; ``enforced`` is false for advisory kinds, whose findings
+    are logged but do not refuse the call.
+    """
+
+    problem: Problem
+    tool: str
+    param: str
+    value: str
+    kind: str
+    nearest_role: str | None = None
+    detail: str = ""
+    enforced: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, JSON-safe fields (the value included)."""
+        return {
+            "problem": self.problem,
+            "tool": self.tool,
+            "param": self.param,
+            "value": self.value,
+            "kind": self.kind,
+            "nearest_role": self.nearest_role,
+            "detail": self.detail,
+            "enforced": self.enforced,
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of checking one call: allowed, or refused with findings and a message.
+
+    ``message`` is what a model is re-prompted with; it is empty for an
+    allowed call. ``used`` and ``typed`` feed the bookkeeping after a
+    successful call (a ``read`` call verifies the user-typed ids it took).
+    """
+
+    tool: str
+    allowed: bool
+    findings: tuple[Finding, ...] = ()
+    message: str = ""
+    used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
+    typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+ALLOWED_UNDECLARED: Final = "undeclared"
+
+
+# -- the compiled plan for one tool ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ParamPlan:
+    param: ParamSpec
+    name: str
+    simple: bool
+    kinds: tuple[Kind, ...]
+    enforced: bool
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """A tool spec with its kinds resolved, compiled once per declaration."""
+
+    spec: ToolSpec
+    params: tuple[_ParamPlan, ...]
+    read: bool
+    lookups: Mapping[str, tuple[str, ...]]
+
+
+def compile_plan(
+    spec: ToolSpec, kinds: Mapping[str, Kind], lookups: Mapping[str, tuple[str, ...]]
+) -> CheckPlan:
+    """Resolve the kinds of every parameter of ``spec`` (which must all exist)."""
+    params = []
+    for param in spec.params:
+        resolved = tuple(kinds[name] for name in param.kinds)
+        params.append(
+            _ParamPlan(
+                param=param,
+                name=param.path.text,
+                simple=param.simple,
+                kinds=resolved,
+                enforced=any(kind.enforce for kind in resolved),
+            )
+        )
+    return CheckPlan(spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups)
+
+
+# -- reading argument values ----------------------------------------------------------------
+
+_MISSING: Final = object()
+
+
+def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
+    param = plan.param
+    values = param.path.extract(arguments, parse_json_strings=True)
+    if param.sep is None:
+        return values
+    split: list[Any] = []
+    for value in values:
+        if isinstance(value, str):
+            split.extend(part for part in (p.strip() for p in value.split(param.sep)) if part)
+        else:
+            split.append(value)
+    return split
+
+
+def _as_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value == value:
+        return repr(value)
+    return None
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+def check_arguments(
+    plan: CheckPlan,
+    arguments: Mapping[str, Any],
+    ledger: Ledger,
+) -> Verdict:
+    """Check every identifier argument of one call; touch the entries of an allowed call."""
+    by_kind = ledger.by_kind
+    read = plan.read
+    used: list[Entry] = []
+    typed: list[tuple[str, str, str]] = []
+    findings: list[Finding] = []
+    for param in plan.params:
+        if param.simple:
+            value = arguments.get(param.name, _MISSING)
+            if value is _MISSING or value is None:
+                continue
+            values: Iterable[Any] = (value,)
+        else:
+            values = _values(param, arguments)
+        for value in values:
+            if value is None:
+                continue
+            text = value if type(value) is str else _as_text(value)
+            if text is not None:
+                for kind in param.kinds:
+                    table = by_kind.get(kind.name)
+                    entry = None if table is None else table.get(kind.normalize(text))
+                    if entry is not None and (entry.verified or read):
+                        used.append(entry)
+                        break
+                else:
+                    entry = None
+                if entry is not None:
+                    continue
+            finding, typed_id = _classify(plan, param, value, text, ledger)
+            if typed_id is not None:
+                typed.append(typed_id)
+            elif finding is not None:
+                findings.append(finding)
+    refused = [finding for finding in findings if finding.enforced]
+    if refused:
+        return Verdict(
+            tool=plan.spec.name,
+            allowed=False,
+            findings=tuple(findings),
+            message=reprompt(plan, refused),
+        )
+    for entry in used:
+        ledger.touch(entry)
+    return Verdict(
+        tool=plan.spec.name,
+        allowed=True,
+        findings=tuple(findings),
+        used=tuple(used),
+        typed=tuple(typed),
+    )
+
+
+def _classify(
+    plan: CheckPlan,
+    param: _ParamPlan,
+    value: Any,
+    text: str | None,
+    ledger: Ledger,
+) -> tuple[Finding | None, tuple[str, str, str] | None]:
+    """The finding for one value that was not allowed outright (or a user-typed id)."""
+    tool = plan.spec.name
+    first = param.kinds[0]
+
+    def finding(problem: Problem, kind: Kind, role: str | None = None, detail: str = "") -> Finding:
+        return Finding(
+            problem=problem,
+            tool=tool,
+            param=param.name,
+            value=text if text is not None else _describe(value),
+            kind=kind.name,
+            nearest_role=role,
+            detail=detail,
+            enforced=param.enforced,
+        )
+
+    if text is None:
+        detail = f"expected an identifier as text, got {type(value).__name__}"
+        return finding("malformed", first, detail=detail), None
+
+    keys = [(kind, kind.normalize(text)) for kind in param.kinds]
+    for kind, key in keys:
+        if key in kind.examples:
+            return finding("example", kind, detail="placeholder from a tool description"), None
+    for kind, key in keys:
+        entry = ledger.by_kind.get(kind.name, {}).get(key)
+        if entry is not None:  # present, but unverified and the tool writes
+            return finding(
+                "unverified", kind, entry.role, "typed by the user, never looked up"
+            ), None
+    for kind, key in keys:
+        if (not kind.has_pattern or kind.matches(text)) and ledger.typed_by_user(text):
+            if plan.read:
+                return None, (kind.name, text, key)
+            return finding("unverified", kind, None, "typed by the user, never looked up"), None
+    for kind, key in keys:
+        tomb = ledger.tombstone(kind.name, key)
+        if tomb is not None:
+            return finding("evicted", kind, tomb.role, f"evicted at turn {tomb.evicted_turn}"), None
+    for other in ledger.lookup(text, exclude={kind.name for kind in param.kinds}):
+        wanted = " or ".join(repr(k.name) for k in param.kinds)
+        detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
+        return finding("wrong_kind", first, other.role, detail), None
+    for kind, key in keys:
+        hit = _truncated(kind, key, ledger)
+        if hit is not None:
+            role, detail = hit
+            return finding("truncated", kind, role, detail), None
+    for kind, key in keys:
+        near = near_miss(kind, key, ledger)
+        if near is not None:
+            entry, detail = near
+            return finding("mutated", kind, entry.role, detail), None
+    return finding("unknown", first, None, "appears in no tool result"), None
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _truncated(kind: Kind, key: str, ledger: Ledger) -> tuple[str | None, str] | None:
+    stem = key
+    for ellipsis in _ELLIPSES:
+        if stem.endswith(ellipsis):
+            stem = stem[: -len(ellipsis)].rstrip()
+            matches = ledger.keys_with_prefix(kind.name, stem) if stem else []
+            role = _most_recent(matches)
+            return role, "ends in an ellipsis"
+    if len(stem) < 2:
+        return None
+    matches = ledger.keys_with_prefix(kind.name, stem)
+    if not matches:
+        return None
+    return _most_recent(matches), "a prefix of a ledger value"
+
+
+def _most_recent(entries: Sequence[Entry]) -> str | None:
+    if not entries:
+        return None
+    return max(entries, key=lambda entry: entry.last_used).role
+
+
+def skeleton(text: str) -> str:
+    """``text`` with full-width forms folded and look-alike letters mapped to Latin ones."""
+    return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
+
+
+def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
+    """A ledger entry of ``kind`` one edit, one swap or only look-alike letters away from ``key``.
+
+    The search runs from the query's side: every variant one edit away is
+    built over the characters the kind's keys use and looked up in the
+    kind's table, so its cost depends on the value's length, not on the
+    size of the ledger.
+    """
+    table = ledger.by_kind.get(kind.name)
+    if not table:
+        return None
+    folded = kind.normalize(skeleton(key))
+    if folded != key:
+        entry = table.get(folded)
+        if entry is not None:
+            return entry, "look-alike characters (homoglyphs)"
+    alphabet = ledger.alphabet(kind.name)
+    for candidate, detail in _variants(key, alphabet):
+        entry = table.get(candidate)
+        if entry is not None and candidate != key:
+            return entry, detail
+    return None
+
+
+def _variants(key: str, alphabet: Iterable[str]) -> Iterable[tuple[str, str]]:
+    n = len(key)
+    letters = sorted(alphabet)
+    for i in range(n - 1):
+        if key[i] != key[i + 1]:
+            yield (
+                key[:i] + key[i + 1] + key[i] + key[i + 2 :],
+                "two neighbouring characters swapped",
+            )
+    if n <= _ALL_SWAPS_UP_TO:
+        for i in range(n):
+            for j in range(i + 2, n):
+                if key[i] != key[j]:
+                    swapped = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
+                    yield swapped, "two characters swapped"
+    for i in range(n):
+        head, tail = key[:i], key[i + 1 :]
+        for letter in letters:
+            if letter != key[i]:
+                yield head + letter + tail, f"one character changed (position {i + 1})"
+    for i in range(n):
+        yield key[:i] + key[i + 1 :], f"one character missing (position {i + 1})"
+    for i in range(n + 1):
+        head, tail = key[:i], key[i:]
+        for letter in letters:
+            yield head + letter + tail, f"one character added (position {i + 1})"
+
+
+# -- the re-prompt text ---------------------------------------------------------------------
+
+
+def _lookup_hint(plan: CheckPlan, kind: str) -> str:
+    tools = [name for name in plan.lookups.get(kind, ()) if name != plan.spec.name]
+    if not tools:
+        return "look it up again with a tool"
+    named = ", ".join(tools[:3])
+    return f"look it up again with {named}"
+
+
+def _explain(plan: CheckPlan, finding: Finding) -> str:
+    value = json.dumps(finding.value, ensure_ascii=False)
+    head = f"- {finding.param}={value}"
+    role = f"[{finding.nearest_role}]" if finding.nearest_role else None
+    lookup = _lookup_hint(plan, finding.kind)
+    problem = finding.problem
+    if problem == "mutated":
+        return (
+            f"{head} is not an identifier any tool returned; it is close to, but not the same "
+            f"as, the ledger entry {role} ({finding.detail}). Identifiers must be copied "
+            f"character for character. If {role} is the {finding.kind} you mean, copy its "
+            f"value exactly from the ID LEDGER or from the tool result that returned it; "
+            f"otherwise {lookup}, or ask the user."
+        )
+    if problem == "truncated":
+        where = f" It may be the start of {role}." if role else ""
+        return (
+            f"{head} looks cut short ({finding.detail}).{where} Use the complete value, copied "
+            f"exactly from the ID LEDGER or the tool result; otherwise {lookup}, or ask the user."
+        )
+    if problem == "example":
+        return (
+            f"{head} is a placeholder from a tool description, not a real {finding.kind}. "
+            f"Find the real one: {lookup}, or ask the user."
+        )
+    if problem == "wrong_kind":
+        return (
+            f"{head} is {finding.detail} (ledger entry {role}). Pass an identifier of kind "
+            f"{finding.kind!r} here; if you do not have one, {lookup} or ask the user."
+        )
+    if problem == "unverified":
+        return (
+            f"{head} was typed by the user and no tool has confirmed it yet. Before this "
+            f"{'change' if not plan.read else 'call'}, confirm it with a lookup "
+            f"({lookup.removeprefix('look it up again with ')}), then retry."
+        )
+    if problem == "evicted":
+        return (
+            f"{head} was in the ledger as {role} but was dropped to make room. "
+            f"Before using it, {lookup}."
+        )
+    if problem == "malformed":
+        return f"{head}: {finding.detail}. Pass the identifier itself, as a string."
+    return (
+        f"{head} appears in no tool result of this conversation. Do not invent or reconstruct "
+        f"identifiers: {lookup}, or ask the user."
+    )
+
+
+def reprompt(plan: CheckPlan, findings: Sequence[Finding]) -> str:
+    """The message for the model: what was wrong and what to do next, never a guess as fact."""
+    lines = [f"guardrail refused the call to {plan.spec.name}; the tool did not run."]
+    lines.extend(_explain(plan, finding) for finding in findings)
+    return "\n".join(lines)
+
+
+def undeclared_verdict(name: str) -> Verdict:
+    """A refusal for a tool the guard does not know, when undeclared tools are refused."""
+    finding = Finding(
+        problem="undeclared",
+        tool=name,
+        param="",
+        value="",
+        kind="",
+        detail="the tool is not declared to the guard",
+    )
+    message = (
+        f"guardrail refused the call to {name}; the tool did not run.\n"
+        f"- {name} is not a tool this agent may call. Use one of the tools you were given."
+    )
+    return Verdict(tool=name, allowed=False, findings=(finding,), message=message)
+
+
+def malformed_arguments(plan: CheckPlan, arguments: object) -> Verdict:
+    """A refusal for arguments that are not an object (nor a JSON object as text)."""
+    finding = Finding(
+        problem="malformed",
+        tool=plan.spec.name,
+        param="",
+        value=_describe(arguments),
+        kind="",
+        detail=f"arguments must be an object, got {type(arguments).__name__}",
+    )
+    return Verdict(
+        tool=plan.spec.name,
+        allowed=False,
+        findings=(finding,),
+        message=reprompt(plan, [finding]),
+    )
+
+
+def parse_arguments(arguments: object) -> Mapping[str, Any] | None:
+    """Arguments as a mapping; a JSON object given as text is parsed. None when neither."""
+    if isinstance(arguments, Mapping):
+        return arguments
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None

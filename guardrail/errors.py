@@ -1,0 +1,77 @@
+"""The whole exception tree.
+
+``GuardrailError`` is the root. Mistakes in how the library is used
+(``GuardrailUsageError``) are kept apart from refusals of a tool call
+(``IdentifierViolation``), so a program can let the first crash loudly and
+handle the second as part of the agent loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from guardrail.check import Verdict
+
+
+class GuardrailError(Exception):
+    """Root of every exception the library raises."""
+
+
+class GuardrailUsageError(GuardrailError, ValueError):
+    """The library was used wrongly: a bad declaration, no session, a bad option.
+
+    The message says what to change. ``tool`` and ``param`` name the
+    declaration at fault where there is one.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None, param: str | None = None):
+        super().__init__(message)
+        self.tool = tool
+        self.param = param
+
+
+class ManifestError(GuardrailUsageError):
+    """A manifest could not be read: ``where`` is the file and the JSON path at fault."""
+
+    def __init__(self, message: str, *, where: str = "", tool: str | None = None):
+        super().__init__(f"{where}: {message}" if where else message, tool=tool)
+        self.where = where
+
+
+class IdentifierViolation(GuardrailError):
+    """A tool call was refused because an identifier argument did not come from a tool result.
+
+    ``verdict`` carries the findings; ``str(exc)`` is the same text a model
+    would be re-prompted with.
+    """
+
+    def __init__(self, verdict: Verdict):
+        super().__init__(verdict.message)
+        self.verdict = verdict
+
+    @property
+    def findings(self) -> tuple[object, ...]:
+        """The findings of the refused call, most specific first."""
+        return tuple(self.verdict.findings)
+
+
+class RepromptLimitExceeded(IdentifierViolation):
+    """The model was re-prompted ``limit`` times for one tool and still sent bad identifiers."""
+
+    def __init__(self, verdict: Verdict, *, limit: int):
+        super().__init__(verdict)
+        self.limit = limit
+        self.args = (
+            f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} in a row; "
+            "stopping instead of re-prompting again. Look the identifiers up with a tool "
+            "or ask the user.)",
+        )
+
+
+class TranscriptError(GuardrailError, ValueError):
+    """A message list could not be read; ``index`` is the position of the message at fault."""
+
+    def __init__(self, message: str, *, index: int | None = None):
+        super().__init__(f"message {index}: {message}" if index is not None else message)
+        self.index = index

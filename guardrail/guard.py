@@ -1,0 +1,767 @@
+"""The guard: kinds and tool specs, sessions, ``check`` and ``record``, and the decorator.
+
+A program builds one ``Guard``, declares its kinds and tools, and opens a
+session per conversation. Each decorated tool call is then checked before
+it runs (its identifier arguments must come from the ledger) and its result
+harvested after (the ids it returned enter the ledger). Every decision is
+an audit event.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, cast, overload
+
+import wrapt
+
+from guardrail.audit import Audit
+from guardrail.check import (
+    CheckPlan,
+    Verdict,
+    check_arguments,
+    compile_plan,
+    malformed_arguments,
+    parse_arguments,
+    undeclared_verdict,
+)
+from guardrail.errors import (
+    GuardrailUsageError,
+    IdentifierViolation,
+    RepromptLimitExceeded,
+)
+from guardrail.harvest import Found, harvest
+from guardrail.kinds import Kind, NormalizeSpec
+from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
+from guardrail.manifest import read_manifest
+from guardrail.spec import (
+    EFFECTS,
+    Effect,
+    ParamDecl,
+    ParamSpec,
+    Producer,
+    ProducerDecl,
+    ToolSpec,
+    param_specs,
+    producers,
+    signature_ids,
+)
+from guardrail.stores.memory import MemoryStore, Store
+
+Mode = Literal["raise", "reprompt", "observe"]
+MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
+F = TypeVar("F", bound=Callable[..., Any])
+
+_USER = "user"
+
+
+class Rejection:
+    """What a tool guarded in ``reprompt`` mode returns instead of running.
+
+    ``str(rejection)`` is the message for the model; a runtime sends it back
+    as the tool result. ``verdict`` has the findings.
+    """
+
+    __slots__ = ("verdict",)
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+
+    @property
+    def message(self) -> str:
+        """The re-prompt text."""
+        return self.verdict.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe tool result: the message and the findings."""
+        return {
+            "error": "identifier_refused",
+            "message": self.verdict.message,
+            "findings": [finding.to_dict() for finding in self.verdict.findings],
+        }
+
+    def __str__(self) -> str:
+        return self.verdict.message
+
+    def __repr__(self) -> str:
+        problems = ", ".join(f.problem for f in self.verdict.findings)
+        return f"<Rejection {self.verdict.tool}: {problems}>"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class SessionScope:
+    """``with guard.session(id) as ledger`` (or ``async with``): makes a ledger current."""
+
+    def __init__(self, guard: Guard, session_id: str, ledger: Ledger | None) -> None:
+        self._guard = guard
+        self.session_id = session_id
+        self._given = ledger
+        self._tokens: list[tuple[contextvars.Token[Ledger | None], Ledger]] = []
+
+    def __enter__(self) -> Ledger:
+        ledger = self._guard._open(self.session_id, self._given)
+        self._tokens.append((self._guard._var.set(ledger), ledger))
+        return ledger
+
+    def __exit__(self, *exc_info: object) -> None:
+        token, ledger = self._tokens.pop()
+        self._guard._var.reset(token)
+        self._guard.store.save(self.session_id, ledger)
+
+    async def __aenter__(self) -> Ledger:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
+
+
+class Guard:
+    """Checks every identifier argument of every declared tool call against a ledger.
+
+    ``mode`` decides what a refusal does: ``"raise"`` raises
+    :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool and
+    returns a :class:`Rejection` whose text tells the model what to do
+    (after ``max_reprompts`` refusals of one tool in a row it raises
+    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and only
+    logs. ``capacity`` bounds each session's ledger. ``redact`` (a key)
+    logs keyed hashes instead of identifier values.
+    """
+
+    def __init__(
+        self,
+        mode: Mode = "raise",
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        store: Store | None = None,
+        default_session: str | None = None,
+        redact: bytes | str | None = None,
+        refuse_undeclared: bool = False,
+        max_reprompts: int = 3,
+        tombstones: int | None = None,
+        logger: Any = None,
+    ) -> None:
+        if mode not in MODES:
+            raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not isinstance(capacity, int) or capacity < 1:
+            raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
+        if not isinstance(max_reprompts, int) or max_reprompts < 0:
+            raise GuardrailUsageError("max_reprompts must be an integer >= 0")
+        self.mode: Mode = mode
+        self.capacity = capacity
+        self.tombstones = tombstones
+        self.max_reprompts = max_reprompts
+        self.refuse_undeclared = refuse_undeclared
+        self.default_session = default_session
+        self.store: Store = store if store is not None else MemoryStore()
+        try:
+            self.audit = Audit(logger, redact=redact)
+        except ValueError as exc:
+            raise GuardrailUsageError(str(exc)) from None
+        self.kinds: dict[str, Kind] = {}
+        self.specs: dict[str, ToolSpec] = {}
+        self._plans: dict[str, CheckPlan] = {}
+        self._var: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(
+            "guardrail.session", default=None
+        )
+        self._open_lock = threading.Lock()
+
+    # -- declaring ------------------------------------------------------------------------
+
+    def add_kind(
+        self,
+        name: str,
+        *,
+        pattern: str | None = None,
+        normalize: NormalizeSpec = None,
+        examples: Iterable[str] = (),
+        enforce: bool = True,
+        description: str = "",
+    ) -> Kind:
+        """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
+        kind = Kind.build(
+            name,
+            pattern=pattern,
+            normalize=normalize,
+            examples=examples,
+            enforce=enforce,
+            description=description,
+        )
+        self.kinds[name] = kind
+        self._recompile()
+        return kind
+
+    def declare(
+        self,
+        name: str,
+        *,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect = "write",
+        verifies: bool = True,
+        description: str = "",
+    ) -> ToolSpec:
+        """Declare a tool that has no Python function here (remote, MCP, recorded)."""
+        spec = self._build_spec(
+            name,
+            params=param_specs(ids, tool=name),
+            produced=producers(produces, tool=name),
+            mints=param_specs(mints, tool=name),
+            effect=effect,
+            verifies=verifies,
+            description=description,
+        )
+        self._register(spec)
+        return spec
+
+    @classmethod
+    def from_manifest(cls, manifest: str | Any | Mapping[str, Any], **options: Any) -> Guard:
+        """A guard whose kinds and tools come from a JSON or TOML file, or a mapping."""
+        guard = cls(**options)
+        guard.load_manifest(manifest)
+        return guard
+
+    def load_manifest(self, manifest: str | Any | Mapping[str, Any]) -> None:
+        """Add the kinds and tools of a manifest; nothing is added if any part is wrong."""
+        data = read_manifest(manifest)
+        where = "manifest" if isinstance(manifest, Mapping) else str(manifest)
+        trial = Guard(capacity=self.capacity)
+        trial.kinds = dict(self.kinds)
+        try:
+            for name, options in data.get("kinds", {}).items():
+                trial.add_kind(name, **options)
+            for name, options in data["tools"].items():
+                trial.declare(name, **options)
+        except GuardrailUsageError as exc:
+            from guardrail.errors import ManifestError
+
+            raise ManifestError(str(exc), where=where, tool=exc.tool) from None
+        self.kinds = trial.kinds
+        for spec in trial.specs.values():
+            self.specs[spec.name] = spec
+        self._recompile()
+
+    @overload
+    def tool(self, fn: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect | None = None,
+        verifies: bool = True,
+        description: str | None = None,
+    ) -> Callable[[F], F]: ...
+
+    def tool(
+        self,
+        fn: F | None = None,
+        /,
+        *,
+        name: str | None = None,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect | None = None,
+        verifies: bool = True,
+        description: str | None = None,
+    ) -> F | Callable[[F], F]:
+        """Guard a tool function: check its identifier arguments, run it, record its result.
+
+        Identifier parameters come from ``Annotated[..., Id(kind)]`` in the
+        signature and from ``ids=``; result identifiers from the ``Id``
+        fields of the returned type and from ``produces=``. A tool with no
+        ``effect`` is a ``write`` (the strict side).
+        """
+
+        def decorate(function: F) -> F:
+            return self._decorate(
+                function,
+                name=name,
+                ids=ids,
+                produces=produces,
+                mints=mints,
+                effect=effect or "write",
+                verifies=verifies,
+                description=description,
+            )
+
+        return decorate(fn) if fn is not None else decorate
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def session(self, session_id: str, *, ledger: Ledger | None = None) -> SessionScope:
+        """Make a conversation's ledger current (``with`` or ``async with``).
+
+        The same id gives the same ledger (kept in the guard's store);
+        ``ledger=`` starts the session from a saved one.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
+        return SessionScope(self, session_id, ledger)
+
+    @property
+    def ledger(self) -> Ledger:
+        """The current session's ledger."""
+        return self._current()
+
+    def _open(self, session_id: str, given: Ledger | None) -> Ledger:
+        with self._open_lock:
+            ledger = given if given is not None else self.store.load(session_id)
+            if ledger is None:
+                ledger = Ledger(
+                    capacity=self.capacity,
+                    tombstones=self.tombstones,
+                    kinds=self.kinds,
+                    session_id=session_id,
+                )
+            else:
+                ledger.kinds = self.kinds
+                ledger.session_id = session_id
+            self.store.save(session_id, ledger)
+            return ledger
+
+    def _current(self) -> Ledger:
+        ledger = self._var.get()
+        if ledger is not None:
+            return ledger
+        if self.default_session is None:
+            raise GuardrailUsageError(
+                "a guarded call ran outside any session. Wrap each conversation in "
+                "`with guard.session(conversation_id):` (or `async with`), or build the guard "
+                "with Guard(default_session='default') for a single-conversation program."
+            )
+        ledger = self.store.load(self.default_session)
+        if ledger is None:
+            ledger = self._open(self.default_session, None)
+        return ledger
+
+    # -- the conversation -----------------------------------------------------------------
+
+    def observe_user(self, text: str) -> list[Entry]:
+        """Start a turn with what the user typed: ids of a kind's shape enter, unverified."""
+        if not isinstance(text, str):
+            raise GuardrailUsageError(
+                f"observe_user takes the user's text, not {type(text).__name__}"
+            )
+        ledger = self._current()
+        with ledger.lock:
+            turn = ledger.next_turn()
+            ledger.observe_text(text)
+            found = []
+            for kind in self.kinds.values():
+                for token in kind.find(text):
+                    key = kind.normalize(token)
+                    if key and key not in kind.examples:
+                        found.append(Found(kind.name, token, key, "text"))
+            admitted = ledger.admit(found, source=Source(_USER, None, "text", turn), verified=False)
+        self.audit.user_observed(ledger.session_id, admitted.added)
+        self.audit.evicted(ledger.session_id, admitted.evicted)
+        return admitted.added
+
+    def check(self, name: str, arguments: Mapping[str, Any] | str) -> Verdict:
+        """Check one call without running anything; only last-use times change when allowed."""
+        ledger = self._current()
+        verdict = self._check(name, arguments, ledger)
+        self.audit.call_checked(
+            ledger.session_id,
+            verdict,
+            effect=self._effect(name),
+            mode=self.mode,
+            outcome="allowed" if verdict.allowed else "refused",
+        )
+        return verdict
+
+    def enforce(self, name: str, arguments: Mapping[str, Any] | str) -> Verdict:
+        """Check a call about to run, the way the guard's mode says.
+
+        Returns the verdict: allowed, or refused in ``reprompt`` mode (send
+        ``verdict.message`` back as the tool result) or in ``observe`` mode
+        (run the tool anyway). Raises :class:`IdentifierViolation` in
+        ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
+        run out. Runtimes call this, then :meth:`record`.
+        """
+        return self._enforce(name, arguments, self._current())
+
+    def record(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        result: Any,
+        error: bool = False,
+        *,
+        call_id: str | None = None,
+    ) -> list[Entry]:
+        """Harvest the result of a call that ran elsewhere; returns the entries added.
+
+        A success of a ``read`` tool also verifies the ids it was given; a
+        success of a ``write`` tool brings its ``mints`` into the ledger.
+        """
+        ledger = self._current()
+        plan = self._plans.get(name)
+        if plan is None:
+            return []
+        args = parse_arguments(arguments) or {}
+        return self._record(plan, args, result, error, call_id, ledger, None)
+
+    def label(self, role: str, new_role: str) -> Entry:
+        """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
+        ledger = self._current()
+        entry = ledger[role]
+        old = entry.role
+        ledger.label(role, new_role)
+        self.audit.relabeled(ledger.session_id, entry, old)
+        return entry
+
+    def labeling_tool(self) -> Callable[[str, str], str]:
+        """A small tool an agent can call to name a ledger entry by what it is for."""
+
+        def label_identifier(role: str, label: str) -> str:
+            """Name a ledger entry: label_identifier("order_2", "damaged_order")."""
+            try:
+                entry = self.label(role, label)
+            except (GuardrailUsageError, KeyError) as exc:
+                return f"not labelled: {exc}"
+            return f"[{entry.role}] now names the {entry.kind} formerly [{role}]"
+
+        return label_identifier
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _effect(self, name: str) -> str | None:
+        spec = self.specs.get(name)
+        return spec.effect if spec is not None else None
+
+    def _check(self, name: str, arguments: Any, ledger: Ledger) -> Verdict:
+        plan = self._plans.get(name)
+        if plan is None:
+            if self.refuse_undeclared:
+                return undeclared_verdict(name)
+            return Verdict(tool=name, allowed=True)
+        args = arguments if type(arguments) is dict else parse_arguments(arguments)
+        if args is None:
+            return malformed_arguments(plan, arguments)
+        return check_arguments(plan, args, ledger)
+
+    def _enforce(self, name: str, arguments: Any, ledger: Ledger) -> Verdict:
+        verdict = self._check(name, arguments, ledger)
+        session = ledger.session_id
+        if verdict.allowed:
+            if ledger.refusals:
+                ledger.refusals.pop(name, None)
+            self.audit.call_checked(
+                session, verdict, effect=self._effect(name), mode=self.mode, outcome="allowed"
+            )
+            return verdict
+        effect = self._effect(name)
+        if self.mode == "observe":
+            self.audit.call_checked(
+                session, verdict, effect=effect, mode="observe", outcome="observed"
+            )
+            return verdict
+        count = ledger.refusals.get(name, 0) + 1
+        ledger.refusals[name] = count
+        self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome="refused")
+        if self.mode == "raise":
+            raise IdentifierViolation(verdict)
+        if count > self.max_reprompts:
+            self.audit.reprompt_limit(session, name, self.max_reprompts)
+            raise RepromptLimitExceeded(verdict, limit=self.max_reprompts)
+        return verdict
+
+    def _record(
+        self,
+        plan: CheckPlan,
+        arguments: Mapping[str, Any],
+        result: Any,
+        error: bool,
+        call_id: str | None,
+        ledger: Ledger,
+        verdict: Verdict | None,
+    ) -> list[Entry]:
+        spec = plan.spec
+        if error:
+            self.audit.ids_recorded(
+                ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+            )
+            return []
+        harvested = harvest(spec, result, self.kinds)
+        found = harvested.found
+        taken: list[Found] = []
+        if spec.effect == "read" and spec.verifies:
+            if verdict is None or not verdict.allowed:
+                taken = self._argument_ids(spec.params, arguments)
+            else:
+                taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
+                taken.extend(
+                    Found(entry.kind, entry.value, entry.key, "arguments")
+                    for entry in verdict.used
+                    if not entry.verified
+                )
+        elif spec.effect == "write" and spec.mints:
+            taken = self._argument_ids(spec.mints, arguments)
+        if not found and not taken and not harvested.problems:
+            if self.audit.enabled(logging.DEBUG):
+                self.audit.ids_recorded(
+                    ledger.session_id,
+                    spec.name,
+                    call_id=call_id,
+                    added=(),
+                    verified=(),
+                    error=False,
+                )
+            return []
+        turn = ledger.turn
+        items = [*found, *taken]
+        sources = {
+            path: Source(spec.name, call_id, path, turn) for path in {item.path for item in items}
+        }
+        admitted = ledger.admit(items, source=sources)
+        self.audit.ids_recorded(
+            ledger.session_id,
+            spec.name,
+            call_id=call_id,
+            added=admitted.added,
+            verified=admitted.verified,
+            error=False,
+            problems=harvested.problems,
+        )
+        self.audit.evicted(ledger.session_id, admitted.evicted)
+        return admitted.added
+
+    def _argument_ids(
+        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any]
+    ) -> list[Found]:
+        """The ids a successful call took, as Found items of the kind they fit best."""
+        taken: list[Found] = []
+        for param in params:
+            kinds = [self.kinds[name] for name in param.kinds]
+            for value in param.path.extract(arguments, parse_json_strings=True):
+                texts = (
+                    [part.strip() for part in value.split(param.sep) if part.strip()]
+                    if param.sep and isinstance(value, str)
+                    else [value]
+                )
+                for text in texts:
+                    if isinstance(text, bool) or not isinstance(text, (str, int)):
+                        continue
+                    text = str(text)
+                    kind = next((k for k in kinds if k.has_pattern and k.matches(text)), kinds[0])
+                    key = kind.normalize(text)
+                    if key and key not in kind.examples:
+                        taken.append(Found(kind.name, text, key, param.path.text))
+        return taken
+
+    def _build_spec(
+        self,
+        name: str,
+        *,
+        params: Sequence[ParamSpec],
+        produced: Sequence[Producer],
+        mints: Sequence[ParamSpec],
+        effect: str,
+        verifies: bool,
+        description: str,
+        positions: Mapping[str, int] | None = None,
+    ) -> ToolSpec:
+        if not isinstance(name, str) or not name:
+            raise GuardrailUsageError(f"a tool needs a non-empty name, not {name!r}")
+        if effect not in EFFECTS:
+            raise GuardrailUsageError(
+                f"tool {name!r}: effect must be 'read' or 'write', not {effect!r}", tool=name
+            )
+        for param in (*params, *mints):
+            for kind in param.kinds:
+                self._require_kind(kind, tool=name, where=param.path.text)
+        for producer in produced:
+            self._require_kind(producer.kind, tool=name, where=producer.source)
+        if mints and effect != "write":
+            raise GuardrailUsageError(
+                f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
+                tool=name,
+            )
+        spec = ToolSpec(
+            name=name,
+            params=tuple(params),
+            produces=tuple(produced),
+            mints=tuple(mints),
+            effect=cast(Effect, effect),
+            verifies=bool(verifies),
+            description=description or "",
+            positions=dict(positions or {}),
+        )
+        self._learn_examples(spec)
+        return spec
+
+    def _require_kind(self, kind: str, *, tool: str, where: str) -> None:
+        if kind not in self.kinds:
+            known = ", ".join(sorted(self.kinds)) or "none yet"
+            raise GuardrailUsageError(
+                f"tool {tool!r}: {where!r} names unknown kind {kind!r} (known: {known}); "
+                f"declare it first with guard.add_kind({kind!r}, ...)",
+                tool=tool,
+                param=where,
+            )
+
+    def _learn_examples(self, spec: ToolSpec) -> None:
+        """Ids of a parameter's kind quoted in a tool description are placeholders."""
+        if not spec.description:
+            return
+        for param in spec.params:
+            for name in param.kinds:
+                kind = self.kinds[name]
+                if kind.has_pattern:
+                    self.kinds[name] = kind.with_examples(kind.find(spec.description))
+
+    def _register(self, spec: ToolSpec) -> None:
+        self.specs[spec.name] = spec
+        self._recompile()
+
+    def _recompile(self) -> None:
+        lookups: dict[str, list[str]] = {}
+        for spec in self.specs.values():
+            if spec.effect == "read":
+                for producer in spec.produces:
+                    lookups.setdefault(producer.kind, []).append(spec.name)
+                for param in spec.params:
+                    for kind in param.kinds:
+                        if spec.name not in lookups.get(kind, []):
+                            lookups.setdefault(kind, []).append(spec.name)
+        frozen = {kind: tuple(names) for kind, names in lookups.items()}
+        self._plans = {
+            name: compile_plan(spec, self.kinds, frozen) for name, spec in self.specs.items()
+        }
+
+    # -- the decorator --------------------------------------------------------------------
+
+    def _decorate(
+        self,
+        function: F,
+        *,
+        name: str | None,
+        ids: Mapping[str, ParamDecl] | None,
+        produces: Mapping[str, ProducerDecl] | None,
+        mints: Mapping[str, ParamDecl] | None,
+        effect: str,
+        verifies: bool,
+        description: str | None,
+    ) -> F:
+        target = (
+            function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
+        )
+        if not callable(target):
+            raise GuardrailUsageError(f"@guard.tool decorates a function, not {function!r}")
+        tool_name = name or getattr(target, "__name__", None)
+        if not tool_name:
+            raise GuardrailUsageError("this callable has no __name__; pass name=")
+        sig_params, sig_produced = signature_ids(target)
+        params = [*sig_params, *param_specs(ids, tool=tool_name)]
+        minted = param_specs(mints, tool=tool_name)
+        try:
+            signature = inspect.signature(target)
+        except (TypeError, ValueError):
+            signature = None
+        positions = _positions(signature, [*params, *minted], tool=tool_name)
+        spec = self._build_spec(
+            tool_name,
+            params=params,
+            produced=[*sig_produced, *producers(produces, tool=tool_name)],
+            mints=minted,
+            effect=effect,
+            verifies=verifies,
+            description=description if description is not None else inspect.getdoc(target) or "",
+            positions=positions,
+        )
+        self._register(spec)
+        heads = tuple(positions.items())
+        guard = self
+
+        def bind(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            # wrapt passes self/cls apart, so bound calls have one positional argument less.
+            offset = 0 if instance is None or isinstance(function, staticmethod) else 1
+            arguments = {}
+            for head, position in heads:
+                if head in kwargs:
+                    arguments[head] = kwargs[head]
+                elif 0 <= position - offset < len(args):
+                    arguments[head] = args[position - offset]
+            return arguments
+
+        def before(arguments: dict[str, Any]) -> tuple[Ledger, Verdict]:
+            ledger = guard._current()
+            return ledger, guard._enforce(tool_name, arguments, ledger)
+
+        def after(arguments: dict[str, Any], ledger: Ledger, verdict: Verdict, result: Any) -> None:
+            plan = guard._plans[tool_name]
+            guard._record(plan, arguments, result, False, None, ledger, verdict)
+
+        if inspect.iscoroutinefunction(target):
+
+            @wrapt.decorator
+            async def guarded_async(
+                wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> Any:
+                arguments = bind(instance, args, kwargs)
+                ledger, verdict = before(arguments)
+                if not verdict.allowed and guard.mode == "reprompt":
+                    return Rejection(verdict)
+                result = await wrapped(*args, **kwargs)
+                after(arguments, ledger, verdict, result)
+                return result
+
+            return cast(F, guarded_async(function))
+
+        @wrapt.decorator
+        def guarded(
+            wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> Any:
+            arguments = bind(instance, args, kwargs)
+            ledger, verdict = before(arguments)
+            if not verdict.allowed and guard.mode == "reprompt":
+                return Rejection(verdict)
+            result = wrapped(*args, **kwargs)
+            after(arguments, ledger, verdict, result)
+            return result
+
+        return cast(F, guarded(function))
+
+
+def _positions(
+    signature: inspect.Signature | None, params: Sequence[ParamSpec], *, tool: str
+) -> dict[str, int]:
+    """Where each identifier parameter sits in the signature (checked once, at decoration)."""
+    heads = list(dict.fromkeys(param.name for param in params))
+    if signature is None:
+        return dict.fromkeys(heads, -1)
+    ordered = list(signature.parameters.values())
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ordered)
+    positions: dict[str, int] = {}
+    for head in heads:
+        found = signature.parameters.get(head)
+        if found is None:
+            if accepts_any:
+                positions[head] = -1
+                continue
+            raise GuardrailUsageError(
+                f"tool {tool!r}: declares an id parameter {head!r} but the function has no "
+                f"parameter of that name (it has: {', '.join(signature.parameters) or 'none'})",
+                tool=tool,
+                param=head,
+            )
+        positional = found.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+        positions[head] = ordered.index(found) if positional else -1
+    return positions

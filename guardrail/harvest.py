@@ -1,0 +1,156 @@
+"""Harvest: a tool result in, ``(kind, value, path)`` triples out.
+
+Only declared places are read: JSON paths into structured results, the
+``Id`` fields of models, dataclasses and TypedDicts, and for plain-text
+outputs the whole text (``$``) or a regex declared for that one tool. Prose
+is never scanned for things that look like ids.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+from guardrail.kinds import Kind
+from guardrail.paths import EACH, Path
+from guardrail.spec import Producer, ToolSpec, type_producers
+
+#: Longest string accepted as one identifier; longer values are reported, not recorded.
+MAX_ID_LENGTH = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One identifier found in a result."""
+
+    kind: str
+    value: str
+    key: str
+    path: str
+    status: str | None = None
+    role: str | None = None
+
+
+@dataclass
+class Harvest:
+    """What one result yielded: the ids, and the problems met on the way (never fatal)."""
+
+    found: list[Found] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _as_id_text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
+        return repr(value)
+    return None
+
+
+def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
+    """The structured value and the plain text of a result (either may be missing)."""
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        try:
+            result = bytes(result).decode("utf-8")
+        except UnicodeDecodeError:
+            harvest.problems.append("result is bytes that are not UTF-8 text; nothing harvested")
+            return None, None
+    if not isinstance(result, str):
+        return result, None
+    text = result
+    head = text.lstrip()[:1]
+    if head and (head in '{["-' or head.isdigit() or text.strip() in ("true", "false", "null")):
+        try:
+            return json.loads(text), text
+        except RecursionError:
+            harvest.problems.append("result is JSON nested too deeply to parse; read as text")
+        except ValueError:
+            pass
+    return text, text
+
+
+def _leaves(producer: Producer, value: Any, text: str | None) -> list[tuple[Any, Any]]:
+    """``(id, status)`` pairs a producer reaches."""
+    if producer.regex is not None:
+        if text is None:
+            return []
+        return [
+            (m.group(1) if producer.regex.groups else m.group(0), None)
+            for m in producer.regex.finditer(text)
+        ]
+    path = producer.path
+    assert path is not None
+    if path.is_root:
+        return [(value.strip() if isinstance(value, str) else value, None)]
+    if producer.status is None:
+        return [(leaf, None) for leaf in path.extract(value)]
+    pairs = []
+    for leaf, holder in path.extract_with_parents(value):
+        status = holder.get(producer.status) if isinstance(holder, Mapping) else None
+        pairs.append((leaf, status if isinstance(status, str) else None))
+    return pairs
+
+
+def _structured_producers(value: Any) -> tuple[Producer, ...]:
+    """Producers read from the annotations of a model, dataclass or list of them."""
+    sample = value[0] if isinstance(value, list) and value else value
+    tp = type(sample)
+    if not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__")):
+        return ()
+    found = type_producers(cast(Any, tp))
+    if sample is value:
+        return found
+    return tuple(
+        replace(p, path=Path(f"[*].{p.path.text}", ((EACH, None), *p.path.steps)))
+        for p in found
+        if p.path is not None
+    )
+
+
+def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
+    """Every identifier ``spec`` declares in ``result``, each kind's normaliser applied.
+
+    A tool that declares no result paths is read by the ``Id`` annotations
+    of the model or dataclass it returned. Duplicates are reported once.
+    Example values of a kind are never harvested: they are placeholders,
+    whatever a tool says.
+    """
+    harvest = Harvest()
+    value, text = _decode(result, harvest)
+    # A tool that declares no result paths is read by the annotations of what it returned.
+    plan = spec.produces or _structured_producers(value)
+    if not plan:
+        return harvest
+    seen: set[tuple[str, str]] = set()
+    found = harvest.found
+    skipped = 0
+    for producer in plan:
+        kind = kinds[producer.kind]
+        normalize = kind.normalize
+        source = producer.source
+        for leaf, status in _leaves(producer, value, text):
+            raw = _as_id_text(leaf)
+            if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
+                skipped += leaf is not None
+                continue
+            key = normalize(raw)
+            if not key or key in kind.examples:
+                skipped += 1
+                continue
+            marker = (producer.kind, key)
+            if marker in seen:
+                continue
+            seen.add(marker)
+            found.append(Found(producer.kind, raw, key, source, status, producer.role))
+    if skipped:
+        harvest.problems.append(
+            f"{skipped} value(s) at declared paths were not identifiers "
+            f"(not text or numbers, empty, example values, or over {MAX_ID_LENGTH} characters)"
+        )
+    return harvest

@@ -1,0 +1,643 @@
+"""The ledger: one conversation's identifiers, verbatim, with roles and provenance.
+
+Identifiers enter from tool results (verified) or from what the user typed
+(unverified until a successful ``read`` call confirms them). Each entry has
+a role, the name a summary uses for it; roles are unique and stable, and a
+relabel keeps the old name as an alias. A full ledger evicts the entry used
+least recently, never by first-seen, and leaves a bounded tombstone so a
+later use is reported as evicted rather than invented.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from guardrail.errors import GuardrailUsageError
+from guardrail.harvest import Found
+from guardrail.kinds import Kind
+
+FORMAT_VERSION = 1
+DEFAULT_CAPACITY = 1000
+USER_TEXTS_KEPT = 16
+_ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where an entry came from: the tool, its call id, the declared path, the turn.
+
+    One ``Source`` is shared by every id a producer yields in one call.
+    User-typed ids have ``tool="user"``.
+    """
+
+    tool: str
+    call_id: str | None
+    path: str
+    turn: int
+
+
+class Entry:
+    """One identifier in the ledger."""
+
+    __slots__ = (
+        "aliases",
+        "epoch",
+        "first_seen",
+        "key",
+        "kind",
+        "last_used",
+        "pinned",
+        "role",
+        "source",
+        "status",
+        "value",
+        "verified",
+    )
+
+    def __init__(
+        self,
+        *,
+        value: str,
+        kind: str,
+        key: str,
+        role: str,
+        source: Source,
+        first_seen: int,
+        last_used: int,
+        verified: bool,
+        status: str | None = None,
+        pinned: bool = False,
+        aliases: tuple[str, ...] = (),
+        epoch: int = 0,
+    ) -> None:
+        self.value = value
+        self.kind = kind
+        self.key = key
+        self.role = role
+        self.source = source
+        self.first_seen = first_seen
+        self.last_used = last_used
+        self.verified = verified
+        self.status = status
+        self.pinned = pinned
+        self.aliases = aliases
+        self.epoch = epoch
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict of every field."""
+        return {
+            "value": self.value,
+            "kind": self.kind,
+            "key": self.key,
+            "role": self.role,
+            "aliases": list(self.aliases),
+            "source": {
+                "tool": self.source.tool,
+                "call_id": self.source.call_id,
+                "path": self.source.path,
+                "turn": self.source.turn,
+            },
+            "first_seen": self.first_seen,
+            "last_used": self.last_used,
+            "verified": self.verified,
+            "status": self.status,
+            "pinned": self.pinned,
+            "epoch": self.epoch,
+        }
+
+    def __repr__(self) -> str:
+        flags = "" if self.verified else ", unverified"
+        flags += ", pinned" if self.pinned else ""
+        return f"Entry({self.role}={self.value!r}, kind={self.kind!r}{flags})"
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """What is left of an evicted entry: enough to say "evicted, look it up again"."""
+
+    value: str
+    kind: str
+    key: str
+    role: str
+    evicted_turn: int
+
+
+class Admitted(NamedTuple):
+    """What one :meth:`Ledger.admit` did."""
+
+    added: list[Entry]
+    verified: list[Entry]
+    evicted: list[Entry]
+
+
+class _Index:
+    """Per-kind look-up aids for near-miss classification, kept beside the entries.
+
+    ``alphabet`` only grows (a superset is harmless). ``keys`` is sorted for
+    prefix search; new keys wait in ``pending`` and are merged lazily, and
+    evicted keys stay until a rebuild, so adding an id stays O(1).
+    """
+
+    __slots__ = ("alphabet", "keys", "pending", "stale")
+
+    def __init__(self) -> None:
+        self.alphabet: set[str] = set()
+        self.keys: list[str] = []
+        self.pending: list[str] = []
+        self.stale = 0
+
+
+class Ledger:
+    """One conversation's identifiers. Build it through ``Guard.session`` or ``from_json``."""
+
+    def __init__(
+        self,
+        *,
+        capacity: int = DEFAULT_CAPACITY,
+        tombstones: int | None = None,
+        kinds: Mapping[str, Kind] | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        if not isinstance(capacity, int) or capacity < 1:
+            raise GuardrailUsageError(
+                f"ledger capacity must be a positive integer, not {capacity!r}"
+            )
+        self.capacity = capacity
+        self.tombstone_capacity = capacity if tombstones is None else max(0, tombstones)
+        self.session_id = session_id
+        self.turn = 0
+        # Bumped whenever ids are added or a turn starts; a use reorders an entry for
+        # eviction only once per epoch, so repeated allowed calls cost no reordering.
+        self.epoch = 0
+        #: Per-kind tables, normalised key -> entry, ordered from least to most recently used.
+        self.by_kind: dict[str, dict[str, Entry]] = {}
+        self._roles: dict[str, Entry] = {}
+        self._counters: dict[str, int] = {}
+        self._tombstones: dict[tuple[str, str], Tombstone] = {}
+        self._tomb_roles: set[str] = set()  # roles evicted ids still hold
+        self._index: dict[str, _Index] = {}
+        self._size = 0
+        self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
+        #: Consecutive refusals per tool, for bounding re-prompts.
+        self.refusals: dict[str, int] = {}
+        self.kinds: Mapping[str, Kind] = kinds or {}
+        self.lock = threading.RLock()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Entries from least to most recently used, kind by kind."""
+        for table in self.by_kind.values():
+            yield from table.values()
+
+    def __contains__(self, role: object) -> bool:
+        return role in self._roles
+
+    def __getitem__(self, role: str) -> Entry:
+        """The entry a role (or an alias) names."""
+        try:
+            return self._roles[role]
+        except KeyError:
+            raise KeyError(f"no ledger role {role!r}; roles: {sorted(self.roles)}") from None
+
+    @property
+    def roles(self) -> dict[str, str]:
+        """Current role -> kind, for a summariser (never values)."""
+        return {entry.role: entry.kind for entry in self}
+
+    def entries(self) -> list[Entry]:
+        """Every entry in order of first appearance (the order a ledger block lists them)."""
+        # The role table is filled as entries arrive; aliases only repeat an entry.
+        return list(dict.fromkeys(self._roles.values()))
+
+    def tombstones(self) -> list[Tombstone]:
+        """Evicted entries still remembered, oldest first."""
+        return list(self._tombstones.values())
+
+    def normalize(self, kind: str, value: str) -> str:
+        """``value`` as the ledger keys it for ``kind``."""
+        known = self.kinds.get(kind)
+        return known.normalize(value) if known is not None else value.strip()
+
+    def get(self, kind: str, value: str) -> Entry | None:
+        """The entry of ``kind`` whose value is ``value`` in any written form."""
+        table = self.by_kind.get(kind)
+        return None if table is None else table.get(self.normalize(kind, value))
+
+    def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
+        """Entries of any kind (but those in ``exclude``) that ``value`` names."""
+        found = []
+        for kind, table in self.by_kind.items():
+            if kind in exclude:
+                continue
+            entry = table.get(self.normalize(kind, value))
+            if entry is not None:
+                found.append(entry)
+        return found
+
+    def tombstone(self, kind: str, key: str) -> Tombstone | None:
+        """The tombstone of an evicted ``(kind, key)``, if still remembered."""
+        return self._tombstones.get((kind, key)) if self._tombstones else None
+
+    def alphabet(self, kind: str) -> set[str]:
+        """Every character seen in ``kind``'s keys (a superset)."""
+        index = self._index.get(kind)
+        return index.alphabet if index is not None else set()
+
+    def keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
+        """Live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
+        index = self._index.get(kind)
+        table = self.by_kind.get(kind)
+        if index is None or not table:
+            return []
+        with self.lock:
+            if index.stale > max(64, len(table)):
+                index.keys = sorted(table)
+                index.pending.clear()
+                index.stale = 0
+            elif len(index.pending) > 256:
+                index.keys = sorted(set(index.keys).union(index.pending))
+                index.pending.clear()
+            found: list[Entry] = []
+            start = bisect.bisect_left(index.keys, prefix)
+            for key in index.keys[start:]:
+                if not key.startswith(prefix) or len(found) >= limit:
+                    break
+                entry = table.get(key)
+                if entry is not None and key != prefix and entry not in found:
+                    found.append(entry)
+            for key in index.pending:
+                entry = table.get(key)
+                if (
+                    len(found) < limit
+                    and entry is not None
+                    and key != prefix
+                    and key.startswith(prefix)
+                    and entry not in found
+                ):
+                    found.append(entry)
+        return found
+
+    # -- changing -------------------------------------------------------------------------
+
+    def next_turn(self) -> int:
+        """Start a new turn (a user message and everything up to the next one)."""
+        self.turn += 1
+        self.epoch += 1
+        return self.turn
+
+    def touch(self, entry: Entry) -> None:
+        """Mark ``entry`` used now; the allowed path of a check calls this.
+
+        Recency is kept per epoch (the span between two changes of the
+        ledger): eviction happens only when ids are added, so the order
+        among entries used since the last addition cannot matter yet.
+        """
+        if entry.epoch != self.epoch:
+            with self.lock:
+                entry.epoch = self.epoch
+                entry.last_used = self.turn
+                table = self.by_kind[entry.kind]
+                if table.pop(entry.key, None) is entry:
+                    table[entry.key] = entry
+
+    def admit(
+        self,
+        found: Iterable[Found],
+        *,
+        source: Source | Mapping[str, Source],
+        verified: bool = True,
+    ) -> Admitted:
+        """Record harvested ids: the entries added, verified by this call, and evicted.
+
+        ``source`` is one Source, or one per declared path. An id already
+        present is refreshed (and verified, when ``verified``); a new one
+        gets a role. All ids are added before any is evicted, so a result
+        is never half-recorded.
+        """
+        added: list[Entry] = []
+        upgraded: list[Entry] = []
+        turn = self.turn
+        with self.lock:
+            for item in found:
+                where = source if isinstance(source, Source) else source[item.path]
+                table = self.by_kind.get(item.kind)
+                if table is None:
+                    table = self.by_kind[item.kind] = {}
+                    self._index[item.kind] = _Index()
+                entry = table.get(item.key)
+                if entry is not None:
+                    if verified and not entry.verified:
+                        entry.verified = True
+                        entry.source = where
+                        upgraded.append(entry)
+                    if item.status is not None:
+                        entry.status = item.status
+                    self.touch(entry)
+                    continue
+                entry = Entry(
+                    value=item.value,
+                    kind=item.kind,
+                    key=item.key,
+                    role=self._new_role(item, where),
+                    source=where,
+                    first_seen=turn,
+                    last_used=turn,
+                    verified=verified,
+                    status=item.status,
+                )
+                self._insert(entry)
+                added.append(entry)
+            if added:
+                self.epoch += 1
+                for entry in added:
+                    entry.epoch = self.epoch
+            evicted = self._evict_over_capacity()
+        return Admitted(added, upgraded, evicted)
+
+    def verify(self, entry: Entry, source: Source) -> bool:
+        """Mark a user-typed entry confirmed by a successful call; False if it already was."""
+        with self.lock:
+            if entry.verified:
+                return False
+            entry.verified = True
+            entry.source = source
+            return True
+
+    def label(self, role: str, new_role: str) -> Entry:
+        """Rename the entry named ``role`` to ``new_role``; the old name stays as an alias."""
+        _check_role_name(new_role)
+        with self.lock:
+            entry = self[role]
+            if new_role == entry.role:
+                return entry
+            holder = self._roles.get(new_role)
+            if holder is not None and holder is not entry:
+                raise GuardrailUsageError(
+                    f"role {new_role!r} already names {holder.value!r}; pick another name"
+                )
+            if holder is None and new_role in self._tomb_roles:
+                raise GuardrailUsageError(
+                    f"role {new_role!r} belonged to an evicted id; pick another name"
+                )
+            entry.aliases = (*entry.aliases, entry.role)
+            entry.role = new_role
+            self._roles[new_role] = entry
+            return entry
+
+    def pin(self, role: str, pinned: bool = True) -> Entry:
+        """Keep (or stop keeping) an entry whatever the capacity."""
+        entry = self[role]
+        entry.pinned = pinned
+        return entry
+
+    def forget(self, role: str) -> Entry:
+        """Drop an entry now, leaving a tombstone (as eviction does)."""
+        with self.lock:
+            entry = self[role]
+            self._remove(entry)
+            return entry
+
+    def observe_text(self, text: str) -> None:
+        """Keep a user text (bounded) for recognising ids typed with no pattern."""
+        self.user_texts.append(text)
+
+    def typed_by_user(self, value: str) -> bool:
+        """Whether ``value`` appears, as a whole token, in the user texts kept."""
+        for text in self.user_texts:
+            start = text.find(value)
+            while start >= 0:
+                end = start + len(value)
+                before = text[start - 1] if start else " "
+                after = text[end] if end < len(text) else " "
+                if not (before.isalnum() or before == "_") and not (
+                    after.isalnum() or after == "_"
+                ):
+                    return True
+                start = text.find(value, start + 1)
+        return False
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _new_role(self, item: Found, source: Source) -> str:
+        tomb = self._tombstones.get((item.kind, item.key)) if self._tombstones else None
+        if tomb is not None and tomb.role not in self._roles:
+            # An id that comes back keeps the role summaries already use for it.
+            return tomb.role
+        if item.role:
+            number = self._counters.get(item.kind, 0) + 1
+            fields = {"kind": item.kind, "n": number, "tool": source.tool, "status": item.status}
+            try:
+                base = item.role.format_map(_Fields(fields))
+            except (ValueError, IndexError):
+                base = item.kind
+            base = "".join(c if c in _ROLE_CHARS else "_" for c in base) or item.kind
+            self._counters[item.kind] = number
+            return self._free_role(base)
+        while True:
+            number = self._counters.get(item.kind, 0) + 1
+            self._counters[item.kind] = number
+            role = item.kind if number == 1 else f"{item.kind}_{number}"
+            if not self._role_taken(role):
+                return role
+
+    def _role_taken(self, role: str) -> bool:
+        return role in self._roles or role in self._tomb_roles
+
+    def _free_role(self, base: str) -> str:
+        role, suffix = base, 1
+        while self._role_taken(role):
+            suffix += 1
+            role = f"{base}_{suffix}"
+        return role
+
+    def _insert(self, entry: Entry) -> None:
+        self.by_kind[entry.kind][entry.key] = entry
+        self._roles[entry.role] = entry
+        for alias in entry.aliases:
+            self._roles[alias] = entry
+        index = self._index[entry.kind]
+        index.alphabet.update(entry.key)
+        index.pending.append(entry.key)
+        self._size += 1
+        if self._tombstones:
+            self._drop_tombstone((entry.kind, entry.key))
+
+    def _remove(self, entry: Entry) -> None:
+        del self.by_kind[entry.kind][entry.key]
+        for name in (entry.role, *entry.aliases):
+            if self._roles.get(name) is entry:
+                del self._roles[name]
+        self._index[entry.kind].stale += 1
+        self._size -= 1
+        if self.tombstone_capacity:
+            self._add_tombstone(
+                Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
+            )
+
+    def _add_tombstone(self, tomb: Tombstone) -> None:
+        self._tombstones[(tomb.kind, tomb.key)] = tomb
+        self._tomb_roles.add(tomb.role)
+        while len(self._tombstones) > self.tombstone_capacity:
+            self._drop_tombstone(next(iter(self._tombstones)))
+
+    def _drop_tombstone(self, key: tuple[str, str]) -> None:
+        tomb = self._tombstones.pop(key, None)
+        if tomb is not None:
+            self._tomb_roles.discard(tomb.role)
+
+    def _evict_over_capacity(self) -> list[Entry]:
+        # Evict by last use: the order still being refunded at turn 40 was first seen at turn 12.
+        evicted: list[Entry] = []
+        while self._size > self.capacity:
+            victim: Entry | None = None
+            for table in self.by_kind.values():
+                for entry in table.values():
+                    if not entry.pinned:
+                        if victim is None or entry.last_used < victim.last_used:
+                            victim = entry
+                        break
+            if victim is None:  # everything is pinned: keep it all, over capacity
+                break
+            self._remove(victim)
+            evicted.append(victim)
+        return evicted
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything the ledger holds, JSON-safe, in an order that round-trips exactly."""
+        return {
+            "format": FORMAT_VERSION,
+            "session_id": self.session_id,
+            "capacity": self.capacity,
+            "tombstone_capacity": self.tombstone_capacity,
+            "turn": self.turn,
+            "epoch": self.epoch,
+            "kinds": list(self.by_kind),
+            "counters": dict(self._counters),
+            "entries": [entry.to_dict() for entry in self],
+            "roles": {name: entry.role for name, entry in self._roles.items()},
+            "tombstones": [
+                {
+                    "value": t.value,
+                    "kind": t.kind,
+                    "key": t.key,
+                    "role": t.role,
+                    "evicted_turn": t.evicted_turn,
+                }
+                for t in self._tombstones.values()
+            ],
+            "user_texts": list(self.user_texts),
+            "refusals": dict(self.refusals),
+        }
+
+    def to_json(self) -> str:
+        """The ledger as JSON text; ``Ledger.from_json`` restores it exactly."""
+        return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=False)
+
+    @classmethod
+    def from_dict(
+        cls, data: Mapping[str, Any], *, kinds: Mapping[str, Kind] | None = None
+    ) -> Ledger:
+        """Rebuild a ledger from :meth:`to_dict` output."""
+        try:
+            if data.get("format") != FORMAT_VERSION:
+                raise GuardrailUsageError(
+                    f"ledger format {data.get('format')!r} is not {FORMAT_VERSION}; "
+                    "save it again with this version of guardrail"
+                )
+            ledger = cls(
+                capacity=int(data["capacity"]),
+                tombstones=int(data["tombstone_capacity"]),
+                kinds=kinds,
+                session_id=data.get("session_id"),
+            )
+            ledger.turn = int(data["turn"])
+            ledger.epoch = int(data.get("epoch", 0))
+            ledger._counters = {str(k): int(v) for k, v in data["counters"].items()}
+            for kind in data["kinds"]:
+                ledger.by_kind[str(kind)] = {}
+                ledger._index[str(kind)] = _Index()
+            for raw in data["entries"]:
+                src = raw["source"]
+                entry = Entry(
+                    value=raw["value"],
+                    kind=raw["kind"],
+                    key=raw["key"],
+                    role=raw["role"],
+                    aliases=tuple(raw.get("aliases", ())),
+                    source=Source(src["tool"], src["call_id"], src["path"], int(src["turn"])),
+                    first_seen=int(raw["first_seen"]),
+                    last_used=int(raw["last_used"]),
+                    verified=bool(raw["verified"]),
+                    status=raw.get("status"),
+                    pinned=bool(raw.get("pinned", False)),
+                    epoch=int(raw.get("epoch", 0)),
+                )
+                if entry.kind not in ledger.by_kind:
+                    ledger.by_kind[entry.kind] = {}
+                    ledger._index[entry.kind] = _Index()
+                ledger._insert(entry)
+            # Restore the role table in its saved order (aliases included).
+            by_role = {entry.role: entry for entry in ledger}
+            ledger._roles = {name: by_role[role] for name, role in data["roles"].items()}
+            for raw in data["tombstones"]:
+                tomb = Tombstone(
+                    raw["value"], raw["kind"], raw["key"], raw["role"], int(raw["evicted_turn"])
+                )
+                ledger._add_tombstone(tomb)
+            ledger.user_texts.extend(data["user_texts"])
+            ledger.refusals = {str(k): int(v) for k, v in data["refusals"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            if isinstance(exc, GuardrailUsageError):
+                raise
+            raise GuardrailUsageError(
+                f"not a saved ledger ({type(exc).__name__}: {exc}); "
+                "pass the text Ledger.to_json() produced"
+            ) from None
+        return ledger
+
+    @classmethod
+    def from_json(cls, text: str, *, kinds: Mapping[str, Kind] | None = None) -> Ledger:
+        """Rebuild a ledger from :meth:`to_json` text."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise GuardrailUsageError(f"saved ledger is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise GuardrailUsageError("saved ledger must be a JSON object")
+        return cls.from_dict(data, kinds=kinds)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Ledger):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<Ledger session={self.session_id!r} entries={self._size}/{self.capacity}>"
+
+
+class _Fields(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+def _check_role_name(role: str) -> None:
+    if not isinstance(role, str) or not role or not set(role) <= _ROLE_CHARS:
+        raise GuardrailUsageError(
+            f"role {role!r} must be a non-empty name of letters, digits, '_', '-' or '.'"
+        )
+    if role[0].isdigit():
+        raise GuardrailUsageError(f"role {role!r} must not start with a digit")

@@ -1,0 +1,179 @@
+"""Manifests: kinds and tool specs as data (JSON or TOML), for tools with no Python function.
+
+A manifest is an object with two tables::
+
+    [kinds.order]
+    pattern = "#?W\\d{7}"
+    normalize = ["strip", "prefix:#"]
+    examples = ["#W0000000"]
+
+    [tools.get_order]
+    effect = "read"
+    ids = { order_id = "order" }
+    produces = { "items[*].item_id" = "item" }
+
+A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
+``description``. A tool takes ``effect`` (``read`` or ``write``; absent
+means ``write``), ``verifies``, ``description``, ``ids`` and ``mints``
+(parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
+(result path or ``re:PATTERN`` -> kind or ``{kind, role, status}``). The
+shape is checked with JSON Schema before anything is compiled, and every
+error names the file and the place in it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path as FilePath
+from typing import Any
+
+import jsonschema
+
+from guardrail.errors import ManifestError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+_KIND_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
+_PARAM = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        _KIND_LIST,
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "minLength": 1},
+                "kinds": _KIND_LIST,
+                "sep": {"type": "string", "minLength": 1},
+            },
+            "additionalProperties": False,
+            "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
+        },
+    ]
+}
+_PRODUCER = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "minLength": 1},
+                "role": {"type": "string", "minLength": 1},
+                "status": {"type": "string", "minLength": 1},
+            },
+            "required": ["kind"],
+            "additionalProperties": False,
+        },
+    ]
+}
+SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "guardrail manifest",
+    "type": "object",
+    "properties": {
+        "$schema": {"type": "string"},
+        "version": {"const": 1},
+        "description": {"type": "string"},
+        "kinds": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string"},
+                    "normalize": {
+                        "oneOf": [
+                            {"type": "string"},
+                            {"type": "array", "items": {"type": "string"}},
+                        ]
+                    },
+                    "examples": {"type": "array", "items": {"type": "string"}},
+                    "enforce": {"type": "boolean"},
+                    "description": {"type": "string"},
+                },
+                "additionalProperties": False,
+            },
+        },
+        "tools": {
+            "type": "object",
+            "additionalProperties": {
+                "type": "object",
+                "properties": {
+                    "effect": {"enum": ["read", "write"]},
+                    "verifies": {"type": "boolean"},
+                    "description": {"type": "string"},
+                    "ids": {"type": "object", "additionalProperties": _PARAM},
+                    "mints": {"type": "object", "additionalProperties": _PARAM},
+                    "produces": {"type": "object", "additionalProperties": _PRODUCER},
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
+    "required": ["tools"],
+    "additionalProperties": False,
+}
+_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def read_manifest(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """Read and validate a manifest from a mapping, or a ``.json`` or ``.toml`` file."""
+    where = "manifest"
+    if isinstance(source, Mapping):
+        data: Any = dict(source)
+    else:
+        path = FilePath(source)
+        where = str(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ManifestError(f"cannot read it: {exc.strerror or exc}", where=where) from None
+        data = _parse(raw, path, where)
+    if not isinstance(data, dict):
+        raise ManifestError("a manifest is an object with 'kinds' and 'tools'", where=where)
+    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        error = errors[0]
+        place = _place(error.absolute_path) or "(top level)"
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        raise ManifestError(f"at {place}: {_say(error)}{more}", where=where)
+    return data
+
+
+def _parse(raw: bytes, path: FilePath, where: str) -> Any:
+    if path.suffix.lower() == ".toml":
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ManifestError(f"not valid TOML: {exc}", where=where) from None
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        hint = "" if path.suffix.lower() == ".json" else " (name TOML files *.toml)"
+        raise ManifestError(f"not valid JSON: {exc}{hint}", where=where) from None
+
+
+def _place(path: Any) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _say(error: jsonschema.ValidationError) -> str:
+    if error.validator == "additionalProperties":
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        allowed = sorted(schema.get("properties", {}))
+        return f"{error.message}; allowed: {', '.join(allowed)}"
+    if error.validator == "oneOf" and error.schema is _PARAM:
+        return (
+            f"{error.instance!r} is not a kind, a list of kinds, or {{kind, sep}}: "
+            "write 'order' or ['customer', 'line']"
+        )
+    if error.validator == "oneOf" and error.schema is _PRODUCER:
+        return f"{error.instance!r} is not a kind or {{kind, role, status}}"
+    return str(error.message)

@@ -1,0 +1,330 @@
+"""Tool specs: which arguments are identifiers, which results produce them, and the effect.
+
+Three ways to declare, all ending in the same :class:`ToolSpec`:
+``Annotated[str, Id("order")]`` in a signature or on the fields of a
+pydantic model, dataclass or TypedDict a tool returns; keyword arguments of
+the decorator (``ids=``, ``produces=``, ``mints=``); and a manifest (see
+:mod:`guardrail.manifest`). Everything is validated and compiled here, once.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
+
+from guardrail.errors import GuardrailUsageError
+from guardrail.paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
+
+Effect = Literal["read", "write"]
+EFFECTS: tuple[str, ...] = ("read", "write")
+
+
+@dataclass(frozen=True, init=False)
+class Id:
+    """Marks a parameter or a result field as an identifier of one or more kinds.
+
+    ``Annotated[str, Id("order")]``; ``Id(["customer", "line"])`` accepts
+    either kind; ``sep=","`` reads several ids packed in one string;
+    ``role`` is a role template for ids a result produces (``"order_{n}"``),
+    ``status`` the key beside the id holding its status.
+    """
+
+    kinds: tuple[str, ...]
+    sep: str | None
+    role: str | None
+    status: str | None
+
+    def __init__(
+        self,
+        kind: str | Sequence[str],
+        *,
+        sep: str | None = None,
+        role: str | None = None,
+        status: str | None = None,
+    ) -> None:
+        kinds = (kind,) if isinstance(kind, str) else tuple(kind)
+        if not kinds or not all(isinstance(k, str) and k for k in kinds):
+            raise GuardrailUsageError(f"Id() takes a kind name or a list of them, not {kind!r}")
+        object.__setattr__(self, "kinds", kinds)
+        object.__setattr__(self, "sep", sep or None)
+        object.__setattr__(self, "role", role)
+        object.__setattr__(self, "status", status)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One identifier parameter: where it sits in the arguments and which kinds it accepts."""
+
+    path: Path
+    kinds: tuple[str, ...]
+    sep: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The top-level argument the path starts from."""
+        return self.path.head or self.path.text
+
+    @property
+    def simple(self) -> bool:
+        """A plain top-level argument (the common case, read with one dict look-up)."""
+        return len(self.path.steps) == 1 and self.sep is None
+
+
+@dataclass(frozen=True)
+class Producer:
+    """One place in a result that holds identifiers of one kind."""
+
+    kind: str
+    path: Path | None = None
+    regex: re.Pattern[str] | None = None
+    role: str | None = None
+    status: str | None = None
+
+    @property
+    def source(self) -> str:
+        """The declaration as written: a path, or ``re:PATTERN``."""
+        if self.regex is not None:
+            return f"re:{self.regex.pattern}"
+        return self.path.text if self.path is not None else "$"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """Everything the guard knows about one tool, compiled."""
+
+    name: str
+    params: tuple[ParamSpec, ...] = ()
+    produces: tuple[Producer, ...] = ()
+    mints: tuple[ParamSpec, ...] = ()
+    effect: Effect = "write"
+    verifies: bool = True
+    description: str = ""
+    positions: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """Every kind the tool takes or produces."""
+        kinds = {kind for param in (*self.params, *self.mints) for kind in param.kinds}
+        kinds.update(producer.kind for producer in self.produces)
+        return frozenset(kinds)
+
+
+# -- declarations given as data -------------------------------------------------------------
+
+ParamDecl = str | Sequence[str] | Id | Mapping[str, Any]
+ProducerDecl = str | Id | Mapping[str, Any]
+
+
+def _as_id(decl: object, *, tool: str, where: str) -> Id:
+    if isinstance(decl, Id):
+        return decl
+    if isinstance(decl, str) or (
+        isinstance(decl, Sequence) and not isinstance(decl, (str, bytes, Mapping))
+    ):
+        return Id(cast(Sequence[str], decl))
+    if isinstance(decl, Mapping):
+        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status"}
+        if unknown:
+            raise GuardrailUsageError(
+                f"tool {tool!r}: {where}: unknown option(s) {sorted(unknown)}; "
+                "use kind (or kinds), sep, role, status",
+                tool=tool,
+                param=where,
+            )
+        kinds = decl.get("kinds", decl.get("kind"))
+        if kinds is None:
+            raise GuardrailUsageError(
+                f"tool {tool!r}: {where}: names no kind", tool=tool, param=where
+            )
+        return Id(kinds, sep=decl.get("sep"), role=decl.get("role"), status=decl.get("status"))
+    raise GuardrailUsageError(
+        f"tool {tool!r}: {where}: expected a kind name, a list of kind names or Id(...), "
+        f"got {decl!r}",
+        tool=tool,
+        param=where,
+    )
+
+
+def param_specs(decls: Mapping[str, ParamDecl] | None, *, tool: str) -> list[ParamSpec]:
+    """Compile ``{"order_id": "order", "items[*].sku": ["sku", "item"]}``."""
+    specs: list[ParamSpec] = []
+    for where, decl in (decls or {}).items():
+        marker = _as_id(decl, tool=tool, where=where)
+        path = compile_path(where, tool=tool, param=where)
+        if path.head is None:
+            raise GuardrailUsageError(
+                f"tool {tool!r}: parameter path {where!r} must start with a parameter name",
+                tool=tool,
+                param=where,
+            )
+        specs.append(ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep))
+    return specs
+
+
+def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Producer]:
+    """Compile ``{"orders[*].order_id": "order", "re:(cert_\\d+)": "certificate"}``."""
+    compiled: list[Producer] = []
+    for where, decl in (decls or {}).items():
+        marker = _as_id(decl, tool=tool, where=where)
+        if len(marker.kinds) != 1:
+            raise GuardrailUsageError(
+                f"tool {tool!r}: result path {where!r} must produce exactly one kind",
+                tool=tool,
+                param=where,
+            )
+        kind = marker.kinds[0]
+        if where.startswith("re:"):
+            try:
+                regex = re.compile(where[3:])
+            except re.error as exc:
+                raise GuardrailUsageError(
+                    f"tool {tool!r}: bad regex producer {where!r}: {exc}", tool=tool, param=where
+                ) from None
+            compiled.append(Producer(kind=kind, regex=regex, role=marker.role))
+        else:
+            path = compile_path(where, tool=tool, param=where)
+            if marker.status is not None and path.steps and path.steps[-1][0] not in (KEY, KEYS):
+                raise GuardrailUsageError(
+                    f"tool {tool!r}: a status is read beside an id, so {where!r} must end in "
+                    "a key or '.~'",
+                    tool=tool,
+                    param=where,
+                )
+            compiled.append(Producer(kind=kind, path=path, role=marker.role, status=marker.status))
+    return compiled
+
+
+# -- declarations read from type annotations ------------------------------------------------
+
+_NONE = type(None)
+
+
+def _ids_in(metadata: Iterable[object]) -> Id | None:
+    for item in metadata:
+        if isinstance(item, Id):
+            return item
+    return None
+
+
+def _text_of(steps: Sequence[Step]) -> str:
+    text = ""
+    for op, arg in steps:
+        if op == KEY:
+            text += f".{arg}" if text else str(arg)
+        elif op == EACH:
+            text += "[*]"
+        elif op == VALUES:
+            text += ".*" if text else "*"
+        elif op == KEYS:
+            text += ".~" if text else "~"
+    return text or "$"
+
+
+def _is_structured(tp: object) -> bool:
+    return isinstance(tp, type) and (
+        hasattr(tp, "model_fields")
+        or hasattr(tp, "__dataclass_fields__")
+        or (issubclass(tp, dict) and hasattr(tp, "__annotations__") and hasattr(tp, "__total__"))
+    )
+
+
+def annotation_ids(
+    tp: object, prefix: tuple[Step, ...] = (), _seen: frozenset[object] = frozenset()
+) -> list[tuple[Path, Id]]:
+    """Every ``Id`` reachable in a type: ``(path, marker)`` pairs, paths rooted at ``prefix``.
+
+    Walks ``Annotated``, optionals and unions, lists, tuples, sets, dicts
+    (an ``Id`` on the key type is ``.~``), pydantic models, dataclasses and
+    TypedDicts. A type that refers to itself is walked once.
+    """
+    found: list[tuple[Path, Id]] = []
+    origin = get_origin(tp)
+    if origin is Annotated:
+        inner, *metadata = get_args(tp)
+        marker = _ids_in(metadata)
+        if marker is not None:
+            steps = prefix
+            if get_origin(inner) in (list, tuple, set, frozenset) or inner in (list, tuple, set):
+                steps = (*prefix, (EACH, None))
+            found.append((Path(_text_of(steps), steps), marker))
+            return found
+        return annotation_ids(inner, prefix, _seen)
+    if origin in (Union, types.UnionType):
+        for arg in get_args(tp):
+            if arg is not _NONE:
+                found.extend(annotation_ids(arg, prefix, _seen))
+        return found
+    if origin in (list, tuple, set, frozenset, Sequence, typing.Sequence, Iterable):
+        for arg in get_args(tp):
+            if arg is not Ellipsis:
+                found.extend(annotation_ids(arg, (*prefix, (EACH, None)), _seen))
+        return found
+    if origin in (dict, Mapping, typing.Mapping):
+        args = get_args(tp)
+        if len(args) == 2:
+            key_tp, value_tp = args
+            if get_origin(key_tp) is Annotated:
+                marker = _ids_in(get_args(key_tp)[1:])
+                if marker is not None:
+                    steps = (*prefix, (KEYS, None))
+                    found.append((Path(_text_of(steps), steps), marker))
+            found.extend(annotation_ids(value_tp, (*prefix, (VALUES, None)), _seen))
+        return found
+    if _is_structured(tp) and tp not in _seen:
+        try:
+            hints = typing.get_type_hints(tp, include_extras=True)
+        except Exception:  # unresolvable forward references: nothing to read
+            return found
+        for name, hint in hints.items():
+            if name.startswith("_"):
+                continue
+            found.extend(annotation_ids(hint, (*prefix, (KEY, name)), _seen | {tp}))
+    return found
+
+
+def signature_ids(fn: Callable[..., Any]) -> tuple[list[ParamSpec], list[Producer]]:
+    """The ``Id`` annotations of a function: its identifier parameters and its result fields."""
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise GuardrailUsageError(
+            f"tool {getattr(fn, '__name__', fn)!r}: cannot read its annotations ({exc}); "
+            "declare its ids with ids=/produces= instead",
+            tool=getattr(fn, "__name__", None),
+        ) from None
+    params: list[ParamSpec] = []
+    produced: list[Producer] = []
+    for name, hint in hints.items():
+        if name == "return":
+            produced = _producers_of(annotation_ids(hint), tool=getattr(fn, "__name__", None))
+            continue
+        for path, marker in annotation_ids(hint, ((KEY, name),)):
+            params.append(ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep))
+    return params, produced
+
+
+def _producers_of(pairs: Iterable[tuple[Path, Id]], *, tool: str | None) -> list[Producer]:
+    produced = []
+    for path, marker in pairs:
+        if len(marker.kinds) != 1:
+            raise GuardrailUsageError(
+                f"tool {tool!r}: result field {path.text!r} must produce exactly one kind, "
+                f"not {list(marker.kinds)}",
+                tool=tool,
+                param=path.text,
+            )
+        produced.append(
+            Producer(kind=marker.kinds[0], path=path, role=marker.role, status=marker.status)
+        )
+    return produced
+
+
+@functools.lru_cache(maxsize=512)
+def type_producers(tp: type) -> tuple[Producer, ...]:
+    """Producers for a result that is an instance of ``tp``, read from its annotations."""
+    return tuple(_producers_of(annotation_ids(tp), tool=tp.__name__))
