@@ -301,6 +301,15 @@ class Guard:
 
     # -- sessions -------------------------------------------------------------------------
 
+    def new_ledger(self, session_id: str | None = None) -> Ledger:
+        """An empty ledger with this guard's capacity and kinds, outside any store."""
+        return Ledger(
+            capacity=self.capacity,
+            tombstones=self.tombstones,
+            kinds=self.kinds,
+            session_id=session_id,
+        )
+
     def session(self, session_id: str, *, ledger: Ledger | None = None) -> SessionScope:
         """Make a conversation's ledger current (``with`` or ``async with``).
 
@@ -320,12 +329,7 @@ class Guard:
         with self._open_lock:
             ledger = given if given is not None else self.store.load(session_id)
             if ledger is None:
-                ledger = Ledger(
-                    capacity=self.capacity,
-                    tombstones=self.tombstones,
-                    kinds=self.kinds,
-                    session_id=session_id,
-                )
+                ledger = self.new_ledger(session_id)
             else:
                 ledger.kinds = self.kinds
                 ledger.session_id = session_id
@@ -349,13 +353,18 @@ class Guard:
 
     # -- the conversation -----------------------------------------------------------------
 
-    def observe_user(self, text: str) -> list[Entry]:
-        """Start a turn with what the user typed: ids of a kind's shape enter, unverified."""
+    def observe_user(self, text: str, *, ledger: Ledger | None = None) -> list[Entry]:
+        """Start a turn with what the user typed: ids of a kind's shape enter, unverified.
+
+        Every method that works on "the current session" also takes
+        ``ledger=`` to work on that ledger instead (replaying a transcript,
+        say).
+        """
         if not isinstance(text, str):
             raise GuardrailUsageError(
                 f"observe_user takes the user's text, not {type(text).__name__}"
             )
-        ledger = self._current()
+        ledger = ledger if ledger is not None else self._current()
         with ledger.lock:
             turn = ledger.next_turn()
             ledger.observe_text(text)
@@ -370,9 +379,11 @@ class Guard:
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
 
-    def check(self, name: str, arguments: Mapping[str, Any] | str) -> Verdict:
+    def check(
+        self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
+    ) -> Verdict:
         """Check one call without running anything; only last-use times change when allowed."""
-        ledger = self._current()
+        ledger = ledger if ledger is not None else self._current()
         verdict = self._check(name, arguments, ledger)
         self.audit.call_checked(
             ledger.session_id,
@@ -383,7 +394,9 @@ class Guard:
         )
         return verdict
 
-    def enforce(self, name: str, arguments: Mapping[str, Any] | str) -> Verdict:
+    def enforce(
+        self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
+    ) -> Verdict:
         """Check a call about to run, the way the guard's mode says.
 
         Returns the verdict: allowed, or refused in ``reprompt`` mode (send
@@ -392,7 +405,7 @@ class Guard:
         ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
         run out. Runtimes call this, then :meth:`record`.
         """
-        return self._enforce(name, arguments, self._current())
+        return self._enforce(name, arguments, ledger if ledger is not None else self._current())
 
     def record(
         self,
@@ -402,22 +415,23 @@ class Guard:
         error: bool = False,
         *,
         call_id: str | None = None,
+        ledger: Ledger | None = None,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
         A success of a ``read`` tool also verifies the ids it was given; a
         success of a ``write`` tool brings its ``mints`` into the ledger.
         """
-        ledger = self._current()
+        ledger = ledger if ledger is not None else self._current()
         plan = self._plans.get(name)
         if plan is None:
             return []
         args = parse_arguments(arguments) or {}
         return self._record(plan, args, result, error, call_id, ledger, None)
 
-    def label(self, role: str, new_role: str) -> Entry:
+    def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
-        ledger = self._current()
+        ledger = ledger if ledger is not None else self._current()
         entry = ledger[role]
         old = entry.role
         ledger.label(role, new_role)
