@@ -157,7 +157,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Verdict:
     """The outcome of checking one call: allowed, or refused with findings and a message.
 
@@ -172,6 +172,21 @@ class Verdict:
     message: str = ""
     used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
     typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
+
+    def __init__(
+        self,
+        tool: str,
+        allowed: bool,
+        findings: tuple[Finding, ...] = (),
+        message: str = "",
+        used: tuple[Entry, ...] = (),
+        typed: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
+        # One update of the instance dict: the generated frozen __init__ sets each field
+        # through object.__setattr__, which cost more than the rest of an allowed check.
+        self.__dict__.update(
+            tool=tool, allowed=allowed, findings=findings, message=message, used=used, typed=typed
+        )
 
     def __bool__(self) -> bool:
         return self.allowed
