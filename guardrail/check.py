@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -207,14 +207,25 @@ class _ParamPlan:
     enforced: bool
 
 
+#: For each parameter of a tool whose id parameters are all plain top-level arguments: its
+#: name, its position in the signature (-1: keyword only or unknown) and, per accepted kind,
+#: the kind's name and normaliser.
+FastParams = tuple[tuple[str, int, tuple[tuple[str, Callable[[str], str]], ...]], ...]
+
+
 @dataclass(frozen=True)
 class CheckPlan:
-    """A tool spec with its kinds resolved, compiled once per declaration."""
+    """A tool spec with its kinds resolved, compiled once per declaration.
+
+    ``fast`` is set when every identifier parameter is a plain top-level
+    argument: the allowed path then reads it with one look-up per kind.
+    """
 
     spec: ToolSpec
     params: tuple[_ParamPlan, ...]
     read: bool
     lookups: Mapping[str, tuple[str, ...]]
+    fast: FastParams | None = None
 
 
 def compile_plan(
@@ -233,7 +244,19 @@ def compile_plan(
                 enforced=any(kind.enforce for kind in resolved),
             )
         )
-    return CheckPlan(spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups)
+    fast: FastParams | None = None
+    if all(param.simple for param in params):
+        fast = tuple(
+            (
+                param.name,
+                spec.positions.get(param.name, -1),
+                tuple((kind.name, kind.normalize) for kind in param.kinds),
+            )
+            for param in params
+        )
+    return CheckPlan(
+        spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups, fast=fast
+    )
 
 
 # -- reading argument values ----------------------------------------------------------------
@@ -270,12 +293,48 @@ def _as_text(value: Any) -> str | None:
 # -- the check ------------------------------------------------------------------------------
 
 
+def allowed_entries(
+    fast: FastParams, read: bool, arguments: Mapping[str, Any], ledger: Ledger
+) -> list[Entry] | None:
+    """The entries a call uses when every identifier argument is allowed outright, else None.
+
+    The allowed path of :func:`check_arguments` for plain top-level
+    parameters; None sends the call through the full check, which also
+    finds the problems.
+    """
+    by_kind = ledger.by_kind
+    used: list[Entry] = []
+    for name, _, kinds in fast:
+        value = arguments.get(name)
+        if value is None:
+            continue
+        if type(value) is not str:
+            return None
+        for kind, normalize in kinds:
+            table = by_kind.get(kind)
+            entry = None if table is None else table.get(normalize(value))
+            if entry is not None and (entry.verified or read):
+                used.append(entry)
+                break
+        else:
+            return None
+    return used
+
+
 def check_arguments(
     plan: CheckPlan,
     arguments: Mapping[str, Any],
     ledger: Ledger,
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call."""
+    if plan.fast is not None:
+        allowed = allowed_entries(plan.fast, plan.read, arguments, ledger)
+        if allowed is not None:
+            epoch = ledger.epoch
+            for taken in allowed:
+                if taken.epoch != epoch:
+                    ledger.touch(taken)
+            return Verdict(plan.spec.name, True, used=tuple(allowed))
     by_kind = ledger.by_kind
     read = plan.read
     used: list[Entry] = []
