@@ -33,7 +33,7 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.harvest import Found, harvest
+from guardrail.harvest import Found, harvest, yields_nothing
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
@@ -510,8 +510,13 @@ class Guard:
                 ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
             return []
-        harvested = harvest(spec, result, self.kinds)
-        found = harvested.found
+        found: list[Found]
+        problems: list[str]
+        if yields_nothing(spec, result):
+            found, problems = [], []
+        else:
+            harvested = harvest(spec, result, self.kinds)
+            found, problems = harvested.found, harvested.problems
         taken: list[Found] = []
         if spec.effect == "read" and spec.verifies:
             if verdict is None or not verdict.allowed:
@@ -525,7 +530,7 @@ class Guard:
                 )
         elif spec.effect == "write" and spec.mints:
             taken = self._argument_ids(spec.mints, arguments)
-        if not found and not taken and not harvested.problems:
+        if not found and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
                 self.audit.ids_recorded(
                     ledger.session_id,
@@ -549,7 +554,7 @@ class Guard:
             added=admitted.added,
             verified=admitted.verified,
             error=False,
-            problems=harvested.problems,
+            problems=problems,
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added

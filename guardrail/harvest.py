@@ -53,6 +53,32 @@ def _as_id_text(value: Any) -> str | None:
     return None
 
 
+def _looks_like_json(text: str) -> bool:
+    head = text.lstrip()[:1]
+    return bool(head) and (
+        head in '{["-' or head.isdigit() or text.strip() in ("true", "false", "null")
+    )
+
+
+def yields_nothing(spec: ToolSpec, result: Any) -> bool:
+    """Whether :func:`harvest` is sure to find nothing in ``result`` and report nothing.
+
+    True for a tool that declares no result paths and returns something that
+    is neither a model, a dataclass (or a list of them), nor text or bytes
+    to parse; decided without walking or parsing anything, so a tool that
+    produces no ids costs nothing after it runs.
+    """
+    if spec.produces:
+        return False
+    if isinstance(result, str):
+        return not _looks_like_json(result)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return False
+    sample = result[0] if isinstance(result, list) and result else result
+    tp = type(sample)
+    return not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__"))
+
+
 def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     """The structured value and the plain text of a result (either may be missing)."""
     if isinstance(result, (bytes, bytearray, memoryview)):
@@ -64,8 +90,7 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     if not isinstance(result, str):
         return result, None
     text = result
-    head = text.lstrip()[:1]
-    if head and (head in '{["-' or head.isdigit() or text.strip() in ("true", "false", "null")):
+    if _looks_like_json(text):
         try:
             return json.loads(text), text
         except RecursionError:
