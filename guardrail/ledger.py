@@ -183,6 +183,7 @@ class Ledger:
         self._tomb_roles: set[str] = set()  # roles evicted ids still hold
         self._index: dict[str, _Index] = {}
         self._size = 0
+        self._pinned = 0  # pinned entries do not count against the capacity
         self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
         #: Consecutive refusals per tool, for bounding re-prompts.
         self.refusals: dict[str, int] = {}
@@ -395,10 +396,14 @@ class Ledger:
             return entry
 
     def pin(self, role: str, pinned: bool = True) -> Entry:
-        """Keep (or stop keeping) an entry whatever the capacity."""
-        entry = self[role]
-        entry.pinned = pinned
-        return entry
+        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity."""
+        with self.lock:
+            entry = self[role]
+            if entry.pinned != pinned:
+                entry.pinned = pinned
+                self._pinned += 1 if pinned else -1
+                self._evict_over_capacity()
+            return entry
 
     def forget(self, role: str) -> Entry:
         """Drop an entry now, leaving a tombstone (as eviction does)."""
@@ -469,6 +474,7 @@ class Ledger:
         index.alphabet.update(entry.key)
         index.pending.append(entry.key)
         self._size += 1
+        self._pinned += entry.pinned
         if self._tombstones:
             self._drop_tombstone((entry.kind, entry.key))
 
@@ -479,6 +485,7 @@ class Ledger:
                 del self._roles[name]
         self._index[entry.kind].stale += 1
         self._size -= 1
+        self._pinned -= entry.pinned
         if self.tombstone_capacity:
             self._add_tombstone(
                 Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
@@ -498,7 +505,7 @@ class Ledger:
     def _evict_over_capacity(self) -> list[Entry]:
         # Evict by last use: the order still being refunded at turn 40 was first seen at turn 12.
         evicted: list[Entry] = []
-        while self._size > self.capacity:
+        while self._size - self._pinned > self.capacity:
             victim: Entry | None = None
             for table in self.by_kind.values():
                 for entry in table.values():
@@ -506,7 +513,7 @@ class Ledger:
                         if victim is None or entry.last_used < victim.last_used:
                             victim = entry
                         break
-            if victim is None:  # everything is pinned: keep it all, over capacity
+            if victim is None:  # pragma: no cover - unpinned entries exist by the count
                 break
             self._remove(victim)
             evicted.append(victim)
