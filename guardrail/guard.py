@@ -241,7 +241,8 @@ class Guard:
             from guardrail.errors import ManifestError
 
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
-        self.kinds = trial.kinds
+        # In place: open ledgers hold this very mapping for normalising.
+        self.kinds.update(trial.kinds)
         for spec in trial.specs.values():
             self.specs[spec.name] = spec
         self._recompile()

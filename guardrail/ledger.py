@@ -197,8 +197,9 @@ class Ledger:
 
     def __iter__(self) -> Iterator[Entry]:
         """Entries from least to most recently used, kind by kind."""
-        for table in self.by_kind.values():
-            yield from table.values()
+        # Snapshots: another thread may be recording while this one reads.
+        for table in list(self.by_kind.values()):
+            yield from list(table.values())
 
     def __contains__(self, role: object) -> bool:
         return role in self._roles
@@ -218,7 +219,8 @@ class Ledger:
     def entries(self) -> list[Entry]:
         """Every entry in order of first appearance (the order a ledger block lists them)."""
         # The role table is filled as entries arrive; aliases only repeat an entry.
-        return list(dict.fromkeys(self._roles.values()))
+        with self.lock:
+            return list(dict.fromkeys(self._roles.values()))
 
     def tombstones(self) -> list[Tombstone]:
         """Evicted entries still remembered, oldest first."""
@@ -237,7 +239,7 @@ class Ledger:
     def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
         """Entries of any kind (but those in ``exclude``) that ``value`` names."""
         found = []
-        for kind, table in self.by_kind.items():
+        for kind, table in list(self.by_kind.items()):
             if kind in exclude:
                 continue
             entry = table.get(self.normalize(kind, value))
@@ -249,10 +251,13 @@ class Ledger:
         """The tombstone of an evicted ``(kind, key)``, if still remembered."""
         return self._tombstones.get((kind, key)) if self._tombstones else None
 
-    def alphabet(self, kind: str) -> set[str]:
+    def alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
         index = self._index.get(kind)
-        return index.alphabet if index is not None else set()
+        if index is None:
+            return frozenset()
+        with self.lock:
+            return frozenset(index.alphabet)
 
     def keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
         """Live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
@@ -418,7 +423,7 @@ class Ledger:
 
     def typed_by_user(self, value: str) -> bool:
         """Whether ``value`` appears, as a whole token, in the user texts kept."""
-        for text in self.user_texts:
+        for text in list(self.user_texts):
             start = text.find(value)
             while start >= 0:
                 end = start + len(value)
