@@ -318,3 +318,41 @@ def test_sessions_stay_isolated_in_a_thread_pool(numbers: list[int]) -> None:
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert all(pool.map(conversation, numbers))
+
+
+def test_a_failing_normaliser_never_loses_the_tools_result() -> None:
+    """If recording fails after the tool ran, the result still returns and nothing is added."""
+    guard = Guard()
+
+    def explode(value: str) -> str:
+        raise RuntimeError("bad normaliser")
+
+    guard.add_kind("thing", normalize=explode)
+
+    @guard.tool(produces={"id": "thing"}, effect="read")
+    def make() -> dict[str, str]:
+        return {"id": "t1"}
+
+    with guard.session("s") as ledger:
+        assert make() == {"id": "t1"}
+        assert len(ledger) == 0
+
+
+def test_concurrent_recording_and_checking_in_one_session() -> None:
+    """Threads recording and checking in one conversation keep one consistent ledger."""
+    guard = shop_guard(capacity=50)
+
+    def worker(n: int) -> None:
+        with guard.session("shared"):
+            for m in range(40):
+                value = f"W{n:03d}{m:04d}"
+                guard.record("get_order", {}, {"order_id": value})
+                guard.check("get_order", {"order_id": value})
+                guard.check("issue_refund", {"order_id": value[:-1]})
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(worker, range(8)))
+    with guard.session("shared") as ledger:
+        assert len(ledger) == 50
+        assert len(ledger.tombstones()) == 50
+        assert Ledger.from_json(ledger.to_json()) == ledger
