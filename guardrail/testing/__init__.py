@@ -1,6 +1,8 @@
 """Testing the guard on recorded conversations: traces, corruptions, replay and its report."""
 
 from guardrail.testing.corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
+from guardrail.testing.replay import Compaction, replay
+from guardrail.testing.report import Availability, ClassStats, Example, ReplayReport, Stats
 from guardrail.testing.traces import (
     Malformed,
     Message,
@@ -16,13 +18,20 @@ __all__ = [
     "ALL_CLASSES",
     "CLASSES",
     "SAME_KIND",
+    "Availability",
+    "ClassStats",
+    "Compaction",
+    "Example",
     "Malformed",
     "Message",
+    "ReplayReport",
+    "Stats",
     "ToolCall",
     "Trace",
     "TraceFile",
     "corrupt",
     "load_trace_file",
     "load_traces",
+    "replay",
     "trace_from_messages",
 ]
