@@ -159,7 +159,7 @@ def _replay(args: argparse.Namespace) -> int:
             )
     except GuardrailUsageError as exc:
         return _fail(str(exc))
-    report.settings["manifest"] = args.manifest
+    report.settings["manifest"] = args.manifest  # the path as typed, not "<guard>"
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:

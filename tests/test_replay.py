@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
 from guardrail.errors import GuardrailUsageError, ManifestError
@@ -15,6 +17,7 @@ from guardrail.testing import (
     CLASSES,
     ReplayReport,
     Trace,
+    load_trace_file,
     replay,
     trace_from_messages,
 )
@@ -422,3 +425,79 @@ def test_in_memory_traces_and_files_mix() -> None:
     traces: list[Trace] = [trace_from_messages(opening(), id="a")]
     report = replay(traces, SHOP)
     assert [f.path for f in report.files] == ["<memory>"]
+
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_IDS = st.sampled_from([CUS, *ORDERS, "ord_ZZZZZZZZ", "3", "JFK", ""])
+_ARGS = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["order_id", "customer_id", "order_ids", "to", "slot", "x"]),
+        st.one_of(_IDS, st.lists(_IDS, max_size=3), _JSON),
+        max_size=3,
+    ),
+    st.text(max_size=10),
+)
+_MESSAGE = st.one_of(
+    st.builds(user, st.text(max_size=30)),
+    st.builds(
+        call,
+        st.sampled_from(["c1", "c2", "c3"]),
+        st.sampled_from([*SHOP["tools"], "teleport"]),
+        _ARGS,
+    ),
+    st.builds(
+        result,
+        st.sampled_from(["c1", "c2", "c3", "zz"]),
+        st.one_of(_JSON, st.builds(lambda o: {"orders": [{"order_id": o}]}, _IDS)),
+        error=st.booleans(),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=st.lists(_MESSAGE, max_size=12), seed=st.integers(0, 1000))
+def test_any_conversation_replays_and_adds_up(messages: list[dict[str, Any]], seed: int) -> None:
+    """Whatever a recording holds, replay never raises and its counts add up."""
+    total = run(*messages, seed=seed).total
+    assert total.calls == total.checked + sum(total.unknown_tools.values()) + (
+        total.unreadable_arguments
+    )
+    assert total.checked == total.allowed + total.refused
+    assert total.refused == (
+        sum(total.false_refusals.values())
+        + sum(total.refused_failed.values())
+        + total.refused_no_result
+    )
+    for stats in total.detection.values():
+        assert 0 <= stats.refused <= stats.variants
+
+
+def _placeless(data: Any) -> Any:
+    """``data`` without the file paths and line numbers, which differ between two files."""
+    if isinstance(data, dict):
+        return {k: _placeless(v) for k, v in data.items() if k not in ("path", "line")}
+    if isinstance(data, list):
+        return [_placeless(v) for v in data]
+    return data
+
+
+@needs_corpus
+def test_openai_shape_replays_like_the_corpus_shape(tmp_path: Path) -> None:
+    """The same conversations written as OpenAI messages (string arguments) replay the same."""
+    file = load_trace_file(TAU)
+    traces = file.traces[:25]
+    openai = tmp_path / "openai.jsonl"
+    openai.write_text(
+        "\n".join(json.dumps({"id": t.id, "messages": t.openai_messages()}) for t in traces),
+        encoding="utf-8",
+    )
+    corpus = _placeless(replay(list(traces), MANIFEST).to_dict()["total"])
+    again = _placeless(replay(openai, MANIFEST).to_dict()["total"])
+    assert again == corpus
+    assert corpus["calls"] > 100

@@ -86,6 +86,12 @@ def _guard(
     return Guard.from_manifest(source, **options)
 
 
+def _describe(source: Guard | str | os.PathLike[str] | Mapping[str, Any]) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return "<guard>" if isinstance(source, Guard) else "<mapping>"
+
+
 def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
     if isinstance(traces, (str, os.PathLike, TraceFile, Trace)):
         traces = [traces]
@@ -431,7 +437,7 @@ class _Run:
                         continue
                     counts.variants += 1
                     if verdict.allowed:
-                        if len(counts.misses) < stats.examples:
+                        if len(counts.misses) < stats.max_examples:
                             label = f"{leaf.param.path.text}: {leaf.text!r} -> {variant!r}"
                             counts.misses.append(self._example(index, call.name, label, ()))
                         continue
@@ -463,7 +469,7 @@ class _Run:
                 avail.ids += 1
                 if has_token(after, leaf.text):
                     avail.present += 1
-                elif len(avail.misses) < self.stats.examples:
+                elif len(avail.misses) < self.stats.max_examples:
                     label = f"{leaf.param.path.text}={leaf.text!r} lost by {name}"
                     avail.misses.append(self._example(index, call.name, label, ()))
 
@@ -531,7 +537,7 @@ def replay(
     per_file: list[Stats] = []
     done = 0
     for file, group in zip(files, planned, strict=True):
-        stats = Stats(path=file.path, examples=examples, malformed=list(file.malformed))
+        stats = Stats(path=file.path, max_examples=examples, malformed=list(file.malformed))
         for name in classes:
             stats.detection_for(name)
         for trace in group:
@@ -548,12 +554,13 @@ def replay(
             if progress is not None:
                 progress(done, total_traces)
         per_file.append(stats)
-    total = Stats(path="total", examples=examples)
+    total = Stats(path="total", max_examples=examples)
     for name in classes:
         total.detection_for(name)
     for stats in per_file:
         total.merge(stats)
     settings = {
+        "manifest": _describe(guard_or_manifest),
         "seed": seed,
         "limit": limit,
         "classes": list(classes),

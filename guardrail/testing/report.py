@@ -170,7 +170,7 @@ class Stats:
     """Everything counted over one trace file (or over all of them, for the total)."""
 
     path: str
-    examples: int = 10
+    max_examples: int = 10
     traces: int = 0
     messages: int = 0
     calls: int = 0
@@ -216,12 +216,12 @@ class Stats:
         """Count one false refusal and keep it as an example if there is room."""
         self.false_refusals[reason] += 1
         kept = self.false_refusal_examples.setdefault(reason, [])
-        _add_examples(kept, [example], self.examples)
+        _add_examples(kept, [example], self.max_examples)
 
     def add_refused_failure(self, reason: str, example: Example) -> None:
         """Count one refused call that failed in the recording too (the guard saw it coming)."""
         self.refused_failed[reason] += 1
-        _add_examples(self.refused_failed_examples, [example], self.examples)
+        _add_examples(self.refused_failed_examples, [example], self.max_examples)
 
     def detection_for(self, name: str) -> ClassStats:
         """The detection counts of one class (created on first use)."""
@@ -232,7 +232,7 @@ class Stats:
 
     def merge(self, other: Stats) -> None:
         """Add ``other``'s counts to this one (examples kept up to the cap)."""
-        cap = self.examples
+        cap = self.max_examples
         for name in (
             "traces",
             "messages",
@@ -305,7 +305,7 @@ class Stats:
             "malformed": {
                 "lines": self.malformed_lines,
                 "messages": self.malformed_messages,
-                "examples": [m.to_dict() for m in self.malformed[: self.examples]],
+                "examples": [m.to_dict() for m in self.malformed[: self.max_examples]],
             },
             "detection": detection,
             "availability": {name: a.to_dict() for name, a in self.availability.items()},
