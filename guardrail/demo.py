@@ -367,7 +367,7 @@ def run_demo(
     console.print(Rule("guardrail demo: a refund for a damaged blender"))
     console.print(
         "In-memory shop tools guarded with @guard.tool: find_customer and list_orders (read), "
-        "issue_refund (write). No network, no model: the agent is scripted.\n"
+        "issue_refund (write). No network, no model: the agent is scripted."
     )
     with guard.session("demo") as ledger:
         story = _Story(console, guard, ledger)
