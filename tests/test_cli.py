@@ -289,3 +289,19 @@ def test_console_script_runs_the_demo() -> None:
     )
     assert capture.returncode == 0, capture.stderr
     assert "refund rfq_77Hn02" in capture.stdout
+
+
+@needs_corpus
+def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line of the README's replay output is printed, as is, by the command it shows."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Evaluate your agent") :]
+    block = section[section.index("```text\n") + len("```text\n") :]
+    expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]
+    code, out, _ = _run(
+        capsys, "replay", TAU, "--manifest", MANIFEST, "--width", "100", "--no-progress"
+    )
+    assert code == 0
+    printed = {line.rstrip() for line in out.splitlines()}
+    assert len(expected) > 10
+    assert [line for line in expected if line not in printed] == []

@@ -414,7 +414,7 @@ class ReplayReport:
         buffer = io.StringIO()
         console = Console(file=buffer, width=width, color_system=None, highlight=False)
         console.print(self)
-        return buffer.getvalue()
+        return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
 
     def __str__(self) -> str:
         return self.to_text()
