@@ -93,7 +93,10 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> list[tuple[Any,
         return [(leaf, None) for leaf in path.extract(value)]
     pairs = []
     for leaf, holder in path.extract_with_parents(value):
-        status = holder.get(producer.status) if isinstance(holder, Mapping) else None
+        if isinstance(holder, Mapping):
+            status = holder.get(producer.status)
+        else:  # a model or dataclass holds its status as an attribute
+            status = getattr(holder, producer.status, None)
         pairs.append((leaf, status if isinstance(status, str) else None))
     return pairs
 

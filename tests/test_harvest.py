@@ -61,7 +61,8 @@ class Line(BaseModel):
 
 
 class Receipt(BaseModel):
-    order_id: Annotated[str, Id("order")]
+    order_id: Annotated[str, Id("order", status="state")]
+    state: str = "paid"
     lines: list[Line]
 
 
@@ -85,6 +86,7 @@ def test_models_and_dataclasses_are_read_by_their_annotations() -> None:
         ("item", "it_t2"),
     ]
     assert ids(guard, "plain", {"order_id": "W1234567"}) == []
+    assert harvest(guard.specs["plain"], receipt, guard.kinds).found[0].status == "paid"
 
 
 def test_numbers_are_ids_too_but_not_booleans_or_objects() -> None:
