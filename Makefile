@@ -16,8 +16,8 @@ demo: $(STAMP)
 	$(BIN)/guardrail demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check guardrail tests benchmarks examples
-	$(BIN)/ruff format --check guardrail tests benchmarks examples
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

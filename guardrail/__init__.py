@@ -7,6 +7,7 @@ from guardrail.errors import (
     IdentifierViolation,
     ManifestError,
     RepromptLimitExceeded,
+    TraceFileError,
     TranscriptError,
 )
 from guardrail.guard import Guard, Rejection, SessionScope
@@ -37,6 +38,7 @@ __all__ = [
     "Store",
     "Tombstone",
     "ToolSpec",
+    "TraceFileError",
     "TranscriptError",
     "Verdict",
     "__version__",

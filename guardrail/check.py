@@ -540,9 +540,9 @@ def _variants(key: str, alphabet: Iterable[str]) -> Iterable[tuple[str, str]]:
 def _lookup_hint(plan: CheckPlan, kind: str) -> str:
     tools = [name for name in plan.lookups.get(kind, ()) if name != plan.spec.name]
     if not tools:
-        return "look it up again with a tool"
+        return "look it up with a tool"
     named = ", ".join(tools[:3])
-    return f"look it up again with {named}"
+    return f"look it up with {named}"
 
 
 def _explain(plan: CheckPlan, finding: Finding) -> str:
@@ -579,7 +579,7 @@ def _explain(plan: CheckPlan, finding: Finding) -> str:
         return (
             f"{head} was typed by the user and no tool has confirmed it yet. Before this "
             f"{'change' if not plan.read else 'call'}, confirm it with a lookup "
-            f"({lookup.removeprefix('look it up again with ')}), then retry."
+            f"({lookup.removeprefix('look it up with ')}), then retry."
         )
     if problem == "evicted":
         return (

@@ -75,3 +75,17 @@ class TranscriptError(GuardrailError, ValueError):
     def __init__(self, message: str, *, index: int | None = None):
         super().__init__(f"message {index}: {message}" if index is not None else message)
         self.index = index
+
+
+class TraceFileError(GuardrailUsageError):
+    """A trace file could not be read at all; ``path`` names it and ``line`` the place, if any.
+
+    Lines that are read but malformed are not errors: a replay counts and
+    reports them. This is for a file that is missing, not text, or not JSON.
+    """
+
+    def __init__(self, message: str, *, path: str, line: int | None = None):
+        where = f"{path}:{line}" if line is not None else path
+        super().__init__(f"{where}: {message}")
+        self.path = path
+        self.line = line

@@ -241,7 +241,8 @@ class Guard:
             from guardrail.errors import ManifestError
 
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
-        self.kinds = trial.kinds
+        # In place: open ledgers hold this very mapping for normalising.
+        self.kinds.update(trial.kinds)
         for spec in trial.specs.values():
             self.specs[spec.name] = spec
         self._recompile()
@@ -512,24 +513,24 @@ class Guard:
             return []
         found: list[Found]
         problems: list[str]
-        if yields_nothing(spec, result):
-            found, problems = [], []
-        else:
-            harvested = harvest(spec, result, self.kinds)
-            found, problems = harvested.found, harvested.problems
-        taken: list[Found] = []
-        if spec.effect == "read" and spec.verifies:
-            if verdict is None or not verdict.allowed:
-                taken = self._argument_ids(spec.params, arguments)
+        try:
+            if yields_nothing(spec, result):
+                found, problems = [], []
             else:
-                taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
-                taken.extend(
-                    Found(entry.kind, entry.value, entry.key, "arguments")
-                    for entry in verdict.used
-                    if not entry.verified
-                )
-        elif spec.effect == "write" and spec.mints:
-            taken = self._argument_ids(spec.mints, arguments)
+                harvested = harvest(spec, result, self.kinds)
+                found, problems = harvested.found, harvested.problems
+            taken = self._taken_ids(spec, arguments, verdict)
+        except Exception as exc:  # a user normaliser failed: the tool's result must still return
+            self.audit.ids_recorded(
+                ledger.session_id,
+                spec.name,
+                call_id=call_id,
+                added=(),
+                verified=(),
+                error=False,
+                problems=[f"nothing recorded: {type(exc).__name__}: {exc}"],
+            )
+            return []
         if not found and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
                 self.audit.ids_recorded(
@@ -558,6 +559,24 @@ class Guard:
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
+
+    def _taken_ids(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
+    ) -> list[Found]:
+        """Ids a successful call vouches for: a read's arguments, a write's mints."""
+        if spec.effect == "read" and spec.verifies:
+            if verdict is None or not verdict.allowed:
+                return self._argument_ids(spec.params, arguments)
+            taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
+            taken.extend(
+                Found(entry.kind, entry.value, entry.key, "arguments")
+                for entry in verdict.used
+                if not entry.verified
+            )
+            return taken
+        if spec.effect == "write" and spec.mints:
+            return self._argument_ids(spec.mints, arguments)
+        return []
 
     def _argument_ids(
         self, params: Sequence[ParamSpec], arguments: Mapping[str, Any]

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.paths import EACH, Path
 from guardrail.spec import Producer, ToolSpec, type_producers
@@ -117,18 +118,25 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> list[tuple[Any,
         return [(leaf, None) for leaf in path.extract(value)]
     pairs = []
     for leaf, holder in path.extract_with_parents(value):
-        status = holder.get(producer.status) if isinstance(holder, Mapping) else None
+        if isinstance(holder, Mapping):
+            status = holder.get(producer.status)
+        else:  # a model or dataclass holds its status as an attribute
+            status = getattr(holder, producer.status, None)
         pairs.append((leaf, status if isinstance(status, str) else None))
     return pairs
 
 
-def _structured_producers(value: Any) -> tuple[Producer, ...]:
+def _structured_producers(value: Any, harvest: Harvest) -> tuple[Producer, ...]:
     """Producers read from the annotations of a model, dataclass or list of them."""
     sample = value[0] if isinstance(value, list) and value else value
     tp = type(sample)
     if not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__")):
         return ()
-    found = type_producers(cast(Any, tp))
+    try:
+        found = type_producers(cast(Any, tp))
+    except GuardrailUsageError as exc:
+        harvest.problems.append(str(exc))
+        return ()
     if sample is value:
         return found
     return tuple(
@@ -149,7 +157,7 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     harvest = Harvest()
     value, text = _decode(result, harvest)
     # A tool that declares no result paths is read by the annotations of what it returned.
-    plan = spec.produces or _structured_producers(value)
+    plan = spec.produces or _structured_producers(value, harvest)
     if not plan:
         return harvest
     seen: set[tuple[str, str]] = set()

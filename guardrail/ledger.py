@@ -183,6 +183,7 @@ class Ledger:
         self._tomb_roles: set[str] = set()  # roles evicted ids still hold
         self._index: dict[str, _Index] = {}
         self._size = 0
+        self._pinned = 0  # pinned entries do not count against the capacity
         self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
         #: Consecutive refusals per tool, for bounding re-prompts.
         self.refusals: dict[str, int] = {}
@@ -196,8 +197,9 @@ class Ledger:
 
     def __iter__(self) -> Iterator[Entry]:
         """Entries from least to most recently used, kind by kind."""
-        for table in self.by_kind.values():
-            yield from table.values()
+        # Snapshots: another thread may be recording while this one reads.
+        for table in list(self.by_kind.values()):
+            yield from list(table.values())
 
     def __contains__(self, role: object) -> bool:
         return role in self._roles
@@ -217,7 +219,8 @@ class Ledger:
     def entries(self) -> list[Entry]:
         """Every entry in order of first appearance (the order a ledger block lists them)."""
         # The role table is filled as entries arrive; aliases only repeat an entry.
-        return list(dict.fromkeys(self._roles.values()))
+        with self.lock:
+            return list(dict.fromkeys(self._roles.values()))
 
     def tombstones(self) -> list[Tombstone]:
         """Evicted entries still remembered, oldest first."""
@@ -236,7 +239,7 @@ class Ledger:
     def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
         """Entries of any kind (but those in ``exclude``) that ``value`` names."""
         found = []
-        for kind, table in self.by_kind.items():
+        for kind, table in list(self.by_kind.items()):
             if kind in exclude:
                 continue
             entry = table.get(self.normalize(kind, value))
@@ -248,10 +251,13 @@ class Ledger:
         """The tombstone of an evicted ``(kind, key)``, if still remembered."""
         return self._tombstones.get((kind, key)) if self._tombstones else None
 
-    def alphabet(self, kind: str) -> set[str]:
+    def alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
         index = self._index.get(kind)
-        return index.alphabet if index is not None else set()
+        if index is None:
+            return frozenset()
+        with self.lock:
+            return frozenset(index.alphabet)
 
     def keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
         """Live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
@@ -395,10 +401,14 @@ class Ledger:
             return entry
 
     def pin(self, role: str, pinned: bool = True) -> Entry:
-        """Keep (or stop keeping) an entry whatever the capacity."""
-        entry = self[role]
-        entry.pinned = pinned
-        return entry
+        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity."""
+        with self.lock:
+            entry = self[role]
+            if entry.pinned != pinned:
+                entry.pinned = pinned
+                self._pinned += 1 if pinned else -1
+                self._evict_over_capacity()
+            return entry
 
     def forget(self, role: str) -> Entry:
         """Drop an entry now, leaving a tombstone (as eviction does)."""
@@ -413,7 +423,7 @@ class Ledger:
 
     def typed_by_user(self, value: str) -> bool:
         """Whether ``value`` appears, as a whole token, in the user texts kept."""
-        for text in self.user_texts:
+        for text in list(self.user_texts):
             start = text.find(value)
             while start >= 0:
                 end = start + len(value)
@@ -469,6 +479,7 @@ class Ledger:
         index.alphabet.update(entry.key)
         index.pending.append(entry.key)
         self._size += 1
+        self._pinned += entry.pinned
         if self._tombstones:
             self._drop_tombstone((entry.kind, entry.key))
 
@@ -479,6 +490,7 @@ class Ledger:
                 del self._roles[name]
         self._index[entry.kind].stale += 1
         self._size -= 1
+        self._pinned -= entry.pinned
         if self.tombstone_capacity:
             self._add_tombstone(
                 Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
@@ -498,7 +510,7 @@ class Ledger:
     def _evict_over_capacity(self) -> list[Entry]:
         # Evict by last use: the order still being refunded at turn 40 was first seen at turn 12.
         evicted: list[Entry] = []
-        while self._size > self.capacity:
+        while self._size - self._pinned > self.capacity:
             victim: Entry | None = None
             for table in self.by_kind.values():
                 for entry in table.values():
@@ -506,7 +518,7 @@ class Ledger:
                         if victim is None or entry.last_used < victim.last_used:
                             victim = entry
                         break
-            if victim is None:  # everything is pinned: keep it all, over capacity
+            if victim is None:  # pragma: no cover - unpinned entries exist by the count
                 break
             self._remove(victim)
             evicted.append(victim)

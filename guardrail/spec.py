@@ -276,14 +276,26 @@ def annotation_ids(
             found.extend(annotation_ids(value_tp, (*prefix, (VALUES, None)), _seen))
         return found
     if _is_structured(tp) and tp not in _seen:
+        seen = _seen | {tp}
+        model_fields = getattr(tp, "model_fields", None)
+        if isinstance(model_fields, Mapping):
+            # Pydantic has resolved forward references already; its metadata holds the Id.
+            for name, info in model_fields.items():
+                hint = info.annotation
+                if info.metadata:
+                    hint = Annotated[(hint, *info.metadata)]
+                found.extend(annotation_ids(hint, (*prefix, (KEY, name)), seen))
+            return found
         try:
             hints = typing.get_type_hints(tp, include_extras=True)
-        except Exception:  # unresolvable forward references: nothing to read
-            return found
+        except Exception as exc:
+            raise GuardrailUsageError(
+                f"cannot read the annotations of {getattr(tp, '__qualname__', tp)} ({exc}); "
+                "define the types it refers to at module level"
+            ) from None
         for name, hint in hints.items():
-            if name.startswith("_"):
-                continue
-            found.extend(annotation_ids(hint, (*prefix, (KEY, name)), _seen | {tp}))
+            if not name.startswith("_"):
+                found.extend(annotation_ids(hint, (*prefix, (KEY, name)), seen))
     return found
 
 

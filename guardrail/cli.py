@@ -1,0 +1,193 @@
+"""The ``guardrail`` command: ``guardrail demo`` and ``guardrail replay``.
+
+``guardrail replay TRACES... --manifest FILE`` replays recorded
+conversations through a guard built from the manifest and prints what it
+would cost (false refusals) and catch (detection per corruption class), as
+tables or, with ``--json``, for machines. The exit code is non-zero only
+for errors of use: a bad manifest, an unreadable trace file, a bad option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from guardrail.errors import GuardrailUsageError
+from guardrail.guard import Guard
+from guardrail.testing.corruption import ALL_CLASSES
+from guardrail.testing.replay import replay
+from guardrail.testing.traces import TraceFile, load_trace_file
+
+#: The exit code of an error of use (argparse uses it for bad options too).
+USAGE_ERROR = 2
+
+
+def _classes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ALL_CLASSES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown corruption class(es) {', '.join(unknown) or '(none given)'}; "
+            f"choose from {','.join(ALL_CLASSES)}"
+        )
+    return names
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def count(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {number}")
+        return number
+
+    return count
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="guardrail",
+        description="Keep LLM agents from acting on identifiers they never really saw.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    demo = commands.add_parser(
+        "demo",
+        help="play a scripted support conversation where the guard stops a mutated order id",
+        description="A refund for a damaged blender: a summary mutates the order id, the guard "
+        "refuses the call, the agent copies the id from the ledger. Offline, no model.",
+    )
+    demo.add_argument("--width", type=_count(40), help="output width in characters")
+    demo.set_defaults(run=_demo)
+
+    rep = commands.add_parser(
+        "replay",
+        help="replay recorded traces through a guard: false refusals and detection rates",
+        description="Replay recorded conversations (JSONL in the corpus shape, or OpenAI chat "
+        "messages) through a guard built from a manifest. Reports, per file and in total, the "
+        "real calls the guard would refuse and the share of corrupted identifiers it refuses.",
+    )
+    rep.add_argument("traces", nargs="+", metavar="TRACES", help="trace files (JSONL or JSON)")
+    rep.add_argument(
+        "--manifest", required=True, metavar="FILE", help="the tools' manifest (TOML or JSON)"
+    )
+    rep.add_argument("--json", action="store_true", help="print the report as JSON")
+    rep.add_argument(
+        "--seed", type=int, default=0, metavar="N", help="seed of the corruptions (default 0)"
+    )
+    rep.add_argument("--limit", type=_count(0), metavar="N", help="replay at most N traces in all")
+    rep.add_argument(
+        "--classes",
+        type=_classes,
+        default=list(ALL_CLASSES),
+        metavar="LIST",
+        help=f"corruption classes, comma-separated (default: all: {','.join(ALL_CLASSES)})",
+    )
+    rep.add_argument(
+        "--variants",
+        type=_count(0),
+        default=1,
+        metavar="N",
+        help="variants per class and identifier argument (default 1)",
+    )
+    rep.add_argument(
+        "--capacity", type=_count(1), metavar="N", help="ledger capacity (default: the guard's)"
+    )
+    rep.add_argument(
+        "--examples",
+        type=_count(0),
+        default=10,
+        metavar="N",
+        help="examples kept per list (default 10)",
+    )
+    rep.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
+    )
+    rep.add_argument("--width", type=_count(40), help="table width in characters")
+    rep.set_defaults(run=_replay)
+    return parser
+
+
+def _fail(message: str) -> int:
+    # Plain text, never wrapped: a path and line number must stay on one line to be copied.
+    print(f"guardrail: error: {message}", file=sys.stderr)
+    return USAGE_ERROR
+
+
+def _replay(args: argparse.Namespace) -> int:
+    # Errors of use first, before anything runs: the manifest, then every trace file.
+    try:
+        guard = Guard.from_manifest(args.manifest, **_capacity(args))
+        files: list[TraceFile] = [load_trace_file(path) for path in args.traces]
+    except GuardrailUsageError as exc:
+        return _fail(str(exc))
+    err = Console(stderr=True)
+    show = not args.no_progress and err.is_terminal
+    progress = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("traces"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not show,
+    )
+    task = progress.add_task("replay", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    try:
+        with progress:
+            report = replay(
+                files,
+                guard,
+                seed=args.seed,
+                limit=args.limit,
+                classes=args.classes,
+                variants=args.variants,
+                examples=args.examples,
+                progress=advance,
+            )
+    except GuardrailUsageError as exc:
+        return _fail(str(exc))
+    report.settings["manifest"] = args.manifest  # the path as typed, not "<guard>"
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        Console(width=args.width, highlight=False).print(report)
+    return 0
+
+
+def _capacity(args: argparse.Namespace) -> dict[str, Any]:
+    return {"capacity": args.capacity} if args.capacity is not None else {}
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from guardrail.demo import run_demo
+
+    run_demo(Console(width=args.width, highlight=False))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0, or 2 for an error of use)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a bad option (argparse printed why)
+        return exc.code if isinstance(exc.code, int) else USAGE_ERROR
+    result: int = args.run(args)
+    return result
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

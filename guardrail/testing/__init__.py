@@ -1,0 +1,37 @@
+"""Testing the guard on recorded conversations: traces, corruptions, replay and its report."""
+
+from guardrail.testing.corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
+from guardrail.testing.replay import Compaction, replay
+from guardrail.testing.report import Availability, ClassStats, Example, ReplayReport, Stats
+from guardrail.testing.traces import (
+    Malformed,
+    Message,
+    ToolCall,
+    Trace,
+    TraceFile,
+    load_trace_file,
+    load_traces,
+    trace_from_messages,
+)
+
+__all__ = [
+    "ALL_CLASSES",
+    "CLASSES",
+    "SAME_KIND",
+    "Availability",
+    "ClassStats",
+    "Compaction",
+    "Example",
+    "Malformed",
+    "Message",
+    "ReplayReport",
+    "Stats",
+    "ToolCall",
+    "Trace",
+    "TraceFile",
+    "corrupt",
+    "load_trace_file",
+    "load_traces",
+    "replay",
+    "trace_from_messages",
+]

@@ -1,0 +1,84 @@
+"""A pytest plugin: assert on your own recorded traces in a few lines.
+
+Installed with guardrail (a ``pytest11`` entry point), it gives every test
+suite the ``guardrail_replay`` fixture::
+
+    def test_the_guard_on_our_traces(guardrail_replay):
+        report = guardrail_replay("traces/*.jsonl", "tools.toml")
+        report.assert_no_false_refusals()
+        report.assert_detection(at_least=0.99)
+
+The fixture takes what :func:`guardrail.testing.replay` takes (paths may be
+glob patterns) and returns its :class:`~guardrail.testing.ReplayReport`.
+When the test fails, the report's tables are shown with the failure.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pytest
+
+from guardrail.errors import GuardrailUsageError
+
+if TYPE_CHECKING:
+    from guardrail.guard import Guard
+    from guardrail.testing.replay import TraceSource
+    from guardrail.testing.report import ReplayReport
+
+_PATTERN_CHARS = frozenset("*?[")
+
+
+class GuardrailReplay(Protocol):
+    """The ``guardrail_replay`` fixture: ``(traces, guard_or_manifest, **options) -> report``."""
+
+    def __call__(
+        self,
+        traces: TraceSource | Iterable[TraceSource],
+        guard_or_manifest: Guard | str | os.PathLike[str] | dict[str, Any],
+        **options: Any,
+    ) -> ReplayReport: ...
+
+
+def expand(traces: Any) -> list[Any]:
+    """Trace sources with glob patterns expanded (sorted); a pattern that matches nothing is
+    an error, so a moved folder fails the test instead of passing on zero traces."""
+    items = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
+    expanded: list[Any] = []
+    for item in items:
+        if isinstance(item, str) and _PATTERN_CHARS & set(item):
+            matches = sorted(glob.glob(item, recursive=True))
+            if not matches:
+                raise GuardrailUsageError(
+                    f"no trace files match {item!r} (relative to {os.getcwd()})"
+                )
+            expanded.extend(matches)
+        else:
+            expanded.append(item)
+    return expanded
+
+
+@pytest.fixture
+def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
+    """Replay recorded traces through a guard or manifest and return the report."""
+    from guardrail.testing.replay import replay
+
+    runs = 0
+
+    def run(
+        traces: TraceSource | Iterable[TraceSource],
+        guard_or_manifest: Guard | str | os.PathLike[str] | dict[str, Any],
+        **options: Any,
+    ) -> ReplayReport:
+        nonlocal runs
+        report = replay(expand(traces), guard_or_manifest, **options)
+        runs += 1
+        # Shown with the failure of the test (pytest prints captured sections of failed tests).
+        title = "guardrail replay" if runs == 1 else f"guardrail replay {runs}"
+        request.node.add_report_section("call", title, report.to_text(width=120))
+        return report
+
+    return run

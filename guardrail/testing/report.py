@@ -1,0 +1,615 @@
+"""The replay report: counts per trace file and in total, as JSON and as readable tables.
+
+A :class:`ReplayReport` holds one :class:`Stats` per trace file and their
+sum. Each ``Stats`` has the guard's cost (false refusals: real calls that
+succeeded in the recording but would be refused), its benefit (the share of
+corrupted identifier arguments refused, per corruption class) and what
+could not be read (malformed lines, unknown tools). ``availability`` holds
+one :class:`Availability` per compaction strategy, and stays empty when the
+replay ran without one.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+from guardrail.testing.corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
+from guardrail.testing.traces import Malformed
+
+#: Why a refused call that succeeded in the recording was refused.
+GENUINE: Final = "genuine"
+INVENTED: Final = "invented"
+UNVERIFIED: Final = "unverified"
+REASONS: Final[tuple[str, ...]] = (GENUINE, INVENTED, UNVERIFIED)
+_REASON_TEXT: Final[Mapping[str, str]] = {
+    GENUINE: "a value a tool returned, or one the manifest should know",
+    INVENTED: "appears in no earlier tool output: invented by the model",
+    UNVERIFIED: "typed by the user, never looked up, passed to a write tool",
+}
+
+
+@dataclass(frozen=True)
+class Example:
+    """One call worth showing: where it is, the tool, and what the guard found."""
+
+    trace: str
+    path: str
+    line: int | None
+    message: int
+    tool: str
+    label: str
+    findings: tuple[Mapping[str, Any], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe fields."""
+        return {
+            "trace": self.trace,
+            "path": self.path,
+            "line": self.line,
+            "message": self.message,
+            "tool": self.tool,
+            "label": self.label,
+            "findings": [dict(f) for f in self.findings],
+        }
+
+    def describe(self) -> str:
+        """``param="value" (problem, near [role])`` for each finding."""
+        parts = []
+        for f in self.findings:
+            near = f" near [{f['nearest_role']}]" if f.get("nearest_role") else ""
+            value = json.dumps(f.get("value"), ensure_ascii=False)
+            parts.append(f"{f.get('param')}={value} {f.get('problem')}{near}")
+        return "; ".join(parts)
+
+
+def _add_examples(into: list[Example], more: Iterable[Example], cap: int) -> None:
+    for example in more:
+        if len(into) >= cap:
+            return
+        into.append(example)
+
+
+@dataclass
+class ClassStats:
+    """Detection for one corruption class.
+
+    ``variants`` excludes collisions (variants that name another value the
+    conversation holds), which are counted apart with how many were refused.
+    """
+
+    variants: int = 0
+    refused: int = 0
+    collisions: int = 0
+    collisions_refused: int = 0
+    not_applicable: int = 0
+    findings: Counter[str] = field(default_factory=Counter)
+    misses: list[Example] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float | None:
+        """The share of variants refused, or None when there were none."""
+        return self.refused / self.variants if self.variants else None
+
+    def merge(self, other: ClassStats, cap: int) -> None:
+        """Add ``other``'s counts to this one."""
+        self.variants += other.variants
+        self.refused += other.refused
+        self.collisions += other.collisions
+        self.collisions_refused += other.collisions_refused
+        self.not_applicable += other.not_applicable
+        self.findings.update(other.findings)
+        _add_examples(self.misses, other.misses, cap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe counts, the rate, the findings of refused variants and missed examples."""
+        return {
+            "variants": self.variants,
+            "refused": self.refused,
+            "rate": self.rate,
+            "collisions": self.collisions,
+            "collisions_refused": self.collisions_refused,
+            "not_applicable": self.not_applicable,
+            "findings": dict(sorted(self.findings.items())),
+            "misses": [m.to_dict() for m in self.misses],
+        }
+
+
+@dataclass
+class Availability:
+    """For one compaction strategy: identifier arguments still present verbatim afterwards.
+
+    ``ids`` counts the identifier arguments of the call after each forced
+    compaction whose value was in the uncompacted context; ``present`` those
+    still there, verbatim, after compaction. ``not_in_context`` counts the
+    arguments that were not in the context even before (typed later, or
+    invented), which availability cannot be asked of.
+    """
+
+    compactions: int = 0
+    ids: int = 0
+    present: int = 0
+    not_in_context: int = 0
+    misses: list[Example] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float | None:
+        """The share of identifier arguments still present, or None when none were asked."""
+        return self.present / self.ids if self.ids else None
+
+    def merge(self, other: Availability, cap: int) -> None:
+        """Add ``other``'s counts to this one."""
+        self.compactions += other.compactions
+        self.ids += other.ids
+        self.present += other.present
+        self.not_in_context += other.not_in_context
+        _add_examples(self.misses, other.misses, cap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe counts and the rate."""
+        return {
+            "compactions": self.compactions,
+            "ids": self.ids,
+            "present": self.present,
+            "rate": self.rate,
+            "not_in_context": self.not_in_context,
+            "misses": [m.to_dict() for m in self.misses],
+        }
+
+
+@dataclass
+class Stats:
+    """Everything counted over one trace file (or over all of them, for the total)."""
+
+    path: str
+    max_examples: int = 10
+    traces: int = 0
+    messages: int = 0
+    calls: int = 0
+    checked: int = 0
+    allowed: int = 0
+    refused: int = 0
+    refused_failed: Counter[str] = field(default_factory=Counter)
+    refused_failed_examples: list[Example] = field(default_factory=list)
+    refused_no_result: int = 0
+    false_refusals: Counter[str] = field(default_factory=Counter)
+    false_refusal_examples: dict[str, list[Example]] = field(default_factory=dict)
+    unknown_tools: Counter[str] = field(default_factory=Counter)
+    unreadable_arguments: int = 0
+    orphan_results: int = 0
+    unanswered_calls: int = 0
+    identifier_arguments: int = 0
+    advisory_arguments: int = 0
+    malformed: list[Malformed] = field(default_factory=list)
+    detection: dict[str, ClassStats] = field(default_factory=dict)
+    availability: dict[str, Availability] = field(default_factory=dict)
+
+    @property
+    def genuine_false_refusals(self) -> int:
+        """False refusals that are not explained by an invented or unverified id."""
+        return self.false_refusals[GENUINE]
+
+    @property
+    def expected_false_refusals(self) -> int:
+        """False refusals of invented ids, and of user-typed ids never looked up."""
+        return self.false_refusals[INVENTED] + self.false_refusals[UNVERIFIED]
+
+    @property
+    def malformed_lines(self) -> int:
+        """Lines (or conversations) skipped whole."""
+        return sum(1 for m in self.malformed if m.message is None)
+
+    @property
+    def malformed_messages(self) -> int:
+        """Messages skipped, or partly read, inside conversations that were read."""
+        return sum(1 for m in self.malformed if m.message is not None)
+
+    def add_false_refusal(self, reason: str, example: Example) -> None:
+        """Count one false refusal and keep it as an example if there is room."""
+        self.false_refusals[reason] += 1
+        kept = self.false_refusal_examples.setdefault(reason, [])
+        _add_examples(kept, [example], self.max_examples)
+
+    def add_refused_failure(self, reason: str, example: Example) -> None:
+        """Count one refused call that failed in the recording too (the guard saw it coming)."""
+        self.refused_failed[reason] += 1
+        _add_examples(self.refused_failed_examples, [example], self.max_examples)
+
+    def detection_for(self, name: str) -> ClassStats:
+        """The detection counts of one class (created on first use)."""
+        stats = self.detection.get(name)
+        if stats is None:
+            stats = self.detection[name] = ClassStats()
+        return stats
+
+    def merge(self, other: Stats) -> None:
+        """Add ``other``'s counts to this one (examples kept up to the cap)."""
+        cap = self.max_examples
+        for name in (
+            "traces",
+            "messages",
+            "calls",
+            "checked",
+            "allowed",
+            "refused",
+            "refused_no_result",
+            "unreadable_arguments",
+            "orphan_results",
+            "unanswered_calls",
+            "identifier_arguments",
+            "advisory_arguments",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.false_refusals.update(other.false_refusals)
+        self.refused_failed.update(other.refused_failed)
+        _add_examples(self.refused_failed_examples, other.refused_failed_examples, cap)
+        for reason, examples in other.false_refusal_examples.items():
+            _add_examples(self.false_refusal_examples.setdefault(reason, []), examples, cap)
+        self.unknown_tools.update(other.unknown_tools)
+        self.malformed.extend(other.malformed)
+        for name, stats in other.detection.items():
+            self.detection_for(name).merge(stats, cap)
+        for name, avail in other.availability.items():
+            self.availability.setdefault(name, Availability()).merge(avail, cap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe counts, rates and examples."""
+        detection = {
+            name: self.detection[name].to_dict() for name in ALL_CLASSES if name in self.detection
+        }
+        return {
+            "path": self.path,
+            "traces": self.traces,
+            "messages": self.messages,
+            "calls": self.calls,
+            "checked_calls": self.checked,
+            "allowed": self.allowed,
+            "refused": self.refused,
+            "refused_by_outcome": {
+                "succeeded": sum(self.false_refusals.values()),
+                "failed": sum(self.refused_failed.values()),
+                "no_result": self.refused_no_result,
+            },
+            "refused_failed": {
+                "total": sum(self.refused_failed.values()),
+                "by_reason": {reason: self.refused_failed[reason] for reason in REASONS},
+                "examples": [e.to_dict() for e in self.refused_failed_examples],
+            },
+            "false_refusals": {
+                "total": sum(self.false_refusals.values()),
+                "genuine": self.genuine_false_refusals,
+                "expected": self.expected_false_refusals,
+                "by_reason": {reason: self.false_refusals[reason] for reason in REASONS},
+                "examples": {
+                    reason: [e.to_dict() for e in self.false_refusal_examples.get(reason, [])]
+                    for reason in REASONS
+                },
+            },
+            "unknown_tools": dict(sorted(self.unknown_tools.items())),
+            "unknown_tool_calls": sum(self.unknown_tools.values()),
+            "unreadable_arguments": self.unreadable_arguments,
+            "orphan_results": self.orphan_results,
+            "unanswered_calls": self.unanswered_calls,
+            "identifier_arguments": {
+                "checked": self.identifier_arguments,
+                "advisory": self.advisory_arguments,
+            },
+            "malformed": {
+                "lines": self.malformed_lines,
+                "messages": self.malformed_messages,
+                "examples": [m.to_dict() for m in self.malformed[: self.max_examples]],
+            },
+            "detection": detection,
+            "availability": {name: a.to_dict() for name, a in self.availability.items()},
+        }
+
+
+def _pct(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    # Never round a miss up to a perfect score: 99.96% shows as 99.9%, not 100.0%.
+    shown = int(rate * 1000) / 10
+    return f"{shown:.1f}%"
+
+
+def _n(number: int) -> str:
+    return f"{number:,}"
+
+
+@dataclass
+class ReplayReport:
+    """The result of :func:`guardrail.testing.replay`: per trace file, in total, and settings.
+
+    ``to_dict()`` is the machine form; ``to_text()`` (and printing with
+    rich) the readable tables. ``assert_no_false_refusals`` and
+    ``assert_detection`` make it a test.
+    """
+
+    files: list[Stats]
+    total: Stats
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: Wall-clock seconds of the run; shown in tables, left out of ``to_dict`` (not reproducible).
+    seconds: float = 0.0
+
+    # -- numbers ----------------------------------------------------------------------------
+
+    @property
+    def false_refusals(self) -> int:
+        """Genuine false refusals in all files (the expected ones apart)."""
+        return self.total.genuine_false_refusals
+
+    def detection_rate(self, name: str) -> float | None:
+        """The share of variants of class ``name`` refused, over all files."""
+        stats = self.total.detection.get(name)
+        return stats.rate if stats is not None else None
+
+    @property
+    def availability(self) -> dict[str, Availability]:
+        """Availability after compaction, per strategy (empty when no compaction was given)."""
+        return self.total.availability
+
+    # -- assertions -------------------------------------------------------------------------
+
+    def assert_no_false_refusals(self, *, allow_expected: bool = True) -> None:
+        """Fail (AssertionError) when the guard would refuse calls that succeeded.
+
+        Refusals of invented ids and of user-typed ids never looked up are
+        expected (the guard is right to refuse them) and pass unless
+        ``allow_expected=False``.
+        """
+        total = self.total
+        bad = total.genuine_false_refusals + (
+            0 if allow_expected else total.expected_false_refusals
+        )
+        if not bad:
+            return
+        reasons = [GENUINE] if allow_expected else list(REASONS)
+        lines = [f"{bad} call(s) that succeeded in the recording would be refused:"]
+        for reason in reasons:
+            for example in total.false_refusal_examples.get(reason, []):
+                lines.append(
+                    f"  {example.trace} ({example.path}, message {example.message}) "
+                    f"{example.tool}: {example.describe()} [{reason}]"
+                )
+        raise AssertionError("\n".join(lines))
+
+    def assert_detection(self, at_least: float = 0.99, *, classes: Sequence[str] = CLASSES) -> None:
+        """Fail when a corruption class is refused less often than ``at_least``."""
+        short = []
+        for name in classes:
+            rate = self.detection_rate(name)
+            if rate is not None and rate < at_least:
+                stats = self.total.detection[name]
+                missed = "; ".join(
+                    f"{m.trace} {m.tool}: {m.describe() or m.label}" for m in stats.misses[:3]
+                )
+                short.append(f"  {name}: {_pct(rate)} of {stats.variants} refused ({missed})")
+        if short:
+            raise AssertionError(f"detection below {_pct(at_least)} for:\n" + "\n".join(short))
+
+    # -- output -----------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, JSON-safe: settings, the total and one entry per file."""
+        return {
+            "settings": dict(self.settings),
+            "total": self.total.to_dict(),
+            "files": [stats.to_dict() for stats in self.files],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """:meth:`to_dict` as JSON text."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+    def to_text(self, *, width: int = 100) -> str:
+        """The readable tables as plain text."""
+        buffer = io.StringIO()
+        console = Console(file=buffer, width=width, color_system=None, highlight=False)
+        console.print(self)
+        return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+    def __str__(self) -> str:
+        return self.to_text()
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Group(*self._renderables())
+
+    def _renderables(self) -> Iterator[Any]:
+        total = self.total
+        seed = self.settings.get("seed")
+        head = Text(
+            f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
+            f"{_n(total.identifier_arguments)} identifier arguments checked"
+            + (f" (seed {seed})" if seed is not None else ""),
+            style="bold",
+        )
+        yield head
+        yield self._files_table()
+        yield self._false_refusals()
+        yield self._detection_table()
+        yield self._availability()
+        yield self._input_problems()
+        if self.seconds:
+            yield Text(f"{self.seconds:.1f} s", style="dim")
+
+    def _files_table(self) -> Table:
+        table = Table(title="Per trace file", title_justify="left", show_footer=len(self.files) > 1)
+        columns = (
+            ("file", "total"),
+            ("traces", _n(self.total.traces)),
+            ("calls", _n(self.total.calls)),
+            ("refused", _n(self.total.refused)),
+            ("false refusals", self._false_cell(self.total)),
+            ("detected", _pct(_overall(self.total))),
+            ("unknown tools", _n(sum(self.total.unknown_tools.values()))),
+            ("malformed", _n(len(self.total.malformed))),
+        )
+        for index, (name, footer) in enumerate(columns):
+            if index == 0:
+                table.add_column(name, footer=footer, overflow="fold")
+            else:
+                table.add_column(name, footer=footer, justify="right")
+        for stats in self.files:
+            _row(
+                table,
+                stats.path,
+                _n(stats.traces),
+                _n(stats.calls),
+                _n(stats.refused),
+                self._false_cell(stats),
+                _pct(_overall(stats)),
+                _n(sum(stats.unknown_tools.values())),
+                _n(len(stats.malformed)),
+            )
+        return table
+
+    @staticmethod
+    def _false_cell(stats: Stats) -> str:
+        return f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)"
+
+    def _false_refusals(self) -> Table:
+        total = self.total
+        counts, failed = total.false_refusals, total.refused_failed
+        title = (
+            f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
+            f"{counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified. "
+            f"Refused and failed in the recording too: {sum(failed.values())}"
+            + (
+                " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
+                if failed
+                else ""
+            )
+            + f". No result recorded: {total.refused_no_result}."
+        )
+        table = Table(title=Text(title), title_justify="left")
+        for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
+            table.add_column(name, overflow="fold")
+        for reason in REASONS:
+            for example in total.false_refusal_examples.get(reason, []):
+                _row(
+                    table,
+                    "succeeded",
+                    reason,
+                    example.trace,
+                    str(example.message),
+                    example.tool,
+                    example.describe(),
+                )
+        for example in total.refused_failed_examples:
+            _row(
+                table,
+                "failed",
+                example.label,
+                example.trace,
+                str(example.message),
+                example.tool,
+                example.describe(),
+            )
+        if not table.rows:
+            _row(table, "-", "none", "", "", "", "")
+        table.caption = Text("; ".join(f"{r}: {_REASON_TEXT[r]}" for r in REASONS))
+        table.caption_justify = "left"
+        return table
+
+    def _detection_table(self) -> Table:
+        table = Table(
+            title="Detection: one identifier argument of each allowed call corrupted",
+            title_justify="left",
+        )
+        table.add_column("class")
+        table.add_column("variants", justify="right")
+        table.add_column("refused", justify="right")
+        table.add_column("rate", justify="right")
+        table.add_column("collisions", justify="right")
+        table.add_column("findings")
+        detection = self.total.detection
+        for name in ALL_CLASSES:
+            stats = detection.get(name)
+            if stats is None:
+                continue
+            label = f"{name} (apart)" if name == SAME_KIND else name
+            findings = ", ".join(f"{p} {c}" for p, c in stats.findings.most_common(3))
+            collisions = (
+                f"{stats.collisions} ({stats.collisions_refused} refused)"
+                if stats.collisions
+                else "0"
+            )
+            _row(
+                table,
+                label,
+                _n(stats.variants),
+                _n(stats.refused),
+                _pct(stats.rate),
+                collisions,
+                findings,
+            )
+        table.caption = (
+            f"{SAME_KIND}: {DESCRIPTIONS[SAME_KIND]}, what provenance alone cannot see. "
+            "Collisions: a corruption that names another value the conversation holds, "
+            "counted apart."
+        )
+        table.caption_justify = "left"
+        return table
+
+    def _availability(self) -> Table | Text:
+        if not self.total.availability:
+            return Text("Availability after compaction: not measured (no compaction given).")
+        table = Table(
+            title="Availability after compaction: identifier arguments of the next call "
+            "still in the context, verbatim",
+            title_justify="left",
+        )
+        for name in ("strategy", "compactions", "ids", "present", "rate"):
+            table.add_column(name, justify="left" if name == "strategy" else "right")
+        for name, avail in self.total.availability.items():
+            _row(
+                table,
+                name,
+                _n(avail.compactions),
+                _n(avail.ids),
+                _n(avail.present),
+                _pct(avail.rate),
+            )
+        return table
+
+    def _input_problems(self) -> Text:
+        total = self.total
+        parts = [
+            f"malformed lines {total.malformed_lines}",
+            f"malformed messages {total.malformed_messages}",
+            f"unknown tools {sum(total.unknown_tools.values())}"
+            + (
+                " (" + ", ".join(f"{k} {v}" for k, v in total.unknown_tools.most_common(5)) + ")"
+                if total.unknown_tools
+                else ""
+            ),
+            f"unreadable arguments {total.unreadable_arguments}",
+            f"results with no call {total.orphan_results}",
+            f"calls with no result {total.unanswered_calls}",
+            f"advisory id arguments not corrupted {total.advisory_arguments}",
+        ]
+        text = Text("Input: " + "; ".join(parts))
+        for problem in total.malformed[:5]:
+            text.append(f"\n  {problem}")
+        if len(total.malformed) > 5:
+            text.append(f"\n  ... and {len(total.malformed) - 5} more")
+        return text
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Add a row of plain text: identifiers and roles in brackets are not rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def _overall(stats: Stats) -> float | None:
+    variants = sum(stats.detection[name].variants for name in CLASSES if name in stats.detection)
+    refused = sum(stats.detection[name].refused for name in CLASSES if name in stats.detection)
+    return refused / variants if variants else None

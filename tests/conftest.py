@@ -1,0 +1,68 @@
+"""Shared fixtures: a small shop guard and the path of the real traces."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from guardrail import Guard, Ledger
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+AIRLINE_TRACES = CORPUS / "tau-airline" / "traces.jsonl"
+AIRLINE_MANIFEST = REPO / "examples" / "tau_airline.toml"
+
+
+def need_corpus() -> Path:
+    """The airline traces, or a skip saying why they are missing."""
+    if not AIRLINE_TRACES.exists():
+        pytest.skip(f"the shared corpus is absent ({AIRLINE_TRACES} not found)")
+    return AIRLINE_TRACES
+
+
+def shop_guard(mode: str = "raise", **options: object) -> Guard:
+    """A guard with the kinds of a small web shop."""
+    guard = Guard(mode=mode, **options)  # type: ignore[arg-type]
+    guard.add_kind(
+        "order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"], examples=["#W0000000"]
+    )
+    guard.add_kind("customer", pattern=r"cus_[A-Za-z0-9]{6}")
+    guard.add_kind("item", pattern=r"it_[a-z0-9]{4,}")
+    guard.add_kind("email", normalize="email")
+    guard.declare(
+        "search_orders",
+        ids={"customer_id": "customer"},
+        produces={"orders[*].order_id": {"kind": "order", "status": "status"}},
+        effect="read",
+    )
+    guard.declare(
+        "get_order",
+        ids={"order_id": "order"},
+        produces={"items[*].item_id": "item", "order_id": "order"},
+        effect="read",
+    )
+    guard.declare("issue_refund", ids={"order_id": "order", "item_ids[*]": "item"})
+    return guard
+
+
+@pytest.fixture
+def guard() -> Guard:
+    """A raise-mode shop guard."""
+    return shop_guard()
+
+
+@pytest.fixture
+def ledger(guard: Guard) -> Iterator[Ledger]:
+    """An open session of the shop guard."""
+    with guard.session("test") as opened:
+        yield opened
+
+
+ORDERS = {
+    "orders": [
+        {"order_id": "#W8855135", "status": "delivered"},
+        {"order_id": "#W2378156", "status": "pending"},
+    ]
+}

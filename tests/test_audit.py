@@ -1,0 +1,117 @@
+"""Audit: every decision is a flat, JSON-safe structlog event at the right level."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import MutableMapping
+from typing import Annotated, Any
+
+import structlog
+from structlog.testing import capture_logs
+
+from guardrail import Guard, Id, IdentifierViolation
+
+from .conftest import ORDERS, shop_guard
+
+
+def events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
+    return [event for event in logs if event["event"] == name]
+
+
+def test_every_check_is_an_event_with_its_outcome_and_level() -> None:
+    """Allowed reads are debug, allowed writes info, refusals warnings with the finding."""
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("conv-1"):
+        guard.record("search_orders", {"customer_id": "x"}, ORDERS)
+        guard.check("get_order", {"order_id": "W8855135"})
+        guard.check("issue_refund", {"order_id": "W8855135"})
+        guard.check("issue_refund", {"order_id": "W8855136"})
+    checked = events(logs, "guardrail.call_checked")
+    assert [(e["log_level"], e["outcome"], e["tool"]) for e in checked] == [
+        ("debug", "allowed", "get_order"),
+        ("info", "allowed", "issue_refund"),
+        ("warning", "refused", "issue_refund"),
+    ]
+    refused = checked[2]
+    assert refused["session"] == "conv-1"
+    assert (refused["problem"], refused["param"], refused["nearest_role"]) == (
+        "mutated",
+        "order_id",
+        "order",
+    )
+    assert refused["value"] == "W8855136"
+    for event in logs:
+        json.dumps(event)  # flat and JSON-safe
+        assert not any(isinstance(v, dict) for v in event.values())
+
+
+def test_records_evictions_relabels_and_user_ids_are_events() -> None:
+    """ids_recorded, id_evicted, id_relabeled and user_ids_observed are all logged."""
+    guard = shop_guard(capacity=1)
+    with capture_logs() as logs, guard.session("s"):
+        guard.observe_user("I'm cus_41ZpA9")
+        guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
+        guard.label("order_2", "pending_order")
+    recorded = events(logs, "guardrail.ids_recorded")[0]
+    assert (recorded["call_id"], recorded["added"], recorded["verified"]) == ("c1", 2, 1)
+    evicted = events(logs, "guardrail.id_evicted")
+    assert [e["role"] for e in evicted] == ["customer", "order"]
+    assert events(logs, "guardrail.id_relabeled")[0]["old_role"] == "order_2"
+    assert events(logs, "guardrail.user_ids_observed")[0]["values"] == ["cus_41ZpA9"]
+
+
+def test_redaction_logs_keyed_hashes_and_never_other_arguments() -> None:
+    """With redact=, ids are keyed hashes; non-id argument values are never logged."""
+    guard = shop_guard(redact="secret-key")
+
+    @guard.tool
+    def refund(order_id: Annotated[str, Id("order")], note: str) -> None: ...
+
+    with capture_logs() as logs, guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        refund("W8855135", note="card 4111-1111")
+        with contextlib.suppress(IdentifierViolation):
+            refund("W8855136", note="card 4111-1111")
+    text = json.dumps(logs)
+    assert "W885513" not in text
+    assert "4111" not in text
+    refused = events(logs, "guardrail.call_checked")[-1]
+    assert refused["value"].startswith("hmac:")
+    other = shop_guard(redact="another-key")
+    assert other.audit.value("W8855136") != refused["value"]
+    assert guard.audit.value("W8855136") == refused["value"]
+
+
+def test_a_production_logger_at_warning_sees_only_refusals() -> None:
+    """With the logger at warning, allowed calls build no event at all."""
+    seen: list[str] = []
+
+    class Recorder:
+        def is_enabled_for(self, level: int) -> bool:
+            return level >= logging.WARNING
+
+        def warning(self, event: str, **fields: Any) -> None:
+            seen.append(event)
+
+        def info(self, event: str, **fields: Any) -> None:
+            raise AssertionError("info event built")
+
+        debug = info
+
+    guard = shop_guard(logger=Recorder())
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("issue_refund", {"order_id": "W8855135"})
+        guard.check("issue_refund", {"order_id": "W1"})
+    assert seen == ["guardrail.call_checked"]
+
+
+def test_the_library_never_configures_structlog() -> None:
+    """Building and using a guard leaves structlog's configuration alone."""
+    before = structlog.get_config()
+    guard = Guard.from_manifest({"kinds": {"order": {}}, "tools": {"t": {"ids": {"o": "order"}}}})
+    with guard.session("s"):
+        guard.check("t", {"o": "x"})
+    assert structlog.get_config() == before

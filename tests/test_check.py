@@ -1,0 +1,274 @@
+"""The check: findings most specific first, nearest roles, and the re-prompt text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from guardrail import Guard, Ledger, Verdict
+
+from .conftest import ORDERS, shop_guard
+
+
+def problems(verdict: Verdict) -> list[tuple[str, str | None]]:
+    return [(f.problem, f.nearest_role) for f in verdict.findings]
+
+
+@pytest.fixture
+def shop(guard: Guard, ledger: Ledger) -> Guard:
+    """The shop guard with two orders harvested and one customer typed by the user."""
+    guard.observe_user("I'm cus_41ZpA9, my blender from the second order arrived broken")
+    guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS)
+    return guard
+
+
+def test_harvested_ids_are_allowed_in_any_written_form(shop: Guard) -> None:
+    """An id from a tool result passes, with or without the '#' its normaliser strips."""
+    for value in ("#W2378156", "W2378156", " W2378156 "):
+        assert shop.check("issue_refund", {"order_id": value}).allowed
+
+
+@pytest.mark.parametrize(
+    ("value", "problem", "role"),
+    [
+        ("#W2378157", "mutated", "order_2"),  # one character changed
+        ("#W2387156", "mutated", "order_2"),  # two neighbours swapped
+        ("#W2378516", "mutated", "order_2"),
+        ("#W237815", "truncated", "order_2"),  # a proper prefix
+        ("#W23781566", "mutated", "order_2"),  # one character added
+        ("W2378…", "truncated", "order_2"),  # ellipsis
+        ("W23...", "truncated", "order_2"),
+        ("#W0000000", "example", None),
+        ("cus_41ZpA9", "wrong_kind", "customer"),
+        ("#W9999999", "unknown", None),
+        ("#W８８５５１３５", "mutated", "order"),  # full-width digits
+        ("#W8855135\u200b", "mutated", "order"),  # zero-width space
+    ],
+)
+def test_findings(shop: Guard, value: str, problem: str, role: str | None) -> None:
+    """Each kind of bad id gets its finding and, where there is one, the nearest role."""
+    verdict = shop.check("issue_refund", {"order_id": value})
+    assert not verdict.allowed
+    assert problems(verdict) == [(problem, role)]
+    finding = verdict.findings[0]
+    assert (finding.tool, finding.param, finding.value, finding.kind) == (
+        "issue_refund",
+        "order_id",
+        value,
+        "order",
+    )
+
+
+def test_homoglyphs_from_other_scripts_are_mutations(guard: Guard, ledger: Ledger) -> None:
+    """Cyrillic look-alikes of every letter of an id are caught, not only one of them."""
+    guard.record("get_order", {"order_id": "W1234567"}, {"items": [{"item_id": "it_xopa"}]})
+    verdict = guard.check("issue_refund", {"order_id": "W1234567", "item_ids": ["it_хора"]})
+    assert problems(verdict) == [("mutated", "item")]
+    assert "look-alike" in verdict.findings[0].detail
+
+
+def test_user_typed_ids_may_be_looked_up_but_not_written_with(shop: Guard) -> None:
+    """An unverified id passes a read tool, and a write tool only once a read confirmed it."""
+    shop.observe_user("Actually it is order #W5555555")
+    refund = shop.check("issue_refund", {"order_id": "W5555555"})
+    assert problems(refund) == [("unverified", "order_3")]
+    assert shop.check("get_order", {"order_id": "#W5555555"}).allowed
+    shop.record("get_order", {"order_id": "#W5555555"}, {"items": []})
+    assert shop.check("issue_refund", {"order_id": "W5555555"}).allowed
+
+
+def test_a_failed_lookup_verifies_nothing(shop: Guard) -> None:
+    """A read call that errors leaves the typed id unverified."""
+    shop.observe_user("order #W5555555 please")
+    shop.record("get_order", {"order_id": "W5555555"}, "Error: no such order", error=True)
+    assert problems(shop.check("issue_refund", {"order_id": "W5555555"})) == [
+        ("unverified", "order_3")
+    ]
+
+
+def test_reads_that_do_not_verify(guard: Guard, ledger: Ledger) -> None:
+    """A read declared verifies=False (a search) does not confirm the ids it took."""
+    guard.declare("find_customer", ids={"customer_id": "customer"}, effect="read", verifies=False)
+    guard.declare("close_account", ids={"customer_id": "customer"})
+    guard.observe_user("I am cus_aaaaaa")
+    guard.record("find_customer", {"customer_id": "cus_aaaaaa"}, [])
+    assert problems(guard.check("close_account", {"customer_id": "cus_aaaaaa"})) == [
+        ("unverified", "customer")
+    ]
+
+
+def test_ids_with_no_pattern_count_as_typed_when_the_user_wrote_them(
+    guard: Guard, ledger: Ledger
+) -> None:
+    """A kind with no pattern is recognised as user-typed from the kept user texts."""
+    guard.add_kind("hotel")
+    guard.declare("find_hotel", ids={"name": "hotel"}, effect="read")
+    guard.declare("book_hotel", ids={"name": "hotel"})
+    guard.observe_user("Book me the Grand Hyatt please")
+    assert guard.check("find_hotel", {"name": "Grand Hyatt"}).allowed
+    assert problems(guard.check("book_hotel", {"name": "Grand Hyatt"})) == [("unverified", None)]
+    assert problems(guard.check("find_hotel", {"name": "Grand Hotel"})) == [("unknown", None)]
+    guard.record("find_hotel", {"name": "Grand Hyatt"}, {})
+    assert guard.check("book_hotel", {"name": "Grand Hyatt"}).allowed
+
+
+def test_evicted_ids_are_reported_as_evicted() -> None:
+    """An id dropped for capacity is 'evicted, look it up again', not invented."""
+    guard = shop_guard(capacity=1)
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        verdict = guard.check("issue_refund", {"order_id": "#W8855135"})
+    assert problems(verdict) == [("evicted", "order")]
+    assert "dropped to make room" in verdict.message
+
+
+def test_several_kinds_and_list_parameters(guard: Guard, ledger: Ledger) -> None:
+    """A parameter may accept several kinds; list parameters check every element."""
+    guard.declare("contact", ids={"who": ["customer", "email"]}, effect="read")
+    guard.record("get_order", {"order_id": "W1234567"}, {"items": [{"item_id": "it_aaaa"}]})
+    guard.observe_user("mail me at Jane@Example.com")
+    assert guard.check("contact", {"who": "Jane@Example.com"}).allowed
+    verdict = guard.check("issue_refund", {"order_id": "W1234567", "item_ids": ["it_aaaa", "it_b"]})
+    assert problems(verdict) == [("unknown", None)]
+    assert verdict.findings[0].param == "item_ids[*]"
+    as_text = json.dumps(["it_aaaa"])
+    assert guard.check("issue_refund", {"order_id": "W1234567", "item_ids": as_text}).allowed
+
+
+def test_packed_ids_are_split_by_the_declared_separator(guard: Guard, ledger: Ledger) -> None:
+    """ids packed into one string ("a, b") are each checked."""
+    guard.declare("bulk", ids={"items": {"kind": "item", "sep": ","}})
+    guard.record("get_order", {"order_id": "W1234567"}, {"items": [{"item_id": "it_aaaa"}]})
+    assert guard.check("bulk", {"items": "it_aaaa"}).allowed
+    assert problems(guard.check("bulk", {"items": "it_aaaa, it_zzzz"})) == [("unknown", None)]
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [(["#W8855135"], "got list"), ({"id": "x"}, "got dict"), (True, "got bool")],
+)
+def test_wrong_types_are_malformed_never_accepted(shop: Guard, value: object, detail: str) -> None:
+    """A list, object or boolean where one id is expected is refused with a clear reason."""
+    verdict = shop.check("issue_refund", {"order_id": value})
+    assert problems(verdict) == [("malformed", None)]
+    assert detail in verdict.findings[0].detail
+
+
+def test_numbers_and_missing_values(guard: Guard, ledger: Ledger) -> None:
+    """Numbers are checked as text; a missing or null optional id is simply absent."""
+    guard.add_kind("ticket", normalize="number")
+    guard.declare("get_ticket", produces={"id": "ticket"}, effect="read")
+    guard.declare("close_ticket", ids={"ticket": "ticket"})
+    guard.record("get_ticket", {}, {"id": 7})
+    assert guard.check("close_ticket", {"ticket": 7.0}).allowed
+    assert guard.check("close_ticket", {"ticket": "7"}).allowed
+    assert not guard.check("close_ticket", {"ticket": 8}).allowed
+    assert guard.check("close_ticket", {}).allowed
+    assert guard.check("close_ticket", {"ticket": None}).allowed
+
+
+def test_arguments_as_json_text_and_garbage(shop: Guard) -> None:
+    """Arguments may arrive as JSON text; anything else is a malformed call."""
+    assert shop.check("issue_refund", '{"order_id": "W2378156"}').allowed
+    assert problems(shop.check("issue_refund", "not json")) == [("malformed", None)]
+    assert problems(shop.check("issue_refund", "[1, 2]")) == [("malformed", None)]
+
+
+def test_undeclared_tools_are_allowed_unless_refused() -> None:
+    """A tool the guard does not know declares no ids; a strict guard refuses it."""
+    with shop_guard().session("s") as ledger:
+        assert shop_guard().check("shell", {"cmd": "ls"}, ledger=ledger).allowed
+    strict = shop_guard(refuse_undeclared=True)
+    with strict.session("s"):
+        verdict = strict.check("shell", {"cmd": "ls"})
+    assert problems(verdict) == [("undeclared", None)]
+
+
+def test_advisory_kinds_log_but_never_refuse(guard: Guard, ledger: Ledger) -> None:
+    """Findings of a kind with enforce=False are reported on an allowed verdict."""
+    guard.add_kind("airport", pattern="[A-Z]{3}", enforce=False)
+    guard.declare("search_flights", ids={"origin": "airport"}, effect="read")
+    verdict = guard.check("search_flights", {"origin": "JFK"})
+    assert verdict.allowed
+    assert [(f.problem, f.enforced) for f in verdict.findings] == [("unknown", False)]
+
+
+def test_check_changes_nothing_but_last_use(shop: Guard, ledger: Ledger) -> None:
+    """check runs nothing and records nothing; a refused check does not even touch."""
+    before = ledger.to_json()
+    shop.check("issue_refund", {"order_id": "W9999999"})
+    assert ledger.to_json() == before
+    ledger.next_turn()
+    shop.check("issue_refund", {"order_id": "W8855135"})
+    assert ledger["order"].last_used == ledger.turn
+    assert len(ledger) == 3
+
+
+def test_reprompt_text_guides_without_asserting_a_guess(shop: Guard) -> None:
+    """The message says what to do next and names roles, never the ledger's value as fact."""
+    message = shop.check("issue_refund", {"order_id": "#W2378157"}).message
+    assert message.startswith("guardrail refused the call to issue_refund; the tool did not run.")
+    assert "[order_2]" in message
+    assert "copy its value exactly from the ID LEDGER" in message
+    assert "search_orders" in message or "get_order" in message
+    assert "W2378156" not in message  # the real value is never put forward as the answer
+    unknown = shop.check("issue_refund", {"order_id": "#W9999999"}).message
+    assert "Do not invent" in unknown
+    assert "ask the user" in unknown
+
+
+order_values = st.lists(
+    st.from_regex(r"W[0-9A-Z]{3,10}", fullmatch=True), min_size=1, max_size=8, unique=True
+)
+ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZW_-"
+
+
+def _record(guard: Guard, ledger: Ledger, values: list[str]) -> None:
+    result = {"orders": [{"order_id": value} for value in values]}
+    guard.record("search_orders", {}, result, ledger=ledger)
+
+
+@settings(max_examples=80, deadline=None)
+@given(order_values)
+def test_harvested_ids_are_allowed_while_in_the_ledger(values: list[str]) -> None:
+    """Property: an id harvested from a result is allowed afterwards."""
+    guard = shop_guard()
+    ledger = guard.new_ledger("p")
+    _record(guard, ledger, values)
+    for value in values:
+        assert guard.check("issue_refund", {"order_id": value}, ledger=ledger).allowed
+
+
+@st.composite
+def one_edit(draw: st.DrawFn) -> tuple[list[str], str]:
+    values = draw(order_values)
+    value = draw(st.sampled_from(values))
+    edit = draw(st.sampled_from(["substitute", "transpose", "delete", "insert"]))
+    at = draw(st.integers(min_value=0, max_value=len(value) - 1))
+    char = draw(st.sampled_from(ALPHABET))
+    if edit == "substitute":
+        edited = value[:at] + char + value[at + 1 :]
+    elif edit == "transpose" and at < len(value) - 1:
+        edited = value[:at] + value[at + 1] + value[at] + value[at + 2 :]
+    elif edit == "delete":
+        edited = value[:at] + value[at + 1 :]
+    else:
+        edited = value[:at] + char + value[at:]
+    return values, edited
+
+
+@settings(max_examples=300, deadline=None)
+@given(one_edit())
+def test_single_edits_of_ledger_values_are_always_refused(case: tuple[list[str], str]) -> None:
+    """Property: one substitution, swap, deletion or insertion of a ledger value never passes."""
+    values, edited = case
+    guard = shop_guard()
+    assume(edited.strip() and guard.kinds["order"].normalize(edited) not in values)
+    ledger = guard.new_ledger("p")
+    _record(guard, ledger, values)
+    verdict = guard.check("issue_refund", {"order_id": edited}, ledger=ledger)
+    assert not verdict.allowed
+    assert verdict.findings[0].problem in {"mutated", "truncated", "unknown", "example"}

@@ -1,0 +1,307 @@
+"""The ``guardrail`` command: replay end to end on the corpus, errors of use, and the demo."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrail.cli import USAGE_ERROR, main
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+TAU = CORPUS / "tau-airline" / "traces.jsonl"
+MANIFEST = ROOT / "examples" / "tau_airline.toml"
+needs_corpus = pytest.mark.skipif(
+    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
+)
+MUTATIONS = ("substituted", "transposed", "deleted", "inserted")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
+    """A short airline conversation, in the corpus shape."""
+    messages = [
+        {"role": "user", "content": "I am mia_li_3668, please cancel my trip"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
+            ],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "get_user_details",
+            "content": json.dumps({"reservations": ["NO6JO3"], "payment_methods": {}}),
+            "result": {"reservations": ["NO6JO3"], "payment_methods": {}},
+            "error": False,
+        },
+        *(extra or []),
+    ]
+    path = tmp_path / "small.jsonl"
+    path.write_text(json.dumps({"id": "small", "messages": messages}) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_report() -> dict[str, Any]:
+    """The JSON report of the whole corpus, run once for the module."""
+    if not TAU.exists():
+        pytest.skip(f"the shared corpus is not at {TAU}")
+    command = [sys.executable, "-m", "guardrail", "replay", str(TAU), "--manifest", str(MANIFEST)]
+    capture = subprocess.run(
+        [*command, "--json", "--no-progress"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert capture.returncode == 0, capture.stderr
+    data: dict[str, Any] = json.loads(capture.stdout)
+    return data
+
+
+@needs_corpus
+def test_corpus_detection_of_mutated_truncated_invented_and_example_ids(
+    corpus_report: dict[str, Any],
+) -> None:
+    """On the corpus, at least 99% of each corruption class the guard must catch is refused."""
+    detection = corpus_report["total"]["detection"]
+    for name in (*MUTATIONS, "truncated", "invented", "example", "other_kind"):
+        assert detection[name]["variants"] > 1000, name
+        assert detection[name]["rate"] >= 0.99, (name, detection[name])
+    assert set(detection["substituted"]["findings"]) == {"mutated"}
+    assert set(detection["truncated"]["findings"]) == {"truncated"}
+    assert set(detection["example"]["findings"]) == {"example"}
+    # Same-kind swaps are what provenance alone cannot see: reported, mostly allowed.
+    assert detection["same_kind"]["rate"] < 0.5
+
+
+@needs_corpus
+def test_corpus_false_refusals_are_only_the_expected_ones(corpus_report: dict[str, Any]) -> None:
+    """No genuine false refusal; the five refusals are the invented and unverified ids."""
+    total = corpus_report["total"]
+    assert total["traces"] == 200
+    assert total["calls"] == 1164
+    assert total["refused"] == 5
+    false = total["false_refusals"]
+    assert false["genuine"] == 0
+    assert false["by_reason"] == {"genuine": 0, "invented": 0, "unverified": 1}
+    (typed,) = false["examples"]["unverified"]
+    assert typed["tool"] == "cancel_reservation"
+    assert typed["findings"][0]["value"] == "3RK2T9"
+    # The four invented payment ids failed in the recording too: refused, not false refusals.
+    failed = total["refused_failed"]
+    assert failed["by_reason"] == {"genuine": 0, "invented": 4, "unverified": 0}
+    assert sorted(e["findings"][0]["value"] for e in failed["examples"]) == [
+        "credit_card_5634230",
+        "credit_card_5634230",
+        "credit_card_7334",
+        "credit_card_7334",
+    ]
+    assert total["refused_by_outcome"] == {"succeeded": 1, "failed": 4, "no_result": 0}
+
+
+@needs_corpus
+def test_corpus_input_is_clean_and_availability_empty(corpus_report: dict[str, Any]) -> None:
+    """The corpus has no malformed line or unknown tool; availability waits for compaction."""
+    total = corpus_report["total"]
+    assert total["malformed"] == {"lines": 0, "messages": 0, "examples": []}
+    assert total["unknown_tools"] == {}
+    assert total["availability"] == {}
+    assert corpus_report["settings"]["seed"] == 0
+    assert corpus_report["files"][0]["path"] == str(TAU)
+
+
+@needs_corpus
+def test_corpus_in_process_text_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --json the command prints the tables, in process, with --limit and --seed."""
+    code, out, err = _run(
+        capsys, "replay", TAU, "--manifest", MANIFEST, "--limit", "30", "--seed", "7"
+    )
+    assert code == 0, err
+    assert "guardrail replay: 30 traces" in out
+    assert "(seed 7)" in out
+    assert "Detection" in out
+    assert "False refusals" in out
+
+
+def test_malformed_lines_and_unknown_tools_are_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad lines and calls of undeclared tools are counted in the JSON, and the run succeeds."""
+    extra: list[dict[str, Any]] = [
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c2", "name": "teleport", "arguments": '{"to": "mars"}'}],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": "Error: no", "error": True},
+    ]
+    path = _small_trace(tmp_path, extra)
+    with path.open("a", encoding="utf-8") as handle:
+        handle.write("{broken\n")
+    code, out, err = _run(capsys, "replay", path, "--manifest", MANIFEST, "--json")
+    assert code == 0, err
+    total = json.loads(out)["total"]
+    assert total["malformed"]["lines"] == 1
+    assert total["malformed"]["examples"][0]["line"] == 2
+    assert total["unknown_tools"] == {"teleport": 1}
+    assert total["calls"] == 2
+
+
+def test_classes_and_variants_options(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--classes picks corruption classes; --variants sets how many per argument."""
+    path = _small_trace(tmp_path)
+    code, out, _ = _run(
+        capsys,
+        "replay",
+        path,
+        "--manifest",
+        MANIFEST,
+        "--json",
+        "--classes",
+        "inserted,example",
+        "--variants",
+        "4",
+    )
+    assert code == 0
+    detection = json.loads(out)["total"]["detection"]
+    assert list(detection) == ["inserted", "example"]
+    assert detection["inserted"]["variants"] == 4
+
+
+def test_bad_manifest_is_one_clear_error_before_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest naming an unknown kind exits non-zero with one message and no report."""
+    manifest = tmp_path / "bad.toml"
+    manifest.write_text('[tools.refund]\nids = { order_id = "order" }\n', encoding="utf-8")
+    code, out, err = _run(capsys, "replay", _small_trace(tmp_path), "--manifest", manifest)
+    assert code == USAGE_ERROR
+    assert out == ""
+    assert err.count("guardrail: error:") == 1
+    assert "bad.toml" in err
+    assert "unknown kind 'order'" in err
+
+
+def test_malformed_manifest_path_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A manifest with a malformed result path, or no manifest file, is an error of use."""
+    manifest = tmp_path / "paths.toml"
+    manifest.write_text(
+        '[kinds.order]\n[tools.get]\neffect = "read"\nproduces = { "a..b" = "order" }\n',
+        encoding="utf-8",
+    )
+    code, _, err = _run(capsys, "replay", _small_trace(tmp_path), "--manifest", manifest)
+    assert code == USAGE_ERROR
+    assert "malformed path" in err
+    code, _, err = _run(capsys, "replay", _small_trace(tmp_path), "--manifest", tmp_path / "no")
+    assert code == USAGE_ERROR
+    assert "cannot read it" in err
+
+
+def test_unreadable_trace_file_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A trace file that is not JSON, or not UTF-8, exits non-zero naming file and line."""
+    broken = tmp_path / "broken.json"
+    broken.write_text('[\n {"role": "user", "content": "x"},\n oops\n]\n', encoding="utf-8")
+    code, out, err = _run(capsys, "replay", broken, "--manifest", MANIFEST)
+    assert code == USAGE_ERROR
+    assert out == ""
+    assert f"{broken}:3: not valid JSON" in err
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b'{"messages": []}\n\x89PNG\n')
+    code, _, err = _run(capsys, "replay", binary, "--manifest", MANIFEST)
+    assert code == USAGE_ERROR
+    assert f"{binary}:2: not UTF-8" in err
+
+
+def test_missing_trace_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trace file that does not exist exits non-zero naming it, even after a good one."""
+    missing = tmp_path / "missing.jsonl"
+    code, out, err = _run(capsys, "replay", _small_trace(tmp_path), missing, "--manifest", MANIFEST)
+    assert code == USAGE_ERROR
+    assert out == ""
+    assert str(missing) in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--frobnicate"],
+        ["replay", "x.jsonl"],
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--classes", "garbled"],
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--limit", "-1"],
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--seed", "abc"],
+        ["unknown-command"],
+        [],
+    ],
+)
+def test_bad_options_are_errors_of_use(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Unknown options, missing or malformed ones exit with the usage-error code."""
+    code, _, err = _run(capsys, *argv)
+    assert code == USAGE_ERROR
+    assert "error" in err
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help prints the options and exits 0."""
+    code, out, _ = _run(capsys, "replay", "--help")
+    assert code == 0
+    assert "--manifest" in out
+    assert "--json" in out
+
+
+def test_demo_tells_the_story(capsys: pytest.CaptureFixture[str]) -> None:
+    """guardrail demo shows the refusal, the re-prompt, the right refund and the audit events."""
+    code, out, _ = _run(capsys, "demo", "--width", "120")
+    assert code == 0
+    assert "SCRIPTED STEP" in out
+    assert 'issue_refund(order_id="ord_8F3kQ2xN"' in out
+    assert "guardrail refused the call" in out
+    assert "[damaged_order]" in out
+    assert 'issue_refund(order_id="ord_8F3kQ2xM"' in out
+    assert "OK  refund rfq_77Hn02" in out
+    assert "OK  nothing refunded on ord_8F3kQ2xN" in out
+    assert "guardrail.call_checked" in out
+    assert "BAD" not in out
+
+
+def test_console_script_runs_the_demo() -> None:
+    """The installed `guardrail` command (or python -m guardrail) runs the demo offline."""
+    script = Path(sys.executable).parent / "guardrail"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "guardrail"]
+    capture = subprocess.run(
+        [*command, "demo"], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert capture.returncode == 0, capture.stderr
+    assert "refund rfq_77Hn02" in capture.stdout
+
+
+@needs_corpus
+def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every line of the README's replay output is printed, as is, by the command it shows."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Evaluate your agent") :]
+    block = section[section.index("```text\n") + len("```text\n") :]
+    expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]
+    code, out, _ = _run(
+        capsys, "replay", TAU, "--manifest", MANIFEST, "--width", "100", "--no-progress"
+    )
+    assert code == 0
+    printed = {line.rstrip() for line in out.splitlines()}
+    assert len(expected) > 10
+    assert [line for line in expected if line not in printed] == []

@@ -1,0 +1,358 @@
+"""The guard: the decorator, its modes, and sessions isolated per conversation."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from guardrail import (
+    Guard,
+    GuardrailUsageError,
+    Id,
+    IdentifierViolation,
+    Ledger,
+    Rejection,
+    RepromptLimitExceeded,
+)
+
+from .conftest import ORDERS, shop_guard
+
+Order = Annotated[str, Id("order")]
+
+
+class Refund(BaseModel):
+    refund_id: Annotated[str, Id("item")]
+    order_id: Annotated[str, Id("order")]
+
+
+def build(mode: str = "raise", **options: Any) -> tuple[Guard, dict[str, Any]]:
+    """A guard with decorated sync and async tools, and a log of what really ran."""
+    guard = shop_guard(mode, **options)
+    ran: dict[str, Any] = {"refunds": []}
+
+    @guard.tool(produces={"orders[*].order_id": "order"}, effect="read")
+    def search_orders(customer_id: Annotated[str, Id("customer")]) -> dict[str, Any]:
+        """Find a customer's orders."""
+        return ORDERS
+
+    @guard.tool
+    def issue_refund(order_id: Order, amount: int = 0) -> Refund:
+        """Refund an order."""
+        ran["refunds"].append(order_id)
+        return Refund(refund_id="it_r001", order_id=order_id)
+
+    @guard.tool(effect="write")
+    async def issue_refund_async(order_id: Order, *, amount: int = 0) -> str:
+        """Refund an order, asynchronously."""
+        await asyncio.sleep(0)
+        ran["refunds"].append(order_id)
+        return "ok"
+
+    ran.update(search=search_orders, refund=issue_refund, refund_async=issue_refund_async)
+    return guard, ran
+
+
+def test_decorated_tools_keep_signature_name_doc_and_coroutine_nature() -> None:
+    """wrapt keeps everything a framework reads from a tool function."""
+    _, tools = build()
+    refund, refund_async = tools["refund"], tools["refund_async"]
+    assert refund.__name__ == "issue_refund"
+    assert refund.__doc__ == "Refund an order."
+    assert list(inspect.signature(refund).parameters) == ["order_id", "amount"]
+    assert inspect.iscoroutinefunction(refund_async)
+    assert not inspect.iscoroutinefunction(refund)
+
+
+def test_allowed_calls_run_and_results_are_harvested() -> None:
+    """A call with ledger ids runs; the ids it returns enter the ledger, verified."""
+    guard, tools = build()
+    with guard.session("s") as ledger:
+        guard.observe_user("I am cus_41ZpA9")
+        tools["search"]("cus_41ZpA9")
+        refund = tools["refund"]("#W8855135", amount=5)
+        assert isinstance(refund, Refund)
+        assert tools["refunds"] == ["#W8855135"]
+        assert ledger.get("item", "it_r001") is not None
+        assert ledger["customer"].verified
+
+
+def test_sync_and_async_calls_are_refused_alike_in_raise_mode() -> None:
+    """raise mode raises IdentifierViolation carrying the verdict; the tool never runs."""
+    guard, tools = build()
+
+    async def both() -> None:
+        async with guard.session("s"):
+            with pytest.raises(IdentifierViolation) as info:
+                await tools["refund_async"]("#W8855136")
+            assert info.value.verdict.findings[0].problem == "mutated"
+            await tools["refund_async"](order_id="#W8855135")
+
+    with guard.session("s"):
+        guard.observe_user("I am cus_41ZpA9")
+        tools["search"]("cus_41ZpA9")
+        with pytest.raises(IdentifierViolation, match="close to, but not the same as"):
+            tools["refund"]("#W8855136")
+    asyncio.run(both())
+    assert tools["refunds"] == ["#W8855135"]
+
+
+def test_reprompt_mode_returns_a_rejection_and_bounds_retries() -> None:
+    """reprompt mode returns the message instead of running, and raises after N refusals."""
+    guard, tools = build("reprompt", max_reprompts=2)
+    with guard.session("s"):
+        guard.observe_user("I am cus_41ZpA9")
+        tools["search"]("cus_41ZpA9")
+        first = tools["refund"]("#W8855136")
+        assert isinstance(first, Rejection)
+        assert not first
+        assert str(first) == first.verdict.message
+        assert first.to_dict()["findings"][0]["problem"] == "mutated"
+        assert isinstance(tools["refund"]("#W8855137"), Rejection)
+        with pytest.raises(RepromptLimitExceeded, match="2 refusals of issue_refund"):
+            tools["refund"]("#W8855138")
+        tools["refund"]("#W8855135")  # an allowed call resets the count
+        assert isinstance(tools["refund"]("#W8855136"), Rejection)
+    assert tools["refunds"] == ["#W8855135"]
+
+
+def test_observe_mode_runs_the_tool_and_logs() -> None:
+    """observe mode never blocks; the refusal is only logged."""
+    guard, tools = build("observe")
+    with guard.session("s"):
+        tools["refund"]("#W1234567")
+    assert tools["refunds"] == ["#W1234567"]
+
+
+def test_tool_exceptions_propagate_unchanged() -> None:
+    """An exception raised by the tool reaches the caller as it was raised."""
+    guard = shop_guard()
+    boom = ValueError("no such order")
+
+    @guard.tool(effect="read")
+    def get_order(order_id: Order) -> None:
+        raise boom
+
+    with guard.session("s"):
+        guard.observe_user("order #W1234567")
+        with pytest.raises(ValueError, match="no such order") as info:
+            get_order("#W1234567")
+        assert info.value is boom
+        assert not guard.ledger["order"].verified
+
+
+def test_methods_of_every_kind_are_guarded() -> None:
+    """Instance, class and static methods read their id arguments at the right position."""
+    guard = shop_guard()
+
+    class Desk:
+        @guard.tool
+        def refund(self, order_id: Order) -> str:
+            return f"refunded {order_id}"
+
+        @guard.tool(name="refund_cls")
+        @classmethod
+        def refund_cls(cls, order_id: Order) -> str:
+            return f"refunded {order_id}"
+
+        @guard.tool(name="refund_static")
+        @staticmethod
+        def refund_static(order_id: Order) -> str:
+            return f"refunded {order_id}"
+
+    desk = Desk()
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        for call in (desk.refund, Desk.refund_cls, desk.refund_cls, Desk.refund_static):
+            assert call("W8855135") == "refunded W8855135"
+            with pytest.raises(IdentifierViolation):
+                call("W8855136")
+        assert Desk.refund(desk, "W8855135") == "refunded W8855135"
+        with pytest.raises(IdentifierViolation):
+            Desk.refund(desk, order_id="W8855136")
+
+
+def test_the_per_call_path_does_not_inspect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Everything is compiled at decoration; calls never reach inspect."""
+    guard, tools = build()
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("inspect called on the per-call path")
+
+    monkeypatch.setattr(inspect, "signature", forbidden)
+    monkeypatch.setattr(inspect, "getdoc", forbidden)
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        tools["refund"]("W8855135", 3)
+
+
+def test_mints_enter_the_ledger_after_a_successful_write() -> None:
+    """A write that brings an id into existence makes it usable afterwards."""
+    guard = shop_guard()
+    guard.declare("invite", ids={}, mints={"email": "email"})
+    guard.declare("send_mail", ids={"to": "email"})
+    with guard.session("s"):
+        assert not guard.check("send_mail", {"to": "new@example.com"}).allowed
+        guard.record("invite", {"email": "new@example.com"}, {"ok": True}, error=True)
+        assert not guard.check("send_mail", {"to": "new@example.com"}).allowed
+        guard.record("invite", {"email": "New@Example.com"}, {"ok": True})
+        assert guard.check("send_mail", {"to": "new@example.com"}).allowed
+
+
+def test_calls_outside_a_session_are_usage_errors_unless_a_default_is_given() -> None:
+    """A guarded call with no session says how to open one; a default session avoids it."""
+    _guard, tools = build()
+    with pytest.raises(GuardrailUsageError, match=r"with guard.session\(conversation_id\)"):
+        tools["refund"]("W8855135")
+    single, single_tools = build(default_session="default")
+    single.record("search_orders", {}, ORDERS)
+    assert isinstance(single_tools["refund"]("W8855135"), Refund)
+    with single.session("other"), pytest.raises(IdentifierViolation):
+        single_tools["refund"]("W8855135")
+
+
+def test_same_session_id_gives_the_same_ledger_and_saved_ledgers_resume() -> None:
+    """guard.session(id) twice shares one ledger; ledger= resumes a saved one."""
+    guard = shop_guard()
+    with guard.session("a") as first:
+        guard.record("search_orders", {}, ORDERS)
+    with guard.session("a") as again:
+        assert again is first
+    saved = first.to_json()
+    other = shop_guard()
+    with other.session("b", ledger=Ledger.from_json(saved)) as resumed:
+        assert other.check("issue_refund", {"order_id": "W8855135"}).allowed
+        assert resumed.session_id == "b"
+
+
+def test_nested_sessions_restore_the_outer_one() -> None:
+    """Leaving an inner session makes the outer one current again."""
+    guard = shop_guard()
+    with guard.session("outer") as outer:
+        with guard.session("inner") as inner:
+            assert guard.ledger is inner
+        assert guard.ledger is outer
+
+
+def test_each_guard_has_its_own_session_variable() -> None:
+    """Two guards never see each other's current session."""
+    one, two = shop_guard(), shop_guard()
+    with one.session("x"), pytest.raises(GuardrailUsageError):
+        two.check("issue_refund", {"order_id": "W1"})
+
+
+def test_labels_and_the_labelling_tool() -> None:
+    """Entries get meaningful roles from the program or from the agent's small tool."""
+    guard = shop_guard()
+    label = guard.labeling_tool()
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        guard.label("order_2", "pending_order")
+        assert label("order", "damaged_order").startswith("[damaged_order] now names")
+        assert label("nope", "x").startswith("not labelled")
+        assert ledger["damaged_order"].value == "#W8855135"
+        assert ledger["order"] is ledger["damaged_order"]
+
+
+def test_guard_options_are_validated() -> None:
+    """Bad guard options say what is allowed."""
+    with pytest.raises(GuardrailUsageError, match="mode must be one of"):
+        Guard(mode="strict")  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="capacity"):
+        Guard(capacity=0)
+    with pytest.raises(GuardrailUsageError, match="session id"):
+        Guard().session("")
+    with pytest.raises(GuardrailUsageError, match="observe_user takes the user's text"):
+        Guard(default_session="d").observe_user(None)  # type: ignore[arg-type]
+
+
+session_ids = st.lists(
+    st.integers(min_value=1, max_value=10**6), min_size=2, max_size=12, unique=True
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(session_ids)
+def test_sessions_stay_isolated_under_asyncio_gather(numbers: list[int]) -> None:
+    """Property: concurrent conversations in asyncio tasks never see each other's ids."""
+    guard = shop_guard()
+    seen: dict[int, list[bool]] = {}
+
+    async def conversation(n: int) -> None:
+        async with guard.session(f"c{n}"):
+            mine = f"W{n:07d}"
+            guard.record("get_order", {}, {"order_id": mine})
+            await asyncio.sleep(0)
+            others = [f"W{m:07d}" for m in numbers if m != n]
+            seen[n] = [guard.check("issue_refund", {"order_id": mine}).allowed]
+            seen[n] += [not guard.check("issue_refund", {"order_id": o}).allowed for o in others]
+
+    async def everyone() -> None:
+        await asyncio.gather(*(conversation(n) for n in numbers))
+
+    asyncio.run(everyone())
+    assert all(all(flags) for flags in seen.values())
+
+
+@settings(max_examples=10, deadline=None)
+@given(session_ids)
+def test_sessions_stay_isolated_in_a_thread_pool(numbers: list[int]) -> None:
+    """Property: conversations served by a thread pool never see each other's ids."""
+    guard = shop_guard()
+
+    def conversation(n: int) -> bool:
+        with guard.session(f"t{n}"):
+            mine = f"W{n:07d}"
+            guard.record("get_order", {}, {"order_id": mine})
+            others = [f"W{m:07d}" for m in numbers if m != n]
+            ok = guard.check("issue_refund", {"order_id": mine}).allowed
+            return ok and not any(
+                guard.check("issue_refund", {"order_id": o}).allowed for o in others
+            )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(conversation, numbers))
+
+
+def test_a_failing_normaliser_never_loses_the_tools_result() -> None:
+    """If recording fails after the tool ran, the result still returns and nothing is added."""
+    guard = Guard()
+
+    def explode(value: str) -> str:
+        raise RuntimeError("bad normaliser")
+
+    guard.add_kind("thing", normalize=explode)
+
+    @guard.tool(produces={"id": "thing"}, effect="read")
+    def make() -> dict[str, str]:
+        return {"id": "t1"}
+
+    with guard.session("s") as ledger:
+        assert make() == {"id": "t1"}
+        assert len(ledger) == 0
+
+
+def test_concurrent_recording_and_checking_in_one_session() -> None:
+    """Threads recording and checking in one conversation keep one consistent ledger."""
+    guard = shop_guard(capacity=50)
+
+    def worker(n: int) -> None:
+        with guard.session("shared"):
+            for m in range(40):
+                value = f"W{n:03d}{m:04d}"
+                guard.record("get_order", {}, {"order_id": value})
+                guard.check("get_order", {"order_id": value})
+                guard.check("issue_refund", {"order_id": value[:-1]})
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(worker, range(8)))
+    with guard.session("shared") as ledger:
+        assert len(ledger) == 50
+        assert len(ledger.tombstones()) == 50
+        assert Ledger.from_json(ledger.to_json()) == ledger

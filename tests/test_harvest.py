@@ -1,0 +1,151 @@
+"""Harvest: declared places in a result in, identifiers out; nothing else read."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from guardrail import Guard, Id
+from guardrail.harvest import MAX_ID_LENGTH, harvest
+
+from .conftest import ORDERS, shop_guard
+
+
+def ids(guard: Guard, tool: str, result: Any) -> list[tuple[str, str]]:
+    return [(f.kind, f.value) for f in harvest(guard.specs[tool], result, guard.kinds).found]
+
+
+def test_json_paths_and_status() -> None:
+    """Declared paths yield ids verbatim, keyed by the kind's normaliser, with a status."""
+    guard = shop_guard()
+    found = harvest(guard.specs["search_orders"], ORDERS, guard.kinds).found
+    assert [(f.value, f.key, f.status, f.path) for f in found] == [
+        ("#W8855135", "W8855135", "delivered", "orders[*].order_id"),
+        ("#W2378156", "W2378156", "pending", "orders[*].order_id"),
+    ]
+
+
+def test_json_text_results_are_parsed_first() -> None:
+    """A str result that is valid JSON is parsed before paths apply."""
+    guard = shop_guard()
+    assert ids(guard, "search_orders", json.dumps(ORDERS)) == [
+        ("order", "#W8855135"),
+        ("order", "#W2378156"),
+    ]
+    assert ids(guard, "search_orders", b'{"orders": [{"order_id": "W1234567"}]}') == [
+        ("order", "W1234567")
+    ]
+
+
+def test_plain_text_is_seen_only_by_root_and_regex_producers() -> None:
+    """Prose is never scanned by JSON paths; `$` and `re:` read plain text."""
+    guard = shop_guard()
+    guard.declare("create_item", produces={"$": "item"})
+    guard.declare("send", produces={"re:ticket (it_[a-z0-9]+)": "item", "re:W\\d{7}": "order"})
+    assert ids(guard, "search_orders", "Your order W1234567 shipped") == []
+    assert ids(guard, "create_item", "  it_abcd \n") == [("item", "it_abcd")]
+    assert ids(guard, "send", "ticket it_x9y8 for W1234567 and W7654321") == [
+        ("item", "it_x9y8"),
+        ("order", "W1234567"),
+        ("order", "W7654321"),
+    ]
+
+
+class Line(BaseModel):
+    item_id: Annotated[str, Id("item")]
+
+
+class Receipt(BaseModel):
+    order_id: Annotated[str, Id("order", status="state")]
+    state: str = "paid"
+    lines: list[Line]
+
+
+@dataclass
+class Ticket:
+    ticket: Annotated[str, Id("item")]
+
+
+def test_models_and_dataclasses_are_read_by_their_annotations() -> None:
+    """A tool with no result paths is read by the Id fields of what it returned."""
+    guard = shop_guard()
+    guard.declare("plain")
+    receipt = Receipt(order_id="#W1234567", lines=[Line(item_id="it_aaaa"), Line(item_id="it_b1")])
+    assert ids(guard, "plain", receipt) == [
+        ("order", "#W1234567"),
+        ("item", "it_aaaa"),
+        ("item", "it_b1"),
+    ]
+    assert ids(guard, "plain", [Ticket("it_t1"), Ticket("it_t2")]) == [
+        ("item", "it_t1"),
+        ("item", "it_t2"),
+    ]
+    assert ids(guard, "plain", {"order_id": "W1234567"}) == []
+    assert harvest(guard.specs["plain"], receipt, guard.kinds).found[0].status == "paid"
+
+
+def test_numbers_are_ids_too_but_not_booleans_or_objects() -> None:
+    """Integer ids are read as text; booleans, None and objects are not ids."""
+    guard = shop_guard()
+    guard.add_kind("ticket", normalize="number")
+    guard.declare("t", produces={"[*]": "ticket"})
+    result = harvest(guard.specs["t"], [7, 7.0, True, None, {"a": 1}, "8"], guard.kinds)
+    assert [(f.value, f.key) for f in result.found] == [("7", "7"), ("8", "8")]
+    assert result.problems and "not identifiers" in result.problems[0]
+
+
+def test_examples_empty_and_oversized_values_are_not_recorded() -> None:
+    """Placeholders, empty strings and absurdly long values never enter the ledger."""
+    guard = shop_guard()
+    result = {"orders": [{"order_id": "#W0000000"}, {"order_id": ""}, {"order_id": "W" * 5000}]}
+    found = harvest(guard.specs["search_orders"], result, guard.kinds)
+    assert found.found == []
+    assert str(MAX_ID_LENGTH) in found.problems[0]
+
+
+def test_duplicates_are_reported_once() -> None:
+    """The same id twice in one result is one finding."""
+    guard = shop_guard()
+    twice = {"orders": [{"order_id": "#W1234567"}, {"order_id": "W1234567"}]}
+    assert ids(guard, "search_orders", twice) == [("order", "#W1234567")]
+
+
+def test_bad_results_never_crash() -> None:
+    """Non-UTF-8 bytes, deep JSON, cycles and foreign objects give problems, not exceptions."""
+    guard = shop_guard()
+    spec = guard.specs["search_orders"]
+    assert "not UTF-8" in harvest(spec, b"\xff\xfe\x00", guard.kinds).problems[0]
+    deep = "[" * 100_000 + "]" * 100_000
+    assert "nested too deeply" in harvest(spec, deep, guard.kinds).problems[0]
+    cyclic: dict[str, Any] = {"orders": []}
+    cyclic["orders"].append(cyclic)
+    assert harvest(spec, cyclic, guard.kinds).found == []
+    assert harvest(spec, object(), guard.kinds).found == []
+    assert harvest(spec, float("nan"), guard.kinds).found == []
+
+
+def test_huge_results_are_harvested_completely() -> None:
+    """Forty thousand ids in one result all come out."""
+    guard = shop_guard()
+    big = {"orders": [{"order_id": f"W{n:07d}"} for n in range(1, 40_001)]}
+    assert len(harvest(guard.specs["search_orders"], json.dumps(big), guard.kinds).found) == 40_000
+
+
+order_ids = st.lists(st.from_regex(r"W[1-9]\d{6}", fullmatch=True), max_size=30, unique=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(order_ids, st.booleans())
+def test_harvest_never_loses_a_declared_id(values: list[str], as_text: bool) -> None:
+    """Every id placed at a declared path is harvested, whatever else the result holds."""
+    guard = shop_guard()
+    result: Any = {"orders": [{"order_id": v, "note": "W9999999 in prose"} for v in values]}
+    if as_text:
+        result = json.dumps(result)
+    found = [f.value for f in harvest(guard.specs["search_orders"], result, guard.kinds).found]
+    assert found == values

@@ -1,0 +1,84 @@
+"""Kinds: names, patterns, normalisers and examples."""
+
+from __future__ import annotations
+
+import pytest
+
+from guardrail import GuardrailUsageError, Kind
+from guardrail.kinds import compile_normalizer
+
+
+def test_default_normaliser_strips_white_space() -> None:
+    """Surrounding white space is never part of an id."""
+    assert Kind.build("order").normalize("  W1 \n") == "W1"
+
+
+@pytest.mark.parametrize(
+    ("spec", "written", "normal"),
+    [
+        ("casefold", "AbC", "abc"),
+        ("upper", "zfa04y", "ZFA04Y"),
+        (["strip", "prefix:#"], " #W8855135 ", "W8855135"),
+        ("number", "7.0", "7"),
+        ("number", "007", "7"),
+        ("number", "7.50", "7.5"),
+        ("number", "seven", "seven"),
+        ("url", "HTTPS://Example.com/a/", "example.com/a"),
+        ("url", "example.com/a", "example.com/a"),
+        ("url", "http://example.com:8080/x?q=1", "example.com:8080/x?q=1"),
+        ("email", " Jane.Doe@Example.COM ", "jane.doe@example.com"),
+    ],
+)
+def test_builtin_normalisers(spec: str | list[str], written: str, normal: str) -> None:
+    """Each built-in normaliser maps written forms of one id to one key."""
+    assert compile_normalizer(spec)(written) == normal
+
+
+def test_callable_normaliser_is_used_as_given() -> None:
+    """Any callable can normalise."""
+    kind = Kind.build("sku", normalize=lambda value: value.replace("-", ""))
+    assert kind.normalize("AB-12") == "AB12"
+
+
+def test_unknown_normaliser_is_a_usage_error() -> None:
+    """A misspelt normaliser names the ones that exist."""
+    with pytest.raises(GuardrailUsageError, match="unknown normaliser 'casefld'.*casefold"):
+        Kind.build("order", normalize="casefld")
+
+
+@pytest.mark.parametrize("name", ["", "1order", "order id", "ord-er"])
+def test_bad_kind_names_are_refused(name: str) -> None:
+    """Kind names become roles, so they must be plain names."""
+    with pytest.raises(GuardrailUsageError, match="kind name"):
+        Kind.build(name)
+
+
+def test_bad_pattern_is_a_usage_error() -> None:
+    """A pattern that does not compile is reported with the kind's name."""
+    with pytest.raises(GuardrailUsageError, match="kind 'order': bad pattern"):
+        Kind.build("order", pattern="W(\\d")
+
+
+def test_examples_are_kept_normalised() -> None:
+    """Examples are compared after normalising, so '#W0000000' also covers 'W0000000'."""
+    kind = Kind.build("order", normalize=["strip", "prefix:#"], examples=["#W0000000"])
+    assert kind.examples == frozenset({"W0000000"})
+    assert kind.with_examples(["W1111111"]).examples == frozenset({"W0000000", "W1111111"})
+    assert kind.with_examples(["#W0000000"]) is kind
+
+
+def test_find_reads_ids_in_prose_trimmed_of_punctuation() -> None:
+    """Pattern matches in prose are whole tokens, anchors in the pattern ignored."""
+    kind = Kind.build("order", pattern=r"^#?W\d{7}$")
+    text = 'My orders are "#W8855135", W2378156. Not XW1234567 nor W12345678.'
+    assert list(kind.find(text)) == ["#W8855135", "W2378156"]
+    assert kind.matches("#W8855135")
+    assert not kind.matches("W12")
+
+
+def test_kind_without_pattern_finds_nothing_and_matches_anything() -> None:
+    """A kind with no pattern cannot be recognised in prose."""
+    kind = Kind.build("hotel")
+    assert not kind.has_pattern
+    assert list(kind.find("the Grand Hotel")) == []
+    assert kind.matches("anything")

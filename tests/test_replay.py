@@ -1,0 +1,503 @@
+"""Replay: recorded conversations through a guard, its cost and what it catches, and the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from guardrail import Guard, Ledger
+from guardrail.errors import GuardrailUsageError, ManifestError
+from guardrail.testing import (
+    CLASSES,
+    ReplayReport,
+    Trace,
+    load_trace_file,
+    replay,
+    trace_from_messages,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpus"
+TAU = CORPUS / "tau-airline" / "traces.jsonl"
+MANIFEST = ROOT / "examples" / "tau_airline.toml"
+needs_corpus = pytest.mark.skipif(
+    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
+)
+
+SHOP: dict[str, Any] = {
+    "kinds": {
+        "customer": {"pattern": "cus_[a-z0-9]{6}"},
+        "order": {"pattern": "ord_[A-Za-z0-9]{8}", "examples": ["ord_00000000"]},
+        "city": {"pattern": "[A-Z]{3}", "enforce": False},
+        "slot": {"pattern": "[0-9]"},
+    },
+    "tools": {
+        "find_customer": {"effect": "read", "produces": {"customer_id": "customer"}},
+        "list_orders": {
+            "effect": "read",
+            "ids": {"customer_id": "customer"},
+            "produces": {"orders[*].order_id": "order"},
+        },
+        "describe": {"effect": "read", "ids": {"order_id": "order"}},
+        "refund": {"effect": "write", "ids": {"order_id": "order"}},
+        "refund_many": {"effect": "write", "ids": {"order_ids[*]": "order"}},
+        "refund_packed": {"effect": "write", "ids": {"order_ids": {"kind": "order", "sep": ","}}},
+        "ship": {"effect": "write", "ids": {"order_id": "order", "to": "city"}},
+        "slots": {"effect": "read", "produces": {"slots[*]": "slot"}},
+        "book": {"effect": "write", "ids": {"slot": "slot"}},
+    },
+}
+CUS = "cus_ab12cd"
+ORDERS = ["ord_8F3kQ2xM", "ord_3Tq7Lm2P"]
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+    }
+
+
+def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
+    text = output if isinstance(output, str) else json.dumps(output)
+    return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}
+
+
+def opening() -> list[dict[str, Any]]:
+    """The customer is found and their orders listed: CUS and ORDERS are in the ledger."""
+    return [
+        user("Hi, I need a refund"),
+        call("c1", "find_customer", {"email": "a@example.com"}),
+        result("c1", {"customer_id": CUS}),
+        call("c2", "list_orders", {"customer_id": CUS}),
+        result("c2", {"orders": [{"order_id": o} for o in ORDERS]}),
+    ]
+
+
+def run(*messages: dict[str, Any], **options: Any) -> ReplayReport:
+    return replay(trace_from_messages(list(messages), id="t"), SHOP, **options)
+
+
+def test_allowed_calls_are_counted_and_corrupted() -> None:
+    """Real calls from the ledger are allowed; every corruption class is refused."""
+    report = run(*opening(), call("c3", "refund", {"order_id": ORDERS[0]}), result("c3", "ok"))
+    total = report.total
+    assert (total.traces, total.calls, total.checked, total.allowed, total.refused) == (
+        1,
+        3,
+        3,
+        3,
+        0,
+    )
+    assert total.identifier_arguments == 2
+    for name in CLASSES:
+        stats = total.detection[name]
+        assert stats.refused == stats.variants, name
+    assert total.detection["substituted"].findings["mutated"] >= 1
+    # The customer kind has no examples: the class does not apply to it.
+    assert total.detection["example"].findings == {"example": 1}
+    assert total.detection["example"].not_applicable == 1
+    # The other order is a value provenance cannot tell apart: allowed.
+    same = total.detection["same_kind"]
+    assert same.variants == 1
+    assert same.refused == 0
+
+
+def test_false_refusals_are_told_apart() -> None:
+    """Invented and user-typed unverified refusals are expected; a tool-shown value is genuine."""
+    report = run(
+        *opening(),
+        user("Also refund ord_AAAAAAAA please"),
+        call("c3", "refund", {"order_id": "ord_AAAAAAAA"}),  # typed, never looked up
+        result("c3", "ok"),
+        call("c4", "refund", {"order_id": "ord_ZZZZZZZZ"}),  # invented
+        result("c4", "ok"),
+        call("c5", "describe", {"order_id": ORDERS[0]}),
+        result("c5", {"note": "replaces ord_QQQQQQQQ"}),  # a path the manifest does not declare
+        call("c6", "refund", {"order_id": "ord_QQQQQQQQ"}),
+        result("c6", "ok"),
+    )
+    total = report.total
+    assert total.refused == 3
+    assert dict(total.false_refusals) == {"unverified": 1, "invented": 1, "genuine": 1}
+    assert report.false_refusals == 1
+    (genuine,) = total.false_refusal_examples["genuine"]
+    assert genuine.tool == "refund"
+    assert genuine.findings[0]["value"] == "ord_QQQQQQQQ"
+    assert genuine.findings[0]["problem"] == "unknown"
+    assert genuine.trace == "t"
+
+
+def test_refused_calls_that_failed_or_got_no_result_are_not_false_refusals() -> None:
+    """A refused call that failed in the recording, or has no result, is counted apart."""
+    report = run(
+        *opening(),
+        call("c3", "refund", {"order_id": "ord_ZZZZZZZZ"}),
+        result("c3", "Error: no such order", error=True),
+        call("c4", "refund", {"order_id": "ord_YYYYYYYY"}),
+    )
+    total = report.total
+    assert sum(total.false_refusals.values()) == 0
+    assert dict(total.refused_failed) == {"invented": 1}
+    assert total.refused_no_result == 1
+    assert total.unanswered_calls == 1
+
+
+def test_a_result_answers_the_latest_open_call_with_its_id() -> None:
+    """Reused call ids pair a result with the most recent open call of that id."""
+    report = run(
+        user(f"I am {CUS}"),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "c1", "name": "find_customer", "arguments": {"email": "a@example.com"}},
+                {"id": "c1", "name": "list_orders", "arguments": {"customer_id": CUS}},
+            ],
+        },
+        result("c1", {"orders": [{"order_id": ORDERS[0]}]}),  # answers list_orders
+        result("c1", {"customer_id": CUS}),  # answers find_customer
+        call("c1", "refund", {"order_id": ORDERS[0]}),
+        result("c1", "ok"),
+    )
+    assert report.total.refused == 0
+    assert report.total.orphan_results == 0
+
+
+def test_unknown_tools_unreadable_arguments_and_orphans_are_counted() -> None:
+    """Calls of undeclared tools, arguments that are not JSON, and stray results are counted."""
+    trace = trace_from_messages(
+        [
+            *opening(),
+            call("c3", "teleport", {"to": "mars"}),
+            result("c3", "ok"),
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "c4", "function": {"name": "refund", "arguments": "{not json"}}
+                ],
+            },
+            result("c4", "ok"),
+            result("c9", "nobody asked"),
+        ]
+    )
+    total = replay(trace, SHOP).total
+    assert dict(total.unknown_tools) == {"teleport": 1}
+    assert total.unreadable_arguments == 1
+    assert total.orphan_results == 1
+    assert total.calls == 4
+    assert total.checked == 2
+    assert total.refused == 0
+
+
+def test_malformed_lines_reach_the_report(tmp_path: Path) -> None:
+    """Lines a trace file could not read are listed, with their line, in the report."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        json.dumps({"id": "ok", "messages": opening()}) + "\nnot json\n" + json.dumps([1]) + "\n",
+        encoding="utf-8",
+    )
+    report = replay(path, SHOP)
+    (stats,) = report.files
+    assert stats.traces == 1
+    assert stats.malformed_lines == 2
+    data = report.to_dict()
+    assert data["total"]["malformed"]["lines"] == 2
+    assert [m["line"] for m in data["files"][0]["malformed"]["examples"]] == [2, 3]
+
+
+def test_corruptions_that_name_another_value_are_collisions() -> None:
+    """When every substitution lands on another ledger value, it is a collision, not a miss."""
+    report = run(
+        user("book a slot"),
+        call("c1", "slots", {}),
+        result("c1", {"slots": [str(n) for n in range(10)]}),
+        call("c2", "book", {"slot": "3"}),
+        result("c2", "ok"),
+        classes=["substituted"],
+    )
+    stats = report.total.detection["substituted"]
+    assert stats.collisions == 1
+    assert stats.variants == 0
+    assert stats.rate is None
+
+
+def test_advisory_kinds_are_not_corrupted() -> None:
+    """Identifier arguments of advisory kinds are counted apart and not corrupted."""
+    report = run(*opening(), call("c3", "ship", {"order_id": ORDERS[0], "to": "JFK"}))
+    assert report.total.advisory_arguments == 1
+    assert report.total.identifier_arguments == 2
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        ("refund_many", {"order_ids": ORDERS}),
+        ("refund_many", {"order_ids": json.dumps(ORDERS)}),
+        ("refund_packed", {"order_ids": ", ".join(ORDERS)}),
+    ],
+)
+def test_ids_in_lists_json_strings_and_packed_strings_are_corrupted(
+    tool: str, arguments: dict[str, Any]
+) -> None:
+    """Each id of a list, a JSON-string list or a separator-packed string is corrupted alone."""
+    report = run(*opening(), call("c3", tool, arguments), result("c3", "ok"))
+    total = report.total
+    assert total.refused == 0
+    assert total.identifier_arguments == 3
+    for name in CLASSES:
+        assert total.detection[name].refused == total.detection[name].variants, name
+    assert total.detection["substituted"].variants == 3
+
+
+def test_same_seed_same_report() -> None:
+    """Two replays with one seed give the same report."""
+    messages = [*opening(), call("c3", "refund", {"order_id": ORDERS[1]}), result("c3", "ok")]
+    assert run(*messages, seed=3).to_dict() == run(*messages, seed=3).to_dict()
+
+
+def test_limit_and_progress() -> None:
+    """limit replays at most N traces; progress is told after each one."""
+    traces = [trace_from_messages(opening(), id=f"t{i}") for i in range(5)]
+    seen: list[tuple[int, int]] = []
+    report = replay(traces, SHOP, limit=3, progress=lambda done, total: seen.append((done, total)))
+    assert report.total.traces == 3
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+
+
+def test_variants_per_class() -> None:
+    """variants=N checks N variants of each class per identifier argument."""
+    messages = [*opening(), call("c3", "refund", {"order_id": ORDERS[1]})]
+    report = run(*messages, variants=3, classes=["inserted"])
+    assert report.total.detection["inserted"].variants == 3 * report.total.identifier_arguments
+    assert list(report.total.detection) == ["inserted"]
+
+
+def test_availability_is_empty_without_compaction() -> None:
+    """With no compaction, the availability slot is there and empty."""
+    report = run(*opening())
+    assert report.availability == {}
+    assert report.to_dict()["total"]["availability"] == {}
+    assert "not measured" in report.to_text()
+
+
+def test_compaction_hook_measures_ids_still_in_the_context() -> None:
+    """Each strategy is given the conversation so far; ids of the next call are looked for."""
+    seen: list[int] = []
+
+    def keep_all(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        seen.append(len(messages))
+        return messages
+
+    def drop_tools(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        return [m for m in messages if m["role"] in ("system", "user")]
+
+    report = run(
+        *opening(),
+        user("refund the first one"),
+        call("c3", "refund", {"order_id": ORDERS[0]}),
+        result("c3", "ok"),
+        compaction={"keep": keep_all, "drop": drop_tools},
+    )
+    keep, drop = report.availability["keep"], report.availability["drop"]
+    assert seen == [1, 6]  # once per turn, before its first call
+    assert keep.compactions == 2
+    assert (keep.ids, keep.present, keep.rate) == (1, 1, 1.0)
+    assert (drop.ids, drop.present, drop.rate) == (1, 0, 0.0)
+    assert drop.misses[0].tool == "refund"
+    # The first call's e-mail is no identifier; the order id was in a tool result.
+    assert keep.not_in_context == 0
+    assert report.settings["compaction"] == ["keep", "drop"]
+
+
+def test_compaction_gets_a_copy_of_the_ledger() -> None:
+    """A strategy that changes the ledger it is given does not change the replay."""
+
+    def meddle(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        for entry in ledger.entries():
+            ledger.forget(entry.role)
+        return messages
+
+    messages = [*opening(), user("go"), call("c3", "refund", {"order_id": ORDERS[0]})]
+    plain = run(*messages).to_dict()["total"]
+    meddled = run(*messages, compaction=meddle).to_dict()["total"]
+    meddled.pop("availability")
+    plain.pop("availability")
+    assert meddled == plain
+
+
+def test_a_guard_is_replayed_silently_and_left_as_it_was() -> None:
+    """Replaying with a Guard emits no audit events and leaves the guard's own logging alone."""
+    guard = Guard.from_manifest(SHOP)
+    with structlog.testing.capture_logs() as events:
+        report = replay(trace_from_messages(opening()), guard)
+    assert report.total.allowed == 2
+    assert events == []
+    with structlog.testing.capture_logs() as events, guard.session("s"):
+        guard.check("refund", {"order_id": "ord_ZZZZZZZZ"})
+    assert [e["event"] for e in events] == ["guardrail.call_checked"]
+
+
+def test_errors_of_use_are_raised_before_the_run() -> None:
+    """A bad manifest, class, limit or trace source raises a usage error."""
+    trace = trace_from_messages(opening())
+    with pytest.raises(ManifestError, match="unknown kind"):
+        replay(trace, {"tools": {"t": {"ids": {"x": "nope"}}}})
+    with pytest.raises(GuardrailUsageError, match="garbled"):
+        replay(trace, SHOP, classes=["garbled"])
+    with pytest.raises(GuardrailUsageError, match="limit"):
+        replay(trace, SHOP, limit=-1)
+    with pytest.raises(GuardrailUsageError, match="capacity"):
+        replay(trace, Guard.from_manifest(SHOP), capacity=5)
+    with pytest.raises(GuardrailUsageError, match="int"):
+        replay([42], SHOP)  # type: ignore[list-item]
+
+
+def test_report_serialises_and_renders() -> None:
+    """to_dict is JSON; to_text shows the per-file, refusal and detection tables."""
+    report = run(
+        *opening(),
+        call("c3", "refund", {"order_id": "ord_ZZZZZZZZ"}),
+        result("c3", "ok"),
+    )
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["total"]["false_refusals"]["by_reason"]["invented"] == 1
+    assert data["total"]["detection"]["substituted"]["rate"] == 1.0
+    assert data["files"][0]["path"] == "<memory>"
+    text = report.to_text(width=120)
+    assert "Per trace file" in text
+    assert "False refusals" in text
+    assert "Detection" in text
+    assert 'order_id="ord_ZZZZZZZZ" unknown' in text
+
+
+def test_assert_no_false_refusals() -> None:
+    """Genuine false refusals fail the assertion; expected ones pass unless disallowed."""
+    expected = run(*opening(), call("c3", "refund", {"order_id": "ord_ZZZZZZZZ"}), result("c3", 1))
+    expected.assert_no_false_refusals()
+    with pytest.raises(AssertionError, match="ord_ZZZZZZZZ"):
+        expected.assert_no_false_refusals(allow_expected=False)
+    genuine = run(
+        *opening(),
+        call("c5", "describe", {"order_id": ORDERS[0]}),
+        result("c5", {"note": "replaces ord_QQQQQQQQ"}),
+        call("c6", "refund", {"order_id": "ord_QQQQQQQQ"}),
+        result("c6", "ok"),
+    )
+    with pytest.raises(AssertionError, match=r"(?s)1 call\(s\).*ord_QQQQQQQQ"):
+        genuine.assert_no_false_refusals()
+
+
+def test_assert_detection() -> None:
+    """assert_detection fails for a class refused less often than asked, naming it."""
+    report = run(*opening(), call("c3", "refund", {"order_id": ORDERS[0]}), result("c3", "ok"))
+    report.assert_detection(1.0)
+    with pytest.raises(AssertionError, match="same_kind"):
+        report.assert_detection(0.5, classes=["same_kind"])
+
+
+@needs_corpus
+def test_corpus_replay() -> None:
+    """On the tau-airline corpus: one expected false refusal, four refused invented ids."""
+    report = replay(TAU, MANIFEST)
+    total = report.total
+    assert (total.traces, total.calls) == (200, 1164)
+    assert total.refused == 5
+    assert dict(total.false_refusals) == {"unverified": 1}
+    assert dict(total.refused_failed) == {"invented": 4}
+    report.assert_no_false_refusals()
+    report.assert_detection(0.99)
+
+
+def test_in_memory_traces_and_files_mix() -> None:
+    """Trace objects and files can be replayed together; loose traces form one entry."""
+    traces: list[Trace] = [trace_from_messages(opening(), id="a")]
+    report = replay(traces, SHOP)
+    assert [f.path for f in report.files] == ["<memory>"]
+
+
+_JSON = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_IDS = st.sampled_from([CUS, *ORDERS, "ord_ZZZZZZZZ", "3", "JFK", ""])
+_ARGS = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["order_id", "customer_id", "order_ids", "to", "slot", "x"]),
+        st.one_of(_IDS, st.lists(_IDS, max_size=3), _JSON),
+        max_size=3,
+    ),
+    st.text(max_size=10),
+)
+_MESSAGE = st.one_of(
+    st.builds(user, st.text(max_size=30)),
+    st.builds(
+        call,
+        st.sampled_from(["c1", "c2", "c3"]),
+        st.sampled_from([*SHOP["tools"], "teleport"]),
+        _ARGS,
+    ),
+    st.builds(
+        result,
+        st.sampled_from(["c1", "c2", "c3", "zz"]),
+        st.one_of(_JSON, st.builds(lambda o: {"orders": [{"order_id": o}]}, _IDS)),
+        error=st.booleans(),
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=st.lists(_MESSAGE, max_size=12), seed=st.integers(0, 1000))
+def test_any_conversation_replays_and_adds_up(messages: list[dict[str, Any]], seed: int) -> None:
+    """Whatever a recording holds, replay never raises and its counts add up."""
+    total = run(*messages, seed=seed).total
+    assert total.calls == total.checked + sum(total.unknown_tools.values()) + (
+        total.unreadable_arguments
+    )
+    assert total.checked == total.allowed + total.refused
+    assert total.refused == (
+        sum(total.false_refusals.values())
+        + sum(total.refused_failed.values())
+        + total.refused_no_result
+    )
+    for stats in total.detection.values():
+        assert 0 <= stats.refused <= stats.variants
+
+
+def _placeless(data: Any) -> Any:
+    """``data`` without the file paths and line numbers, which differ between two files."""
+    if isinstance(data, dict):
+        return {k: _placeless(v) for k, v in data.items() if k not in ("path", "line")}
+    if isinstance(data, list):
+        return [_placeless(v) for v in data]
+    return data
+
+
+@needs_corpus
+def test_openai_shape_replays_like_the_corpus_shape(tmp_path: Path) -> None:
+    """The same conversations written as OpenAI messages (string arguments) replay the same."""
+    file = load_trace_file(TAU)
+    traces = file.traces[:25]
+    openai = tmp_path / "openai.jsonl"
+    openai.write_text(
+        "\n".join(json.dumps({"id": t.id, "messages": t.openai_messages()}) for t in traces),
+        encoding="utf-8",
+    )
+    corpus = _placeless(replay(list(traces), MANIFEST).to_dict()["total"])
+    again = _placeless(replay(openai, MANIFEST).to_dict()["total"])
+    assert again == corpus
+    assert corpus["calls"] > 100

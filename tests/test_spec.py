@@ -1,0 +1,179 @@
+"""Declarations: Id annotations, decorator keywords and guard.declare, all compiled once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Optional, TypedDict
+
+import pytest
+from pydantic import BaseModel
+
+from guardrail import Guard, GuardrailUsageError, Id
+from guardrail.spec import annotation_ids, param_specs, producers, signature_ids
+
+from .conftest import shop_guard
+
+
+class Line(BaseModel):
+    item_id: Annotated[str, Id("item")]
+    note: str = ""
+
+
+class Order(BaseModel):
+    order_id: Annotated[str, Id("order", status="status")]
+    status: str = "pending"
+    lines: list[Line] = []
+    by_sku: dict[Annotated[str, Id("item")], int] = {}
+
+
+@dataclass
+class Refund:
+    refund_id: Annotated[str, Id("item", role="refund_{n}")]
+    order: Optional[Order] = None  # noqa: UP045 - the old spelling must work too
+
+
+class Customer(TypedDict):
+    customer_id: Annotated[str, Id("customer")]
+    emails: list[Annotated[str, Id("email")]]
+
+
+def test_id_takes_one_kind_or_several() -> None:
+    """Id("a") and Id(["a", "b"]) both work; an empty kind does not."""
+    assert Id("order").kinds == ("order",)
+    assert Id(["customer", "line"]).kinds == ("customer", "line")
+    with pytest.raises(GuardrailUsageError):
+        Id([])
+
+
+def test_annotations_of_models_dataclasses_and_typeddicts_become_paths() -> None:
+    """Nested models, lists, optionals and dict keys are walked by their annotations."""
+    order_paths = {path.text: marker.kinds for path, marker in annotation_ids(Order)}
+    assert order_paths == {
+        "order_id": ("order",),
+        "lines[*].item_id": ("item",),
+        "by_sku.~": ("item",),
+    }
+    refund_paths = [path.text for path, _ in annotation_ids(Refund)]
+    assert refund_paths == [
+        "refund_id",
+        "order.order_id",
+        "order.lines[*].item_id",
+        "order.by_sku.~",
+    ]
+    customer = {path.text for path, _ in annotation_ids(Customer)}
+    assert customer == {"customer_id", "emails[*]"}
+
+
+def test_self_referencing_models_are_walked_once() -> None:
+    """A model that contains itself does not recurse forever."""
+
+    class Node(BaseModel):
+        node_id: Annotated[str, Id("item")]
+        children: list[Node] = []
+
+    Node.model_rebuild()
+    assert [path.text for path, _ in annotation_ids(Node)] == ["node_id"]
+
+
+def test_signature_gives_params_and_result_producers() -> None:
+    """Parameters and the return annotation are read from one signature."""
+
+    def refund(
+        order_id: Annotated[str, Id("order")],
+        item_ids: list[Annotated[str, Id("item")]],
+        amount: int,
+    ) -> Refund:
+        return Refund(refund_id="r1")
+
+    params, produced = signature_ids(refund)
+    assert [(p.path.text, p.kinds) for p in params] == [
+        ("order_id", ("order",)),
+        ("item_ids[*]", ("item",)),
+    ]
+    assert params[0].simple and not params[1].simple
+    assert produced[0].path is not None and produced[0].path.text == "refund_id"
+    assert produced[0].role == "refund_{n}"
+
+
+def test_decorator_keyword_forms() -> None:
+    """ids= takes a kind, a list of kinds, or {kind, sep}; produces= takes {kind, role, status}."""
+    params = param_specs(
+        {"a": "order", "b": ["customer", "email"], "c": {"kind": "item", "sep": ","}},
+        tool="t",
+    )
+    assert [(p.name, p.kinds, p.sep) for p in params] == [
+        ("a", ("order",), None),
+        ("b", ("customer", "email"), None),
+        ("c", ("item",), ","),
+    ]
+    produced = producers(
+        {"orders[*].id": {"kind": "order", "status": "state"}, "re:(W\\d+)": "order"},
+        tool="t",
+    )
+    assert produced[0].status == "state"
+    assert produced[1].regex is not None and produced[1].source == "re:(W\\d+)"
+
+
+@pytest.mark.parametrize(
+    ("declaration", "message"),
+    [
+        ({"ids": {"order_id": "ordr"}}, "'order_id' names unknown kind 'ordr'"),
+        ({"produces": {"orders[*": "order"}}, "malformed path 'orders\\[\\*'"),
+        ({"produces": {"re:(": "order"}}, "bad regex producer"),
+        ({"produces": {"a": ["order", "item"]}}, "exactly one kind"),
+        ({"ids": {"order_id": {"knd": "order"}}}, "unknown option"),
+        ({"ids": {"order_id": 3}}, "expected a kind name"),
+        ({"ids": {"[*]": "order"}}, "must start with a parameter name"),
+        ({"effect": "delete"}, "effect must be 'read' or 'write'"),
+        ({"mints": {"email": "email"}, "effect": "read"}, "only a write tool mints"),
+        ({"produces": {"orders[*]": {"kind": "order", "status": "s"}}}, "must end in a key"),
+    ],
+)
+def test_bad_declarations_fail_when_declared(declaration: dict[str, object], message: str) -> None:
+    """A bad declaration raises at once, naming the tool and what is wrong."""
+    guard = shop_guard()
+    with pytest.raises(GuardrailUsageError, match=message) as info:
+        guard.declare("lookup", **declaration)  # type: ignore[arg-type]
+    assert "lookup" in str(info.value)
+
+
+def test_id_on_a_missing_parameter_names_the_tool_and_parameter() -> None:
+    """ids= naming a parameter the function lacks is caught at decoration."""
+    guard = shop_guard()
+    with pytest.raises(GuardrailUsageError, match="no parameter of that name") as info:
+
+        @guard.tool(ids={"order": "order"})
+        def refund(order_id: str) -> None: ...
+
+    assert (info.value.tool, info.value.param) == ("refund", "order")
+
+
+def test_unknown_kind_in_an_annotation_fails_at_decoration() -> None:
+    """Id("nope") in a signature is a usage error when the decorator runs."""
+    guard = Guard()
+    with pytest.raises(GuardrailUsageError, match="unknown kind 'nope'"):
+
+        @guard.tool
+        def f(x: Annotated[str, Id("nope")]) -> None: ...
+
+
+def test_tools_default_to_write() -> None:
+    """A tool declared without an effect is a write, the strict side."""
+    guard = shop_guard()
+    assert guard.declare("anything").effect == "write"
+
+    @guard.tool
+    def act(order_id: Annotated[str, Id("order")]) -> None: ...
+
+    assert guard.specs["act"].effect == "write"
+
+
+def test_examples_quoted_in_a_description_are_placeholders() -> None:
+    """An id of a parameter's kind quoted in a tool description becomes an example."""
+    guard = shop_guard()
+
+    @guard.tool(effect="read")
+    def get_details(order_id: Annotated[str, Id("order")]) -> None:
+        """Look up an order, such as '#W1234567'."""
+
+    assert "W1234567" in guard.kinds["order"].examples
