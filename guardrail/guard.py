@@ -10,13 +10,12 @@ an audit event.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
-
-import wrapt
 
 from guardrail.audit import Audit
 from guardrail.check import (
@@ -560,6 +559,43 @@ class Guard:
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
 
+    def _allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:
+        """What ``_enforce`` does for a call whose ids were all allowed outright."""
+        epoch = ledger.epoch
+        for entry in used:
+            if entry.epoch != epoch:
+                ledger.touch(entry)
+        spec = plan.spec
+        if ledger.refusals:
+            ledger.refusals.pop(spec.name, None)
+        if self.audit.enabled(logging.INFO if spec.effect == "write" else logging.DEBUG):
+            self.audit.call_checked(
+                ledger.session_id,
+                Verdict(spec.name, True, used=tuple(used)),
+                effect=spec.effect,
+                mode=self.mode,
+                outcome="allowed",
+            )
+
+    def _nothing_to_record(
+        self, plan: CheckPlan, used: list[Entry], result: Any, ledger: Ledger
+    ) -> bool:
+        """For a call allowed outright: True, with the event ``_record`` would log, when
+        neither its result nor its arguments bring anything into the ledger."""
+        spec = plan.spec
+        if spec.effect == "read" and spec.verifies:
+            if any(not entry.verified for entry in used):
+                return False
+        elif spec.effect == "write" and spec.mints:
+            return False
+        if not yields_nothing(spec, result):
+            return False
+        if self.audit.enabled(logging.DEBUG):
+            self.audit.ids_recorded(
+                ledger.session_id, spec.name, call_id=None, added=(), verified=(), error=False
+            )
+        return True
+
     def _taken_ids(
         self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
     ) -> list[Found]:
@@ -724,55 +760,106 @@ class Guard:
         self._register(spec)
         heads = tuple(positions.items())
         guard = self
+        current = self._var.get
 
-        def bind(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-            # wrapt passes self/cls apart, so bound calls have one positional argument less.
-            offset = 0 if instance is None or isinstance(function, staticmethod) else 1
+        def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            # The wrapper is a plain function, so a method's self (or cls) is args[0], just
+            # as in the signature the positions were read from.
             arguments = {}
             for head, position in heads:
                 if head in kwargs:
                     arguments[head] = kwargs[head]
-                elif 0 <= position - offset < len(args):
-                    arguments[head] = args[position - offset]
+                elif 0 <= position < len(args):
+                    arguments[head] = args[position]
             return arguments
 
-        def before(arguments: dict[str, Any]) -> tuple[Ledger, Verdict]:
-            ledger = guard._current()
-            return ledger, guard._enforce(tool_name, arguments, ledger)
+        def before(
+            args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> tuple[Ledger, Any, Verdict | None]:
+            """``(ledger, used entries, None)`` when every id is allowed outright (no
+            verdict needed), else ``(ledger, bound arguments, verdict of the full check)``."""
+            ledger = current()
+            if ledger is None:
+                ledger = guard._current()
+            plan = guard._plans.get(tool_name)
+            if plan is not None and plan.fast is not None and plan.spec is spec:
+                # The allowed path of check_arguments, reading args and kwargs in place.
+                by_kind = ledger.by_kind
+                read = plan.read
+                used: list[Entry] = []
+                for head, position, kinds in plan.fast:
+                    if head in kwargs:
+                        value = kwargs[head]
+                    elif 0 <= position < len(args):
+                        value = args[position]
+                    else:
+                        continue
+                    if value is None:
+                        continue
+                    if type(value) is not str:
+                        break
+                    for kind, normalize in kinds:
+                        table = by_kind.get(kind)
+                        entry = None if table is None else table.get(normalize(value))
+                        if entry is not None and (entry.verified or read):
+                            used.append(entry)
+                            break
+                    else:
+                        break
+                else:
+                    guard._allowed(plan, ledger, used)
+                    return ledger, used, None
+            arguments = bind(args, kwargs)
+            return ledger, arguments, guard._enforce(tool_name, arguments, ledger)
 
-        def after(arguments: dict[str, Any], ledger: Ledger, verdict: Verdict, result: Any) -> None:
+        def after(
+            ledger: Ledger,
+            held: Any,
+            verdict: Verdict | None,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+            result: Any,
+        ) -> None:
             plan = guard._plans[tool_name]
-            guard._record(plan, arguments, result, False, None, ledger, verdict)
+            if verdict is None:
+                if guard._nothing_to_record(plan, held, result, ledger):
+                    return
+                verdict = Verdict(tool_name, True, used=tuple(held))
+                held = bind(args, kwargs)
+            guard._record(plan, held, result, False, None, ledger, verdict)
 
+        # A plain function rather than an object proxy: a call costs what a pass-through
+        # costs, and methods, class and static methods, signatures, annotations and
+        # iscoroutinefunction behave as the undecorated function's do.
+        wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(target):
 
-            @wrapt.decorator
-            async def guarded_async(
-                wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> Any:
-                arguments = bind(instance, args, kwargs)
-                ledger, verdict = before(arguments)
-                if not verdict.allowed and guard.mode == "reprompt":
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                ledger, held, verdict = before(args, kwargs)
+                if verdict is not None and not verdict.allowed and guard.mode == "reprompt":
                     return Rejection(verdict)
-                result = await wrapped(*args, **kwargs)
-                after(arguments, ledger, verdict, result)
+                result = await target(*args, **kwargs)
+                after(ledger, held, verdict, args, kwargs, result)
                 return result
 
-            return cast(F, guarded_async(function))
+            wrapper = guarded_async
+        else:
 
-        @wrapt.decorator
-        def guarded(
-            wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-        ) -> Any:
-            arguments = bind(instance, args, kwargs)
-            ledger, verdict = before(arguments)
-            if not verdict.allowed and guard.mode == "reprompt":
-                return Rejection(verdict)
-            result = wrapped(*args, **kwargs)
-            after(arguments, ledger, verdict, result)
-            return result
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                ledger, held, verdict = before(args, kwargs)
+                if verdict is not None and not verdict.allowed and guard.mode == "reprompt":
+                    return Rejection(verdict)
+                result = target(*args, **kwargs)
+                after(ledger, held, verdict, args, kwargs, result)
+                return result
 
-        return cast(F, guarded(function))
+            wrapper = guarded
+        functools.update_wrapper(wrapper, target)
+        if isinstance(function, classmethod):
+            return cast(F, classmethod(wrapper))
+        if isinstance(function, staticmethod):
+            return cast(F, staticmethod(wrapper))
+        return cast(F, wrapper)
 
 
 def _positions(
