@@ -32,7 +32,7 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.harvest import Found, harvest, yields_nothing
+from guardrail.harvest import Found, harvest, opaque, yields_nothing
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
@@ -559,42 +559,15 @@ class Guard:
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
 
-    def _allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:
-        """What ``_enforce`` does for a call whose ids were all allowed outright."""
-        epoch = ledger.epoch
-        for entry in used:
-            if entry.epoch != epoch:
-                ledger.touch(entry)
-        spec = plan.spec
-        if ledger.refusals:
-            ledger.refusals.pop(spec.name, None)
-        if self.audit.enabled(logging.INFO if spec.effect == "write" else logging.DEBUG):
-            self.audit.call_checked(
-                ledger.session_id,
-                Verdict(spec.name, True, used=tuple(used)),
-                effect=spec.effect,
-                mode=self.mode,
-                outcome="allowed",
-            )
-
-    def _nothing_to_record(
-        self, plan: CheckPlan, used: list[Entry], result: Any, ledger: Ledger
-    ) -> bool:
-        """For a call allowed outright: True, with the event ``_record`` would log, when
-        neither its result nor its arguments bring anything into the ledger."""
-        spec = plan.spec
-        if spec.effect == "read" and spec.verifies:
-            if any(not entry.verified for entry in used):
-                return False
-        elif spec.effect == "write" and spec.mints:
-            return False
-        if not yields_nothing(spec, result):
-            return False
-        if self.audit.enabled(logging.DEBUG):
-            self.audit.ids_recorded(
-                ledger.session_id, spec.name, call_id=None, added=(), verified=(), error=False
-            )
-        return True
+    def _log_allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:
+        """The audit event of a call whose ids were all allowed outright."""
+        self.audit.call_checked(
+            ledger.session_id,
+            Verdict(plan.spec.name, True, used=tuple(used)),
+            effect=plan.spec.effect,
+            mode=self.mode,
+            outcome="allowed",
+        )
 
     def _taken_ids(
         self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
@@ -761,6 +734,7 @@ class Guard:
         heads = tuple(positions.items())
         guard = self
         current = self._var.get
+        allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
 
         def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
             # The wrapper is a plain function, so a method's self (or cls) is args[0], just
@@ -807,7 +781,15 @@ class Guard:
                     else:
                         break
                 else:
-                    guard._allowed(plan, ledger, used)
+                    # What _enforce does for an allowed call, inline.
+                    epoch = ledger.epoch
+                    for taken in used:
+                        if taken.epoch != epoch:
+                            ledger.touch(taken)
+                    if ledger.refusals:
+                        ledger.refusals.pop(tool_name, None)
+                    if guard.audit.levels[allowed_level]:
+                        guard._log_allowed(plan, ledger, used)
                     return ledger, used, None
             arguments = bind(args, kwargs)
             return ledger, arguments, guard._enforce(tool_name, arguments, ledger)
@@ -822,7 +804,23 @@ class Guard:
         ) -> None:
             plan = guard._plans[tool_name]
             if verdict is None:
-                if guard._nothing_to_record(plan, held, result, ledger):
+                # Allowed outright: what _record would do when nothing enters the ledger.
+                now = plan.spec
+                if (
+                    not now.produces
+                    and not now.mints
+                    and not (plan.read and now.verifies and not all(e.verified for e in held))
+                    and opaque(result)
+                ):
+                    if guard.audit.levels[logging.DEBUG]:
+                        guard.audit.ids_recorded(
+                            ledger.session_id,
+                            now.name,
+                            call_id=None,
+                            added=(),
+                            verified=(),
+                            error=False,
+                        )
                     return
                 verdict = Verdict(tool_name, True, used=tuple(held))
                 held = bind(args, kwargs)

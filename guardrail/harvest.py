@@ -55,22 +55,29 @@ def _as_id_text(value: Any) -> str | None:
 
 
 def _looks_like_json(text: str) -> bool:
-    head = text.lstrip()[:1]
-    return bool(head) and (
-        head in '{["-' or head.isdigit() or text.strip() in ("true", "false", "null")
-    )
-
-
-def yields_nothing(spec: ToolSpec, result: Any) -> bool:
-    """Whether :func:`harvest` is sure to find nothing in ``result`` and report nothing.
-
-    True for a tool that declares no result paths and returns something that
-    is neither a model, a dataclass (or a list of them), nor text or bytes
-    to parse; decided without walking or parsing anything, so a tool that
-    produces no ids costs nothing after it runs.
-    """
-    if spec.produces:
+    head = text[:1]
+    if head.isspace():
+        head = text.lstrip()[:1]
+    if not head:
         return False
+    if head in '{["-' or head.isdigit():
+        return True
+    return head in "tfn" and text.strip() in ("true", "false", "null")
+
+
+#: Result types that never hold ids for a tool with no result paths (no annotations to read).
+_OPAQUE: frozenset[type] = frozenset({type(None), bool, int, float, dict, tuple})
+
+
+def opaque(result: Any) -> bool:
+    """Whether ``result`` holds nothing to harvest for a tool that declares no result paths.
+
+    True unless it is a model or a dataclass (or a list of them), or text or
+    bytes to parse; decided without walking or parsing anything.
+    """
+    tp = type(result)
+    if tp in _OPAQUE:
+        return True
     if isinstance(result, str):
         return not _looks_like_json(result)
     if isinstance(result, (bytes, bytearray, memoryview)):
@@ -78,6 +85,15 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
     sample = result[0] if isinstance(result, list) and result else result
     tp = type(sample)
     return not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__"))
+
+
+def yields_nothing(spec: ToolSpec, result: Any) -> bool:
+    """Whether :func:`harvest` is sure to find nothing in ``result`` and report nothing.
+
+    A tool that declares no result paths and returns an :func:`opaque`
+    result costs nothing after it runs.
+    """
+    return not spec.produces and opaque(result)
 
 
 def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
