@@ -1109,6 +1109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if group in ("sync", "async"):
                 assert ledgers is not None
                 (bench_sync if group == "sync" else bench_async)(sizes, report, ledgers)
+                if group == "async" or "async" not in groups:
+                    ledgers = None  # free them: a large heap slows every later collection
             else:
                 {
                     "refused": bench_refused,
