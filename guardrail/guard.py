@@ -32,7 +32,7 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.harvest import Found, harvest, opaque, yields_nothing
+from guardrail.harvest import Batch, Found, batches_of, harvest_batches, opaque, yields_nothing
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
@@ -510,14 +510,13 @@ class Guard:
                 ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
             return []
-        found: list[Found]
+        batches: list[Batch]
         problems: list[str]
         try:
             if yields_nothing(spec, result):
-                found, problems = [], []
+                batches, problems = [], []
             else:
-                harvested = harvest(spec, result, self.kinds)
-                found, problems = harvested.found, harvested.problems
+                batches, problems = harvest_batches(spec, result, self.kinds)
             taken = self._taken_ids(spec, arguments, verdict)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             self.audit.ids_recorded(
@@ -530,7 +529,7 @@ class Guard:
                 problems=[f"nothing recorded: {type(exc).__name__}: {exc}"],
             )
             return []
-        if not found and not taken and not problems:
+        if not batches and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
                 self.audit.ids_recorded(
                     ledger.session_id,
@@ -542,11 +541,10 @@ class Guard:
                 )
             return []
         turn = ledger.turn
-        items = [*found, *taken]
-        sources = {
-            path: Source(spec.name, call_id, path, turn) for path in {item.path for item in items}
-        }
-        admitted = ledger.admit(items, source=sources)
+        batches.extend(batches_of(taken))
+        paths = {batch.path for batch in batches}
+        sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
+        admitted = ledger.admit_batches(batches, source=sources)
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
