@@ -63,6 +63,7 @@ class Sizes:
     ledgers: tuple[int, ...]  # the allowed path's ledgers, for the scaling curve
     table: tuple[int, int]  # the two of them the table quotes
     refused_ledger: int
+    growth: int  # ids added between two refusals, in the growing-ledger case
     harvest_ids: int
     harvest_bytes: int
     memory_ledgers: tuple[int, ...]
@@ -80,6 +81,7 @@ FULL = Sizes(
     ledgers=(1_000, 3_000, 10_000, 30_000, 100_000),
     table=(10_000, 100_000),
     refused_ledger=100_000,
+    growth=300,
     harvest_ids=40_000,
     harvest_bytes=2_000_000,
     memory_ledgers=(10_000, 100_000),
@@ -96,6 +98,7 @@ QUICK = Sizes(
     ledgers=(100, 1_000),
     table=(100, 1_000),
     refused_ledger=1_000,
+    growth=300,
     harvest_ids=400,
     harvest_bytes=20_000,
     memory_ledgers=(100, 1_000),
@@ -627,12 +630,40 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
     ]
     for row in rows:
         row.unit = "µs"
+    # A growing conversation: new ids arrived since the last refusal, so the near-miss
+    # index has new keys to take in before it can answer.
+    grown = [ids(rng, "ord_", 11, sizes.growth) for _ in range(sizes.slow_rounds)]
+    batches = iter(grown)
+
+    def grow() -> None:
+        batch = next(batches)
+        ledger.admit(
+            [Found(ORDER, v, v, "orders[*]") for v in batch],
+            source=Source("t", None, "orders[*]", 0),
+        )
+
+    def refuse() -> None:
+        guard.check("refund", {"customer_id": customer, "order_id": unknown}, ledger=ledger)
+
+    after_growth = Row(
+        f"unknown id, {sizes.growth} new ids since the last refusal (guard.check)",
+        once(refuse, rounds=sizes.slow_rounds, setup=grow),
+    )
     section = Section(f"Refused call, classified against a ledger of {size:,} entries")
-    section.rows = [*rows, *naive]
+    section.rows = [*rows, after_growth, *naive]
     section.notes.append(
         "guard.check runs the whole refusal: classification, re-prompt text, and the "
         "warning event rendered as JSON. The mutated id has one character added near its "
-        "end, the last class of variant the near-miss search tries."
+        "end, the last class of variant the near-miss search tries. The third row adds "
+        f"{sizes.growth} ids (not timed) before each refusal, as a growing conversation does."
+    )
+    report.targets.append(
+        Target(
+            f"refused (unknown) after {sizes.growth} new ids",
+            "≤ 1 ms",
+            f"{after_growth.median * 1e3:.3f} ms",
+            after_growth.median <= 1e-3,
+        )
     )
     for row, slow in zip(rows, naive, strict=True):
         speedup = slow.median / row.median

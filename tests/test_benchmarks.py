@@ -24,6 +24,7 @@ EXPECTED_ROWS = (
     "| guarded, ledger 1,000 |",
     "| unknown id, ledger 1,000 (guard.check) |",
     "| mutated id, ledger 1,000 (guard.check) |",
+    "| unknown id, 300 new ids since the last refusal (guard.check) |",
     "| naive Levenshtein scan, unknown id |",
     "| naive Levenshtein scan, mutated id |",
     "| guard.record, ",
