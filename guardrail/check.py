@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -498,11 +498,52 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
         entry = table.get(folded)
         if entry is not None:
             return entry, "look-alike characters (homoglyphs)"
-    alphabet = ledger.alphabet(kind.name)
-    for candidate, detail in _variants(key, alphabet):
-        entry = table.get(candidate)
-        if entry is not None and candidate != key:
-            return entry, detail
+    hit = _first_variant(key, sorted(ledger.alphabet(kind.name)), table.keys())
+    if hit is None:
+        return None
+    candidate, detail = hit
+    return table[candidate], detail
+
+
+def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
+    """The first of :func:`_variants` (same order, same detail) that is one of ``keys``.
+
+    The many variants of one kind (a letter changed or added at one position)
+    are built in one comprehension and tested against the keys at C speed;
+    only a batch that holds a hit is looked at one by one, and the detail
+    text is built for the hit alone.
+    """
+    n = len(key)
+    for i in range(n - 1):
+        if key[i] != key[i + 1]:
+            candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
+            if candidate in keys:
+                return candidate, "two neighbouring characters swapped"
+    if n <= _ALL_SWAPS_UP_TO:
+        for i in range(n):
+            for j in range(i + 2, n):
+                if key[i] != key[j]:
+                    candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
+                    if candidate in keys:
+                        return candidate, "two characters swapped"
+    for i in range(n):
+        head, tail = key[:i], key[i + 1 :]
+        batch = [f"{head}{letter}{tail}" for letter in letters]
+        if not keys.isdisjoint(batch):
+            for letter, candidate in zip(letters, batch, strict=True):
+                if letter != key[i] and candidate in keys:
+                    return candidate, f"one character changed (position {i + 1})"
+    for i in range(n):
+        candidate = key[:i] + key[i + 1 :]
+        if candidate in keys:
+            return candidate, f"one character missing (position {i + 1})"
+    for i in range(n + 1):
+        head, tail = key[:i], key[i:]
+        batch = [f"{head}{letter}{tail}" for letter in letters]
+        if not keys.isdisjoint(batch):
+            for candidate in batch:
+                if candidate in keys:
+                    return candidate, f"one character added (position {i + 1})"
     return None
 
 

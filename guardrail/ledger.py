@@ -140,18 +140,53 @@ class Admitted(NamedTuple):
 class _Index:
     """Per-kind look-up aids for near-miss classification, kept beside the entries.
 
-    ``alphabet`` only grows (a superset is harmless). ``keys`` is sorted for
-    prefix search; new keys wait in ``pending`` and are merged lazily, and
-    evicted keys stay until a rebuild, so adding an id stays O(1).
+    ``alphabet`` only grows (a superset is harmless). ``keys`` and ``recent``
+    are sorted, read together as one sorted list without repeats for prefix
+    search; new keys wait in ``pending``, are sorted into the small
+    ``recent`` when there are enough of them, and ``recent`` joins ``keys``
+    only when it has grown to a fraction of it, so a refusal after new ids
+    arrived sorts a few hundred keys, not the whole index. Evicted keys stay
+    until a rebuild, so adding an id stays O(1).
     """
 
-    __slots__ = ("alphabet", "keys", "pending", "stale")
+    __slots__ = ("alphabet", "keys", "pending", "recent", "stale")
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
         self.keys: list[str] = []
+        self.recent: list[str] = []
         self.pending: list[str] = []
         self.stale = 0
+
+    def settle(self) -> None:
+        """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
+        recent = self.recent
+        fresh = [key for key in sorted(set(self.pending)) if not _has(recent, key)]
+        self.pending.clear()
+        recent = recent + fresh
+        recent.sort()  # two sorted runs: merged in linear time
+        if len(recent) > max(4096, len(self.keys) // 16):
+            merged = self.keys + recent
+            merged.sort()
+            # A key evicted and seen again may be in both: keep one of each.
+            self.keys = [key for i, key in enumerate(merged) if not i or merged[i - 1] != key]
+            self.recent = []
+        else:
+            self.recent = recent
+
+    def sorted_from(self, prefix: str) -> Iterator[str]:
+        """Indexed keys from the first one not below ``prefix``, sorted, each once."""
+        keys, recent = self.keys, self.recent
+        i, j = bisect.bisect_left(keys, prefix), bisect.bisect_left(recent, prefix)
+        while i < len(keys) or j < len(recent):
+            if j >= len(recent) or (i < len(keys) and keys[i] < recent[j]):
+                yield keys[i]
+                i += 1
+            else:
+                if i < len(keys) and keys[i] == recent[j]:
+                    i += 1
+                yield recent[j]
+                j += 1
 
 
 class Ledger:
@@ -269,14 +304,13 @@ class Ledger:
         with self.lock:
             if index.stale > max(64, len(table)):
                 index.keys = sorted(table)
+                index.recent = []
                 index.pending.clear()
                 index.stale = 0
             elif len(index.pending) > 256:
-                index.keys = sorted(set(index.keys).union(index.pending))
-                index.pending.clear()
+                index.settle()
             found: list[Entry] = []
-            start = bisect.bisect_left(index.keys, prefix)
-            for key in index.keys[start:]:
+            for key in index.sorted_from(prefix):
                 if not key.startswith(prefix) or len(found) >= limit:
                     break
                 entry = table.get(key)
@@ -693,6 +727,12 @@ class Ledger:
 
 
 _allocate = object.__new__
+
+
+def _has(ordered: list[str], key: str) -> bool:
+    """Whether the sorted list ``ordered`` holds ``key``."""
+    at = bisect.bisect_left(ordered, key)
+    return at < len(ordered) and ordered[at] == key
 
 
 class _Fields(dict[str, Any]):
