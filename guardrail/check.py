@@ -208,9 +208,12 @@ class _ParamPlan:
 
 
 #: For each parameter of a tool whose id parameters are all plain top-level arguments: its
-#: name, its position in the signature (-1: keyword only or unknown) and, per accepted kind,
-#: the kind's name and normaliser.
-FastParams = tuple[tuple[str, int, tuple[tuple[str, Callable[[str], str]], ...]], ...]
+#: name, its position in the signature (-1: keyword only or unknown), the first accepted
+#: kind's name and normaliser, and the other accepted kinds' (usually none).
+FastParams = tuple[
+    tuple[str, int, str, Callable[[str], str], tuple[tuple[str, Callable[[str], str]], ...]],
+    ...,
+]
 
 
 @dataclass(frozen=True)
@@ -250,7 +253,9 @@ def compile_plan(
             (
                 param.name,
                 spec.positions.get(param.name, -1),
-                tuple((kind.name, kind.normalize) for kind in param.kinds),
+                param.kinds[0].name,
+                param.kinds[0].normalize,
+                tuple((kind.name, kind.normalize) for kind in param.kinds[1:]),
             )
             for param in params
         )
@@ -304,20 +309,23 @@ def allowed_entries(
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
-    for name, _, kinds in fast:
+    for name, _, kind, normalize, others in fast:
         value = arguments.get(name)
         if value is None:
             continue
         if type(value) is not str:
             return None
-        for kind, normalize in kinds:
-            table = by_kind.get(kind)
-            entry = None if table is None else table.get(normalize(value))
-            if entry is not None and (entry.verified or read):
-                used.append(entry)
-                break
-        else:
-            return None
+        table = by_kind.get(kind)
+        entry = None if table is None else table.get(normalize(value))
+        if entry is None or not (entry.verified or read):
+            for other, normalize_other in others:
+                table = by_kind.get(other)
+                entry = None if table is None else table.get(normalize_other(value))
+                if entry is not None and (entry.verified or read):
+                    break
+            else:
+                return None
+        used.append(entry)
     return used
 
 

@@ -32,7 +32,15 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.harvest import Batch, Found, batches_of, harvest_batches, opaque, yields_nothing
+from guardrail.harvest import (
+    OPAQUE_TYPES,
+    Batch,
+    Found,
+    batches_of,
+    harvest_batches,
+    opaque,
+    yields_nothing,
+)
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
@@ -567,6 +575,12 @@ class Guard:
             outcome="allowed",
         )
 
+    def _log_nothing_recorded(self, ledger: Ledger, name: str) -> None:
+        """The event of a record that brought nothing in."""
+        self.audit.ids_recorded(
+            ledger.session_id, name, call_id=None, added=(), verified=(), error=False
+        )
+
     def _taken_ids(
         self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
     ) -> list[Found]:
@@ -733,6 +747,10 @@ class Guard:
         guard = self
         current = self._var.get
         allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
+        # Nothing can enter the ledger after a call allowed outright, if its result holds none.
+        quiet = (
+            not spec.produces and not spec.mints and not (spec.effect == "read" and spec.verifies)
+        )
 
         def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
             # The wrapper is a plain function, so a method's self (or cls) is args[0], just
@@ -745,108 +763,189 @@ class Guard:
                     arguments[head] = args[position]
             return arguments
 
-        def before(
-            args: tuple[Any, ...], kwargs: dict[str, Any]
-        ) -> tuple[Ledger, Any, Verdict | None]:
-            """``(ledger, used entries, None)`` when every id is allowed outright (no
-            verdict needed), else ``(ledger, bound arguments, verdict of the full check)``."""
-            ledger = current()
-            if ledger is None:
-                ledger = guard._current()
-            plan = guard._plans.get(tool_name)
-            if plan is not None and plan.fast is not None and plan.spec is spec:
-                # The allowed path of check_arguments, reading args and kwargs in place.
-                by_kind = ledger.by_kind
-                read = plan.read
-                used: list[Entry] = []
-                for head, position, kinds in plan.fast:
-                    if head in kwargs:
-                        value = kwargs[head]
-                    elif 0 <= position < len(args):
-                        value = args[position]
-                    else:
-                        continue
-                    if value is None:
-                        continue
-                    if type(value) is not str:
-                        break
-                    for kind, normalize in kinds:
-                        table = by_kind.get(kind)
-                        entry = None if table is None else table.get(normalize(value))
-                        if entry is not None and (entry.verified or read):
-                            used.append(entry)
-                            break
-                    else:
-                        break
-                else:
-                    # What _enforce does for an allowed call, inline.
-                    epoch = ledger.epoch
-                    for taken in used:
-                        if taken.epoch != epoch:
-                            ledger.touch(taken)
-                    if ledger.refusals:
-                        ledger.refusals.pop(tool_name, None)
-                    if guard.audit.levels[allowed_level]:
-                        guard._log_allowed(plan, ledger, used)
-                    return ledger, used, None
+        def enforce(
+            args: tuple[Any, ...], kwargs: dict[str, Any], ledger: Ledger
+        ) -> tuple[dict[str, Any], Verdict]:
+            """The full check, for a call whose ids are not all allowed outright."""
             arguments = bind(args, kwargs)
-            return ledger, arguments, guard._enforce(tool_name, arguments, ledger)
+            return arguments, guard._enforce(tool_name, arguments, ledger)
 
-        def after(
+        def after(ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any) -> None:
+            guard._record(guard._plans[tool_name], arguments, result, False, None, ledger, verdict)
+
+        def finish(
             ledger: Ledger,
-            held: Any,
-            verdict: Verdict | None,
+            used: list[Entry],
             args: tuple[Any, ...],
             kwargs: dict[str, Any],
             result: Any,
         ) -> None:
+            """After a call allowed outright whose result may bring ids in."""
             plan = guard._plans[tool_name]
-            if verdict is None:
-                # Allowed outright: what _record would do when nothing enters the ledger.
-                now = plan.spec
-                if (
-                    not now.produces
-                    and not now.mints
-                    and not (plan.read and now.verifies and not all(e.verified for e in held))
-                    and opaque(result)
-                ):
-                    if guard.audit.levels[logging.DEBUG]:
-                        guard.audit.ids_recorded(
-                            ledger.session_id,
-                            now.name,
-                            call_id=None,
-                            added=(),
-                            verified=(),
-                            error=False,
-                        )
-                    return
-                verdict = Verdict(tool_name, True, used=tuple(held))
-                held = bind(args, kwargs)
-            guard._record(plan, held, result, False, None, ledger, verdict)
+            now = plan.spec
+            if (
+                not now.produces
+                and not now.mints
+                and not (plan.read and now.verifies and not all(e.verified for e in used))
+                and opaque(result)
+            ):
+                if guard.audit.levels[logging.DEBUG]:
+                    guard._log_nothing_recorded(ledger, now.name)
+                return
+            verdict = Verdict(tool_name, True, used=tuple(used))
+            guard._record(plan, bind(args, kwargs), result, False, None, ledger, verdict)
 
         # A plain function rather than an object proxy: a call costs what a pass-through
         # costs, and methods, class and static methods, signatures, annotations and
-        # iscoroutinefunction behave as the undecorated function's do.
+        # iscoroutinefunction behave as the undecorated function's do. The allowed path
+        # is written out in both wrappers, which differ only by await: on a path this
+        # short, each helper call would cost a tenth of it.
         wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(target):
 
             async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                ledger, held, verdict = before(args, kwargs)
-                if verdict is not None and not verdict.allowed and guard.mode == "reprompt":
+                ledger = current()
+                if ledger is None:
+                    ledger = guard._current()
+                plan = guard._plans.get(tool_name)
+                if plan is not None and plan.fast is not None and plan.spec is spec:
+                    # The allowed path of check_arguments, reading args and kwargs in place.
+                    by_kind = ledger.by_kind
+                    read = plan.read
+                    used: list[Entry] = []
+                    for head, position, kind, normalize, others in plan.fast:
+                        if head in kwargs:
+                            value = kwargs[head]
+                        elif 0 <= position < len(args):
+                            value = args[position]
+                        else:
+                            continue
+                        if value is None:
+                            continue
+                        if type(value) is not str:
+                            break
+                        table = by_kind.get(kind)
+                        entry = None if table is None else table.get(normalize(value))
+                        if entry is None or not (entry.verified or read):
+                            for other, normalize_other in others:
+                                table = by_kind.get(other)
+                                entry = None if table is None else table.get(normalize_other(value))
+                                if entry is not None and (entry.verified or read):
+                                    break
+                            else:
+                                break
+                        used.append(entry)
+                    else:
+                        # What _enforce does for an allowed call.
+                        epoch = ledger.epoch
+                        for taken in used:
+                            if taken.epoch != epoch:
+                                ledger.touch(taken)
+                        if ledger.refusals:
+                            ledger.refusals.pop(tool_name, None)
+                        levels = guard.audit.levels
+                        if levels[allowed_level]:
+                            guard._log_allowed(plan, ledger, used)
+                        result = await target(*args, **kwargs)
+                        # What _record does when nothing can enter the ledger.
+                        kind_of = type(result)
+                        if (
+                            quiet
+                            and (
+                                kind_of in OPAQUE_TYPES
+                                or (
+                                    kind_of is str
+                                    and result[:1].isalpha()
+                                    and result[:1] not in "tfn"
+                                )
+                                or opaque(result)
+                            )
+                            and guard._plans.get(tool_name) is plan
+                        ):
+                            if levels[logging.DEBUG]:
+                                guard._log_nothing_recorded(ledger, tool_name)
+                        else:
+                            finish(ledger, used, args, kwargs, result)
+                        return result
+                arguments, verdict = enforce(args, kwargs, ledger)
+                if not verdict.allowed and guard.mode == "reprompt":
                     return Rejection(verdict)
                 result = await target(*args, **kwargs)
-                after(ledger, held, verdict, args, kwargs, result)
+                after(ledger, arguments, verdict, result)
                 return result
 
             wrapper = guarded_async
         else:
 
             def guarded(*args: Any, **kwargs: Any) -> Any:
-                ledger, held, verdict = before(args, kwargs)
-                if verdict is not None and not verdict.allowed and guard.mode == "reprompt":
+                ledger = current()
+                if ledger is None:
+                    ledger = guard._current()
+                plan = guard._plans.get(tool_name)
+                if plan is not None and plan.fast is not None and plan.spec is spec:
+                    # The allowed path of check_arguments, reading args and kwargs in place.
+                    by_kind = ledger.by_kind
+                    read = plan.read
+                    used: list[Entry] = []
+                    for head, position, kind, normalize, others in plan.fast:
+                        if head in kwargs:
+                            value = kwargs[head]
+                        elif 0 <= position < len(args):
+                            value = args[position]
+                        else:
+                            continue
+                        if value is None:
+                            continue
+                        if type(value) is not str:
+                            break
+                        table = by_kind.get(kind)
+                        entry = None if table is None else table.get(normalize(value))
+                        if entry is None or not (entry.verified or read):
+                            for other, normalize_other in others:
+                                table = by_kind.get(other)
+                                entry = None if table is None else table.get(normalize_other(value))
+                                if entry is not None and (entry.verified or read):
+                                    break
+                            else:
+                                break
+                        used.append(entry)
+                    else:
+                        # What _enforce does for an allowed call.
+                        epoch = ledger.epoch
+                        for taken in used:
+                            if taken.epoch != epoch:
+                                ledger.touch(taken)
+                        if ledger.refusals:
+                            ledger.refusals.pop(tool_name, None)
+                        levels = guard.audit.levels
+                        if levels[allowed_level]:
+                            guard._log_allowed(plan, ledger, used)
+                        result = target(*args, **kwargs)
+                        # What _record does when nothing can enter the ledger.
+                        kind_of = type(result)
+                        if (
+                            quiet
+                            and (
+                                kind_of in OPAQUE_TYPES
+                                or (
+                                    kind_of is str
+                                    and result[:1].isalpha()
+                                    and result[:1] not in "tfn"
+                                )
+                                or opaque(result)
+                            )
+                            and guard._plans.get(tool_name) is plan
+                        ):
+                            if levels[logging.DEBUG]:
+                                guard._log_nothing_recorded(ledger, tool_name)
+                        else:
+                            finish(ledger, used, args, kwargs, result)
+                        return result
+                arguments, verdict = enforce(args, kwargs, ledger)
+                if not verdict.allowed and guard.mode == "reprompt":
                     return Rejection(verdict)
                 result = target(*args, **kwargs)
-                after(ledger, held, verdict, args, kwargs, result)
+                after(ledger, arguments, verdict, result)
                 return result
 
             wrapper = guarded

@@ -67,7 +67,7 @@ def _looks_like_json(text: str) -> bool:
 
 
 #: Result types that never hold ids for a tool with no result paths (no annotations to read).
-_OPAQUE: frozenset[type] = frozenset({type(None), bool, int, float, dict, tuple})
+OPAQUE_TYPES: frozenset[type] = frozenset({type(None), bool, int, float, dict, tuple})
 
 
 def opaque(result: Any) -> bool:
@@ -77,7 +77,7 @@ def opaque(result: Any) -> bool:
     bytes to parse; decided without walking or parsing anything.
     """
     tp = type(result)
-    if tp in _OPAQUE:
+    if tp in OPAQUE_TYPES:
         return True
     if isinstance(result, str):
         return not _looks_like_json(result)

@@ -6,19 +6,22 @@ import asyncio
 import dataclasses
 import inspect
 import typing
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, Rejection
 from guardrail.errors import GuardrailUsageError
+from guardrail.spec import ProducerDecl
 
 from .conftest import ORDERS, shop_guard
 
 Order = Annotated[str, Id("order")]
 Customer = Annotated[str, Id("customer")]
+Either = Annotated[str, Id(["order", "customer"])]  # a customer id is the second kind tried
 
 
 def _tools(guard: Guard) -> tuple[Any, Any]:
@@ -220,24 +223,44 @@ VALUES = st.sampled_from(
 
 
 @settings(max_examples=60, deadline=None)
-@given(customer=VALUES, order=VALUES, read=st.booleans(), keyword=st.booleans())
+@given(
+    customer=VALUES,
+    order=VALUES,
+    read=st.booleans(),
+    keyword=st.booleans(),
+    run_async=st.booleans(),
+    result=st.sampled_from(["done", '{"order_id": "W1111111"}', None, {"a": 1}, b"x"]),
+)
 def test_allowed_fast_path_decides_and_records_as_the_full_check(
-    customer: Any, order: Any, read: bool, keyword: bool
+    customer: Any, order: Any, read: bool, keyword: bool, run_async: bool, result: Any
 ) -> None:
     """A decorated call leaves the same outcome and ledger with and without the fast path."""
-    results = []
+    outcomes = []
     for fast in (True, False):
         guard = shop_guard("reprompt")
+        effect: Literal["read", "write"] = "read" if read else "write"
+        produces: dict[str, ProducerDecl] | None = (
+            {"order_id": "order"} if read and isinstance(result, str) else None
+        )
 
-        @guard.tool(effect="read" if read else "write", name="act")
-        def act(customer_id: Customer, order_id: Order) -> str:
-            return "done"
+        @guard.tool(effect=effect, name="act", produces=produces)
+        def act(customer_id: Either, order_id: Order) -> Any:
+            return result
+
+        @guard.tool(effect=effect, name="act_async", produces=produces)
+        async def act_async(customer_id: Either, order_id: Order) -> Any:
+            return result
 
         if not fast:  # the full check, which the fast path must agree with
-            guard._plans["act"] = dataclasses.replace(guard._plans["act"], fast=None)
-        with guard.session("s") as ledger:
+            for name in ("act", "act_async"):
+                guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+        with capture_logs() as logs, guard.session("s") as ledger:
             guard.observe_user("I am cus_ABC123, order #W7777777")
             guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
-            got = act(customer_id=customer, order_id=order) if keyword else act(customer, order)
-            results.append((got == "done", ledger.to_json()))
-    assert results[0] == results[1]
+            arguments = {"customer_id": customer, "order_id": order}
+            call = act_async if run_async else act
+            got = call(**arguments) if keyword else call(customer, order)
+            if run_async:
+                got = asyncio.run(got)
+            outcomes.append((isinstance(got, Rejection), ledger.to_json(), logs))
+    assert outcomes[0] == outcomes[1]
