@@ -16,9 +16,9 @@ from typing import Any
 
 from guardrail.harvest import Found
 from guardrail.ledger import Ledger, Source
-from guardrail.messages import Repair
+from guardrail.messages import COMPACTED_HEADER, Repair
 
-BLOCK_HEADER = "ID LEDGER (verbatim, do not paraphrase)"
+BLOCK_HEADER = COMPACTED_HEADER.rstrip("\n")
 _EMPTY = "(no identifiers yet)"
 _EVICTED = "(evicted, look up again before use: "
 _EVICTED_SHOWN = 20

@@ -27,7 +27,7 @@ from guardrail.block import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard, SessionScope
-from guardrail.harvest import harvest
+from guardrail.harvest import Found, harvest
 from guardrail.ledger import Ledger
 from guardrail.masking import LintIssue, Masker, lint
 from guardrail.messages import (
@@ -161,9 +161,10 @@ def _harvest(
     """Bring the ledger up to date with the transcript; return how many results were recorded.
 
     A fresh ledger replays the conversation (user turns observed, every
-    result recorded), so it holds what a live session would. A ledger in
-    use records only results with ids it neither holds nor remembers as
-    evicted, so last-use turns stay true and evictions stay done.
+    result recorded), so it holds what a live session would, with "last
+    used" meaning last seen in a result. A ledger in use records only
+    results with news (an id it neither holds nor remembers as evicted, or
+    a new status), so last-use turns stay true and evictions stay done.
     """
     recorded = 0
     for message in transcript.messages[start:]:
@@ -172,22 +173,29 @@ def _harvest(
         for result in message.results:
             spec = guard.specs.get(result.name or "")
             call = result.call
-            if spec is None or call is None:
+            if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.data if result.data is not None else result.text
-            if not fresh and not result.error:
-                found = harvest(spec, value, guard.kinds).found
-                if all(
-                    ledger.get(f.kind, f.value) is not None or ledger.tombstone(f.kind, f.key)
-                    for f in found
-                ):
-                    continue
+            if not fresh and not _news(harvest(spec, value, guard.kinds).found, ledger):
+                continue
             arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
             guard.record(
                 spec.name, arguments, value, error=result.error, call_id=call.id, ledger=ledger
             )
             recorded += 1
     return recorded
+
+
+def _news(found: Sequence[Found], ledger: Ledger) -> bool:
+    """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
+    for item in found:
+        entry = ledger.get(item.kind, item.value)
+        if entry is None:
+            if ledger.tombstone(item.kind, item.key) is None:
+                return True
+        elif item.status is not None and item.status != entry.status:
+            return True
+    return False
 
 
 # -- compact --------------------------------------------------------------------------------

@@ -178,48 +178,38 @@ def _tokens(text: str) -> Iterable[tuple[int, int, str]]:
 
 
 def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
-    """Scrub ids and near misses from a summary; flag unknown id-shaped strings and roles."""
+    """Scrub ids and near misses from a summary; flag unknown id-shaped strings and roles.
+
+    A value in any written form, a near miss of one (one edit, a swap,
+    look-alike letters) and an id cut short (``W10000…``) that can only be
+    one ledger entry are replaced by ``[role]``. A cut-short id that could
+    be several, a string of an enforced kind's shape the ledger does not
+    hold (or a tool-description example), and a ``[role]`` that does not
+    exist are left as written and flagged.
+    """
     ledger = masker.ledger
     text, found = masker.mask(summary)
     issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
-    patterned = [kind for kind in ledger.kinds.values() if kind.has_pattern and kind.enforce]
-    any_shape = _any_shape(patterned)
+    judge = _Judge(ledger)
     replacements: list[tuple[int, int, str]] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     for match in _TOKEN.finditer(text):
-        start, end, raw = match.start(), match.end(), match.group()
+        start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
         stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
         if stem is not None:
-            stem = stem.rstrip(".").strip(_EDGE)
-            role = _prefix_role(stem, ledger)
-            if role is not None:
-                replacements.append((start, end, role))
-                issues.append(LintIssue("truncated", raw, role, "scrubbed", "cut short"))
-            continue
-        token = raw.strip(_EDGE)
-        if any_shape is not None and any_shape.fullmatch(token) is None:
-            continue
-        shaped = [kind for kind in patterned if kind.matches(token)]
-        if not shaped or any(ledger.get(kind.name, token) for kind in shaped):
-            continue
-        near = next(
-            (hit for kind in shaped if (hit := near_miss(kind, kind.normalize(token), ledger))),
-            None,
-        )
-        if near is not None:
-            entry, detail = near
-            offset = start + raw.find(token)
-            replacements.append((offset, offset + len(token), entry.role))
-            issues.append(LintIssue("near_miss", token, entry.role, "scrubbed", detail))
-        elif example := next((k for k in shaped if k.normalize(token) in k.examples), None):
-            issues.append(
-                LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
-            )
+            issue = judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
+            span = (start, match.end())
         else:
-            detail = f"{shaped[0].name}-shaped, not in the ledger"
-            issues.append(LintIssue("unknown", token, None, "flagged", detail))
+            token = raw.strip(_EDGE)
+            issue = judge.token(token)
+            offset = start + raw.find(token)
+            span = (offset, offset + len(token))
+        if issue is not None:
+            issues.append(issue)
+            if issue.action == "scrubbed" and issue.role is not None:
+                replacements.append((*span, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -227,6 +217,76 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         if role not in masker.roles and role not in ledger:
             issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
     return text, issues
+
+
+_ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
+
+
+class _Judge:
+    """Decides what one token of a summary is, against the ledger (cheap tests first)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        enforced = [kind for kind in ledger.kinds.values() if kind.enforce]
+        self.patterned = [kind for kind in enforced if kind.has_pattern]
+        self.any_shape = _any_shape(self.patterned)
+        self.held = [kind for kind in enforced if ledger.by_kind.get(kind.name)]
+        self.ends = {
+            kind.name: {key[-2:] for key in ledger.by_kind[kind.name]} for kind in self.held
+        }
+
+    def token(self, token: str) -> LintIssue | None:
+        """An issue for a whole token, or None when it is fine (or not an id at all)."""
+        ledger = self.ledger
+        shaped = []
+        if self.any_shape is None or self.any_shape.fullmatch(token):
+            shaped = [kind for kind in self.patterned if kind.matches(token)]
+        if shaped:
+            if any(ledger.get(kind.name, token) for kind in shaped):
+                return None
+            near = self._near(token, shaped)
+            if near is not None:
+                return near
+            example = next((k for k in shaped if k.normalize(token) in k.examples), None)
+            if example is not None:
+                return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
+            detail = f"{shaped[0].name}-shaped, not in the ledger"
+            return LintIssue("unknown", token, None, "flagged", detail)
+        if not _ID_LIKE.fullmatch(token) or ledger.lookup(token):
+            return None
+        # Not of any kind's shape, yet an edit or a cut away from a ledger value?
+        candidates = [
+            kind
+            for kind in self.held
+            if ledger.keys_with_prefix(kind.name, kind.normalize(token)[:2], limit=1)
+            or kind.normalize(token)[-2:] in self.ends[kind.name]
+        ]
+        return self.truncated(token, token, cut=False) or self._near(token, candidates)
+
+    def _near(self, token: str, kinds: Sequence[Kind]) -> LintIssue | None:
+        for kind in kinds:
+            hit = near_miss(kind, kind.normalize(token), self.ledger)
+            if hit is not None:
+                entry, detail = hit
+                return LintIssue("near_miss", token, entry.role, "scrubbed", detail)
+        return None
+
+    def truncated(self, written: str, stem: str, *, cut: bool) -> LintIssue | None:
+        """An id cut short: scrubbed when only one entry starts so, flagged when several do."""
+        if len(stem) < (3 if cut else 4):
+            return None
+        roles: list[str] = []
+        for name in self.ledger.by_kind:
+            key = self.ledger.normalize(name, stem)
+            for entry in self.ledger.keys_with_prefix(name, key, limit=3):
+                if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
+                    roles.append(entry.role)
+        if len(roles) == 1:
+            return LintIssue("truncated", written, roles[0], "scrubbed", "cut short")
+        if roles:
+            could = " or ".join(f"[{role}]" for role in roles)
+            return LintIssue("truncated", written, None, "flagged", f"cut short; could be {could}")
+        return None
 
 
 def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:
@@ -237,13 +297,3 @@ def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:
         return re.compile("|".join(f"(?:{kind.pattern})" for kind in kinds))
     except re.error:  # inline flags that only work at the start of one pattern
         return None
-
-
-def _prefix_role(stem: str, ledger: Ledger) -> str | None:
-    if len(stem) < 3:
-        return None
-    for name in ledger.by_kind:
-        matches = ledger.keys_with_prefix(name, ledger.normalize(name, stem), limit=1)
-        if matches:
-            return matches[0].role
-    return None

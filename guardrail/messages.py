@@ -46,6 +46,8 @@ SHAPES: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic")
 
 _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 _MISSING_RESULT = "guardrail: no result was recorded for this call"
+#: The first line of the message a compaction writes (the ledger block's header).
+COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
 
 
 @dataclass(eq=False)
@@ -125,7 +127,11 @@ class Transcript:
 
 
 def detect(messages: Sequence[Any]) -> Shape:
-    """The shape of a message list. Lists with no tool traffic read as OpenAI chat."""
+    """The shape of a message list. Lists with no tool traffic read as OpenAI chat.
+
+    (A compacted Anthropic list with no tool traffic left is recognised by
+    its compacted message; otherwise pass ``shape=`` where it matters.)
+    """
     for index, message in enumerate(messages):
         if not isinstance(message, Mapping):
             raise TranscriptError(
@@ -145,6 +151,19 @@ def detect(messages: Sequence[Any]) -> Shape:
                 return "anthropic"
             if types & {"input_text", "output_text"}:
                 return "openai_responses"
+    # With no tool traffic left, a compacted Anthropic list still says what it is: its
+    # compacted message is a user message (the other shapes use a system message).
+    for message in messages:
+        if message.get("role") == "system":
+            continue
+        content = message.get("content")
+        if (
+            message.get("role") == "user"
+            and isinstance(content, str)
+            and content.startswith(COMPACTED_HEADER)
+        ):
+            return "anthropic"
+        break
     return "openai_chat"
 
 
@@ -441,6 +460,10 @@ _STRUCTURE = frozenset(
 )
 # Keys holding further structure (calls, content blocks) rather than free data.
 _CONTAINERS = frozenset({"tool_calls", "function", "content"})
+# A dict with one of these keys is a message, item, block or call; any other dict is data.
+_SHAPED = frozenset(
+    {"role", "type", "function", "arguments", "input", "tool_call_id", "call_id", "tool_use_id"}
+)
 
 
 def map_text(raw: Any, fn: Any) -> Any:
@@ -454,7 +477,7 @@ def map_text(raw: Any, fn: Any) -> Any:
 
 
 def _structure(value: Any, fn: Any) -> Any:
-    if isinstance(value, Mapping):
+    if isinstance(value, Mapping) and not _SHAPED.isdisjoint(value):
         out: dict[str, Any] = {}
         for key, item in value.items():
             if key in _STRUCTURE and not isinstance(item, (Mapping, list)):

@@ -207,14 +207,14 @@ class Availability:
         ]
         for k, (need, kept, plain) in rows:
             lines.append(
-                f"{k!s:<11}  {need:>8}  {kept:>6} ({_share(kept, need):>6})  "
-                f"{plain:>6} ({_share(plain, need):>6})"
+                f"{k!s:<11}  {need:>8}  {kept:>6} {_share(kept, need):>8}  "
+                f"{plain:>6} {_share(plain, need):>8}"
             )
         return "\n".join(lines)
 
 
 def _share(part: int, whole: int) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
+    return f"({100 * part / whole:.1f}%)" if whole else "-"
 
 
 def availability(
