@@ -14,7 +14,7 @@ import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from guardrail.audit import Audit
 from guardrail.block import (
@@ -156,9 +156,9 @@ def choose_cut(transcript: Transcript, start: int, keep_recent: int) -> int:
 
 
 def _harvest(
-    transcript: Transcript, start: int, ledger: Ledger, guard: Guard, *, fresh: bool
+    transcript: Transcript, start: int, stop: int, ledger: Ledger, guard: Guard, *, fresh: bool
 ) -> int:
-    """Bring the ledger up to date with the transcript; return how many results were recorded.
+    """Bring the ledger up to date with messages ``start:stop``; return the results recorded.
 
     A fresh ledger replays the conversation (user turns observed, every
     result recorded), so it holds what a live session would, with "last
@@ -167,7 +167,7 @@ def _harvest(
     a new status), so last-use turns stay true and evictions stay done.
     """
     recorded = 0
-    for message in transcript.messages[start:]:
+    for message in transcript.messages[start:stop]:
         if fresh and message.starts_turn:
             guard.observe_user(message.text, ledger=ledger)
         for result in message.results:
@@ -226,60 +226,33 @@ def compact(
     """
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
+    options = _Options(summarise, keep_recent, shape, role, summary_chars, tokens)
     if isinstance(ledger_or_guard, SessionScope):
         with ledger_or_guard as ledger:
-            return _compact(
-                messages,
-                ledger,
-                ledger_or_guard.guard,
-                summarise,
-                keep_recent,
-                shape,
-                role,
-                summary_chars,
-                tokens,
-            )
+            return _compact(messages, ledger, ledger_or_guard.guard, options)
     if isinstance(ledger_or_guard, Guard):
-        return _compact(
-            messages,
-            ledger_or_guard.ledger,
-            ledger_or_guard,
-            summarise,
-            keep_recent,
-            shape,
-            role,
-            summary_chars,
-            tokens,
-        )
+        return _compact(messages, ledger_or_guard.ledger, ledger_or_guard, options)
     if isinstance(ledger_or_guard, Ledger):
-        return _compact(
-            messages,
-            ledger_or_guard,
-            guard,
-            summarise,
-            keep_recent,
-            shape,
-            role,
-            summary_chars,
-            tokens,
-        )
+        return _compact(messages, ledger_or_guard, guard, options)
     raise GuardrailUsageError(
         "compact() takes a Ledger (with guard=), a Guard, or guard.session(id); "
         f"not {type(ledger_or_guard).__name__}"
     )
 
 
+class _Options(NamedTuple):
+    summarise: Summariser | None
+    keep_recent: int
+    shape: Shape | None
+    role: str | None
+    summary_chars: int
+    tokens: Callable[[str], int] | None
+
+
 def _compact(
-    messages: Sequence[Any],
-    ledger: Ledger,
-    guard: Guard | None,
-    summarise: Summariser | None,
-    keep_recent: int,
-    shape: Shape | None,
-    role: str | None,
-    summary_chars: int,
-    tokens: Callable[[str], int] | None,
+    messages: Sequence[Any], ledger: Ledger, guard: Guard | None, options: _Options
 ) -> CompactionResult:
+    summarise, keep_recent, shape, role, summary_chars, tokens = options
     transcript = read(messages, shape)
     shape = transcript.shape
     fresh = len(ledger) == 0 and ledger.turn == 0 and not ledger.tombstones()
@@ -297,14 +270,22 @@ def _compact(
         repairs += unreadable
         carried = restore(lines, ledger)
         earlier_summary = rest.partition(SUMMARY_HEADER)[2].strip("\n")
-    harvested = 0 if guard is None else _harvest(transcript, start, ledger, guard, fresh=fresh)
     cut = choose_cut(transcript, start, keep_recent)
+    harvested = 0
+    if guard is not None:
+        # A ledger in use saw the recent turns already (or sees them raw): only the part
+        # about to be summarised is harvested. A fresh one takes the whole conversation.
+        stop = len(transcript.messages) if fresh else cut
+        harvested = _harvest(transcript, start, stop, ledger, guard, fresh=fresh)
     count, label = _counter(tokens)
     originals = [m.raw for m in transcript.messages]
+    audit = guard.audit if guard is not None else Audit()
     if cut == start and earlier is None:
-        return _unchanged(
+        unchanged = _unchanged(
             messages, originals, ledger, shape, keep_recent, harvested, repairs, count, label
         )
+        audit.compacted(ledger.session_id, unchanged.report)
+        return unchanged
 
     masker = Masker(ledger, carried)
     role = role or default_role(shape)
@@ -356,7 +337,6 @@ def _compact(
         lint=tuple(issues),
         repairs=tuple(repairs),
     )
-    audit = guard.audit if guard is not None else Audit()
     audit.compacted(ledger.session_id, report)
     return CompactionResult(output, report)
 

@@ -191,7 +191,7 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
     return transcript
 
 
-def _text(content: Any, index: int, *, what: str = "content") -> str:
+def _text(content: Any, index: int) -> str:
     """The text of a content field: a string, or the text parts of a list."""
     if content is None:
         return ""
@@ -206,7 +206,7 @@ def _text(content: Any, index: int, *, what: str = "content") -> str:
                 parts.append(part["text"])
         return "\n".join(parts)
     raise TranscriptError(
-        f"{what} must be a string or a list of parts, not {type(content).__name__}", index=index
+        f"content must be a string or a list of parts, not {type(content).__name__}", index=index
     )
 
 
@@ -215,7 +215,7 @@ def _arguments(value: Any) -> Any:
     if isinstance(value, str):
         try:
             parsed = json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
         return parsed if isinstance(parsed, dict) else value
     return value
@@ -228,7 +228,7 @@ def _result_value(text: str, given: Any = None) -> Any:
     if stripped[:1] in ("{", "["):
         try:
             return json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return None
 

@@ -689,10 +689,13 @@ def transcripts(draw: st.DrawFn) -> tuple[Shape, list[dict[str, Any]]]:
     messages: list[dict[str, Any]] = []
     if draw(st.booleans()):
         messages.append({"role": "system", "content": "Be helpful."})
+    if draw(st.booleans()):
+        messages.append(_text(shape, "assistant", "Welcome back."))
     serial = 0
     for _ in range(draw(st.integers(1, 5))):
-        typed = draw(st.lists(ORDER_IDS, max_size=1))
-        messages.append(_text(shape, "user", " ".join(["Look at", *typed, "please"])))
+        typed = draw(st.lists(st.tuples(st.sampled_from(["", "#"]), ORDER_IDS), max_size=1))
+        words = ["Look at", *(mark + value for mark, value in typed), "please"]
+        messages.append(_text(shape, "user", " ".join(words)))
         for _ in range(draw(st.integers(0, 3))):
             if draw(st.booleans()):
                 mention = draw(st.lists(ORDER_IDS, max_size=1))
@@ -703,8 +706,11 @@ def transcripts(draw: st.DrawFn) -> tuple[Shape, list[dict[str, Any]]]:
                 serial += 1
                 ids = draw(st.lists(ORDER_IDS, min_size=1, max_size=3))
                 tool = draw(st.sampled_from(["find_user", "get_order", "cancel_order", "note"]))
+                status = draw(st.sampled_from(["ok", "cancelled"]))
                 output: Any = (
-                    {"orders": ids} if tool == "find_user" else {"order_id": ids[0], "status": "ok"}
+                    {"orders": ids}
+                    if tool == "find_user"
+                    else {"order_id": ids[0], "status": status}
                 )
                 calls.append((f"c{(serial * 3 + j) % 7}", tool, {"order_id": ids[0]}, output))
             order = draw(st.permutations(range(len(calls))))
