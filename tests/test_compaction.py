@@ -825,8 +825,9 @@ def test_corpus_identifiers_stay_available_after_compaction() -> None:
     guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
     found = availability(corpus(), guard, keep_recent=range(5))
     print(
-        f"\n{found.conversations} conversations, every assistant turn, "
-        f"{found.compactions} compactions per method\n{found.table()}"
+        f"\n{found.conversations} conversations, compacted before every assistant turn "
+        f"with a later id argument to check: {found.compactions} compactions per method "
+        f"(keep_recent 0-4)\n{found.table()}"
     )
     assert found.conversations == 200
     assert found.required > 10000

@@ -229,7 +229,8 @@ def availability(
 
     For each compaction and each later recorded call, every identifier
     argument whose value an earlier (successful) tool result produced must
-    appear verbatim, as a whole token, in the compacted context.
+    appear verbatim, as a whole token, in the compacted context. A turn
+    with no such argument after it has nothing to measure and is skipped.
     ``compact()`` starts from a fresh ledger of ``guard`` each time (the
     transcript recorded elsewhere); the plain summary has no ledger. Both
     use ``summarise`` (default: ``LossySummariser(seed=1, kinds=guard.kinds)``).
