@@ -22,7 +22,7 @@ from guardrail.harvest import Found
 from guardrail.ledger import Source
 from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
-from guardrail.testing import availability
+from guardrail.testing import side_by_side
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
@@ -823,7 +823,7 @@ def test_corpus_identifiers_stay_available_after_compaction() -> None:
     ledger, no masking). ``pytest -s`` prints the table.
     """
     guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
-    found = availability(corpus(), guard, keep_recent=range(5))
+    found = side_by_side(corpus(), guard, keep_recent=range(5))
     print(
         f"\n{found.conversations} conversations, compacted before every assistant turn "
         f"with a later id argument to check: {found.compactions} compactions per method "

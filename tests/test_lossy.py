@@ -6,6 +6,7 @@ import json
 import logging
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,19 @@ import structlog
 from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.messages import strings
-from guardrail.testing import FATES, LossySummariser, availability, plain_compact
+from guardrail.testing import (
+    FATES,
+    LossySummariser,
+    plain_compact,
+    replay,
+    side_by_side,
+    strategies,
+    trace_from_messages,
+)
 from guardrail.testing.lossy import PLAIN_HEADER
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
 
 ORDERS = [f"W{1000000 + n}" for n in range(40)]
 
@@ -166,11 +178,11 @@ def test_plain_compact_makes_the_same_cut_without_a_ledger() -> None:
     assert plain_compact(messages, keep_recent=9).messages == messages
 
 
-def test_availability_counts_later_id_arguments_present_verbatim() -> None:
+def test_side_by_side_counts_later_id_arguments_present_verbatim() -> None:
     """The count covers each id argument of a later call that a tool result produced."""
     guard = make_guard()
     lossy = only("drop", seed=1, kinds=guard.kinds)
-    found = availability([conversation()], guard, keep_recent=[0, 1], summarise=lossy)
+    found = side_by_side([conversation()], guard, keep_recent=[0, 1], summarise=lossy)
     # Three compactions come after the list_orders result (before messages 4, 6 and 8), each
     # with one later id argument (W1000007). Keeping one turn raw saves it the first time.
     assert found.conversations == 1
@@ -179,3 +191,27 @@ def test_availability_counts_later_id_arguments_present_verbatim() -> None:
     table = found.table().splitlines()
     assert table[0].split() == ["keep_recent", "required", "guardrail", "plain", "summary"]
     assert table[-1].split() == ["all", "6", "6", "(100.0%)", "1", "(16.7%)"]
+
+
+def test_strategies_plug_into_replay() -> None:
+    """strategies() gives replay both compactions; only the plain summary loses the id."""
+    guard = make_guard()
+    trace = trace_from_messages(conversation())
+    lossy = only("drop", seed=1, kinds=guard.kinds)
+    both = strategies(guard, summarise=lossy, keep_recent=0)
+    report = replay([trace], guard, classes=(), compaction=both)
+    guarded, plain = report.availability["guardrail"], report.availability["plain summary"]
+    assert (guarded.ids, guarded.present) == (1, 1)
+    assert (plain.ids, plain.present) == (1, 0)
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
+def test_strategies_on_corpus_traces_through_replay() -> None:
+    """Through replay on 30 recorded conversations, guardrail keeps every id the context had."""
+    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml")
+    both = strategies(guard, keep_recent=1)
+    report = replay(TRACES, guard, limit=30, classes=(), compaction=both)
+    guarded, plain = report.availability["guardrail"], report.availability["plain summary"]
+    assert guarded.ids == plain.ids > 100
+    assert guarded.present == guarded.ids
+    assert plain.present < plain.ids

@@ -2,7 +2,14 @@
 and a lossy summariser with the plain-summary baseline for compaction."""
 
 from guardrail.testing.corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
-from guardrail.testing.lossy import FATES, LossySummariser, plain_compact
+from guardrail.testing.lossy import (
+    FATES,
+    LossySummariser,
+    SideBySide,
+    plain_compact,
+    side_by_side,
+    strategies,
+)
 from guardrail.testing.replay import Compaction, replay
 from guardrail.testing.report import Availability, ClassStats, Example, ReplayReport, Stats
 from guardrail.testing.traces import (
@@ -29,6 +36,7 @@ __all__ = [
     "Malformed",
     "Message",
     "ReplayReport",
+    "SideBySide",
     "Stats",
     "ToolCall",
     "Trace",
@@ -38,5 +46,7 @@ __all__ = [
     "load_traces",
     "plain_compact",
     "replay",
+    "side_by_side",
+    "strategies",
     "trace_from_messages",
 ]

@@ -8,19 +8,25 @@ applies the four failure modes of DESIGN to each identifier, seeded:
 masking it sees only ``[role]`` names and has nothing to lose.
 
 :func:`plain_compact` is the baseline: the same cut and the same
-summariser, no ledger, no masking. :func:`availability` runs both over
+summariser, no ledger, no masking. :func:`side_by_side` runs both over
 recorded conversations and counts how many identifier arguments of later
-calls are still present verbatim in the compacted context.
+calls are still present verbatim in the compacted context;
+:func:`strategies` gives both to ``replay(compaction=...)``.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from logging import CRITICAL
 from typing import Any
 
+import structlog
+
+from guardrail.audit import Audit
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,
@@ -33,6 +39,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.harvest import harvest
 from guardrail.kinds import Kind
+from guardrail.ledger import Ledger
 from guardrail.messages import Shape, default_role, read, strings, text_message
 from guardrail.summarise import extractive_summary
 
@@ -187,9 +194,38 @@ def plain_compact(
 # -- availability after compaction ----------------------------------------------------------
 
 
+def strategies(
+    guard: Guard,
+    *,
+    summarise: Summariser | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+) -> dict[str, Callable[[list[dict[str, Any]], Ledger], list[Any]]]:
+    """Both compactions as ``(messages, ledger) -> messages``, for ``replay(compaction=...)``.
+
+    ``"guardrail"`` is :func:`~guardrail.compaction.compact` on the ledger
+    given (the replay's live ledger: nothing is recorded twice) with
+    ``guard``'s specs, its audit events silenced as replay silences its
+    own; ``"plain summary"`` is :func:`plain_compact`. Both use
+    ``summarise`` (default: ``LossySummariser(seed=1, kinds=guard.kinds)``).
+    """
+    lossy = summarise or LossySummariser(seed=1, kinds=guard.kinds)
+    quiet = copy.copy(guard)
+    quiet.audit = Audit(
+        structlog.wrap_logger(None, wrapper_class=structlog.make_filtering_bound_logger(CRITICAL))
+    )
+
+    def guarded(messages: list[dict[str, Any]], ledger: Ledger) -> list[Any]:
+        return compact(messages, ledger, lossy, keep_recent, guard=quiet).messages
+
+    def plain(messages: list[dict[str, Any]], ledger: Ledger) -> list[Any]:
+        return plain_compact(messages, lossy, keep_recent).messages
+
+    return {"guardrail": guarded, "plain summary": plain}
+
+
 @dataclass(frozen=True)
-class Availability:
-    """How many identifier arguments of later calls a compacted context still holds verbatim."""
+class SideBySide:
+    """How many identifier arguments of later calls each compacted context still holds verbatim."""
 
     conversations: int
     compactions: int
@@ -217,14 +253,14 @@ def _share(part: int, whole: int) -> str:
     return f"({100 * part / whole:.1f}%)" if whole else "-"
 
 
-def availability(
+def side_by_side(
     conversations: Iterable[Sequence[Mapping[str, Any]]],
     guard: Guard,
     *,
     keep_recent: Iterable[int] = range(5),
     summarise: Summariser | None = None,
     every: int = 1,
-) -> Availability:
+) -> SideBySide:
     """Compact before every ``every``-th assistant turn of each conversation, both ways, and count.
 
     For each compaction and each later recorded call, every identifier
@@ -261,7 +297,7 @@ def availability(
                 row[1] += _present(later, guarded)
                 row[2] += _present(later, plain)
     required, kept, plain_kept = (sum(row[i] for row in totals.values()) for i in range(3))
-    return Availability(
+    return SideBySide(
         conversations=count,
         compactions=compactions,
         required=required,
