@@ -1,6 +1,7 @@
 """guardrail: keep LLM agents from acting on identifiers they never really saw."""
 
 from guardrail.check import Finding, Verdict
+from guardrail.compaction import CompactionReport, CompactionResult, compact
 from guardrail.errors import (
     GuardrailError,
     GuardrailUsageError,
@@ -19,6 +20,8 @@ from guardrail.stores import MemoryStore, SQLiteStore, Store
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "CompactionReport",
+    "CompactionResult",
     "Entry",
     "Finding",
     "Guard",
@@ -42,4 +45,5 @@ __all__ = [
     "TranscriptError",
     "Verdict",
     "__version__",
+    "compact",
 ]

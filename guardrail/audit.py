@@ -26,6 +26,7 @@ import structlog
 
 if TYPE_CHECKING:
     from guardrail.check import Finding, Verdict
+    from guardrail.compaction import CompactionReport
     from guardrail.ledger import Entry
 
 DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
@@ -229,6 +230,30 @@ class Audit:
                 old_role=old_role,
                 kind=entry.kind,
                 value=self.value(entry.value),
+            )
+
+    def compacted(self, session: str | None, report: CompactionReport) -> None:
+        """``guardrail.compacted``: one per compaction, with its counts (no values, no text)."""
+        if self.enabled(INFO):
+            self.emit(
+                INFO,
+                "guardrail.compacted",
+                session=session,
+                shape=report.shape,
+                keep_recent=report.keep_recent,
+                messages_before=report.messages_before,
+                messages_after=report.messages_after,
+                summarised=report.summarised,
+                identifiers_before=report.identifiers_before,
+                identifiers_after=report.identifiers_after,
+                ledger_entries=report.ledger_entries,
+                harvested=report.harvested,
+                masked=report.masked,
+                scrubbed=report.scrubbed,
+                flagged=report.flagged,
+                tokens_before=report.tokens_before,
+                tokens_after=report.tokens_after,
+                repairs=[repair.problem for repair in report.repairs],
             )
 
     def reprompt_limit(self, session: str | None, tool: str, limit: int) -> None:

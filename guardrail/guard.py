@@ -110,6 +110,11 @@ class SessionScope:
         self._given = ledger
         self._tokens: list[tuple[contextvars.Token[Ledger | None], Ledger]] = []
 
+    @property
+    def guard(self) -> Guard:
+        """The guard whose session this is (its kinds and tool specs)."""
+        return self._guard
+
     def __enter__(self) -> Ledger:
         ledger = self._guard._open(self.session_id, self._given)
         self._tokens.append((self._guard._var.set(ledger), ledger))

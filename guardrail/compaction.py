@@ -1,0 +1,405 @@
+"""Compaction: narrative to a summariser, identifiers carried verbatim, the last turns raw.
+
+:func:`compact` follows DESIGN's six steps: choose the cut (the last
+``keep_recent`` turns stay raw, a call never leaves its result), harvest the
+tool results into the ledger, mask every identifier in the part to
+summarise as its ``[role]``, summarise, lint the summary, and rebuild: the
+system messages, one message holding the ledger block and the summary, then
+the recent turns, all in the shape the messages came in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+from guardrail.audit import Audit
+from guardrail.block import (
+    BLOCK_HEADER,
+    BlockLine,
+    ledger_block,
+    parse_block,
+    render_block,
+    restore,
+)
+from guardrail.errors import GuardrailUsageError
+from guardrail.guard import Guard, SessionScope
+from guardrail.harvest import Found, harvest
+from guardrail.ledger import Ledger
+from guardrail.masking import LintIssue, Masker, lint
+from guardrail.messages import (
+    Message,
+    Repair,
+    Shape,
+    Transcript,
+    default_role,
+    map_text,
+    read,
+    strings,
+    text_message,
+)
+from guardrail.summarise import (
+    DEFAULT_SUMMARY_CHARS,
+    SUMMARY_HEADER,
+    Summariser,
+    extractive_summary,
+    model_summariser,
+)
+
+__all__ = [
+    "BLOCK_HEADER",
+    "DEFAULT_KEEP_RECENT",
+    "SUMMARY_HEADER",
+    "CompactionReport",
+    "CompactionResult",
+    "LintIssue",
+    "Summariser",
+    "choose_cut",
+    "compact",
+    "extractive_summary",
+    "ledger_block",
+    "model_summariser",
+]
+
+DEFAULT_KEEP_RECENT = 2
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What a compaction carried, masked and scrubbed, and how much smaller the context got.
+
+    Identifiers are counted as distinct known ids (ledger entries, evicted
+    ones and ones carried from an earlier block) written verbatim, in any
+    form their kind's normaliser accepts, in the messages before and after.
+    """
+
+    shape: str
+    keep_recent: int
+    messages_before: int
+    messages_after: int
+    summarised: int
+    identifiers_before: int
+    identifiers_after: int
+    ledger_entries: int
+    harvested: int
+    masked: int
+    scrubbed: int
+    flagged: int
+    tokens_before: int
+    tokens_after: int
+    token_estimate: str
+    ledger_block: str
+    summary: str
+    lint: tuple[LintIssue, ...] = ()
+    repairs: tuple[Repair, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe fields."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """The compacted message list (same shape as the input) and its report."""
+
+    messages: list[Any]
+    report: CompactionReport
+
+
+# -- the cut and the harvest ----------------------------------------------------------------
+
+
+def _is_compacted(message: Message) -> bool:
+    return message.role in ("system", "user") and message.text.startswith(BLOCK_HEADER + "\n")
+
+
+def _lead(transcript: Transcript) -> int:
+    """How many system messages open the list (before any earlier compacted message)."""
+    count = 0
+    for message in transcript.messages:
+        if message.role != "system" or _is_compacted(message):
+            break
+        count += 1
+    return count
+
+
+def choose_cut(transcript: Transcript, start: int, keep_recent: int) -> int:
+    """Index of the first message kept raw: the last ``keep_recent`` turns from ``start`` on.
+
+    The cut moves earlier, to a turn's start, until no call before it has
+    its result (or its pending result) after it.
+    """
+    messages = transcript.messages
+    turns = transcript.turns(start)
+    if keep_recent == 0:
+        cut = len(messages)
+    elif keep_recent >= len(turns):
+        cut = start
+    else:
+        cut = turns[-keep_recent].start
+    starts = [turn.start for turn in turns]
+    moved = True
+    while moved:
+        moved = False
+        for message in messages[start:cut]:
+            for call in message.calls:
+                if call.result is None or call.result.index >= cut:
+                    cut = max(s for s in starts if s <= call.index)
+                    moved = True
+                    break
+            if moved:
+                break
+    return cut
+
+
+def _harvest(
+    transcript: Transcript, start: int, stop: int, ledger: Ledger, guard: Guard, *, fresh: bool
+) -> int:
+    """Bring the ledger up to date with messages ``start:stop``; return the results recorded.
+
+    A fresh ledger replays the conversation (user turns observed, every
+    result recorded), so it holds what a live session would, with "last
+    used" meaning last seen in a result. A ledger in use records only
+    results with news (an id it neither holds nor remembers as evicted, or
+    a new status), so last-use turns stay true and evictions stay done.
+    """
+    recorded = 0
+    for message in transcript.messages[start:stop]:
+        if fresh and message.starts_turn:
+            guard.observe_user(message.text, ledger=ledger)
+        for result in message.results:
+            spec = guard.specs.get(result.name or "")
+            call = result.call
+            if spec is None or call is None or result.error:  # a failure teaches nothing
+                continue
+            value = result.data if result.data is not None else result.text
+            if not fresh and not _news(harvest(spec, value, guard.kinds).found, ledger):
+                continue
+            arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
+            guard.record(
+                spec.name, arguments, value, error=result.error, call_id=call.id, ledger=ledger
+            )
+            recorded += 1
+    return recorded
+
+
+def _news(found: Sequence[Found], ledger: Ledger) -> bool:
+    """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
+    for item in found:
+        entry = ledger.get(item.kind, item.value)
+        if entry is None:
+            if ledger.tombstone(item.kind, item.key) is None:
+                return True
+        elif item.status is not None and item.status != entry.status:
+            return True
+    return False
+
+
+# -- compact --------------------------------------------------------------------------------
+
+
+def compact(
+    messages: Sequence[Any],
+    ledger_or_guard: Ledger | Guard | SessionScope,
+    summarise: Summariser | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    *,
+    guard: Guard | None = None,
+    shape: Shape | None = None,
+    role: str | None = None,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    tokens: Callable[[str], int] | None = None,
+) -> CompactionResult:
+    """Compact a conversation: the ledger block, a summary of the older turns, the recent turns.
+
+    ``ledger_or_guard`` is a :class:`Ledger` (give ``guard=`` too, so tool
+    results can be harvested with its specs), a :class:`Guard` (its current
+    session), or what ``guard.session(id)`` returns. ``summarise`` is any
+    ``(messages, roles) -> str``; the default is the extractive summariser
+    (bounded by ``summary_chars``). ``role`` is the role of the compacted
+    message (``system``, or ``user`` for Anthropic). ``tokens`` counts the
+    tokens of a text (default: tiktoken where installed, else chars/4).
+    A list with nothing to summarise comes back as it is.
+    """
+    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
+        raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
+    options = _Options(summarise, keep_recent, shape, role, summary_chars, tokens)
+    if isinstance(ledger_or_guard, SessionScope):
+        with ledger_or_guard as ledger:
+            return _compact(messages, ledger, ledger_or_guard.guard, options)
+    if isinstance(ledger_or_guard, Guard):
+        return _compact(messages, ledger_or_guard.ledger, ledger_or_guard, options)
+    if isinstance(ledger_or_guard, Ledger):
+        return _compact(messages, ledger_or_guard, guard, options)
+    raise GuardrailUsageError(
+        "compact() takes a Ledger (with guard=), a Guard, or guard.session(id); "
+        f"not {type(ledger_or_guard).__name__}"
+    )
+
+
+class _Options(NamedTuple):
+    summarise: Summariser | None
+    keep_recent: int
+    shape: Shape | None
+    role: str | None
+    summary_chars: int
+    tokens: Callable[[str], int] | None
+
+
+def _compact(
+    messages: Sequence[Any], ledger: Ledger, guard: Guard | None, options: _Options
+) -> CompactionResult:
+    summarise, keep_recent, shape, role, summary_chars, tokens = options
+    transcript = read(messages, shape)
+    shape = transcript.shape
+    fresh = len(ledger) == 0 and ledger.turn == 0 and not ledger.tombstones()
+    repairs = list(transcript.repairs)
+    lead = _lead(transcript)
+    earlier = transcript.messages[lead] if lead < len(transcript.messages) else None
+    earlier = earlier if earlier is not None and _is_compacted(earlier) else None
+    start = lead + (earlier is not None)
+    carried: list[BlockLine] = []
+    evicted: list[str] = []
+    earlier_summary = ""
+    if earlier is not None:
+        block, _, rest = earlier.text.partition("\n\n")
+        lines, evicted, unreadable = parse_block(block, lead)
+        repairs += unreadable
+        carried = restore(lines, ledger)
+        earlier_summary = rest.partition(SUMMARY_HEADER)[2].strip("\n")
+    cut = choose_cut(transcript, start, keep_recent)
+    harvested = 0
+    if guard is not None:
+        # A ledger in use saw the recent turns already (or sees them raw): only the part
+        # about to be summarised is harvested. A fresh one takes the whole conversation.
+        stop = len(transcript.messages) if fresh else cut
+        harvested = _harvest(transcript, start, stop, ledger, guard, fresh=fresh)
+    count, label = _counter(tokens)
+    originals = [m.raw for m in transcript.messages]
+    audit = guard.audit if guard is not None else Audit()
+    if cut == start and earlier is None:
+        unchanged = _unchanged(
+            messages, originals, ledger, shape, keep_recent, harvested, repairs, count, label
+        )
+        audit.compacted(ledger.session_id, unchanged.report)
+        return unchanged
+
+    masker = Masker(ledger, carried)
+    role = role or default_role(shape)
+    masked_count = 0
+
+    def mask(text: str) -> str:
+        nonlocal masked_count
+        out, done = masker.mask(text)
+        masked_count += len(done)
+        return out
+
+    part = [map_text(m.raw, mask) for m in transcript.messages[start:cut]]
+    roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
+    if part:
+        if earlier_summary:
+            part.insert(0, text_message(shape, role, f"{SUMMARY_HEADER}\n{earlier_summary}"))
+        if summarise is None:
+            summary = extractive_summary(part, roles, max_chars=summary_chars)
+        else:
+            summary = summarise(part, roles)
+        if not isinstance(summary, str):
+            raise GuardrailUsageError(f"a summariser returns text, not {type(summary).__name__}")
+    else:
+        summary = earlier_summary
+    summary, issues = lint(summary.strip("\n"), masker)
+    block = render_block(ledger, carried, evicted)
+    compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
+    output = [*originals[:lead], compacted, *originals[cut:]]
+    scrubbed = sum(issue.action == "scrubbed" for issue in issues)
+    before, after = _all_text(originals), _all_text(output)
+    report = CompactionReport(
+        shape=shape,
+        keep_recent=keep_recent,
+        messages_before=len(messages),
+        messages_after=len(output),
+        summarised=cut - start,
+        identifiers_before=_identifiers(masker, before),
+        identifiers_after=_identifiers(masker, after),
+        ledger_entries=len(ledger),
+        harvested=harvested,
+        masked=masked_count,
+        scrubbed=scrubbed,
+        flagged=len(issues) - scrubbed,
+        tokens_before=count(before),
+        tokens_after=count(after),
+        token_estimate=label,
+        ledger_block=block,
+        summary=summary,
+        lint=tuple(issues),
+        repairs=tuple(repairs),
+    )
+    audit.compacted(ledger.session_id, report)
+    return CompactionResult(output, report)
+
+
+def _unchanged(
+    messages: Sequence[Any],
+    originals: list[Any],
+    ledger: Ledger,
+    shape: str,
+    keep_recent: int,
+    harvested: int,
+    repairs: list[Repair],
+    count: Callable[[str], int],
+    label: str,
+) -> CompactionResult:
+    text = _all_text(originals)
+    found = _identifiers(Masker(ledger, ()), text)
+    size = count(text)
+    report = CompactionReport(
+        shape=shape,
+        keep_recent=keep_recent,
+        messages_before=len(messages),
+        messages_after=len(originals),
+        summarised=0,
+        identifiers_before=found,
+        identifiers_after=found,
+        ledger_entries=len(ledger),
+        harvested=harvested,
+        masked=0,
+        scrubbed=0,
+        flagged=0,
+        tokens_before=size,
+        tokens_after=size,
+        token_estimate=label,
+        ledger_block="",
+        summary="",
+        repairs=tuple(repairs),
+    )
+    return CompactionResult(originals, report)
+
+
+def _identifiers(masker: Masker, text: str) -> int:
+    return len({role for _, _, role in masker.spans(text)})
+
+
+def _all_text(messages: Any) -> str:
+    return "\n".join(strings(messages))
+
+
+def _counter(tokens: Callable[[str], int] | None) -> tuple[Callable[[str], int], str]:
+    """The token counter: the one given, tiktoken where installed, else characters / 4."""
+    if tokens is not None:
+        return tokens, getattr(tokens, "__name__", "custom")
+    try:
+        encoding = importlib.import_module("tiktoken").get_encoding("o200k_base")
+    except Exception:  # not installed, or its encoding files cannot be fetched
+        return _quarter, "chars/4"
+
+    def tiktoken_count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    return tiktoken_count, "tiktoken:o200k_base"
+
+
+def _quarter(text: str) -> int:
+    return math.ceil(len(text) / 4)

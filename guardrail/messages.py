@@ -1,0 +1,527 @@
+"""Message shapes: OpenAI chat completions, OpenAI Responses items, Anthropic messages.
+
+:func:`read` turns a message list of any of the three shapes into one
+neutral :class:`Transcript` (messages with their text, the tool calls they
+make and the tool results they carry, calls paired with results by id);
+:func:`write` gives the list back in its own shape. Every message keeps its
+original object (``raw``), so a list read and written unchanged is the same
+list, extra fields (``result``, ``error``, provider metadata) included.
+
+Pairing: a result answers the latest open call with its id. Call ids may be
+reused within a conversation once the earlier call has its result.
+
+Malformed transcripts, case by case:
+
+==========================  ========================================================
+a result with no call       ``TranscriptError`` (no call means no tool name or
+                            arguments to read it with, and every API refuses it)
+a call with no result       at the end of the list: left as it is (the result is
+                            on its way); elsewhere: repaired with an error result
+                            inserted after the call, listed in ``repairs``
+an unknown role / item      ``TranscriptError`` (unknown Responses item *types* are
+                            kept as opaque items: the API has many)
+non-string content          a list of parts, or ``None`` beside tool calls, is
+                            normal; other content of a tool result is read as
+                            JSON and listed in ``repairs``; of any other message,
+                            ``TranscriptError``
+a call id already open      ``TranscriptError`` (results could not be told apart)
+==========================  ========================================================
+
+An identifier is never dropped: errors name the message index, repairs
+add and never remove.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from guardrail.errors import TranscriptError
+
+Shape = Literal["openai_chat", "openai_responses", "anthropic"]
+SHAPES: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic")
+
+_CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+_MISSING_RESULT = "guardrail: no result was recorded for this call"
+#: The first line of the message a compaction writes (the ledger block's header).
+COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
+
+
+@dataclass(eq=False)
+class Call:
+    """One tool call: its id, the tool, the arguments (parsed when given as JSON text)."""
+
+    id: str
+    name: str
+    arguments: Any
+    index: int
+    result: Result | None = None
+
+
+@dataclass(eq=False)
+class Result:
+    """One tool result: which call it answers, its text, its JSON value, whether it failed."""
+
+    call_id: str
+    text: str
+    data: Any
+    error: bool
+    index: int
+    name: str | None = None
+    call: Call | None = None
+
+
+@dataclass(eq=False)
+class Message:
+    """One message (or Responses item) in neutral form; ``raw`` is the original object."""
+
+    role: str
+    text: str
+    raw: Any
+    calls: list[Call] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)
+
+    @property
+    def starts_turn(self) -> bool:
+        """A user message that is not only carrying tool results starts a turn."""
+        return self.role == "user" and not self.results
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A conservative repair made while reading: what, where (message index), and why."""
+
+    problem: str
+    index: int
+    detail: str
+
+
+@dataclass(eq=False)
+class Transcript:
+    """A message list in neutral form, with the repairs made reading it."""
+
+    shape: Shape
+    messages: list[Message]
+    repairs: list[Repair] = field(default_factory=list)
+
+    def turns(self, start: int = 0) -> list[range]:
+        """Index ranges of the turns from ``start``: a user message and everything up to the next.
+
+        Messages before the first user message form a turn of their own.
+        """
+        bounds = [i for i in range(start, len(self.messages)) if self.messages[i].starts_turn]
+        if not bounds or bounds[0] != start:
+            bounds.insert(0, start)
+        bounds.append(len(self.messages))
+        return [range(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+
+    def calls(self) -> list[Call]:
+        """Every call, in order."""
+        return [call for message in self.messages for call in message.calls]
+
+
+# -- detecting ------------------------------------------------------------------------------
+
+
+def detect(messages: Sequence[Any]) -> Shape:
+    """The shape of a message list. Lists with no tool traffic read as OpenAI chat.
+
+    (A compacted Anthropic list with no tool traffic left is recognised by
+    its compacted message; otherwise pass ``shape=`` where it matters.)
+    """
+    for index, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise TranscriptError(
+                f"a message is a dict (mapping), not {type(message).__name__}", index=index
+            )
+        kind = message.get("type")
+        if ("role" not in message and kind is not None) or kind == "message":
+            return "openai_responses"
+        if message.get("role") in ("tool", "function") or "tool_calls" in message:
+            return "openai_chat"
+        if "tool_call_id" in message:
+            return "openai_chat"
+        content = message.get("content")
+        if isinstance(content, list):
+            types = {part.get("type") for part in content if isinstance(part, Mapping)}
+            if types & {"tool_use", "tool_result", "thinking", "redacted_thinking"}:
+                return "anthropic"
+            if types & {"input_text", "output_text"}:
+                return "openai_responses"
+    # With no tool traffic left, a compacted Anthropic list still says what it is: its
+    # compacted message is a user message (the other shapes use a system message).
+    for message in messages:
+        if message.get("role") == "system":
+            continue
+        content = message.get("content")
+        if (
+            message.get("role") == "user"
+            and isinstance(content, str)
+            and content.startswith(COMPACTED_HEADER)
+        ):
+            return "anthropic"
+        break
+    return "openai_chat"
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
+    """Read a message list into neutral form (see the module docstring for malformed input)."""
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise TranscriptError("pass the conversation as a list of messages")
+    shape = shape or detect(messages)
+    if shape not in SHAPES:
+        raise TranscriptError(f"unknown shape {shape!r}; use one of {', '.join(SHAPES)}")
+    reader = {"openai_chat": _chat, "openai_responses": _responses, "anthropic": _anthropic}[shape]
+    repairs: list[Repair] = []
+    read_messages = []
+    for index, raw in enumerate(messages):
+        if not isinstance(raw, Mapping):
+            raise TranscriptError(
+                f"a message is a dict (mapping), not {type(raw).__name__}", index=index
+            )
+        read_messages.append(reader(raw, index, repairs))
+    transcript = Transcript(shape=shape, messages=read_messages, repairs=repairs)
+    _pair(transcript)
+    return transcript
+
+
+def _text(content: Any, index: int) -> str:
+    """The text of a content field: a string, or the text parts of a list."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "\n".join(parts)
+    raise TranscriptError(
+        f"content must be a string or a list of parts, not {type(content).__name__}", index=index
+    )
+
+
+def _arguments(value: Any) -> Any:
+    """Arguments as a dict when they are one or a JSON object as text; else as written."""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+        return parsed if isinstance(parsed, dict) else value
+    return value
+
+
+def _result_value(text: str, given: Any = None) -> Any:
+    if given is not None:
+        return given
+    stripped = text.strip()
+    if stripped[:1] in ("{", "["):
+        try:
+            return json.loads(stripped)
+        except (ValueError, RecursionError):
+            return None
+    return None
+
+
+def _call_id(value: Any, index: int, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TranscriptError(f"{what} has no id; every tool call needs one", index=index)
+    return value
+
+
+def _tool_content(
+    content: Any, index: int, repairs: list[Repair], given: Any = None
+) -> tuple[str, Any]:
+    """Text and JSON value of a tool result's content, repairing content that is plain data."""
+    if content is None or isinstance(content, (str, list)):
+        if isinstance(content, list) and not all(
+            isinstance(p, (str, Mapping)) and (isinstance(p, str) or "type" in p) for p in content
+        ):
+            repairs.append(Repair("non_string_content", index, "a list of data read as JSON"))
+            return json.dumps(content, ensure_ascii=False), content
+        text = _text(content, index)
+        return text, _result_value(text, given)
+    repairs.append(
+        Repair("non_string_content", index, f"{type(content).__name__} content read as JSON")
+    )
+    try:
+        text = json.dumps(content, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = str(content)
+    return text, content if given is None else given
+
+
+def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
+    role = raw.get("role")
+    if role == "tool":
+        call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
+        text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
+        name = raw.get("name") if isinstance(raw.get("name"), str) else None
+        result = Result(call_id, text, data, bool(raw.get("error")), index, name)
+        return Message("tool", text, raw, results=[result])
+    if role not in _CHAT_ROLES:
+        raise TranscriptError(
+            f"unknown role {role!r}; expected system, developer, user, assistant or tool",
+            index=index,
+        )
+    calls = []
+    for item in raw.get("tool_calls") or ():
+        if not isinstance(item, Mapping):
+            raise TranscriptError("a tool call is a dict", index=index)
+        function = item.get("function")
+        spec = function if isinstance(function, Mapping) else item
+        name = spec.get("name")
+        if not isinstance(name, str):
+            raise TranscriptError("a tool call has no function name", index=index)
+        calls.append(
+            Call(
+                _call_id(item.get("id"), index, "a tool call"),
+                name,
+                _arguments(spec.get("arguments")),
+                index,
+            )
+        )
+    content = raw.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise TranscriptError(
+            f"content must be a string or a list of parts, not {type(content).__name__}",
+            index=index,
+        )
+    return Message(_CHAT_ROLES[role], _text(content, index), raw, calls=calls)
+
+
+def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
+    role = raw.get("role")
+    if role not in ("system", "user", "assistant"):
+        raise TranscriptError(
+            f"unknown role {role!r}; Anthropic messages are user or assistant "
+            "(system given separately, or as a leading message)",
+            index=index,
+        )
+    content = raw.get("content")
+    if isinstance(content, str) or (content is None and role == "system"):
+        return Message(role, content or "", raw)
+    if not isinstance(content, list):
+        raise TranscriptError(
+            f"content must be a string or a list of blocks, not {type(content).__name__}",
+            index=index,
+        )
+    texts, calls, results = [], [], []
+    for block in content:
+        if not isinstance(block, Mapping):
+            raise TranscriptError("a content block is a dict", index=index)
+        kind = block.get("type")
+        if kind == "text" and isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif kind in ("tool_use", "server_tool_use"):
+            name = block.get("name")
+            if not isinstance(name, str):
+                raise TranscriptError("a tool_use block has no tool name", index=index)
+            call_id = _call_id(block.get("id"), index, "a tool_use block")
+            calls.append(Call(call_id, name, block.get("input"), index))
+        elif kind == "tool_result":
+            call_id = _call_id(block.get("tool_use_id"), index, "a tool_result block")
+            text, data = _tool_content(block.get("content"), index, repairs)
+            results.append(Result(call_id, text, data, bool(block.get("is_error")), index))
+    return Message(role, "\n".join(texts), raw, calls=calls, results=results)
+
+
+def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
+    kind = raw.get("type", "message" if "role" in raw else None)
+    if kind == "message":
+        role = raw.get("role")
+        if role not in _CHAT_ROLES:
+            raise TranscriptError(
+                f"unknown role {role!r}; expected system, developer, user or assistant",
+                index=index,
+            )
+        return Message(_CHAT_ROLES[role], _text(raw.get("content"), index), raw)
+    if not isinstance(kind, str):
+        raise TranscriptError("a Responses item needs a type or a role", index=index)
+    if kind.endswith("_call_output"):
+        call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
+        text, data = _tool_content(raw.get("output"), index, repairs)
+        error = raw.get("status") == "incomplete" or bool(raw.get("is_error"))
+        return Message("tool", text, raw, results=[Result(call_id, text, data, error, index)])
+    if kind.endswith("_call") and "call_id" in raw:
+        call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
+        name = raw["name"] if isinstance(raw.get("name"), str) else kind
+        arguments = _arguments(raw.get("arguments", raw.get("input", raw.get("action"))))
+        return Message("assistant", "", raw, calls=[Call(call_id, name, arguments, index)])
+    # reasoning, web searches and other item types the API may add: opaque, kept as they are.
+    return Message("assistant", "", raw)
+
+
+def _pair(transcript: Transcript) -> None:
+    """Pair results with calls (the latest open call with the id); repair unanswered calls."""
+    open_calls: dict[str, Call] = {}
+    for message in transcript.messages:
+        for result in message.results:
+            call = open_calls.pop(result.call_id, None)
+            if call is None:
+                raise TranscriptError(
+                    f"tool result for call id {result.call_id!r} answers no earlier open call; "
+                    "restore the assistant message that made the call, or drop this result",
+                    index=result.index,
+                )
+            call.result, result.call = result, call
+            result.name = result.name or call.name
+        for call in message.calls:
+            if call.id in open_calls:
+                raise TranscriptError(
+                    f"call id {call.id!r} is used again while the call made at message "
+                    f"{open_calls[call.id].index} has no result yet; give each open call "
+                    "its own id",
+                    index=call.index,
+                )
+            open_calls[call.id] = call
+    if open_calls:
+        _repair_unanswered(transcript, list(open_calls.values()))
+
+
+def _repair_unanswered(transcript: Transcript, unanswered: list[Call]) -> None:
+    messages = transcript.messages
+    last_talk = max(
+        (i for i, m in enumerate(messages) if not m.results and not m.calls and m.role != "system"),
+        default=-1,
+    )
+    # Calls after the last plain message are pending: their results are on their way.
+    stale = [call for call in unanswered if call.index < last_talk]
+    for call in reversed(stale):
+        at = call.index + 1
+        while at < len(messages) and messages[at].results and not messages[at].starts_turn:
+            at += 1
+        raw = result_message(transcript.shape, call.id, _MISSING_RESULT, error=True)
+        result = Result(call.id, _MISSING_RESULT, None, True, at, call.name, call)
+        call.result = result
+        messages.insert(at, Message("tool", _MISSING_RESULT, raw, results=[result]))
+        transcript.repairs.append(
+            Repair(
+                "unanswered_call",
+                call.index,
+                f"call {call.id!r} to {call.name} had no result; an error result was inserted",
+            )
+        )
+    if stale:
+        for index, message in enumerate(messages):
+            for call in message.calls:
+                call.index = index
+            for result in message.results:
+                result.index = index
+        transcript.repairs.sort(key=lambda repair: repair.index)
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def write(transcript: Transcript | Iterable[Message]) -> list[Any]:
+    """The message list in its own shape: every message's original object, in order."""
+    messages = transcript.messages if isinstance(transcript, Transcript) else transcript
+    return [message.raw for message in messages]
+
+
+def text_message(shape: Shape, role: str, text: str) -> dict[str, Any]:
+    """A plain text message of ``role`` in ``shape``."""
+    if shape == "openai_responses":
+        return {"type": "message", "role": role, "content": text}
+    return {"role": role, "content": text}
+
+
+def result_message(shape: Shape, call_id: str, text: str, *, error: bool) -> dict[str, Any]:
+    """A tool result answering ``call_id`` in ``shape``."""
+    if shape == "anthropic":
+        block = {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": error}
+        return {"role": "user", "content": [block]}
+    if shape == "openai_responses":
+        return {"type": "function_call_output", "call_id": call_id, "output": text}
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def default_role(shape: Shape) -> str:
+    """The role a compacted context message takes: Anthropic has no system messages."""
+    return "user" if shape == "anthropic" else "system"
+
+
+# -- rewriting text -------------------------------------------------------------------------
+
+# Keys whose string values are structure (roles, types, ids, tool names), never content.
+_STRUCTURE = frozenset(
+    {"role", "type", "id", "call_id", "tool_call_id", "tool_use_id", "name", "status", "is_error"}
+)
+# Keys holding further structure (calls, content blocks) rather than free data.
+_CONTAINERS = frozenset({"tool_calls", "function", "content"})
+# A dict with one of these keys is a message, item, block or call; any other dict is data.
+_SHAPED = frozenset(
+    {"role", "type", "function", "arguments", "input", "tool_call_id", "call_id", "tool_use_id"}
+)
+
+
+def map_text(raw: Any, fn: Any) -> Any:
+    """A copy of one message with ``fn`` applied to every string of content, arguments or results.
+
+    Roles, types, call ids and tool names are left alone, so pairing and
+    shape survive; inside arguments and results every string is mapped,
+    dict keys included (ids are sometimes keys).
+    """
+    return _structure(raw, fn)
+
+
+def _structure(value: Any, fn: Any) -> Any:
+    if isinstance(value, Mapping) and not _SHAPED.isdisjoint(value):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+                out[key] = item
+            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
+                out[key] = _structure(item, fn)
+            else:
+                out[key] = _data(item, fn)
+        return out
+    if isinstance(value, list):
+        return [_structure(item, fn) for item in value]
+    return _data(value, fn)
+
+
+def _data(value: Any, fn: Any) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, Mapping):
+        return {fn(k) if isinstance(k, str) else k: _data(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_data(item, fn) for item in value]
+    return value
+
+
+def strings(value: Any) -> list[str]:
+    """Every string in a message (keys included), for searching a context for a value."""
+    out: list[str] = []
+    _collect(value, out)
+    return out
+
+
+def _collect(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(key, str):
+                out.append(key)
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, (dict, list, tuple)):
+                _collect(item, out)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect(item, out)
+    elif isinstance(value, Mapping):
+        _collect(dict(value), out)

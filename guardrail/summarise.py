@@ -1,0 +1,243 @@
+"""Summarisers for compaction: the protocol, the built-in extractive one, a chat-model adapter.
+
+A summariser is any callable ``(messages, roles) -> str``. ``messages`` is
+the part of the conversation to summarise, in its own shape, with every
+identifier already replaced by its ``[role]``; ``roles`` maps each role to
+its kind (never to a value). An earlier summary, when there is one, comes
+first as a message whose text starts with :data:`SUMMARY_HEADER`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from guardrail.errors import GuardrailUsageError
+from guardrail.messages import Call, Message, read
+
+SUMMARY_HEADER = (
+    "SUMMARY OF EARLIER TURNS (identifiers appear as [role]; copy their values from the ID LEDGER)"
+)
+DEFAULT_SUMMARY_CHARS = 3000
+_LINE_CHARS = 240
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_OPEN_BRACKET = re.compile(r"\[[^\]]*$")
+
+INSTRUCTIONS = """\
+You compact the earlier part of a conversation between a user and an agent that calls tools.
+Write a short summary, in plain sentences or bullet points, that keeps:
+- what the user asked for, in their words where it matters;
+- the decisions taken and the actions done, with their outcomes;
+- what is still open (unanswered questions, pending confirmations, next steps).
+Identifiers appear as [role], for example [reservation_2]. Refer to every identifier only by its
+[role], written exactly as it appears. Never write an identifier's value, never guess, shorten or
+alter one, and never invent a role. If an earlier summary comes first, carry its content forward.
+The roles that exist (role: kind):
+"""
+
+
+class Summariser(Protocol):
+    """``(messages, roles) -> str``: summarise masked messages, referring to ids by role."""
+
+    def __call__(self, messages: Sequence[Any], roles: Mapping[str, str], /) -> str: ...
+
+
+# -- the extractive summariser --------------------------------------------------------------
+
+
+def extractive_summary(
+    messages: Sequence[Any],
+    roles: Mapping[str, str],
+    *,
+    max_chars: int = DEFAULT_SUMMARY_CHARS,
+) -> str:
+    """A summary made of pieces of the conversation itself: no model, deterministic, bounded.
+
+    It keeps the earlier summary's lines, each user request, what the agent
+    said and every tool call it made with its outcome, then the open items:
+    a last request not yet answered and the agent's last questions. Longer
+    than ``max_chars``, it keeps the earlier summary, the first request and
+    the latest lines, and says how many lines it left out.
+    """
+    del roles  # the text already names identifiers by role
+    if not isinstance(max_chars, int) or max_chars < 200:
+        raise GuardrailUsageError(f"max_chars must be an integer >= 200, not {max_chars!r}")
+    width = min(_LINE_CHARS, max_chars // 8)
+    transcript = read(messages)
+    earlier: list[str] = []
+    lines: list[str] = []
+    last_user: str | None = None
+    last_agent = ""
+    for message in transcript.messages:
+        body = _earlier_body(message.text)
+        if body is not None:
+            earlier.extend(line for line in body.splitlines() if line.strip())
+            continue
+        if message.role == "system":
+            continue  # system prompts are instructions, not narrative
+        if message.starts_turn:
+            if message.text.strip():
+                last_user = _clip(message.text, width)
+                lines.append(f"- User: {last_user}")
+            continue
+        if message.role == "assistant" and message.text.strip():
+            last_agent = message.text
+            last_user = None
+            lines.append(f"- Agent: {_clip(_lead(message.text), width)}")
+        for call in message.calls:
+            called = _clip(_call_text(call.name, call.arguments), width)
+            lines.append(f"- Agent called {called}{_outcome(call, width // 2)}")
+            last_user = None
+    open_items = []
+    if last_user is not None:
+        open_items.append(f"- Unanswered request: {last_user}")
+    questions = [s for s in _SENTENCE_END.split(last_agent.strip()) if s.endswith("?")]
+    open_items.extend(f"- Agent asked: {_clip(q, width)}" for q in questions[-3:])
+    return _assemble(earlier, lines, open_items, max_chars)
+
+
+def _earlier_body(text: str) -> str | None:
+    if text.startswith(SUMMARY_HEADER):
+        return text[len(SUMMARY_HEADER) :].strip("\n")
+    return None
+
+
+def _assemble(earlier: list[str], lines: list[str], open_items: list[str], budget: int) -> str:
+    """The three sections within ``budget`` characters: open items whole, then the rest."""
+    open_part = ["Open items:", *open_items] if open_items else []
+    room = budget - _size(open_part)
+    if earlier and lines:
+        kept_earlier = _fit(earlier, room // 2)
+        kept_lines = ["Since then:", *_fit(lines, room - _size(kept_earlier) - 12)]
+    else:
+        kept_earlier, kept_lines = _fit(earlier, room), _fit(lines, room)
+    return "\n".join([*kept_earlier, *kept_lines, *open_part])
+
+
+def _size(lines: list[str]) -> int:
+    return sum(len(line) + 1 for line in lines)
+
+
+def _fit(lines: list[str], budget: int) -> list[str]:
+    """The first line and as many of the last as fit in ``budget``, with a note of the gap."""
+    if _size(lines) <= budget:
+        return lines
+    note = 30  # "- (N lines left out)"
+    head = lines[:1] if len(lines[0]) + 1 + note <= budget else []
+    room = budget - note - _size(head)
+    tail: list[str] = []
+    for line in reversed(lines[len(head) :]):
+        if len(line) + 1 > room:
+            break
+        tail.append(line)
+        room -= len(line) + 1
+    skipped = len(lines) - len(head) - len(tail)
+    return [*head, f"- ({skipped} lines left out)", *reversed(tail)]
+
+
+def _clip(text: str, limit: int = _LINE_CHARS) -> str:
+    """One line of at most ``limit`` characters, cut between words and never inside a [role]."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: limit - 2]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    cut = _OPEN_BRACKET.sub("", cut).rstrip()
+    return f"{cut} …"
+
+
+def _lead(text: str) -> str:
+    """The first two sentences of what the agent said."""
+    sentences = _SENTENCE_END.split(" ".join(text.split()))
+    return " ".join(sentences[:2])
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    if isinstance(arguments, Mapping):
+        shown = ", ".join(f"{key}={_value_text(value)}" for key, value in arguments.items())
+    else:
+        shown = _value_text(arguments) if arguments not in (None, "") else ""
+    return f"{name}({shown})"
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def _outcome(call: Call, width: int) -> str:
+    result = call.result
+    if result is None:
+        return " (no result yet)"
+    if result.error or result.text.lstrip().startswith("Error"):
+        return f" -> failed: {_clip(result.text, width)}"
+    return " -> done"
+
+
+# -- a chat model as summariser -------------------------------------------------------------
+
+
+def render(messages: Sequence[Any]) -> str:
+    """A plain-text transcript of (masked) messages of any shape, one line per event."""
+    transcript = read(messages)
+    lines = []
+    for message in transcript.messages:
+        lines.extend(_render_one(message))
+    return "\n".join(lines)
+
+
+def _render_one(message: Message) -> list[str]:
+    out = []
+    if message.text.strip():
+        who = "tool result" if message.role == "tool" else message.role
+        out.append(f"{who}: {message.text.strip()}")
+    for call in message.calls:
+        out.append(f"assistant called {call.name}({_value_text(call.arguments)})")
+    for result in message.results:
+        if message.role != "tool":
+            flag = " (error)" if result.error else ""
+            out.append(f"tool result{flag} for {result.name}: {result.text.strip()}")
+    return out
+
+
+def model_summariser(
+    chat: Callable[[list[dict[str, str]]], Any],
+    *,
+    instructions: str = INSTRUCTIONS,
+) -> Summariser:
+    """Wrap a chat-model callable as a summariser, with instructions to refer by role only.
+
+    ``chat`` takes a list of ``{"role", "content"}`` messages (a system
+    message with the instructions and the roles, a user message with the
+    masked transcript) and returns the reply: a string, or an object with a
+    ``content`` string (a message) or a ``"content"`` key.
+    """
+
+    def summarise(messages: Sequence[Any], roles: Mapping[str, str], /) -> str:
+        listed = "\n".join(f"[{role}]: {kind}" for role, kind in roles.items()) or "(none)"
+        prompt = [
+            {"role": "system", "content": instructions + listed},
+            {"role": "user", "content": render(messages)},
+        ]
+        return _reply_text(chat(prompt))
+
+    return summarise
+
+
+def _reply_text(reply: Any) -> str:
+    if isinstance(reply, str):
+        return reply
+    content = (
+        reply.get("content") if isinstance(reply, Mapping) else getattr(reply, "content", None)
+    )
+    if isinstance(content, str):
+        return content
+    raise TypeError(
+        f"the chat callable returned {type(reply).__name__}; return the reply text "
+        "(or a message with a string `content`)"
+    )

@@ -1,0 +1,871 @@
+"""compact(): the cut, harvest, masking, summary lint, the ledger block and the rebuild."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from guardrail import Guard, GuardrailUsageError, Ledger, TranscriptError
+from guardrail.block import BLOCK_HEADER, ledger_block, parse_block, render_block, restore
+from guardrail.compaction import compact, extractive_summary, model_summariser
+from guardrail.harvest import Found
+from guardrail.ledger import Source
+from guardrail.messages import Shape, read, strings
+from guardrail.summarise import SUMMARY_HEADER
+from guardrail.testing import side_by_side
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
+
+
+def quiet() -> Any:
+    """A logger that lets only errors through (the corpus sweep records thousands of results)."""
+    return structlog.wrap_logger(
+        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
+    )
+
+
+def make_guard(capacity: int = 1000, logger: Any = None) -> Guard:
+    guard = Guard(capacity=capacity, logger=logger if logger is not None else quiet())
+    guard.add_kind(
+        "order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"], examples=["#W0000000"]
+    )
+    guard.add_kind("user", pattern=r"[a-z]+_[a-z]+_\d{4}")
+    guard.declare(
+        "find_user", ids={"user_id": "user"}, produces={"orders[*]": "order"}, effect="read"
+    )
+    guard.declare(
+        "get_order",
+        ids={"order_id": "order"},
+        produces={"order_id": {"kind": "order", "status": "status"}},
+        effect="read",
+    )
+    guard.declare(
+        "cancel_order",
+        ids={"order_id": "order"},
+        produces={"order_id": {"kind": "order", "status": "status"}},
+        effect="write",
+    )
+    return guard
+
+
+def call(call_id: str, name: str, **arguments: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+
+
+def result(call_id: str, value: Any) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(value)}
+
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a shop assistant."},
+    {"role": "user", "content": "Hi, I am mia_li_3668. My order #W1000001 arrived damaged."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            call("c1", "find_user", user_id="mia_li_3668"),
+            call("c2", "get_order", order_id="#W1000001"),
+        ],
+    },
+    result("c2", {"order_id": "W1000001", "status": "delivered"}),
+    result("c1", {"orders": ["W1000001", "W1000002"]}),
+    {"role": "assistant", "content": "Order #W1000001 was delivered. What happened to it?"},
+    {"role": "user", "content": "It arrived broken. Please cancel W1000002 too."},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [call("c1", "cancel_order", order_id="W1000002")],
+    },
+    result("c1", {"order_id": "W1000002", "status": "cancelled"}),
+    {"role": "assistant", "content": "Cancelled. Should I refund the damaged one?"},
+    {"role": "user", "content": "Yes, refund it."},
+    {"role": "assistant", "content": "Done: the refund is on its way."},
+]
+
+
+class Recorder:
+    """A summariser that records what it was given and answers with fixed text."""
+
+    def __init__(self, reply: str = "The user asked about [order].") -> None:
+        self.reply = reply
+        self.seen: list[tuple[list[Any], dict[str, str]]] = []
+
+    def __call__(self, messages: Sequence[Any], roles: Mapping[str, str], /) -> str:
+        self.seen.append((copy.deepcopy(list(messages)), dict(roles)))
+        return self.reply
+
+
+def context(messages: Sequence[Any]) -> str:
+    return "\n".join(strings(list(messages)))
+
+
+def whole(value: str, text: str) -> bool:
+    return re.search(rf"(?<![\w]){re.escape(value)}(?![\w])", text) is not None
+
+
+# -- the ledger block -----------------------------------------------------------------------
+
+
+def test_ledger_block_is_designs_format_byte_for_byte() -> None:
+    """The block renders DESIGN's example exactly: roles, values, turns, status."""
+    guard = Guard()
+    for kind in ("order", "customer", "refund_request"):
+        guard.add_kind(kind)
+    ledger = guard.new_ledger()
+    for kind, value, status in [
+        ("order", "ord_8F3kQ2xM", None),
+        ("customer", "cus_41ZpA9", None),
+        ("refund_request", "rfq_77Hn02", "pending_approval"),
+    ]:
+        ledger.admit([Found(kind, value, value, "x", status)], source=Source("t", None, "x", 0))
+    ledger["order"].first_seen, ledger["order"].last_used = 12, 37
+    ledger.label("order", "damaged_order")
+    assert ledger_block(ledger) == (
+        "ID LEDGER (verbatim, do not paraphrase)\n"
+        "damaged_order     ord_8F3kQ2xM      (seen turn 12, last used turn 37)\n"
+        "customer          cus_41ZpA9\n"
+        "refund_request    rfq_77Hn02        (status: pending_approval)"
+    )
+
+
+def test_ledger_block_reads_back_with_flags_and_quoted_values() -> None:
+    """Lines read back: turns, status, unverified, pinned, and values with spaces."""
+    guard = Guard()
+    guard.add_kind("hotel")
+    guard.add_kind("user", pattern=r"u_\d+")
+    ledger = guard.new_ledger()
+    ledger.admit(
+        [Found("hotel", "Grand Hotel", "Grand Hotel", "x")], source=Source("t", None, "x", 0)
+    )
+    ledger.admit(
+        [Found("user", "u_7", "u_7", "x", "active")],
+        source=Source("t", None, "x", 0),
+        verified=False,
+    )
+    ledger.pin("hotel")
+    ledger["user"].last_used = 4
+    text = ledger_block(ledger)
+    assert '"Grand Hotel"' in text
+    lines, evicted, bad = parse_block(text, 0)
+    assert (evicted, bad) == ([], [])
+    assert [(x.role, x.value, x.pinned, x.verified, x.status) for x in lines] == [
+        ("hotel", "Grand Hotel", True, True, None),
+        ("user", "u_7", False, False, "active"),
+    ]
+    assert (lines[1].seen, lines[1].last) == (0, 4)
+
+
+def test_ledger_block_notes_evicted_roles() -> None:
+    """Entries evicted for capacity are named in a closing note (roles only)."""
+    guard = make_guard(capacity=2)
+    ledger = guard.new_ledger()
+    result_ = compact(CONVERSATION, ledger, keep_recent=1, guard=guard)
+    block = result_.report.ledger_block
+    assert "(evicted, look up again before use: " in block
+    _, evicted, _ = parse_block(block, 0)
+    tombstones = ledger.tombstones()
+    assert evicted == [tomb.role for tomb in tombstones]
+    assert evicted
+    assert len(ledger) == 2
+
+
+def test_an_empty_ledger_renders_a_block_that_says_so() -> None:
+    """An empty ledger still renders its header and a line saying it is empty."""
+    assert ledger_block(Guard().new_ledger()) == f"{BLOCK_HEADER}\n(no identifiers yet)"
+
+
+def test_restore_brings_back_entries_a_fresh_ledger_lacks() -> None:
+    """Earlier block lines enter a fresh ledger with their role; unplaceable ones are carried."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    ledger.admit([Found("order", "W1000001", "W1000001", "x")], source=Source("t", None, "x", 0))
+    ledger.label("order", "damaged_order")
+    text = render_block(ledger, [], [])
+    fresh = guard.new_ledger()
+    lines, _, _ = parse_block(text + '\nmystery           "x y"', 0)
+    carried = restore(lines, fresh)
+    assert fresh["damaged_order"].value == "W1000001"
+    assert [line.value for line in carried] == ["x y"]
+
+
+# -- the cut --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("keep", "first_raw"), [(1, 10), (2, 6)])
+def test_the_last_k_turns_stay_raw(keep: int, first_raw: int) -> None:
+    """keep_recent=K keeps the last K turns exactly; system messages stay first."""
+    guard = make_guard()
+    out = compact(CONVERSATION, guard.new_ledger(), keep_recent=keep, guard=guard).messages
+    assert out[0] is CONVERSATION[0]
+    assert out[1]["content"].startswith(BLOCK_HEADER + "\n")
+    assert out[2:] == CONVERSATION[first_raw:]
+
+
+def test_keep_recent_zero_summarises_everything_after_the_system_prompt() -> None:
+    """keep_recent=0 leaves the system prompt and one compacted message."""
+    guard = make_guard()
+    out = compact(CONVERSATION, guard.new_ledger(), keep_recent=0, guard=guard)
+    assert len(out.messages) == 2
+    assert out.report.summarised == len(CONVERSATION) - 1
+
+
+def test_nothing_to_summarise_returns_the_list_as_it_is() -> None:
+    """With keep_recent covering every turn, the messages come back unchanged."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    out = compact(CONVERSATION, ledger, keep_recent=9, guard=guard)
+    assert out.messages == CONVERSATION
+    assert out.report.summarised == 0
+    assert "W1000002" in {entry.value for entry in ledger.entries()}  # harvested all the same
+
+
+def test_the_cut_never_separates_parallel_calls_from_their_results() -> None:
+    """A turn boundary that would split a call from its result moves earlier."""
+    hello = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": "Hi!"}]
+    messages = [CONVERSATION[0], *hello, *copy.deepcopy(CONVERSATION[1:6])]
+    # A user message between the parallel calls' results: the cut cannot go there.
+    messages.insert(6, {"role": "user", "content": "Are you there?"})
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_recent=1, guard=guard).messages
+    assert out[2:] == messages[3:]
+    transcript = read(out)
+    assert all(c.result is not None for c in transcript.calls())
+
+
+def test_a_pending_call_stays_raw_even_with_keep_recent_zero() -> None:
+    """A call whose result has not arrived yet is never summarised away."""
+    messages = CONVERSATION[:8]  # ends with the cancel call, no result yet
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_recent=0, guard=guard).messages
+    assert out[-1] is messages[-1]
+    assert read(out).calls()[-1].result is None
+
+
+# -- harvest and the ways to pass a ledger --------------------------------------------------
+
+
+def test_harvest_uses_the_guards_specs_on_a_ledger_given_with_guard() -> None:
+    """Results before the cut are harvested with the guard's specs, with status."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    report = compact(CONVERSATION, ledger, keep_recent=1, guard=guard).report
+    values = {e.value: e for e in ledger.entries()}
+    # The first written form is kept: the user typed "#W1000001" before any tool returned it.
+    assert set(values) == {"mia_li_3668", "#W1000001", "W1000002"}
+    assert values["W1000002"].status == "cancelled"
+    assert values["#W1000001"].verified
+    assert report.harvested == 3
+
+
+def test_a_guard_means_its_current_session() -> None:
+    """compact(messages, guard) works on the guard's current session."""
+    guard = make_guard()
+    with guard.session("conv") as ledger:
+        compact(CONVERSATION, guard, keep_recent=1)
+    assert len(ledger) == 3
+
+
+def test_a_session_scope_is_entered_for_the_compaction() -> None:
+    """compact(messages, guard.session(id)) uses (and keeps) that session's ledger."""
+    guard = make_guard()
+    compact(CONVERSATION, guard.session("conv"), keep_recent=1)
+    with guard.session("conv") as ledger:
+        assert len(ledger) == 3
+
+
+def test_a_ledger_in_use_is_not_recorded_again() -> None:
+    """A live ledger keeps its last-use turns: results it already holds are not re-recorded."""
+    guard = make_guard()
+    with guard.session("conv") as ledger:
+        guard.observe_user(CONVERSATION[1]["content"])
+        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000001", "W1000002"]})
+        delivered = {"order_id": "W1000001", "status": "delivered"}
+        guard.record("get_order", {"order_id": "#W1000001"}, delivered)
+        guard.observe_user("...")
+        guard.observe_user("...")
+        before = ledger.to_json()
+        report = compact(CONVERSATION, guard, keep_recent=1).report
+        assert report.harvested == 1  # only the cancel result held news (a status)
+        after = {e.role: (e.first_seen, e.last_used) for e in ledger.entries()}
+    restored = Ledger.from_json(before, kinds=guard.kinds)
+    assert after["order"] == (restored["order"].first_seen, restored["order"].last_used)
+
+
+def test_without_a_guard_nothing_is_harvested() -> None:
+    """A bare ledger compacts with what it holds; nothing knows the tool specs."""
+    ledger = make_guard().new_ledger()
+    report = compact(CONVERSATION, ledger, keep_recent=1).report
+    assert report.harvested == 0
+    assert len(ledger) == 0
+
+
+def test_bad_arguments_are_usage_errors() -> None:
+    """A negative keep_recent or something that is no ledger says what to pass."""
+    guard = make_guard()
+    with pytest.raises(GuardrailUsageError, match="keep_recent"):
+        compact(CONVERSATION, guard.new_ledger(), keep_recent=-1)
+    with pytest.raises(GuardrailUsageError, match="takes a Ledger"):
+        compact(CONVERSATION, {}, keep_recent=1)  # type: ignore[arg-type]
+
+
+# -- masking --------------------------------------------------------------------------------
+
+
+def test_the_summariser_sees_roles_never_values_in_any_written_form() -> None:
+    """Every ledger value, in any form its normaliser maps to it, reaches the summariser masked."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    summarise = Recorder()
+    report = compact(CONVERSATION, ledger, summarise, keep_recent=1, guard=guard).report
+    ((messages, roles),) = summarise.seen
+    text = context(messages)
+    for entry in ledger.entries():
+        assert not whole(entry.value, text)
+        assert not whole(entry.key, text)
+    assert "#W1000001" not in text
+    assert "[order]" in text
+    assert "[user]" in text
+    assert roles == {"order": "order", "order_2": "order", "user": "user"}
+    assert report.masked > 0
+    assert messages[1]["tool_calls"][1]["id"] == "c2"  # structure survives masking
+
+
+def test_masking_is_word_boundary_aware_and_longest_first() -> None:
+    """W12 is not masked inside W123; with both in the ledger each gets its own role."""
+    guard = Guard(logger=quiet())
+    guard.add_kind("code")
+    guard.declare("codes", produces={"[*]": "code"}, effect="read")
+    messages = [
+        {"role": "user", "content": "codes?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("k", "codes")]},
+        result("k", ["W12"]),
+        {"role": "assistant", "content": "W123 is not W12, and xW12 is neither."},
+        {"role": "user", "content": "ok"},
+    ]
+    summarise = Recorder()
+    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    assert summarise.seen[0][0][3]["content"] == "W123 is not [code], and xW12 is neither."
+    messages[2] = result("k", ["W12", "W123"])
+    summarise = Recorder()
+    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    assert summarise.seen[0][0][3]["content"] == "[code_2] is not [code], and xW12 is neither."
+
+
+def test_a_case_insensitive_kind_masks_any_case() -> None:
+    """A kind whose normaliser casefolds masks every case of its values."""
+    guard = Guard(logger=quiet())
+    guard.add_kind("email", normalize="email")
+    guard.declare("whois", produces={"email": "email"}, effect="read")
+    messages = [
+        {"role": "user", "content": "who?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("k", "whois")]},
+        result("k", {"email": "Mia.Li@Example.com"}),
+        {"role": "assistant", "content": "Write to mia.li@example.com or MIA.LI@EXAMPLE.COM."},
+        {"role": "user", "content": "ok"},
+    ]
+    summarise = Recorder()
+    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    assert summarise.seen[0][0][3]["content"] == "Write to [email] or [email]."
+
+
+# -- the summary lint -----------------------------------------------------------------------
+
+
+def lint_report(reply: str) -> tuple[str, list[tuple[str, str, str | None, str]]]:
+    guard = make_guard()
+    report = compact(CONVERSATION, guard.new_ledger(), Recorder(reply), 1, guard=guard).report
+    return report.summary, [(i.problem, i.text, i.role, i.action) for i in report.lint]
+
+
+def test_lint_scrubs_a_value_to_its_role() -> None:
+    """A ledger value written in the summary, in any form, is replaced by its role."""
+    summary, issues = lint_report("Order #W1000001 is damaged; mia_li_3668 asked.")
+    assert summary == "Order [order] is damaged; [user] asked."
+    assert issues == [
+        ("value", "#W1000001", "order", "scrubbed"),
+        ("value", "mia_li_3668", "user", "scrubbed"),
+    ]
+
+
+def test_lint_scrubs_near_misses_and_truncations_that_name_one_entry() -> None:
+    """A mutated id, and an id cut short that only one entry starts with, become that role."""
+    summary, issues = lint_report("Refund W1000011 and W10000002, not mia_li_366… or mia_li_36.")
+    assert summary == "Refund [order] and [order_2], not [user] or [user]."
+    assert [(problem, role, action) for problem, _, role, action in issues] == [
+        ("near_miss", "order", "scrubbed"),
+        ("near_miss", "order_2", "scrubbed"),
+        ("truncated", "user", "scrubbed"),
+        ("truncated", "user", "scrubbed"),
+    ]
+
+
+def test_lint_flags_a_truncation_that_could_be_several_entries() -> None:
+    """An id cut short that two entries start with is flagged, not guessed."""
+    summary, issues = lint_report("Was it W100000… or W100000?")
+    assert summary == "Was it W100000… or W100000?"
+    assert [(i[0], i[1], i[3]) for i in issues] == [
+        ("truncated", "W100000…", "flagged"),
+        ("truncated", "W100000", "flagged"),
+    ]
+
+
+def test_lint_leaves_ordinary_prose_alone() -> None:
+    """Dates, prices and words are not identifiers and pass untouched."""
+    summary, issues = lint_report("On 2024-05-27 the user paid $100 for 2 bags, ticket A-1.")
+    assert summary == "On 2024-05-27 the user paid $100 for 2 bags, ticket A-1."
+    assert issues == []
+
+
+def test_lint_flags_unknown_ids_examples_and_roles() -> None:
+    """An id of a kind's shape not in the ledger, an example, and a missing role are flagged."""
+    summary, issues = lint_report("Also W7654321, #W0000000 and [order_9].")
+    assert summary == "Also W7654321, #W0000000 and [order_9]."
+    assert issues == [
+        ("unknown", "W7654321", None, "flagged"),
+        ("example", "#W0000000", None, "flagged"),
+        ("unknown_role", "[order_9]", None, "flagged"),
+    ]
+
+
+def test_report_counts_scrubbed_and_flagged() -> None:
+    """The report's counts match the lint cases it lists."""
+    guard = make_guard()
+    reply = "mia_li_3668 wants W7654321 and [nobody]."
+    report = compact(CONVERSATION, guard.new_ledger(), Recorder(reply), 1, guard=guard).report
+    assert (report.scrubbed, report.flagged) == (1, 2)
+
+
+# -- rebuild and double compaction ----------------------------------------------------------
+
+
+def test_the_compacted_message_holds_the_block_then_the_summary() -> None:
+    """One message after the system prompt: ledger block, blank line, summary header, summary."""
+    guard = make_guard()
+    out = compact(CONVERSATION, guard.new_ledger(), Recorder("S."), 1, guard=guard)
+    text = out.messages[1]["content"]
+    assert out.messages[1]["role"] == "system"
+    assert text == f"{out.report.ledger_block}\n\n{SUMMARY_HEADER}\nS."
+    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+        assert whole(value, out.report.ledger_block)
+
+
+def test_compacting_twice_keeps_one_block_and_the_same_context() -> None:
+    """A compacted transcript compacted again keeps one block, its summary and its recent turns."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    once = compact(CONVERSATION, ledger, keep_recent=1, guard=guard)
+    twice = compact(once.messages, ledger, keep_recent=1, guard=guard)
+    assert twice.messages == once.messages
+    assert context(twice.messages).count(BLOCK_HEADER) == 1
+
+
+def test_a_second_compaction_keeps_the_earlier_summarys_content() -> None:
+    """New turns are summarised after the earlier summary's lines, which stay."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    once = compact(CONVERSATION, ledger, keep_recent=1, guard=guard)
+    more = [
+        *once.messages,
+        {"role": "assistant", "content": "Anything else?"},
+        {"role": "user", "content": "No, thanks."},
+    ]
+    twice = compact(more, ledger, keep_recent=1, guard=guard)
+    assert context(twice.messages).count(BLOCK_HEADER) == 1
+    for line in once.report.summary.splitlines():
+        if not line.startswith("Open items") and "Unanswered" not in line and "asked" not in line:
+            assert line in twice.report.summary
+    assert "Yes, refund it." in twice.report.summary
+
+
+def test_an_earlier_block_restores_values_into_a_fresh_ledger() -> None:
+    """Compacting a compacted transcript with a new ledger loses no value of the earlier block."""
+    guard = make_guard()
+    once = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard)
+    fresh = guard.new_ledger()
+    twice = compact(once.messages, fresh, keep_recent=0, guard=guard)
+    assert {e.value for e in fresh.entries()} == {"mia_li_3668", "#W1000001", "W1000002"}
+    assert fresh["order_2"].status == "cancelled"
+    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+        assert whole(value, twice.report.ledger_block)
+
+
+@pytest.mark.parametrize("shape", ["openai_responses", "anthropic"])
+def test_other_shapes_come_back_in_their_shape(shape: Shape) -> None:
+    """Responses and Anthropic lists are compacted into their own shape, pairs intact."""
+    guard = make_guard()
+    if shape == "anthropic":
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "I am mia_li_3668."},
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "type": "tool_use",
+                        "id": "t1",
+                        "name": "find_user",
+                        "input": {"user_id": "mia_li_3668"},
+                    }
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": '{"orders": ["W1000001"]}',
+                    }
+                ],
+            },
+            {"role": "assistant", "content": "You have one order."},
+            {"role": "user", "content": "Thanks."},
+        ]
+    else:
+        messages = [
+            {"role": "user", "content": "I am mia_li_3668."},
+            {
+                "type": "function_call",
+                "call_id": "t1",
+                "name": "find_user",
+                "arguments": '{"user_id": "mia_li_3668"}',
+            },
+            {"type": "function_call_output", "call_id": "t1", "output": '{"orders": ["W1000001"]}'},
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "One."}],
+            },
+            {"role": "user", "content": "Thanks."},
+        ]
+    out = compact(messages, guard.new_ledger(), keep_recent=1, guard=guard)
+    transcript = read(out.messages)
+    assert transcript.shape == shape
+    assert out.report.shape == shape
+    first = out.messages[0]
+    assert first["role"] == ("user" if shape == "anthropic" else "system")
+    assert "W1000001" in first["content"]
+    assert out.messages[1:] == messages[4:]
+
+
+# -- the report and the audit event ---------------------------------------------------------
+
+
+def test_report_counts_messages_identifiers_and_tokens() -> None:
+    """Messages, identifiers and tokens before and after are reported."""
+    guard = make_guard()
+    report = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard).report
+    assert (report.messages_before, report.messages_after) == (12, 4)
+    assert (report.identifiers_before, report.identifiers_after) == (3, 3)
+    assert report.ledger_entries == 3
+    assert report.token_estimate in ("chars/4", "tiktoken:o200k_base")
+    assert report.tokens_before > 0
+    assert report.to_dict()["summarised"] == 9
+
+
+def test_a_token_counter_can_be_given() -> None:
+    """tokens= replaces the estimate."""
+    guard = make_guard()
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    report = compact(
+        CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard, tokens=words
+    ).report
+    assert report.token_estimate == "words"
+    assert report.tokens_before == len(context(CONVERSATION).split())
+
+
+def test_compaction_is_an_info_audit_event_with_counts() -> None:
+    """guardrail.compacted is logged at info with the report's counts, no values."""
+    with structlog.testing.capture_logs() as logs:
+        guard = make_guard(logger=structlog.get_logger("guardrail"))
+        compact(CONVERSATION, guard.new_ledger("conv-1"), keep_recent=1, guard=guard)
+    events = [e for e in logs if e["event"] == "guardrail.compacted"]
+    assert len(events) == 1
+    event = events[0]
+    assert event["log_level"] == "info"
+    assert event["session"] == "conv-1"
+    assert (event["messages_before"], event["messages_after"], event["identifiers_after"]) == (
+        12,
+        4,
+        3,
+    )
+    assert "W1000001" not in json.dumps(event)
+
+
+def test_malformed_transcripts_error_or_repair_through_compact() -> None:
+    """An orphan result is an error naming its index; an unanswered call is repaired, reported."""
+    guard = make_guard()
+    with pytest.raises(TranscriptError) as caught:
+        compact([CONVERSATION[1], CONVERSATION[3]], guard.new_ledger(), keep_recent=1, guard=guard)
+    assert caught.value.index == 1
+    broken = [*CONVERSATION[:3], CONVERSATION[4], *CONVERSATION[5:]]  # c2 never answered
+    report = compact(broken, guard.new_ledger(), keep_recent=1, guard=guard).report
+    assert [(r.problem, r.index) for r in report.repairs] == [("unanswered_call", 2)]
+
+
+# -- summarisers ----------------------------------------------------------------------------
+
+
+def test_extractive_summary_keeps_requests_actions_and_open_items() -> None:
+    """The built-in summary keeps what the user asked, the calls made and what is open."""
+    text = extractive_summary(CONVERSATION[1:10], {})
+    assert "- User: It arrived broken. Please cancel W1000002 too." in text
+    assert "- Agent called cancel_order(order_id=W1000002) -> done" in text
+    assert "Open items:\n- Agent asked: Should I refund the damaged one?" in text
+    assert extractive_summary(CONVERSATION[1:10], {}) == text
+
+
+def test_extractive_summary_is_bounded() -> None:
+    """However long the conversation, the summary stays within max_chars."""
+    long = [
+        msg
+        for i in range(200)
+        for msg in (
+            {"role": "user", "content": f"Request number {i}: " + "please " * 80},
+            {"role": "assistant", "content": f"Answer {i}. " + "words " * 80 + "Fine?"},
+        )
+    ]
+    text = extractive_summary(long, {}, max_chars=1000)
+    assert len(text) <= 1000
+    assert "Request number 0" in text
+    assert "Request number 199" in text
+    assert "lines left out" in text
+    with pytest.raises(GuardrailUsageError):
+        extractive_summary(long, {}, max_chars=10)
+
+
+def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
+    """The adapter tells the model to use roles only and sends the masked transcript."""
+    prompts: list[list[dict[str, str]]] = []
+
+    class Reply:
+        content = "The user [user] asked about [order]."
+
+    def chat(messages: list[dict[str, str]]) -> Reply:
+        prompts.append(messages)
+        return Reply()
+
+    guard = make_guard()
+    report = compact(
+        CONVERSATION, guard.new_ledger(), model_summariser(chat), 1, guard=guard
+    ).report
+    (prompt,) = prompts
+    assert prompt[0]["role"] == "system"
+    assert "Never write an identifier's value" in prompt[0]["content"]
+    assert "[order_2]: order" in prompt[0]["content"]
+    for value in ("mia_li_3668", "W1000001", "W1000002"):
+        assert value not in json.dumps(prompt)
+    assert report.summary == "The user [user] asked about [order]."
+    with pytest.raises(TypeError, match="reply text"):
+        model_summariser(lambda m: 42)(CONVERSATION[1:3], {})
+
+
+# -- properties over random transcripts -----------------------------------------------------
+
+ORDER_IDS = st.integers(1000000, 1000030).map(lambda n: f"W{n}")
+
+
+@st.composite
+def transcripts(draw: st.DrawFn) -> tuple[Shape, list[dict[str, Any]]]:
+    """Random conversations with parallel calls, in one of the three shapes."""
+    shape: Shape = draw(st.sampled_from(["openai_chat", "openai_responses", "anthropic"]))
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": "Be helpful."})
+    if draw(st.booleans()):
+        messages.append(_text(shape, "assistant", "Welcome back."))
+    serial = 0
+    for _ in range(draw(st.integers(1, 5))):
+        typed = draw(st.lists(st.tuples(st.sampled_from(["", "#"]), ORDER_IDS), max_size=1))
+        words = ["Look at", *(mark + value for mark, value in typed), "please"]
+        messages.append(_text(shape, "user", " ".join(words)))
+        for _ in range(draw(st.integers(0, 3))):
+            if draw(st.booleans()):
+                mention = draw(st.lists(ORDER_IDS, max_size=1))
+                messages.append(_text(shape, "assistant", " ".join(["Noted", *mention, "."])))
+                continue
+            calls = []
+            for j in range(draw(st.integers(1, 3))):
+                serial += 1
+                ids = draw(st.lists(ORDER_IDS, min_size=1, max_size=3))
+                tool = draw(st.sampled_from(["find_user", "get_order", "cancel_order", "note"]))
+                status = draw(st.sampled_from(["ok", "cancelled"]))
+                output: Any = (
+                    {"orders": ids}
+                    if tool == "find_user"
+                    else {"order_id": ids[0], "status": status}
+                )
+                calls.append((f"c{(serial * 3 + j) % 7}", tool, {"order_id": ids[0]}, output))
+            order = draw(st.permutations(range(len(calls))))
+            messages.extend(_calls(shape, calls, order))
+    return shape, messages
+
+
+def _text(shape: Shape, role: str, text: str) -> dict[str, Any]:
+    if shape == "openai_responses":
+        part = "input_text" if role == "user" else "output_text"
+        return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+    return {"role": role, "content": text}
+
+
+def _calls(
+    shape: Shape, calls: list[tuple[str, str, dict[str, str], Any]], order: Sequence[int]
+) -> list[dict[str, Any]]:
+    if shape == "openai_chat":
+        return [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call(c, n, **a) for c, n, a, _ in calls],
+            },
+            *(result(calls[i][0], calls[i][3]) for i in order),
+        ]
+    if shape == "openai_responses":
+        return [
+            *(
+                {"type": "function_call", "call_id": c, "name": n, "arguments": json.dumps(a)}
+                for c, n, a, _ in calls
+            ),
+            *(
+                {
+                    "type": "function_call_output",
+                    "call_id": calls[i][0],
+                    "output": json.dumps(calls[i][3]),
+                }
+                for i in order
+            ),
+        ]
+    return [
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": c, "name": n, "input": a} for c, n, a, _ in calls
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": calls[i][0],
+                    "content": json.dumps(calls[i][3]),
+                }
+                for i in order
+            ],
+        },
+    ]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(transcripts(), st.integers(0, 3), st.sampled_from([3, 1000]))
+def test_compaction_invariants_over_random_transcripts(
+    drawn: tuple[Shape, list[dict[str, Any]]], keep: int, capacity: int
+) -> None:
+    """Pairs stay whole, no ledger value is lost, the summariser sees no value, twice is once."""
+    shape, messages = drawn
+    guard = make_guard(capacity=capacity)
+    ledger = guard.new_ledger()
+    summarise = Recorder("Summary of [order].")
+    once = compact(messages, ledger, summarise, keep, guard=guard, shape=shape)
+    transcript = read(once.messages, shape)
+    assert transcript.shape == shape
+    assert transcript.repairs == []
+    assert all(c.result is not None and c.result.call is c for c in transcript.calls())
+    text = context(once.messages)
+    for entry in ledger.entries():
+        assert whole(entry.value, text)
+    for seen, _ in summarise.seen:
+        masked = context(seen)
+        for entry in ledger.entries():
+            assert not whole(entry.value, masked)
+    twice = compact(once.messages, ledger, summarise, keep, guard=guard, shape=shape)
+    assert twice.report.ledger_block == once.report.ledger_block
+    assert twice.report.summary == once.report.summary
+    assert twice.messages == once.messages
+    assert context(twice.messages).count(BLOCK_HEADER) == (1 if once.report.ledger_block else 0)
+
+
+# -- the real workload ----------------------------------------------------------------------
+
+
+def corpus() -> list[list[dict[str, Any]]]:
+    with TRACES.open() as lines:
+        return [json.loads(line)["messages"] for line in lines]
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
+def test_corpus_identifiers_stay_available_after_compaction() -> None:
+    """Ids from tool results are all still in the compacted context; a plain summary loses some.
+
+    All 200 tau-bench airline conversations, compacted before every
+    assistant turn (the full sweep, no sampling) with keep_recent 0 to 4,
+    through the lossy summariser (seed 1, each failure mode at 10%). For
+    every later recorded call, each identifier argument whose value an
+    earlier tool result produced must be present verbatim: always after
+    compact() from a fresh ledger, not always after the plain summary (no
+    ledger, no masking). ``pytest -s`` prints the table.
+    """
+    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
+    found = side_by_side(corpus(), guard, keep_recent=range(5))
+    print(
+        f"\n{found.conversations} conversations, compacted before every assistant turn "
+        f"with a later id argument to check: {found.compactions} compactions per method "
+        f"(keep_recent 0-4)\n{found.table()}"
+    )
+    assert found.conversations == 200
+    assert found.required > 10000
+    assert found.guarded == found.required
+    assert found.plain < found.required
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
+def test_corpus_live_sessions_lose_nothing_either() -> None:
+    """Compacting with a live session's ledger (nothing re-recorded) keeps every id too.
+
+    A sample: the first 40 conversations, replayed through a guard session
+    (user turns observed, calls checked, results recorded as they come),
+    compacted with a copy of the live ledger before every assistant turn.
+    """
+    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
+    checked = 0
+    for number, messages in enumerate(corpus()[:40]):
+        transcript = read(messages)
+        with guard.session(f"live-{number}") as ledger:
+            for position, message in enumerate(transcript.messages):
+                if message.role == "assistant" and position > 1:
+                    copy_ = Ledger.from_json(ledger.to_json(), kinds=guard.kinds)
+                    out = compact(messages[:position], copy_, keep_recent=0, guard=guard)
+                    assert out.report.harvested == 0
+                    text = context(out.messages)
+                    for entry in ledger.entries():
+                        assert whole(entry.value, text)
+                        checked += 1
+                if message.starts_turn:
+                    guard.observe_user(message.text)
+                for call_ in message.calls:
+                    guard.check(call_.name, call_.arguments)
+                for result_ in message.results:
+                    data = result_.data if result_.data is not None else result_.text
+                    assert result_.call is not None
+                    guard.record(
+                        result_.name or "", result_.call.arguments, data, error=result_.error
+                    )
+    print(f"\n40 live sessions: {checked} ledger values checked after compaction")
+    assert checked > 1000

@@ -1,0 +1,451 @@
+"""Message shapes: detect, read into neutral form, write back; malformed transcripts."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrail.errors import TranscriptError
+from guardrail.messages import (
+    default_role,
+    detect,
+    map_text,
+    read,
+    result_message,
+    strings,
+    text_message,
+    write,
+)
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+TRACES = CORPUS / "tau-airline" / "traces.jsonl"
+
+
+def _args(order: str) -> str:
+    return json.dumps({"order_id": order})
+
+
+CHAT: list[dict[str, Any]] = [
+    {"role": "system", "content": "You are a shop assistant."},
+    {"role": "user", "content": "Where are my orders #W1000001 and W1000002?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "get_order", "arguments": _args("#W1000001")},
+            },
+            {
+                "id": "call_2",
+                "type": "function",
+                "function": {"name": "get_order", "arguments": _args("W1000002")},
+            },
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_2", "content": '{"order_id": "W1000002"}'},
+    {"role": "tool", "tool_call_id": "call_1", "content": '{"order_id": "W1000001"}'},
+    {"role": "assistant", "content": [{"type": "text", "text": "Both are on their way."}]},
+    {"role": "user", "content": "Thanks."},
+]
+
+RESPONSES: list[dict[str, Any]] = [
+    {"role": "developer", "content": "You are a shop assistant."},
+    {
+        "type": "message",
+        "role": "user",
+        "content": [{"type": "input_text", "text": "Where is #W1000001?"}],
+    },
+    {"type": "reasoning", "id": "rs_1", "summary": []},
+    {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "call_1",
+        "name": "get_order",
+        "arguments": _args("#W1000001"),
+    },
+    {
+        "type": "function_call",
+        "id": "fc_2",
+        "call_id": "call_2",
+        "name": "get_user",
+        "arguments": "{}",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": '{"order_id": "W1000001"}'},
+    {"type": "function_call_output", "call_id": "call_2", "output": "no user"},
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "It ships today."}],
+    },
+]
+
+ANTHROPIC: list[dict[str, Any]] = [
+    {"role": "user", "content": "Where is #W1000001?"},
+    {
+        "role": "assistant",
+        "content": [
+            {"type": "text", "text": "Let me look."},
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "get_order",
+                "input": {"order_id": "#W1000001"},
+            },
+            {"type": "tool_use", "id": "toolu_2", "name": "get_user", "input": {}},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": '{"order_id": "W1000001"}',
+            },
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_2",
+                "content": [{"type": "text", "text": "no user"}],
+                "is_error": True,
+            },
+        ],
+    },
+    {"role": "assistant", "content": "It ships today."},
+]
+
+# The corpus form: chat completions with parsed arguments, a parsed `result` and `error`.
+CORPUS_STYLE: list[dict[str, Any]] = [
+    {"role": "system", "content": "policy"},
+    {"role": "user", "content": "my id is mia_li_3668"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
+        ],
+    },
+    {
+        "role": "tool",
+        "content": '{"reservations": ["ZFA04Y"]}',
+        "tool_call_id": "c1",
+        "name": "get_user_details",
+        "result": {"reservations": ["ZFA04Y"]},
+        "error": False,
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "name": "get_reservation_details",
+                "arguments": {"reservation_id": "ZFA04Y"},
+            }
+        ],
+    },
+    {
+        "role": "tool",
+        "content": "Error: reservation not found",
+        "tool_call_id": "c1",
+        "name": "get_reservation_details",
+        "result": None,
+        "error": True,
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "shape"),
+    [
+        (CHAT, "openai_chat"),
+        (RESPONSES, "openai_responses"),
+        (ANTHROPIC, "anthropic"),
+        (CORPUS_STYLE, "openai_chat"),
+    ],
+)
+def test_detect_names_each_shape(messages: list[dict[str, Any]], shape: str) -> None:
+    """Each shape is recognised from its tool traffic or its item types."""
+    assert detect(messages) == shape
+
+
+def test_plain_text_lists_read_as_openai_chat_unless_told() -> None:
+    """A list with no tool traffic is ambiguous: OpenAI chat by default, or the shape given."""
+    plain = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert detect(plain) == "openai_chat"
+    assert read(plain, "anthropic").shape == "anthropic"
+
+
+@pytest.mark.parametrize("messages", [CHAT, RESPONSES, ANTHROPIC, CORPUS_STYLE])
+def test_round_trip_gives_the_same_list(messages: list[dict[str, Any]]) -> None:
+    """detect -> read -> write gives back the same list, the same objects, extra fields included."""
+    before = copy.deepcopy(messages)
+    written = write(read(messages))
+    assert written == before
+    assert all(a is b for a, b in zip(written, messages, strict=True))
+
+
+def test_chat_parallel_calls_pair_by_id_whatever_the_order() -> None:
+    """Parallel calls pair with results by id, even when results come back in another order."""
+    transcript = read(CHAT)
+    first, second = transcript.messages[2].calls
+    assert first.arguments == {"order_id": "#W1000001"}
+    assert first.result is not None
+    assert first.result.index == 4
+    assert second.result is not None
+    assert second.result.index == 3
+    assert first.result.data == {"order_id": "W1000001"}
+    assert first.result.name == "get_order"
+    assert transcript.messages[5].text == "Both are on their way."
+
+
+def test_responses_items_read_as_calls_results_and_messages() -> None:
+    """function_call and function_call_output items pair by call_id; other items stay opaque."""
+    transcript = read(RESPONSES)
+    roles = [m.role for m in transcript.messages]
+    assert roles == [
+        "system",
+        "user",
+        "assistant",
+        "assistant",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    call = transcript.messages[3].calls[0]
+    assert (call.id, call.name, call.arguments) == (
+        "call_1",
+        "get_order",
+        {"order_id": "#W1000001"},
+    )
+    assert call.result is not None
+    assert call.result.data == {"order_id": "W1000001"}
+    assert transcript.messages[6].results[0].data is None
+    assert transcript.messages[1].text == "Where is #W1000001?"
+
+
+def test_anthropic_blocks_read_as_calls_and_results_with_error_flag() -> None:
+    """tool_use and tool_result blocks pair by id; is_error marks a failed result."""
+    transcript = read(ANTHROPIC)
+    assistant, results = transcript.messages[1], transcript.messages[2]
+    assert assistant.text == "Let me look."
+    assert len(assistant.calls) == 2
+    assert [r.error for r in results.results] == [False, True]
+    assert results.results[1].text == "no user"
+    assert not results.starts_turn  # tool results in a user message do not start a turn
+    assert [list(t) for t in transcript.turns()] == [[0, 1, 2, 3]]
+
+
+def test_anthropic_system_may_lead_the_list() -> None:
+    """An Anthropic list may carry the system prompt as a leading message."""
+    messages = [{"role": "system", "content": "Be brief."}, *ANTHROPIC]
+    transcript = read(messages)
+    assert transcript.shape == "anthropic"
+    assert transcript.messages[0].role == "system"
+    assert write(transcript) == messages
+
+
+def test_corpus_style_keeps_parsed_result_and_error() -> None:
+    """The corpus's parsed `result` is the result's data; its `error` flag is read."""
+    transcript = read(CORPUS_STYLE)
+    first = transcript.messages[3].results[0]
+    assert first.data == {"reservations": ["ZFA04Y"]}
+    assert not first.error
+    second = transcript.messages[5].results[0]
+    assert second.error
+    assert second.data is None
+
+
+def test_a_reused_call_id_answers_the_latest_open_call() -> None:
+    """A call id used again after its result pairs with the new call, not the old one."""
+    transcript = read(CORPUS_STYLE)
+    old, new = transcript.calls()
+    assert old.result is not None
+    assert old.result.index == 3
+    assert new.result is not None
+    assert new.result.index == 5
+
+
+def test_turns_start_at_user_messages_and_a_preamble_is_a_turn() -> None:
+    """A turn is a user message and what follows; messages before the first user form one."""
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": "Welcome!"},
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"},
+    ]
+    assert [list(t) for t in read(messages).turns(1)] == [[1], [2, 3], [4]]
+
+
+def test_arguments_that_are_not_json_stay_as_written() -> None:
+    """Arguments given as text that is not a JSON object are kept as written."""
+    messages = copy.deepcopy(CHAT)
+    messages[2]["tool_calls"][0]["function"]["arguments"] = "not json"
+    assert read(messages).messages[2].calls[0].arguments == "not json"
+
+
+# -- malformed transcripts ------------------------------------------------------------------
+
+
+def test_a_result_with_no_call_is_an_error_naming_its_index() -> None:
+    """A tool result that answers no open call raises TranscriptError with its index."""
+    messages = [CHAT[0], CHAT[1], CHAT[3]]
+    with pytest.raises(TranscriptError, match="call_2") as caught:
+        read(messages)
+    assert caught.value.index == 2
+
+
+def test_a_duplicated_open_call_id_is_an_error_naming_its_index() -> None:
+    """Two open calls with one id cannot be told apart: TranscriptError at the second call."""
+    messages = copy.deepcopy(CHAT)
+    messages[2]["tool_calls"][1]["id"] = "call_1"
+    with pytest.raises(TranscriptError, match="used again") as caught:
+        read(messages)
+    assert caught.value.index == 2
+
+
+def test_an_unknown_role_is_an_error_naming_its_index() -> None:
+    """A role none of the shapes knows raises TranscriptError with its index."""
+    messages = [*CHAT[:2], {"role": "narrator", "content": "meanwhile"}]
+    with pytest.raises(TranscriptError, match="narrator") as caught:
+        read(messages)
+    assert caught.value.index == 2
+
+
+@pytest.mark.parametrize("content", [42, {"text": "hi"}, True])
+def test_non_string_content_of_a_message_is_an_error(content: object) -> None:
+    """Content that is neither text nor a list of parts raises TranscriptError."""
+    with pytest.raises(TranscriptError, match="content") as caught:
+        read([{"role": "user", "content": content}])
+    assert caught.value.index == 0
+
+
+def test_non_string_content_of_a_tool_result_is_read_as_json_and_reported() -> None:
+    """A tool result whose content is data is read as JSON, kept raw, and listed as a repair."""
+    messages = copy.deepcopy(CHAT)
+    messages[3]["content"] = {"order_id": "W1000002"}
+    transcript = read(messages)
+    result = transcript.messages[3].results[0]
+    assert result.data == {"order_id": "W1000002"}
+    assert "W1000002" in result.text
+    assert [(r.problem, r.index) for r in transcript.repairs] == [("non_string_content", 3)]
+    assert write(transcript) == messages
+
+
+def test_a_call_with_no_result_mid_conversation_gets_an_error_result() -> None:
+    """An unanswered call followed by more talk is repaired with an error result, reported."""
+    messages = [CHAT[0], CHAT[1], CHAT[2], CHAT[4], CHAT[5], CHAT[6]]  # call_2 never answered
+    transcript = read(messages)
+    assert [(r.problem, r.index) for r in transcript.repairs] == [("unanswered_call", 2)]
+    written = write(transcript)
+    assert len(written) == len(messages) + 1
+    assert written[4] == result_message("openai_chat", "call_2", written[4]["content"], error=True)
+    for call in transcript.calls():
+        assert call.result is not None
+    assert read(written).repairs == []
+
+
+def test_pending_calls_at_the_end_are_left_alone() -> None:
+    """Calls whose results have not arrived yet (nothing said after them) are not repaired."""
+    transcript = read(CHAT[:3])
+    assert transcript.repairs == []
+    assert all(call.result is None for call in transcript.calls())
+
+
+@pytest.mark.parametrize(
+    ("messages", "match"),
+    [
+        ([["role", "user"]], "dict"),
+        ([{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}], "no id"),
+        ([{"type": "function_call", "name": "f", "call_id": ""}], "no id"),
+        ([{"role": "assistant", "content": [{"type": "tool_use", "id": "t"}]}], "tool name"),
+    ],
+)
+def test_shapeless_messages_are_errors(messages: list[Any], match: str) -> None:
+    """A message that is not a dict, or a call without id or name, is a TranscriptError."""
+    with pytest.raises(TranscriptError, match=match) as caught:
+        read(messages)
+    assert caught.value.index == 0
+
+
+def test_a_string_is_not_a_message_list() -> None:
+    """Passing text instead of a list says what to pass."""
+    with pytest.raises(TranscriptError, match="list of messages"):
+        read("hello")
+
+
+# -- rewriting text -------------------------------------------------------------------------
+
+
+def test_map_text_rewrites_content_arguments_and_results_but_not_structure() -> None:
+    """map_text changes content, arguments and result data (keys too), never ids or roles."""
+    messages = copy.deepcopy(CORPUS_STYLE)
+    messages[3]["result"] = {"payment_methods": {"c1": {"id": "c1"}}}
+    kept = copy.deepcopy(messages)
+    mapped = [map_text(m, lambda s: s.replace("c1", "X").upper()) for m in messages]
+    assert mapped[2]["tool_calls"][0]["id"] == "c1"
+    assert mapped[2]["tool_calls"][0]["name"] == "get_user_details"
+    assert mapped[2]["tool_calls"][0]["arguments"] == {"USER_ID": "MIA_LI_3668"}
+    assert mapped[3]["tool_call_id"] == "c1"
+    assert mapped[3]["role"] == "tool"
+    assert mapped[3]["result"] == {"PAYMENT_METHODS": {"X": {"ID": "X"}}}
+    assert mapped[1]["content"] == "MY ID IS MIA_LI_3668"
+    assert messages == kept  # the input is not changed
+    data = {"role": "tool", "tool_call_id": "c1", "content": [{"id": "c1", "name": "n"}]}
+    assert map_text(data, str.upper)["content"] == [{"ID": "C1", "NAME": "N"}]  # data, not blocks
+    anthropic = map_text(ANTHROPIC[2], str.upper)
+    assert anthropic["content"][0]["tool_use_id"] == "toolu_1"
+    assert anthropic["content"][1]["content"][0]["text"] == "NO USER"
+
+
+def test_strings_lists_every_string_keys_included() -> None:
+    """strings() yields every string of a message, dict keys included."""
+    assert strings({"a": ["b", {"c": 1}], "d": "e"}) == ["a", "b", "c", "d", "e"]
+
+
+@pytest.mark.parametrize("shape", ["openai_chat", "openai_responses", "anthropic"])
+def test_new_messages_are_readable_in_their_shape(shape: Any) -> None:
+    """Text and result messages built for a shape read back in that shape."""
+    call = {
+        "openai_chat": CHAT[2],
+        "openai_responses": RESPONSES[3],
+        "anthropic": {"role": "assistant", "content": [ANTHROPIC[1]["content"][1]]},
+    }[shape]
+    call_id = read([call], shape).calls()[0].id
+    made = [
+        text_message(shape, "user", "hi"),
+        call,
+        result_message(shape, call_id, "gone", error=True),
+    ]
+    transcript = read(made, shape)
+    assert transcript.messages[0].text == "hi"
+    assert transcript.calls()[0].result is not None
+    assert default_role(shape) == ("user" if shape == "anthropic" else "system")
+
+
+# -- the corpus -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
+def test_every_corpus_trace_round_trips_and_pairs() -> None:
+    """All 200 recorded conversations read, pair every call with its result and write back."""
+    reused = 0
+    with TRACES.open() as lines:
+        for line in lines:
+            messages = json.loads(line)["messages"]
+            transcript = read(messages)
+            assert transcript.shape == "openai_chat"
+            assert transcript.repairs == []
+            assert write(transcript) == messages
+            calls = transcript.calls()
+            assert all(call.result is not None for call in calls)
+            reused += sum(n - 1 for n in Counter(call.id for call in calls).values())
+    assert reused == 73
