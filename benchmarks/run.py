@@ -70,6 +70,7 @@ class Sizes:
     sessions: int
     session_entries: int
     transcripts: tuple[int, ...]
+    compaction_rounds: tuple[int, ...]  # per transcript size: compaction takes seconds
     compaction_entries: int
     rounds: int  # interleaved rounds for the per-call groups
     sample: float  # seconds one sample of a per-call case aims at
@@ -88,6 +89,7 @@ FULL = Sizes(
     sessions=10_000,
     session_entries=50,
     transcripts=(1_000, 10_000, 100_000),
+    compaction_rounds=(5, 3, 1),
     compaction_entries=5_000,
     rounds=25,
     sample=0.04,
@@ -105,6 +107,7 @@ QUICK = Sizes(
     sessions=20,
     session_entries=5,
     transcripts=(20, 50, 100),
+    compaction_rounds=(2, 2, 2),
     compaction_entries=50,
     rounds=2,
     sample=0.001,
@@ -941,7 +944,7 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
         def dump(messages: list[dict[str, Any]] = messages) -> None:
             json.dumps(messages)
 
-        rounds = sizes.slow_rounds if size < 100_000 else max(1, sizes.slow_rounds // 3)
+        rounds = sizes.compaction_rounds[sizes.transcripts.index(size)]
         try:
             times = once(run, rounds=rounds, setup=fresh)
         except Exception as exc:  # a signature this harness does not know yet
