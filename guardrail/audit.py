@@ -32,13 +32,29 @@ if TYPE_CHECKING:
 DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
 
 
+class _Levels(dict[int, bool]):
+    """The enabled levels, resolving the audit's logger on the first look-up."""
+
+    def __init__(self, audit: Audit) -> None:
+        super().__init__()
+        self._audit = audit
+
+    def __missing__(self, level: int) -> bool:
+        if self._audit._logger is not None:
+            raise KeyError(level)
+        self._audit._resolve()
+        return self[level]
+
+
 class Audit:
     """Emits the guard's events through one structlog logger."""
 
     def __init__(self, logger: Any = None, *, redact: bytes | str | None = None) -> None:
         self._given = logger
         self._logger: Any = None
-        self._enabled: dict[int, bool] = {}
+        #: Level -> whether its events reach the logger; filled when the logger is resolved,
+        #: on the first look-up. A plain subscript, so the allowed path pays no method call.
+        self.levels: dict[int, bool] = _Levels(self)
         if isinstance(redact, str):
             redact = redact.encode()
         if redact is not None and not redact:
@@ -54,14 +70,14 @@ class Audit:
         self._logger = logger
         probe = getattr(logger, "is_enabled_for", None) or getattr(logger, "isEnabledFor", None)
         for level in (DEBUG, INFO, WARNING):
-            self._enabled[level] = bool(probe(level)) if probe is not None else True
+            self.levels[level] = bool(probe(level)) if probe is not None else True
         return logger
 
     def enabled(self, level: int) -> bool:
         """Whether events at ``level`` reach the logger (resolved once)."""
         if self._logger is None:
             self._resolve()
-        return self._enabled[level]
+        return self.levels[level]
 
     def emit(self, level: int, event: str, **fields: Any) -> None:
         """Send one event at ``level``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -157,7 +157,7 @@ class Finding:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Verdict:
     """The outcome of checking one call: allowed, or refused with findings and a message.
 
@@ -172,6 +172,21 @@ class Verdict:
     message: str = ""
     used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
     typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
+
+    def __init__(
+        self,
+        tool: str,
+        allowed: bool,
+        findings: tuple[Finding, ...] = (),
+        message: str = "",
+        used: tuple[Entry, ...] = (),
+        typed: tuple[tuple[str, str, str], ...] = (),
+    ) -> None:
+        # One update of the instance dict: the generated frozen __init__ sets each field
+        # through object.__setattr__, which cost more than the rest of an allowed check.
+        self.__dict__.update(
+            tool=tool, allowed=allowed, findings=findings, message=message, used=used, typed=typed
+        )
 
     def __bool__(self) -> bool:
         return self.allowed
@@ -192,14 +207,28 @@ class _ParamPlan:
     enforced: bool
 
 
+#: For each parameter of a tool whose id parameters are all plain top-level arguments: its
+#: name, its position in the signature (-1: keyword only or unknown), the first accepted
+#: kind's name and normaliser, and the other accepted kinds' (usually none).
+FastParams = tuple[
+    tuple[str, int, str, Callable[[str], str], tuple[tuple[str, Callable[[str], str]], ...]],
+    ...,
+]
+
+
 @dataclass(frozen=True)
 class CheckPlan:
-    """A tool spec with its kinds resolved, compiled once per declaration."""
+    """A tool spec with its kinds resolved, compiled once per declaration.
+
+    ``fast`` is set when every identifier parameter is a plain top-level
+    argument: the allowed path then reads it with one look-up per kind.
+    """
 
     spec: ToolSpec
     params: tuple[_ParamPlan, ...]
     read: bool
     lookups: Mapping[str, tuple[str, ...]]
+    fast: FastParams | None = None
 
 
 def compile_plan(
@@ -218,7 +247,21 @@ def compile_plan(
                 enforced=any(kind.enforce for kind in resolved),
             )
         )
-    return CheckPlan(spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups)
+    fast: FastParams | None = None
+    if all(param.simple for param in params):
+        fast = tuple(
+            (
+                param.name,
+                spec.positions.get(param.name, -1),
+                param.kinds[0].name,
+                param.kinds[0].normalize,
+                tuple((kind.name, kind.normalize) for kind in param.kinds[1:]),
+            )
+            for param in params
+        )
+    return CheckPlan(
+        spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups, fast=fast
+    )
 
 
 # -- reading argument values ----------------------------------------------------------------
@@ -255,12 +298,51 @@ def _as_text(value: Any) -> str | None:
 # -- the check ------------------------------------------------------------------------------
 
 
+def allowed_entries(
+    fast: FastParams, read: bool, arguments: Mapping[str, Any], ledger: Ledger
+) -> list[Entry] | None:
+    """The entries a call uses when every identifier argument is allowed outright, else None.
+
+    The allowed path of :func:`check_arguments` for plain top-level
+    parameters; None sends the call through the full check, which also
+    finds the problems.
+    """
+    by_kind = ledger.by_kind
+    used: list[Entry] = []
+    for name, _, kind, normalize, others in fast:
+        value = arguments.get(name)
+        if value is None:
+            continue
+        if type(value) is not str:
+            return None
+        table = by_kind.get(kind)
+        entry = None if table is None else table.get(normalize(value))
+        if entry is None or not (entry.verified or read):
+            for other, normalize_other in others:
+                table = by_kind.get(other)
+                entry = None if table is None else table.get(normalize_other(value))
+                if entry is not None and (entry.verified or read):
+                    break
+            else:
+                return None
+        used.append(entry)
+    return used
+
+
 def check_arguments(
     plan: CheckPlan,
     arguments: Mapping[str, Any],
     ledger: Ledger,
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call."""
+    if plan.fast is not None:
+        allowed = allowed_entries(plan.fast, plan.read, arguments, ledger)
+        if allowed is not None:
+            epoch = ledger.epoch
+            for taken in allowed:
+                if taken.epoch != epoch:
+                    ledger.touch(taken)
+            return Verdict(plan.spec.name, True, used=tuple(allowed))
     by_kind = ledger.by_kind
     read = plan.read
     used: list[Entry] = []
@@ -424,11 +506,52 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
         entry = table.get(folded)
         if entry is not None:
             return entry, "look-alike characters (homoglyphs)"
-    alphabet = ledger.alphabet(kind.name)
-    for candidate, detail in _variants(key, alphabet):
-        entry = table.get(candidate)
-        if entry is not None and candidate != key:
-            return entry, detail
+    hit = _first_variant(key, sorted(ledger.alphabet(kind.name)), table.keys())
+    if hit is None:
+        return None
+    candidate, detail = hit
+    return table[candidate], detail
+
+
+def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
+    """The first of :func:`_variants` (same order, same detail) that is one of ``keys``.
+
+    The many variants of one kind (a letter changed or added at one position)
+    are built in one comprehension and tested against the keys at C speed;
+    only a batch that holds a hit is looked at one by one, and the detail
+    text is built for the hit alone.
+    """
+    n = len(key)
+    for i in range(n - 1):
+        if key[i] != key[i + 1]:
+            candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
+            if candidate in keys:
+                return candidate, "two neighbouring characters swapped"
+    if n <= _ALL_SWAPS_UP_TO:
+        for i in range(n):
+            for j in range(i + 2, n):
+                if key[i] != key[j]:
+                    candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
+                    if candidate in keys:
+                        return candidate, "two characters swapped"
+    for i in range(n):
+        head, tail = key[:i], key[i + 1 :]
+        batch = [f"{head}{letter}{tail}" for letter in letters]
+        if not keys.isdisjoint(batch):
+            for letter, candidate in zip(letters, batch, strict=True):
+                if letter != key[i] and candidate in keys:
+                    return candidate, f"one character changed (position {i + 1})"
+    for i in range(n):
+        candidate = key[:i] + key[i + 1 :]
+        if candidate in keys:
+            return candidate, f"one character missing (position {i + 1})"
+    for i in range(n + 1):
+        head, tail = key[:i], key[i:]
+        batch = [f"{head}{letter}{tail}" for letter in letters]
+        if not keys.isdisjoint(batch):
+            for candidate in batch:
+                if candidate in keys:
+                    return candidate, f"one character added (position {i + 1})"
     return None
 
 

@@ -10,13 +10,12 @@ an audit event.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
-
-import wrapt
 
 from guardrail.audit import Audit
 from guardrail.check import (
@@ -33,7 +32,15 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.harvest import Found, harvest
+from guardrail.harvest import (
+    OPAQUE_TYPES,
+    Batch,
+    Found,
+    batches_of,
+    harvest_batches,
+    opaque,
+    yields_nothing,
+)
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
@@ -516,8 +523,13 @@ class Guard:
                 ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
             return []
+        batches: list[Batch]
+        problems: list[str]
         try:
-            harvested = harvest(spec, result, self.kinds)
+            if yields_nothing(spec, result):
+                batches, problems = [], []
+            else:
+                batches, problems = harvest_batches(spec, result, self.kinds)
             taken = self._taken_ids(spec, arguments, verdict)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             self.audit.ids_recorded(
@@ -530,8 +542,7 @@ class Guard:
                 problems=[f"nothing recorded: {type(exc).__name__}: {exc}"],
             )
             return []
-        found = harvested.found
-        if not found and not taken and not harvested.problems:
+        if not batches and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
                 self.audit.ids_recorded(
                     ledger.session_id,
@@ -543,11 +554,10 @@ class Guard:
                 )
             return []
         turn = ledger.turn
-        items = [*found, *taken]
-        sources = {
-            path: Source(spec.name, call_id, path, turn) for path in {item.path for item in items}
-        }
-        admitted = ledger.admit(items, source=sources)
+        batches.extend(batches_of(taken))
+        paths = {batch.path for batch in batches}
+        sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
+        admitted = ledger.admit_batches(batches, source=sources)
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -555,10 +565,26 @@ class Guard:
             added=admitted.added,
             verified=admitted.verified,
             error=False,
-            problems=harvested.problems,
+            problems=problems,
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
+
+    def _log_allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:
+        """The audit event of a call whose ids were all allowed outright."""
+        self.audit.call_checked(
+            ledger.session_id,
+            Verdict(plan.spec.name, True, used=tuple(used)),
+            effect=plan.spec.effect,
+            mode=self.mode,
+            outcome="allowed",
+        )
+
+    def _log_nothing_recorded(self, ledger: Ledger, name: str) -> None:
+        """The event of a record that brought nothing in."""
+        self.audit.ids_recorded(
+            ledger.session_id, name, call_id=None, added=(), verified=(), error=False
+        )
 
     def _taken_ids(
         self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
@@ -724,55 +750,216 @@ class Guard:
         self._register(spec)
         heads = tuple(positions.items())
         guard = self
+        current = self._var.get
+        allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
+        # Nothing can enter the ledger after a call allowed outright, if its result holds none.
+        quiet = (
+            not spec.produces and not spec.mints and not (spec.effect == "read" and spec.verifies)
+        )
 
-        def bind(instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-            # wrapt passes self/cls apart, so bound calls have one positional argument less.
-            offset = 0 if instance is None or isinstance(function, staticmethod) else 1
+        def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+            # The wrapper is a plain function, so a method's self (or cls) is args[0], just
+            # as in the signature the positions were read from.
             arguments = {}
             for head, position in heads:
                 if head in kwargs:
                     arguments[head] = kwargs[head]
-                elif 0 <= position - offset < len(args):
-                    arguments[head] = args[position - offset]
+                elif 0 <= position < len(args):
+                    arguments[head] = args[position]
             return arguments
 
-        def before(arguments: dict[str, Any]) -> tuple[Ledger, Verdict]:
-            ledger = guard._current()
-            return ledger, guard._enforce(tool_name, arguments, ledger)
+        def enforce(
+            args: tuple[Any, ...], kwargs: dict[str, Any], ledger: Ledger
+        ) -> tuple[dict[str, Any], Verdict]:
+            """The full check, for a call whose ids are not all allowed outright."""
+            arguments = bind(args, kwargs)
+            return arguments, guard._enforce(tool_name, arguments, ledger)
 
-        def after(arguments: dict[str, Any], ledger: Ledger, verdict: Verdict, result: Any) -> None:
+        def after(ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any) -> None:
+            guard._record(guard._plans[tool_name], arguments, result, False, None, ledger, verdict)
+
+        def finish(
+            ledger: Ledger,
+            used: list[Entry],
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+            result: Any,
+        ) -> None:
+            """After a call allowed outright whose result may bring ids in."""
             plan = guard._plans[tool_name]
-            guard._record(plan, arguments, result, False, None, ledger, verdict)
+            now = plan.spec
+            if (
+                not now.produces
+                and not now.mints
+                and not (plan.read and now.verifies and not all(e.verified for e in used))
+                and opaque(result)
+            ):
+                if guard.audit.levels[logging.DEBUG]:
+                    guard._log_nothing_recorded(ledger, now.name)
+                return
+            verdict = Verdict(tool_name, True, used=tuple(used))
+            guard._record(plan, bind(args, kwargs), result, False, None, ledger, verdict)
 
+        # A plain function rather than an object proxy: a call costs what a pass-through
+        # costs, and methods, class and static methods, signatures, annotations and
+        # iscoroutinefunction behave as the undecorated function's do. The allowed path
+        # is written out in both wrappers, which differ only by await: on a path this
+        # short, each helper call would cost a tenth of it.
+        wrapper: Callable[..., Any]
         if inspect.iscoroutinefunction(target):
 
-            @wrapt.decorator
-            async def guarded_async(
-                wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> Any:
-                arguments = bind(instance, args, kwargs)
-                ledger, verdict = before(arguments)
+            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+                ledger = current()
+                if ledger is None:
+                    ledger = guard._current()
+                plan = guard._plans.get(tool_name)
+                if plan is not None and plan.fast is not None and plan.spec is spec:
+                    # The allowed path of check_arguments, reading args and kwargs in place.
+                    by_kind = ledger.by_kind
+                    read = plan.read
+                    used: list[Entry] = []
+                    for head, position, kind, normalize, others in plan.fast:
+                        if head in kwargs:
+                            value = kwargs[head]
+                        elif 0 <= position < len(args):
+                            value = args[position]
+                        else:
+                            continue
+                        if value is None:
+                            continue
+                        if type(value) is not str:
+                            break
+                        table = by_kind.get(kind)
+                        entry = None if table is None else table.get(normalize(value))
+                        if entry is None or not (entry.verified or read):
+                            for other, normalize_other in others:
+                                table = by_kind.get(other)
+                                entry = None if table is None else table.get(normalize_other(value))
+                                if entry is not None and (entry.verified or read):
+                                    break
+                            else:
+                                break
+                        used.append(entry)
+                    else:
+                        # What _enforce does for an allowed call.
+                        epoch = ledger.epoch
+                        for taken in used:
+                            if taken.epoch != epoch:
+                                ledger.touch(taken)
+                        if ledger.refusals:
+                            ledger.refusals.pop(tool_name, None)
+                        levels = guard.audit.levels
+                        if levels[allowed_level]:
+                            guard._log_allowed(plan, ledger, used)
+                        result = await target(*args, **kwargs)
+                        # What _record does when nothing can enter the ledger.
+                        kind_of = type(result)
+                        if (
+                            quiet
+                            and (
+                                kind_of in OPAQUE_TYPES
+                                or (
+                                    kind_of is str
+                                    and result[:1].isalpha()
+                                    and result[:1] not in "tfn"
+                                )
+                                or opaque(result)
+                            )
+                            and guard._plans.get(tool_name) is plan
+                        ):
+                            if levels[logging.DEBUG]:
+                                guard._log_nothing_recorded(ledger, tool_name)
+                        else:
+                            finish(ledger, used, args, kwargs, result)
+                        return result
+                arguments, verdict = enforce(args, kwargs, ledger)
                 if not verdict.allowed and guard.mode == "reprompt":
                     return Rejection(verdict)
-                result = await wrapped(*args, **kwargs)
-                after(arguments, ledger, verdict, result)
+                result = await target(*args, **kwargs)
+                after(ledger, arguments, verdict, result)
                 return result
 
-            return cast(F, guarded_async(function))
+            wrapper = guarded_async
+        else:
 
-        @wrapt.decorator
-        def guarded(
-            wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-        ) -> Any:
-            arguments = bind(instance, args, kwargs)
-            ledger, verdict = before(arguments)
-            if not verdict.allowed and guard.mode == "reprompt":
-                return Rejection(verdict)
-            result = wrapped(*args, **kwargs)
-            after(arguments, ledger, verdict, result)
-            return result
+            def guarded(*args: Any, **kwargs: Any) -> Any:
+                ledger = current()
+                if ledger is None:
+                    ledger = guard._current()
+                plan = guard._plans.get(tool_name)
+                if plan is not None and plan.fast is not None and plan.spec is spec:
+                    # The allowed path of check_arguments, reading args and kwargs in place.
+                    by_kind = ledger.by_kind
+                    read = plan.read
+                    used: list[Entry] = []
+                    for head, position, kind, normalize, others in plan.fast:
+                        if head in kwargs:
+                            value = kwargs[head]
+                        elif 0 <= position < len(args):
+                            value = args[position]
+                        else:
+                            continue
+                        if value is None:
+                            continue
+                        if type(value) is not str:
+                            break
+                        table = by_kind.get(kind)
+                        entry = None if table is None else table.get(normalize(value))
+                        if entry is None or not (entry.verified or read):
+                            for other, normalize_other in others:
+                                table = by_kind.get(other)
+                                entry = None if table is None else table.get(normalize_other(value))
+                                if entry is not None and (entry.verified or read):
+                                    break
+                            else:
+                                break
+                        used.append(entry)
+                    else:
+                        # What _enforce does for an allowed call.
+                        epoch = ledger.epoch
+                        for taken in used:
+                            if taken.epoch != epoch:
+                                ledger.touch(taken)
+                        if ledger.refusals:
+                            ledger.refusals.pop(tool_name, None)
+                        levels = guard.audit.levels
+                        if levels[allowed_level]:
+                            guard._log_allowed(plan, ledger, used)
+                        result = target(*args, **kwargs)
+                        # What _record does when nothing can enter the ledger.
+                        kind_of = type(result)
+                        if (
+                            quiet
+                            and (
+                                kind_of in OPAQUE_TYPES
+                                or (
+                                    kind_of is str
+                                    and result[:1].isalpha()
+                                    and result[:1] not in "tfn"
+                                )
+                                or opaque(result)
+                            )
+                            and guard._plans.get(tool_name) is plan
+                        ):
+                            if levels[logging.DEBUG]:
+                                guard._log_nothing_recorded(ledger, tool_name)
+                        else:
+                            finish(ledger, used, args, kwargs, result)
+                        return result
+                arguments, verdict = enforce(args, kwargs, ledger)
+                if not verdict.allowed and guard.mode == "reprompt":
+                    return Rejection(verdict)
+                result = target(*args, **kwargs)
+                after(ledger, arguments, verdict, result)
+                return result
 
-        return cast(F, guarded(function))
+            wrapper = guarded
+        functools.update_wrapper(wrapper, target)
+        if isinstance(function, classmethod):
+            return cast(F, classmethod(wrapper))
+        if isinstance(function, staticmethod):
+            return cast(F, staticmethod(wrapper))
+        return cast(F, wrapper)
 
 
 def _positions(

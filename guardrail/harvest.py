@@ -9,9 +9,10 @@ is never scanned for things that look like ids.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from itertools import repeat
+from typing import Any, NamedTuple, cast
 
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
@@ -54,6 +55,48 @@ def _as_id_text(value: Any) -> str | None:
     return None
 
 
+def _looks_like_json(text: str) -> bool:
+    head = text[:1]
+    if head.isspace():
+        head = text.lstrip()[:1]
+    if not head:
+        return False
+    if head in '{["-' or head.isdigit():
+        return True
+    return head in "tfn" and text.strip() in ("true", "false", "null")
+
+
+#: Result types that never hold ids for a tool with no result paths (no annotations to read).
+OPAQUE_TYPES: frozenset[type] = frozenset({type(None), bool, int, float, dict, tuple})
+
+
+def opaque(result: Any) -> bool:
+    """Whether ``result`` holds nothing to harvest for a tool that declares no result paths.
+
+    True unless it is a model or a dataclass (or a list of them), or text or
+    bytes to parse; decided without walking or parsing anything.
+    """
+    tp = type(result)
+    if tp in OPAQUE_TYPES:
+        return True
+    if isinstance(result, str):
+        return not _looks_like_json(result)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return False
+    sample = result[0] if isinstance(result, list) and result else result
+    tp = type(sample)
+    return not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__"))
+
+
+def yields_nothing(spec: ToolSpec, result: Any) -> bool:
+    """Whether :func:`harvest` is sure to find nothing in ``result`` and report nothing.
+
+    A tool that declares no result paths and returns an :func:`opaque`
+    result costs nothing after it runs.
+    """
+    return not spec.produces and opaque(result)
+
+
 def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     """The structured value and the plain text of a result (either may be missing)."""
     if isinstance(result, (bytes, bytearray, memoryview)):
@@ -65,8 +108,7 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     if not isinstance(result, str):
         return result, None
     text = result
-    head = text.lstrip()[:1]
-    if head and (head in '{["-' or head.isdigit() or text.strip() in ("true", "false", "null")):
+    if _looks_like_json(text):
         try:
             return json.loads(text), text
         except RecursionError:
@@ -76,7 +118,7 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     return text, text
 
 
-def _leaves(producer: Producer, value: Any, text: str | None) -> list[tuple[Any, Any]]:
+def _leaves(producer: Producer, value: Any, text: str | None) -> Iterable[tuple[Any, Any]]:
     """``(id, status)`` pairs a producer reaches."""
     if producer.regex is not None:
         if text is None:
@@ -90,7 +132,7 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> list[tuple[Any,
     if path.is_root:
         return [(value.strip() if isinstance(value, str) else value, None)]
     if producer.status is None:
-        return [(leaf, None) for leaf in path.extract(value)]
+        return zip(path.extract(value), repeat(None))
     pairs = []
     for leaf, holder in path.extract_with_parents(value):
         if isinstance(holder, Mapping):
@@ -121,6 +163,23 @@ def _structured_producers(value: Any, harvest: Harvest) -> tuple[Producer, ...]:
     )
 
 
+class Batch(NamedTuple):
+    """The ids one producer found, as columns: the bulk path from a result into a ledger.
+
+    ``kind``, ``path`` (the declaration) and ``role`` (a role template) are
+    shared; ``values``, ``keys`` and ``statuses`` (None when no status is
+    read) hold one item per id. A result of tens of thousands of ids costs
+    no object per id on its way to the ledger.
+    """
+
+    kind: str
+    path: str
+    role: str | None
+    values: list[str]
+    keys: list[str]
+    statuses: list[str | None] | None
+
+
 def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     """Every identifier ``spec`` declares in ``result``, each kind's normaliser applied.
 
@@ -129,36 +188,85 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     Example values of a kind are never harvested: they are placeholders,
     whatever a tool says.
     """
+    batches, problems = harvest_batches(spec, result, kinds)
+    return Harvest([found for batch in batches for found in found_items(batch)], problems)
+
+
+def found_items(batch: Batch) -> list[Found]:
+    """A batch as :class:`Found` items, in order."""
+    statuses = batch.statuses if batch.statuses is not None else repeat(None)
+    return [
+        Found(batch.kind, value, key, batch.path, status, batch.role)
+        for value, key, status in zip(batch.values, batch.keys, statuses, strict=False)
+    ]
+
+
+def batches_of(found: Iterable[Found]) -> list[Batch]:
+    """``Found`` items as batches, order kept: one batch per run of kind, path and role."""
+    batches: list[Batch] = []
+    current: Batch | None = None
+    for item in found:
+        if (
+            current is None
+            or current.kind != item.kind
+            or current.path != item.path
+            or current.role != item.role
+        ):
+            current = Batch(item.kind, item.path, item.role, [], [], [])
+            batches.append(current)
+        current.values.append(item.value)
+        current.keys.append(item.key)
+        assert current.statuses is not None
+        current.statuses.append(item.status)
+    return batches
+
+
+def harvest_batches(
+    spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]
+) -> tuple[list[Batch], list[str]]:
+    """:func:`harvest` as ``(batches, problems)``: what ``record`` gives ``Ledger.admit_batches``.
+
+    Batches hold only producers that found something.
+    """
     harvest = Harvest()
     value, text = _decode(result, harvest)
     # A tool that declares no result paths is read by the annotations of what it returned.
     plan = spec.produces or _structured_producers(value, harvest)
     if not plan:
-        return harvest
-    seen: set[tuple[str, str]] = set()
-    found = harvest.found
+        return [], harvest.problems
+    seen: dict[str, set[str]] = {}  # keys already found, per kind
+    batches: list[Batch] = []
     skipped = 0
     for producer in plan:
-        kind = kinds[producer.kind]
+        name = producer.kind
+        kind = kinds[name]
         normalize = kind.normalize
-        source = producer.source
+        examples = kind.examples
+        known = seen.setdefault(name, set())
+        values: list[str] = []
+        keys: list[str] = []
+        statuses: list[str | None] | None = None if producer.status is None else []
         for leaf, status in _leaves(producer, value, text):
-            raw = _as_id_text(leaf)
+            raw = leaf if type(leaf) is str else _as_id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
                 continue
             key = normalize(raw)
-            if not key or key in kind.examples:
+            if not key or key in examples:
                 skipped += 1
                 continue
-            marker = (producer.kind, key)
-            if marker in seen:
+            if key in known:
                 continue
-            seen.add(marker)
-            found.append(Found(producer.kind, raw, key, source, status, producer.role))
+            known.add(key)
+            values.append(raw)
+            keys.append(key)
+            if statuses is not None:
+                statuses.append(status)
+        if values:
+            batches.append(Batch(name, producer.source, producer.role, values, keys, statuses))
     if skipped:
         harvest.problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "
             f"(not text or numbers, empty, example values, or over {MAX_ID_LENGTH} characters)"
         )
-    return harvest
+    return batches, harvest.problems

@@ -16,10 +16,11 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from guardrail.errors import GuardrailUsageError
-from guardrail.harvest import Found
+from guardrail.harvest import Batch, Found, batches_of
 from guardrail.kinds import Kind
 
 FORMAT_VERSION = 1
@@ -139,18 +140,53 @@ class Admitted(NamedTuple):
 class _Index:
     """Per-kind look-up aids for near-miss classification, kept beside the entries.
 
-    ``alphabet`` only grows (a superset is harmless). ``keys`` is sorted for
-    prefix search; new keys wait in ``pending`` and are merged lazily, and
-    evicted keys stay until a rebuild, so adding an id stays O(1).
+    ``alphabet`` only grows (a superset is harmless). ``keys`` and ``recent``
+    are sorted, read together as one sorted list without repeats for prefix
+    search; new keys wait in ``pending``, are sorted into the small
+    ``recent`` when there are enough of them, and ``recent`` joins ``keys``
+    only when it has grown to a fraction of it, so a refusal after new ids
+    arrived sorts a few hundred keys, not the whole index. Evicted keys stay
+    until a rebuild, so adding an id stays O(1).
     """
 
-    __slots__ = ("alphabet", "keys", "pending", "stale")
+    __slots__ = ("alphabet", "keys", "pending", "recent", "stale")
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
         self.keys: list[str] = []
+        self.recent: list[str] = []
         self.pending: list[str] = []
         self.stale = 0
+
+    def settle(self) -> None:
+        """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
+        recent = self.recent
+        fresh = [key for key in sorted(set(self.pending)) if not _has(recent, key)]
+        self.pending.clear()
+        recent = recent + fresh
+        recent.sort()  # two sorted runs: merged in linear time
+        if len(recent) > max(4096, len(self.keys) // 16):
+            merged = self.keys + recent
+            merged.sort()
+            # A key evicted and seen again may be in both: keep one of each.
+            self.keys = [key for i, key in enumerate(merged) if not i or merged[i - 1] != key]
+            self.recent = []
+        else:
+            self.recent = recent
+
+    def sorted_from(self, prefix: str) -> Iterator[str]:
+        """Indexed keys from the first one not below ``prefix``, sorted, each once."""
+        keys, recent = self.keys, self.recent
+        i, j = bisect.bisect_left(keys, prefix), bisect.bisect_left(recent, prefix)
+        while i < len(keys) or j < len(recent):
+            if j >= len(recent) or (i < len(keys) and keys[i] < recent[j]):
+                yield keys[i]
+                i += 1
+            else:
+                if i < len(keys) and keys[i] == recent[j]:
+                    i += 1
+                yield recent[j]
+                j += 1
 
 
 class Ledger:
@@ -268,14 +304,13 @@ class Ledger:
         with self.lock:
             if index.stale > max(64, len(table)):
                 index.keys = sorted(table)
+                index.recent = []
                 index.pending.clear()
                 index.stale = 0
             elif len(index.pending) > 256:
-                index.keys = sorted(set(index.keys).union(index.pending))
-                index.pending.clear()
+                index.settle()
             found: list[Entry] = []
-            start = bisect.bisect_left(index.keys, prefix)
-            for key in index.keys[start:]:
+            for key in index.sorted_from(prefix):
                 if not key.startswith(prefix) or len(found) >= limit:
                     break
                 entry = table.get(key)
@@ -330,39 +365,87 @@ class Ledger:
         gets a role. All ids are added before any is evicted, so a result
         is never half-recorded.
         """
+        return self.admit_batches(batches_of(found), source=source, verified=verified)
+
+    def admit_batches(
+        self,
+        batches: Iterable[Batch],
+        *,
+        source: Source | Mapping[str, Source],
+        verified: bool = True,
+    ) -> Admitted:
+        """:meth:`admit` for ids in :class:`~guardrail.harvest.Batch` columns, in order.
+
+        The bulk path from a tool result: a result of tens of thousands of ids
+        is admitted without building a ``Found`` or calling a helper per id.
+        """
         added: list[Entry] = []
         upgraded: list[Entry] = []
         turn = self.turn
+        by_kind = self.by_kind
+        roles = self._roles
+        counters = self._counters
         with self.lock:
-            for item in found:
-                where = source if isinstance(source, Source) else source[item.path]
-                table = self.by_kind.get(item.kind)
+            tomb_roles = self._tomb_roles
+            for kind, path, template, values, keys, statuses in batches:
+                where = source if isinstance(source, Source) else source[path]
+                table = by_kind.get(kind)
                 if table is None:
-                    table = self.by_kind[item.kind] = {}
-                    self._index[item.kind] = _Index()
-                entry = table.get(item.key)
-                if entry is not None:
-                    if verified and not entry.verified:
-                        entry.verified = True
-                        entry.source = where
-                        upgraded.append(entry)
-                    if item.status is not None:
-                        entry.status = item.status
-                    self.touch(entry)
-                    continue
-                entry = Entry(
-                    value=item.value,
-                    kind=item.kind,
-                    key=item.key,
-                    role=self._new_role(item, where),
-                    source=where,
-                    first_seen=turn,
-                    last_used=turn,
-                    verified=verified,
-                    status=item.status,
-                )
-                self._insert(entry)
-                added.append(entry)
+                    table = by_kind[kind] = {}
+                    self._index[kind] = _Index()
+                fresh: list[str] = []  # new keys, for the near-miss index
+                size = len(added)
+                # Default roles with no tombstone to honour: number them here, in a local.
+                plain = not template and not self._tombstones
+                start = number = counters.get(kind, 0)
+                for value, key, status in zip(
+                    values, keys, statuses if statuses is not None else repeat(None), strict=False
+                ):
+                    entry = table.get(key)
+                    if entry is not None:
+                        if verified and not entry.verified:
+                            entry.verified = True
+                            entry.source = where
+                            upgraded.append(entry)
+                        if status is not None:
+                            entry.status = status
+                        self.touch(entry)
+                        continue
+                    if plain:  # the default role: the kind, then kind_2, kind_3... in order seen
+                        while True:
+                            number += 1
+                            role = kind if number == 1 else f"{kind}_{number}"
+                            if role not in roles and role not in tomb_roles:
+                                break
+                    else:
+                        role = self._new_role(kind, key, template, status, where)
+                    # Fields set directly: the keyword constructor cost twice as much.
+                    entry = _allocate(Entry)
+                    entry.value = value
+                    entry.kind = kind
+                    entry.key = key
+                    entry.role = role
+                    entry.source = where
+                    entry.first_seen = turn
+                    entry.last_used = turn
+                    entry.verified = verified
+                    entry.status = status
+                    entry.pinned = False
+                    entry.aliases = ()
+                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    table[key] = entry
+                    roles[role] = entry
+                    fresh.append(key)
+                    if not plain and self._tombstones:
+                        self._drop_tombstone((kind, key))
+                    added.append(entry)
+                if number != start:
+                    counters[kind] = number
+                if fresh:
+                    self._size += len(added) - size
+                    index = self._index[kind]
+                    index.alphabet.update("".join(fresh))
+                    index.pending.extend(fresh)
             if added:
                 self.epoch += 1
                 for entry in added:
@@ -438,25 +521,27 @@ class Ledger:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _new_role(self, item: Found, source: Source) -> str:
-        tomb = self._tombstones.get((item.kind, item.key)) if self._tombstones else None
+    def _new_role(
+        self, kind: str, key: str, template: str | None, status: str | None, source: Source
+    ) -> str:
+        tomb = self._tombstones.get((kind, key)) if self._tombstones else None
         if tomb is not None and tomb.role not in self._roles:
             # An id that comes back keeps the role summaries already use for it.
             return tomb.role
-        if item.role:
-            number = self._counters.get(item.kind, 0) + 1
-            fields = {"kind": item.kind, "n": number, "tool": source.tool, "status": item.status}
+        if template:
+            number = self._counters.get(kind, 0) + 1
+            fields = {"kind": kind, "n": number, "tool": source.tool, "status": status}
             try:
-                base = item.role.format_map(_Fields(fields))
+                base = template.format_map(_Fields(fields))
             except (ValueError, IndexError):
-                base = item.kind
-            base = "".join(c if c in _ROLE_CHARS else "_" for c in base) or item.kind
-            self._counters[item.kind] = number
+                base = kind
+            base = "".join(c if c in _ROLE_CHARS else "_" for c in base) or kind
+            self._counters[kind] = number
             return self._free_role(base)
         while True:
-            number = self._counters.get(item.kind, 0) + 1
-            self._counters[item.kind] = number
-            role = item.kind if number == 1 else f"{item.kind}_{number}"
+            number = self._counters.get(kind, 0) + 1
+            self._counters[kind] = number
+            role = kind if number == 1 else f"{kind}_{number}"
             if not self._role_taken(role):
                 return role
 
@@ -639,6 +724,15 @@ class Ledger:
 
     def __repr__(self) -> str:
         return f"<Ledger session={self.session_id!r} entries={self._size}/{self.capacity}>"
+
+
+_allocate = object.__new__
+
+
+def _has(ordered: list[str], key: str) -> bool:
+    """Whether the sorted list ``ordered`` holds ``key``."""
+    at = bisect.bisect_left(ordered, key)
+    return at < len(ordered) and ordered[at] == key
 
 
 class _Fields(dict[str, Any]):

@@ -135,14 +135,22 @@ def _maybe_json(value: Any, parse: bool) -> Any:
 
 
 def _walk(steps: tuple[Step, ...], frontier: list[Any], parse: bool) -> list[Any]:
+    nxt: list[Any]
     for op, arg in steps:
         if not frontier:
             break
         if op == KEY:
-            reached = [_get(_maybe_json(item, parse), arg) for item in frontier]
-            frontier = [value for value in reached if value is not _MISSING]
+            nxt = []
+            for item in frontier:
+                if parse:
+                    item = _maybe_json(item, parse)
+                # A plain dict is by far the common holder: read it without the Mapping check.
+                value = item.get(arg, _MISSING) if type(item) is dict else _get(item, arg)
+                if value is not _MISSING:
+                    nxt.append(value)
+            frontier = nxt
         elif op == EACH:
-            nxt: list[Any] = []
+            nxt = []
             for item in frontier:
                 item = _maybe_json(item, parse)
                 if isinstance(item, (list, tuple)):

@@ -1,0 +1,266 @@
+"""The decorator's wrapper: what it keeps of the tool function, and its allowed fast path."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import typing
+from typing import Annotated, Any, Literal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from structlog.testing import capture_logs
+
+from guardrail import Guard, Id, IdentifierViolation, Rejection
+from guardrail.errors import GuardrailUsageError
+from guardrail.spec import ProducerDecl
+
+from .conftest import ORDERS, shop_guard
+
+Order = Annotated[str, Id("order")]
+Customer = Annotated[str, Id("customer")]
+Either = Annotated[str, Id(["order", "customer"])]  # a customer id is the second kind tried
+
+
+def _tools(guard: Guard) -> tuple[Any, Any]:
+    @guard.tool(effect="read")
+    def lookup(customer_id: Customer, order_id: Order, /, note: str = "", *, limit: int = 1) -> str:
+        """Look an order up."""
+        return f"{customer_id}/{order_id}"
+
+    @guard.tool
+    async def refund(order_id: Order, amount: int = 0) -> str:
+        """Refund an order."""
+        await asyncio.sleep(0)
+        return f"refunded {order_id}"
+
+    return lookup, refund
+
+
+def test_wrapper_keeps_name_doc_module_and_the_wrapped_function() -> None:
+    """Name, qualified name, docstring, module and __wrapped__ are the tool function's."""
+    lookup, refund = _tools(shop_guard())
+    assert lookup.__name__ == "lookup"
+    assert lookup.__qualname__.endswith("_tools.<locals>.lookup")
+    assert lookup.__doc__ == "Look an order up."
+    assert lookup.__module__ == __name__
+    assert refund.__name__ == "refund"
+    assert inspect.unwrap(lookup) is lookup.__wrapped__
+    assert inspect.unwrap(lookup).__name__ == "lookup"
+
+
+def test_wrapper_keeps_signature_and_annotations() -> None:
+    """inspect.signature and get_type_hints see the tool's own parameters, Id markers included."""
+    lookup, refund = _tools(shop_guard())
+    assert inspect.signature(lookup) == inspect.signature(lookup.__wrapped__)
+    assert str(inspect.signature(lookup)).startswith("(customer_id: 'Customer', order_id")
+    hints = typing.get_type_hints(lookup, include_extras=True)
+    assert hints == typing.get_type_hints(lookup.__wrapped__, include_extras=True)
+    assert typing.get_type_hints(refund, include_extras=True)["order_id"] == Order
+
+
+def test_wrapper_keeps_coroutine_nature() -> None:
+    """An async tool stays a coroutine function, a sync one does not become one."""
+    lookup, refund = _tools(shop_guard())
+    assert inspect.iscoroutinefunction(refund)
+    assert not inspect.iscoroutinefunction(lookup)
+    assert inspect.isfunction(lookup)
+    assert inspect.isfunction(refund)
+
+
+class _Desk:
+    """Methods of every kind, in both decorator orders, sync and async."""
+
+    guard = shop_guard()
+
+    @guard.tool
+    def refund(self, order_id: Order, amount: int = 0) -> str:
+        return f"{type(self).__name__} refunded {order_id}"
+
+    @guard.tool(name="refund_cls")
+    @classmethod
+    def refund_cls(cls, order_id: Order) -> str:
+        return f"{cls.__name__} refunded {order_id}"
+
+    @classmethod
+    @guard.tool(name="refund_cls_outer")
+    def refund_cls_outer(cls, order_id: Order) -> str:
+        return f"{cls.__name__} refunded {order_id}"
+
+    @guard.tool(name="refund_static")
+    @staticmethod
+    def refund_static(order_id: Order) -> str:
+        return f"refunded {order_id}"
+
+    @staticmethod
+    @guard.tool(name="refund_static_outer")
+    def refund_static_outer(order_id: Order) -> str:
+        return f"refunded {order_id}"
+
+    @guard.tool(name="refund_async")
+    async def refund_async(self, order_id: Order) -> str:
+        return f"async refunded {order_id}"
+
+
+def test_methods_keep_their_descriptor_kind_and_bound_signature() -> None:
+    """Class and static methods stay what they were; bound signatures drop self and cls."""
+    assert isinstance(_Desk.__dict__["refund_cls"], classmethod)
+    assert isinstance(_Desk.__dict__["refund_static"], staticmethod)
+    desk = _Desk()
+    assert list(inspect.signature(desk.refund).parameters) == ["order_id", "amount"]
+    assert list(inspect.signature(_Desk.refund).parameters) == ["self", "order_id", "amount"]
+    assert list(inspect.signature(_Desk.refund_cls).parameters) == ["order_id"]
+    assert list(inspect.signature(_Desk.refund_static).parameters) == ["order_id"]
+    assert inspect.iscoroutinefunction(desk.refund_async)
+    assert inspect.ismethod(desk.refund)
+
+
+def test_methods_of_every_kind_read_ids_at_the_right_position() -> None:
+    """Every way of calling a method finds the id argument, by position or keyword."""
+    desk = _Desk()
+    guard = _Desk.guard
+    calls = [
+        desk.refund,
+        _Desk.refund_cls,
+        desk.refund_cls,
+        _Desk.refund_cls_outer,
+        _Desk.refund_static,
+        desk.refund_static,
+        _Desk.refund_static_outer,
+    ]
+    with guard.session("desk"):
+        guard.record("search_orders", {}, ORDERS)
+        for call in calls:
+            assert call("W8855135").endswith("refunded W8855135")
+            assert call(order_id="#W8855135").endswith("refunded #W8855135")
+            with pytest.raises(IdentifierViolation):
+                call("W8855136")
+            with pytest.raises(IdentifierViolation):
+                call(order_id="W8855136")
+        assert _Desk.refund(desk, "W8855135") == "_Desk refunded W8855135"
+        with pytest.raises(IdentifierViolation):
+            _Desk.refund(desk, "W8855136", 3)
+        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded W8855135"
+        with pytest.raises(IdentifierViolation):
+            asyncio.run(desk.refund_async(order_id="W8855136"))
+
+
+def test_positional_only_and_keyword_only_parameters_are_read() -> None:
+    """Ids are found in positional-only parameters; other arguments pass through untouched."""
+    guard = shop_guard("reprompt")
+    lookup, _ = _tools(guard)
+    with guard.session("s"):
+        guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
+        guard.observe_user("I am cus_ABC123")
+        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/W8855135"
+        refused = lookup("cus_ABC123", "W8855999")
+        assert isinstance(refused, Rejection)
+        assert refused.verdict.findings[0].param == "order_id"
+
+
+def test_async_tool_in_reprompt_mode_returns_a_rejection_without_running() -> None:
+    """A refused async call is not awaited and returns the rejection."""
+    guard = shop_guard("reprompt")
+    ran: list[str] = []
+
+    @guard.tool
+    async def refund(order_id: Order) -> str:
+        ran.append(order_id)
+        return "ok"
+
+    async def conversation() -> tuple[Any, Any]:
+        async with guard.session("s"):
+            guard.record("search_orders", {}, ORDERS)
+            return await refund("W8855135"), await refund("W8855136")
+
+    allowed, refused = asyncio.run(conversation())
+    assert allowed == "ok"
+    assert isinstance(refused, Rejection)
+    assert ran == ["W8855135"]
+
+
+def test_tool_taking_only_keyword_arguments_is_checked() -> None:
+    """ids= on a **kwargs tool checks the keyword argument of that name."""
+    guard = shop_guard()
+
+    @guard.tool(ids={"order_id": "order"})
+    def generic(**kwargs: Any) -> str:
+        return str(kwargs["order_id"])
+
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        assert generic(order_id="W8855135") == "W8855135"
+        with pytest.raises(IdentifierViolation):
+            generic(order_id="W8855136")
+
+
+def test_decorated_call_outside_a_session_is_a_usage_error() -> None:
+    """The fast path still says what to do when no session is open."""
+    lookup, _ = _tools(shop_guard())
+    with pytest.raises(GuardrailUsageError, match="outside any session"):
+        lookup("cus_ABC123", "W8855135")
+
+
+VALUES = st.sampled_from(
+    [
+        "W8855135",
+        "#W8855135",
+        " W8855135 ",
+        "W2378156",
+        "W8855136",
+        "W885513",
+        "W0000000",
+        "cus_ABC123",
+        "cus_ABC124",
+        "W7777777",
+        None,
+        8855135,
+        ["W8855135"],
+    ]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    customer=VALUES,
+    order=VALUES,
+    read=st.booleans(),
+    keyword=st.booleans(),
+    run_async=st.booleans(),
+    result=st.sampled_from(["done", '{"order_id": "W1111111"}', None, {"a": 1}, b"x"]),
+)
+def test_allowed_fast_path_decides_and_records_as_the_full_check(
+    customer: Any, order: Any, read: bool, keyword: bool, run_async: bool, result: Any
+) -> None:
+    """A decorated call leaves the same outcome and ledger with and without the fast path."""
+    outcomes = []
+    for fast in (True, False):
+        guard = shop_guard("reprompt")
+        effect: Literal["read", "write"] = "read" if read else "write"
+        produces: dict[str, ProducerDecl] | None = (
+            {"order_id": "order"} if read and isinstance(result, str) else None
+        )
+
+        @guard.tool(effect=effect, name="act", produces=produces)
+        def act(customer_id: Either, order_id: Order) -> Any:
+            return result
+
+        @guard.tool(effect=effect, name="act_async", produces=produces)
+        async def act_async(customer_id: Either, order_id: Order) -> Any:
+            return result
+
+        if not fast:  # the full check, which the fast path must agree with
+            for name in ("act", "act_async"):
+                guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+        with capture_logs() as logs, guard.session("s") as ledger:
+            guard.observe_user("I am cus_ABC123, order #W7777777")
+            guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
+            arguments = {"customer_id": customer, "order_id": order}
+            call = act_async if run_async else act
+            got = call(**arguments) if keyword else call(customer, order)
+            if run_async:
+                got = asyncio.run(got)
+            outcomes.append((isinstance(got, Rejection), ledger.to_json(), logs))
+    assert outcomes[0] == outcomes[1]
