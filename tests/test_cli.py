@@ -396,7 +396,7 @@ def test_demo_tells_the_story(capsys: pytest.CaptureFixture[str]) -> None:
     """guardrail demo shows the refusal, the re-prompt, the right refund and the audit events."""
     code, out, _ = _run(capsys, "demo", "--width", "120")
     assert code == 0
-    assert "SCRIPTED STEP" in out
+    assert "A plain summary compacts it" in out
     assert 'issue_refund(order_id="ord_8F3kQ2xN"' in out
     assert "guardrail refused the call" in out
     assert "[damaged_order]" in out
@@ -404,6 +404,7 @@ def test_demo_tells_the_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "OK  refund rfq_77Hn02" in out
     assert "OK  nothing refunded on ord_8F3kQ2xN" in out
     assert "guardrail.call_checked" in out
+    assert "compacted by guardrail" in out
     assert "BAD" not in out
 
 
