@@ -421,15 +421,35 @@ def test_console_script_runs_the_demo() -> None:
 
 @needs_corpus
 def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every line of the README's replay output is printed, as is, by the command it shows."""
+    """Every line of the README's replay output is printed, as is, by the command it shows.
+
+    The full sweep with compaction and the reference agent, in process (about ten seconds).
+    """
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]
+    command = section[section.index("```sh\n") : section.index("```text\n")]
+    for option in ("--compact", "--keep-recent 0", f"--agent {REFERENCE_AGENT}"):
+        assert option in command
     code, out, _ = _run(
-        capsys, "replay", TAU, "--manifest", MANIFEST, "--width", "100", "--no-progress"
+        capsys,
+        "replay",
+        TAU,
+        "--manifest",
+        MANIFEST,
+        "--compact",
+        "--keep-recent",
+        "0",
+        "--agent",
+        REFERENCE_AGENT,
+        "--width",
+        "100",
+        "--no-progress",
     )
     assert code == 0
     printed = {line.rstrip() for line in out.splitlines()}
-    assert len(expected) > 10
+    assert len(expected) > 40
+    assert any(line.startswith("│ guardrail k=0") for line in expected)
+    assert any(line.startswith("plain summary k=0 │") for line in expected)
     assert [line for line in expected if line not in printed] == []
