@@ -668,3 +668,16 @@ def test_an_agent_that_misbehaves_is_an_error_of_use() -> None:
         run(*opening(), classes=(), agent=broken)
     with pytest.raises(GuardrailUsageError, match="callable"):
         run(*opening(), agent="not an agent")
+
+
+def test_agent_arguments_that_are_not_json_are_refused_as_malformed() -> None:
+    """An agent's arguments given as text that is not a JSON object differ, and are refused."""
+
+    def agent(messages: Any, tools: Any) -> Any:
+        return {"name": "refund", "arguments": "{oops"}
+
+    report = run(*later_refund(), classes=(), agent=agent)
+    recorded = report.total.agent_recorded
+    assert recorded is not None
+    assert (recorded.calls, recorded.same, recorded.refused) == (3, 0, 3)
+    assert recorded.examples[-1].label.endswith("arguments not a JSON object (refused: malformed)")
