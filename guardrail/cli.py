@@ -102,7 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--json", action="store_true", help="print the report as JSON")
     rep.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of the corruptions (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the corruptions and of the lossy summariser (default 0)",
     )
     rep.add_argument("--limit", type=_count(0), metavar="N", help="replay at most N traces in all")
     rep.add_argument(

@@ -6,7 +6,8 @@ succeeded in the recording but would be refused), its benefit (the share of
 corrupted identifier arguments refused, per corruption class) and what
 could not be read (malformed lines, unknown tools). ``availability`` holds
 one :class:`Availability` per compaction strategy, and stays empty when the
-replay ran without one.
+replay ran without one; ``agent`` one :class:`AgentDiff` per strategy, and
+``agent_recorded`` the agent against the recording, when an agent ran.
 """
 
 from __future__ import annotations
