@@ -3,8 +3,11 @@
 ``guardrail replay TRACES... --manifest FILE`` replays recorded
 conversations through a guard built from the manifest and prints what it
 would cost (false refusals) and catch (detection per corruption class), as
-tables or, with ``--json``, for machines. The exit code is non-zero only
-for errors of use: a bad manifest, an unreadable trace file, a bad option.
+tables or, with ``--json``, for machines. ``--compact`` adds availability
+after compaction (guardrail's and a plain summary's, both through the
+seeded lossy summariser) and ``--agent module:callable`` the agent diff.
+The exit code is non-zero only for errors of use: a bad manifest, an
+unreadable trace file, an agent that cannot be loaded, a bad option.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
+from guardrail.testing.agents import Agent, load_agent
 from guardrail.testing.corruption import ALL_CLASSES
-from guardrail.testing.replay import replay
+from guardrail.testing.lossy import LossySummariser, strategies
+from guardrail.testing.replay import Compaction, replay
 from guardrail.testing.traces import TraceFile, load_trace_file
 
 #: The exit code of an error of use (argparse uses it for bad options too).
@@ -36,6 +41,22 @@ def _classes(text: str) -> list[str]:
             f"choose from {','.join(ALL_CLASSES)}"
         )
     return names
+
+
+def _depths(text: str) -> list[int]:
+    """``0`` or ``0,1,2``: turns kept raw by each compaction."""
+    depths = []
+    for part in text.split(","):
+        try:
+            depth = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r} is not a whole number (give K, or a list like 0,1,2)"
+            ) from None
+        if depth < 0:
+            raise argparse.ArgumentTypeError(f"must be at least 0, not {depth}")
+        depths.append(depth)
+    return depths
 
 
 def _count(minimum: int) -> Callable[[str], int]:
@@ -69,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = commands.add_parser(
         "replay",
-        help="replay recorded traces through a guard: false refusals and detection rates",
+        help="replay recorded traces through a guard: false refusals, detection rates, "
+        "availability after compaction and the agent diff",
         description="Replay recorded conversations (JSONL in the corpus shape, or OpenAI chat "
         "messages) through a guard built from a manifest. Reports, per file and in total, the "
         "real calls the guard would refuse and the share of corrupted identifiers it refuses.",
@@ -80,7 +102,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     rep.add_argument("--json", action="store_true", help="print the report as JSON")
     rep.add_argument(
-        "--seed", type=int, default=0, metavar="N", help="seed of the corruptions (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of the corruptions and of the lossy summariser (default 0)",
     )
     rep.add_argument("--limit", type=_count(0), metavar="N", help="replay at most N traces in all")
     rep.add_argument(
@@ -108,6 +134,28 @@ def _parser() -> argparse.ArgumentParser:
         help="examples kept per list (default 10)",
     )
     rep.add_argument(
+        "--compact",
+        action="store_true",
+        help="force a compaction before each recorded call and report the identifier arguments "
+        "still in the context: guardrail's compact() and a plain summary, both through the "
+        "lossy summariser seeded with --seed",
+    )
+    rep.add_argument(
+        "--keep-recent",
+        type=_depths,
+        action="append",
+        metavar="K",
+        help="turns each compaction keeps raw (default 0); repeat it or give a list (0,1,2) "
+        "to compare; implies --compact",
+    )
+    rep.add_argument(
+        "--agent",
+        metavar="MODULE:CALLABLE",
+        help="an agent (messages, tools) -> {name, arguments} | None, asked for its call on "
+        "the uncompacted and each compacted context; the report diffs their identifier "
+        "arguments (e.g. guardrail.testing.agents:reference_agent); implies --compact",
+    )
+    rep.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
     )
     rep.add_argument("--width", type=_count(40), help="table width in characters")
@@ -126,8 +174,19 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         guard = Guard.from_manifest(args.manifest, **_capacity(args))
         files: list[TraceFile] = [load_trace_file(path) for path in args.traces]
+        agent: Agent | None = load_agent(args.agent) if args.agent else None
     except GuardrailUsageError as exc:
         return _fail(str(exc))
+    depths = list(dict.fromkeys(k for given in args.keep_recent or [[0]] for k in given))
+    compact = args.compact or args.keep_recent is not None or agent is not None
+    summariser = LossySummariser(seed=args.seed, kinds=guard.kinds)
+    compaction: dict[str, Compaction] = {}
+    if compact:
+        for depth in depths:
+            for name, strategy in strategies(
+                guard, summarise=summariser, keep_recent=depth
+            ).items():
+                compaction[f"{name} k={depth}"] = strategy
     err = Console(stderr=True)
     show = not args.no_progress and err.is_terminal
     progress = Progress(
@@ -155,16 +214,28 @@ def _replay(args: argparse.Namespace) -> int:
                 classes=args.classes,
                 variants=args.variants,
                 examples=args.examples,
+                compaction=compaction or None,
+                agent=agent,
                 progress=advance,
             )
     except GuardrailUsageError as exc:
         return _fail(str(exc))
     report.settings["manifest"] = args.manifest  # the path as typed, not "<guard>"
+    if compact:
+        report.settings["keep_recent"] = depths
+        report.settings["summariser"] = _describe_summariser(summariser)
+    if agent is not None:
+        report.settings["agent"] = args.agent
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
         Console(width=args.width, highlight=False).print(report)
     return 0
+
+
+def _describe_summariser(summariser: LossySummariser) -> str:
+    rates = ", ".join(f"{name} {rate:.0%}" for name, rate in summariser.rates.items())
+    return f"LossySummariser(seed={summariser.seed}; {rates})"
 
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:

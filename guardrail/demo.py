@@ -1,19 +1,24 @@
-"""``guardrail demo``: one support conversation where a mutated order id meets the guard.
+"""``guardrail demo``: one support conversation, compacted two ways, and the guard in between.
 
 A customer asks for a refund for a damaged blender from her second order.
 The tools are in memory and guarded with ``@guard.tool``. Before the agent
-acts, the conversation is turned into the context it sees; here a scripted
-lossy rewrite stands in for a summariser and changes one character of the
-order id, which then names another customer's order. The guard refuses the
-refund with a re-prompt, the agent copies the id from the ledger, and the
-refund lands on the right order. Everything runs offline, with no model.
+acts, the conversation is compacted. First by a plain summary through the
+seeded :class:`~guardrail.testing.LossySummariser` (the seed is chosen so
+that it mutates the order id, one character off, into another customer's
+order): the guard refuses the refund with a re-prompt, the agent copies the
+id from the ledger, and the refund lands on the right order. Then the same
+conversation is compacted by :func:`~guardrail.compaction.compact`, with
+the same summariser: the id is carried verbatim in the ledger block, and
+the refund is right the first time. Everything runs offline, with no model.
 
 :func:`run_demo` takes the step that builds the agent's context as a
-parameter (``context=``), so a real compaction can be put in its place.
+parameter (``context=``), so another compaction can be put in the plain
+summary's place.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -27,9 +32,12 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from guardrail.block import BLOCK_HEADER, parse_block
+from guardrail.compaction import CompactionReport, compact
 from guardrail.guard import Guard, Rejection
 from guardrail.ledger import Ledger
 from guardrail.spec import Id
+from guardrail.testing.lossy import LossySummariser, plain_compact
 
 Messages = list[dict[str, Any]]
 #: ``(conversation, ledger) -> the messages the agent sees next``: the seam for compaction.
@@ -38,6 +46,11 @@ ContextStep = Callable[[Messages, Ledger], Messages]
 SYSTEM = "You are the support agent of a kitchen-appliance shop. Use the tools; never guess ids."
 CUSTOMER_EMAIL = "dana.whitfield@example.com"
 ORDER_SHAPE = r"ord_[A-Za-z0-9]{8}"
+#: The lossy summariser's seed: with its default rates (10% each for drop, generalise, truncate
+#: and mutate), this seed mutates Dana's order id into Lee's and keeps the other ids.
+LOSSY_SEED = 1586
+#: Turns each compaction keeps raw: the customer's "Yes please."
+KEEP_RECENT = 1
 
 
 # -- the shop: in-memory data and its tools ---------------------------------------------------
@@ -172,30 +185,15 @@ def build(shop: Shop, log: AuditLog) -> tuple[Guard, Tools]:
 # -- the context the agent sees ---------------------------------------------------------------
 
 
-def _one_character_off(value: str) -> str:
-    last = value[-1]
-    return value[:-1] + (chr(ord(last) + 1) if last not in "zZ9" else chr(ord(last) - 1))
+def lossy_summariser(ledger: Ledger) -> LossySummariser:
+    """The seeded lossy summariser, knowing the shop's kinds of id."""
+    return LossySummariser(seed=LOSSY_SEED, kinds=ledger.kinds)
 
 
-def scripted_lossy_context(conversation: Messages, ledger: Ledger) -> Messages:
-    """SCRIPTED STEP: a fixed lossy rewrite standing in for a summariser.
-
-    It keeps the system prompt and the last user message and replaces the
-    rest by a short summary in which the order id is one character off, the
-    failure a real summariser produces now and then. It exists only so the
-    demo runs with no model; a compaction step can take its place.
-    """
-    said = " ".join(str(m.get("content") or "") for m in conversation if m["role"] == "assistant")
-    order_ids = re.findall(ORDER_SHAPE, said)
-    order = _one_character_off(order_ids[-1]) if order_ids else "(an order)"
-    summary = (
-        "Summary of the conversation so far: the customer Dana Whitfield (cus_41ZpA9) "
-        f"reported that the Vortex 900 blender from her second order, {order}, arrived "
-        "cracked. A refund of $89.00 was offered."
-    )
-    system = [m for m in conversation[:1] if m["role"] == "system"]
-    last_user = [m for m in conversation if m["role"] == "user"][-1:]
-    return [*system, {"role": "assistant", "content": summary}, *last_user]
+def plain_summary_context(conversation: Messages, ledger: Ledger) -> Messages:
+    """A plain summary: the older turns summarised by the lossy summariser, no ledger."""
+    result = plain_compact(conversation, lossy_summariser(ledger), KEEP_RECENT)
+    return [dict(message) for message in result.messages]
 
 
 # -- the scripted agent -----------------------------------------------------------------------
@@ -205,11 +203,31 @@ def _context_text(context: Sequence[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in context)
 
 
+def _block_values(context: Sequence[dict[str, Any]]) -> dict[str, str]:
+    for index, message in enumerate(context):
+        text = str(message.get("content") or "")
+        if text.startswith(BLOCK_HEADER + "\n"):
+            lines, _, _ = parse_block(text.partition("\n\n")[0], index)
+            return {line.role: line.value for line in lines}
+    return {}
+
+
 def scripted_agent(context: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """The next call, read from the context as a model would: the last order id it mentions."""
-    order_ids = re.findall(ORDER_SHAPE, _context_text(context))
+    """The next call, read from the context as a model would: the last order it mentions.
+
+    An order is an order id, or a ``[role]`` that the ID LEDGER block in the
+    context (if there is one) resolves to an order id.
+    """
+    roles = _block_values(context)
+    text = _context_text(context)
+    body = text.partition("\n\n")[2] if roles else text  # the summary, past the block
+    mentions = []
+    for match in re.finditer(rf"{ORDER_SHAPE}|\[(\w+)\]", body):
+        value = roles.get(match.group(1), "") if match.group(1) else match.group()
+        if re.fullmatch(ORDER_SHAPE, value):
+            mentions.append(value)
     return "issue_refund", {
-        "order_id": order_ids[-1] if order_ids else "",
+        "order_id": mentions[-1] if mentions else "",
         "amount_cents": 8900,
         "reason": "arrived cracked",
     }
@@ -230,8 +248,24 @@ def copy_from_ledger(
 
 
 @dataclass
+class GuardedRun:
+    """The same conversation compacted by guardrail's ``compact()``, and what the agent did."""
+
+    context: Messages
+    report: CompactionReport
+    call: dict[str, Any]
+    rejection: Rejection | None
+    refunds: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+
+
+@dataclass
 class DemoResult:
-    """What happened, for tests and for anyone driving the demo from code."""
+    """What happened, for tests and for anyone driving the demo from code.
+
+    ``context`` is what the agent saw after the plain summary (or the
+    ``context=`` step given); ``guarded`` the run compacted by guardrail.
+    """
 
     conversation: Messages
     context: Messages
@@ -241,6 +275,7 @@ class DemoResult:
     refunds: list[dict[str, Any]]
     ledger: Ledger
     events: list[dict[str, Any]]
+    guarded: GuardedRun
 
 
 def _call_text(name: str, arguments: dict[str, Any]) -> str:
@@ -334,6 +369,11 @@ _EVENT_FIELDS = (
     "values",
     "role",
     "old_role",
+    "summarised",
+    "masked",
+    "ledger_entries",
+    "tokens_before",
+    "tokens_after",
 )
 
 
@@ -357,69 +397,110 @@ def _events_table(events: Sequence[dict[str, Any]]) -> Table:
     return table
 
 
-def run_demo(
-    console: Console | None = None, *, context: ContextStep = scripted_lossy_context
-) -> DemoResult:
-    """Play the scripted conversation and print it; ``context`` builds what the agent sees."""
+def _converse(story: _Story, tools: Tools, guard: Guard, ledger: Ledger) -> tuple[str, Order]:
+    """The conversation up to the customer's "Yes please."; returns her id and second order."""
+    story.user(
+        "Hi, the blender from my second order arrived cracked. I'd like a refund. "
+        f"My e-mail is {CUSTOMER_EMAIL}."
+    )
+    found = story.call(tools.find_customer, "find_customer", {"email": CUSTOMER_EMAIL})
+    orders = story.call(tools.list_orders, "list_orders", {"customer_id": found["customer_id"]})
+    second: Order = orders.orders[1]
+    entry = ledger.get("order", second.order_id)
+    if entry is not None:
+        old = entry.role
+        guard.label(old, "damaged_order")
+        story.console.print(Text(f"          (the agent labels [{old}] as [damaged_order])", "dim"))
+    story.agent(
+        f"I found it: order {second.order_id} from {second.placed}, the Vortex 900 "
+        "blender, $89.00. Shall I refund it?"
+    )
+    story.user("Yes please.")
+    return str(found["customer_id"]), second
+
+
+def _show_context(console: Console, context: Messages, title: str) -> None:
+    """The messages the agent sees, past the system prompt, order ids in bold."""
+    for message in context[1:] if context and context[0].get("content") == SYSTEM else context:
+        text = Text(str(message.get("content") or ""))
+        text.highlight_regex(ORDER_SHAPE, "bold yellow")
+        text.highlight_regex(r"\[damaged_order\]", "bold yellow")
+        console.print(Panel(text, title=f"{title}: {message['role']} message", title_align="left"))
+
+
+def _outcome(console: Console, shop: Shop, right: str, wrong: str | None) -> None:
+    for refund in shop.refunds:
+        order = shop.orders[refund["order_id"]]
+        who = shop.customers[order["customer"]]["name"]
+        ok = refund["order_id"] == right
+        console.print(
+            Text.assemble(
+                ("OK  " if ok else "BAD ", "bold green" if ok else "bold red"),
+                f"refund {refund['refund_id']} ({refund['status']}) of "
+                f"${refund['amount_cents'] / 100:.2f} on {refund['order_id']}: "
+                f"{who}'s {', '.join(order['items'])}",
+            )
+        )
+    if wrong and wrong != right and not any(r["order_id"] == wrong for r in shop.refunds):
+        console.print(Text(f"OK  nothing refunded on {wrong}", style="bold green"))
+
+
+def _warn_if_foreign(console: Console, shop: Shop, order_id: str, customer_id: str) -> None:
+    owner = shop.orders.get(order_id, {}).get("customer")
+    if owner and owner != customer_id:
+        console.print(
+            Text(
+                f"{order_id} passes any format check and exists: it is "
+                f"{shop.customers[owner]['name']}'s order. Without the guard the refund "
+                "would land there.",
+                style="yellow",
+            )
+        )
+
+
+def run_demo(console: Console | None = None, *, context: ContextStep | None = None) -> DemoResult:
+    """Play the conversation and print it; ``context`` builds what the agent sees first.
+
+    The default ``context`` is :func:`plain_summary_context`. The second
+    part always compacts with guardrail's ``compact()``.
+    """
     console = console if console is not None else Console()
+    step = context if context is not None else plain_summary_context
     shop, log = Shop(), AuditLog()
     guard, tools = build(shop, log)
     console.print(Rule("guardrail demo: a refund for a damaged blender"))
     console.print(
         "In-memory shop tools guarded with @guard.tool: find_customer and list_orders (read), "
-        "issue_refund (write). No network, no model: the agent is scripted."
+        "issue_refund (write). No network, no model: the agent is scripted, the summariser is "
+        f"guardrail.testing.LossySummariser(seed={LOSSY_SEED}), which drops, generalises, "
+        "truncates or mutates each id it sees (10% each); this seed mutates the order id."
     )
     with guard.session("demo") as ledger:
         story = _Story(console, guard, ledger)
         console.print()
         console.print(Rule("1. The conversation", align="left"))
-        story.user(
-            "Hi, the blender from my second order arrived cracked. I'd like a refund. "
-            f"My e-mail is {CUSTOMER_EMAIL}."
-        )
-        found = story.call(tools.find_customer, "find_customer", {"email": CUSTOMER_EMAIL})
-        orders = story.call(tools.list_orders, "list_orders", {"customer_id": found["customer_id"]})
-        second = orders.orders[1]
-        entry = ledger.get("order", second.order_id)
-        if entry is not None:
-            old = entry.role
-            guard.label(old, "damaged_order")
-            console.print(Text(f"          (the agent labels [{old}] as [damaged_order])", "dim"))
-        story.agent(
-            f"I found it: order {second.order_id} from {second.placed}, the Vortex 900 "
-            "blender, $89.00. Shall I refund it?"
-        )
-        story.user("Yes please.")
+        customer_id, second = _converse(story, tools, guard, ledger)
 
         console.print()
-        console.print(Rule("2. The context the agent sees next", align="left"))
-        agent_context = context(story.messages, ledger)
-        if context is scripted_lossy_context:
+        if context is None:
+            console.print(Rule("2. A plain summary compacts it", align="left"))
             console.print(
                 Text(
-                    "SCRIPTED STEP: a fixed lossy rewrite stands in for a summariser. It keeps the "
-                    "system prompt and the last user message, and summarises the rest with the "
-                    "order id one character off.",
-                    style="bold magenta",
+                    "plain_compact(messages, summariser, keep_recent=1): the older turns go to the "
+                    'lossy summariser, the last turn ("Yes please.") stays raw. No ledger, no '
+                    "masking: the summariser sees the ids and can spoil them."
                 )
             )
-        for message in agent_context[1:]:
-            console.print(Text.assemble((f"{message['role']:<10}", "bold"), message["content"]))
+        else:
+            console.print(Rule("2. The context the agent sees next", align="left"))
+        agent_context = step(story.messages, ledger)
+        _show_context(console, agent_context, "the agent sees")
 
         console.print()
         console.print(Rule("3. The agent acts on that context", align="left"))
         name, arguments = scripted_agent(agent_context)
-        wrong = arguments["order_id"]
-        owner = shop.orders.get(wrong, {}).get("customer")
-        if owner and owner != found["customer_id"]:
-            console.print(
-                Text(
-                    f"{wrong} passes any format check and exists: it is "
-                    f"{shop.customers[owner]['name']}'s order. Without the guard the refund "
-                    "would land there.",
-                    style="yellow",
-                )
-            )
+        wrong = str(arguments["order_id"])
+        _warn_if_foreign(console, shop, wrong, customer_id)
         first = story.call(tools.issue_refund, name, arguments)
         rejection = first if isinstance(first, Rejection) else None
         second_call = None
@@ -432,25 +513,13 @@ def run_demo(
 
         console.print()
         console.print(Rule("5. Outcome", align="left"))
-        for refund in shop.refunds:
-            order = shop.orders[refund["order_id"]]
-            who = shop.customers[order["customer"]]["name"]
-            right = refund["order_id"] == second.order_id
-            console.print(
-                Text.assemble(
-                    ("OK  " if right else "BAD ", "bold green" if right else "bold red"),
-                    f"refund {refund['refund_id']} ({refund['status']}) of "
-                    f"${refund['amount_cents'] / 100:.2f} on {refund['order_id']}: "
-                    f"{who}'s {', '.join(order['items'])}",
-                )
-            )
-        untouched = [r for r in shop.refunds if r["order_id"] == wrong]
-        if wrong != second.order_id and not untouched:
-            console.print(Text(f"OK  nothing refunded on {wrong}", style="bold green"))
+        _outcome(console, shop, second.order_id, wrong)
 
         console.print()
         console.print(Rule("6. What the guard logged", align="left"))
         console.print(_events_table(log.events))
+
+    guarded = _guarded_run(console)
     return DemoResult(
         conversation=story.messages,
         context=agent_context,
@@ -459,5 +528,64 @@ def run_demo(
         second_call=second_call,
         refunds=list(shop.refunds),
         ledger=ledger,
+        events=list(log.events),
+        guarded=guarded,
+    )
+
+
+def _guarded_run(console: Console) -> GuardedRun:
+    """The same conversation, in a fresh shop, compacted by ``compact()`` this time."""
+    shop, log = Shop(), AuditLog()
+    guard, tools = build(shop, log)
+    console.print()
+    console.print(Rule("7. The same conversation, compacted by guardrail", align="left"))
+    console.print(
+        Text(
+            "The same turns, in a fresh shop (not shown again), compacted by "
+            f"compact(messages, ledger, summariser, keep_recent={KEEP_RECENT}) with the same "
+            "lossy summariser and seed. Every id goes to the ID LEDGER block verbatim; the "
+            "summariser sees [roles] only, and has nothing to spoil."
+        )
+    )
+    with guard.session("demo-compacted") as ledger:
+        silent = _Story(Console(file=io.StringIO()), guard, ledger)
+        customer_id, second = _converse(silent, tools, guard, ledger)
+        result = compact(
+            silent.messages, ledger, lossy_summariser(ledger), KEEP_RECENT, guard=guard
+        )
+        agent_context = [dict(m) for m in result.messages]
+        _show_context(console, agent_context, "the agent sees")
+        name, arguments = scripted_agent(agent_context)
+        silent.console = console
+        first = silent.call(tools.issue_refund, name, arguments)
+        rejection = first if isinstance(first, Rejection) else None
+        if rejection is None:
+            console.print(
+                Text(
+                    f"Allowed at the first try: [damaged_order] is {second.order_id}, "
+                    "copied from the ledger block byte for byte.",
+                    style="green",
+                )
+            )
+        _outcome(console, shop, second.order_id, None)
+        console.print(
+            Text(
+                "Same summariser, same seed: the plain summary changed the order id, compact() "
+                "carried it verbatim.",
+                style="bold",
+            )
+        )
+        console.print()
+        console.print(Rule("8. What the guard logged this time", align="left"))
+        compacted = [e for e in log.events if e["event"] == "guardrail.compacted"]
+        checked = [e for e in log.events if e["event"] == "guardrail.call_checked"]
+        console.print(_events_table([*compacted, checked[-1]]))
+        _warn_if_foreign(console, shop, str(arguments["order_id"]), customer_id)
+    return GuardedRun(
+        context=agent_context,
+        report=result.report,
+        call={"name": name, "arguments": arguments},
+        rejection=rejection,
+        refunds=list(shop.refunds),
         events=list(log.events),
     )

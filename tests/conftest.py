@@ -1,13 +1,17 @@
-"""Shared fixtures: a small shop guard and the path of the real traces."""
+"""Shared fixtures: a small shop guard, the path of the real traces, the corpus side by side."""
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 
 from guardrail import Guard, Ledger
+from guardrail.testing import SideBySide, side_by_side
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -20,6 +24,23 @@ def need_corpus() -> Path:
     if not AIRLINE_TRACES.exists():
         pytest.skip(f"the shared corpus is absent ({AIRLINE_TRACES} not found)")
     return AIRLINE_TRACES
+
+
+@pytest.fixture(scope="session")
+def corpus_side_by_side() -> SideBySide:
+    """side_by_side() over all 200 airline conversations, keep_recent 0 to 4, computed once.
+
+    The full sweep takes about thirty seconds; the compaction test asserts on it and the
+    README check compares the table the README quotes with it.
+    """
+    path = need_corpus()
+    quiet = structlog.wrap_logger(
+        None, wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
+    )
+    guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=quiet)
+    with path.open(encoding="utf-8") as lines:
+        conversations = [json.loads(line)["messages"] for line in lines]
+    return side_by_side(conversations, guard, keep_recent=range(5))
 
 
 def shop_guard(mode: str = "raise", **options: object) -> Guard:

@@ -54,14 +54,23 @@ def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> P
     return path
 
 
+REFERENCE_AGENT = "guardrail.testing.agents:reference_agent"
+
+
 @pytest.fixture(scope="module")
 def corpus_report() -> dict[str, Any]:
-    """The JSON report of the whole corpus, run once for the module."""
+    """The JSON report of the whole corpus, run once for the module (about ten seconds).
+
+    The full sweep: every trace, every corruption class, a compaction (guardrail's and a plain
+    summary's, keep_recent 0) before each of the 1,164 recorded calls, and the reference agent
+    asked on each context.
+    """
     if not TAU.exists():
         pytest.skip(f"the shared corpus is not at {TAU}")
     command = [sys.executable, "-m", "guardrail", "replay", str(TAU), "--manifest", str(MANIFEST)]
+    options = ["--compact", "--keep-recent", "0", "--agent", REFERENCE_AGENT]
     capture = subprocess.run(
-        [*command, "--json", "--no-progress"],
+        [*command, *options, "--json", "--no-progress"],
         capture_output=True,
         text=True,
         check=False,
@@ -113,14 +122,61 @@ def test_corpus_false_refusals_are_only_the_expected_ones(corpus_report: dict[st
 
 
 @needs_corpus
-def test_corpus_input_is_clean_and_availability_empty(corpus_report: dict[str, Any]) -> None:
-    """The corpus has no malformed line or unknown tool; availability waits for compaction."""
+def test_corpus_input_is_clean_and_settings_recorded(corpus_report: dict[str, Any]) -> None:
+    """The corpus has no malformed line or unknown tool; the settings say what ran."""
     total = corpus_report["total"]
     assert total["malformed"] == {"lines": 0, "messages": 0, "examples": []}
     assert total["unknown_tools"] == {}
-    assert total["availability"] == {}
-    assert corpus_report["settings"]["seed"] == 0
+    settings = corpus_report["settings"]
+    assert settings["seed"] == 0
+    assert settings["keep_recent"] == [0]
+    assert settings["compaction"] == ["guardrail k=0", "plain summary k=0"]
+    assert settings["summariser"].startswith("LossySummariser(seed=0;")
+    assert settings["agent"] == REFERENCE_AGENT
     assert corpus_report["files"][0]["path"] == str(TAU)
+
+
+@needs_corpus
+def test_corpus_availability_after_compaction(corpus_report: dict[str, Any]) -> None:
+    """Guardrail keeps every ledger id within capacity verbatim; the plain summary loses some.
+
+    Per trace file and in total. Ledger ids are identifier arguments whose value an earlier
+    successful tool result produced; the others are counted apart, and every argument at a
+    compaction lands in exactly one count.
+    """
+    for stats in (corpus_report["total"], *corpus_report["files"]):
+        guarded = stats["availability"]["guardrail k=0"]
+        plain = stats["availability"]["plain summary k=0"]
+        assert guarded["compactions"] == plain["compactions"] == 1164
+        assert guarded["ids"] == plain["ids"] > 1500
+        assert guarded["evicted"] == 0  # the default capacity holds every conversation
+        assert guarded["present"] == guarded["ids"]
+        assert guarded["rate"] == 1.0
+        assert guarded["misses"] == []
+        assert plain["present"] < plain["ids"]
+        assert plain["rate"] < 0.9
+        counted = ("ids", "evicted", "other_ids", "not_in_context")
+        assert sum(guarded[name] for name in counted) == sum(plain[name] for name in counted)
+
+
+@needs_corpus
+def test_corpus_agent_diff_is_empty_with_guardrail_and_not_with_a_plain_summary(
+    corpus_report: dict[str, Any],
+) -> None:
+    """The reference agent carries every ledger id after guardrail's compaction, not after a
+    plain summary's, and the guard refuses the plain summary's calls that carry a mutated id."""
+    agent = corpus_report["total"]["agent"]
+    recorded = agent["uncompacted_vs_recording"]
+    assert recorded["calls"] == 1164
+    assert recorded["changed"] == 0  # uncompacted, it repeats the recording's ledger ids
+    guarded = agent["compacted_vs_uncompacted"]["guardrail k=0"]
+    plain = agent["compacted_vs_uncompacted"]["plain summary k=0"]
+    assert guarded["ids"] == plain["ids"] > 1500
+    assert guarded["changed"] == 0
+    assert plain["changed"] > 100
+    assert plain["refused"] > 100
+    assert guarded["same"] > plain["same"]
+    assert any("(refused: mutated)" in e["label"] for e in plain["examples"])
 
 
 @needs_corpus
@@ -179,6 +235,75 @@ def test_classes_and_variants_options(tmp_path: Path, capsys: pytest.CaptureFixt
     detection = json.loads(out)["total"]["detection"]
     assert list(detection) == ["inserted", "example"]
     assert detection["inserted"]["variants"] == 4
+
+
+def test_keep_recent_lists_and_repeats_imply_compaction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--keep-recent takes a list or repeats; each depth gets both strategies, in order."""
+    path = _small_trace(tmp_path)
+    code, out, err = _run(
+        capsys, "replay", path, "--manifest", MANIFEST, "--json", "--keep-recent", "2,0",
+        "--keep-recent", "1", "--keep-recent", "0",
+    )  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["settings"]["keep_recent"] == [2, 0, 1]
+    assert list(data["total"]["availability"]) == [
+        f"{name} k={k}" for k in (2, 0, 1) for name in ("guardrail", "plain summary")
+    ]
+    assert data["total"]["agent"] is None
+    code, out, _ = _run(capsys, "replay", path, "--manifest", MANIFEST, "--json")
+    assert json.loads(out)["total"]["availability"] == {}
+
+
+def test_agent_option_runs_the_agent_and_prints_the_diff(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--agent loads module:callable, implies --compact, and the tables show the diff."""
+    extra: list[dict[str, Any]] = [
+        {"role": "user", "content": "cancel it"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c2",
+                    "name": "cancel_reservation",
+                    "arguments": {"reservation_id": "NO6JO3"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c2", "content": "{}", "result": {}, "error": False},
+    ]
+    path = _small_trace(tmp_path, extra)
+    code, out, err = _run(
+        capsys, "replay", path, "--manifest", MANIFEST, "--agent", REFERENCE_AGENT, "--width", "120"
+    )
+    assert code == 0, err
+    assert "Availability after compaction" in out
+    assert f"Agent diff ({REFERENCE_AGENT})" in out
+    assert "guardrail k=0" in out and "plain summary k=0" in out
+
+
+@pytest.mark.parametrize(
+    ("agent", "message"),
+    [
+        ("nonsense", "module:callable"),
+        ("no_such_module_for_guardrail:agent", "cannot import"),
+        ("guardrail.testing.agents:missing", "has no 'missing'"),
+    ],
+)
+def test_an_agent_that_cannot_be_loaded_is_an_error_of_use(
+    agent: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bad --agent exits non-zero before the run, with one line saying what to give."""
+    code, out, err = _run(
+        capsys, "replay", _small_trace(tmp_path), "--manifest", MANIFEST, "--agent", agent
+    )
+    assert code == USAGE_ERROR
+    assert out == ""
+    assert message in err
 
 
 def test_bad_manifest_is_one_clear_error_before_the_run(
@@ -246,6 +371,8 @@ def test_missing_trace_file_is_an_error(tmp_path: Path, capsys: pytest.CaptureFi
         ["replay", "x.jsonl", "--manifest", "m.toml", "--classes", "garbled"],
         ["replay", "x.jsonl", "--manifest", "m.toml", "--limit", "-1"],
         ["replay", "x.jsonl", "--manifest", "m.toml", "--seed", "abc"],
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--keep-recent", "-1"],
+        ["replay", "x.jsonl", "--manifest", "m.toml", "--keep-recent", "0,x"],
         ["unknown-command"],
         [],
     ],
@@ -269,7 +396,7 @@ def test_demo_tells_the_story(capsys: pytest.CaptureFixture[str]) -> None:
     """guardrail demo shows the refusal, the re-prompt, the right refund and the audit events."""
     code, out, _ = _run(capsys, "demo", "--width", "120")
     assert code == 0
-    assert "SCRIPTED STEP" in out
+    assert "A plain summary compacts it" in out
     assert 'issue_refund(order_id="ord_8F3kQ2xN"' in out
     assert "guardrail refused the call" in out
     assert "[damaged_order]" in out
@@ -277,6 +404,7 @@ def test_demo_tells_the_story(capsys: pytest.CaptureFixture[str]) -> None:
     assert "OK  refund rfq_77Hn02" in out
     assert "OK  nothing refunded on ord_8F3kQ2xN" in out
     assert "guardrail.call_checked" in out
+    assert "compacted by guardrail" in out
     assert "BAD" not in out
 
 
@@ -293,15 +421,35 @@ def test_console_script_runs_the_demo() -> None:
 
 @needs_corpus
 def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    """Every line of the README's replay output is printed, as is, by the command it shows."""
+    """Every line of the README's replay output is printed, as is, by the command it shows.
+
+    The full sweep with compaction and the reference agent, in process (about ten seconds).
+    """
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]
+    command = section[section.index("```sh\n") : section.index("```text\n")]
+    for option in ("--compact", "--keep-recent 0", f"--agent {REFERENCE_AGENT}"):
+        assert option in command
     code, out, _ = _run(
-        capsys, "replay", TAU, "--manifest", MANIFEST, "--width", "100", "--no-progress"
+        capsys,
+        "replay",
+        TAU,
+        "--manifest",
+        MANIFEST,
+        "--compact",
+        "--keep-recent",
+        "0",
+        "--agent",
+        REFERENCE_AGENT,
+        "--width",
+        "100",
+        "--no-progress",
     )
     assert code == 0
     printed = {line.rstrip() for line in out.splitlines()}
-    assert len(expected) > 10
+    assert len(expected) > 40
+    assert any(line.startswith("│ guardrail k=0") for line in expected)
+    assert any(line.startswith("plain summary k=0 │") for line in expected)
     assert [line for line in expected if line not in printed] == []

@@ -22,7 +22,7 @@ from guardrail.harvest import Found
 from guardrail.ledger import Source
 from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
-from guardrail.testing import side_by_side
+from guardrail.testing import SideBySide
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
@@ -811,7 +811,9 @@ def corpus() -> list[list[dict[str, Any]]]:
 
 
 @pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
-def test_corpus_identifiers_stay_available_after_compaction() -> None:
+def test_corpus_identifiers_stay_available_after_compaction(
+    corpus_side_by_side: SideBySide,
+) -> None:
     """Ids from tool results are all still in the compacted context; a plain summary loses some.
 
     All 200 tau-bench airline conversations, compacted before every
@@ -822,8 +824,7 @@ def test_corpus_identifiers_stay_available_after_compaction() -> None:
     compact() from a fresh ledger, not always after the plain summary (no
     ledger, no masking). ``pytest -s`` prints the table.
     """
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
-    found = side_by_side(corpus(), guard, keep_recent=range(5))
+    found = corpus_side_by_side  # shared with the README check: computed once
     print(
         f"\n{found.conversations} conversations, compacted before every assistant turn "
         f"with a later id argument to check: {found.compactions} compactions per method "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
@@ -21,3 +22,39 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "refunded 40 on W2378156" in out
     assert "\nmutated\n" in out
     assert "guardrail refused the call to issue_refund" in out
+
+
+def _section(title: str) -> str:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index(f"## {title}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def _blocks(section: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
+
+
+def test_compaction_example_runs_and_prints_what_it_says(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Compaction section's example fits in a dozen lines and prints the block it quotes."""
+    section = _section("Compaction")
+    code = _blocks(section, "python")[0]
+    assert len(code.splitlines()) <= 12
+    monkeypatch.chdir(REPO)  # the example names examples/tau_airline.toml
+    exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
+    out = capsys.readouterr().out
+    expected = _blocks(section, "text")[0]
+    assert expected.strip() in out
+
+
+def test_compaction_side_by_side_table_is_what_the_command_prints(
+    corpus_side_by_side: Any,
+) -> None:
+    """The side-by-side table the README quotes is side_by_side() on the whole corpus."""
+    section = _section("Compaction")
+    command = next(block for block in _blocks(section, "sh") if "side_by_side(" in block)
+    assert "keep_recent=range(5)" in command
+    table = _blocks(section, "text")[1]
+    assert table.rstrip("\n") == corpus_side_by_side.table()

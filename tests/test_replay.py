@@ -293,7 +293,7 @@ def test_availability_is_empty_without_compaction() -> None:
 
 
 def test_compaction_hook_measures_ids_still_in_the_context() -> None:
-    """Each strategy is given the conversation so far; ids of the next call are looked for."""
+    """Each strategy is given the conversation before each call; its ledger ids are looked for."""
     seen: list[int] = []
 
     def keep_all(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
@@ -311,14 +311,61 @@ def test_compaction_hook_measures_ids_still_in_the_context() -> None:
         compaction={"keep": keep_all, "drop": drop_tools},
     )
     keep, drop = report.availability["keep"], report.availability["drop"]
-    assert seen == [1, 6]  # once per turn, before its first call
-    assert keep.compactions == 2
-    assert (keep.ids, keep.present, keep.rate) == (1, 1, 1.0)
-    assert (drop.ids, drop.present, drop.rate) == (1, 0, 0.0)
-    assert drop.misses[0].tool == "refund"
-    # The first call's e-mail is no identifier; the order id was in a tool result.
-    assert keep.not_in_context == 0
+    assert seen == [1, 3, 6]  # before each recorded call
+    assert keep.compactions == 3
+    # The e-mail is no identifier; the customer and order ids came from tool results.
+    assert (keep.ids, keep.present, keep.rate) == (2, 2, 1.0)
+    assert (drop.ids, drop.present, drop.rate) == (2, 0, 0.0)
+    assert [m.tool for m in drop.misses] == ["list_orders", "refund"]
+    assert (keep.evicted, keep.other_ids, keep.not_in_context) == (0, 0, 0)
     assert report.settings["compaction"] == ["keep", "drop"]
+
+
+def test_only_ids_from_tool_results_are_required() -> None:
+    """Typed, invented and evicted ids are counted apart, never in the measured rate."""
+
+    def drop_tools(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        return [m for m in messages if m["role"] != "tool"]
+
+    report = run(
+        *opening(),
+        user("please refund ord_3Tq7Lm2P, and look at ord_AAAAAAAA"),
+        call("c3", "describe", {"order_id": "ord_AAAAAAAA"}),  # typed by the user
+        result("c3", {"note": "fine"}),
+        call("c4", "describe", {"order_id": "ord_BBBBBBBB"}),  # in no context: invented
+        result("c4", {"note": "fine"}),
+        call("c5", "refund", {"order_id": ORDERS[1]}),  # from list_orders, and typed too
+        result("c5", "ok"),
+        compaction=drop_tools,
+    )
+    avail = report.availability["compaction"]
+    assert avail.compactions == 5
+    # Ledger ids: the customer id (c2) and ORDERS[1] (c5). The user's text keeps ORDERS[1].
+    assert (avail.ids, avail.present) == (2, 1)
+    assert (avail.other_ids, avail.other_present) == (1, 1)
+    assert avail.not_in_context == 1
+    data = report.to_dict()["total"]["availability"]["compaction"]
+    assert data["ids"] + data["evicted"] + data["other_ids"] + data["not_in_context"] == 4
+
+
+def test_ids_evicted_from_the_ledger_are_beyond_capacity() -> None:
+    """An id a tool produced but a full ledger evicted is counted as evicted, not asked."""
+    many = [f"ord_{n:08d}" for n in range(1, 7)]
+    report = run(
+        user("hi"),
+        call("c1", "find_customer", {"email": "a@example.com"}),
+        result("c1", {"customer_id": CUS}),
+        call("c2", "list_orders", {"customer_id": CUS}),
+        result("c2", {"orders": [{"order_id": o} for o in many]}),
+        call("c3", "describe", {"order_id": many[0]}),
+        result("c3", {}),
+        capacity=3,
+        classes=(),
+        compaction=lambda messages, ledger: messages,
+    )
+    avail = report.availability["compaction"]
+    assert avail.evicted == 1
+    assert (avail.ids, avail.present) == (1, 1)  # the customer id, before the list came
 
 
 def test_compaction_gets_a_copy_of_the_ledger() -> None:
@@ -501,3 +548,136 @@ def test_openai_shape_replays_like_the_corpus_shape(tmp_path: Path) -> None:
     again = _placeless(replay(openai, MANIFEST).to_dict()["total"])
     assert again == corpus
     assert corpus["calls"] > 100
+
+
+# -- the agent diff ---------------------------------------------------------------------------
+
+
+def later_refund() -> list[dict[str, Any]]:
+    """The opening, then a turn that refunds the second order."""
+    return [
+        *opening(),
+        user("refund the blender one"),
+        call("c3", "refund", {"order_id": ORDERS[1]}),
+        result("c3", "ok"),
+    ]
+
+
+def drop_tools(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+    return [m for m in messages if m["role"] != "tool"]
+
+
+def test_the_agent_is_asked_on_each_context_with_the_tools() -> None:
+    """Before each recorded call the agent sees the uncompacted and each compacted context."""
+    asked: list[tuple[int, list[str]]] = []
+
+    def agent(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> None:
+        asked.append((len(messages), [t["function"]["name"] for t in tools]))
+        messages.clear()  # what an agent does to its copy does not reach the replay
+
+    report = run(*later_refund(), classes=(), compaction={"drop": drop_tools}, agent=agent)
+    assert [n for n, _ in asked] == [1, 1, 3, 2, 6, 4]  # uncompacted, then compacted
+    assert asked[0][1] == list(SHOP["tools"])
+    recorded, dropped = report.total.agent_recorded, report.total.agent["drop"]
+    assert recorded is not None
+    # Making no call where the recording made one: every id argument is changed.
+    assert (recorded.calls, recorded.same, recorded.no_call) == (3, 0, 3)
+    assert (recorded.ids, recorded.changed) == (2, 2)
+    # No call on both sides is the same call.
+    assert (dropped.calls, dropped.same, dropped.ids) == (3, 3, 0)
+    assert report.settings["agent"].endswith("agent")
+
+
+def test_the_reference_agent_diff_is_empty_with_the_ledger_and_not_without() -> None:
+    """Copying by role from the ledger block keeps every id; a mutating summary changes them."""
+    from guardrail.testing import LossySummariser, strategies
+    from guardrail.testing.agents import reference_agent
+
+    guard = Guard.from_manifest(SHOP)
+    lossy = LossySummariser(seed=3, drop=0, generalise=0, truncate=0, mutate=1.0, kinds=guard.kinds)
+    both = strategies(guard, summarise=lossy, keep_recent=0)
+    report = replay(
+        trace_from_messages(later_refund()),
+        guard,
+        classes=(),
+        compaction=both,
+        agent=reference_agent,
+    )
+    recorded = report.total.agent_recorded
+    assert recorded is not None and recorded.same == recorded.calls == 3
+    guarded, plain = report.total.agent["guardrail"], report.total.agent["plain summary"]
+    assert (guarded.ids, guarded.changed, guarded.same) == (2, 0, 3)
+    assert (plain.ids, plain.changed) == (2, 2)
+    # Each mutated id is copied as the summary wrote it, and the guard refuses it.
+    assert plain.refused == 2
+    assert all("(refused: mutated)" in e.label for e in plain.examples)
+    data = report.to_dict()["total"]["agent"]
+    assert data["compacted_vs_uncompacted"]["guardrail"]["changed"] == 0
+    assert data["uncompacted_vs_recording"]["same"] == 3
+    text = report.to_text(width=140)
+    assert "Agent diff" in text and "Differences" in text
+
+
+def test_differing_calls_are_sorted_by_what_the_guard_would_do() -> None:
+    """Another valid id is allowed, a gap is incomplete, an invented id refused, none no_call."""
+    answers = iter(
+        [
+            # before c1 (find_customer): uncompacted, compacted
+            {"name": "find_customer", "arguments": {"email": "a@example.com"}},
+            None,
+            # before c2 (list_orders): the same
+            {"name": "list_orders", "arguments": {"customer_id": CUS}},
+            {"name": "list_orders", "arguments": '{"customer_id": null}'},
+            # before c3 (refund): the other order, then an invented one
+            {"name": "refund", "arguments": {"order_id": ORDERS[1]}},
+            {"name": "refund", "arguments": {"order_id": ORDERS[0]}},
+        ]
+    )
+
+    def agent(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
+        return next(answers)
+
+    report = run(
+        *later_refund(),
+        classes=(),
+        compaction={"same": lambda messages, ledger: messages},
+        agent=agent,
+    )
+    diff = report.total.agent["same"]
+    assert (diff.calls, diff.same) == (3, 0)
+    assert (diff.no_call, diff.incomplete, diff.allowed, diff.refused) == (1, 1, 1, 0)
+    assert (diff.ids, diff.changed) == (2, 2)
+    labels = [e.label for e in diff.examples]
+    assert labels[0] == "find_customer() -> no call (no call)"
+    assert labels[1] == f"customer_id: {CUS!r} -> None (incomplete)"
+    assert labels[2] == f"order_id: {ORDERS[1]!r} -> {ORDERS[0]!r} (allowed)"
+
+
+def test_an_agent_that_misbehaves_is_an_error_of_use() -> None:
+    """A return value of the wrong shape, or an exception, is a usage error naming the place."""
+
+    def wrong(messages: Any, tools: Any) -> Any:
+        return ("refund", {})
+
+    def broken(messages: Any, tools: Any) -> Any:
+        raise RuntimeError("rate limited")
+
+    with pytest.raises(GuardrailUsageError, match="'name'"):
+        run(*opening(), classes=(), agent=wrong)
+    with pytest.raises(GuardrailUsageError, match=r"RuntimeError at t message 1: rate limited"):
+        run(*opening(), classes=(), agent=broken)
+    with pytest.raises(GuardrailUsageError, match="callable"):
+        run(*opening(), agent="not an agent")
+
+
+def test_agent_arguments_that_are_not_json_are_refused_as_malformed() -> None:
+    """An agent's arguments given as text that is not a JSON object differ, and are refused."""
+
+    def agent(messages: Any, tools: Any) -> Any:
+        return {"name": "refund", "arguments": "{oops"}
+
+    report = run(*later_refund(), classes=(), agent=agent)
+    recorded = report.total.agent_recorded
+    assert recorded is not None
+    assert (recorded.calls, recorded.same, recorded.refused) == (3, 0, 3)
+    assert recorded.examples[-1].label.endswith("arguments not a JSON object (refused: malformed)")

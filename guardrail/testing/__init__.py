@@ -1,6 +1,14 @@
 """Testing the guard on recorded conversations: traces, corruptions, replay and its report,
-and a lossy summariser with the plain-summary baseline for compaction."""
+a lossy summariser with the plain-summary baseline for compaction, and agents for the
+decisive test (the reference agent and adapters for model clients)."""
 
+from guardrail.testing.agents import (
+    Intent,
+    anthropic_agent,
+    openai_agent,
+    reference_agent,
+    tool_definitions,
+)
 from guardrail.testing.corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
 from guardrail.testing.lossy import (
     FATES,
@@ -11,7 +19,14 @@ from guardrail.testing.lossy import (
     strategies,
 )
 from guardrail.testing.replay import Compaction, replay
-from guardrail.testing.report import Availability, ClassStats, Example, ReplayReport, Stats
+from guardrail.testing.report import (
+    AgentDiff,
+    Availability,
+    ClassStats,
+    Example,
+    ReplayReport,
+    Stats,
+)
 from guardrail.testing.traces import (
     Malformed,
     Message,
@@ -28,10 +43,12 @@ __all__ = [
     "CLASSES",
     "FATES",
     "SAME_KIND",
+    "AgentDiff",
     "Availability",
     "ClassStats",
     "Compaction",
     "Example",
+    "Intent",
     "LossySummariser",
     "Malformed",
     "Message",
@@ -41,12 +58,16 @@ __all__ = [
     "ToolCall",
     "Trace",
     "TraceFile",
+    "anthropic_agent",
     "corrupt",
     "load_trace_file",
     "load_traces",
+    "openai_agent",
     "plain_compact",
+    "reference_agent",
     "replay",
     "side_by_side",
     "strategies",
+    "tool_definitions",
     "trace_from_messages",
 ]

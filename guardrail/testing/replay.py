@@ -8,35 +8,44 @@ recording but that the guard refuses. For each allowed call, variants with
 one identifier argument corrupted measure the benefit: the share refused,
 per corruption class (see :mod:`guardrail.testing.corruption`).
 
-``compaction=`` is where compaction strategies plug in: at every turn the
-conversation so far is compacted, and the identifier arguments of the next
-recorded call are looked for, verbatim, in the result.
+``compaction=`` is where compaction strategies plug in: before each recorded
+call (each model turn) the conversation so far is compacted, and the
+identifier arguments of the call are looked for, verbatim, in the result.
+``agent=`` is the decisive test: at the same points an agent (a model, or
+:func:`~guardrail.testing.agents.reference_agent`) is asked for its next
+call on the uncompacted context and on each compacted one, and the
+identifier arguments of its calls are compared.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, TypeAlias
 
 from guardrail.audit import Audit
 from guardrail.check import Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
-from guardrail.kinds import Kind
+from guardrail.harvest import harvest
 from guardrail.ledger import Ledger
-from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES, Step
-from guardrail.spec import ParamSpec
+from guardrail.messages import strings
+from guardrail.testing.agents import Agent, Intent, as_call, takes_intent, tool_definitions
+from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
 from guardrail.testing.corruption import ALL_CLASSES, Context, collision, corrupt
 from guardrail.testing.report import (
+    ABSENT,
+    EVICTED,
     GENUINE,
     INVENTED,
+    LEDGER,
+    OTHER,
     UNVERIFIED,
+    AgentDiff,
     Availability,
     Example,
     ReplayReport,
@@ -48,8 +57,6 @@ from guardrail.testing.traces import Message, ToolCall, Trace, TraceFile, load_t
 #: chat-completions dicts; the ledger is a copy the strategy may change.
 Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Any]]
 TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
-
-_RENAME: Final = "rename"  # a location step: an identifier used as a key of an object
 
 
 class _Silent:
@@ -114,152 +121,7 @@ def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
     return files
 
 
-# -- where identifier arguments sit -----------------------------------------------------------
-
-Location: TypeAlias = tuple[tuple[str, Any], ...]
-
-
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("[", "{"):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _locate(steps: tuple[Step, ...], value: Any, at: Location) -> Iterator[tuple[Location, Any]]:
-    """Every leaf a parameter path reaches, with the concrete keys and indexes leading to it."""
-    if not steps:
-        yield at, value
-        return
-    (op, arg), rest = steps[0], steps[1:]
-    value = _maybe_json(value)
-    if op == KEY:
-        if isinstance(value, Mapping) and arg in value:
-            yield from _locate(rest, value[arg], (*at, (KEY, arg)))
-    elif op == EACH:
-        if isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                yield from _locate(rest, item, (*at, (INDEX, i)))
-        elif value is not None:  # one value where a list was declared: the check reads it too
-            yield from _locate(rest, value, at)
-    elif op == INDEX:
-        if isinstance(value, (list, tuple)) and -len(value) <= arg < len(value):
-            yield from _locate(rest, value[arg], (*at, (INDEX, arg % len(value))))
-    elif op == VALUES:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                yield from _locate(rest, item, (*at, (KEY, key)))
-    elif op == KEYS and isinstance(value, Mapping):
-        for key in value:
-            yield (*at, (_RENAME, key)), key
-
-
-def _replace(value: Any, at: Location, new: Any) -> Any:
-    """A copy of ``value`` with the leaf at ``at`` replaced (JSON-string containers parsed)."""
-    if not at:
-        return new
-    (op, arg), rest = at[0], at[1:]
-    value = _maybe_json(value)
-    if op == KEY:
-        changed = dict(value)
-        changed[arg] = _replace(value[arg], rest, new)
-        return changed
-    if op == INDEX:
-        items = list(value)
-        items[arg] = _replace(items[arg], rest, new)
-        return items
-    # _RENAME: the id is a key; keep the order of the object
-    return {(new if key == arg else key): item for key, item in value.items()}
-
-
-@dataclass(frozen=True)
-class _Leaf:
-    """One identifier argument: the parameter, where it sits, and its text."""
-
-    param: ParamSpec
-    kinds: tuple[Kind, ...]
-    at: Location
-    text: str
-    part: int | None  # index within a separator-packed string
-
-
-def _as_text(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (str, int)):
-        return str(value)
-    return None
-
-
-def _leaves(guard: Guard, call: ToolCall) -> Iterator[_Leaf]:
-    spec = guard.specs[call.name]
-    arguments = call.arguments or {}
-    for param in spec.params:
-        kinds = tuple(guard.kinds[name] for name in param.kinds)
-        for at, value in _locate(param.path.steps, arguments, ()):
-            text = _as_text(value)
-            if text is None:
-                continue
-            if param.sep and isinstance(value, str):
-                for index, part in enumerate(value.split(param.sep)):
-                    if part.strip():
-                        yield _Leaf(param, kinds, at, part.strip(), index)
-            else:
-                yield _Leaf(param, kinds, at, text, None)
-
-
-def _variant_arguments(arguments: Mapping[str, Any], leaf: _Leaf, new: str) -> Any:
-    if leaf.part is None:
-        return _replace(arguments, leaf.at, new)
-    original = _locate_one(arguments, leaf.at)
-    parts = str(original).split(leaf.param.sep or ",")
-    old = parts[leaf.part]
-    parts[leaf.part] = old.replace(old.strip(), new)
-    return _replace(arguments, leaf.at, (leaf.param.sep or ",").join(parts))
-
-
-def _locate_one(value: Any, at: Location) -> Any:
-    for op, arg in at:
-        value = _maybe_json(value)
-        value = arg if op == _RENAME else value[arg]
-    return value
-
-
 # -- text of a context ------------------------------------------------------------------------
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
-    elif value is not None and not isinstance(value, (bool, int, float)):
-        yield from _strings(getattr(value, "__dict__", None) or str(value))
-
-
-def _word(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-def has_token(text: str, value: str) -> bool:
-    """Whether ``value`` appears in ``text`` as a whole token (not inside a longer id)."""
-    if not value:
-        return False
-    start = text.find(value)
-    while start >= 0:
-        end = start + len(value)
-        if (start == 0 or not _word(text[start - 1])) and (
-            end == len(text) or not _word(text[end])
-        ):
-            return True
-        start = text.find(value, start + 1)
-    return False
 
 
 # -- the replay of one trace ------------------------------------------------------------------
@@ -286,6 +148,7 @@ class _Run:
         classes: Sequence[str],
         variants: int,
         compaction: Mapping[str, Compaction],
+        agent: _Asker | None,
     ) -> None:
         self.guard = guard
         self.trace = trace
@@ -293,12 +156,14 @@ class _Run:
         self.classes = classes
         self.variants = variants
         self.compaction = compaction
+        self.agent = agent
         # A seed per trace: a trace's variants do not depend on which traces ran before it.
         self.rng = random.Random(f"{seed}:{trace.id}")
         self.ledger = guard.new_ledger(trace.id)
         self.pending: list[_Pending] = []
         self.outputs: list[str] = []  # text of successful tool outputs so far
-        self.compact_next = False
+        # (kind, normalised value) of every id a successful tool result produced so far
+        self.produced: set[tuple[str, str]] = set()
 
     def run(self) -> None:
         stats = self.stats
@@ -307,11 +172,9 @@ class _Run:
         for index, message in enumerate(self.trace.messages):
             if message.role == "user":
                 self.guard.observe_user(message.content, ledger=self.ledger)
-                self.compact_next = True
             elif message.role == "assistant" and message.tool_calls:
-                if self.compaction and self.compact_next:
-                    self.compact_next = False
-                    self._availability(index, message)
+                if self.compaction or self.agent is not None:
+                    self._turn(index, message)
                 for call in message.tool_calls:
                     self._call(index, call)
             elif message.role == "tool":
@@ -385,7 +248,8 @@ class _Run:
             else:
                 self.stats.add_false_refusal(reason, example)
         call = pending.call
-        if call.name in self.guard.specs and call.arguments is not None:
+        spec = self.guard.specs.get(call.name)
+        if spec is not None and call.arguments is not None:
             self.guard.record(
                 call.name,
                 call.arguments,
@@ -396,6 +260,12 @@ class _Run:
             )
         if not message.error:
             self.outputs.append(message.content)
+            if spec is not None and (self.compaction or self.agent is not None):
+                try:
+                    found = harvest(spec, message.output, self.guard.kinds).found
+                except Exception:  # a failing normaliser: record() logged it, nothing produced
+                    found = []
+                self.produced.update((item.kind, item.key) for item in found)
 
     def _answer(self, message: Message) -> _Pending | None:
         """The open call a result answers: the latest with its id (or, with no id, its name)."""
@@ -414,7 +284,7 @@ class _Run:
     def _corrupt(self, index: int, call: ToolCall) -> None:
         stats, guard, ledger = self.stats, self.guard, self.ledger
         arguments = call.arguments or {}
-        for leaf in _leaves(guard, call):
+        for leaf in leaves(guard.specs[call.name], guard.kinds, arguments):
             if not any(kind.enforce for kind in leaf.kinds):
                 stats.advisory_arguments += 1
                 continue
@@ -428,7 +298,7 @@ class _Run:
                         counts.not_applicable += 1
                         continue
                     verdict = guard.check(
-                        call.name, _variant_arguments(arguments, leaf, variant), ledger=ledger
+                        call.name, with_value(arguments, leaf, variant), ledger=ledger
                     )
                     hit = None if name == "same_kind" else collision(variant, context)
                     if hit is not None:
@@ -445,33 +315,191 @@ class _Run:
                     first = next(f for f in verdict.findings if f.enforced)
                     counts.findings[first.problem] += 1
 
-    # -- availability after compaction ----------------------------------------------------
+    # -- availability after compaction, and the agent ------------------------------------
 
-    def _availability(self, index: int, message: Message) -> None:
+    def _origin(self, leaf: Leaf, before: str) -> str:
+        """Where an identifier argument's value came from (see report.Availability)."""
+        keys = set()
+        for kind in leaf.kinds:
+            try:
+                keys.add((kind.name, kind.normalize(leaf.text)))
+            except Exception:  # a failing normaliser: this kind cannot have produced it
+                continue
+        if keys & self.produced:
+            held = any(self.ledger.get(kind, leaf.text) is not None for kind, _ in keys)
+            return LEDGER if held else EVICTED
+        return OTHER if has_token(before, leaf.text) else ABSENT
+
+    def _turn(self, index: int, message: Message) -> None:
+        """Before a recorded call: compact the conversation so far, count, ask the agent."""
         context = self.trace.openai_messages(stop=index)
-        before = "\n".join(_strings(context))
-        leaves = [
-            (call, leaf)
+        before = "\n".join(strings(context))
+        calls = [
+            call
             for call in message.tool_calls
             if call.name in self.guard.specs and call.arguments is not None
-            for leaf in _leaves(self.guard, call)
         ]
+        arguments = [
+            (call, leaf, self._origin(leaf, before))
+            for call in calls
+            for leaf in leaves(self.guard.specs[call.name], self.guard.kinds, call.arguments)
+        ]
+        contexts: dict[str, list[Any]] = {}
         for name, strategy in self.compaction.items():
             avail = self.stats.availability.setdefault(name, Availability())
             ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
-            compacted = strategy([dict(m) for m in context], ledger)
-            after = "\n".join(_strings(list(compacted)))
+            compacted = list(strategy([dict(m) for m in context], ledger))
+            contexts[name] = compacted
+            after = "\n".join(strings(compacted))
             avail.compactions += 1
-            for call, leaf in leaves:
-                if not has_token(before, leaf.text):
+            for call, leaf, origin in arguments:
+                if origin == LEDGER:
+                    avail.ids += 1
+                    if has_token(after, leaf.text):
+                        avail.present += 1
+                    elif len(avail.misses) < self.stats.max_examples:
+                        label = f"{leaf.label}={leaf.text!r} lost by {name}"
+                        avail.misses.append(self._example(index, call.name, label, ()))
+                elif origin == EVICTED:
+                    avail.evicted += 1
+                elif origin == OTHER:
+                    avail.other_ids += 1
+                    avail.other_present += has_token(after, leaf.text)
+                else:
                     avail.not_in_context += 1
-                    continue
-                avail.ids += 1
-                if has_token(after, leaf.text):
-                    avail.present += 1
-                elif len(avail.misses) < self.stats.max_examples:
-                    label = f"{leaf.param.path.text}={leaf.text!r} lost by {name}"
-                    avail.misses.append(self._example(index, call.name, label, ()))
+        if self.agent is not None:
+            for call in calls:
+                self._ask(index, call, context, before, contexts)
+
+    def _ask(
+        self,
+        index: int,
+        call: ToolCall,
+        context: list[dict[str, Any]],
+        before: str,
+        contexts: Mapping[str, list[Any]],
+    ) -> None:
+        """The agent's call on the uncompacted context and on each compacted one, compared."""
+        asker = self.agent
+        assert asker is not None
+        intent = Intent.of(self.guard, call.name, call.arguments or {}, self.ledger)
+        where = f"{self.trace.id} message {index}"
+        baseline = asker.ask(context, intent, where)
+        recorded = (call.name, call.arguments)
+        if self.stats.agent_recorded is None:
+            self.stats.agent_recorded = AgentDiff()
+        self._diff(self.stats.agent_recorded, index, recorded, baseline, before)
+        for name, compacted in contexts.items():
+            diff = self.stats.agent.setdefault(name, AgentDiff())
+            self._diff(diff, index, baseline, asker.ask(compacted, intent, where), before)
+
+    def _diff(
+        self,
+        diff: AgentDiff,
+        index: int,
+        base: tuple[str, Any] | None,
+        other: tuple[str, Any] | None,
+        before: str,
+    ) -> None:
+        """Count how ``other`` differs from ``base`` in its identifier arguments."""
+        diff.calls += 1
+        base_leaves = self._call_leaves(base)
+        other_leaves = {leaf.place: leaf for leaf in self._call_leaves(other)}
+        same_tool = (base is None) == (other is None) and (
+            base is None or other is None or base[0] == other[0]
+        )
+        readable = other is None or isinstance(other[1], Mapping)
+        changes: list[str] = []
+        other_value = False  # the other call carries a different value somewhere (not a gap)
+        for leaf in base_leaves:
+            mine = other_leaves.pop(leaf.place, None) if same_tool else None
+            origin = self._origin(leaf, before)
+            if origin == LEDGER:
+                diff.ids += 1
+            else:
+                diff.other_ids += 1
+            if mine is not None and leaf.same(mine.text):
+                continue
+            if origin == LEDGER:
+                diff.changed += 1
+            else:
+                diff.other_changed += 1
+            other_value = other_value or mine is not None
+            changes.append(f"{leaf.label}: {leaf.text!r} -> {mine.text if mine else None!r}")
+        added = list(other_leaves.values()) if same_tool else self._call_leaves(other)
+        diff.added += len(added)
+        other_value = other_value or bool(added)
+        changes += [f"{leaf.label}: None -> {leaf.text!r}" for leaf in added]
+        if same_tool and readable and not changes:
+            diff.same += 1
+            return
+        verdict = None
+        if other is None:
+            diff.no_call += base is not None
+        elif isinstance(other[1], (Mapping, str)):  # text that is not JSON: the guard says so
+            ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
+            verdict = self.guard.check(other[0], other[1], ledger=ledger)
+        if verdict is not None and not verdict.allowed:
+            diff.refused += 1
+            problems = dict.fromkeys(f.problem for f in verdict.findings if f.enforced)
+            judged = f"refused: {', '.join(problems)}"
+        elif other is None:
+            judged = "no call"
+        elif other_value or not same_tool or not readable:
+            diff.allowed += 1
+            judged = "allowed"
+        else:
+            diff.incomplete += 1
+            judged = "incomplete"
+        if len(diff.examples) < self.stats.max_examples:
+            tool = other[0] if other is not None else base[0] if base is not None else ""
+            if not same_tool:
+                changes.insert(0, f"{_name(base)} -> {_name(other)}")
+            if not readable:
+                changes.append("arguments not a JSON object")
+            label = f"{'; '.join(changes)} ({judged})"
+            findings = verdict.findings if verdict is not None else ()
+            diff.examples.append(self._example(index, tool, label, findings))
+
+    def _call_leaves(self, call: tuple[str, Any] | None) -> list[Leaf]:
+        if call is None or not isinstance(call[1], Mapping):
+            return []
+        spec = self.guard.specs.get(call[0])
+        return [] if spec is None else list(leaves(spec, self.guard.kinds, call[1]))
+
+
+def _agent_name(agent: Agent) -> str:
+    module = getattr(agent, "__module__", None)
+    name = getattr(agent, "__qualname__", None) or type(agent).__name__
+    return f"{module}:{name}" if module else name
+
+
+def _name(call: tuple[str, Any] | None) -> str:
+    return "no call" if call is None else f"{call[0]}()"
+
+
+class _Asker:
+    """An agent, the tools it is shown, and whether it takes an intent."""
+
+    def __init__(self, agent: Agent, tools: list[dict[str, Any]]) -> None:
+        self.agent = agent
+        self.tools = tools
+        self.intent = takes_intent(agent)
+
+    def ask(self, messages: Sequence[Any], intent: Intent, where: str) -> tuple[str, Any] | None:
+        given = [copy.deepcopy(m) for m in messages]  # an agent cannot change the replay
+        try:
+            if self.intent:
+                output = self.agent(given, self.tools, intent=intent)
+            else:
+                output = self.agent(given, self.tools)
+        except GuardrailUsageError:
+            raise
+        except Exception as exc:
+            raise GuardrailUsageError(
+                f"the agent raised {type(exc).__name__} at {where}: {exc}"
+            ) from exc
+        return as_call(output)
 
 
 def replay(
@@ -485,6 +513,8 @@ def replay(
     capacity: int | None = None,
     examples: int = 10,
     compaction: Compaction | Mapping[str, Compaction] | None = None,
+    agent: Agent | None = None,
+    tools: Sequence[Mapping[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> ReplayReport:
     """Replay recorded traces through a guard and report its cost and what it catches.
@@ -502,11 +532,24 @@ def replay(
 
     ``compaction`` is the seam for compaction strategies: a callable
     ``(messages, ledger) -> messages`` (or a mapping of names to them, to
-    compare strategies). At every turn, before the first call of the turn,
-    the conversation so far (OpenAI chat-completions dicts) and a copy of
-    the ledger are handed to each strategy, and the identifier arguments of
-    the call are looked for, verbatim, in what it returns. The counts land
-    in ``report.availability``; with no compaction it stays empty.
+    compare strategies; :func:`~guardrail.testing.strategies` gives
+    guardrail's and a plain summary's). Before each recorded call (each
+    model turn), the conversation so far (OpenAI chat-completions dicts) and
+    a copy of the ledger are handed to each strategy, and the identifier
+    arguments of the call are looked for, verbatim, in what it returns. The
+    measured ones are the ledger ids: values an earlier successful tool
+    result produced that the ledger still holds; the others are counted
+    apart (see :class:`~guardrail.testing.report.Availability`). The counts
+    land in ``report.availability``; with no compaction it stays empty.
+
+    ``agent`` is a callable ``(messages, tools) -> {"name", "arguments"} |
+    None`` (see :mod:`guardrail.testing.agents`). At the same points it is
+    asked for its call on the uncompacted context and on each compacted
+    one; ``report.total.agent`` compares the identifier arguments of its
+    calls after compaction with its call on the uncompacted context, and
+    ``report.total.agent_recorded`` that call with the recorded one.
+    ``tools`` are the OpenAI function tools it is shown (default: derived
+    from the guard's specs by :func:`~guardrail.testing.agents.tool_definitions`).
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:
@@ -518,6 +561,13 @@ def replay(
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise GuardrailUsageError(f"limit must be an integer >= 0, not {limit!r}")
     guard = _guard(guard_or_manifest, capacity)
+    if agent is not None and not callable(agent):
+        raise GuardrailUsageError(f"agent must be callable (messages, tools), not {agent!r:.80}")
+    asker = (
+        None
+        if agent is None
+        else _Asker(agent, [dict(t) for t in tools] if tools else tool_definitions(guard))
+    )
     files = _files(traces)
     strategies: dict[str, Compaction] = (
         {}
@@ -549,6 +599,7 @@ def replay(
                 classes=classes,
                 variants=variants,
                 compaction=strategies,
+                agent=asker,
             ).run()
             done += 1
             if progress is not None:
@@ -567,6 +618,7 @@ def replay(
         "variants": variants,
         "capacity": guard.capacity,
         "compaction": list(strategies),
+        "agent": None if agent is None else _agent_name(agent),
     }
     return ReplayReport(
         files=per_file,

@@ -6,7 +6,8 @@ succeeded in the recording but would be refused), its benefit (the share of
 corrupted identifier arguments refused, per corruption class) and what
 could not be read (malformed lines, unknown tools). ``availability`` holds
 one :class:`Availability` per compaction strategy, and stays empty when the
-replay ran without one.
+replay ran without one; ``agent`` one :class:`AgentDiff` per strategy, and
+``agent_recorded`` the agent against the recording, when an agent ran.
 """
 
 from __future__ import annotations
@@ -123,46 +124,162 @@ class ClassStats:
         }
 
 
+#: Where an identifier argument of a call came from, for availability and the agent diff.
+LEDGER: Final = "ledger"  # an earlier successful tool result produced it, and the ledger holds it
+EVICTED: Final = "evicted"  # a tool result produced it, but the ledger evicted it (capacity)
+OTHER: Final = "other"  # in the context, from no tool result: typed by the user or the agent
+ABSENT: Final = "absent"  # nowhere in the context before the call: invented
+ORIGINS: Final[tuple[str, ...]] = (LEDGER, EVICTED, OTHER, ABSENT)
+
+#: The definition the availability and agent-diff tables state.
+REQUIRED_IDS: Final = (
+    "ledger ids: identifier arguments of the recorded call whose value an earlier successful "
+    "tool result produced and the ledger still holds (within capacity)"
+)
+
+
 @dataclass
 class Availability:
     """For one compaction strategy: identifier arguments still present verbatim afterwards.
 
-    ``ids`` counts the identifier arguments of the call after each forced
-    compaction whose value was in the uncompacted context; ``present`` those
-    still there, verbatim, after compaction. ``not_in_context`` counts the
-    arguments that were not in the context even before (typed later, or
-    invented), which availability cannot be asked of.
+    A compaction is forced before each recorded call (each model turn), and
+    every identifier argument of that call is counted once, by where its
+    value came from. ``ids`` (the measured ones, :data:`REQUIRED_IDS`) are
+    those an earlier successful tool result produced and the ledger still
+    holds; ``present`` of them are in the compacted context verbatim, as a
+    whole token. The rest are counted apart: ``evicted`` (produced by a tool
+    result but evicted from the ledger: beyond capacity), ``other_ids`` (in
+    the context but from no tool result: typed by the user or written by the
+    agent, such as an airport code), with ``other_present`` still there after
+    compaction, and ``not_in_context`` (nowhere before the call: invented).
     """
 
     compactions: int = 0
     ids: int = 0
     present: int = 0
+    evicted: int = 0
+    other_ids: int = 0
+    other_present: int = 0
     not_in_context: int = 0
     misses: list[Example] = field(default_factory=list)
 
     @property
     def rate(self) -> float | None:
-        """The share of identifier arguments still present, or None when none were asked."""
+        """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
+
+    @property
+    def other_rate(self) -> float | None:
+        """The share of the other ids (user- or agent-written) still present."""
+        return self.other_present / self.other_ids if self.other_ids else None
 
     def merge(self, other: Availability, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        self.compactions += other.compactions
-        self.ids += other.ids
-        self.present += other.present
-        self.not_in_context += other.not_in_context
+        for name in _AVAILABILITY_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         _add_examples(self.misses, other.misses, cap)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe counts and the rate."""
+        """JSON-safe counts and the rates."""
         return {
             "compactions": self.compactions,
             "ids": self.ids,
             "present": self.present,
             "rate": self.rate,
+            "evicted": self.evicted,
+            "other_ids": self.other_ids,
+            "other_present": self.other_present,
+            "other_rate": self.other_rate,
             "not_in_context": self.not_in_context,
             "misses": [m.to_dict() for m in self.misses],
         }
+
+
+_AVAILABILITY_COUNTS = (
+    "compactions",
+    "ids",
+    "present",
+    "evicted",
+    "other_ids",
+    "other_present",
+    "not_in_context",
+)
+
+
+@dataclass
+class AgentDiff:
+    """The identifier arguments of an agent's call on one context against a baseline call.
+
+    After compaction the baseline is the agent's call on the uncompacted
+    context; for the uncompacted context itself it is the recorded call.
+    ``calls`` counts the comparisons and ``same`` those with the same tool
+    and the same identifier arguments (both making no call counts as the
+    same). Each identifier argument of the baseline is counted by origin
+    (see :class:`Availability`): ``ids`` are the ledger ids and ``changed``
+    those the other call does not carry unchanged (another value, left out,
+    another tool, or no call); ``other_ids`` and ``other_changed`` the rest.
+    ``added`` counts identifier arguments only the other call has.
+
+    Each call that differs lands in one of four counts: ``no_call`` (the
+    baseline made a call, the other did not), ``refused`` (the guard would
+    refuse it), ``allowed`` (the guard would let through a call that
+    carries a different identifier, or calls another tool: what provenance
+    cannot see, such as another value of the same kind) and ``incomplete``
+    (it only leaves identifiers out: nothing for the guard to check, and
+    the tool would fail).
+    """
+
+    calls: int = 0
+    same: int = 0
+    ids: int = 0
+    changed: int = 0
+    other_ids: int = 0
+    other_changed: int = 0
+    added: int = 0
+    no_call: int = 0
+    refused: int = 0
+    allowed: int = 0
+    incomplete: int = 0
+    examples: list[Example] = field(default_factory=list)
+
+    @property
+    def differing(self) -> int:
+        """Calls that are not the same."""
+        return self.calls - self.same
+
+    @property
+    def rate(self) -> float | None:
+        """The share of ledger ids the other call carries unchanged."""
+        return (self.ids - self.changed) / self.ids if self.ids else None
+
+    def merge(self, other: AgentDiff, cap: int) -> None:
+        """Add ``other``'s counts to this one."""
+        for name in _AGENT_COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        _add_examples(self.examples, other.examples, cap)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe counts, the rate and examples of differences."""
+        out: dict[str, Any] = {name: getattr(self, name) for name in _AGENT_COUNTS}
+        out["differing"] = self.differing
+        out["rate"] = self.rate
+        out["examples"] = [e.to_dict() for e in self.examples]
+        return out
+
+
+_AGENT_COUNTS = (
+    "calls",
+    "same",
+    "ids",
+    "changed",
+    "other_ids",
+    "other_changed",
+    "added",
+    "no_call",
+    "refused",
+    "allowed",
+    "incomplete",
+)
 
 
 @dataclass
@@ -191,6 +308,10 @@ class Stats:
     malformed: list[Malformed] = field(default_factory=list)
     detection: dict[str, ClassStats] = field(default_factory=dict)
     availability: dict[str, Availability] = field(default_factory=dict)
+    #: The agent's call after each compaction against its call on the uncompacted context.
+    agent: dict[str, AgentDiff] = field(default_factory=dict)
+    #: The agent's call on the uncompacted context against the recorded call (None: no agent).
+    agent_recorded: AgentDiff | None = None
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -259,6 +380,12 @@ class Stats:
             self.detection_for(name).merge(stats, cap)
         for name, avail in other.availability.items():
             self.availability.setdefault(name, Availability()).merge(avail, cap)
+        for name, diff in other.agent.items():
+            self.agent.setdefault(name, AgentDiff()).merge(diff, cap)
+        if other.agent_recorded is not None:
+            if self.agent_recorded is None:
+                self.agent_recorded = AgentDiff()
+            self.agent_recorded.merge(other.agent_recorded, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, rates and examples."""
@@ -309,6 +436,14 @@ class Stats:
             },
             "detection": detection,
             "availability": {name: a.to_dict() for name, a in self.availability.items()},
+            "agent": None
+            if self.agent_recorded is None
+            else {
+                "uncompacted_vs_recording": self.agent_recorded.to_dict(),
+                "compacted_vs_uncompacted": {
+                    name: diff.to_dict() for name, diff in self.agent.items()
+                },
+            },
         }
 
 
@@ -436,6 +571,7 @@ class ReplayReport:
         yield self._false_refusals()
         yield self._detection_table()
         yield self._availability()
+        yield from self._agent()
         yield self._input_problems()
         if self.seconds:
             yield Text(f"{self.seconds:.1f} s", style="dim")
@@ -559,26 +695,109 @@ class ReplayReport:
         table.caption_justify = "left"
         return table
 
+    def _rows_by_file(self) -> list[tuple[str, Stats]]:
+        """(label, stats) for the total and, when there are several files, each file first."""
+        rows = [(stats.path, stats) for stats in self.files] if len(self.files) > 1 else []
+        return [*rows, ("total", self.total)]
+
     def _availability(self) -> Table | Text:
         if not self.total.availability:
             return Text("Availability after compaction: not measured (no compaction given).")
+        compactions = max(a.compactions for a in self.total.availability.values())
         table = Table(
-            title="Availability after compaction: identifier arguments of the next call "
-            "still in the context, verbatim",
+            title=f"Availability after compaction ({_n(compactions)} compactions each, one before "
+            "each recorded call): its identifier arguments still in the context, verbatim",
             title_justify="left",
         )
-        for name in ("strategy", "compactions", "ids", "present", "rate"):
-            table.add_column(name, justify="left" if name == "strategy" else "right")
-        for name, avail in self.total.availability.items():
-            _row(
-                table,
-                name,
-                _n(avail.compactions),
-                _n(avail.ids),
-                _n(avail.present),
-                _pct(avail.rate),
-            )
+        by_file = len(self.files) > 1
+        names = ["file"] if by_file else []
+        names += ["strategy", "ledger ids", "present", "rate", "evicted"]
+        names += ["other ids", "present", "rate"]
+        for name in names:
+            left = name in ("file", "strategy")
+            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        for label, stats in self._rows_by_file():
+            for name, avail in stats.availability.items():
+                cells = [label] if by_file else []
+                cells += [
+                    name,
+                    _n(avail.ids),
+                    _n(avail.present),
+                    _pct(avail.rate),
+                    _n(avail.evicted),
+                    _n(avail.other_ids),
+                    _n(avail.other_present),
+                    _pct(avail.other_rate),
+                ]
+                _row(table, *cells)
+        absent = max(a.not_in_context for a in self.total.availability.values())
+        table.caption = Text(
+            f"{REQUIRED_IDS[0].upper()}{REQUIRED_IDS[1:]}. Evicted: produced by a tool result "
+            "but evicted since (beyond capacity), not asked. Other ids: in the context but from "
+            "no tool result (typed by the user, or written by the agent), reported apart. In no "
+            f"context before the call (invented): {absent}."
+        )
+        table.caption_justify = "left"
         return table
+
+    def _agent(self) -> Iterator[Table | Text]:
+        recorded = self.total.agent_recorded
+        if recorded is None:
+            return
+        agent = self.settings.get("agent") or "the agent"
+        yield Text(
+            f"Agent diff ({agent}): asked for its call before each of the "
+            f"{_n(recorded.calls)} recorded calls. On the uncompacted context it made the "
+            f"recorded call {_n(recorded.same)} times; of the recorded ledger ids it changed "
+            f"{_n(recorded.changed)} of {_n(recorded.ids)}, of the other ids "
+            f"{_n(recorded.other_changed)} of {_n(recorded.other_ids)}."
+        )
+        table = Table(
+            title="Its calls on each compacted context against its calls on the uncompacted one",
+            title_justify="left",
+            show_edge=False,
+            pad_edge=False,
+        )
+        by_file = len(self.files) > 1
+        names = ["file"] if by_file else []
+        names += ["strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"]
+        names += ["refused", "allowed", "incom-\nplete", "no\ncall"]
+        for name in names:
+            left = name in ("file", "strategy")
+            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        for label, stats in self._rows_by_file():
+            for name, diff in stats.agent.items():
+                cells = [label] if by_file else []
+                cells += [
+                    name,
+                    _n(diff.same),
+                    _n(diff.ids),
+                    _n(diff.changed),
+                    _n(diff.other_ids),
+                    _n(diff.other_changed),
+                    _n(diff.refused),
+                    _n(diff.allowed),
+                    _n(diff.incomplete),
+                    _n(diff.no_call),
+                ]
+                _row(table, *cells)
+        table.caption = Text(
+            "Changed: identifier arguments not carried unchanged (another value, left out, or "
+            "no call). A call that differs is refused by the guard, allowed though it carries "
+            "another identifier, incomplete (ids left out: nothing to check), or no call."
+        )
+        table.caption_justify = "left"
+        yield table
+        shown = [
+            (name, example)
+            for name, diff in [("uncompacted", recorded), *self.total.agent.items()]
+            for example in diff.examples[:3]
+        ]
+        if shown:
+            text = Text("Differences (first three per context):")
+            for name, example in shown:
+                text.append(f"\n  {name}: {example.trace} msg {example.message} {example.label}")
+            yield text
 
     def _input_problems(self) -> Text:
         total = self.total
