@@ -11,11 +11,12 @@ from guardrail.errors import (
     TraceFileError,
     TranscriptError,
 )
-from guardrail.guard import Guard, Rejection, SessionScope
+from guardrail.guard import Guard, SessionScope
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger, Source, Tombstone
 from guardrail.spec import Id, ToolSpec
 from guardrail.stores import MemoryStore, SQLiteStore, Store
+from guardrail.tool import Rejection
 
 __version__ = "0.1.0.dev0"
 

@@ -299,18 +299,28 @@ def _as_text(value: Any) -> str | None:
 
 
 def allowed_entries(
-    fast: FastParams, read: bool, arguments: Mapping[str, Any], ledger: Ledger
+    fast: FastParams,
+    read: bool,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    ledger: Ledger,
 ) -> list[Entry] | None:
     """The entries a call uses when every identifier argument is allowed outright, else None.
 
     The allowed path of :func:`check_arguments` for plain top-level
-    parameters; None sends the call through the full check, which also
-    finds the problems.
+    parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
+    arguments is ``((), arguments)``). The entries are marked used. None
+    sends the call through the full check, which also finds the problems.
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
-    for name, _, kind, normalize, others in fast:
-        value = arguments.get(name)
+    for name, position, kind, normalize, others in fast:
+        if name in kwargs:
+            value = kwargs[name]
+        elif 0 <= position < len(args):
+            value = args[position]
+        else:
+            continue
         if value is None:
             continue
         if type(value) is not str:
@@ -326,6 +336,10 @@ def allowed_entries(
             else:
                 return None
         used.append(entry)
+    epoch = ledger.epoch
+    for entry in used:
+        if entry.epoch != epoch:
+            ledger.touch(entry)
     return used
 
 
@@ -336,12 +350,8 @@ def check_arguments(
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call."""
     if plan.fast is not None:
-        allowed = allowed_entries(plan.fast, plan.read, arguments, ledger)
+        allowed = allowed_entries(plan.fast, plan.read, (), arguments, ledger)
         if allowed is not None:
-            epoch = ledger.epoch
-            for taken in allowed:
-                if taken.epoch != epoch:
-                    ledger.touch(taken)
             return Verdict(plan.spec.name, True, used=tuple(allowed))
     by_kind = ledger.by_kind
     read = plan.read

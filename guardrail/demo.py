@@ -34,10 +34,11 @@ from rich.text import Text
 
 from guardrail.block import BLOCK_HEADER, parse_block
 from guardrail.compaction import CompactionReport, compact
-from guardrail.guard import Guard, Rejection
+from guardrail.guard import Guard
 from guardrail.ledger import Ledger
 from guardrail.spec import Id
 from guardrail.testing.lossy import LossySummariser, plain_compact
+from guardrail.tool import Rejection
 
 Messages = list[dict[str, Any]]
 #: ``(conversation, ledger) -> the messages the agent sees next``: the seam for compaction.

@@ -10,7 +10,6 @@ an audit event.
 from __future__ import annotations
 
 import contextvars
-import functools
 import inspect
 import logging
 import threading
@@ -33,12 +32,10 @@ from guardrail.errors import (
     RepromptLimitExceeded,
 )
 from guardrail.harvest import (
-    OPAQUE_TYPES,
     Batch,
     Found,
     batches_of,
     harvest_batches,
-    opaque,
     yields_nothing,
 )
 from guardrail.kinds import Kind, NormalizeSpec
@@ -57,48 +54,13 @@ from guardrail.spec import (
     signature_ids,
 )
 from guardrail.stores.memory import MemoryStore, Store
+from guardrail.tool import GuardedTool, positions, wrap
 
 Mode = Literal["raise", "reprompt", "observe"]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _USER = "user"
-
-
-class Rejection:
-    """What a tool guarded in ``reprompt`` mode returns instead of running.
-
-    ``str(rejection)`` is the message for the model; a runtime sends it back
-    as the tool result. ``verdict`` has the findings.
-    """
-
-    __slots__ = ("verdict",)
-
-    def __init__(self, verdict: Verdict) -> None:
-        self.verdict = verdict
-
-    @property
-    def message(self) -> str:
-        """The re-prompt text."""
-        return self.verdict.message
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe tool result: the message and the findings."""
-        return {
-            "error": "identifier_refused",
-            "message": self.verdict.message,
-            "findings": [finding.to_dict() for finding in self.verdict.findings],
-        }
-
-    def __str__(self) -> str:
-        return self.verdict.message
-
-    def __repr__(self) -> str:
-        problems = ", ".join(f.problem for f in self.verdict.findings)
-        return f"<Rejection {self.verdict.tool}: {problems}>"
-
-    def __bool__(self) -> bool:
-        return False
 
 
 class SessionScope:
@@ -736,7 +698,7 @@ class Guard:
             signature = inspect.signature(target)
         except (TypeError, ValueError):
             signature = None
-        positions = _positions(signature, [*params, *minted], tool=tool_name)
+        at = positions(signature, [*params, *minted], tool=tool_name)
         spec = self._build_spec(
             tool_name,
             params=params,
@@ -745,248 +707,7 @@ class Guard:
             effect=effect,
             verifies=verifies,
             description=description if description is not None else inspect.getdoc(target) or "",
-            positions=positions,
+            positions=at,
         )
         self._register(spec)
-        heads = tuple(positions.items())
-        guard = self
-        current = self._var.get
-        allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
-        # Nothing can enter the ledger after a call allowed outright, if its result holds none.
-        quiet = (
-            not spec.produces and not spec.mints and not (spec.effect == "read" and spec.verifies)
-        )
-
-        def bind(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-            # The wrapper is a plain function, so a method's self (or cls) is args[0], just
-            # as in the signature the positions were read from.
-            arguments = {}
-            for head, position in heads:
-                if head in kwargs:
-                    arguments[head] = kwargs[head]
-                elif 0 <= position < len(args):
-                    arguments[head] = args[position]
-            return arguments
-
-        def enforce(
-            args: tuple[Any, ...], kwargs: dict[str, Any], ledger: Ledger
-        ) -> tuple[dict[str, Any], Verdict]:
-            """The full check, for a call whose ids are not all allowed outright."""
-            arguments = bind(args, kwargs)
-            return arguments, guard._enforce(tool_name, arguments, ledger)
-
-        def after(ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any) -> None:
-            guard._record(guard._plans[tool_name], arguments, result, False, None, ledger, verdict)
-
-        def finish(
-            ledger: Ledger,
-            used: list[Entry],
-            args: tuple[Any, ...],
-            kwargs: dict[str, Any],
-            result: Any,
-        ) -> None:
-            """After a call allowed outright whose result may bring ids in."""
-            plan = guard._plans[tool_name]
-            now = plan.spec
-            if (
-                not now.produces
-                and not now.mints
-                and not (plan.read and now.verifies and not all(e.verified for e in used))
-                and opaque(result)
-            ):
-                if guard.audit.levels[logging.DEBUG]:
-                    guard._log_nothing_recorded(ledger, now.name)
-                return
-            verdict = Verdict(tool_name, True, used=tuple(used))
-            guard._record(plan, bind(args, kwargs), result, False, None, ledger, verdict)
-
-        # A plain function rather than an object proxy: a call costs what a pass-through
-        # costs, and methods, class and static methods, signatures, annotations and
-        # iscoroutinefunction behave as the undecorated function's do. The allowed path
-        # is written out in both wrappers, which differ only by await: on a path this
-        # short, each helper call would cost a tenth of it.
-        wrapper: Callable[..., Any]
-        if inspect.iscoroutinefunction(target):
-
-            async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-                ledger = current()
-                if ledger is None:
-                    ledger = guard._current()
-                plan = guard._plans.get(tool_name)
-                if plan is not None and plan.fast is not None and plan.spec is spec:
-                    # The allowed path of check_arguments, reading args and kwargs in place.
-                    by_kind = ledger.by_kind
-                    read = plan.read
-                    used: list[Entry] = []
-                    for head, position, kind, normalize, others in plan.fast:
-                        if head in kwargs:
-                            value = kwargs[head]
-                        elif 0 <= position < len(args):
-                            value = args[position]
-                        else:
-                            continue
-                        if value is None:
-                            continue
-                        if type(value) is not str:
-                            break
-                        table = by_kind.get(kind)
-                        entry = None if table is None else table.get(normalize(value))
-                        if entry is None or not (entry.verified or read):
-                            for other, normalize_other in others:
-                                table = by_kind.get(other)
-                                entry = None if table is None else table.get(normalize_other(value))
-                                if entry is not None and (entry.verified or read):
-                                    break
-                            else:
-                                break
-                        used.append(entry)
-                    else:
-                        # What _enforce does for an allowed call.
-                        epoch = ledger.epoch
-                        for taken in used:
-                            if taken.epoch != epoch:
-                                ledger.touch(taken)
-                        if ledger.refusals:
-                            ledger.refusals.pop(tool_name, None)
-                        levels = guard.audit.levels
-                        if levels[allowed_level]:
-                            guard._log_allowed(plan, ledger, used)
-                        result = await target(*args, **kwargs)
-                        # What _record does when nothing can enter the ledger.
-                        kind_of = type(result)
-                        if (
-                            quiet
-                            and (
-                                kind_of in OPAQUE_TYPES
-                                or (
-                                    kind_of is str
-                                    and result[:1].isalpha()
-                                    and result[:1] not in "tfn"
-                                )
-                                or opaque(result)
-                            )
-                            and guard._plans.get(tool_name) is plan
-                        ):
-                            if levels[logging.DEBUG]:
-                                guard._log_nothing_recorded(ledger, tool_name)
-                        else:
-                            finish(ledger, used, args, kwargs, result)
-                        return result
-                arguments, verdict = enforce(args, kwargs, ledger)
-                if not verdict.allowed and guard.mode == "reprompt":
-                    return Rejection(verdict)
-                result = await target(*args, **kwargs)
-                after(ledger, arguments, verdict, result)
-                return result
-
-            wrapper = guarded_async
-        else:
-
-            def guarded(*args: Any, **kwargs: Any) -> Any:
-                ledger = current()
-                if ledger is None:
-                    ledger = guard._current()
-                plan = guard._plans.get(tool_name)
-                if plan is not None and plan.fast is not None and plan.spec is spec:
-                    # The allowed path of check_arguments, reading args and kwargs in place.
-                    by_kind = ledger.by_kind
-                    read = plan.read
-                    used: list[Entry] = []
-                    for head, position, kind, normalize, others in plan.fast:
-                        if head in kwargs:
-                            value = kwargs[head]
-                        elif 0 <= position < len(args):
-                            value = args[position]
-                        else:
-                            continue
-                        if value is None:
-                            continue
-                        if type(value) is not str:
-                            break
-                        table = by_kind.get(kind)
-                        entry = None if table is None else table.get(normalize(value))
-                        if entry is None or not (entry.verified or read):
-                            for other, normalize_other in others:
-                                table = by_kind.get(other)
-                                entry = None if table is None else table.get(normalize_other(value))
-                                if entry is not None and (entry.verified or read):
-                                    break
-                            else:
-                                break
-                        used.append(entry)
-                    else:
-                        # What _enforce does for an allowed call.
-                        epoch = ledger.epoch
-                        for taken in used:
-                            if taken.epoch != epoch:
-                                ledger.touch(taken)
-                        if ledger.refusals:
-                            ledger.refusals.pop(tool_name, None)
-                        levels = guard.audit.levels
-                        if levels[allowed_level]:
-                            guard._log_allowed(plan, ledger, used)
-                        result = target(*args, **kwargs)
-                        # What _record does when nothing can enter the ledger.
-                        kind_of = type(result)
-                        if (
-                            quiet
-                            and (
-                                kind_of in OPAQUE_TYPES
-                                or (
-                                    kind_of is str
-                                    and result[:1].isalpha()
-                                    and result[:1] not in "tfn"
-                                )
-                                or opaque(result)
-                            )
-                            and guard._plans.get(tool_name) is plan
-                        ):
-                            if levels[logging.DEBUG]:
-                                guard._log_nothing_recorded(ledger, tool_name)
-                        else:
-                            finish(ledger, used, args, kwargs, result)
-                        return result
-                arguments, verdict = enforce(args, kwargs, ledger)
-                if not verdict.allowed and guard.mode == "reprompt":
-                    return Rejection(verdict)
-                result = target(*args, **kwargs)
-                after(ledger, arguments, verdict, result)
-                return result
-
-            wrapper = guarded
-        functools.update_wrapper(wrapper, target)
-        if isinstance(function, classmethod):
-            return cast(F, classmethod(wrapper))
-        if isinstance(function, staticmethod):
-            return cast(F, staticmethod(wrapper))
-        return cast(F, wrapper)
-
-
-def _positions(
-    signature: inspect.Signature | None, params: Sequence[ParamSpec], *, tool: str
-) -> dict[str, int]:
-    """Where each identifier parameter sits in the signature (checked once, at decoration)."""
-    heads = list(dict.fromkeys(param.name for param in params))
-    if signature is None:
-        return dict.fromkeys(heads, -1)
-    ordered = list(signature.parameters.values())
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ordered)
-    positions: dict[str, int] = {}
-    for head in heads:
-        found = signature.parameters.get(head)
-        if found is None:
-            if accepts_any:
-                positions[head] = -1
-                continue
-            raise GuardrailUsageError(
-                f"tool {tool!r}: declares an id parameter {head!r} but the function has no "
-                f"parameter of that name (it has: {', '.join(signature.parameters) or 'none'})",
-                tool=tool,
-                param=head,
-            )
-        positional = found.kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        )
-        positions[head] = ordered.index(found) if positional else -1
-    return positions
+        return wrap(GuardedTool(self, spec), function)

@@ -1,0 +1,238 @@
+"""The decorator: a tool function with the check before it and the record after it.
+
+``@guard.tool`` compiles everything once (the spec, where each identifier
+parameter sits in the signature) into a :class:`GuardedTool`, then wraps the
+function in a plain function whose sync and async forms differ only by
+``await``. A plain function rather than an object proxy: a call costs what a
+pass-through costs, and methods, class and static methods, signatures,
+annotations and ``iscoroutinefunction`` behave as the undecorated
+function's do. Nothing on the per-call path inspects anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from guardrail.check import Verdict, allowed_entries
+from guardrail.errors import GuardrailUsageError
+from guardrail.harvest import OPAQUE_TYPES, opaque
+from guardrail.ledger import Entry, Ledger
+from guardrail.spec import ParamSpec, ToolSpec
+
+if TYPE_CHECKING:
+    from guardrail.guard import Guard
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Rejection:
+    """What a tool guarded in ``reprompt`` mode returns instead of running.
+
+    ``str(rejection)`` is the message for the model; a runtime sends it back
+    as the tool result. ``verdict`` has the findings.
+    """
+
+    __slots__ = ("verdict",)
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+
+    @property
+    def message(self) -> str:
+        """The re-prompt text."""
+        return self.verdict.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe tool result: the message and the findings."""
+        return {
+            "error": "identifier_refused",
+            "message": self.verdict.message,
+            "findings": [finding.to_dict() for finding in self.verdict.findings],
+        }
+
+    def __str__(self) -> str:
+        return self.verdict.message
+
+    def __repr__(self) -> str:
+        problems = ", ".join(f.problem for f in self.verdict.findings)
+        return f"<Rejection {self.verdict.tool}: {problems}>"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+class GuardedTool:
+    """One decorated tool: its spec and argument positions, and the halves of a call."""
+
+    __slots__ = ("allowed_level", "guard", "heads", "name", "quiet", "spec")
+
+    def __init__(self, guard: Guard, spec: ToolSpec) -> None:
+        self.guard = guard
+        self.name = spec.name
+        self.spec = spec
+        self.heads = tuple(spec.positions.items())
+        self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
+        # After a call allowed outright, only a result with ids can bring anything in.
+        self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The identifier arguments of one call, by parameter name."""
+        # The wrapper is a plain function, so a method's self (or cls) is args[0], just as
+        # in the signature the positions were read from.
+        arguments = {}
+        for head, position in self.heads:
+            if head in kwargs:
+                arguments[head] = kwargs[head]
+            elif 0 <= position < len(args):
+                arguments[head] = args[position]
+        return arguments
+
+    def admit(
+        self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> list[Entry] | None:
+        """The allowed path: the entries a call uses when each id is allowed outright, else None."""
+        guard = self.guard
+        plan = guard._plans.get(self.name)
+        if plan is None or plan.fast is None or plan.spec is not self.spec:
+            return None
+        used = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
+        if used is not None:
+            if ledger.refusals:
+                ledger.refusals.pop(self.name, None)
+            if guard.audit.levels[self.allowed_level]:
+                guard._log_allowed(plan, ledger, used)
+        return used
+
+    def enforce(
+        self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Verdict]:
+        """The full check in the guard's mode (which may raise), for any other call."""
+        arguments = self.bind(args, kwargs)
+        return arguments, self.guard._enforce(self.name, arguments, ledger)
+
+    def record(
+        self, ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any
+    ) -> None:
+        """Record the result of a call that went through :meth:`enforce`."""
+        plan = self.guard._plans[self.name]
+        self.guard._record(plan, arguments, result, False, None, ledger, verdict)
+
+    def settle(
+        self,
+        ledger: Ledger,
+        used: list[Entry],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+    ) -> None:
+        """Record what a call allowed outright brought in: usually nothing."""
+        guard = self.guard
+        plan = guard._plans[self.name]
+        spec = plan.spec
+        # No result paths, nothing minted, no user-typed id to confirm, and a result that is
+        # neither a model nor text to parse: nothing to walk.
+        if (
+            not spec.produces
+            and not spec.mints
+            and (not (plan.read and spec.verifies) or all(entry.verified for entry in used))
+            and opaque(result)
+        ):
+            if guard.audit.levels[logging.DEBUG]:
+                guard._log_nothing_recorded(ledger, self.name)
+            return
+        verdict = Verdict(self.name, True, used=tuple(used))
+        guard._record(plan, self.bind(args, kwargs), result, False, None, ledger, verdict)
+
+
+def wrap(tool: GuardedTool, function: F) -> F:
+    """The guarded function: sync or async as ``function`` is, methods kept methods.
+
+    The two forms differ only by ``await``. On the allowed path a call costs
+    the session look-up, :meth:`GuardedTool.admit` and, for the few results
+    that may hold ids, :meth:`GuardedTool.settle`.
+    """
+    target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
+    guard = tool.guard
+    current = guard._var.get
+    levels = guard.audit.levels
+    wrapper: Callable[..., Any]
+    if inspect.iscoroutinefunction(target):
+
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            ledger = current()
+            if ledger is None:
+                ledger = guard._current()
+            used = tool.admit(ledger, args, kwargs)
+            if used is not None:
+                result = await target(*args, **kwargs)
+                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
+                    tool.settle(ledger, used, args, kwargs, result)
+                return result
+            arguments, verdict = tool.enforce(ledger, args, kwargs)
+            if not verdict.allowed and guard.mode == "reprompt":
+                return Rejection(verdict)
+            result = await target(*args, **kwargs)
+            tool.record(ledger, arguments, verdict, result)
+            return result
+
+        wrapper = guarded_async
+    else:
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            ledger = current()
+            if ledger is None:
+                ledger = guard._current()
+            used = tool.admit(ledger, args, kwargs)
+            if used is not None:
+                result = target(*args, **kwargs)
+                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
+                    tool.settle(ledger, used, args, kwargs, result)
+                return result
+            arguments, verdict = tool.enforce(ledger, args, kwargs)
+            if not verdict.allowed and guard.mode == "reprompt":
+                return Rejection(verdict)
+            result = target(*args, **kwargs)
+            tool.record(ledger, arguments, verdict, result)
+            return result
+
+        wrapper = guarded
+    functools.update_wrapper(wrapper, target)
+    if isinstance(function, classmethod):
+        return cast(F, classmethod(wrapper))
+    if isinstance(function, staticmethod):
+        return cast(F, staticmethod(wrapper))
+    return cast(F, wrapper)
+
+
+def positions(
+    signature: inspect.Signature | None, params: Sequence[ParamSpec], *, tool: str
+) -> dict[str, int]:
+    """Where each identifier parameter sits in the signature (checked once, at decoration)."""
+    heads = list(dict.fromkeys(param.name for param in params))
+    if signature is None:
+        return dict.fromkeys(heads, -1)
+    ordered = list(signature.parameters.values())
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ordered)
+    found_at: dict[str, int] = {}
+    for head in heads:
+        found = signature.parameters.get(head)
+        if found is None:
+            if accepts_any:
+                found_at[head] = -1
+                continue
+            raise GuardrailUsageError(
+                f"tool {tool!r}: declares an id parameter {head!r} but the function has no "
+                f"parameter of that name (it has: {', '.join(signature.parameters) or 'none'})",
+                tool=tool,
+                param=head,
+            )
+        positional = found.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        )
+        found_at[head] = ordered.index(found) if positional else -1
+    return found_at
