@@ -5,19 +5,21 @@ of a compatible kind, or an unverified one passed to a ``read`` tool.
 Otherwise it gets one finding, exact matches first (``example``,
 ``unverified``, ``evicted``, ``wrong_kind``), then ``truncated``, then
 ``mutated``, then ``unknown``. The allowed path is a few dictionary
-look-ups; the near-miss search runs only for a value that is refused.
+look-ups; the near-miss search (:mod:`guardrail.nearmiss`) runs only for a
+value that is refused, and :mod:`guardrail.reprompt` words the refusal.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
-from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
+from guardrail.nearmiss import near_miss
+from guardrail.reprompt import reprompt
 from guardrail.spec import ParamSpec, ToolSpec
 
 Problem = Literal[
@@ -44,85 +46,6 @@ PROBLEMS: Final[tuple[str, ...]] = (
 )
 
 _ELLIPSES: Final = ("…", "...", "..")
-#: Longest value for which every pair of characters is tried as a swap (beyond it, neighbours).
-_ALL_SWAPS_UP_TO: Final = 32
-
-# Letters from other scripts that render like Latin ones; NFKC folds full-width forms first.
-_CONFUSABLES: Final = str.maketrans(
-    {
-        "А": "A",
-        "В": "B",
-        "Е": "E",
-        "К": "K",
-        "М": "M",
-        "Н": "H",
-        "О": "O",
-        "Р": "P",
-        "С": "C",
-        "Т": "T",
-        "Х": "X",
-        "У": "Y",
-        "І": "I",
-        "Ј": "J",
-        "Ѕ": "S",
-        "Ԛ": "Q",
-        "Ԝ": "W",
-        "а": "a",
-        "е": "e",
-        "о": "o",
-        "р": "p",
-        "с": "c",
-        "у": "y",
-        "х": "x",
-        "і": "i",
-        "ј": "j",
-        "ѕ": "s",
-        "ԁ": "d",
-        "ԛ": "q",
-        "ԝ": "w",
-        "һ": "h",
-        "ӏ": "l",
-        "Α": "A",
-        "Β": "B",
-        "Ε": "E",
-        "Ζ": "Z",
-        "Η": "H",
-        "Ι": "I",
-        "Κ": "K",
-        "Μ": "M",
-        "Ν": "N",
-        "Ο": "O",
-        "Ρ": "P",
-        "Τ": "T",
-        "Υ": "Y",
-        "Χ": "X",
-        "ο": "o",
-        "ν": "v",
-        "α": "a",
-        "ι": "i",
-        "κ": "k",
-        "ρ": "p",
-        "τ": "t",
-        "υ": "u",
-        "χ": "x",
-        "З": "3",
-        "з": "3",
-        "б": "6",
-        "Ꮎ": "O",
-        "Ɩ": "l",
-        "ǀ": "l",
-        "\u2010": "-",
-        "\u2011": "-",
-        "\u2012": "-",
-        "\u2013": "-",
-        "\u2014": "-",
-        "\u2212": "-",
-        "\u200b": "",
-        "\u200c": "",
-        "\u200d": "",
-        "\ufeff": "",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -392,7 +315,7 @@ def check_arguments(
             tool=plan.spec.name,
             allowed=False,
             findings=tuple(findings),
-            message=reprompt(plan, refused),
+            message=reprompt(plan.spec.name, refused, read=plan.read, lookups=plan.lookups),
         )
     for entry in used:
         ledger.touch(entry)
@@ -495,171 +418,6 @@ def _most_recent(entries: Sequence[Entry]) -> str | None:
     return max(entries, key=lambda entry: entry.last_used).role
 
 
-def skeleton(text: str) -> str:
-    """``text`` with full-width forms folded and look-alike letters mapped to Latin ones."""
-    return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
-
-
-def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
-    """A ledger entry of ``kind`` one edit, one swap or only look-alike letters away from ``key``.
-
-    The search runs from the query's side: every variant one edit away is
-    built over the characters the kind's keys use and looked up in the
-    kind's table, so its cost depends on the value's length, not on the
-    size of the ledger.
-    """
-    table = ledger.by_kind.get(kind.name)
-    if not table:
-        return None
-    folded = kind.normalize(skeleton(key))
-    if folded != key:
-        entry = table.get(folded)
-        if entry is not None:
-            return entry, "look-alike characters (homoglyphs)"
-    hit = _first_variant(key, sorted(ledger.alphabet(kind.name)), table.keys())
-    if hit is None:
-        return None
-    candidate, detail = hit
-    return table[candidate], detail
-
-
-def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
-    """The first of :func:`_variants` (same order, same detail) that is one of ``keys``.
-
-    The many variants of one kind (a letter changed or added at one position)
-    are built in one comprehension and tested against the keys at C speed;
-    only a batch that holds a hit is looked at one by one, and the detail
-    text is built for the hit alone.
-    """
-    n = len(key)
-    for i in range(n - 1):
-        if key[i] != key[i + 1]:
-            candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
-            if candidate in keys:
-                return candidate, "two neighbouring characters swapped"
-    if n <= _ALL_SWAPS_UP_TO:
-        for i in range(n):
-            for j in range(i + 2, n):
-                if key[i] != key[j]:
-                    candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
-                    if candidate in keys:
-                        return candidate, "two characters swapped"
-    for i in range(n):
-        head, tail = key[:i], key[i + 1 :]
-        batch = [f"{head}{letter}{tail}" for letter in letters]
-        if not keys.isdisjoint(batch):
-            for letter, candidate in zip(letters, batch, strict=True):
-                if letter != key[i] and candidate in keys:
-                    return candidate, f"one character changed (position {i + 1})"
-    for i in range(n):
-        candidate = key[:i] + key[i + 1 :]
-        if candidate in keys:
-            return candidate, f"one character missing (position {i + 1})"
-    for i in range(n + 1):
-        head, tail = key[:i], key[i:]
-        batch = [f"{head}{letter}{tail}" for letter in letters]
-        if not keys.isdisjoint(batch):
-            for candidate in batch:
-                if candidate in keys:
-                    return candidate, f"one character added (position {i + 1})"
-    return None
-
-
-def _variants(key: str, alphabet: Iterable[str]) -> Iterable[tuple[str, str]]:
-    n = len(key)
-    letters = sorted(alphabet)
-    for i in range(n - 1):
-        if key[i] != key[i + 1]:
-            yield (
-                key[:i] + key[i + 1] + key[i] + key[i + 2 :],
-                "two neighbouring characters swapped",
-            )
-    if n <= _ALL_SWAPS_UP_TO:
-        for i in range(n):
-            for j in range(i + 2, n):
-                if key[i] != key[j]:
-                    swapped = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
-                    yield swapped, "two characters swapped"
-    for i in range(n):
-        head, tail = key[:i], key[i + 1 :]
-        for letter in letters:
-            if letter != key[i]:
-                yield head + letter + tail, f"one character changed (position {i + 1})"
-    for i in range(n):
-        yield key[:i] + key[i + 1 :], f"one character missing (position {i + 1})"
-    for i in range(n + 1):
-        head, tail = key[:i], key[i:]
-        for letter in letters:
-            yield head + letter + tail, f"one character added (position {i + 1})"
-
-
-# -- the re-prompt text ---------------------------------------------------------------------
-
-
-def _lookup_hint(plan: CheckPlan, kind: str) -> str:
-    tools = [name for name in plan.lookups.get(kind, ()) if name != plan.spec.name]
-    if not tools:
-        return "look it up with a tool"
-    named = ", ".join(tools[:3])
-    return f"look it up with {named}"
-
-
-def _explain(plan: CheckPlan, finding: Finding) -> str:
-    value = json.dumps(finding.value, ensure_ascii=False)
-    head = f"- {finding.param}={value}"
-    role = f"[{finding.nearest_role}]" if finding.nearest_role else None
-    lookup = _lookup_hint(plan, finding.kind)
-    problem = finding.problem
-    if problem == "mutated":
-        return (
-            f"{head} is not an identifier any tool returned; it is close to, but not the same "
-            f"as, the ledger entry {role} ({finding.detail}). Identifiers must be copied "
-            f"character for character. If {role} is the {finding.kind} you mean, copy its "
-            f"value exactly from the ID LEDGER or from the tool result that returned it; "
-            f"otherwise {lookup}, or ask the user."
-        )
-    if problem == "truncated":
-        where = f" It may be the start of {role}." if role else ""
-        return (
-            f"{head} looks cut short ({finding.detail}).{where} Use the complete value, copied "
-            f"exactly from the ID LEDGER or the tool result; otherwise {lookup}, or ask the user."
-        )
-    if problem == "example":
-        return (
-            f"{head} is a placeholder from a tool description, not a real {finding.kind}. "
-            f"Find the real one: {lookup}, or ask the user."
-        )
-    if problem == "wrong_kind":
-        return (
-            f"{head} is {finding.detail} (ledger entry {role}). Pass an identifier of kind "
-            f"{finding.kind!r} here; if you do not have one, {lookup} or ask the user."
-        )
-    if problem == "unverified":
-        return (
-            f"{head} was typed by the user and no tool has confirmed it yet. Before this "
-            f"{'change' if not plan.read else 'call'}, confirm it with a lookup "
-            f"({lookup.removeprefix('look it up with ')}), then retry."
-        )
-    if problem == "evicted":
-        return (
-            f"{head} was in the ledger as {role} but was dropped to make room. "
-            f"Before using it, {lookup}."
-        )
-    if problem == "malformed":
-        return f"{head}: {finding.detail}. Pass the identifier itself, as a string."
-    return (
-        f"{head} appears in no tool result of this conversation. Do not invent or reconstruct "
-        f"identifiers: {lookup}, or ask the user."
-    )
-
-
-def reprompt(plan: CheckPlan, findings: Sequence[Finding]) -> str:
-    """The message for the model: what was wrong and what to do next, never a guess as fact."""
-    lines = [f"guardrail refused the call to {plan.spec.name}; the tool did not run."]
-    lines.extend(_explain(plan, finding) for finding in findings)
-    return "\n".join(lines)
-
-
 def undeclared_verdict(name: str) -> Verdict:
     """A refusal for a tool the guard does not know, when undeclared tools are refused."""
     finding = Finding(
@@ -691,7 +449,7 @@ def malformed_arguments(plan: CheckPlan, arguments: object) -> Verdict:
         tool=plan.spec.name,
         allowed=False,
         findings=(finding,),
-        message=reprompt(plan, [finding]),
+        message=reprompt(plan.spec.name, [finding], read=plan.read, lookups=plan.lookups),
     )
 
 

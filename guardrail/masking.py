@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guardrail.block import BlockLine
-from guardrail.check import near_miss
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
+from guardrail.nearmiss import near_miss
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes

@@ -272,3 +272,19 @@ def test_single_edits_of_ledger_values_are_always_refused(case: tuple[list[str],
     verdict = guard.check("issue_refund", {"order_id": edited}, ledger=ledger)
     assert not verdict.allowed
     assert verdict.findings[0].problem in {"mutated", "truncated", "unknown", "example"}
+
+
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [
+        ("W23781569", "one character added (position 9)"),
+        ("W237156", "one character missing (position 5)"),
+        ("W2378157", "one character changed (position 8)"),
+        ("W2387156", "two neighbouring characters swapped"),
+        ("W6378152", "two characters swapped"),
+    ],
+)
+def test_mutation_details_say_what_changed(shop: Guard, value: str, detail: str) -> None:
+    """The detail of a mutation describes the value sent, relative to the ledger entry."""
+    finding = shop.check("issue_refund", {"order_id": value}).findings[0]
+    assert (finding.problem, finding.detail) == ("mutated", detail)

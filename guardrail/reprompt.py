@@ -1,0 +1,91 @@
+"""The re-prompt text: what was wrong with a refused call, and what the model should do next.
+
+It names roles, never ledger values: a near miss is a guess, so the text
+says which entry the value is close to and tells the model to copy that
+entry exactly, look it up again, or ask the user.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from guardrail.check import Finding
+
+
+def _lookup_hint(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str:
+    tools = [name for name in lookups.get(kind, ()) if name != tool]
+    if not tools:
+        return "look it up with a tool"
+    named = ", ".join(tools[:3])
+    return f"look it up with {named}"
+
+
+def _explain(
+    tool: str, read: bool, lookups: Mapping[str, tuple[str, ...]], finding: Finding
+) -> str:
+    value = json.dumps(finding.value, ensure_ascii=False)
+    head = f"- {finding.param}={value}"
+    role = f"[{finding.nearest_role}]" if finding.nearest_role else None
+    lookup = _lookup_hint(tool, lookups, finding.kind)
+    problem = finding.problem
+    if problem == "mutated":
+        return (
+            f"{head} is not an identifier any tool returned; it is close to, but not the same "
+            f"as, the ledger entry {role} ({finding.detail}). Identifiers must be copied "
+            f"character for character. If {role} is the {finding.kind} you mean, copy its "
+            f"value exactly from the ID LEDGER or from the tool result that returned it; "
+            f"otherwise {lookup}, or ask the user."
+        )
+    if problem == "truncated":
+        where = f" It may be the start of {role}." if role else ""
+        return (
+            f"{head} looks cut short ({finding.detail}).{where} Use the complete value, copied "
+            f"exactly from the ID LEDGER or the tool result; otherwise {lookup}, or ask the user."
+        )
+    if problem == "example":
+        return (
+            f"{head} is a placeholder from a tool description, not a real {finding.kind}. "
+            f"Find the real one: {lookup}, or ask the user."
+        )
+    if problem == "wrong_kind":
+        return (
+            f"{head} is {finding.detail} (ledger entry {role}). Pass an identifier of kind "
+            f"{finding.kind!r} here; if you do not have one, {lookup} or ask the user."
+        )
+    if problem == "unverified":
+        return (
+            f"{head} was typed by the user and no tool has confirmed it yet. Before this "
+            f"{'call' if read else 'change'}, confirm it with a lookup "
+            f"({lookup.removeprefix('look it up with ')}), then retry."
+        )
+    if problem == "evicted":
+        return (
+            f"{head} was in the ledger as {role} but was dropped to make room. "
+            f"Before using it, {lookup}."
+        )
+    if problem == "malformed":
+        return f"{head}: {finding.detail}. Pass the identifier itself, as a string."
+    return (
+        f"{head} appears in no tool result of this conversation. Do not invent or reconstruct "
+        f"identifiers: {lookup}, or ask the user."
+    )
+
+
+def reprompt(
+    tool: str,
+    findings: Sequence[Finding],
+    *,
+    read: bool = False,
+    lookups: Mapping[str, tuple[str, ...]] | None = None,
+) -> str:
+    """The message for the model: what was wrong and what to do next, never a guess as fact.
+
+    ``lookups`` maps a kind to the read tools that return it, which the
+    message suggests calling again.
+    """
+    lines = [f"guardrail refused the call to {tool}; the tool did not run."]
+    lines.extend(_explain(tool, read, lookups or {}, finding) for finding in findings)
+    return "\n".join(lines)
