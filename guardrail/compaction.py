@@ -379,7 +379,7 @@ def _unchanged(
 
 
 def _identifiers(masker: Masker, text: str) -> int:
-    return len({role for _, _, role in masker.spans(text)})
+    return len(masker.roles_in(text))
 
 
 def _all_text(messages: Any) -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, count
 from typing import Literal
 
 from guardrail.block import BlockLine
@@ -23,10 +24,12 @@ from guardrail.ledger import Ledger
 from guardrail.nearmiss import near_miss
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
+_TOKENS = re.compile(f"({_TOKEN.pattern})")  # split: tokens at odd indices
+_RUN = re.compile(r"\w+")
+_RUNS = re.compile(r"(\w+)")  # split: runs of word characters at odd indices
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
 _ELLIPSES = ("…", "...")
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
-_WORD = re.compile(r"\w")
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,10 @@ class LintIssue:
 
 
 class Masker:
-    """Finds every known identifier in text, in any written form, and names it by role."""
+    """Finds every known identifier in text, in any written form, and names it by role.
+
+    A masker is a snapshot: it knows the ledger as it was when built.
+    """
 
     def __init__(self, ledger: Ledger, carried: Sequence[BlockLine]) -> None:
         self.ledger = ledger
@@ -58,8 +64,10 @@ class Masker:
                 if form.strip():
                     exact.setdefault(form, role)
             # A kind whose normaliser ignores case matches any case of its values.
+            # (Stripping white space never does: the look-up is skipped for it.)
             if (
                 kind is not None
+                and kind.normalize is not str.strip
                 and value.upper() != value.lower()
                 and kind.normalize(value.upper()) == kind.normalize(value.lower()) == key
             ):
@@ -68,43 +76,47 @@ class Masker:
             exact.setdefault(line.value, line.role)
             self.kind_of.setdefault(line.role, "unknown")
         self.roles = set(self.kind_of)
-        self._exact = exact
-        self._folded = folded
-        self._literal = _literal_pattern(exact, 0)
-        self._literal_folded = _literal_pattern(folded, re.IGNORECASE)
+        self._exact = _Forms(exact, fold=False)
+        self._folded = _Forms(folded, fold=True) if folded else None
         # Kinds whose normaliser does more than trim may map other spellings to a value.
         self._normalising = [
             kinds[name]
-            for name in {kind for _, _, _, kind in known}
+            for name in dict.fromkeys(kind for _, _, _, kind in known)
             if name in kinds and kinds[name].normalize is not str.strip
         ]
+        # What each distinct token of the text is, for the normalising kinds: the
+        # punctuation trimmed off each end and the role, or None. Tokens repeat a lot.
+        self._token_roles: dict[str, tuple[int, int, str] | None] = {}
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
-        found: list[tuple[int, int, str]] = []
-        if self._literal is not None:
-            found += _literal_spans(self._literal, text, self._exact.__getitem__)
-        if self._literal_folded is not None:
-            folded = self._folded
-            found += _literal_spans(self._literal_folded, text, lambda f: folded[f.casefold()])
+        pieces = _RUNS.split(text)
+        found = self._exact.spans(text, pieces)
+        if self._folded is not None:
+            found += self._folded.spans(text, pieces)
         if self._normalising:
-            for start, end, token in _tokens(text):
-                for kind in self._normalising:
-                    key = kind.normalize(token)
-                    entry = self.ledger.by_kind.get(kind.name, {}).get(key)
-                    tomb = None if entry else self.ledger.tombstone(kind.name, key)
-                    role = entry.role if entry else tomb.role if tomb else None
-                    if role is not None:
-                        found.append((start, end, role))
-                        break
+            found += self._normalised_spans(text)
         if not found:
             return []
         refs = [
             (m.start(), m.end(), "") for m in ROLE_REF.finditer(text) if m.group(1) in self.roles
         ]
-        if not refs and not self._literal_folded and not self._normalising:
-            return found  # one left-to-right search: already ordered and apart
+        if not refs and self._folded is None and not self._normalising:
+            return found  # one left-to-right pass: already ordered and apart
         return _longest_apart(found, refs)
+
+    def roles_in(self, text: str) -> set[str]:
+        """The roles of the identifiers in ``text`` (the roles of :meth:`spans`)."""
+        whole = self._exact.whole
+        if self._exact.anchored or self._exact.bare or self._folded or self._normalising:
+            return {role for _, _, role in self.spans(text)}
+        # Only values that are one word each: they are the text's words that are values,
+        # unless one is only written inside a [role] reference, which is never masked.
+        present = whole.keys() & _RUN.findall(text)
+        refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
+        if refs and not present.isdisjoint(_RUN.findall(" ".join(refs))):
+            return {role for _, _, role in self.spans(text)}
+        return {whole[form] for form in present}
 
     def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
         """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
@@ -118,6 +130,135 @@ class Masker:
             at = end
         out.append(text[at:])
         return "".join(out), done
+
+    def _normalised_spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Tokens that a normalising kind maps to a value (or to an evicted one)."""
+        pieces = _TOKENS.split(text)
+        tokens = pieces[1::2]
+        memo = self._token_roles
+        for token in set(tokens).difference(memo):
+            memo[token] = self._token_role(token)
+        hits = list(compress(count(), map(memo.__getitem__, tokens)))
+        if not hits:
+            return []
+        ends = list(accumulate(map(len, pieces)))
+        found = []
+        for j in hits:
+            hit = memo[tokens[j]]
+            assert hit is not None
+            lead, trail, role = hit
+            found.append((ends[2 * j] + lead, ends[2 * j + 1] - trail, role))
+        return found
+
+    def _token_role(self, raw: str) -> tuple[int, int, str] | None:
+        token = raw.strip(_EDGE)
+        if not token:
+            return None
+        ledger = self.ledger
+        for kind in self._normalising:
+            key = kind.normalize(token)
+            entry = ledger.by_kind.get(kind.name, {}).get(key)
+            tomb = None if entry else ledger.tombstone(kind.name, key)
+            role = entry.role if entry else tomb.role if tomb else None
+            if role is not None:
+                lead = len(raw) - len(raw.lstrip(_EDGE))
+                return lead, len(raw) - len(token) - lead, role
+        return None
+
+
+class _Forms:
+    """Many literal forms, found in text through their first run of word characters.
+
+    A form matches where it is written, neither end inside a word, the longest
+    at the leftmost place first. Such a match always lies over a whole run of
+    word characters in the text equal to the form's first run (its anchor):
+    before the anchor is the start of the form or a non-word character of it,
+    after it a non-word character or the end of the form, where the text may
+    not go on with a word character either. So one split of the text into runs
+    and one look-up per run, both at C speed, find every candidate, and only
+    the candidates are checked in full. A form that is one run is its own
+    match. This replaces one regex alternation of every form, which Python's
+    engine tries form by form at every position (and takes long to compile).
+    """
+
+    def __init__(self, forms: Mapping[str, str], *, fold: bool) -> None:
+        self.fold = fold
+        #: Forms that are one run of word characters, to their role.
+        self.whole: dict[str, str] = {}
+        #: Anchor to the longer forms that start with it: (offset of the anchor, form, role).
+        self.anchored: dict[str, list[tuple[int, str, str]]] = {}
+        bare: dict[str, str] = {}  # forms with no word character at all (rare)
+        for form, role in forms.items():
+            run = _RUN.search(form)
+            if run is None:
+                if form:
+                    bare[form] = role
+            elif run.start() == 0 and run.end() == len(form):
+                self.whole[form] = role
+            else:
+                self.anchored.setdefault(run.group(), []).append((run.start(), form, role))
+        self.bare = bare
+        self._bare = None
+        if bare:
+            # Every place one starts (the longest there), overlapping places included.
+            alternation = "|".join(re.escape(f) for f in sorted(bare, key=lambda f: (-len(f), f)))
+            self._bare = re.compile(f"(?=({alternation}))", re.IGNORECASE if fold else 0)
+
+    def spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+        """Leftmost-longest matches in ``text``, apart; ``pieces`` is ``_RUNS.split(text)``."""
+        runs = pieces[1::2]
+        fold = self.fold
+        keys = list(map(str.casefold, runs)) if fold else runs
+        whole, anchored = self.whole, self.anchored
+        hits = list(compress(count(), map(whole.__contains__, keys)))
+        longer = list(compress(count(), map(anchored.__contains__, keys))) if anchored else []
+        if not hits and not longer and self._bare is None:
+            return []
+        ends = list(accumulate(map(len, pieces)))
+        found = [
+            (ends[2 * j], ends[2 * j + 1], whole[keys[j]])
+            for j in hits
+            if not fold or len(runs[j]) == len(keys[j])
+        ]
+        if not longer and self._bare is None:
+            return found  # whole runs: in order and apart
+        size = len(text)
+        for j in longer:
+            at = ends[2 * j]
+            for offset, form, role in anchored[keys[j]]:
+                start = at - offset
+                end = start + len(form)
+                if start < 0 or end > size:
+                    continue
+                written = text[start:end]
+                if (written.casefold() if fold else written) != form:
+                    continue
+                if start and _is_word(text[start - 1]) and _is_word(text[start]):
+                    continue
+                if end < size and _is_word(form[-1]) and _is_word(text[end]):
+                    continue
+                found.append((start, end, role))
+        if self._bare is not None:
+            roles = self.bare
+            for match in self._bare.finditer(text):
+                written = match.group(1)
+                named = roles.get(written.casefold() if fold else written)
+                if named is not None:
+                    found.append((match.start(), match.start() + len(written), named))
+        # Left to right; at one place the longest; each match resumes where the last ended.
+        found.sort(key=lambda span: (span[0], -span[1]))
+        apart = []
+        resume = 0
+        for span in found:
+            if span[0] >= resume:
+                apart.append(span)
+                resume = span[1]
+        return apart
+
+
+def _is_word(char: str) -> bool:
+    """``\\w`` for one character (what Python's ``re`` counts as a word character)."""
+    return char.isalnum() or char == "_"
 
 
 def _longest_apart(
@@ -133,48 +274,6 @@ def _longest_apart(
         starts.insert(at, span[0])
         chosen.insert(at, span)
     return [span for span in chosen if span[2]]
-
-
-def _literal_pattern(forms: Mapping[str, str], flags: int) -> re.Pattern[str] | None:
-    """One regex for many literal forms, longest first, none ending inside a longer word.
-
-    The start is checked by :func:`_literal_spans`: a look-behind in front of
-    each form would make the search many times slower.
-    """
-    if not forms:
-        return None
-    parts = []
-    for form in sorted(forms, key=lambda f: (-len(f), f)):
-        tail = r"(?!\w)" if _WORD.match(form[-1]) else ""
-        parts.append(f"{re.escape(form)}{tail}")
-    return re.compile("|".join(parts), flags)
-
-
-def _literal_spans(
-    pattern: re.Pattern[str], text: str, role_of: Callable[[str], str]
-) -> list[tuple[int, int, str]]:
-    """Matches of ``pattern`` that do not start inside a word (``W12`` is not in ``XW12``)."""
-    spans = []
-    at = 0
-    while (match := pattern.search(text, at)) is not None:
-        start = match.start()
-        if start and _WORD.match(text[start - 1]) and _WORD.match(text[start]):
-            at = start + 1
-            continue
-        spans.append((start, match.end(), role_of(match.group())))
-        at = match.end()
-    return spans
-
-
-def _tokens(text: str) -> Iterable[tuple[int, int, str]]:
-    """Word-like tokens with surrounding punctuation trimmed: ``(start, end, token)``."""
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        start, end = match.start(), match.end()
-        lead = len(token) - len(token.lstrip(_EDGE))
-        trail = len(token) - len(token.rstrip(_EDGE))
-        if lead + trail < len(token):
-            yield start + lead, end - trail, token[lead : len(token) - trail]
 
 
 def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
