@@ -14,6 +14,7 @@ import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from guardrail.audit import Audit
@@ -27,7 +28,7 @@ from guardrail.block import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard, SessionScope
-from guardrail.harvest import Found, harvest
+from guardrail.harvest import Batch, harvest_batches
 from guardrail.ledger import Ledger
 from guardrail.masking import LintIssue, Masker, lint
 from guardrail.messages import (
@@ -176,7 +177,7 @@ def _harvest(
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.data if result.data is not None else result.text
-            if not fresh and not _news(harvest(spec, value, guard.kinds).found, ledger):
+            if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
                 continue
             arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
             guard.record(
@@ -186,15 +187,24 @@ def _harvest(
     return recorded
 
 
-def _news(found: Sequence[Found], ledger: Ledger) -> bool:
+def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
     """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
-    for item in found:
-        entry = ledger.get(item.kind, item.value)
-        if entry is None:
-            if ledger.tombstone(item.kind, item.key) is None:
+    for batch in batches:
+        table = ledger.by_kind.get(batch.kind, {})
+        keys = batch.keys
+        if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
+            # The ledger keys this kind its own way: look the values up as it would.
+            keys = [ledger.normalize(batch.kind, value) for value in batch.values]
+        if batch.statuses is None and all(map(table.__contains__, keys)):
+            continue  # every id known and no status to compare: the common case
+        statuses = batch.statuses if batch.statuses is not None else repeat(None)
+        for key, found_key, status in zip(keys, batch.keys, statuses, strict=False):
+            entry = table.get(key)
+            if entry is None:
+                if ledger.tombstone(batch.kind, found_key) is None:
+                    return True
+            elif status is not None and status != entry.status:
                 return True
-        elif item.status is not None and item.status != entry.status:
-            return True
     return False
 
 

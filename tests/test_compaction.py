@@ -306,6 +306,29 @@ def test_a_ledger_in_use_is_not_recorded_again() -> None:
     assert after["order"] == (restored["order"].first_seen, restored["order"].last_used)
 
 
+def test_a_ledger_in_use_does_not_take_back_an_evicted_id() -> None:
+    """An id the live ledger evicted is no news: the result naming it is not recorded again."""
+    guard = make_guard(capacity=1)
+    with guard.session("conv") as ledger:
+        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000001"]})
+        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000002"]})
+        (evicted,) = [tomb.value for tomb in ledger.tombstones()]
+        (kept,) = [entry.value for entry in ledger.entries()]
+        messages = [
+            {"role": "user", "content": "Orders?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("c1", "find_user", user_id="mia_li_3668")],
+            },
+            result("c1", {"orders": [evicted]}),
+            {"role": "user", "content": "Thanks."},
+        ]
+        report = compact(messages, guard, keep_recent=1).report
+        assert report.harvested == 0
+        assert [e.value for e in ledger.entries()] == [kept]
+
+
 def test_without_a_guard_nothing_is_harvested() -> None:
     """A bare ledger compacts with what it holds; nothing knows the tool specs."""
     ledger = make_guard().new_ledger()
