@@ -477,10 +477,14 @@ def map_text(raw: Any, fn: Any) -> Any:
 
 
 def _structure(value: Any, fn: Any) -> Any:
-    if isinstance(value, Mapping) and not _SHAPED.isdisjoint(value):
+    if type(value) is dict or isinstance(value, Mapping):
+        if _SHAPED.isdisjoint(value):
+            return _data(value, fn)
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+            if type(item) is str:  # most of them: a role, a type, an id, or text to map
+                out[key] = item if key in _STRUCTURE else fn(item)
+            elif key in _STRUCTURE and not isinstance(item, (Mapping, list)):
                 out[key] = item
             elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
                 out[key] = _structure(item, fn)
@@ -495,11 +499,19 @@ def _structure(value: Any, fn: Any) -> Any:
 def _data(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return fn(value)
-    if isinstance(value, Mapping):
-        return {fn(k) if isinstance(k, str) else k: _data(v, fn) for k, v in value.items()}
+    if value is None or type(value) in _SCALARS:
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
+        return {
+            fn(k) if isinstance(k, str) else k: fn(v) if type(v) is str else _data(v, fn)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [_data(item, fn) for item in value]
+        return [fn(item) if type(item) is str else _data(item, fn) for item in value]
     return value
+
+
+_SCALARS = frozenset({bool, int, float})
 
 
 def strings(value: Any) -> list[str]:
