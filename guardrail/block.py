@@ -60,8 +60,10 @@ def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence
     else:
         role_width = max(_MIN_WIDTH, max(len(role) for role, _, _ in rows) + 2)
         value_width = max(_MIN_WIDTH, max(len(value) for _, value, _ in rows) + 2)
+        # A written value never ends in white space, a note ends in ")": no padding is left
+        # at the end of a line.
         lines += [
-            f"{role:<{role_width}}{value:<{value_width}}{note}".rstrip()
+            role.ljust(role_width) + (value.ljust(value_width) + note if note else value)
             for role, value, note in rows
         ]
     gone = list(dict.fromkeys([*evicted, *(tomb.role for tomb in ledger.tombstones())]))

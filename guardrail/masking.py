@@ -12,6 +12,7 @@ enforced kind's shape are flagged, and so are roles that do not exist.
 from __future__ import annotations
 
 import bisect
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -58,17 +59,25 @@ class Masker:
         kinds = ledger.kinds
         known = [(e.value, e.key, e.role, e.kind) for e in ledger.entries()]
         known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
+        # Kinds whose normaliser does more than trim: they may ignore case, and map other
+        # spellings to a value.
+        normalising = {
+            name: kinds[name]
+            for name in dict.fromkeys(kind for _, _, _, kind in known)
+            if name in kinds and kinds[name].normalize is not str.strip
+        }
+        kind_of = self.kind_of
         for value, key, role, kind_name in known:
-            self.kind_of.setdefault(role, kind_name)
-            kind = kinds.get(kind_name)
-            for form in (value, key):
-                if form.strip():
-                    exact.setdefault(form, role)
+            if role not in kind_of:
+                kind_of[role] = kind_name
+            if value not in exact and value.strip():
+                exact[value] = role
+            if key is not value and key not in exact and key.strip():
+                exact[key] = role
             # A kind whose normaliser ignores case matches any case of its values.
-            # (Stripping white space never does: the look-up is skipped for it.)
+            kind = normalising.get(kind_name)
             if (
                 kind is not None
-                and kind.normalize is not str.strip
                 and value.upper() != value.lower()
                 and kind.normalize(value.upper()) == kind.normalize(value.lower()) == key
             ):
@@ -79,12 +88,7 @@ class Masker:
         self.roles = set(self.kind_of)
         self._exact = _Forms(exact, fold=False)
         self._folded = _Forms(folded, fold=True) if folded else None
-        # Kinds whose normaliser does more than trim may map other spellings to a value.
-        self._normalising = [
-            kinds[name]
-            for name in dict.fromkeys(kind for _, _, _, kind in known)
-            if name in kinds and kinds[name].normalize is not str.strip
-        ]
+        self._normalising = list(normalising.values())
         # Every value one word (the usual case): masking replaces words that are values.
         self._plain = not (
             self._exact.anchored or self._exact.bare or self._folded or self._normalising
@@ -120,7 +124,7 @@ class Masker:
         # unless one is written inside a [role] reference, which is never masked.
         whole = self._exact.whole
         if self._encoded is None:
-            self._encoded = {_utf8(form): form for form in whole}
+            self._encoded = {form.encode("utf-8", "surrogatepass"): form for form in whole}
         present = _words_of(text, whole, self._encoded)
         if "[" in text and self._in_references(text, present):
             return {role for _, _, role in self.spans(text)}
@@ -208,17 +212,18 @@ class _Forms:
     def __init__(self, forms: Mapping[str, str], *, fold: bool) -> None:
         self.fold = fold
         #: Forms that are one run of word characters, to their role.
-        self.whole: dict[str, str] = {}
+        self.whole: dict[str, str]
         #: Anchor to the longer forms that start with it: (offset of the anchor, form, role).
         self.anchored: dict[str, list[tuple[int, str, str]]] = {}
         bare: dict[str, str] = {}  # forms with no word character at all (rare)
-        for form, role in forms.items():
+        # Most forms are one word: sorted out at C speed, the others one by one.
+        one_word = list(map(_RUN.fullmatch, forms))
+        self.whole = dict(compress(forms.items(), one_word))
+        for form, role in compress(forms.items(), map(operator.not_, one_word)):
             run = _RUN.search(form)
             if run is None:
                 if form:
                     bare[form] = role
-            elif run.start() == 0 and run.end() == len(form):
-                self.whole[form] = role
             else:
                 self.anchored.setdefault(run.group(), []).append((run.start(), form, role))
         self.bare = bare
