@@ -353,23 +353,20 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     judge = _Judge(ledger)
     replacements: list[tuple[int, int, str]] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
+    # A summary repeats its words ("User:", "called", a role): each is judged once.
+    judged: dict[str, tuple[LintIssue | None, int, int]] = {}
     for match in _TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
-        if stem is not None:
-            issue = judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
-            span = (start, match.end())
-        else:
-            token = raw.strip(_EDGE)
-            issue = judge.token(token)
-            offset = start + raw.find(token)
-            span = (offset, offset + len(token))
+        verdict = judged.get(raw)
+        if verdict is None:
+            verdict = judged[raw] = _judge(raw, judge)
+        issue, lead, end = verdict
         if issue is not None:
             issues.append(issue)
             if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append((*span, issue.role))
+                replacements.append((start + lead, start + end, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -377,6 +374,16 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         if role not in masker.roles and role not in ledger:
             issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
     return text, issues
+
+
+def _judge(raw: str, judge: _Judge) -> tuple[LintIssue | None, int, int]:
+    """The issue of one token of a summary (or None), and the span it covers in the token."""
+    stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
+    if stem is not None:
+        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw)
+    token = raw.strip(_EDGE)
+    lead = raw.find(token)
+    return judge.token(token), lead, lead + len(token)
 
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
