@@ -112,25 +112,20 @@ class Audit:
         outcome: str,
     ) -> None:
         """``guardrail.call_checked``: one per checked call, allowed or refused."""
-        if verdict.allowed and not verdict.findings:
+        clean = verdict.allowed and not verdict.findings
+        if clean:
             level = INFO if effect == "write" else DEBUG
-            if not self.enabled(level):
-                return
-            self.emit(
-                level,
-                "guardrail.call_checked",
-                session=session,
-                tool=verdict.tool,
-                effect=effect,
-                mode=mode,
-                outcome=outcome,
-                roles=[entry.role for entry in verdict.used],
-                ids=len(verdict.used) + len(verdict.typed),
-            )
-            return
-        level = WARNING if not verdict.allowed or outcome == "observed" else INFO
+        elif not verdict.allowed or outcome == "observed":
+            level = WARNING
+        else:  # allowed, with findings of an advisory kind
+            level = INFO
         if not self.enabled(level):
             return
+        details = (
+            {"roles": [e.role for e in verdict.used], "ids": len(verdict.used) + len(verdict.typed)}
+            if clean
+            else self._findings(verdict.findings)
+        )
         self.emit(
             level,
             "guardrail.call_checked",
@@ -139,7 +134,7 @@ class Audit:
             effect=effect,
             mode=mode,
             outcome=outcome,
-            **self._findings(verdict.findings),
+            **details,
         )
 
     def _findings(self, findings: Sequence[Finding]) -> dict[str, Any]:

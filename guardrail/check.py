@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
@@ -33,17 +33,7 @@ Problem = Literal[
     "malformed",
     "undeclared",
 ]
-PROBLEMS: Final[tuple[str, ...]] = (
-    "mutated",
-    "truncated",
-    "example",
-    "wrong_kind",
-    "unverified",
-    "evicted",
-    "unknown",
-    "malformed",
-    "undeclared",
-)
+PROBLEMS: Final[tuple[str, ...]] = get_args(Problem)
 
 _ELLIPSES: Final = ("…", "...", "..")
 

@@ -143,6 +143,7 @@ class Guard:
             "guardrail.session", default=None
         )
         self._open_lock = threading.Lock()
+        self._default: Ledger | None = None
 
     # -- declaring ------------------------------------------------------------------------
 
@@ -321,10 +322,11 @@ class Guard:
                 "`with guard.session(conversation_id):` (or `async with`), or build the guard "
                 "with Guard(default_session='default') for a single-conversation program."
             )
-        ledger = self.store.load(self.default_session)
-        if ledger is None:
-            ledger = self._open(self.default_session, None)
-        return ledger
+        if self._default is None:
+            # Opened once and kept: a store that copies (SQLite) would otherwise hand out a
+            # fresh copy per call and lose what the last one recorded.
+            self._default = self._open(self.default_session, None)
+        return self._default
 
     # -- the conversation -----------------------------------------------------------------
 

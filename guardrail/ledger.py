@@ -10,7 +10,6 @@ later use is reported as evicted rather than invented.
 
 from __future__ import annotations
 
-import bisect
 import json
 import threading
 from collections import deque
@@ -21,6 +20,7 @@ from typing import Any, NamedTuple
 
 from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import Batch, Found, batches_of
+from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
 
 FORMAT_VERSION = 1
@@ -137,58 +137,6 @@ class Admitted(NamedTuple):
     evicted: list[Entry]
 
 
-class _Index:
-    """Per-kind look-up aids for near-miss classification, kept beside the entries.
-
-    ``alphabet`` only grows (a superset is harmless). ``keys`` and ``recent``
-    are sorted, read together as one sorted list without repeats for prefix
-    search; new keys wait in ``pending``, are sorted into the small
-    ``recent`` when there are enough of them, and ``recent`` joins ``keys``
-    only when it has grown to a fraction of it, so a refusal after new ids
-    arrived sorts a few hundred keys, not the whole index. Evicted keys stay
-    until a rebuild, so adding an id stays O(1).
-    """
-
-    __slots__ = ("alphabet", "keys", "pending", "recent", "stale")
-
-    def __init__(self) -> None:
-        self.alphabet: set[str] = set()
-        self.keys: list[str] = []
-        self.recent: list[str] = []
-        self.pending: list[str] = []
-        self.stale = 0
-
-    def settle(self) -> None:
-        """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
-        recent = self.recent
-        fresh = [key for key in sorted(set(self.pending)) if not _has(recent, key)]
-        self.pending.clear()
-        recent = recent + fresh
-        recent.sort()  # two sorted runs: merged in linear time
-        if len(recent) > max(4096, len(self.keys) // 16):
-            merged = self.keys + recent
-            merged.sort()
-            # A key evicted and seen again may be in both: keep one of each.
-            self.keys = [key for i, key in enumerate(merged) if not i or merged[i - 1] != key]
-            self.recent = []
-        else:
-            self.recent = recent
-
-    def sorted_from(self, prefix: str) -> Iterator[str]:
-        """Indexed keys from the first one not below ``prefix``, sorted, each once."""
-        keys, recent = self.keys, self.recent
-        i, j = bisect.bisect_left(keys, prefix), bisect.bisect_left(recent, prefix)
-        while i < len(keys) or j < len(recent):
-            if j >= len(recent) or (i < len(keys) and keys[i] < recent[j]):
-                yield keys[i]
-                i += 1
-            else:
-                if i < len(keys) and keys[i] == recent[j]:
-                    i += 1
-                yield recent[j]
-                j += 1
-
-
 class Ledger:
     """One conversation's identifiers. Build it through ``Guard.session`` or ``from_json``."""
 
@@ -217,7 +165,7 @@ class Ledger:
         self._counters: dict[str, int] = {}
         self._tombstones: dict[tuple[str, str], Tombstone] = {}
         self._tomb_roles: set[str] = set()  # roles evicted ids still hold
-        self._index: dict[str, _Index] = {}
+        self._index: dict[str, KeyIndex] = {}
         self._size = 0
         self._pinned = 0  # pinned entries do not count against the capacity
         self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
@@ -302,31 +250,7 @@ class Ledger:
         if index is None or not table:
             return []
         with self.lock:
-            if index.stale > max(64, len(table)):
-                index.keys = sorted(table)
-                index.recent = []
-                index.pending.clear()
-                index.stale = 0
-            elif len(index.pending) > 256:
-                index.settle()
-            found: list[Entry] = []
-            for key in index.sorted_from(prefix):
-                if not key.startswith(prefix) or len(found) >= limit:
-                    break
-                entry = table.get(key)
-                if entry is not None and key != prefix and entry not in found:
-                    found.append(entry)
-            for key in index.pending:
-                entry = table.get(key)
-                if (
-                    len(found) < limit
-                    and entry is not None
-                    and key != prefix
-                    and key.startswith(prefix)
-                    and entry not in found
-                ):
-                    found.append(entry)
-        return found
+            return index.with_prefix(prefix, table, limit)
 
     # -- changing -------------------------------------------------------------------------
 
@@ -392,7 +316,7 @@ class Ledger:
                 table = by_kind.get(kind)
                 if table is None:
                     table = by_kind[kind] = {}
-                    self._index[kind] = _Index()
+                    self._index[kind] = KeyIndex()
                 fresh: list[str] = []  # new keys, for the near-miss index
                 size = len(added)
                 # Default roles with no tombstone to honour: number them here, in a local.
@@ -443,9 +367,7 @@ class Ledger:
                     counters[kind] = number
                 if fresh:
                     self._size += len(added) - size
-                    index = self._index[kind]
-                    index.alphabet.update("".join(fresh))
-                    index.pending.extend(fresh)
+                    self._index[kind].add(fresh)
             if added:
                 self.epoch += 1
                 for entry in added:
@@ -560,9 +482,7 @@ class Ledger:
         self._roles[entry.role] = entry
         for alias in entry.aliases:
             self._roles[alias] = entry
-        index = self._index[entry.kind]
-        index.alphabet.update(entry.key)
-        index.pending.append(entry.key)
+        self._index[entry.kind].add((entry.key,))
         self._size += 1
         self._pinned += entry.pinned
         if self._tombstones:
@@ -573,7 +493,7 @@ class Ledger:
         for name in (entry.role, *entry.aliases):
             if self._roles.get(name) is entry:
                 del self._roles[name]
-        self._index[entry.kind].stale += 1
+        self._index[entry.kind].stale += 1  # the key stays in the index until a rebuild
         self._size -= 1
         self._pinned -= entry.pinned
         if self.tombstone_capacity:
@@ -664,7 +584,7 @@ class Ledger:
             ledger._counters = {str(k): int(v) for k, v in data["counters"].items()}
             for kind in data["kinds"]:
                 ledger.by_kind[str(kind)] = {}
-                ledger._index[str(kind)] = _Index()
+                ledger._index[str(kind)] = KeyIndex()
             for raw in data["entries"]:
                 src = raw["source"]
                 entry = Entry(
@@ -683,7 +603,7 @@ class Ledger:
                 )
                 if entry.kind not in ledger.by_kind:
                     ledger.by_kind[entry.kind] = {}
-                    ledger._index[entry.kind] = _Index()
+                    ledger._index[entry.kind] = KeyIndex()
                 ledger._insert(entry)
             # Restore the role table in its saved order (aliases included).
             by_role = {entry.role: entry for entry in ledger}
@@ -727,12 +647,6 @@ class Ledger:
 
 
 _allocate = object.__new__
-
-
-def _has(ordered: list[str], key: str) -> bool:
-    """Whether the sorted list ``ordered`` holds ``key``."""
-    at = bisect.bisect_left(ordered, key)
-    return at < len(ordered) and ordered[at] == key
 
 
 class _Fields(dict[str, Any]):

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guardrail.check import parse_arguments
 from guardrail.errors import TranscriptError
 
 Shape = Literal["openai_chat", "openai_responses", "anthropic"]
@@ -191,8 +192,8 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
     return transcript
 
 
-def _text(content: Any, index: int) -> str:
-    """The text of a content field: a string, or the text parts of a list."""
+def content_text(content: Any) -> str | None:
+    """The text of a content field: a string, or the text parts of a list; None for neither."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -205,19 +206,24 @@ def _text(content: Any, index: int) -> str:
             elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
         return "\n".join(parts)
-    raise TranscriptError(
-        f"content must be a string or a list of parts, not {type(content).__name__}", index=index
-    )
+    return None
+
+
+def _text(content: Any, index: int) -> str:
+    text = content_text(content)
+    if text is None:
+        raise TranscriptError(
+            f"content must be a string or a list of parts, not {type(content).__name__}",
+            index=index,
+        )
+    return text
 
 
 def _arguments(value: Any) -> Any:
     """Arguments as a dict when they are one or a JSON object as text; else as written."""
     if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except (ValueError, RecursionError):
-            return value
-        return parsed if isinstance(parsed, dict) else value
+        parsed = parse_arguments(value)
+        return value if parsed is None else parsed
     return value
 
 

@@ -44,3 +44,10 @@ def test_memory_store_forgets_on_delete() -> None:
     guard.store.delete("a")
     with guard.session("a") as ledger:
         assert len(ledger) == 0
+
+
+def test_a_default_session_keeps_its_ledger_with_a_copying_store(tmp_path: Path) -> None:
+    """Calls outside any session share one ledger, even when the store hands out copies."""
+    guard = shop_guard(store=SQLiteStore(tmp_path / "s.sqlite3"), default_session="only")
+    guard.record("search_orders", {}, ORDERS)
+    assert guard.check("issue_refund", {"order_id": "W8855135"}).allowed

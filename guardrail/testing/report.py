@@ -700,6 +700,14 @@ class ReplayReport:
         rows = [(stats.path, stats) for stats in self.files] if len(self.files) > 1 else []
         return [*rows, ("total", self.total)]
 
+    def _columns(self, table: Table, names: list[str]) -> bool:
+        """A strategy table's columns (led by the file where there are several); whether it is."""
+        by_file = len(self.files) > 1
+        for name in ["file", *names] if by_file else names:
+            left = name in ("file", "strategy")
+            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        return by_file
+
     def _availability(self) -> Table | Text:
         if not self.total.availability:
             return Text("Availability after compaction: not measured (no compaction given).")
@@ -709,13 +717,19 @@ class ReplayReport:
             "each recorded call): its identifier arguments still in the context, verbatim",
             title_justify="left",
         )
-        by_file = len(self.files) > 1
-        names = ["file"] if by_file else []
-        names += ["strategy", "ledger ids", "present", "rate", "evicted"]
-        names += ["other ids", "present", "rate"]
-        for name in names:
-            left = name in ("file", "strategy")
-            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        by_file = self._columns(
+            table,
+            [
+                "strategy",
+                "ledger ids",
+                "present",
+                "rate",
+                "evicted",
+                "other ids",
+                "present",
+                "rate",
+            ],
+        )
         for label, stats in self._rows_by_file():
             for name, avail in stats.availability.items():
                 cells = [label] if by_file else []
@@ -758,13 +772,13 @@ class ReplayReport:
             show_edge=False,
             pad_edge=False,
         )
-        by_file = len(self.files) > 1
-        names = ["file"] if by_file else []
-        names += ["strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"]
-        names += ["refused", "allowed", "incom-\nplete", "no\ncall"]
-        for name in names:
-            left = name in ("file", "strategy")
-            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        by_file = self._columns(
+            table,
+            [
+                *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
+                *("refused", "allowed", "incom-\nplete", "no\ncall"),
+            ],
+        )
         for label, stats in self._rows_by_file():
             for name, diff in stats.agent.items():
                 cells = [label] if by_file else []

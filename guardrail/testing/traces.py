@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from guardrail.check import parse_arguments
 from guardrail.errors import TraceFileError
+from guardrail.messages import content_text
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -155,35 +157,10 @@ class TraceFile:
 # -- reading one message ----------------------------------------------------------------------
 
 
-def _text(content: Any) -> str | None:
-    """Message content as text: a string, or the text parts of a list of parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
-                parts.append(part["text"])
-        return "\n".join(parts)
-    return None
-
-
 def _arguments(raw: Any) -> Mapping[str, Any] | None:
-    if isinstance(raw, Mapping):
-        return raw
     if raw is None or raw == "":
         return {}
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except (ValueError, RecursionError):
-            return None
-        return parsed if isinstance(parsed, dict) else None
-    return None
+    return parse_arguments(raw) if isinstance(raw, (Mapping, str)) else None
 
 
 def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
@@ -227,7 +204,7 @@ def parse_message(raw: Any) -> tuple[Message | None, list[str]]:
     role = _ROLES.get(raw_role) if isinstance(raw_role, str) else None
     if role is None:
         return None, [f"unknown role {raw.get('role')!r} (expected system, user, assistant, tool)"]
-    text = _text(raw.get("content"))
+    text = content_text(raw.get("content"))
     if text is None:
         return None, [f"content is neither text nor a list of parts: {type(raw['content'])}"]
     problems: list[str] = []
