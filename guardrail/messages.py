@@ -520,6 +520,35 @@ def _data(value: Any, fn: Any) -> Any:
 _SCALARS = frozenset({bool, int, float})
 
 
+def unmapped(raw: Any) -> list[str]:
+    """The strings of one message that :func:`map_text` leaves alone (keys, roles, ids, names).
+
+    With the strings it maps, they are every string of :func:`strings`, each once.
+    """
+    out: list[str] = []
+    _unmapped(raw, out)
+    return out
+
+
+def _unmapped(value: Any, out: list[str]) -> None:
+    if type(value) is dict or isinstance(value, Mapping):
+        if _SHAPED.isdisjoint(value):
+            return  # data: every string in it is mapped
+        for key, item in value.items():
+            if isinstance(key, str):
+                out.append(key)
+            if type(item) is str:
+                if key in _STRUCTURE:
+                    out.append(item)
+            elif key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+                _collect(item, out)
+            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
+                _unmapped(item, out)
+    elif isinstance(value, list):
+        for item in value:
+            _unmapped(item, out)
+
+
 def strings(value: Any) -> list[str]:
     """Every string in a message (keys included), for searching a context for a value."""
     out: list[str] = []
@@ -536,7 +565,9 @@ def _collect(value: Any, out: list[str]) -> None:
                 out.append(key)
             if isinstance(item, str):
                 out.append(item)
-            elif isinstance(item, (dict, list, tuple)):
+            elif isinstance(item, (dict, list, tuple)) or (
+                item is not None and type(item) not in _SCALARS and isinstance(item, Mapping)
+            ):
                 _collect(item, out)
     elif isinstance(value, (list, tuple)):
         for item in value:

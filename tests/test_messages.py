@@ -6,6 +6,7 @@ import copy
 import json
 from collections import Counter
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from guardrail.messages import (
     result_message,
     strings,
     text_message,
+    unmapped,
     write,
 )
 
@@ -409,6 +411,25 @@ def test_map_text_rewrites_content_arguments_and_results_but_not_structure() -> 
 def test_strings_lists_every_string_keys_included() -> None:
     """strings() yields every string of a message, dict keys included."""
     assert strings({"a": ["b", {"c": 1}], "d": "e"}) == ["a", "b", "c", "d", "e"]
+
+
+def test_strings_reads_mappings_of_any_kind_at_any_depth() -> None:
+    """strings() looks inside mappings that are not dicts, nested ones too."""
+    inner = MappingProxyType({"k": "v"})
+    assert strings({"a": inner, "b": [inner]}) == ["a", "k", "v", "b", "k", "v"]
+
+
+@pytest.mark.parametrize("message", [*CHAT, *RESPONSES, *ANTHROPIC])
+def test_mapped_and_unmapped_strings_are_every_string_once(message: Any) -> None:
+    """The strings map_text maps and those it leaves alone are strings(), each once."""
+    mapped: list[str] = []
+
+    def keep(text: str) -> str:
+        mapped.append(text)
+        return text
+
+    map_text(message, keep)
+    assert Counter(mapped + unmapped(message)) == Counter(strings(message))
 
 
 @pytest.mark.parametrize("shape", ["openai_chat", "openai_responses", "anthropic"])
