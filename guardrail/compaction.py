@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
@@ -41,6 +41,7 @@ from guardrail.messages import (
     read,
     strings,
     text_message,
+    unmapped,
 )
 from guardrail.summarise import (
     DEFAULT_SUMMARY_CHARS,
@@ -299,15 +300,18 @@ def _compact(
 
     masker = Masker(ledger, carried)
     role = role or default_role(shape)
-    masked_count = 0
+    masked = _Masked()
 
     def mask(text: str) -> str:
-        nonlocal masked_count
         out, done = masker.mask(text)
-        masked_count += len(done)
+        if done:
+            masked.count += len(done)
+            masked.roles.update([role for _, role in done])
+        masked.strings += 1
+        masked.chars += len(text)
         return out
 
-    part = [map_text(m.raw, mask) for m in transcript.messages[start:cut]]
+    part = [map_text(raw, mask) for raw in originals[start:cut]]
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     if part:
         if earlier_summary:
@@ -325,21 +329,22 @@ def _compact(
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     output = [*originals[:lead], compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
-    before, after = _all_text(originals), _all_text(output)
+    identifiers_before, tokens_before = _before(originals, start, cut, masker, masked, count)
+    after = _all_text(output)
     report = CompactionReport(
         shape=shape,
         keep_recent=keep_recent,
         messages_before=len(messages),
         messages_after=len(output),
         summarised=cut - start,
-        identifiers_before=_identifiers(masker, before),
+        identifiers_before=identifiers_before,
         identifiers_after=_identifiers(masker, after),
         ledger_entries=len(ledger),
         harvested=harvested,
-        masked=masked_count,
+        masked=masked.count,
         scrubbed=scrubbed,
         flagged=len(issues) - scrubbed,
-        tokens_before=count(before),
+        tokens_before=tokens_before,
         tokens_after=count(after),
         token_estimate=label,
         ledger_block=block,
@@ -386,6 +391,43 @@ def _unchanged(
         repairs=tuple(repairs),
     )
     return CompactionResult(originals, report)
+
+
+@dataclass
+class _Masked:
+    """What masking the summarised part saw: the strings, their characters, the ids."""
+
+    strings: int = 0
+    chars: int = 0
+    count: int = 0
+    roles: set[str] = field(default_factory=set)
+
+
+def _before(
+    originals: list[Any],
+    start: int,
+    cut: int,
+    masker: Masker,
+    masked: _Masked,
+    count: Callable[[str], int],
+) -> tuple[int, int]:
+    """Identifiers and tokens of the whole context before, reusing what masking saw.
+
+    The context's text is every string of every message joined by line breaks.
+    The strings of the summarised part were searched while they were masked, so
+    only the rest is searched here (no identifier spans two strings unless a
+    value holds a line break). Characters / 4 needs only the length.
+    """
+    if not masker.one_line:
+        text = _all_text(originals)
+        return _identifiers(masker, text), count(text)
+    rest = [*strings(originals[:start]), *strings(originals[cut:])]
+    rest += [text for raw in originals[start:cut] for text in unmapped(raw)]
+    found = len(masked.roles | masker.roles_in("\n".join(rest)))
+    if count is not _quarter:
+        return found, count(_all_text(originals))
+    size = masked.chars + sum(map(len, rest)) + max(masked.strings + len(rest) - 1, 0)
+    return found, math.ceil(size / 4)
 
 
 def _identifiers(masker: Masker, text: str) -> int:

@@ -86,6 +86,8 @@ class Masker:
             exact.setdefault(line.value, line.role)
             self.kind_of.setdefault(line.role, "unknown")
         self.roles = set(self.kind_of)
+        #: No value holds a line break: no identifier spans two lines of a text.
+        self.one_line = not any("\n" in form for form in (*exact, *folded))
         self._exact = _Forms(exact, fold=False)
         self._folded = _Forms(folded, fold=True) if folded else None
         self._normalising = list(normalising.values())
