@@ -490,9 +490,9 @@ def _structure(value: Any, fn: Any) -> Any:
         for key, item in value.items():
             if type(item) is str:  # most of them: a role, a type, an id, or text to map
                 out[key] = item if key in _STRUCTURE else fn(item)
-            elif key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+            elif key in _STRUCTURE and not _nested(item):
                 out[key] = item
-            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
+            elif key in _CONTAINERS and _nested(item):
                 out[key] = _structure(item, fn)
             else:
                 out[key] = _data(item, fn)
@@ -500,6 +500,16 @@ def _structure(value: Any, fn: Any) -> Any:
     if isinstance(value, list):
         return [_structure(item, fn) for item in value]
     return _data(value, fn)
+
+
+def _nested(item: Any) -> bool:
+    """Whether ``item`` is a mapping or a list (None, numbers and lists first: no ABC check)."""
+    kind = type(item)
+    if kind is list or kind is dict:
+        return True
+    if item is None or kind in _SCALARS:
+        return False
+    return isinstance(item, (Mapping, list))
 
 
 def _data(value: Any, fn: Any) -> Any:
@@ -540,9 +550,9 @@ def _unmapped(value: Any, out: list[str]) -> None:
             if type(item) is str:
                 if key in _STRUCTURE:
                     out.append(item)
-            elif key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+            elif key in _STRUCTURE and not _nested(item):
                 _collect(item, out)
-            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
+            elif key in _CONTAINERS and _nested(item):
                 _unmapped(item, out)
     elif isinstance(value, list):
         for item in value:
