@@ -41,7 +41,6 @@ from guardrail.messages import (
     read,
     strings,
     text_message,
-    unmapped,
 )
 from guardrail.summarise import (
     DEFAULT_SUMMARY_CHARS,
@@ -311,7 +310,8 @@ def _compact(
         masked.chars += len(text)
         return out
 
-    part = [map_text(raw, mask) for raw in originals[start:cut]]
+    left: list[str] = []  # the strings of the part that masking does not see
+    part = [map_text(raw, mask, left) for raw in originals[start:cut]]
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     if part:
         if earlier_summary:
@@ -329,7 +329,7 @@ def _compact(
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     output = [*originals[:lead], compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
-    identifiers_before, tokens_before = _before(originals, start, cut, masker, masked, count)
+    identifiers_before, tokens_before = _before(originals, start, cut, left, masker, masked, count)
     after = _all_text(output)
     report = CompactionReport(
         shape=shape,
@@ -407,6 +407,7 @@ def _before(
     originals: list[Any],
     start: int,
     cut: int,
+    left: list[str],
     masker: Masker,
     masked: _Masked,
     count: Callable[[str], int],
@@ -421,8 +422,7 @@ def _before(
     if not masker.one_line:
         text = _all_text(originals)
         return _identifiers(masker, text), count(text)
-    rest = [*strings(originals[:start]), *strings(originals[cut:])]
-    rest += [text for raw in originals[start:cut] for text in unmapped(raw)]
+    rest = [*strings(originals[:start]), *strings(originals[cut:]), *left]
     found = len(masked.roles | masker.roles_in("\n".join(rest)))
     if count is not _quarter:
         return found, count(_all_text(originals))

@@ -472,33 +472,44 @@ _SHAPED = frozenset(
 )
 
 
-def map_text(raw: Any, fn: Any) -> Any:
+def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
     """A copy of one message with ``fn`` applied to every string of content, arguments or results.
 
     Roles, types, call ids and tool names are left alone, so pairing and
     shape survive; inside arguments and results every string is mapped,
-    dict keys included (ids are sometimes keys).
+    dict keys included (ids are sometimes keys). ``left``, when given,
+    receives the strings left alone: with those mapped, they are every
+    string of :func:`strings`, each once.
     """
-    return _structure(raw, fn)
+    return _structure(raw, fn, left)
 
 
-def _structure(value: Any, fn: Any) -> Any:
+def _structure(value: Any, fn: Any, left: list[str] | None) -> Any:
     if type(value) is dict or isinstance(value, Mapping):
         if _SHAPED.isdisjoint(value):
             return _data(value, fn)
         out: dict[str, Any] = {}
+        if left is not None:
+            left += [key for key in value if isinstance(key, str)]
         for key, item in value.items():
             if type(item) is str:  # most of them: a role, a type, an id, or text to map
-                out[key] = item if key in _STRUCTURE else fn(item)
+                if key in _STRUCTURE:
+                    out[key] = item
+                    if left is not None:
+                        left.append(item)
+                else:
+                    out[key] = fn(item)
             elif key in _STRUCTURE and not _nested(item):
                 out[key] = item
+                if left is not None:
+                    _collect(item, left)
             elif key in _CONTAINERS and _nested(item):
-                out[key] = _structure(item, fn)
+                out[key] = _structure(item, fn, left)
             else:
                 out[key] = _data(item, fn)
         return out
     if isinstance(value, list):
-        return [_structure(item, fn) for item in value]
+        return [_structure(item, fn, left) for item in value]
     return _data(value, fn)
 
 
@@ -528,35 +539,6 @@ def _data(value: Any, fn: Any) -> Any:
 
 
 _SCALARS = frozenset({bool, int, float})
-
-
-def unmapped(raw: Any) -> list[str]:
-    """The strings of one message that :func:`map_text` leaves alone (keys, roles, ids, names).
-
-    With the strings it maps, they are every string of :func:`strings`, each once.
-    """
-    out: list[str] = []
-    _unmapped(raw, out)
-    return out
-
-
-def _unmapped(value: Any, out: list[str]) -> None:
-    if type(value) is dict or isinstance(value, Mapping):
-        if _SHAPED.isdisjoint(value):
-            return  # data: every string in it is mapped
-        for key, item in value.items():
-            if isinstance(key, str):
-                out.append(key)
-            if type(item) is str:
-                if key in _STRUCTURE:
-                    out.append(item)
-            elif key in _STRUCTURE and not _nested(item):
-                _collect(item, out)
-            elif key in _CONTAINERS and _nested(item):
-                _unmapped(item, out)
-    elif isinstance(value, list):
-        for item in value:
-            _unmapped(item, out)
 
 
 def strings(value: Any) -> list[str]:
