@@ -91,10 +91,10 @@ class Masker:
         self._exact = _Forms(exact, fold=False)
         self._folded = _Forms(folded, fold=True) if folded else None
         self._normalising = list(normalising.values())
-        # Every value one word (the usual case): masking replaces words that are values.
-        self._plain = not (
-            self._exact.anchored or self._exact.bare or self._folded or self._normalising
-        )
+        # Every exact form one word (the usual case): the exact matches are the text's words
+        # that are values, all of them, so masking replaces words in place.
+        self._words_only = not (self._exact.anchored or self._exact.bare)
+        self._plain = self._words_only and not (self._folded or self._normalising)
         self._masked = {form: f"[{role}]" for form, role in self._exact.whole.items()}
         self._encoded: dict[bytes, str] | None = None  # the one-word values as UTF-8
         # What each distinct token of the text is, for the normalising kinds: the
@@ -105,22 +105,39 @@ class Masker:
         """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
         pieces = _runs(text)
         found = self._exact.spans(text, pieces)
-        if self._folded is not None:
-            found += self._folded.spans(text, pieces)
-        if self._normalising:
-            found += self._normalised_spans(text)
-        if not found:
+        more = self._more_spans(text, pieces)
+        if not found and not more:
             return []
         refs = [
             (m.start(), m.end(), "") for m in ROLE_REF.finditer(text) if m.group(1) in self.roles
         ]
-        if not refs and self._folded is None and not self._normalising:
+        if not refs and not more:
             return found  # one left-to-right pass: already ordered and apart
-        return _longest_apart(found, refs)
+        return _longest_apart(found + more, refs)
+
+    def _more_spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+        """Matches of any case, and of normalised tokens, that the exact matches do not make.
+
+        A match with the very span and role of an exact one-word match is left out
+        when every exact form is one word: each such exact match is kept by the
+        exact pass, so its twin would lose to it (or to what beats it) anyway.
+        """
+        more = []
+        if self._folded is not None:
+            more = self._folded.spans(text, pieces)
+            if more and self._words_only:
+                whole = self._exact.whole
+                more = [s for s in more if whole.get(text[s[0] : s[1]]) != s[2]]
+        if self._normalising:
+            more += self._normalised_spans(text)
+        return more
 
     def roles_in(self, text: str) -> set[str]:
         """The roles of the identifiers in ``text`` (the roles of :meth:`spans`)."""
-        if not self._plain:
+        extra = not self._plain and (
+            not self._words_only or bool(self._more_spans(text, _runs(text)))
+        )
+        if extra:
             return {role for _, _, role in self.spans(text)}
         # Every value is one word: the values written are the text's words that are values,
         # unless one is written inside a [role] reference, which is never masked.
@@ -134,17 +151,19 @@ class Masker:
 
     def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
         """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
-        if self._plain:
-            # Every value is one word: replace the words that are values, in place.
+        if self._words_only:
+            # Every exact form is one word: replace the words that are values, in place,
+            # unless another written form (any case, a normalised spelling) is there too.
             whole = self._exact.whole
             pieces = _runs(text)
-            runs = pieces[1::2]
-            if whole.keys().isdisjoint(runs):
-                return text, []
-            written = list(compress(runs, map(whole.__contains__, runs)))
-            if "[" not in text or not self._in_references(text, written):
-                pieces[1::2] = map(self._masked.get, runs, runs)
-                return "".join(pieces), [(word, whole[word]) for word in written]
+            if self._plain or not self._more_spans(text, pieces):
+                runs = pieces[1::2]
+                if whole.keys().isdisjoint(runs):
+                    return text, []
+                written = list(compress(runs, map(whole.__contains__, runs)))
+                if "[" not in text or not self._in_references(text, written):
+                    pieces[1::2] = map(self._masked.get, runs, runs)
+                    return "".join(pieces), [(word, whole[word]) for word in written]
         spans = self.spans(text)
         if not spans:
             return text, []
@@ -191,6 +210,8 @@ class Masker:
             tomb = None if entry else ledger.tombstone(kind.name, key)
             role = entry.role if entry else tomb.role if tomb else None
             if role is not None:
+                if self._words_only and self._exact.whole.get(token) == role:
+                    return None  # the exact match's twin (see _more_spans)
                 lead = len(raw) - len(raw.lstrip(_EDGE))
                 return lead, len(raw) - len(token) - lead, role
         return None

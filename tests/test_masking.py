@@ -277,6 +277,15 @@ def test_one_word_values_are_masked_as_the_alternation_does(
     agrees_with_reference(*case)
 
 
+@settings(max_examples=100, deadline=None)
+@given(masking_cases({"code": "casefold", "order": ["strip", "prefix:#"]}, alphabet=WORDS))
+def test_one_word_values_of_normalising_kinds_are_masked_as_the_alternation_does(
+    case: tuple[Ledger, list[BlockLine], str],
+) -> None:
+    """One-word values of casefolding and prefix kinds (the quick paths): the same spans."""
+    agrees_with_reference(*case)
+
+
 @settings(max_examples=150, deadline=None)
 @given(masking_cases({"code": "casefold"}))
 def test_spans_match_the_alternation_with_a_case_insensitive_kind(
