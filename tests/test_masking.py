@@ -60,6 +60,11 @@ def test_carried_values_are_masked_by_their_role() -> None:
     assert masked(ledger, "It was x y 7, not x y 70.", carried) == "It was [mystery], not x y 70."
 
 
+def test_an_empty_carried_value_masks_nothing() -> None:
+    """A carried value that is empty (written "" in a block) matches nowhere."""
+    assert masked(ledger_of([]), "a b", [BlockLine("mystery", "")]) == "a b"
+
+
 def test_ids_with_punctuation_glued_to_punctuation_and_spanning_words() -> None:
     """Ids holding punctuation or spaces are masked whole, also glued to punctuation."""
     ledger = ledger_of(
