@@ -96,6 +96,9 @@ class Masker:
         self._words_only = not (self._exact.anchored or self._exact.bare)
         self._plain = self._words_only and not (self._folded or self._normalising)
         self._masked = {form: f"[{role}]" for form, role in self._exact.whole.items()}
+        shortest = min(map(len, self._exact.whole), default=1)
+        self._long = re.compile(rf"\b(\w{{{shortest},}})")  # whole runs this long or longer
+        self._long_ascii = re.compile(rf"(?a)\b(\w{{{shortest},}})")
         self._encoded: dict[bytes, str] | None = None  # the one-word values as UTF-8
         # What each distinct token of the text is, for the normalising kinds: the
         # punctuation trimmed off each end and the role, or None. Tokens repeat a lot.
@@ -155,8 +158,9 @@ class Masker:
             # Every exact form is one word: replace the words that are values, in place,
             # unless another written form (any case, a normalised spelling) is there too.
             whole = self._exact.whole
-            pieces = _runs(text)
-            if self._plain or not self._more_spans(text, pieces):
+            # Words shorter than every value are left in the pieces between: fewer pieces.
+            pieces = (self._long_ascii if text.isascii() else self._long).split(text)
+            if self._plain or not self._more_spans(text, _runs(text)):
                 runs = pieces[1::2]
                 if whole.keys().isdisjoint(runs):
                     return text, []
