@@ -146,7 +146,7 @@ class Masker:
         # unless one is written inside a [role] reference, which is never masked.
         whole = self._exact.whole
         if self._encoded is None:
-            self._encoded = {form.encode("utf-8", "surrogatepass"): form for form in whole}
+            self._encoded = {_utf8(form): form for form in whole}
         present = _words_of(text, whole, self._encoded)
         if "[" in text and self._in_references(text, present):
             return {role for _, _, role in self.spans(text)}
