@@ -47,20 +47,25 @@ def ledger_block(ledger: Ledger) -> str:
 def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
     """The block of ``ledger``, with lines ``carried`` from an earlier block and roles evicted."""
     rows = [
-        (e.role, e.value, _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned))
+        (e.role, _shown(e.value), _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned))
         for e in ledger.entries()
     ]
     rows += [
-        (c.role, c.value, _notes(c.seen, c.last, c.status, c.verified, c.pinned)) for c in carried
+        (c.role, _shown(c.value), _notes(c.seen, c.last, c.status, c.verified, c.pinned))
+        for c in carried
     ]
     lines = [BLOCK_HEADER]
     if not rows:
         lines.append(_EMPTY)
     else:
-        role_width = max(_MIN_WIDTH, *(len(role) + 2 for role, _, _ in rows))
-        value_width = max(_MIN_WIDTH, *(len(_shown(value)) + 2 for _, value, _ in rows))
-        for role, value, note in rows:
-            lines.append(f"{role:<{role_width}}{_shown(value):<{value_width}}{note}".rstrip())
+        role_width = max(_MIN_WIDTH, max(len(role) for role, _, _ in rows) + 2)
+        value_width = max(_MIN_WIDTH, max(len(value) for _, value, _ in rows) + 2)
+        # A written value never ends in white space, a note ends in ")": no padding is left
+        # at the end of a line.
+        lines += [
+            role.ljust(role_width) + (value.ljust(value_width) + note if note else value)
+            for role, value, note in rows
+        ]
     gone = list(dict.fromkeys([*evicted, *(tomb.role for tomb in ledger.tombstones())]))
     if gone:
         shown = ", ".join(gone[-_EVICTED_SHOWN:])
@@ -72,6 +77,8 @@ def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence
 def _notes(
     seen: int | None, last: int | None, status: str | None, verified: bool, pinned: bool
 ) -> str:
+    if last == seen and seen is not None and verified and not status and not pinned:
+        return ""  # most lines: nothing to note
     notes = []
     if seen is not None and last is not None and last != seen:
         notes.append(f"seen turn {seen}, last used turn {last}")
@@ -88,7 +95,8 @@ def _notes(
 
 def _shown(value: str) -> str:
     """A value as the block writes it: as it is, or JSON-quoted when it would not read back."""
-    plain = value and value.isprintable() and not any(c.isspace() for c in value)
+    # Of the white-space characters only the space is printable.
+    plain = value and value.isprintable() and " " not in value
     return value if plain and value[0] not in '"([' else json.dumps(value, ensure_ascii=False)
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from guardrail.audit import Audit
@@ -27,7 +28,7 @@ from guardrail.block import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard, SessionScope
-from guardrail.harvest import Found, harvest
+from guardrail.harvest import Batch, harvest_batches
 from guardrail.ledger import Ledger
 from guardrail.masking import LintIssue, Masker, lint
 from guardrail.messages import (
@@ -176,7 +177,7 @@ def _harvest(
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.data if result.data is not None else result.text
-            if not fresh and not _news(harvest(spec, value, guard.kinds).found, ledger):
+            if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
                 continue
             arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
             guard.record(
@@ -186,15 +187,24 @@ def _harvest(
     return recorded
 
 
-def _news(found: Sequence[Found], ledger: Ledger) -> bool:
+def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
     """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
-    for item in found:
-        entry = ledger.get(item.kind, item.value)
-        if entry is None:
-            if ledger.tombstone(item.kind, item.key) is None:
+    for batch in batches:
+        table = ledger.by_kind.get(batch.kind, {})
+        keys = batch.keys
+        if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
+            # The ledger keys this kind its own way: look the values up as it would.
+            keys = [ledger.normalize(batch.kind, value) for value in batch.values]
+        if batch.statuses is None and all(map(table.__contains__, keys)):
+            continue  # every id known and no status to compare: the common case
+        statuses = batch.statuses if batch.statuses is not None else repeat(None)
+        for key, found_key, status in zip(keys, batch.keys, statuses, strict=False):
+            entry = table.get(key)
+            if entry is None:
+                if ledger.tombstone(batch.kind, found_key) is None:
+                    return True
+            elif status is not None and status != entry.status:
                 return True
-        elif item.status is not None and item.status != entry.status:
-            return True
     return False
 
 
@@ -289,15 +299,19 @@ def _compact(
 
     masker = Masker(ledger, carried)
     role = role or default_role(shape)
-    masked_count = 0
+    masked = _Masked()
 
     def mask(text: str) -> str:
-        nonlocal masked_count
         out, done = masker.mask(text)
-        masked_count += len(done)
+        if done:
+            masked.count += len(done)
+            masked.roles.update([role for _, role in done])
+        masked.strings += 1
+        masked.chars += len(text)
         return out
 
-    part = [map_text(m.raw, mask) for m in transcript.messages[start:cut]]
+    left: list[str] = []  # the strings of the part that masking does not see
+    part = [map_text(raw, mask, left) for raw in originals[start:cut]]
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     if part:
         if earlier_summary:
@@ -315,21 +329,22 @@ def _compact(
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     output = [*originals[:lead], compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
-    before, after = _all_text(originals), _all_text(output)
+    identifiers_before, tokens_before = _before(originals, start, cut, left, masker, masked, count)
+    after = _all_text(output)
     report = CompactionReport(
         shape=shape,
         keep_recent=keep_recent,
         messages_before=len(messages),
         messages_after=len(output),
         summarised=cut - start,
-        identifiers_before=_identifiers(masker, before),
+        identifiers_before=identifiers_before,
         identifiers_after=_identifiers(masker, after),
         ledger_entries=len(ledger),
         harvested=harvested,
-        masked=masked_count,
+        masked=masked.count,
         scrubbed=scrubbed,
         flagged=len(issues) - scrubbed,
-        tokens_before=count(before),
+        tokens_before=tokens_before,
         tokens_after=count(after),
         token_estimate=label,
         ledger_block=block,
@@ -378,8 +393,45 @@ def _unchanged(
     return CompactionResult(originals, report)
 
 
+@dataclass
+class _Masked:
+    """What masking the summarised part saw: the strings, their characters, the ids."""
+
+    strings: int = 0
+    chars: int = 0
+    count: int = 0
+    roles: set[str] = field(default_factory=set)
+
+
+def _before(
+    originals: list[Any],
+    start: int,
+    cut: int,
+    left: list[str],
+    masker: Masker,
+    masked: _Masked,
+    count: Callable[[str], int],
+) -> tuple[int, int]:
+    """Identifiers and tokens of the whole context before, reusing what masking saw.
+
+    The context's text is every string of every message joined by line breaks.
+    The strings of the summarised part were searched while they were masked, so
+    only the rest is searched here (no identifier spans two strings unless a
+    value holds a line break). Characters / 4 needs only the length.
+    """
+    if not masker.one_line:
+        text = _all_text(originals)
+        return _identifiers(masker, text), count(text)
+    rest = [*strings(originals[:start]), *strings(originals[cut:]), *left]
+    found = len(masked.roles | masker.roles_in("\n".join(rest)))
+    if count is not _quarter:
+        return found, count(_all_text(originals))
+    size = masked.chars + sum(map(len, rest)) + max(masked.strings + len(rest) - 1, 0)
+    return found, math.ceil(size / 4)
+
+
 def _identifiers(masker: Masker, text: str) -> int:
-    return len({role for _, _, role in masker.spans(text)})
+    return len(masker.roles_in(text))
 
 
 def _all_text(messages: Any) -> str:

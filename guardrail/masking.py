@@ -12,9 +12,11 @@ enforced kind's shape are flagged, and so are roles that do not exist.
 from __future__ import annotations
 
 import bisect
+import operator
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate, compress, count, filterfalse
 from typing import Literal
 
 from guardrail.block import BlockLine
@@ -23,10 +25,13 @@ from guardrail.ledger import Ledger
 from guardrail.nearmiss import near_miss
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
+_TOKENS = re.compile(f"({_TOKEN.pattern})")  # split: tokens at odd indices
+_RUN = re.compile(r"\w+")
+_RUNS = re.compile(r"(\w+)")  # split: runs of word characters at odd indices
+_ASCII_RUNS = re.compile(r"(?a)(\w+)")  # the same for ASCII text, half again as fast
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
 _ELLIPSES = ("…", "...")
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
-_WORD = re.compile(r"\w")
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,10 @@ class LintIssue:
 
 
 class Masker:
-    """Finds every known identifier in text, in any written form, and names it by role."""
+    """Finds every known identifier in text, in any written form, and names it by role.
+
+    A masker is a snapshot: it knows the ledger as it was when built.
+    """
 
     def __init__(self, ledger: Ledger, carried: Sequence[BlockLine]) -> None:
         self.ledger = ledger
@@ -51,13 +59,23 @@ class Masker:
         kinds = ledger.kinds
         known = [(e.value, e.key, e.role, e.kind) for e in ledger.entries()]
         known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
+        # Kinds whose normaliser does more than trim: they may ignore case, and map other
+        # spellings to a value.
+        normalising = {
+            name: kinds[name]
+            for name in dict.fromkeys(kind for _, _, _, kind in known)
+            if name in kinds and kinds[name].normalize is not str.strip
+        }
+        kind_of = self.kind_of
         for value, key, role, kind_name in known:
-            self.kind_of.setdefault(role, kind_name)
-            kind = kinds.get(kind_name)
-            for form in (value, key):
-                if form.strip():
-                    exact.setdefault(form, role)
+            if role not in kind_of:
+                kind_of[role] = kind_name
+            if value not in exact and value.strip():
+                exact[value] = role
+            if key is not value and key not in exact and key.strip():
+                exact[key] = role
             # A kind whose normaliser ignores case matches any case of its values.
+            kind = normalising.get(kind_name)
             if (
                 kind is not None
                 and value.upper() != value.lower()
@@ -68,46 +86,88 @@ class Masker:
             exact.setdefault(line.value, line.role)
             self.kind_of.setdefault(line.role, "unknown")
         self.roles = set(self.kind_of)
-        self._exact = exact
-        self._folded = folded
-        self._literal = _literal_pattern(exact, 0)
-        self._literal_folded = _literal_pattern(folded, re.IGNORECASE)
-        # Kinds whose normaliser does more than trim may map other spellings to a value.
-        self._normalising = [
-            kinds[name]
-            for name in {kind for _, _, _, kind in known}
-            if name in kinds and kinds[name].normalize is not str.strip
-        ]
+        #: No value holds a line break: no identifier spans two lines of a text.
+        self.one_line = not any("\n" in form for form in (*exact, *folded))
+        self._exact = _Forms(exact, fold=False)
+        self._folded = _Forms(folded, fold=True) if folded else None
+        self._normalising = list(normalising.values())
+        # Every exact form one word (the usual case): the exact matches are the text's words
+        # that are values, all of them, so masking replaces words in place.
+        self._words_only = not (self._exact.anchored or self._exact.bare)
+        self._plain = self._words_only and not (self._folded or self._normalising)
+        self._masked = {form: f"[{role}]" for form, role in self._exact.whole.items()}
+        shortest = min(map(len, self._exact.whole), default=1)
+        self._long = re.compile(rf"\b(\w{{{shortest},}})")  # whole runs this long or longer
+        self._long_ascii = re.compile(rf"(?a)\b(\w{{{shortest},}})")
+        self._encoded: dict[bytes, str] | None = None  # the one-word values as UTF-8
+        # What each distinct token of the text is, for the normalising kinds: the
+        # punctuation trimmed off each end and the role, or None. Tokens repeat a lot.
+        self._token_roles: dict[str, tuple[int, int, str] | None] = {}
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
-        found: list[tuple[int, int, str]] = []
-        if self._literal is not None:
-            found += _literal_spans(self._literal, text, self._exact.__getitem__)
-        if self._literal_folded is not None:
-            folded = self._folded
-            found += _literal_spans(self._literal_folded, text, lambda f: folded[f.casefold()])
-        if self._normalising:
-            for start, end, token in _tokens(text):
-                for kind in self._normalising:
-                    key = kind.normalize(token)
-                    entry = self.ledger.by_kind.get(kind.name, {}).get(key)
-                    tomb = None if entry else self.ledger.tombstone(kind.name, key)
-                    role = entry.role if entry else tomb.role if tomb else None
-                    if role is not None:
-                        found.append((start, end, role))
-                        break
-        if not found:
+        pieces = _runs(text)
+        found = self._exact.spans(text, pieces)
+        more = self._more_spans(text, pieces)
+        if not found and not more:
             return []
         refs = [
             (m.start(), m.end(), "") for m in ROLE_REF.finditer(text) if m.group(1) in self.roles
         ]
-        if not refs and not self._literal_folded and not self._normalising:
-            return found  # one left-to-right search: already ordered and apart
-        return _longest_apart(found, refs)
+        if not refs and not more:
+            return found  # one left-to-right pass: already ordered and apart
+        return _longest_apart(found + more, refs)
+
+    def _more_spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+        """Matches of any case, and of normalised tokens, that the exact matches do not make.
+
+        A match with the very span and role of an exact one-word match is left out
+        when every exact form is one word: each such exact match is kept by the
+        exact pass, so its twin would lose to it (or to what beats it) anyway.
+        """
+        more = []
+        if self._folded is not None:
+            more = self._folded.spans(text, pieces)
+            if more and self._words_only:
+                whole = self._exact.whole
+                more = [s for s in more if whole.get(text[s[0] : s[1]]) != s[2]]
+        if self._normalising:
+            more += self._normalised_spans(text)
+        return more
+
+    def roles_in(self, text: str) -> set[str]:
+        """The roles of the identifiers in ``text`` (the roles of :meth:`spans`)."""
+        extra = not self._plain and (
+            not self._words_only or bool(self._more_spans(text, _runs(text)))
+        )
+        if extra:
+            return {role for _, _, role in self.spans(text)}
+        # Every value is one word: the values written are the text's words that are values,
+        # unless one is written inside a [role] reference, which is never masked.
+        whole = self._exact.whole
+        if self._encoded is None:
+            self._encoded = {_utf8(form): form for form in whole}
+        present = _words_of(text, whole, self._encoded)
+        if "[" in text and self._in_references(text, present):
+            return {role for _, _, role in self.spans(text)}
+        return {whole[form] for form in present}
 
     def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
         """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
+        if self._words_only:
+            # Every exact form is one word: replace the words that are values, in place,
+            # unless another written form (any case, a normalised spelling) is there too.
+            whole = self._exact.whole
+            # Words shorter than every value are left in the pieces between: fewer pieces.
+            pieces = (self._long_ascii if text.isascii() else self._long).split(text)
+            if self._plain or not self._more_spans(text, _runs(text)):
+                runs = pieces[1::2]
+                if whole.keys().isdisjoint(runs):
+                    return text, []
+                written = list(compress(runs, map(whole.__contains__, runs)))
+                if "[" not in text or not self._in_references(text, written):
+                    pieces[1::2] = map(self._masked.get, runs, runs)
+                    return "".join(pieces), [(word, whole[word]) for word in written]
         spans = self.spans(text)
         if not spans:
             return text, []
@@ -118,6 +178,175 @@ class Masker:
             at = end
         out.append(text[at:])
         return "".join(out), done
+
+    def _in_references(self, text: str, words: Iterable[str]) -> bool:
+        """Whether any of ``words`` is written inside a ``[role]`` reference in ``text``."""
+        refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
+        return bool(refs) and not set(words).isdisjoint(_RUN.findall(" ".join(refs)))
+
+    def _normalised_spans(self, text: str) -> list[tuple[int, int, str]]:
+        """Tokens that a normalising kind maps to a value (or to an evicted one)."""
+        pieces = _TOKENS.split(text)
+        tokens = pieces[1::2]
+        memo = self._token_roles
+        for token in set(tokens).difference(memo):
+            memo[token] = self._token_role(token)
+        hits = list(compress(count(), map(memo.__getitem__, tokens)))
+        if not hits:
+            return []
+        ends = list(accumulate(map(len, pieces)))
+        found = []
+        for j in hits:
+            hit = memo[tokens[j]]
+            assert hit is not None
+            lead, trail, role = hit
+            found.append((ends[2 * j] + lead, ends[2 * j + 1] - trail, role))
+        return found
+
+    def _token_role(self, raw: str) -> tuple[int, int, str] | None:
+        token = raw.strip(_EDGE)
+        if not token:
+            return None
+        ledger = self.ledger
+        for kind in self._normalising:
+            key = kind.normalize(token)
+            entry = ledger.by_kind.get(kind.name, {}).get(key)
+            tomb = None if entry else ledger.tombstone(kind.name, key)
+            role = entry.role if entry else tomb.role if tomb else None
+            if role is not None:
+                if self._words_only and self._exact.whole.get(token) == role:
+                    return None  # the exact match's twin (see _more_spans)
+                lead = len(raw) - len(raw.lstrip(_EDGE))
+                return lead, len(raw) - len(token) - lead, role
+        return None
+
+
+class _Forms:
+    """Many literal forms, found in text through their first run of word characters.
+
+    A form matches where it is written, neither end inside a word, the longest
+    at the leftmost place first. Such a match always lies over a whole run of
+    word characters in the text equal to the form's first run (its anchor):
+    before the anchor is the start of the form or a non-word character of it,
+    after it a non-word character or the end of the form, where the text may
+    not go on with a word character either. So one split of the text into runs
+    and one look-up per run, both at C speed, find every candidate, and only
+    the candidates are checked in full. A form that is one run is its own
+    match. This replaces one regex alternation of every form, which Python's
+    engine tries form by form at every position (and takes long to compile).
+    """
+
+    def __init__(self, forms: Mapping[str, str], *, fold: bool) -> None:
+        self.fold = fold
+        #: Forms that are one run of word characters, to their role.
+        self.whole: dict[str, str]
+        #: Anchor to the longer forms that start with it: (offset of the anchor, form, role).
+        self.anchored: dict[str, list[tuple[int, str, str]]] = {}
+        bare: dict[str, str] = {}  # forms with no word character at all (rare)
+        # Most forms are one word: sorted out at C speed, the others one by one.
+        one_word = list(map(_RUN.fullmatch, forms))
+        self.whole = dict(compress(forms.items(), one_word))
+        for form, role in compress(forms.items(), map(operator.not_, one_word)):
+            run = _RUN.search(form)
+            if run is None:
+                if form:
+                    bare[form] = role
+            else:
+                self.anchored.setdefault(run.group(), []).append((run.start(), form, role))
+        self.bare = bare
+        self._bare = None
+        if bare:
+            # Every place one starts (the longest there), overlapping places included.
+            alternation = "|".join(re.escape(f) for f in sorted(bare, key=lambda f: (-len(f), f)))
+            self._bare = re.compile(f"(?=({alternation}))", re.IGNORECASE if fold else 0)
+
+    def spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+        """Leftmost-longest matches in ``text``, apart; ``pieces`` is ``_runs(text)``."""
+        runs = pieces[1::2]
+        fold = self.fold
+        keys = list(map(str.casefold, runs)) if fold else runs
+        whole, anchored = self.whole, self.anchored
+        hits = list(compress(count(), map(whole.__contains__, keys)))
+        longer = list(compress(count(), map(anchored.__contains__, keys))) if anchored else []
+        if not hits and not longer and self._bare is None:
+            return []
+        ends = list(accumulate(map(len, pieces)))
+        found = [
+            (ends[2 * j], ends[2 * j + 1], whole[keys[j]])
+            for j in hits
+            if not fold or len(runs[j]) == len(keys[j])
+        ]
+        if not longer and self._bare is None:
+            return found  # whole runs: in order and apart
+        size = len(text)
+        for j in longer:
+            at = ends[2 * j]
+            for offset, form, role in anchored[keys[j]]:
+                start = at - offset
+                end = start + len(form)
+                if start < 0 or end > size:
+                    continue
+                written = text[start:end]
+                if (written.casefold() if fold else written) != form:
+                    continue
+                if start and _is_word(text[start - 1]) and _is_word(text[start]):
+                    continue
+                if end < size and _is_word(form[-1]) and _is_word(text[end]):
+                    continue
+                found.append((start, end, role))
+        if self._bare is not None:
+            roles = self.bare
+            for match in self._bare.finditer(text):
+                written = match.group(1)
+                named = roles.get(written.casefold() if fold else written)
+                if named is not None:
+                    found.append((match.start(), match.start() + len(written), named))
+        # Left to right; at one place the longest; each match resumes where the last ended.
+        found.sort(key=lambda span: (span[0], -span[1]))
+        apart = []
+        resume = 0
+        for span in found:
+            if span[0] >= resume:
+                apart.append(span)
+                resume = span[1]
+        return apart
+
+
+# ASCII bytes that are not word characters, as spaces; every other byte kept.
+_NOT_WORD = bytes(
+    byte if byte >= 0x80 or chr(byte).isalnum() or byte == ord("_") else ord(" ")
+    for byte in range(256)
+)
+
+
+def _runs(text: str) -> list[str]:
+    """``text`` split into runs of word characters (odd indices) and what lies between."""
+    return (_ASCII_RUNS if text.isascii() else _RUNS).split(text)
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")  # lone surrogates come in JSON too
+
+
+def _words_of(text: str, words: Mapping[str, str], encoded: Mapping[bytes, str]) -> set[str]:
+    """Which of ``words`` (``encoded`` is them as UTF-8) are runs of word characters in ``text``.
+
+    Four times as fast as ``re.findall(r"\\w+", text)`` on large texts: ASCII non-word
+    characters become spaces in the UTF-8 bytes, which ``bytes.split`` splits at C speed,
+    and the pieces are looked up as bytes. A piece holding other characters (some of
+    which are not word characters) is split by the regex as well.
+    """
+    pieces = set(_utf8(text).translate(_NOT_WORD).split())
+    present = {encoded[piece] for piece in encoded.keys() & pieces}
+    for piece in filterfalse(bytes.isascii, pieces):
+        runs = _RUN.findall(piece.decode("utf-8", "surrogatepass"))
+        present.update(run for run in runs if run in words)
+    return present
+
+
+def _is_word(char: str) -> bool:
+    """``\\w`` for one character (what Python's ``re`` counts as a word character)."""
+    return char.isalnum() or char == "_"
 
 
 def _longest_apart(
@@ -133,48 +362,6 @@ def _longest_apart(
         starts.insert(at, span[0])
         chosen.insert(at, span)
     return [span for span in chosen if span[2]]
-
-
-def _literal_pattern(forms: Mapping[str, str], flags: int) -> re.Pattern[str] | None:
-    """One regex for many literal forms, longest first, none ending inside a longer word.
-
-    The start is checked by :func:`_literal_spans`: a look-behind in front of
-    each form would make the search many times slower.
-    """
-    if not forms:
-        return None
-    parts = []
-    for form in sorted(forms, key=lambda f: (-len(f), f)):
-        tail = r"(?!\w)" if _WORD.match(form[-1]) else ""
-        parts.append(f"{re.escape(form)}{tail}")
-    return re.compile("|".join(parts), flags)
-
-
-def _literal_spans(
-    pattern: re.Pattern[str], text: str, role_of: Callable[[str], str]
-) -> list[tuple[int, int, str]]:
-    """Matches of ``pattern`` that do not start inside a word (``W12`` is not in ``XW12``)."""
-    spans = []
-    at = 0
-    while (match := pattern.search(text, at)) is not None:
-        start = match.start()
-        if start and _WORD.match(text[start - 1]) and _WORD.match(text[start]):
-            at = start + 1
-            continue
-        spans.append((start, match.end(), role_of(match.group())))
-        at = match.end()
-    return spans
-
-
-def _tokens(text: str) -> Iterable[tuple[int, int, str]]:
-    """Word-like tokens with surrounding punctuation trimmed: ``(start, end, token)``."""
-    for match in _TOKEN.finditer(text):
-        token = match.group()
-        start, end = match.start(), match.end()
-        lead = len(token) - len(token.lstrip(_EDGE))
-        trail = len(token) - len(token.rstrip(_EDGE))
-        if lead + trail < len(token):
-            yield start + lead, end - trail, token[lead : len(token) - trail]
 
 
 def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
@@ -193,23 +380,20 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     judge = _Judge(ledger)
     replacements: list[tuple[int, int, str]] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
+    # A summary repeats its words ("User:", "called", a role): each is judged once.
+    judged: dict[str, tuple[LintIssue | None, int, int]] = {}
     for match in _TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
-        if stem is not None:
-            issue = judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
-            span = (start, match.end())
-        else:
-            token = raw.strip(_EDGE)
-            issue = judge.token(token)
-            offset = start + raw.find(token)
-            span = (offset, offset + len(token))
+        verdict = judged.get(raw)
+        if verdict is None:
+            verdict = judged[raw] = _judge(raw, judge)
+        issue, lead, end = verdict
         if issue is not None:
             issues.append(issue)
             if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append((*span, issue.role))
+                replacements.append((start + lead, start + end, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -217,6 +401,16 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         if role not in masker.roles and role not in ledger:
             issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
     return text, issues
+
+
+def _judge(raw: str, judge: _Judge) -> tuple[LintIssue | None, int, int]:
+    """The issue of one token of a summary (or None), and the span it covers in the token."""
+    stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
+    if stem is not None:
+        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw)
+    token = raw.strip(_EDGE)
+    lead = raw.find(token)
+    return judge.token(token), lead, lead + len(token)
 
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")

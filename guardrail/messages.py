@@ -182,7 +182,7 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
     repairs: list[Repair] = []
     read_messages = []
     for index, raw in enumerate(messages):
-        if not isinstance(raw, Mapping):
+        if type(raw) is not dict and not isinstance(raw, Mapping):
             raise TranscriptError(
                 f"a message is a dict (mapping), not {type(raw).__name__}", index=index
             )
@@ -233,10 +233,21 @@ def _result_value(text: str, given: Any = None) -> Any:
     stripped = text.strip()
     if stripped[:1] in ("{", "["):
         try:
-            return json.loads(stripped)
+            return _json(stripped)
         except (ValueError, RecursionError):
             return None
     return None
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _json(text: str) -> Any:
+    """``json.loads(text)`` for text with no white space around it, without its per-call cost."""
+    value, end = _DECODER.raw_decode(text)
+    if end != len(text):
+        raise ValueError(f"extra data after the JSON value at {end}")
+    return value
 
 
 def _call_id(value: Any, index: int, what: str) -> str:
@@ -249,6 +260,8 @@ def _tool_content(
     content: Any, index: int, repairs: list[Repair], given: Any = None
 ) -> tuple[str, Any]:
     """Text and JSON value of a tool result's content, repairing content that is plain data."""
+    if type(content) is str:  # the usual case
+        return content, _result_value(content, given)
     if content is None or isinstance(content, (str, list)):
         if isinstance(content, list) and not all(
             isinstance(p, (str, Mapping)) and (isinstance(p, str) or "type" in p) for p in content
@@ -472,40 +485,73 @@ _SHAPED = frozenset(
 )
 
 
-def map_text(raw: Any, fn: Any) -> Any:
+def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
     """A copy of one message with ``fn`` applied to every string of content, arguments or results.
 
     Roles, types, call ids and tool names are left alone, so pairing and
     shape survive; inside arguments and results every string is mapped,
-    dict keys included (ids are sometimes keys).
+    dict keys included (ids are sometimes keys). ``left``, when given,
+    receives the strings left alone: with those mapped, they are every
+    string of :func:`strings`, each once.
     """
-    return _structure(raw, fn)
+    return _structure(raw, fn, left)
 
 
-def _structure(value: Any, fn: Any) -> Any:
-    if isinstance(value, Mapping) and not _SHAPED.isdisjoint(value):
+def _structure(value: Any, fn: Any, left: list[str] | None) -> Any:
+    if type(value) is dict or isinstance(value, Mapping):
+        if _SHAPED.isdisjoint(value):
+            return _data(value, fn)
         out: dict[str, Any] = {}
+        if left is not None:
+            left += [key for key in value if isinstance(key, str)]
         for key, item in value.items():
-            if key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+            if type(item) is str:  # most of them: a role, a type, an id, or text to map
+                if key in _STRUCTURE:
+                    out[key] = item
+                    if left is not None:
+                        left.append(item)
+                else:
+                    out[key] = fn(item)
+            elif key in _STRUCTURE and not _nested(item):
                 out[key] = item
-            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
-                out[key] = _structure(item, fn)
+                if left is not None:
+                    _collect(item, left)
+            elif key in _CONTAINERS and _nested(item):
+                out[key] = _structure(item, fn, left)
             else:
                 out[key] = _data(item, fn)
         return out
     if isinstance(value, list):
-        return [_structure(item, fn) for item in value]
+        return [_structure(item, fn, left) for item in value]
     return _data(value, fn)
+
+
+def _nested(item: Any) -> bool:
+    """Whether ``item`` is a mapping or a list (None, numbers and lists first: no ABC check)."""
+    kind = type(item)
+    if kind is list or kind is dict:
+        return True
+    if item is None or kind in _SCALARS:
+        return False
+    return isinstance(item, (Mapping, list))
 
 
 def _data(value: Any, fn: Any) -> Any:
     if isinstance(value, str):
         return fn(value)
-    if isinstance(value, Mapping):
-        return {fn(k) if isinstance(k, str) else k: _data(v, fn) for k, v in value.items()}
+    if value is None or type(value) in _SCALARS:
+        return value
+    if type(value) is dict or isinstance(value, Mapping):
+        return {
+            fn(k) if isinstance(k, str) else k: fn(v) if type(v) is str else _data(v, fn)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [_data(item, fn) for item in value]
+        return [fn(item) if type(item) is str else _data(item, fn) for item in value]
     return value
+
+
+_SCALARS = frozenset({bool, int, float})
 
 
 def strings(value: Any) -> list[str]:
@@ -524,7 +570,9 @@ def _collect(value: Any, out: list[str]) -> None:
                 out.append(key)
             if isinstance(item, str):
                 out.append(item)
-            elif isinstance(item, (dict, list, tuple)):
+            elif isinstance(item, (dict, list, tuple)) or (
+                item is not None and type(item) not in _SCALARS and isinstance(item, Mapping)
+            ):
                 _collect(item, out)
     elif isinstance(value, (list, tuple)):
         for item in value:

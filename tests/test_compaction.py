@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from guardrail.block import BLOCK_HEADER, ledger_block, parse_block, render_bloc
 from guardrail.compaction import compact, extractive_summary, model_summariser
 from guardrail.harvest import Found
 from guardrail.ledger import Source
+from guardrail.masking import Masker
 from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
 from guardrail.testing import SideBySide
@@ -306,6 +308,29 @@ def test_a_ledger_in_use_is_not_recorded_again() -> None:
     assert after["order"] == (restored["order"].first_seen, restored["order"].last_used)
 
 
+def test_a_ledger_in_use_does_not_take_back_an_evicted_id() -> None:
+    """An id the live ledger evicted is no news: the result naming it is not recorded again."""
+    guard = make_guard(capacity=1)
+    with guard.session("conv") as ledger:
+        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000001"]})
+        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000002"]})
+        (evicted,) = [tomb.value for tomb in ledger.tombstones()]
+        (kept,) = [entry.value for entry in ledger.entries()]
+        messages = [
+            {"role": "user", "content": "Orders?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call("c1", "find_user", user_id="mia_li_3668")],
+            },
+            result("c1", {"orders": [evicted]}),
+            {"role": "user", "content": "Thanks."},
+        ]
+        report = compact(messages, guard, keep_recent=1).report
+        assert report.harvested == 0
+        assert [e.value for e in ledger.entries()] == [kept]
+
+
 def test_without_a_guard_nothing_is_harvested() -> None:
     """A bare ledger compacts with what it holds; nothing knows the tool specs."""
     ledger = make_guard().new_ledger()
@@ -577,6 +602,23 @@ def test_report_counts_messages_identifiers_and_tokens() -> None:
     assert report.to_dict()["summarised"] == 9
 
 
+def test_identifiers_are_counted_in_every_string_of_the_context() -> None:
+    """Ids only in structure (a call id, a key) and values spanning lines count as before."""
+    guard = Guard(logger=quiet())
+    guard.add_kind("code")
+    guard.declare("codes", produces={"[*]": "code"}, effect="read")
+    messages = [
+        {"role": "user", "content": "codes?"},
+        {"role": "assistant", "content": None, "tool_calls": [call("k7", "codes")]},
+        result("k7", ["k7", "two\nlines"]),
+        {"role": "assistant", "content": "Here: two\nlines."},
+        {"role": "user", "content": "ok"},
+    ]
+    report = compact(messages, guard.new_ledger(), Recorder("S."), 1, guard=guard).report
+    assert report.identifiers_before == 2
+    assert report.tokens_before == math.ceil(len(context(messages)) / 4)
+
+
 def test_a_token_counter_can_be_given() -> None:
     """tokens= replaces the estimate."""
     guard = make_guard()
@@ -795,6 +837,10 @@ def test_compaction_invariants_over_random_transcripts(
         masked = context(seen)
         for entry in ledger.entries():
             assert not whole(entry.value, masked)
+    before = context(messages)
+    assert once.report.identifiers_before == len(Masker(ledger, ()).roles_in(before))
+    if once.report.token_estimate == "chars/4":
+        assert once.report.tokens_before == math.ceil(len(before) / 4)
     twice = compact(once.messages, ledger, summarise, keep, guard=guard, shape=shape)
     assert twice.report.ledger_block == once.report.ledger_block
     assert twice.report.summary == once.report.summary

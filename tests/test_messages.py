@@ -6,6 +6,7 @@ import copy
 import json
 from collections import Counter
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -406,9 +407,47 @@ def test_map_text_rewrites_content_arguments_and_results_but_not_structure() -> 
     assert anthropic["content"][1]["content"][0]["text"] == "NO USER"
 
 
+def test_a_result_is_json_only_when_all_of_it_is() -> None:
+    """A tool result is parsed when it is one JSON value (white space around allowed), else text."""
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("a"), _call("b"), _call("c")]},
+        {"role": "tool", "tool_call_id": "a", "content": ' {"x": [1, 2]}\n'},
+        {"role": "tool", "tool_call_id": "b", "content": '{"x": 1} and more'},
+        {"role": "tool", "tool_call_id": "c", "content": "[1, 2"},
+    ]
+    results = [m.results[0] for m in read(messages).messages[2:]]
+    assert [r.data for r in results] == [{"x": [1, 2]}, None, None]
+    assert results[1].text == '{"x": 1} and more'
+
+
+def _call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
 def test_strings_lists_every_string_keys_included() -> None:
     """strings() yields every string of a message, dict keys included."""
     assert strings({"a": ["b", {"c": 1}], "d": "e"}) == ["a", "b", "c", "d", "e"]
+
+
+def test_strings_reads_mappings_of_any_kind_at_any_depth() -> None:
+    """strings() looks inside mappings that are not dicts, nested ones too."""
+    inner = MappingProxyType({"k": "v"})
+    assert strings({"a": inner, "b": [inner]}) == ["a", "k", "v", "b", "k", "v"]
+
+
+@pytest.mark.parametrize("message", [*CHAT, *RESPONSES, *ANTHROPIC])
+def test_mapped_and_unmapped_strings_are_every_string_once(message: Any) -> None:
+    """The strings map_text maps and those it leaves alone are strings(), each once."""
+    mapped: list[str] = []
+    left: list[str] = []
+
+    def keep(text: str) -> str:
+        mapped.append(text)
+        return text
+
+    assert map_text(message, keep, left) == map_text(message, keep)
+    assert Counter(mapped[: len(mapped) // 2] + left) == Counter(strings(message))
 
 
 @pytest.mark.parametrize("shape", ["openai_chat", "openai_responses", "anthropic"])
