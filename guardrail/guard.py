@@ -496,26 +496,12 @@ class Guard:
                 batches, problems = harvest_batches(spec, result, self.kinds)
             taken = self._taken_ids(spec, arguments, verdict)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
-            self.audit.ids_recorded(
-                ledger.session_id,
-                spec.name,
-                call_id=call_id,
-                added=(),
-                verified=(),
-                error=False,
-                problems=[f"nothing recorded: {type(exc).__name__}: {exc}"],
-            )
+            problem = f"nothing recorded: {type(exc).__name__}: {exc}"
+            self._log_nothing_recorded(ledger, spec.name, call_id, [problem])
             return []
         if not batches and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
-                self.audit.ids_recorded(
-                    ledger.session_id,
-                    spec.name,
-                    call_id=call_id,
-                    added=(),
-                    verified=(),
-                    error=False,
-                )
+                self._log_nothing_recorded(ledger, spec.name, call_id)
             return []
         turn = ledger.turn
         batches.extend(batches_of(taken))
@@ -544,10 +530,18 @@ class Guard:
             outcome="allowed",
         )
 
-    def _log_nothing_recorded(self, ledger: Ledger, name: str) -> None:
-        """The event of a record that brought nothing in."""
+    def _log_nothing_recorded(
+        self, ledger: Ledger, name: str, call_id: str | None = None, problems: Sequence[str] = ()
+    ) -> None:
+        """The event of a record that brought nothing in (and why, where something failed)."""
         self.audit.ids_recorded(
-            ledger.session_id, name, call_id=None, added=(), verified=(), error=False
+            ledger.session_id,
+            name,
+            call_id=call_id,
+            added=(),
+            verified=(),
+            error=False,
+            problems=problems,
         )
 
     def _taken_ids(
