@@ -46,6 +46,18 @@ class _Levels(dict[int, bool]):
         return self[level]
 
 
+class SilentLogger:
+    """A logger that drops everything, for guards that replay thousands of calls."""
+
+    def is_enabled_for(self, level: int) -> bool:
+        return False
+
+    def debug(self, event: str, **fields: Any) -> None:
+        return None
+
+    info = warning = debug
+
+
 class Audit:
     """Emits the guard's events through one structlog logger."""
 

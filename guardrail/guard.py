@@ -10,13 +10,14 @@ an audit event.
 from __future__ import annotations
 
 import contextvars
+import copy
 import inspect
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
 
-from guardrail.audit import Audit
+from guardrail.audit import Audit, SilentLogger
 from guardrail.check import (
     CheckPlan,
     Verdict,
@@ -276,6 +277,16 @@ class Guard:
         return decorate(fn) if fn is not None else decorate
 
     # -- sessions -------------------------------------------------------------------------
+
+    def silenced(self) -> Guard:
+        """This guard's kinds, tools and store with its audit events dropped.
+
+        A snapshot for replays and evaluations that check thousands of
+        calls: tools declared on the original later are not seen.
+        """
+        quiet = copy.copy(self)
+        quiet.audit = Audit(SilentLogger())
+        return quiet
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with this guard's capacity and kinds, outside any store."""

@@ -115,3 +115,14 @@ def test_the_library_never_configures_structlog() -> None:
     with guard.session("s"):
         guard.check("t", {"o": "x"})
     assert structlog.get_config() == before
+
+
+def test_a_silenced_guard_logs_nothing_and_keeps_the_original_loud() -> None:
+    """guard.silenced() checks alike with no events; the original still logs."""
+    guard = shop_guard()
+    quiet = guard.silenced()
+    with capture_logs() as logs, guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        assert not quiet.check("issue_refund", {"order_id": "W1"}, ledger=ledger).allowed
+        assert quiet.check("issue_refund", {"order_id": "W8855135"}, ledger=ledger).allowed
+    assert [event["event"] for event in logs] == ["guardrail.ids_recorded"]

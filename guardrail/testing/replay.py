@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from guardrail.audit import Audit
+from guardrail.audit import SilentLogger
 from guardrail.check import Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
@@ -59,25 +59,6 @@ Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Any]]
 TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
 
 
-class _Silent:
-    """A logger that drops everything: a replay checks thousands of variants."""
-
-    def isEnabledFor(self, level: int) -> bool:
-        return False
-
-    def debug(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    info = warning = debug
-
-
-def _quiet(guard: Guard) -> Guard:
-    """The same guard (kinds, specs) with its audit events silenced."""
-    quiet = copy.copy(guard)
-    quiet.audit = Audit(_Silent())
-    return quiet
-
-
 def _guard(
     source: Guard | str | os.PathLike[str] | Mapping[str, Any], capacity: int | None
 ) -> Guard:
@@ -86,8 +67,8 @@ def _guard(
             raise GuardrailUsageError(
                 "capacity= applies to a manifest; a Guard brings its own (Guard(capacity=...))"
             )
-        return _quiet(source)
-    options: dict[str, Any] = {"logger": _Silent()}
+        return source.silenced()
+    options: dict[str, Any] = {"logger": SilentLogger()}
     if capacity is not None:
         options["capacity"] = capacity
     return Guard.from_manifest(source, **options)
