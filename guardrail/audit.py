@@ -87,8 +87,6 @@ class Audit:
 
     def enabled(self, level: int) -> bool:
         """Whether events at ``level`` reach the logger (resolved once)."""
-        if self._logger is None:
-            self._resolve()
         return self.levels[level]
 
     def emit(self, level: int, event: str, **fields: Any) -> None:
@@ -267,15 +265,3 @@ class Audit:
         """``guardrail.reprompt_limit``: the guard stopped re-prompting and raised."""
         if self.enabled(WARNING):
             self.emit(WARNING, "guardrail.reprompt_limit", session=session, tool=tool, limit=limit)
-
-    def undeclared(self, session: str | None, tool: str) -> None:
-        """``guardrail.call_checked`` for a tool the guard does not know (allowed)."""
-        if self.enabled(DEBUG):
-            self.emit(
-                DEBUG,
-                "guardrail.call_checked",
-                session=session,
-                tool=tool,
-                effect=None,
-                outcome="undeclared",
-            )

@@ -105,9 +105,6 @@ class Verdict:
         return self.allowed
 
 
-ALLOWED_UNDECLARED: Final = "undeclared"
-
-
 # -- the compiled plan for one tool ---------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from guardrail.check import (
 from guardrail.errors import (
     GuardrailUsageError,
     IdentifierViolation,
+    ManifestError,
     RepromptLimitExceeded,
 )
 from guardrail.harvest import (
@@ -214,8 +215,6 @@ class Guard:
             for name, options in data["tools"].items():
                 trial.declare(name, **options)
         except GuardrailUsageError as exc:
-            from guardrail.errors import ManifestError
-
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
         # In place: open ledgers hold this very mapping for normalising.
         self.kinds.update(trial.kinds)
@@ -320,6 +319,10 @@ class Guard:
             else:
                 ledger.kinds = self.kinds
                 ledger.session_id = session_id
+                if given is None:  # the store holds it already
+                    return ledger
+            # Saved now, not only on leaving: a second scope of the same id opened meanwhile
+            # must find this ledger.
             self.store.save(session_id, ledger)
             return ledger
 
@@ -378,7 +381,7 @@ class Guard:
             verdict,
             effect=self._effect(name),
             mode=self.mode,
-            outcome="allowed" if verdict.allowed else "refused",
+            outcome=self._allowed_outcome(name) if verdict.allowed else "refused",
         )
         return verdict
 
@@ -420,9 +423,8 @@ class Guard:
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
         ledger = ledger if ledger is not None else self._current()
-        entry = ledger[role]
-        old = entry.role
-        ledger.label(role, new_role)
+        old = ledger[role].role
+        entry = ledger.label(role, new_role)
         self.audit.relabeled(ledger.session_id, entry, old)
         return entry
 
@@ -440,6 +442,10 @@ class Guard:
         return label_identifier
 
     # -- internals ------------------------------------------------------------------------
+
+    def _allowed_outcome(self, name: str) -> str:
+        # A tool the guard does not know declares no ids: allowed, and logged as undeclared.
+        return "allowed" if name in self._plans else "undeclared"
 
     def _effect(self, name: str) -> str | None:
         spec = self.specs.get(name)
@@ -463,7 +469,11 @@ class Guard:
             if ledger.refusals:
                 ledger.refusals.pop(name, None)
             self.audit.call_checked(
-                session, verdict, effect=self._effect(name), mode=self.mode, outcome="allowed"
+                session,
+                verdict,
+                effect=self._effect(name),
+                mode=self.mode,
+                outcome=self._allowed_outcome(name),
             )
             return verdict
         effect = self._effect(name)

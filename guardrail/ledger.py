@@ -375,15 +375,6 @@ class Ledger:
             evicted = self._evict_over_capacity()
         return Admitted(added, upgraded, evicted)
 
-    def verify(self, entry: Entry, source: Source) -> bool:
-        """Mark a user-typed entry confirmed by a successful call; False if it already was."""
-        with self.lock:
-            if entry.verified:
-                return False
-            entry.verified = True
-            entry.source = source
-            return True
-
     def label(self, role: str, new_role: str) -> Entry:
         """Rename the entry named ``role`` to ``new_role``; the old name stays as an alias."""
         _check_role_name(new_role)

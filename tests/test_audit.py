@@ -126,3 +126,12 @@ def test_a_silenced_guard_logs_nothing_and_keeps_the_original_loud() -> None:
         assert not quiet.check("issue_refund", {"order_id": "W1"}, ledger=ledger).allowed
         assert quiet.check("issue_refund", {"order_id": "W8855135"}, ledger=ledger).allowed
     assert [event["event"] for event in logs] == ["guardrail.ids_recorded"]
+
+
+def test_calls_of_undeclared_tools_are_logged_as_undeclared() -> None:
+    """A tool the guard does not know is allowed, and its event says it was undeclared."""
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("s"):
+        assert guard.check("shell", {"cmd": "ls"}).allowed
+        assert guard.enforce("shell", {"cmd": "ls"}).allowed
+    assert [e["outcome"] for e in events(logs, "guardrail.call_checked")] == ["undeclared"] * 2
