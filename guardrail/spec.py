@@ -106,13 +106,6 @@ class ToolSpec:
     description: str = ""
     positions: Mapping[str, int] = field(default_factory=dict)
 
-    @property
-    def kinds(self) -> frozenset[str]:
-        """Every kind the tool takes or produces."""
-        kinds = {kind for param in (*self.params, *self.mints) for kind in param.kinds}
-        kinds.update(producer.kind for producer in self.produces)
-        return frozenset(kinds)
-
 
 # -- declarations given as data -------------------------------------------------------------
 
