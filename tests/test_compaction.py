@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -17,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Ledger, TranscriptError
+from guardrail.audit import SilentLogger
 from guardrail.block import BLOCK_HEADER, ledger_block, parse_block, render_block, restore
 from guardrail.compaction import compact, extractive_summary, model_summariser
 from guardrail.harvest import Found
@@ -30,15 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
 
 
-def quiet() -> Any:
-    """A logger that lets only errors through (the corpus sweep records thousands of results)."""
-    return structlog.wrap_logger(
-        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
-    )
-
-
 def make_guard(capacity: int = 1000, logger: Any = None) -> Guard:
-    guard = Guard(capacity=capacity, logger=logger if logger is not None else quiet())
+    guard = Guard(capacity=capacity, logger=logger if logger is not None else SilentLogger())
     guard.add_kind(
         "order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"], examples=["#W0000000"]
     )
@@ -372,7 +365,7 @@ def test_the_summariser_sees_roles_never_values_in_any_written_form() -> None:
 
 def test_masking_is_word_boundary_aware_and_longest_first() -> None:
     """W12 is not masked inside W123; with both in the ledger each gets its own role."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("code")
     guard.declare("codes", produces={"[*]": "code"}, effect="read")
     messages = [
@@ -393,7 +386,7 @@ def test_masking_is_word_boundary_aware_and_longest_first() -> None:
 
 def test_a_case_insensitive_kind_masks_any_case() -> None:
     """A kind whose normaliser casefolds masks every case of its values."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("email", normalize="email")
     guard.declare("whois", produces={"email": "email"}, effect="read")
     messages = [
@@ -604,7 +597,7 @@ def test_report_counts_messages_identifiers_and_tokens() -> None:
 
 def test_identifiers_are_counted_in_every_string_of_the_context() -> None:
     """Ids only in structure (a call id, a key) and values spanning lines count as before."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("code")
     guard.declare("codes", produces={"[*]": "code"}, effect="read")
     messages = [
@@ -890,7 +883,7 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
     (user turns observed, calls checked, results recorded as they come),
     compacted with a copy of the live ledger before every assistant turn.
     """
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
+    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=SilentLogger())
     checked = 0
     for number, messages in enumerate(corpus()[:40]):
         transcript = read(messages)

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from guardrail import Guard, GuardrailUsageError
+from guardrail.audit import SilentLogger
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.messages import strings
 from guardrail.testing import (
@@ -33,10 +32,7 @@ ORDERS = [f"W{1000000 + n}" for n in range(40)]
 
 
 def make_guard() -> Guard:
-    logger = structlog.wrap_logger(
-        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
-    )
-    guard = Guard(logger=logger)
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
     guard.declare("list_orders", produces={"orders[*]": "order"}, effect="read")
     guard.declare("cancel_order", ids={"order_id": "order"}, effect="write")
