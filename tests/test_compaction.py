@@ -7,7 +7,6 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,7 @@ from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
 from guardrail.testing import SideBySide
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
+from .conftest import AIRLINE_MANIFEST, need_corpus
 
 
 def make_guard(capacity: int = 1000, logger: Any = None) -> Guard:
@@ -845,11 +843,10 @@ def test_compaction_invariants_over_random_transcripts(
 
 
 def corpus() -> list[list[dict[str, Any]]]:
-    with TRACES.open() as lines:
+    with need_corpus().open() as lines:
         return [json.loads(line)["messages"] for line in lines]
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_corpus_identifiers_stay_available_after_compaction(
     corpus_side_by_side: SideBySide,
 ) -> None:
@@ -861,7 +858,8 @@ def test_corpus_identifiers_stay_available_after_compaction(
     every later recorded call, each identifier argument whose value an
     earlier tool result produced must be present verbatim: always after
     compact() from a fresh ledger, not always after the plain summary (no
-    ledger, no masking). ``pytest -s`` prints the table.
+    ledger, no masking). ``pytest -s`` prints the table. The fixture skips
+    without the corpus.
     """
     found = corpus_side_by_side  # shared with the README check: computed once
     print(
@@ -875,7 +873,6 @@ def test_corpus_identifiers_stay_available_after_compaction(
     assert found.plain < found.required
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_corpus_live_sessions_lose_nothing_either() -> None:
     """Compacting with a live session's ledger (nothing re-recorded) keeps every id too.
 
@@ -883,9 +880,10 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
     (user turns observed, calls checked, results recorded as they come),
     compacted with a copy of the live ledger before every assistant turn.
     """
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=SilentLogger())
+    conversations = corpus()[:40]
+    guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=SilentLogger())
     checked = 0
-    for number, messages in enumerate(corpus()[:40]):
+    for number, messages in enumerate(conversations):
         transcript = read(messages)
         with guard.session(f"live-{number}") as ledger:
             for position, message in enumerate(transcript.messages):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +24,7 @@ from guardrail.testing import (
 )
 from guardrail.testing.lossy import PLAIN_HEADER
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
+from .conftest import AIRLINE_MANIFEST, need_corpus
 
 ORDERS = [f"W{1000000 + n}" for n in range(40)]
 
@@ -201,12 +199,12 @@ def test_strategies_plug_into_replay() -> None:
     assert (plain.ids, plain.present) == (1, 0)
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_strategies_on_corpus_traces_through_replay() -> None:
     """Through replay on 30 recorded conversations, guardrail keeps every id the context had."""
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml")
+    traces = need_corpus()
+    guard = Guard.from_manifest(AIRLINE_MANIFEST)
     both = strategies(guard, keep_recent=1)
-    report = replay(TRACES, guard, limit=30, classes=(), compaction=both)
+    report = replay(traces, guard, limit=30, classes=(), compaction=both)
     guarded, plain = report.availability["guardrail"], report.availability["plain summary"]
     assert guarded.ids == plain.ids > 100
     assert guarded.present == guarded.ids

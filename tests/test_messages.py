@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -23,8 +22,7 @@ from guardrail.messages import (
     write,
 )
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-TRACES = CORPUS / "tau-airline" / "traces.jsonl"
+from .conftest import need_corpus
 
 
 def _args(order: str) -> str:
@@ -473,11 +471,10 @@ def test_new_messages_are_readable_in_their_shape(shape: Any) -> None:
 # -- the corpus -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_every_corpus_trace_round_trips_and_pairs() -> None:
     """All 200 recorded conversations read, pair every call with its result and write back."""
     reused = 0
-    with TRACES.open() as lines:
+    with need_corpus().open() as lines:
         for line in lines:
             messages = json.loads(line)["messages"]
             transcript = read(messages)
