@@ -176,7 +176,7 @@ def _harvest(
             call = result.call
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
-            value = result.data if result.data is not None else result.text
+            value = result.value
             if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
                 continue
             arguments = call.arguments if isinstance(call.arguments, Mapping) else {}

@@ -74,6 +74,11 @@ class Result:
     name: str | None = None
     call: Call | None = None
 
+    @property
+    def value(self) -> Any:
+        """What a record of this result harvests: its JSON value, else its text."""
+        return self.data if self.data is not None else self.text
+
 
 @dataclass(eq=False)
 class Message:

@@ -900,10 +900,12 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
                 for call_ in message.calls:
                     guard.check(call_.name, call_.arguments)
                 for result_ in message.results:
-                    data = result_.data if result_.data is not None else result_.text
                     assert result_.call is not None
                     guard.record(
-                        result_.name or "", result_.call.arguments, data, error=result_.error
+                        result_.name or "",
+                        result_.call.arguments,
+                        result_.value,
+                        error=result_.error,
                     )
     print(f"\n40 live sessions: {checked} ledger values checked after compaction")
     assert checked > 1000

@@ -262,6 +262,14 @@ def test_corpus_style_keeps_parsed_result_and_error() -> None:
     assert second.data is None
 
 
+def test_a_results_value_is_its_json_else_its_text() -> None:
+    """Result.value (what a record harvests) is the parsed JSON, or the text when not JSON."""
+    transcript = read(RESPONSES)
+    parsed, plain = (m.results[0] for m in transcript.messages[5:7])
+    assert parsed.value == {"order_id": "W1000001"}
+    assert plain.value == "no user"
+
+
 def test_a_reused_call_id_answers_the_latest_open_call() -> None:
     """A call id used again after its result pairs with the new call, not the old one."""
     transcript = read(CORPUS_STYLE)

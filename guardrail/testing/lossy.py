@@ -313,8 +313,7 @@ def _produced_before(
             spec = guard.specs.get(result.name or "")
             if spec is None or result.error:
                 continue
-            value = result.data if result.data is not None else result.text
-            seen.update((f.kind, f.key) for f in harvest(spec, value, guard.kinds).found)
+            seen.update((f.kind, f.key) for f in harvest(spec, result.value, guard.kinds).found)
     return out
 
 
