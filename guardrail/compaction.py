@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -179,10 +179,7 @@ def _harvest(
             value = result.value
             if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
                 continue
-            arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
-            guard.record(
-                spec.name, arguments, value, error=result.error, call_id=call.id, ledger=ledger
-            )
+            guard.record(spec.name, call.arguments, value, call_id=call.id, ledger=ledger)
             recorded += 1
     return recorded
 
