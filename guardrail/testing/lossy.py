@@ -37,6 +37,7 @@ from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.messages import Shape, default_role, read, strings, text_message
 from guardrail.summarise import extractive_summary
+from guardrail.testing.arguments import has_token
 
 FATES = ("drop", "generalise", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
@@ -337,17 +338,5 @@ def _id_arguments(
 def _present(values: Sequence[str], messages: Sequence[Any]) -> int:
     """How many of ``values`` appear in ``messages`` verbatim as whole tokens."""
     text = "\n".join(strings(list(messages)))
-    found = {value for value in set(values) if _whole_token_in(text, value)}
+    found = {value for value in set(values) if has_token(text, value)}
     return sum(value in found for value in values)
-
-
-def _whole_token_in(text: str, value: str) -> bool:
-    at = text.find(value)
-    while at >= 0:
-        end = at + len(value)
-        before = text[at - 1] if at else " "
-        after = text[end] if end < len(text) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return True
-        at = text.find(value, at + 1)
-    return False
