@@ -315,13 +315,7 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
                 index,
             )
         )
-    content = raw.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise TranscriptError(
-            f"content must be a string or a list of parts, not {type(content).__name__}",
-            index=index,
-        )
-    return Message(_CHAT_ROLES[role], _text(content, index), raw, calls=calls)
+    return Message(_CHAT_ROLES[role], _text(raw.get("content"), index), raw, calls=calls)
 
 
 def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
