@@ -264,25 +264,31 @@ def _call_id(value: Any, index: int, what: str) -> str:
 def _tool_content(
     content: Any, index: int, repairs: list[Repair], given: Any = None
 ) -> tuple[str, Any]:
-    """Text and JSON value of a tool result's content, repairing content that is plain data."""
+    """Text and JSON value of a tool result's content, repairing content that is plain data.
+
+    Text, a list of parts and ``None`` are read as text. Anything else (a list
+    holding data is data too) is written as JSON (as ``str()`` where it is not
+    JSON) and is the result's value, unless ``given`` (a parsed ``result``) is.
+    """
     if type(content) is str:  # the usual case
         return content, _result_value(content, given)
-    if content is None or isinstance(content, (str, list)):
-        if isinstance(content, list) and not all(
-            isinstance(p, (str, Mapping)) and (isinstance(p, str) or "type" in p) for p in content
-        ):
-            repairs.append(Repair("non_string_content", index, "a list of data read as JSON"))
-            return json.dumps(content, ensure_ascii=False), content
+    if content is None or isinstance(content, str) or _parts(content):
         text = _text(content, index)
         return text, _result_value(text, given)
-    repairs.append(
-        Repair("non_string_content", index, f"{type(content).__name__} content read as JSON")
-    )
+    what = "a list of data" if isinstance(content, list) else f"{type(content).__name__} content"
+    repairs.append(Repair("non_string_content", index, f"{what} read as JSON"))
     try:
         text = json.dumps(content, ensure_ascii=False)
     except (TypeError, ValueError):
         text = str(content)
     return text, content if given is None else given
+
+
+def _parts(content: Any) -> bool:
+    """Whether ``content`` is a list of content parts (strings, or blocks with a type)."""
+    return isinstance(content, list) and all(
+        isinstance(p, str) or (isinstance(p, Mapping) and "type" in p) for p in content
+    )
 
 
 def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:

@@ -347,6 +347,26 @@ def test_non_string_content_of_a_tool_result_is_read_as_json_and_reported() -> N
     assert write(transcript) == messages
 
 
+def test_a_tool_result_holding_a_list_of_data_is_repaired_like_other_data() -> None:
+    """A list of data as tool content: a parsed `result` still wins, and no item makes it raise."""
+    messages = copy.deepcopy(CHAT)
+    messages[3]["content"] = [{"order_id": "W1000002"}]
+    messages[3]["result"] = {"order_id": "W1000002", "status": "shipped"}
+    odd = object()
+    messages[4]["content"] = [1, odd]
+    transcript = read(messages)
+    given, unwritable = (m.results[0] for m in transcript.messages[3:5])
+    assert given.data == {"order_id": "W1000002", "status": "shipped"}
+    assert given.text == '[{"order_id": "W1000002"}]'
+    assert unwritable.data == [1, odd]
+    assert unwritable.text == str([1, odd])
+    assert [(r.problem, r.index, r.detail) for r in transcript.repairs] == [
+        ("non_string_content", 3, "a list of data read as JSON"),
+        ("non_string_content", 4, "a list of data read as JSON"),
+    ]
+    assert write(transcript) == messages
+
+
 def test_a_call_with_no_result_mid_conversation_gets_an_error_result() -> None:
     """An unanswered call followed by more talk is repaired with an error result, reported."""
     messages = [CHAT[0], CHAT[1], CHAT[2], CHAT[4], CHAT[5], CHAT[6]]  # call_2 never answered
