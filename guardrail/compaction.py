@@ -10,6 +10,7 @@ the recent turns, all in the shape the messages came in.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import math
 from collections.abc import Callable, Sequence
@@ -142,18 +143,18 @@ def choose_cut(transcript: Transcript, start: int, keep_recent: int) -> int:
     else:
         cut = turns[-keep_recent].start
     starts = [turn.start for turn in turns]
-    moved = True
-    while moved:
-        moved = False
-        for message in messages[start:cut]:
-            for call in message.calls:
-                if call.result is None or call.result.index >= cut:
-                    cut = max(s for s in starts if s <= call.index)
-                    moved = True
-                    break
-            if moved:
-                break
+    while (at := _first_open_call(messages, start, cut)) is not None:
+        cut = starts[bisect.bisect_right(starts, at) - 1]  # the start of that call's turn
     return cut
+
+
+def _first_open_call(messages: Sequence[Message], start: int, cut: int) -> int | None:
+    """Index of the first call in ``messages[start:cut]`` whose result is not before ``cut``."""
+    for message in messages[start:cut]:
+        for call in message.calls:
+            if call.result is None or call.result.index >= cut:
+                return call.index
+    return None
 
 
 def _harvest(
