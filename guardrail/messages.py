@@ -198,7 +198,10 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
 
 
 def content_text(content: Any) -> str | None:
-    """The text of a content field: a string, or the text parts of a list; None for neither."""
+    """The text of a content field: a string, the text parts of a list, "" for no content.
+
+    None for content of any other type.
+    """
     if content is None:
         return ""
     if isinstance(content, str):
