@@ -684,6 +684,25 @@ def test_extractive_summary_is_bounded() -> None:
         extractive_summary(long, {}, max_chars=10)
 
 
+def test_extractive_summary_after_an_earlier_one_is_bounded_too() -> None:
+    """With an earlier summary first, both parts share max_chars; the earlier one leads."""
+    earlier = "\n".join(f"- User: old request {i} " + "x" * 60 for i in range(40))
+    new = [
+        msg
+        for i in range(40)
+        for msg in (
+            {"role": "user", "content": f"New request {i}: " + "please " * 20},
+            {"role": "assistant", "content": f"Answer {i}."},
+        )
+    ]
+    messages = [{"role": "system", "content": f"{SUMMARY_HEADER}\n{earlier}"}, *new]
+    text = extractive_summary(messages, {}, max_chars=1000)
+    assert len(text) <= 1000
+    assert text.startswith("- User: old request 0 ")
+    assert "\nSince then:\n- User: New request 0: " in text
+    assert "New request 39" in text
+
+
 def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
     """The adapter tells the model to use roles only and sends the masked transcript."""
     prompts: list[list[dict[str, str]]] = []
