@@ -68,11 +68,17 @@ class LossySummariser:
         kinds: Mapping[str, Kind] | None = None,
         base: Summariser | None = None,
     ) -> None:
-        rates = (drop, generalise, truncate, mutate)
+        #: Each failure mode's probability, in the order :meth:`fate` draws them.
+        self.rates = {
+            "drop": drop,
+            "generalise": generalise,
+            "truncate": truncate,
+            "mutate": mutate,
+        }
+        rates = self.rates.values()
         if any(not 0 <= rate <= 1 for rate in rates) or sum(rates) > 1 + 1e-9:
             raise GuardrailUsageError("each rate is within 0..1 and together they are at most 1")
         self.seed = seed
-        self.rates = dict(zip(FATES, rates, strict=False))
         self.kinds = {name: kind for name, kind in (kinds or {}).items() if kind.has_pattern}
         self.base = base
 
