@@ -584,12 +584,16 @@ def test_other_shapes_come_back_in_their_shape(shape: Shape) -> None:
 def test_report_counts_messages_identifiers_and_tokens() -> None:
     """Messages, identifiers and tokens before and after are reported."""
     guard = make_guard()
-    report = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard).report
+    out = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard)
+    report = out.report
     assert (report.messages_before, report.messages_after) == (12, 4)
     assert (report.identifiers_before, report.identifiers_after) == (3, 3)
     assert report.ledger_entries == 3
     assert report.token_estimate in ("chars/4", "tiktoken:o200k_base")
     assert report.tokens_before > 0
+    if report.token_estimate == "chars/4":  # tiktoken absent: the counts are exact
+        assert report.tokens_before == math.ceil(len(context(CONVERSATION)) / 4)
+        assert report.tokens_after == math.ceil(len(context(out.messages)) / 4)
     assert report.to_dict()["summarised"] == 9
 
 
