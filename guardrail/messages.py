@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -493,7 +493,7 @@ _SHAPED = frozenset(
 )
 
 
-def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
+def map_text(raw: Any, fn: Callable[[str], str], left: list[str] | None = None) -> Any:
     """A copy of one message with ``fn`` applied to every string of content, arguments or results.
 
     Roles, types, call ids and tool names are left alone, so pairing and
@@ -505,7 +505,7 @@ def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
     return _structure(raw, fn, left)
 
 
-def _structure(value: Any, fn: Any, left: list[str] | None) -> Any:
+def _structure(value: Any, fn: Callable[[str], str], left: list[str] | None) -> Any:
     if type(value) is dict or isinstance(value, Mapping):
         if _SHAPED.isdisjoint(value):
             return _data(value, fn)
@@ -544,7 +544,7 @@ def _nested(item: Any) -> bool:
     return isinstance(item, (Mapping, list))
 
 
-def _data(value: Any, fn: Any) -> Any:
+def _data(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return fn(value)
     if value is None or type(value) in _SCALARS:
