@@ -300,7 +300,10 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
         call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
         text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
-        result = Result(call_id, text, data, bool(raw.get("error")), index, name)
+        # Chat has no error field but the corpus's "error"; a result put in for an
+        # unanswered call is known by its text.
+        error = bool(raw.get("error")) or text == _MISSING_RESULT
+        result = Result(call_id, text, data, error, index, name)
         return Message("tool", text, raw, results=[result])
     if role not in _CHAT_ROLES:
         raise TranscriptError(
@@ -465,12 +468,18 @@ def text_message(shape: Shape, role: str, text: str) -> dict[str, Any]:
 
 
 def result_message(shape: Shape, call_id: str, text: str, *, error: bool) -> dict[str, Any]:
-    """A tool result answering ``call_id`` in ``shape``."""
+    """A tool result answering ``call_id`` in ``shape``.
+
+    A failure is marked with Anthropic's ``is_error`` and with Responses'
+    ``status: "incomplete"``. Chat completions has no such field: there the
+    text has to say it (the reader knows the text of an inserted result).
+    """
     if shape == "anthropic":
         block = {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": error}
         return {"role": "user", "content": [block]}
     if shape == "openai_responses":
-        return {"type": "function_call_output", "call_id": call_id, "output": text}
+        item = {"type": "function_call_output", "call_id": call_id, "output": text}
+        return {**item, "status": "incomplete"} if error else item
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 

@@ -657,6 +657,28 @@ def test_malformed_transcripts_error_or_repair_through_compact() -> None:
     assert [(r.problem, r.index) for r in report.repairs] == [("unanswered_call", 2)]
 
 
+def test_a_call_that_never_answered_verifies_nothing_when_read_again() -> None:
+    """The error result put in for an unanswered call is still a failure in the list returned."""
+    messages = [
+        {"role": "user", "content": "Cancel #W1000001 please."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("c1", "get_order", order_id="#W1000001")],
+        },
+        {"role": "assistant", "content": "Sorry, one moment."},
+        {"role": "user", "content": "Well?"},
+    ]
+    guard = make_guard()
+    first = guard.new_ledger()
+    once = compact(messages, first, keep_recent=9, guard=guard)  # repaired, nothing summarised
+    assert len(once.messages) == len(messages) + 1
+    again = guard.new_ledger()
+    compact(once.messages, again, keep_recent=9, guard=guard)
+    for ledger in (first, again):
+        assert [(e.value, e.verified) for e in ledger.entries()] == [("#W1000001", False)]
+
+
 # -- summarisers ----------------------------------------------------------------------------
 
 

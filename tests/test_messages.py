@@ -380,6 +380,29 @@ def test_a_call_with_no_result_mid_conversation_gets_an_error_result() -> None:
     assert read(written).repairs == []
 
 
+@pytest.mark.parametrize("shape", ["openai_chat", "openai_responses", "anthropic"])
+def test_an_inserted_error_result_reads_back_as_an_error(shape: Any) -> None:
+    """The result put in for an unanswered call is still a failure once written and read again."""
+    call = {
+        "openai_chat": CHAT[2],
+        "openai_responses": RESPONSES[3],
+        "anthropic": {"role": "assistant", "content": [ANTHROPIC[1]["content"][1]]},
+    }[shape]
+    messages = [
+        text_message(shape, "user", "Where is it?"),
+        call,
+        text_message(shape, "assistant", "One moment."),
+        text_message(shape, "user", "Well?"),
+    ]
+    repaired = read(messages, shape)
+    assert {r.problem for r in repaired.repairs} == {"unanswered_call"}
+    again = read(write(repaired), shape)
+    assert again.repairs == []
+    calls = again.calls()
+    assert calls
+    assert all(call.result is not None and call.result.error for call in calls)
+
+
 def test_pending_calls_at_the_end_are_left_alone() -> None:
     """Calls whose results have not arrived yet (nothing said after them) are not repaired."""
     transcript = read(CHAT[:3])
