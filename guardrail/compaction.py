@@ -42,6 +42,7 @@ from guardrail.messages import (
     read,
     strings,
     text_message,
+    write,
 )
 from guardrail.summarise import (
     DEFAULT_SUMMARY_CHARS,
@@ -286,7 +287,7 @@ def _compact(
         stop = len(transcript.messages) if fresh else cut
         harvested = _harvest(transcript, start, stop, ledger, guard, fresh=fresh)
     count, label = _counter(tokens)
-    originals = [m.raw for m in transcript.messages]
+    originals = write(transcript)
     audit = guard.audit if guard is not None else Audit()
     if cut == start and earlier is None:
         unchanged = _unchanged(

@@ -35,7 +35,7 @@ from guardrail.guard import Guard
 from guardrail.harvest import harvest
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.messages import Shape, default_role, read, strings, text_message
+from guardrail.messages import Shape, default_role, read, strings, text_message, write
 from guardrail.summarise import extractive_summary
 from guardrail.testing.arguments import has_token
 
@@ -160,7 +160,7 @@ def plain_compact(
     while lead < len(transcript.messages) and transcript.messages[lead].role == "system":
         lead += 1
     cut = choose_cut(transcript, lead, keep_recent)
-    originals = [message.raw for message in transcript.messages]
+    originals = write(transcript)
     part = originals[lead:cut]
     summary = ""
     output = originals
