@@ -231,7 +231,8 @@ def compact(
     (bounded by ``summary_chars``). ``role`` is the role of the compacted
     message (``system``, or ``user`` for Anthropic). ``tokens`` counts the
     tokens of a text (default: tiktoken where installed, else chars/4).
-    A list with nothing to summarise comes back as it is.
+    A list with nothing to summarise comes back as it is, but for the error
+    results put in for unanswered calls (listed in the report's ``repairs``).
     """
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
