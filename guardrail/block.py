@@ -146,8 +146,10 @@ def _parse_line(line: str) -> BlockLine | None:
                 fields["last"] = int(m.group(1))
             elif part.startswith("status: "):
                 fields["status"] = part[len("status: ") :]
-            elif part in ("unverified", "pinned"):
-                fields["verified" if part == "unverified" else "pinned"] = part == "pinned"
+            elif part == "unverified":
+                fields["verified"] = False
+            elif part == "pinned":
+                fields["pinned"] = True
     elif note:
         return None
     return BlockLine(role, str(value), **fields)

@@ -10,9 +10,10 @@ the recent turns, all in the shape the messages came in.
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
@@ -41,6 +42,7 @@ from guardrail.messages import (
     read,
     strings,
     text_message,
+    write,
 )
 from guardrail.summarise import (
     DEFAULT_SUMMARY_CHARS,
@@ -142,18 +144,18 @@ def choose_cut(transcript: Transcript, start: int, keep_recent: int) -> int:
     else:
         cut = turns[-keep_recent].start
     starts = [turn.start for turn in turns]
-    moved = True
-    while moved:
-        moved = False
-        for message in messages[start:cut]:
-            for call in message.calls:
-                if call.result is None or call.result.index >= cut:
-                    cut = max(s for s in starts if s <= call.index)
-                    moved = True
-                    break
-            if moved:
-                break
+    while (at := _first_open_call(messages, start, cut)) is not None:
+        cut = starts[bisect.bisect_right(starts, at) - 1]  # the start of that call's turn
     return cut
+
+
+def _first_open_call(messages: Sequence[Message], start: int, cut: int) -> int | None:
+    """Index of the first call in ``messages[start:cut]`` whose result is not before ``cut``."""
+    for message in messages[start:cut]:
+        for call in message.calls:
+            if call.result is None or call.result.index >= cut:
+                return call.index
+    return None
 
 
 def _harvest(
@@ -176,13 +178,10 @@ def _harvest(
             call = result.call
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
-            value = result.data if result.data is not None else result.text
+            value = result.value
             if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
                 continue
-            arguments = call.arguments if isinstance(call.arguments, Mapping) else {}
-            guard.record(
-                spec.name, arguments, value, error=result.error, call_id=call.id, ledger=ledger
-            )
+            guard.record(spec.name, call.arguments, value, call_id=call.id, ledger=ledger)
             recorded += 1
     return recorded
 
@@ -232,7 +231,8 @@ def compact(
     (bounded by ``summary_chars``). ``role`` is the role of the compacted
     message (``system``, or ``user`` for Anthropic). ``tokens`` counts the
     tokens of a text (default: tiktoken where installed, else chars/4).
-    A list with nothing to summarise comes back as it is.
+    A list with nothing to summarise comes back as it is, but for the error
+    results put in for unanswered calls (listed in the report's ``repairs``).
     """
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
@@ -288,7 +288,7 @@ def _compact(
         stop = len(transcript.messages) if fresh else cut
         harvested = _harvest(transcript, start, stop, ledger, guard, fresh=fresh)
     count, label = _counter(tokens)
-    originals = [m.raw for m in transcript.messages]
+    originals = write(transcript)
     audit = guard.audit if guard is not None else Audit()
     if cut == start and earlier is None:
         unchanged = _unchanged(
@@ -305,7 +305,7 @@ def _compact(
         out, done = masker.mask(text)
         if done:
             masked.count += len(done)
-            masked.roles.update([role for _, role in done])
+            masked.roles.update(named for _, named in done)
         masked.strings += 1
         masked.chars += len(text)
         return out

@@ -107,8 +107,13 @@ class Masker:
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
         pieces = _runs(text)
+        return self._spans(text, pieces, self._more_spans(text, pieces))
+
+    def _spans(
+        self, text: str, pieces: list[str], more: list[tuple[int, int, str]]
+    ) -> list[tuple[int, int, str]]:
+        """:meth:`spans`, given ``_runs(text)`` and the :meth:`_more_spans` of ``text``."""
         found = self._exact.spans(text, pieces)
-        more = self._more_spans(text, pieces)
         if not found and not more:
             return []
         refs = [
@@ -137,11 +142,11 @@ class Masker:
 
     def roles_in(self, text: str) -> set[str]:
         """The roles of the identifiers in ``text`` (the roles of :meth:`spans`)."""
-        extra = not self._plain and (
-            not self._words_only or bool(self._more_spans(text, _runs(text)))
-        )
-        if extra:
-            return {role for _, _, role in self.spans(text)}
+        if not self._plain:
+            pieces = _runs(text)
+            more = self._more_spans(text, pieces)
+            if more or not self._words_only:
+                return {role for _, _, role in self._spans(text, pieces, more)}
         # Every value is one word: the values written are the text's words that are values,
         # unless one is written inside a [role] reference, which is never masked.
         whole = self._exact.whole
@@ -154,21 +159,27 @@ class Masker:
 
     def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
         """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
-        if self._words_only:
+        runs_of_text: list[str] | None = None
+        more: list[tuple[int, int, str]] = []
+        if not self._plain:
+            runs_of_text = _runs(text)
+            more = self._more_spans(text, runs_of_text)
+        if self._words_only and not more:
             # Every exact form is one word: replace the words that are values, in place,
             # unless another written form (any case, a normalised spelling) is there too.
             whole = self._exact.whole
             # Words shorter than every value are left in the pieces between: fewer pieces.
             pieces = (self._long_ascii if text.isascii() else self._long).split(text)
-            if self._plain or not self._more_spans(text, _runs(text)):
-                runs = pieces[1::2]
-                if whole.keys().isdisjoint(runs):
-                    return text, []
-                written = list(compress(runs, map(whole.__contains__, runs)))
-                if "[" not in text or not self._in_references(text, written):
-                    pieces[1::2] = map(self._masked.get, runs, runs)
-                    return "".join(pieces), [(word, whole[word]) for word in written]
-        spans = self.spans(text)
+            runs = pieces[1::2]
+            if whole.keys().isdisjoint(runs):
+                return text, []
+            written = list(compress(runs, map(whole.__contains__, runs)))
+            if "[" not in text or not self._in_references(text, written):
+                pieces[1::2] = map(self._masked.get, runs, runs)
+                return "".join(pieces), [(word, whole[word]) for word in written]
+        if runs_of_text is None:
+            runs_of_text = _runs(text)
+        spans = self._spans(text, runs_of_text, more)
         if not spans:
             return text, []
         out, done, at = [], [], 0

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -73,6 +73,11 @@ class Result:
     index: int
     name: str | None = None
     call: Call | None = None
+
+    @property
+    def value(self) -> Any:
+        """What a record of this result harvests: its JSON value, else its text."""
+        return self.data if self.data is not None else self.text
 
 
 @dataclass(eq=False)
@@ -193,7 +198,10 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
 
 
 def content_text(content: Any) -> str | None:
-    """The text of a content field: a string, or the text parts of a list; None for neither."""
+    """The text of a content field: a string, the text parts of a list, "" for no content.
+
+    None for content of any other type.
+    """
     if content is None:
         return ""
     if isinstance(content, str):
@@ -259,25 +267,31 @@ def _call_id(value: Any, index: int, what: str) -> str:
 def _tool_content(
     content: Any, index: int, repairs: list[Repair], given: Any = None
 ) -> tuple[str, Any]:
-    """Text and JSON value of a tool result's content, repairing content that is plain data."""
+    """Text and JSON value of a tool result's content, repairing content that is plain data.
+
+    Text, a list of parts and ``None`` are read as text. Anything else (a list
+    holding data is data too) is written as JSON (as ``str()`` where it is not
+    JSON) and is the result's value, unless ``given`` (a parsed ``result``) is.
+    """
     if type(content) is str:  # the usual case
         return content, _result_value(content, given)
-    if content is None or isinstance(content, (str, list)):
-        if isinstance(content, list) and not all(
-            isinstance(p, (str, Mapping)) and (isinstance(p, str) or "type" in p) for p in content
-        ):
-            repairs.append(Repair("non_string_content", index, "a list of data read as JSON"))
-            return json.dumps(content, ensure_ascii=False), content
+    if content is None or isinstance(content, str) or _parts(content):
         text = _text(content, index)
         return text, _result_value(text, given)
-    repairs.append(
-        Repair("non_string_content", index, f"{type(content).__name__} content read as JSON")
-    )
+    what = "a list of data" if isinstance(content, list) else f"{type(content).__name__} content"
+    repairs.append(Repair("non_string_content", index, f"{what} read as JSON"))
     try:
         text = json.dumps(content, ensure_ascii=False)
     except (TypeError, ValueError):
         text = str(content)
     return text, content if given is None else given
+
+
+def _parts(content: Any) -> bool:
+    """Whether ``content`` is a list of content parts (strings, or blocks with a type)."""
+    return isinstance(content, list) and all(
+        isinstance(p, str) or (isinstance(p, Mapping) and "type" in p) for p in content
+    )
 
 
 def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
@@ -286,7 +300,10 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
         call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
         text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
-        result = Result(call_id, text, data, bool(raw.get("error")), index, name)
+        # Chat has no error field but the corpus's "error"; a result put in for an
+        # unanswered call is known by its text.
+        error = bool(raw.get("error")) or text == _MISSING_RESULT
+        result = Result(call_id, text, data, error, index, name)
         return Message("tool", text, raw, results=[result])
     if role not in _CHAT_ROLES:
         raise TranscriptError(
@@ -310,13 +327,7 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
                 index,
             )
         )
-    content = raw.get("content")
-    if content is not None and not isinstance(content, (str, list)):
-        raise TranscriptError(
-            f"content must be a string or a list of parts, not {type(content).__name__}",
-            index=index,
-        )
-    return Message(_CHAT_ROLES[role], _text(content, index), raw, calls=calls)
+    return Message(_CHAT_ROLES[role], _text(raw.get("content"), index), raw, calls=calls)
 
 
 def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
@@ -457,12 +468,18 @@ def text_message(shape: Shape, role: str, text: str) -> dict[str, Any]:
 
 
 def result_message(shape: Shape, call_id: str, text: str, *, error: bool) -> dict[str, Any]:
-    """A tool result answering ``call_id`` in ``shape``."""
+    """A tool result answering ``call_id`` in ``shape``.
+
+    A failure is marked with Anthropic's ``is_error`` and with Responses'
+    ``status: "incomplete"``. Chat completions has no such field: there the
+    text has to say it (the reader knows the text of an inserted result).
+    """
     if shape == "anthropic":
         block = {"type": "tool_result", "tool_use_id": call_id, "content": text, "is_error": error}
         return {"role": "user", "content": [block]}
     if shape == "openai_responses":
-        return {"type": "function_call_output", "call_id": call_id, "output": text}
+        item = {"type": "function_call_output", "call_id": call_id, "output": text}
+        return {**item, "status": "incomplete"} if error else item
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
@@ -485,7 +502,7 @@ _SHAPED = frozenset(
 )
 
 
-def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
+def map_text(raw: Any, fn: Callable[[str], str], left: list[str] | None = None) -> Any:
     """A copy of one message with ``fn`` applied to every string of content, arguments or results.
 
     Roles, types, call ids and tool names are left alone, so pairing and
@@ -497,7 +514,7 @@ def map_text(raw: Any, fn: Any, left: list[str] | None = None) -> Any:
     return _structure(raw, fn, left)
 
 
-def _structure(value: Any, fn: Any, left: list[str] | None) -> Any:
+def _structure(value: Any, fn: Callable[[str], str], left: list[str] | None) -> Any:
     if type(value) is dict or isinstance(value, Mapping):
         if _SHAPED.isdisjoint(value):
             return _data(value, fn)
@@ -536,7 +553,7 @@ def _nested(item: Any) -> bool:
     return isinstance(item, (Mapping, list))
 
 
-def _data(value: Any, fn: Any) -> Any:
+def _data(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return fn(value)
     if value is None or type(value) in _SCALARS:

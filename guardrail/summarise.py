@@ -24,6 +24,7 @@ DEFAULT_SUMMARY_CHARS = 3000
 _LINE_CHARS = 240
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _OPEN_BRACKET = re.compile(r"\[[^\]]*$")
+_SINCE = "Since then:"  # heads the new lines after an earlier summary's
 
 INSTRUCTIONS = """\
 You compact the earlier part of a conversation between a user and an agent that calls tools.
@@ -110,7 +111,8 @@ def _assemble(earlier: list[str], lines: list[str], open_items: list[str], budge
     room = budget - _size(open_part)
     if earlier and lines:
         kept_earlier = _fit(earlier, room // 2)
-        kept_lines = ["Since then:", *_fit(lines, room - _size(kept_earlier) - 12)]
+        room -= _size(kept_earlier) + _size([_SINCE])
+        kept_lines = [_SINCE, *_fit(lines, room)]
     else:
         kept_earlier, kept_lines = _fit(earlier, room), _fit(lines, room)
     return "\n".join([*kept_earlier, *kept_lines, *open_part])

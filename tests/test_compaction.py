@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 import math
 import re
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Ledger, TranscriptError
+from guardrail.audit import SilentLogger
 from guardrail.block import BLOCK_HEADER, ledger_block, parse_block, render_block, restore
 from guardrail.compaction import compact, extractive_summary, model_summariser
 from guardrail.harvest import Found
@@ -26,19 +25,11 @@ from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
 from guardrail.testing import SideBySide
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
-
-
-def quiet() -> Any:
-    """A logger that lets only errors through (the corpus sweep records thousands of results)."""
-    return structlog.wrap_logger(
-        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
-    )
+from .conftest import AIRLINE_MANIFEST, need_corpus
 
 
 def make_guard(capacity: int = 1000, logger: Any = None) -> Guard:
-    guard = Guard(capacity=capacity, logger=logger if logger is not None else quiet())
+    guard = Guard(capacity=capacity, logger=logger if logger is not None else SilentLogger())
     guard.add_kind(
         "order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"], examples=["#W0000000"]
     )
@@ -372,7 +363,7 @@ def test_the_summariser_sees_roles_never_values_in_any_written_form() -> None:
 
 def test_masking_is_word_boundary_aware_and_longest_first() -> None:
     """W12 is not masked inside W123; with both in the ledger each gets its own role."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("code")
     guard.declare("codes", produces={"[*]": "code"}, effect="read")
     messages = [
@@ -393,7 +384,7 @@ def test_masking_is_word_boundary_aware_and_longest_first() -> None:
 
 def test_a_case_insensitive_kind_masks_any_case() -> None:
     """A kind whose normaliser casefolds masks every case of its values."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("email", normalize="email")
     guard.declare("whois", produces={"email": "email"}, effect="read")
     messages = [
@@ -593,18 +584,22 @@ def test_other_shapes_come_back_in_their_shape(shape: Shape) -> None:
 def test_report_counts_messages_identifiers_and_tokens() -> None:
     """Messages, identifiers and tokens before and after are reported."""
     guard = make_guard()
-    report = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard).report
+    out = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard)
+    report = out.report
     assert (report.messages_before, report.messages_after) == (12, 4)
     assert (report.identifiers_before, report.identifiers_after) == (3, 3)
     assert report.ledger_entries == 3
     assert report.token_estimate in ("chars/4", "tiktoken:o200k_base")
     assert report.tokens_before > 0
+    if report.token_estimate == "chars/4":  # tiktoken absent: the counts are exact
+        assert report.tokens_before == math.ceil(len(context(CONVERSATION)) / 4)
+        assert report.tokens_after == math.ceil(len(context(out.messages)) / 4)
     assert report.to_dict()["summarised"] == 9
 
 
 def test_identifiers_are_counted_in_every_string_of_the_context() -> None:
     """Ids only in structure (a call id, a key) and values spanning lines count as before."""
-    guard = Guard(logger=quiet())
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("code")
     guard.declare("codes", produces={"[*]": "code"}, effect="read")
     messages = [
@@ -662,6 +657,28 @@ def test_malformed_transcripts_error_or_repair_through_compact() -> None:
     assert [(r.problem, r.index) for r in report.repairs] == [("unanswered_call", 2)]
 
 
+def test_a_call_that_never_answered_verifies_nothing_when_read_again() -> None:
+    """The error result put in for an unanswered call is still a failure in the list returned."""
+    messages = [
+        {"role": "user", "content": "Cancel #W1000001 please."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("c1", "get_order", order_id="#W1000001")],
+        },
+        {"role": "assistant", "content": "Sorry, one moment."},
+        {"role": "user", "content": "Well?"},
+    ]
+    guard = make_guard()
+    first = guard.new_ledger()
+    once = compact(messages, first, keep_recent=9, guard=guard)  # repaired, nothing summarised
+    assert len(once.messages) == len(messages) + 1
+    again = guard.new_ledger()
+    compact(once.messages, again, keep_recent=9, guard=guard)
+    for ledger in (first, again):
+        assert [(e.value, e.verified) for e in ledger.entries()] == [("#W1000001", False)]
+
+
 # -- summarisers ----------------------------------------------------------------------------
 
 
@@ -691,6 +708,25 @@ def test_extractive_summary_is_bounded() -> None:
     assert "lines left out" in text
     with pytest.raises(GuardrailUsageError):
         extractive_summary(long, {}, max_chars=10)
+
+
+def test_extractive_summary_after_an_earlier_one_is_bounded_too() -> None:
+    """With an earlier summary first, both parts share max_chars; the earlier one leads."""
+    earlier = "\n".join(f"- User: old request {i} " + "x" * 60 for i in range(40))
+    new = [
+        msg
+        for i in range(40)
+        for msg in (
+            {"role": "user", "content": f"New request {i}: " + "please " * 20},
+            {"role": "assistant", "content": f"Answer {i}."},
+        )
+    ]
+    messages = [{"role": "system", "content": f"{SUMMARY_HEADER}\n{earlier}"}, *new]
+    text = extractive_summary(messages, {}, max_chars=1000)
+    assert len(text) <= 1000
+    assert text.startswith("- User: old request 0 ")
+    assert "\nSince then:\n- User: New request 0: " in text
+    assert "New request 39" in text
 
 
 def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
@@ -852,11 +888,10 @@ def test_compaction_invariants_over_random_transcripts(
 
 
 def corpus() -> list[list[dict[str, Any]]]:
-    with TRACES.open() as lines:
+    with need_corpus().open() as lines:
         return [json.loads(line)["messages"] for line in lines]
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_corpus_identifiers_stay_available_after_compaction(
     corpus_side_by_side: SideBySide,
 ) -> None:
@@ -868,7 +903,8 @@ def test_corpus_identifiers_stay_available_after_compaction(
     every later recorded call, each identifier argument whose value an
     earlier tool result produced must be present verbatim: always after
     compact() from a fresh ledger, not always after the plain summary (no
-    ledger, no masking). ``pytest -s`` prints the table.
+    ledger, no masking). ``pytest -s`` prints the table. The fixture skips
+    without the corpus.
     """
     found = corpus_side_by_side  # shared with the README check: computed once
     print(
@@ -882,7 +918,6 @@ def test_corpus_identifiers_stay_available_after_compaction(
     assert found.plain < found.required
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_corpus_live_sessions_lose_nothing_either() -> None:
     """Compacting with a live session's ledger (nothing re-recorded) keeps every id too.
 
@@ -890,9 +925,10 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
     (user turns observed, calls checked, results recorded as they come),
     compacted with a copy of the live ledger before every assistant turn.
     """
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml", logger=quiet())
+    conversations = corpus()[:40]
+    guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=SilentLogger())
     checked = 0
-    for number, messages in enumerate(corpus()[:40]):
+    for number, messages in enumerate(conversations):
         transcript = read(messages)
         with guard.session(f"live-{number}") as ledger:
             for position, message in enumerate(transcript.messages):
@@ -909,10 +945,12 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
                 for call_ in message.calls:
                     guard.check(call_.name, call_.arguments)
                 for result_ in message.results:
-                    data = result_.data if result_.data is not None else result_.text
                     assert result_.call is not None
                     guard.record(
-                        result_.name or "", result_.call.arguments, data, error=result_.error
+                        result_.name or "",
+                        result_.call.arguments,
+                        result_.value,
+                        error=result_.error,
                     )
     print(f"\n40 live sessions: {checked} ledger values checked after compaction")
     assert checked > 1000

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
 import re
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
-import structlog
 
 from guardrail import Guard, GuardrailUsageError
+from guardrail.audit import SilentLogger
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.messages import strings
 from guardrail.testing import (
@@ -26,17 +24,13 @@ from guardrail.testing import (
 )
 from guardrail.testing.lossy import PLAIN_HEADER
 
-ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT.parent / "shared" / "corpus" / "tau-airline" / "traces.jsonl"
+from .conftest import AIRLINE_MANIFEST, need_corpus
 
 ORDERS = [f"W{1000000 + n}" for n in range(40)]
 
 
 def make_guard() -> Guard:
-    logger = structlog.wrap_logger(
-        structlog.PrintLogger(), wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
-    )
-    guard = Guard(logger=logger)
+    guard = Guard(logger=SilentLogger())
     guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
     guard.declare("list_orders", produces={"orders[*]": "order"}, effect="read")
     guard.declare("cancel_order", ids={"order_id": "order"}, effect="write")
@@ -205,12 +199,12 @@ def test_strategies_plug_into_replay() -> None:
     assert (plain.ids, plain.present) == (1, 0)
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_strategies_on_corpus_traces_through_replay() -> None:
     """Through replay on 30 recorded conversations, guardrail keeps every id the context had."""
-    guard = Guard.from_manifest(ROOT / "examples" / "tau_airline.toml")
+    traces = need_corpus()
+    guard = Guard.from_manifest(AIRLINE_MANIFEST)
     both = strategies(guard, keep_recent=1)
-    report = replay(TRACES, guard, limit=30, classes=(), compaction=both)
+    report = replay(traces, guard, limit=30, classes=(), compaction=both)
     guarded, plain = report.availability["guardrail"], report.availability["plain summary"]
     assert guarded.ids == plain.ids > 100
     assert guarded.present == guarded.ids

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -23,8 +22,7 @@ from guardrail.messages import (
     write,
 )
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-TRACES = CORPUS / "tau-airline" / "traces.jsonl"
+from .conftest import need_corpus
 
 
 def _args(order: str) -> str:
@@ -264,6 +262,14 @@ def test_corpus_style_keeps_parsed_result_and_error() -> None:
     assert second.data is None
 
 
+def test_a_results_value_is_its_json_else_its_text() -> None:
+    """Result.value (what a record harvests) is the parsed JSON, or the text when not JSON."""
+    transcript = read(RESPONSES)
+    parsed, plain = (m.results[0] for m in transcript.messages[5:7])
+    assert parsed.value == {"order_id": "W1000001"}
+    assert plain.value == "no user"
+
+
 def test_a_reused_call_id_answers_the_latest_open_call() -> None:
     """A call id used again after its result pairs with the new call, not the old one."""
     transcript = read(CORPUS_STYLE)
@@ -341,6 +347,26 @@ def test_non_string_content_of_a_tool_result_is_read_as_json_and_reported() -> N
     assert write(transcript) == messages
 
 
+def test_a_tool_result_holding_a_list_of_data_is_repaired_like_other_data() -> None:
+    """A list of data as tool content: a parsed `result` still wins, and no item makes it raise."""
+    messages = copy.deepcopy(CHAT)
+    messages[3]["content"] = [{"order_id": "W1000002"}]
+    messages[3]["result"] = {"order_id": "W1000002", "status": "shipped"}
+    odd = object()
+    messages[4]["content"] = [1, odd]
+    transcript = read(messages)
+    given, unwritable = (m.results[0] for m in transcript.messages[3:5])
+    assert given.data == {"order_id": "W1000002", "status": "shipped"}
+    assert given.text == '[{"order_id": "W1000002"}]'
+    assert unwritable.data == [1, odd]
+    assert unwritable.text == str([1, odd])
+    assert [(r.problem, r.index, r.detail) for r in transcript.repairs] == [
+        ("non_string_content", 3, "a list of data read as JSON"),
+        ("non_string_content", 4, "a list of data read as JSON"),
+    ]
+    assert write(transcript) == messages
+
+
 def test_a_call_with_no_result_mid_conversation_gets_an_error_result() -> None:
     """An unanswered call followed by more talk is repaired with an error result, reported."""
     messages = [CHAT[0], CHAT[1], CHAT[2], CHAT[4], CHAT[5], CHAT[6]]  # call_2 never answered
@@ -352,6 +378,29 @@ def test_a_call_with_no_result_mid_conversation_gets_an_error_result() -> None:
     for call in transcript.calls():
         assert call.result is not None
     assert read(written).repairs == []
+
+
+@pytest.mark.parametrize("shape", ["openai_chat", "openai_responses", "anthropic"])
+def test_an_inserted_error_result_reads_back_as_an_error(shape: Any) -> None:
+    """The result put in for an unanswered call is still a failure once written and read again."""
+    call = {
+        "openai_chat": CHAT[2],
+        "openai_responses": RESPONSES[3],
+        "anthropic": {"role": "assistant", "content": [ANTHROPIC[1]["content"][1]]},
+    }[shape]
+    messages = [
+        text_message(shape, "user", "Where is it?"),
+        call,
+        text_message(shape, "assistant", "One moment."),
+        text_message(shape, "user", "Well?"),
+    ]
+    repaired = read(messages, shape)
+    assert {r.problem for r in repaired.repairs} == {"unanswered_call"}
+    again = read(write(repaired), shape)
+    assert again.repairs == []
+    calls = again.calls()
+    assert calls
+    assert all(call.result is not None and call.result.error for call in calls)
 
 
 def test_pending_calls_at_the_end_are_left_alone() -> None:
@@ -473,11 +522,10 @@ def test_new_messages_are_readable_in_their_shape(shape: Any) -> None:
 # -- the corpus -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason=f"corpus not found at {TRACES}")
 def test_every_corpus_trace_round_trips_and_pairs() -> None:
     """All 200 recorded conversations read, pair every call with its result and write back."""
     reused = 0
-    with TRACES.open() as lines:
+    with need_corpus().open() as lines:
         for line in lines:
             messages = json.loads(line)["messages"]
             transcript = read(messages)

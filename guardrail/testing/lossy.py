@@ -35,8 +35,9 @@ from guardrail.guard import Guard
 from guardrail.harvest import harvest
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.messages import Shape, default_role, read, strings, text_message
+from guardrail.messages import Shape, default_role, read, strings, text_message, write
 from guardrail.summarise import extractive_summary
+from guardrail.testing.arguments import has_token
 
 FATES = ("drop", "generalise", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
@@ -67,11 +68,17 @@ class LossySummariser:
         kinds: Mapping[str, Kind] | None = None,
         base: Summariser | None = None,
     ) -> None:
-        rates = (drop, generalise, truncate, mutate)
+        #: Each failure mode's probability, in the order :meth:`fate` draws them.
+        self.rates = {
+            "drop": drop,
+            "generalise": generalise,
+            "truncate": truncate,
+            "mutate": mutate,
+        }
+        rates = self.rates.values()
         if any(not 0 <= rate <= 1 for rate in rates) or sum(rates) > 1 + 1e-9:
             raise GuardrailUsageError("each rate is within 0..1 and together they are at most 1")
         self.seed = seed
-        self.rates = dict(zip(FATES, rates, strict=False))
         self.kinds = {name: kind for name, kind in (kinds or {}).items() if kind.has_pattern}
         self.base = base
 
@@ -153,7 +160,7 @@ def plain_compact(
     while lead < len(transcript.messages) and transcript.messages[lead].role == "system":
         lead += 1
     cut = choose_cut(transcript, lead, keep_recent)
-    originals = [message.raw for message in transcript.messages]
+    originals = write(transcript)
     part = originals[lead:cut]
     summary = ""
     output = originals
@@ -313,8 +320,7 @@ def _produced_before(
             spec = guard.specs.get(result.name or "")
             if spec is None or result.error:
                 continue
-            value = result.data if result.data is not None else result.text
-            seen.update((f.kind, f.key) for f in harvest(spec, value, guard.kinds).found)
+            seen.update((f.kind, f.key) for f in harvest(spec, result.value, guard.kinds).found)
     return out
 
 
@@ -338,17 +344,5 @@ def _id_arguments(
 def _present(values: Sequence[str], messages: Sequence[Any]) -> int:
     """How many of ``values`` appear in ``messages`` verbatim as whole tokens."""
     text = "\n".join(strings(list(messages)))
-    found = {value for value in set(values) if _whole_token_in(text, value)}
+    found = {value for value in set(values) if has_token(text, value)}
     return sum(value in found for value in values)
-
-
-def _whole_token_in(text: str, value: str) -> bool:
-    at = text.find(value)
-    while at >= 0:
-        end = at + len(value)
-        before = text[at - 1] if at else " "
-        after = text[end] if end < len(text) else " "
-        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-            return True
-        at = text.find(value, at + 1)
-    return False
