@@ -154,6 +154,7 @@ def test_as_call_reads_what_agents_return() -> None:
     assert as_call({"name": "t", "arguments": '{"a": 1}'}) == ("t", {"a": 1})
     assert as_call({"name": "t"}) == ("t", {})
     assert as_call({"name": "t", "arguments": "{oops"}) == ("t", "{oops")
+    assert as_call({"name": "t", "arguments": "[1]"}) == ("t", "[1]")  # JSON, but no object
     with pytest.raises(GuardrailUsageError, match="or None for no call"):
         as_call(["t", {}])
 

@@ -670,11 +670,12 @@ def test_an_agent_that_misbehaves_is_an_error_of_use() -> None:
         run(*opening(), agent="not an agent")
 
 
-def test_agent_arguments_that_are_not_json_are_refused_as_malformed() -> None:
+@pytest.mark.parametrize("arguments", ["{oops", "[1]"])
+def test_agent_arguments_that_are_not_json_are_refused_as_malformed(arguments: str) -> None:
     """An agent's arguments given as text that is not a JSON object differ, and are refused."""
 
     def agent(messages: Any, tools: Any) -> Any:
-        return {"name": "refund", "arguments": "{oops"}
+        return {"name": "refund", "arguments": arguments}
 
     report = run(*later_refund(), classes=(), agent=agent)
     recorded = report.total.agent_recorded

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
 import re
 import sys
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from guardrail.block import BLOCK_HEADER, parse_block
+from guardrail.check import parse_arguments
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.ledger import Ledger
@@ -340,12 +340,17 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def _arguments(raw: Any) -> Any:
+    """Arguments as an object: JSON object text parsed, none or blank text as ``{}``.
+
+    Any other text (not JSON, or JSON that is not an object) is kept as it is,
+    for the replay to count as unreadable.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
     if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw  # kept as text: the replay counts it as unreadable
-    return raw if raw is not None else {}
+        parsed = parse_arguments(raw)
+        return raw if parsed is None else parsed
+    return raw
 
 
 _OPENAI_FIELDS = {
