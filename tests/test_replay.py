@@ -670,9 +670,9 @@ def test_an_agent_that_misbehaves_is_an_error_of_use() -> None:
         run(*opening(), agent="not an agent")
 
 
-@pytest.mark.parametrize("arguments", ["{oops", "[1]"])
-def test_agent_arguments_that_are_not_json_are_refused_as_malformed(arguments: str) -> None:
-    """An agent's arguments given as text that is not a JSON object differ, and are refused."""
+@pytest.mark.parametrize("arguments", ["{oops", "[1]", [1], 7])
+def test_agent_arguments_that_are_not_json_are_refused_as_malformed(arguments: Any) -> None:
+    """An agent's arguments that are not a JSON object (as text or not) differ, and are refused."""
 
     def agent(messages: Any, tools: Any) -> Any:
         return {"name": "refund", "arguments": arguments}

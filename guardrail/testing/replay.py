@@ -417,7 +417,7 @@ class _Run:
         verdict = None
         if other is None:
             diff.no_call += base is not None
-        elif isinstance(other[1], (Mapping, str)):  # text that is not JSON: the guard says so
+        else:  # arguments that are no object too: the guard refuses them as malformed
             ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
             verdict = self.guard.check(other[0], other[1], ledger=ledger)
         if verdict is not None and not verdict.allowed:
