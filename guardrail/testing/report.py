@@ -16,7 +16,7 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -79,6 +79,21 @@ def _add_examples(into: list[Example], more: Iterable[Example], cap: int) -> Non
         into.append(example)
 
 
+def _merge_counts(into: Any, other: Any, cap: int) -> None:
+    """Add ``other``'s fields to ``into``'s (both of one class whose every field is a count).
+
+    Numbers add up, ``Counter`` fields merge and example lists fill up to ``cap``.
+    """
+    for item in fields(into):
+        mine, theirs = getattr(into, item.name), getattr(other, item.name)
+        if isinstance(mine, Counter):
+            mine.update(theirs)
+        elif isinstance(mine, list):
+            _add_examples(mine, theirs, cap)
+        else:
+            setattr(into, item.name, mine + theirs)
+
+
 @dataclass
 class ClassStats:
     """Detection for one corruption class.
@@ -102,13 +117,7 @@ class ClassStats:
 
     def merge(self, other: ClassStats, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        self.variants += other.variants
-        self.refused += other.refused
-        self.collisions += other.collisions
-        self.collisions_refused += other.collisions_refused
-        self.not_applicable += other.not_applicable
-        self.findings.update(other.findings)
-        _add_examples(self.misses, other.misses, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, the rate, the findings of refused variants and missed examples."""
@@ -175,9 +184,7 @@ class Availability:
 
     def merge(self, other: Availability, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        for name in _AVAILABILITY_COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        _add_examples(self.misses, other.misses, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts and the rates."""
@@ -193,17 +200,6 @@ class Availability:
             "not_in_context": self.not_in_context,
             "misses": [m.to_dict() for m in self.misses],
         }
-
-
-_AVAILABILITY_COUNTS = (
-    "compactions",
-    "ids",
-    "present",
-    "evicted",
-    "other_ids",
-    "other_present",
-    "not_in_context",
-)
 
 
 @dataclass
@@ -254,32 +250,17 @@ class AgentDiff:
 
     def merge(self, other: AgentDiff, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        for name in _AGENT_COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        _add_examples(self.examples, other.examples, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, the rate and examples of differences."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in _AGENT_COUNTS}
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "examples"
+        }
         out["differing"] = self.differing
         out["rate"] = self.rate
         out["examples"] = [e.to_dict() for e in self.examples]
         return out
-
-
-_AGENT_COUNTS = (
-    "calls",
-    "same",
-    "ids",
-    "changed",
-    "other_ids",
-    "other_changed",
-    "added",
-    "no_call",
-    "refused",
-    "allowed",
-    "incomplete",
-)
 
 
 @dataclass
