@@ -559,38 +559,13 @@ class ReplayReport:
 
     def _files_table(self) -> Table:
         table = Table(title="Per trace file", title_justify="left", show_footer=len(self.files) > 1)
-        columns = (
-            ("file", "total"),
-            ("traces", _n(self.total.traces)),
-            ("calls", _n(self.total.calls)),
-            ("refused", _n(self.total.refused)),
-            ("false refusals", self._false_cell(self.total)),
-            ("detected", _pct(_overall(self.total))),
-            ("unknown tools", _n(sum(self.total.unknown_tools.values()))),
-            ("malformed", _n(len(self.total.malformed))),
-        )
-        for index, (name, footer) in enumerate(columns):
-            if index == 0:
-                table.add_column(name, footer=footer, overflow="fold")
-            else:
-                table.add_column(name, footer=footer, justify="right")
+        table.add_column("file", footer="total", overflow="fold")
+        names = ("traces", "calls", "refused", "false refusals", "detected", "unknown tools")
+        for name, footer in zip((*names, "malformed"), _file_cells(self.total), strict=True):
+            table.add_column(name, footer=footer, justify="right")
         for stats in self.files:
-            _row(
-                table,
-                stats.path,
-                _n(stats.traces),
-                _n(stats.calls),
-                _n(stats.refused),
-                self._false_cell(stats),
-                _pct(_overall(stats)),
-                _n(sum(stats.unknown_tools.values())),
-                _n(len(stats.malformed)),
-            )
+            _row(table, stats.path, *_file_cells(stats))
         return table
-
-    @staticmethod
-    def _false_cell(stats: Stats) -> str:
-        return f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)"
 
     def _false_refusals(self) -> Table:
         total = self.total
@@ -821,6 +796,19 @@ class ReplayReport:
 def _row(table: Table, *cells: str) -> None:
     """Add a row of plain text: identifiers and roles in brackets are not rich markup."""
     table.add_row(*(Text(cell) for cell in cells))
+
+
+def _file_cells(stats: Stats) -> tuple[str, ...]:
+    """The cells of a file's row (or of the total) in the per-file table."""
+    return (
+        _n(stats.traces),
+        _n(stats.calls),
+        _n(stats.refused),
+        f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)",
+        _pct(_overall(stats)),
+        _n(sum(stats.unknown_tools.values())),
+        _n(len(stats.malformed)),
+    )
 
 
 def _overall(stats: Stats) -> float | None:
