@@ -138,7 +138,6 @@ LEDGER: Final = "ledger"  # an earlier successful tool result produced it, and t
 EVICTED: Final = "evicted"  # a tool result produced it, but the ledger evicted it (capacity)
 OTHER: Final = "other"  # in the context, from no tool result: typed by the user or the agent
 ABSENT: Final = "absent"  # nowhere in the context before the call: invented
-ORIGINS: Final[tuple[str, ...]] = (LEDGER, EVICTED, OTHER, ABSENT)
 
 #: The definition the availability and agent-diff tables state.
 REQUIRED_IDS: Final = (
