@@ -650,18 +650,19 @@ class ReplayReport:
         table.caption_justify = "left"
         return table
 
-    def _rows_by_file(self) -> list[tuple[str, Stats]]:
-        """(label, stats) for the total and, when there are several files, each file first."""
-        rows = [(stats.path, stats) for stats in self.files] if len(self.files) > 1 else []
-        return [*rows, ("total", self.total)]
+    def _strategy_rows(self, table: Table, names: list[str]) -> list[tuple[list[str], Stats]]:
+        """Add a strategy table's columns; return its rows to fill, as (leading cells, stats).
 
-    def _columns(self, table: Table, names: list[str]) -> bool:
-        """A strategy table's columns (led by the file where there are several); whether it is."""
+        Where there are several files, a file column leads and each file has
+        its rows before the total's; else the rows are the total's alone.
+        """
         by_file = len(self.files) > 1
         for name in ["file", *names] if by_file else names:
             left = name in ("file", "strategy")
             table.add_column(name, justify="left" if left else "right", overflow="fold")
-        return by_file
+        if not by_file:
+            return [([], self.total)]
+        return [*(([stats.path], stats) for stats in self.files), (["total"], self.total)]
 
     def _availability(self) -> Table | Text:
         if not self.total.availability:
@@ -672,23 +673,15 @@ class ReplayReport:
             "each recorded call): its identifier arguments still in the context, verbatim",
             title_justify="left",
         )
-        by_file = self._columns(
-            table,
-            [
-                "strategy",
-                "ledger ids",
-                "present",
-                "rate",
-                "evicted",
-                "other ids",
-                "present",
-                "rate",
-            ],
-        )
-        for label, stats in self._rows_by_file():
+        names = [
+            *("strategy", "ledger ids", "present", "rate"),
+            *("evicted", "other ids", "present", "rate"),
+        ]
+        for lead, stats in self._strategy_rows(table, names):
             for name, avail in stats.availability.items():
-                cells = [label] if by_file else []
-                cells += [
+                _row(
+                    table,
+                    *lead,
                     name,
                     _n(avail.ids),
                     _n(avail.present),
@@ -697,8 +690,7 @@ class ReplayReport:
                     _n(avail.other_ids),
                     _n(avail.other_present),
                     _pct(avail.other_rate),
-                ]
-                _row(table, *cells)
+                )
         absent = max(a.not_in_context for a in self.total.availability.values())
         table.caption = Text(
             f"{REQUIRED_IDS[0].upper()}{REQUIRED_IDS[1:]}. Evicted: produced by a tool result "
@@ -727,17 +719,15 @@ class ReplayReport:
             show_edge=False,
             pad_edge=False,
         )
-        by_file = self._columns(
-            table,
-            [
-                *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
-                *("refused", "allowed", "incom-\nplete", "no\ncall"),
-            ],
-        )
-        for label, stats in self._rows_by_file():
+        names = [
+            *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
+            *("refused", "allowed", "incom-\nplete", "no\ncall"),
+        ]
+        for lead, stats in self._strategy_rows(table, names):
             for name, diff in stats.agent.items():
-                cells = [label] if by_file else []
-                cells += [
+                _row(
+                    table,
+                    *lead,
                     name,
                     _n(diff.same),
                     _n(diff.ids),
@@ -748,8 +738,7 @@ class ReplayReport:
                     _n(diff.allowed),
                     _n(diff.incomplete),
                     _n(diff.no_call),
-                ]
-                _row(table, *cells)
+                )
         table.caption = Text(
             "Changed: identifier arguments not carried unchanged (another value, left out, or "
             "no call). A call that differs is refused by the guard, allowed though it carries "
