@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from guardrail.audit import SilentLogger
-from guardrail.check import Verdict
+from guardrail.check import Finding, Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.harvest import harvest
@@ -102,9 +102,6 @@ def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
     return files
 
 
-# -- text of a context ------------------------------------------------------------------------
-
-
 # -- the replay of one trace ------------------------------------------------------------------
 
 
@@ -165,7 +162,7 @@ class _Run:
             if pending.verdict is not None and not pending.verdict.allowed:
                 stats.refused_no_result += 1
 
-    def _example(self, index: int, tool: str, label: str, findings: Iterable[Any]) -> Example:
+    def _example(self, index: int, tool: str, label: str, findings: Iterable[Finding]) -> Example:
         return Example(
             trace=self.trace.id,
             path=self.trace.path,
@@ -173,7 +170,7 @@ class _Run:
             message=index,
             tool=tool,
             label=label,
-            findings=tuple(f.to_dict() if hasattr(f, "to_dict") else f for f in findings),
+            findings=tuple(f.to_dict() for f in findings),
         )
 
     def _call(self, index: int, call: ToolCall) -> None:
