@@ -308,6 +308,10 @@ class _Run:
             return LEDGER if held else EVICTED
         return OTHER if has_token(before, leaf.text) else ABSENT
 
+    def _ledger_copy(self) -> Ledger:
+        """The ledger as it stands, for what may change it (a check, a compaction strategy)."""
+        return Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
+
     def _turn(self, index: int, message: Message) -> None:
         """Before a recorded call: compact the conversation so far, count, ask the agent."""
         context = self.trace.openai_messages(stop=index)
@@ -325,8 +329,7 @@ class _Run:
         contexts: dict[str, list[Any]] = {}
         for name, strategy in self.compaction.items():
             avail = self.stats.availability.setdefault(name, Availability())
-            ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
-            compacted = list(strategy([dict(m) for m in context], ledger))
+            compacted = list(strategy([dict(m) for m in context], self._ledger_copy()))
             contexts[name] = compacted
             after = "\n".join(strings(compacted))
             avail.compactions += 1
@@ -415,8 +418,7 @@ class _Run:
         if other is None:
             diff.no_call += base is not None
         else:  # arguments that are no object too: the guard refuses them as malformed
-            ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
-            verdict = self.guard.check(other[0], other[1], ledger=ledger)
+            verdict = self.guard.check(other[0], other[1], ledger=self._ledger_copy())
         if verdict is not None and not verdict.allowed:
             diff.refused += 1
             problems = dict.fromkeys(f.problem for f in verdict.findings if f.enforced)
