@@ -51,7 +51,14 @@ from guardrail.testing.report import (
     ReplayReport,
     Stats,
 )
-from guardrail.testing.traces import Message, ToolCall, Trace, TraceFile, load_trace_file
+from guardrail.testing.traces import (
+    Malformed,
+    Message,
+    ToolCall,
+    Trace,
+    TraceFile,
+    load_trace_file,
+)
 
 #: ``(messages so far, ledger) -> the context the agent would see``. The messages are OpenAI
 #: chat-completions dicts; the ledger is a copy the strategy may change.
@@ -448,6 +455,16 @@ class _Run:
         return [] if spec is None else list(leaves(spec, self.guard.kinds, call[1]))
 
 
+def _stats(
+    path: str, examples: int, classes: Sequence[str], malformed: Iterable[Malformed] = ()
+) -> Stats:
+    """Empty counts, with the detection classes in the order asked."""
+    stats = Stats(path=path, max_examples=examples, malformed=list(malformed))
+    for name in classes:
+        stats.detection_for(name)
+    return stats
+
+
 def _agent_name(agent: Agent) -> str:
     module = getattr(agent, "__module__", None)
     name = getattr(agent, "__qualname__", None) or type(agent).__name__
@@ -567,9 +584,7 @@ def replay(
     per_file: list[Stats] = []
     done = 0
     for file, group in zip(files, planned, strict=True):
-        stats = Stats(path=file.path, max_examples=examples, malformed=list(file.malformed))
-        for name in classes:
-            stats.detection_for(name)
+        stats = _stats(file.path, examples, classes, file.malformed)
         for trace in group:
             _Run(
                 guard,
@@ -585,9 +600,7 @@ def replay(
             if progress is not None:
                 progress(done, total_traces)
         per_file.append(stats)
-    total = Stats(path="total", max_examples=examples)
-    for name in classes:
-        total.detection_for(name)
+    total = _stats("total", examples, classes)
     for stats in per_file:
         total.merge(stats)
     settings = {
