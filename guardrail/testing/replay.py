@@ -142,6 +142,8 @@ class _Run:
         self.variants = variants
         self.compaction = compaction
         self.agent = agent
+        # Whether each model turn is stopped at: to compact, to ask the agent, or both.
+        self.turns = bool(compaction) or agent is not None
         # A seed per trace: a trace's variants do not depend on which traces ran before it.
         self.rng = random.Random(f"{seed}:{trace.id}")
         self.ledger = guard.new_ledger(trace.id)
@@ -158,7 +160,7 @@ class _Run:
             if message.role == "user":
                 self.guard.observe_user(message.content, ledger=self.ledger)
             elif message.role == "assistant" and message.tool_calls:
-                if self.compaction or self.agent is not None:
+                if self.turns:
                     self._turn(index, message)
                 for call in message.tool_calls:
                     self._call(index, call)
@@ -245,7 +247,7 @@ class _Run:
             )
         if not message.error:
             self.outputs.append(message.content)
-            if spec is not None and (self.compaction or self.agent is not None):
+            if spec is not None and self.turns:
                 try:
                     found = harvest(spec, message.output, self.guard.kinds).found
                 except Exception:  # a failing normaliser: record() logged it, nothing produced
