@@ -395,9 +395,7 @@ class _Run:
         diff.calls += 1
         base_leaves = self._call_leaves(base)
         other_leaves = {leaf.place: leaf for leaf in self._call_leaves(other)}
-        same_tool = (base is None) == (other is None) and (
-            base is None or other is None or base[0] == other[0]
-        )
+        same_tool = _tool(base) == _tool(other)  # both making no call is the same too
         readable = other is None or isinstance(other[1], Mapping)
         changes: list[str] = []
         other_value = False  # the other call carries a different value somewhere (not a gap)
@@ -441,7 +439,7 @@ class _Run:
             diff.incomplete += 1
             judged = "incomplete"
         if len(diff.examples) < self.stats.max_examples:
-            tool = other[0] if other is not None else base[0] if base is not None else ""
+            tool = _tool(other if other is not None else base) or ""
             if not same_tool:
                 changes.insert(0, f"{_name(base)} -> {_name(other)}")
             if not readable:
@@ -471,6 +469,10 @@ def _agent_name(agent: Agent) -> str:
     module = getattr(agent, "__module__", None)
     name = getattr(agent, "__qualname__", None) or type(agent).__name__
     return f"{module}:{name}" if module else name
+
+
+def _tool(call: tuple[str, Any] | None) -> str | None:
+    return None if call is None else call[0]
 
 
 def _name(call: tuple[str, Any] | None) -> str:
