@@ -36,7 +36,7 @@ from guardrail.ledger import Ledger
 from guardrail.messages import strings
 from guardrail.testing.agents import Agent, Intent, as_call, takes_intent, tool_definitions
 from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
-from guardrail.testing.corruption import ALL_CLASSES, Context, collision, corrupt
+from guardrail.testing.corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.testing.report import (
     ABSENT,
     EVICTED,
@@ -287,7 +287,7 @@ class _Run:
                     verdict = guard.check(
                         call.name, with_value(arguments, leaf, variant), ledger=ledger
                     )
-                    hit = None if name == "same_kind" else collision(variant, context)
+                    hit = None if name == SAME_KIND else collision(variant, context)
                     if hit is not None:
                         counts.collisions += 1
                         counts.collisions_refused += not verdict.allowed
