@@ -201,6 +201,27 @@ def test_unknown_tools_unreadable_arguments_and_orphans_are_counted() -> None:
     assert total.refused == 0
 
 
+def test_the_result_of_a_call_with_unreadable_arguments_is_recorded() -> None:
+    """Ids a tool returned enter the ledger even when its call's arguments were not JSON."""
+    report = run(
+        user("hi"),
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "function": {"name": "list_orders", "arguments": "{oops"}}],
+        },
+        result("c1", {"orders": [{"order_id": o} for o in ORDERS]}),
+        call("c2", "describe", {"order_id": ORDERS[0]}),
+        result("c2", {}),
+        classes=(),
+        compaction=lambda messages, ledger: messages,
+    )
+    total = report.total
+    assert total.unreadable_arguments == 1
+    assert (total.refused, sum(total.false_refusals.values())) == (0, 0)
+    avail = report.availability["compaction"]
+    assert (avail.ids, avail.present, avail.evicted) == (1, 1, 0)
+
+
 def test_malformed_lines_reach_the_report(tmp_path: Path) -> None:
     """Lines a trace file could not read are listed, with their line, in the report."""
     path = tmp_path / "t.jsonl"

@@ -236,10 +236,10 @@ class _Run:
                 self.stats.add_false_refusal(reason, example)
         call = pending.call
         spec = self.guard.specs.get(call.name)
-        if spec is not None and call.arguments is not None:
+        if spec is not None:  # arguments that could not be read too: the result is real
             self.guard.record(
                 call.name,
-                call.arguments,
+                call.arguments or {},
                 message.output,
                 error=message.error,
                 call_id=call.id,
