@@ -598,6 +598,10 @@ def mutate(value: str, rng: random.Random) -> str:
     return value[:position] + value[position + 1 :]
 
 
+#: One refused call, timed as a statement: ``c`` the customer id, ``v`` the order id.
+_CHECK = "guard.check('refund', {'customer_id': c, 'order_id': v}, ledger=ledger)"
+
+
 def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
     guard = make_guard(mode="reprompt")
     guarded_tools(guard)
@@ -609,19 +613,16 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
     known = set(orders)
     unknown = next(v for v in ids(rng, "ord_", 10, 10) if v not in known)
     target = orders[len(orders) // 2]
-    mutated = mutate(target, rng)
-    for value, problem in ((unknown, "unknown"), (mutated, "mutated")):
+    probes = {"unknown": unknown, "mutated": mutate(target, rng)}
+    for problem, value in probes.items():
         verdict = guard.check("refund", {"customer_id": customer, "order_id": value}, ledger=ledger)
         found = verdict.findings[0].problem if verdict.findings else "allowed"
         if found != problem:
             raise SystemExit(f"refused-path set-up is wrong: {value!r} gave {found}, not {problem}")
     env = {"guard": guard, "ledger": ledger, "c": customer}
     cases = {
-        f"{problem} id, ledger {size:,} (guard.check)": sync_runner(
-            "guard.check('refund', {'customer_id': c, 'order_id': v}, ledger=ledger)",
-            {**env, "v": value},
-        )
-        for value, problem in ((unknown, "unknown"), (mutated, "mutated"))
+        f"{problem} id, ledger {size:,} (guard.check)": sync_runner(_CHECK, {**env, "v": value})
+        for problem, value in probes.items()
     }
     times = interleaved(cases, rounds=sizes.slow_rounds, sample=sizes.sample * 5)
     rows = [Row(name, samples) for name, samples in times.items()]
@@ -631,10 +632,8 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
             once(functools.partial(naive_nearest, value, orders), rounds=sizes.naive_rounds),
             unit="ms",
         )
-        for value, problem in ((unknown, "unknown"), (mutated, "mutated"))
+        for problem, value in probes.items()
     ]
-    for row in rows:
-        row.unit = "µs"
     # A growing conversation: new ids arrived since the last refusal, so the near-miss
     # index has new keys to take in before it can answer.
     grown = [ids(rng, "ord_", 11, sizes.growth) for _ in range(sizes.slow_rounds)]
@@ -694,16 +693,13 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
     # The refusal against every ledger size, for the scaling curve.
     curve: list[tuple[int, float]] = []
     for step in sizes.ledgers:
-        small = fill(guard, customers, orders[: step - 1]) if step <= size else None
-        if small is None:
+        if step > size:
             continue
+        small = fill(guard, customers, orders[: step - 1])
         probe = mutate(orders[(step - 1) // 2], rng)
         # The first refusal builds the near-miss index; time the ones after it.
         guard.check("refund", {"customer_id": customer, "order_id": probe}, ledger=small)
-        run = sync_runner(
-            "guard.check('refund', {'customer_id': c, 'order_id': v}, ledger=ledger)",
-            {"guard": guard, "ledger": small, "c": customer, "v": probe},
-        )
+        run = sync_runner(_CHECK, {"guard": guard, "ledger": small, "c": customer, "v": probe})
         curve.append(
             (step, statistics.median(interleaved({"x": run}, rounds=3, sample=sizes.sample)["x"]))
         )
