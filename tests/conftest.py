@@ -19,10 +19,15 @@ AIRLINE_TRACES = CORPUS / "tau-airline" / "traces.jsonl"
 AIRLINE_MANIFEST = REPO / "examples" / "tau_airline.toml"
 
 
+_NO_CORPUS = f"the shared corpus is absent ({AIRLINE_TRACES} not found)"
+#: Marks a test that reads the airline traces: skipped, saying why, when they are absent.
+needs_corpus = pytest.mark.skipif(not AIRLINE_TRACES.exists(), reason=_NO_CORPUS)
+
+
 def need_corpus() -> Path:
     """The airline traces, or a skip saying why they are missing."""
     if not AIRLINE_TRACES.exists():
-        pytest.skip(f"the shared corpus is absent ({AIRLINE_TRACES} not found)")
+        pytest.skip(_NO_CORPUS)
     return AIRLINE_TRACES
 
 

@@ -28,8 +28,7 @@ from guardrail.testing.agents import (
     tool_definitions,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
+from .conftest import AIRLINE_MANIFEST as MANIFEST
 
 BOOKING = {
     "user_id": "mia_li_3668",

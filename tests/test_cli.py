@@ -12,13 +12,10 @@ import pytest
 
 from guardrail.cli import USAGE_ERROR, main
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-TAU = CORPUS / "tau-airline" / "traces.jsonl"
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
-needs_corpus = pytest.mark.skipif(
-    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
-)
+from .conftest import AIRLINE_MANIFEST as MANIFEST
+from .conftest import AIRLINE_TRACES as TAU
+from .conftest import REPO, need_corpus, needs_corpus
+
 MUTATIONS = ("substituted", "transposed", "deleted", "inserted")
 
 
@@ -65,9 +62,8 @@ def corpus_report() -> dict[str, Any]:
     summary's, keep_recent 0) before each of the 1,164 recorded calls, and the reference agent
     asked on each context.
     """
-    if not TAU.exists():
-        pytest.skip(f"the shared corpus is not at {TAU}")
-    command = [sys.executable, "-m", "guardrail", "replay", str(TAU), "--manifest", str(MANIFEST)]
+    command = [sys.executable, "-m", "guardrail", "replay", str(need_corpus())]
+    command += ["--manifest", str(MANIFEST)]
     options = ["--compact", "--keep-recent", "0", "--agent", REFERENCE_AGENT]
     capture = subprocess.run(
         [*command, *options, "--json", "--no-progress"],
@@ -425,7 +421,7 @@ def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixtur
 
     The full sweep with compaction and the reference agent, in process (about ten seconds).
     """
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]

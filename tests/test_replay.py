@@ -22,13 +22,9 @@ from guardrail.testing import (
     trace_from_messages,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-TAU = CORPUS / "tau-airline" / "traces.jsonl"
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
-needs_corpus = pytest.mark.skipif(
-    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
-)
+from .conftest import AIRLINE_MANIFEST as MANIFEST
+from .conftest import AIRLINE_TRACES as TAU
+from .conftest import needs_corpus
 
 SHOP: dict[str, Any] = {
     "kinds": {
