@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -92,3 +93,26 @@ ORDERS = {
         {"order_id": "#W2378156", "status": "pending"},
     ]
 }
+
+
+# -- recorded conversations in the corpus shape, for replay tests ----------------------------
+
+
+def user(text: str) -> dict[str, Any]:
+    """A user message."""
+    return {"role": "user", "content": text}
+
+
+def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """An assistant message making one tool call; ``arguments`` as given (an object, or text)."""
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+    }
+
+
+def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
+    """The tool message answering ``call_id``; an output that is not text is written as JSON."""
+    text = output if isinstance(output, str) else json.dumps(output)
+    return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}

@@ -24,7 +24,7 @@ from guardrail.testing import (
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
-from .conftest import needs_corpus
+from .conftest import call, needs_corpus, result, user
 
 SHOP: dict[str, Any] = {
     "kinds": {
@@ -51,23 +51,6 @@ SHOP: dict[str, Any] = {
 }
 CUS = "cus_ab12cd"
 ORDERS = ["ord_8F3kQ2xM", "ord_3Tq7Lm2P"]
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
-
-
-def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
-    text = output if isinstance(output, str) else json.dumps(output)
-    return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}
 
 
 def opening() -> list[dict[str, Any]]:
