@@ -467,11 +467,15 @@ def test_corpus_replay() -> None:
     report.assert_detection(0.99)
 
 
-def test_in_memory_traces_and_files_mix() -> None:
+def test_in_memory_traces_and_files_mix(tmp_path: Path) -> None:
     """Trace objects and files can be replayed together; loose traces form one entry."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "f", "messages": opening()}) + "\n", encoding="utf-8")
     traces: list[Trace] = [trace_from_messages(opening(), id="a")]
-    report = replay(traces, SHOP)
-    assert [f.path for f in report.files] == ["<memory>"]
+    assert [f.path for f in replay(traces, SHOP).files] == ["<memory>"]
+    mixed = replay([traces[0], path, trace_from_messages(opening(), id="b")], SHOP)
+    assert [(f.path, f.traces) for f in mixed.files] == [(str(path), 1), ("<memory>", 2)]
+    assert mixed.total.traces == 3
 
 
 _JSON = st.recursive(
