@@ -14,7 +14,7 @@ from guardrail.cli import USAGE_ERROR, main
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
-from .conftest import REPO, need_corpus, needs_corpus
+from .conftest import REPO, call, need_corpus, needs_corpus, result, user
 
 MUTATIONS = ("substituted", "transposed", "deleted", "inserted")
 
@@ -28,15 +28,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, st
 def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
     """A short airline conversation, in the corpus shape."""
     messages = [
-        {"role": "user", "content": "I am mia_li_3668, please cancel my trip"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
-            ],
-        },
-        {
+        user("I am mia_li_3668, please cancel my trip"),
+        call("c1", "get_user_details", {"user_id": "mia_li_3668"}),
+        {  # as the corpus records it: the tool's name, its parsed result and the error flag
             "role": "tool",
             "tool_call_id": "c1",
             "name": "get_user_details",
@@ -192,14 +186,7 @@ def test_malformed_lines_and_unknown_tools_are_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bad lines and calls of undeclared tools are counted in the JSON, and the run succeeds."""
-    extra: list[dict[str, Any]] = [
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": "c2", "name": "teleport", "arguments": '{"to": "mars"}'}],
-        },
-        {"role": "tool", "tool_call_id": "c2", "content": "Error: no", "error": True},
-    ]
+    extra = [call("c2", "teleport", '{"to": "mars"}'), result("c2", "Error: no", error=True)]
     path = _small_trace(tmp_path, extra)
     with path.open("a", encoding="utf-8") as handle:
         handle.write("{broken\n")
@@ -257,20 +244,10 @@ def test_agent_option_runs_the_agent_and_prints_the_diff(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--agent loads module:callable, implies --compact, and the tables show the diff."""
-    extra: list[dict[str, Any]] = [
-        {"role": "user", "content": "cancel it"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "c2",
-                    "name": "cancel_reservation",
-                    "arguments": {"reservation_id": "NO6JO3"},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c2", "content": "{}", "result": {}, "error": False},
+    extra = [
+        user("cancel it"),
+        call("c2", "cancel_reservation", {"reservation_id": "NO6JO3"}),
+        result("c2", {}),
     ]
     path = _small_trace(tmp_path, extra)
     code, out, err = _run(
