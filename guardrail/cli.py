@@ -45,26 +45,16 @@ def _classes(text: str) -> list[str]:
 
 def _depths(text: str) -> list[int]:
     """``0`` or ``0,1,2``: turns kept raw by each compaction."""
-    depths = []
-    for part in text.split(","):
-        try:
-            depth = int(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{part.strip()!r} is not a whole number (give K, or a list like 0,1,2)"
-            ) from None
-        if depth < 0:
-            raise argparse.ArgumentTypeError(f"must be at least 0, not {depth}")
-        depths.append(depth)
-    return depths
+    depth = _count(0, hint=" (give K, or a list like 0,1,2)")
+    return [depth(part.strip()) for part in text.split(",")]
 
 
-def _count(minimum: int) -> Callable[[str], int]:
+def _count(minimum: int, *, hint: str = "") -> Callable[[str], int]:
     def count(text: str) -> int:
         try:
             number = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number{hint}") from None
         if number < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {number}")
         return number

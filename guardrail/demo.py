@@ -32,11 +32,11 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from guardrail.block import BLOCK_HEADER, parse_block
 from guardrail.compaction import CompactionReport, compact
 from guardrail.guard import Guard
 from guardrail.ledger import Ledger
 from guardrail.spec import Id
+from guardrail.testing.agents import ledger_values
 from guardrail.testing.lossy import LossySummariser, plain_compact
 from guardrail.tool import Rejection
 
@@ -204,22 +204,13 @@ def _context_text(context: Sequence[dict[str, Any]]) -> str:
     return "\n".join(str(m.get("content") or "") for m in context)
 
 
-def _block_values(context: Sequence[dict[str, Any]]) -> dict[str, str]:
-    for index, message in enumerate(context):
-        text = str(message.get("content") or "")
-        if text.startswith(BLOCK_HEADER + "\n"):
-            lines, _, _ = parse_block(text.partition("\n\n")[0], index)
-            return {line.role: line.value for line in lines}
-    return {}
-
-
 def scripted_agent(context: Sequence[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The next call, read from the context as a model would: the last order it mentions.
 
     An order is an order id, or a ``[role]`` that the ID LEDGER block in the
     context (if there is one) resolves to an order id.
     """
-    roles = _block_values(context)
+    roles = ledger_values(context)
     text = _context_text(context)
     body = text.partition("\n\n")[2] if roles else text  # the summary, past the block
     mentions = []

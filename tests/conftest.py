@@ -6,6 +6,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import structlog
@@ -19,10 +20,15 @@ AIRLINE_TRACES = CORPUS / "tau-airline" / "traces.jsonl"
 AIRLINE_MANIFEST = REPO / "examples" / "tau_airline.toml"
 
 
+_NO_CORPUS = f"the shared corpus is absent ({AIRLINE_TRACES} not found)"
+#: Marks a test that reads the airline traces: skipped, saying why, when they are absent.
+needs_corpus = pytest.mark.skipif(not AIRLINE_TRACES.exists(), reason=_NO_CORPUS)
+
+
 def need_corpus() -> Path:
     """The airline traces, or a skip saying why they are missing."""
     if not AIRLINE_TRACES.exists():
-        pytest.skip(f"the shared corpus is absent ({AIRLINE_TRACES} not found)")
+        pytest.skip(_NO_CORPUS)
     return AIRLINE_TRACES
 
 
@@ -87,3 +93,26 @@ ORDERS = {
         {"order_id": "#W2378156", "status": "pending"},
     ]
 }
+
+
+# -- recorded conversations in the corpus shape, for replay tests ----------------------------
+
+
+def user(text: str) -> dict[str, Any]:
+    """A user message."""
+    return {"role": "user", "content": text}
+
+
+def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    """An assistant message making one tool call; ``arguments`` as given (an object, or text)."""
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
+    }
+
+
+def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
+    """The tool message answering ``call_id``; an output that is not text is written as JSON."""
+    text = output if isinstance(output, str) else json.dumps(output)
+    return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}

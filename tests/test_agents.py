@@ -28,8 +28,7 @@ from guardrail.testing.agents import (
     tool_definitions,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
+from .conftest import AIRLINE_MANIFEST as MANIFEST
 
 BOOKING = {
     "user_id": "mia_li_3668",
@@ -154,6 +153,7 @@ def test_as_call_reads_what_agents_return() -> None:
     assert as_call({"name": "t", "arguments": '{"a": 1}'}) == ("t", {"a": 1})
     assert as_call({"name": "t"}) == ("t", {})
     assert as_call({"name": "t", "arguments": "{oops"}) == ("t", "{oops")
+    assert as_call({"name": "t", "arguments": "[1]"}) == ("t", "[1]")  # JSON, but no object
     with pytest.raises(GuardrailUsageError, match="or None for no call"):
         as_call(["t", {}])
 

@@ -12,13 +12,10 @@ import pytest
 
 from guardrail.cli import USAGE_ERROR, main
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-TAU = CORPUS / "tau-airline" / "traces.jsonl"
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
-needs_corpus = pytest.mark.skipif(
-    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
-)
+from .conftest import AIRLINE_MANIFEST as MANIFEST
+from .conftest import AIRLINE_TRACES as TAU
+from .conftest import REPO, call, need_corpus, needs_corpus, result, user
+
 MUTATIONS = ("substituted", "transposed", "deleted", "inserted")
 
 
@@ -31,15 +28,9 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, st
 def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> Path:
     """A short airline conversation, in the corpus shape."""
     messages = [
-        {"role": "user", "content": "I am mia_li_3668, please cancel my trip"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
-            ],
-        },
-        {
+        user("I am mia_li_3668, please cancel my trip"),
+        call("c1", "get_user_details", {"user_id": "mia_li_3668"}),
+        {  # as the corpus records it: the tool's name, its parsed result and the error flag
             "role": "tool",
             "tool_call_id": "c1",
             "name": "get_user_details",
@@ -65,9 +56,8 @@ def corpus_report() -> dict[str, Any]:
     summary's, keep_recent 0) before each of the 1,164 recorded calls, and the reference agent
     asked on each context.
     """
-    if not TAU.exists():
-        pytest.skip(f"the shared corpus is not at {TAU}")
-    command = [sys.executable, "-m", "guardrail", "replay", str(TAU), "--manifest", str(MANIFEST)]
+    command = [sys.executable, "-m", "guardrail", "replay", str(need_corpus())]
+    command += ["--manifest", str(MANIFEST)]
     options = ["--compact", "--keep-recent", "0", "--agent", REFERENCE_AGENT]
     capture = subprocess.run(
         [*command, *options, "--json", "--no-progress"],
@@ -196,14 +186,7 @@ def test_malformed_lines_and_unknown_tools_are_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Bad lines and calls of undeclared tools are counted in the JSON, and the run succeeds."""
-    extra: list[dict[str, Any]] = [
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": "c2", "name": "teleport", "arguments": '{"to": "mars"}'}],
-        },
-        {"role": "tool", "tool_call_id": "c2", "content": "Error: no", "error": True},
-    ]
+    extra = [call("c2", "teleport", '{"to": "mars"}'), result("c2", "Error: no", error=True)]
     path = _small_trace(tmp_path, extra)
     with path.open("a", encoding="utf-8") as handle:
         handle.write("{broken\n")
@@ -261,20 +244,10 @@ def test_agent_option_runs_the_agent_and_prints_the_diff(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """--agent loads module:callable, implies --compact, and the tables show the diff."""
-    extra: list[dict[str, Any]] = [
-        {"role": "user", "content": "cancel it"},
-        {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": "c2",
-                    "name": "cancel_reservation",
-                    "arguments": {"reservation_id": "NO6JO3"},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c2", "content": "{}", "result": {}, "error": False},
+    extra = [
+        user("cancel it"),
+        call("c2", "cancel_reservation", {"reservation_id": "NO6JO3"}),
+        result("c2", {}),
     ]
     path = _small_trace(tmp_path, extra)
     code, out, err = _run(
@@ -425,7 +398,7 @@ def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixtur
 
     The full sweep with compaction and the reference agent, in process (about ten seconds).
     """
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]

@@ -99,6 +99,12 @@ def test_transposed_swaps_two_neighbours() -> None:
     assert variant is not None
     assert sorted(variant) == sorted("HAT136")
     assert variant != "HAT136"
+    for seed in range(30):
+        variant = transposed("HAT136", _context(guard, "flight", seed=seed))
+        assert variant is not None
+        i, j = (k for k, (a, b) in enumerate(zip("HAT136", variant, strict=True)) if a != b)
+        assert j == i + 1
+        assert (variant[i], variant[j]) == ("HAT136"[j], "HAT136"[i])
     assert transposed("AAAA", _context(guard, "flight")) is None
 
 

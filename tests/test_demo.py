@@ -9,7 +9,7 @@ from rich.console import Console
 
 from guardrail import Ledger
 from guardrail.compaction import BLOCK_HEADER
-from guardrail.demo import LOSSY_SEED, lossy_summariser, plain_summary_context, run_demo
+from guardrail.demo import LOSSY_SEED, lossy_summariser, run_demo
 from guardrail.testing import LossySummariser
 
 RIGHT, WRONG = "ord_8F3kQ2xM", "ord_8F3kQ2xN"  # Dana's blender order; Lee's stand mixer order
@@ -106,7 +106,10 @@ def test_the_story_is_printed_in_order() -> None:
 def test_the_context_step_can_be_replaced() -> None:
     """A context step that keeps the conversation whole leads straight to the right refund."""
 
+    given: list[Ledger] = []
+
     def keep(conversation: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        given.append(ledger)
         return conversation
 
     console = _quiet()
@@ -114,5 +117,7 @@ def test_the_context_step_can_be_replaced() -> None:
     assert result.rejection is None
     assert [refund["order_id"] for refund in result.refunds] == [RIGHT]
     assert "A plain summary" not in console.file.getvalue()  # type: ignore[attr-defined]
-    assert plain_summary_context is not keep
+    # The step is asked once, with the session's ledger, and the agent sees what it returns.
+    assert given == [result.ledger]
+    assert result.context[1]["content"].startswith("Hi, the blender")
     assert lossy_summariser(result.ledger).seed == LOSSY_SEED

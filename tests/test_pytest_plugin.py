@@ -11,6 +11,8 @@ import pytest
 from guardrail.errors import GuardrailUsageError
 from guardrail.testing.pytest_plugin import expand
 
+from .conftest import call, result, user
+
 pytest_plugins = ["pytester"]
 
 MANIFEST = """
@@ -32,19 +34,9 @@ ids = { order_id = "order" }
 
 
 def _conversation(refund: str, note: str = "") -> dict[str, Any]:
-    def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-        }
-
-    def result(call_id: str, output: Any) -> dict[str, Any]:
-        return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(output)}
-
     return {
         "messages": [
-            {"role": "user", "content": "refund my order"},
+            user("refund my order"),
             call("c1", "list_orders", {}),
             result("c1", {"orders": [{"order_id": "ord_8F3kQ2xM"}]}),
             call("c2", "describe", {"order_id": "ord_8F3kQ2xM"}),

@@ -22,13 +22,9 @@ from guardrail.testing import (
     trace_from_messages,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus"
-TAU = CORPUS / "tau-airline" / "traces.jsonl"
-MANIFEST = ROOT / "examples" / "tau_airline.toml"
-needs_corpus = pytest.mark.skipif(
-    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
-)
+from .conftest import AIRLINE_MANIFEST as MANIFEST
+from .conftest import AIRLINE_TRACES as TAU
+from .conftest import call, needs_corpus, result, user
 
 SHOP: dict[str, Any] = {
     "kinds": {
@@ -55,23 +51,6 @@ SHOP: dict[str, Any] = {
 }
 CUS = "cus_ab12cd"
 ORDERS = ["ord_8F3kQ2xM", "ord_3Tq7Lm2P"]
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": "",
-        "tool_calls": [{"id": call_id, "name": name, "arguments": arguments}],
-    }
-
-
-def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
-    text = output if isinstance(output, str) else json.dumps(output)
-    return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}
 
 
 def opening() -> list[dict[str, Any]]:
@@ -199,6 +178,27 @@ def test_unknown_tools_unreadable_arguments_and_orphans_are_counted() -> None:
     assert total.calls == 4
     assert total.checked == 2
     assert total.refused == 0
+
+
+def test_the_result_of_a_call_with_unreadable_arguments_is_recorded() -> None:
+    """Ids a tool returned enter the ledger even when its call's arguments were not JSON."""
+    report = run(
+        user("hi"),
+        {
+            "role": "assistant",
+            "tool_calls": [{"id": "c1", "function": {"name": "list_orders", "arguments": "{oops"}}],
+        },
+        result("c1", {"orders": [{"order_id": o} for o in ORDERS]}),
+        call("c2", "describe", {"order_id": ORDERS[0]}),
+        result("c2", {}),
+        classes=(),
+        compaction=lambda messages, ledger: messages,
+    )
+    total = report.total
+    assert total.unreadable_arguments == 1
+    assert (total.refused, sum(total.false_refusals.values())) == (0, 0)
+    avail = report.availability["compaction"]
+    assert (avail.ids, avail.present, avail.evicted) == (1, 1, 0)
 
 
 def test_malformed_lines_reach_the_report(tmp_path: Path) -> None:
@@ -467,11 +467,15 @@ def test_corpus_replay() -> None:
     report.assert_detection(0.99)
 
 
-def test_in_memory_traces_and_files_mix() -> None:
+def test_in_memory_traces_and_files_mix(tmp_path: Path) -> None:
     """Trace objects and files can be replayed together; loose traces form one entry."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"id": "f", "messages": opening()}) + "\n", encoding="utf-8")
     traces: list[Trace] = [trace_from_messages(opening(), id="a")]
-    report = replay(traces, SHOP)
-    assert [f.path for f in report.files] == ["<memory>"]
+    assert [f.path for f in replay(traces, SHOP).files] == ["<memory>"]
+    mixed = replay([traces[0], path, trace_from_messages(opening(), id="b")], SHOP)
+    assert [(f.path, f.traces) for f in mixed.files] == [(str(path), 1), ("<memory>", 2)]
+    assert mixed.total.traces == 3
 
 
 _JSON = st.recursive(
@@ -670,11 +674,12 @@ def test_an_agent_that_misbehaves_is_an_error_of_use() -> None:
         run(*opening(), agent="not an agent")
 
 
-def test_agent_arguments_that_are_not_json_are_refused_as_malformed() -> None:
-    """An agent's arguments given as text that is not a JSON object differ, and are refused."""
+@pytest.mark.parametrize("arguments", ["{oops", "[1]", [1], 7])
+def test_agent_arguments_that_are_not_json_are_refused_as_malformed(arguments: Any) -> None:
+    """An agent's arguments that are not a JSON object (as text or not) differ, and are refused."""
 
     def agent(messages: Any, tools: Any) -> Any:
-        return {"name": "refund", "arguments": "{oops"}
+        return {"name": "refund", "arguments": arguments}
 
     report = run(*later_refund(), classes=(), agent=agent)
     recorded = report.total.agent_recorded

@@ -19,11 +19,8 @@ from guardrail.testing.traces import (
     trace_from_messages,
 )
 
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
-TAU = CORPUS / "tau-airline" / "traces.jsonl"
-needs_corpus = pytest.mark.skipif(
-    not TAU.exists(), reason=f"the shared corpus is not at {TAU} (checked out beside the repo)"
-)
+from .conftest import AIRLINE_TRACES as TAU
+from .conftest import needs_corpus
 
 OPENAI_MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You help with orders."},

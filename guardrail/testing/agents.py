@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import json
 import os
 import re
 import sys
@@ -38,10 +37,11 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from guardrail.block import BLOCK_HEADER, parse_block
+from guardrail.check import parse_arguments
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.ledger import Ledger
-from guardrail.messages import strings
+from guardrail.messages import content_text, strings
 from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES
 from guardrail.spec import ToolSpec
 from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
@@ -253,23 +253,17 @@ def reference_agent(
 def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
     """``{role: value}`` from the first ID LEDGER block in ``messages`` (empty when none)."""
     for index, message in enumerate(messages):
-        text = _text(message.get("content") if isinstance(message, Mapping) else None)
+        text = _text(message)
         if text.startswith(BLOCK_HEADER + "\n"):
             lines, _, _ = parse_block(text.partition("\n\n")[0], index)
             return {line.role: line.value for line in lines}
     return {}
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(
-            part["text"]
-            for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    return ""
+def _text(message: Any) -> str:
+    """The text of a message's content ("" for a message with none, or not a message)."""
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return content_text(content) or ""
 
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>|=]+")
@@ -340,12 +334,17 @@ def _field(obj: Any, name: str) -> Any:
 
 
 def _arguments(raw: Any) -> Any:
+    """Arguments as an object: JSON object text parsed, none or blank text as ``{}``.
+
+    Any other text (not JSON, or JSON that is not an object) is kept as it is,
+    for the replay to count as unreadable.
+    """
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
     if isinstance(raw, str):
-        try:
-            return json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            return raw  # kept as text: the replay counts it as unreadable
-    return raw if raw is not None else {}
+        parsed = parse_arguments(raw)
+        return raw if parsed is None else parsed
+    return raw
 
 
 _OPENAI_FIELDS = {
@@ -422,7 +421,7 @@ def anthropic_messages(
 
     for message in messages:
         role = message.get("role")
-        text = _text(message.get("content"))
+        text = _text(message)
         if role in ("system", "developer"):
             system.append(text)
         elif role == "tool":

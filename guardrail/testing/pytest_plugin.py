@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -38,7 +38,7 @@ class GuardrailReplay(Protocol):
     def __call__(
         self,
         traces: TraceSource | Iterable[TraceSource],
-        guard_or_manifest: Guard | str | os.PathLike[str] | dict[str, Any],
+        guard_or_manifest: Guard | str | os.PathLike[str] | Mapping[str, Any],
         **options: Any,
     ) -> ReplayReport: ...
 
@@ -70,7 +70,7 @@ def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
 
     def run(
         traces: TraceSource | Iterable[TraceSource],
-        guard_or_manifest: Guard | str | os.PathLike[str] | dict[str, Any],
+        guard_or_manifest: Guard | str | os.PathLike[str] | Mapping[str, Any],
         **options: Any,
     ) -> ReplayReport:
         nonlocal runs

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from guardrail.audit import SilentLogger
-from guardrail.check import Verdict
+from guardrail.check import Finding, Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.harvest import harvest
@@ -36,7 +36,7 @@ from guardrail.ledger import Ledger
 from guardrail.messages import strings
 from guardrail.testing.agents import Agent, Intent, as_call, takes_intent, tool_definitions
 from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
-from guardrail.testing.corruption import ALL_CLASSES, Context, collision, corrupt
+from guardrail.testing.corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.testing.report import (
     ABSENT,
     EVICTED,
@@ -51,7 +51,14 @@ from guardrail.testing.report import (
     ReplayReport,
     Stats,
 )
-from guardrail.testing.traces import Message, ToolCall, Trace, TraceFile, load_trace_file
+from guardrail.testing.traces import (
+    Malformed,
+    Message,
+    ToolCall,
+    Trace,
+    TraceFile,
+    load_trace_file,
+)
 
 #: ``(messages so far, ledger) -> the context the agent would see``. The messages are OpenAI
 #: chat-completions dicts; the ledger is a copy the strategy may change.
@@ -102,9 +109,6 @@ def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
     return files
 
 
-# -- text of a context ------------------------------------------------------------------------
-
-
 # -- the replay of one trace ------------------------------------------------------------------
 
 
@@ -138,6 +142,8 @@ class _Run:
         self.variants = variants
         self.compaction = compaction
         self.agent = agent
+        # Whether each model turn is stopped at: to compact, to ask the agent, or both.
+        self.turns = bool(compaction) or agent is not None
         # A seed per trace: a trace's variants do not depend on which traces ran before it.
         self.rng = random.Random(f"{seed}:{trace.id}")
         self.ledger = guard.new_ledger(trace.id)
@@ -154,7 +160,7 @@ class _Run:
             if message.role == "user":
                 self.guard.observe_user(message.content, ledger=self.ledger)
             elif message.role == "assistant" and message.tool_calls:
-                if self.compaction or self.agent is not None:
+                if self.turns:
                     self._turn(index, message)
                 for call in message.tool_calls:
                     self._call(index, call)
@@ -165,7 +171,7 @@ class _Run:
             if pending.verdict is not None and not pending.verdict.allowed:
                 stats.refused_no_result += 1
 
-    def _example(self, index: int, tool: str, label: str, findings: Iterable[Any]) -> Example:
+    def _example(self, index: int, tool: str, label: str, findings: Iterable[Finding]) -> Example:
         return Example(
             trace=self.trace.id,
             path=self.trace.path,
@@ -173,7 +179,7 @@ class _Run:
             message=index,
             tool=tool,
             label=label,
-            findings=tuple(f.to_dict() if hasattr(f, "to_dict") else f for f in findings),
+            findings=tuple(f.to_dict() for f in findings),
         )
 
     def _call(self, index: int, call: ToolCall) -> None:
@@ -230,10 +236,10 @@ class _Run:
                 self.stats.add_false_refusal(reason, example)
         call = pending.call
         spec = self.guard.specs.get(call.name)
-        if spec is not None and call.arguments is not None:
+        if spec is not None:  # arguments that could not be read too: the result is real
             self.guard.record(
                 call.name,
-                call.arguments,
+                call.arguments or {},
                 message.output,
                 error=message.error,
                 call_id=call.id,
@@ -241,7 +247,7 @@ class _Run:
             )
         if not message.error:
             self.outputs.append(message.content)
-            if spec is not None and (self.compaction or self.agent is not None):
+            if spec is not None and self.turns:
                 try:
                     found = harvest(spec, message.output, self.guard.kinds).found
                 except Exception:  # a failing normaliser: record() logged it, nothing produced
@@ -281,7 +287,7 @@ class _Run:
                     verdict = guard.check(
                         call.name, with_value(arguments, leaf, variant), ledger=ledger
                     )
-                    hit = None if name == "same_kind" else collision(variant, context)
+                    hit = None if name == SAME_KIND else collision(variant, context)
                     if hit is not None:
                         counts.collisions += 1
                         counts.collisions_refused += not verdict.allowed
@@ -311,6 +317,10 @@ class _Run:
             return LEDGER if held else EVICTED
         return OTHER if has_token(before, leaf.text) else ABSENT
 
+    def _ledger_copy(self) -> Ledger:
+        """The ledger as it stands, for what may change it (a check, a compaction strategy)."""
+        return Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
+
     def _turn(self, index: int, message: Message) -> None:
         """Before a recorded call: compact the conversation so far, count, ask the agent."""
         context = self.trace.openai_messages(stop=index)
@@ -328,8 +338,7 @@ class _Run:
         contexts: dict[str, list[Any]] = {}
         for name, strategy in self.compaction.items():
             avail = self.stats.availability.setdefault(name, Availability())
-            ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
-            compacted = list(strategy([dict(m) for m in context], ledger))
+            compacted = list(strategy([dict(m) for m in context], self._ledger_copy()))
             contexts[name] = compacted
             after = "\n".join(strings(compacted))
             avail.compactions += 1
@@ -386,9 +395,7 @@ class _Run:
         diff.calls += 1
         base_leaves = self._call_leaves(base)
         other_leaves = {leaf.place: leaf for leaf in self._call_leaves(other)}
-        same_tool = (base is None) == (other is None) and (
-            base is None or other is None or base[0] == other[0]
-        )
+        same_tool = _tool(base) == _tool(other)  # both making no call is the same too
         readable = other is None or isinstance(other[1], Mapping)
         changes: list[str] = []
         other_value = False  # the other call carries a different value somewhere (not a gap)
@@ -417,9 +424,8 @@ class _Run:
         verdict = None
         if other is None:
             diff.no_call += base is not None
-        elif isinstance(other[1], (Mapping, str)):  # text that is not JSON: the guard says so
-            ledger = Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
-            verdict = self.guard.check(other[0], other[1], ledger=ledger)
+        else:  # arguments that are no object too: the guard refuses them as malformed
+            verdict = self.guard.check(other[0], other[1], ledger=self._ledger_copy())
         if verdict is not None and not verdict.allowed:
             diff.refused += 1
             problems = dict.fromkeys(f.problem for f in verdict.findings if f.enforced)
@@ -433,7 +439,7 @@ class _Run:
             diff.incomplete += 1
             judged = "incomplete"
         if len(diff.examples) < self.stats.max_examples:
-            tool = other[0] if other is not None else base[0] if base is not None else ""
+            tool = _tool(other if other is not None else base) or ""
             if not same_tool:
                 changes.insert(0, f"{_name(base)} -> {_name(other)}")
             if not readable:
@@ -449,10 +455,24 @@ class _Run:
         return [] if spec is None else list(leaves(spec, self.guard.kinds, call[1]))
 
 
+def _stats(
+    path: str, examples: int, classes: Sequence[str], malformed: Iterable[Malformed] = ()
+) -> Stats:
+    """Empty counts, with the detection classes in the order asked."""
+    stats = Stats(path=path, max_examples=examples, malformed=list(malformed))
+    for name in classes:
+        stats.detection_for(name)
+    return stats
+
+
 def _agent_name(agent: Agent) -> str:
     module = getattr(agent, "__module__", None)
     name = getattr(agent, "__qualname__", None) or type(agent).__name__
     return f"{module}:{name}" if module else name
+
+
+def _tool(call: tuple[str, Any] | None) -> str | None:
+    return None if call is None else call[0]
 
 
 def _name(call: tuple[str, Any] | None) -> str:
@@ -568,9 +588,7 @@ def replay(
     per_file: list[Stats] = []
     done = 0
     for file, group in zip(files, planned, strict=True):
-        stats = Stats(path=file.path, max_examples=examples, malformed=list(file.malformed))
-        for name in classes:
-            stats.detection_for(name)
+        stats = _stats(file.path, examples, classes, file.malformed)
         for trace in group:
             _Run(
                 guard,
@@ -586,9 +604,7 @@ def replay(
             if progress is not None:
                 progress(done, total_traces)
         per_file.append(stats)
-    total = Stats(path="total", max_examples=examples)
-    for name in classes:
-        total.detection_for(name)
+    total = _stats("total", examples, classes)
     for stats in per_file:
         total.merge(stats)
     settings = {

@@ -16,7 +16,7 @@ import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -79,6 +79,21 @@ def _add_examples(into: list[Example], more: Iterable[Example], cap: int) -> Non
         into.append(example)
 
 
+def _merge_counts(into: Any, other: Any, cap: int) -> None:
+    """Add ``other``'s fields to ``into``'s (both of one class whose every field is a count).
+
+    Numbers add up, ``Counter`` fields merge and example lists fill up to ``cap``.
+    """
+    for item in fields(into):
+        mine, theirs = getattr(into, item.name), getattr(other, item.name)
+        if isinstance(mine, Counter):
+            mine.update(theirs)
+        elif isinstance(mine, list):
+            _add_examples(mine, theirs, cap)
+        else:
+            setattr(into, item.name, mine + theirs)
+
+
 @dataclass
 class ClassStats:
     """Detection for one corruption class.
@@ -102,13 +117,7 @@ class ClassStats:
 
     def merge(self, other: ClassStats, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        self.variants += other.variants
-        self.refused += other.refused
-        self.collisions += other.collisions
-        self.collisions_refused += other.collisions_refused
-        self.not_applicable += other.not_applicable
-        self.findings.update(other.findings)
-        _add_examples(self.misses, other.misses, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, the rate, the findings of refused variants and missed examples."""
@@ -129,7 +138,6 @@ LEDGER: Final = "ledger"  # an earlier successful tool result produced it, and t
 EVICTED: Final = "evicted"  # a tool result produced it, but the ledger evicted it (capacity)
 OTHER: Final = "other"  # in the context, from no tool result: typed by the user or the agent
 ABSENT: Final = "absent"  # nowhere in the context before the call: invented
-ORIGINS: Final[tuple[str, ...]] = (LEDGER, EVICTED, OTHER, ABSENT)
 
 #: The definition the availability and agent-diff tables state.
 REQUIRED_IDS: Final = (
@@ -175,9 +183,7 @@ class Availability:
 
     def merge(self, other: Availability, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        for name in _AVAILABILITY_COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        _add_examples(self.misses, other.misses, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts and the rates."""
@@ -193,17 +199,6 @@ class Availability:
             "not_in_context": self.not_in_context,
             "misses": [m.to_dict() for m in self.misses],
         }
-
-
-_AVAILABILITY_COUNTS = (
-    "compactions",
-    "ids",
-    "present",
-    "evicted",
-    "other_ids",
-    "other_present",
-    "not_in_context",
-)
 
 
 @dataclass
@@ -254,32 +249,17 @@ class AgentDiff:
 
     def merge(self, other: AgentDiff, cap: int) -> None:
         """Add ``other``'s counts to this one."""
-        for name in _AGENT_COUNTS:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        _add_examples(self.examples, other.examples, cap)
+        _merge_counts(self, other, cap)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, the rate and examples of differences."""
-        out: dict[str, Any] = {name: getattr(self, name) for name in _AGENT_COUNTS}
+        out: dict[str, Any] = {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name != "examples"
+        }
         out["differing"] = self.differing
         out["rate"] = self.rate
         out["examples"] = [e.to_dict() for e in self.examples]
         return out
-
-
-_AGENT_COUNTS = (
-    "calls",
-    "same",
-    "ids",
-    "changed",
-    "other_ids",
-    "other_changed",
-    "added",
-    "no_call",
-    "refused",
-    "allowed",
-    "incomplete",
-)
 
 
 @dataclass
@@ -578,38 +558,13 @@ class ReplayReport:
 
     def _files_table(self) -> Table:
         table = Table(title="Per trace file", title_justify="left", show_footer=len(self.files) > 1)
-        columns = (
-            ("file", "total"),
-            ("traces", _n(self.total.traces)),
-            ("calls", _n(self.total.calls)),
-            ("refused", _n(self.total.refused)),
-            ("false refusals", self._false_cell(self.total)),
-            ("detected", _pct(_overall(self.total))),
-            ("unknown tools", _n(sum(self.total.unknown_tools.values()))),
-            ("malformed", _n(len(self.total.malformed))),
-        )
-        for index, (name, footer) in enumerate(columns):
-            if index == 0:
-                table.add_column(name, footer=footer, overflow="fold")
-            else:
-                table.add_column(name, footer=footer, justify="right")
+        table.add_column("file", footer="total", overflow="fold")
+        names = ("traces", "calls", "refused", "false refusals", "detected", "unknown tools")
+        for name, footer in zip((*names, "malformed"), _file_cells(self.total), strict=True):
+            table.add_column(name, footer=footer, justify="right")
         for stats in self.files:
-            _row(
-                table,
-                stats.path,
-                _n(stats.traces),
-                _n(stats.calls),
-                _n(stats.refused),
-                self._false_cell(stats),
-                _pct(_overall(stats)),
-                _n(sum(stats.unknown_tools.values())),
-                _n(len(stats.malformed)),
-            )
+            _row(table, stats.path, *_file_cells(stats))
         return table
-
-    @staticmethod
-    def _false_cell(stats: Stats) -> str:
-        return f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)"
 
     def _false_refusals(self) -> Table:
         total = self.total
@@ -695,18 +650,19 @@ class ReplayReport:
         table.caption_justify = "left"
         return table
 
-    def _rows_by_file(self) -> list[tuple[str, Stats]]:
-        """(label, stats) for the total and, when there are several files, each file first."""
-        rows = [(stats.path, stats) for stats in self.files] if len(self.files) > 1 else []
-        return [*rows, ("total", self.total)]
+    def _strategy_rows(self, table: Table, names: list[str]) -> list[tuple[list[str], Stats]]:
+        """Add a strategy table's columns; return its rows to fill, as (leading cells, stats).
 
-    def _columns(self, table: Table, names: list[str]) -> bool:
-        """A strategy table's columns (led by the file where there are several); whether it is."""
+        Where there are several files, a file column leads and each file has
+        its rows before the total's; else the rows are the total's alone.
+        """
         by_file = len(self.files) > 1
         for name in ["file", *names] if by_file else names:
             left = name in ("file", "strategy")
             table.add_column(name, justify="left" if left else "right", overflow="fold")
-        return by_file
+        if not by_file:
+            return [([], self.total)]
+        return [*(([stats.path], stats) for stats in self.files), (["total"], self.total)]
 
     def _availability(self) -> Table | Text:
         if not self.total.availability:
@@ -717,23 +673,15 @@ class ReplayReport:
             "each recorded call): its identifier arguments still in the context, verbatim",
             title_justify="left",
         )
-        by_file = self._columns(
-            table,
-            [
-                "strategy",
-                "ledger ids",
-                "present",
-                "rate",
-                "evicted",
-                "other ids",
-                "present",
-                "rate",
-            ],
-        )
-        for label, stats in self._rows_by_file():
+        names = [
+            *("strategy", "ledger ids", "present", "rate"),
+            *("evicted", "other ids", "present", "rate"),
+        ]
+        for lead, stats in self._strategy_rows(table, names):
             for name, avail in stats.availability.items():
-                cells = [label] if by_file else []
-                cells += [
+                _row(
+                    table,
+                    *lead,
                     name,
                     _n(avail.ids),
                     _n(avail.present),
@@ -742,8 +690,7 @@ class ReplayReport:
                     _n(avail.other_ids),
                     _n(avail.other_present),
                     _pct(avail.other_rate),
-                ]
-                _row(table, *cells)
+                )
         absent = max(a.not_in_context for a in self.total.availability.values())
         table.caption = Text(
             f"{REQUIRED_IDS[0].upper()}{REQUIRED_IDS[1:]}. Evicted: produced by a tool result "
@@ -772,17 +719,15 @@ class ReplayReport:
             show_edge=False,
             pad_edge=False,
         )
-        by_file = self._columns(
-            table,
-            [
-                *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
-                *("refused", "allowed", "incom-\nplete", "no\ncall"),
-            ],
-        )
-        for label, stats in self._rows_by_file():
+        names = [
+            *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
+            *("refused", "allowed", "incom-\nplete", "no\ncall"),
+        ]
+        for lead, stats in self._strategy_rows(table, names):
             for name, diff in stats.agent.items():
-                cells = [label] if by_file else []
-                cells += [
+                _row(
+                    table,
+                    *lead,
                     name,
                     _n(diff.same),
                     _n(diff.ids),
@@ -793,8 +738,7 @@ class ReplayReport:
                     _n(diff.allowed),
                     _n(diff.incomplete),
                     _n(diff.no_call),
-                ]
-                _row(table, *cells)
+                )
         table.caption = Text(
             "Changed: identifier arguments not carried unchanged (another value, left out, or "
             "no call). A call that differs is refused by the guard, allowed though it carries "
@@ -840,6 +784,19 @@ class ReplayReport:
 def _row(table: Table, *cells: str) -> None:
     """Add a row of plain text: identifiers and roles in brackets are not rich markup."""
     table.add_row(*(Text(cell) for cell in cells))
+
+
+def _file_cells(stats: Stats) -> tuple[str, ...]:
+    """The cells of a file's row (or of the total) in the per-file table."""
+    return (
+        _n(stats.traces),
+        _n(stats.calls),
+        _n(stats.refused),
+        f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)",
+        _pct(_overall(stats)),
+        _n(sum(stats.unknown_tools.values())),
+        _n(len(stats.malformed)),
+    )
 
 
 def _overall(stats: Stats) -> float | None:
