@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-from guardrail.kinds import Kind
+from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry, Ledger
 from guardrail.nearmiss import near_miss
 from guardrail.reprompt import reprompt
@@ -193,18 +193,6 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
     return split
 
 
-def _as_text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and value == value:
-        return repr(value)
-    return None
-
-
 # -- the check ------------------------------------------------------------------------------
 
 
@@ -279,7 +267,7 @@ def check_arguments(
         for value in values:
             if value is None:
                 continue
-            text = value if type(value) is str else _as_text(value)
+            text = value if type(value) is str else id_text(value)
             if text is not None:
                 for kind in param.kinds:
                     table = by_kind.get(kind.name)

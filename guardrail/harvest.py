@@ -15,7 +15,7 @@ from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds import Kind
+from guardrail.kinds import Kind, id_text
 from guardrail.paths import EACH, Path
 from guardrail.spec import Producer, ToolSpec, type_producers
 
@@ -41,18 +41,6 @@ class Harvest:
 
     found: list[Found] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-
-
-def _as_id_text(value: Any) -> str | None:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and value == value and value not in (float("inf"), float("-inf")):
-        return repr(value)
-    return None
 
 
 def _looks_like_json(text: str) -> bool:
@@ -247,7 +235,7 @@ def harvest_batches(
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
         for leaf, status in _leaves(producer, value, text):
-            raw = leaf if type(leaf) is str else _as_id_text(leaf)
+            raw = leaf if type(leaf) is str else id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
                 continue

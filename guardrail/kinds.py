@@ -9,10 +9,12 @@ are never valid.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from typing import Any
 from urllib.parse import urlsplit
 
 from guardrail.errors import GuardrailUsageError
@@ -22,6 +24,22 @@ NormalizeSpec = str | Sequence[str] | Normalizer | None
 
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _QUOTES_AND_PUNCTUATION = "\"'`“”‘’.,;:!?()[]{}<>"
+
+
+def id_text(value: Any) -> str | None:
+    """An identifier value as text: strings, integers and finite numbers; None for the rest.
+
+    Booleans, None, containers and objects are never identifiers.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    return None
 
 
 def _number(value: str) -> str:

@@ -124,14 +124,21 @@ def _values(holder: Any) -> list[Any]:
     return []
 
 
-def _maybe_json(value: Any, parse: bool) -> Any:
-    # Models often send a list parameter as a JSON string ("[\"a\", \"b\"]").
-    if parse and isinstance(value, str) and value[:1] in ("[", "{"):
+def maybe_json(value: Any) -> Any:
+    """A JSON string holding a list or an object, parsed; anything else as it is.
+
+    Models often send a list parameter as a JSON string (``"[\"a\", \"b\"]"``).
+    """
+    if isinstance(value, str) and value[:1] in ("[", "{"):
         try:
             return json.loads(value)
-        except ValueError:
+        except (ValueError, RecursionError):
             return value
     return value
+
+
+def _maybe_json(value: Any, parse: bool) -> Any:
+    return maybe_json(value) if parse else value
 
 
 def _walk(steps: tuple[Step, ...], frontier: list[Any], parse: bool) -> list[Any]:

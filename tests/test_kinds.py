@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from guardrail import GuardrailUsageError, Kind
-from guardrail.kinds import compile_normalizer
+from guardrail.kinds import compile_normalizer, id_text
 
 
 def test_default_normaliser_strips_white_space() -> None:
@@ -82,3 +82,22 @@ def test_kind_without_pattern_finds_nothing_and_matches_anything() -> None:
     assert not kind.has_pattern
     assert list(kind.find("the Grand Hotel")) == []
     assert kind.matches("anything")
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ("W1", "W1"),
+        (7, "7"),
+        (7.5, "7.5"),
+        (True, None),
+        (None, None),
+        (float("inf"), None),
+        (float("nan"), None),
+        (["W1"], None),
+        ({"id": 1}, None),
+    ],
+)
+def test_id_text_reads_strings_and_numbers_only(value: object, text: str | None) -> None:
+    """Check, harvest and replay read an identifier value as text the same way."""
+    assert id_text(value) == text

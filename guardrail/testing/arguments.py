@@ -11,29 +11,18 @@ fill in the arguments they need.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
-from guardrail.kinds import Kind
-from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES, Step
+from guardrail.kinds import Kind, id_text
+from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES, Step, maybe_json
 from guardrail.spec import ParamSpec, ToolSpec
 
 RENAME: Final = "rename"  # a location step: an identifier used as a key of an object
 
 #: The concrete steps from the arguments to one leaf: ``(("key", "flights"), ("index", 0), ...)``.
 Location: TypeAlias = tuple[tuple[str, Any], ...]
-
-
-def maybe_json(value: Any) -> Any:
-    """A JSON string holding a list or an object, parsed (as the check reads it); else as is."""
-    if isinstance(value, str) and value[:1] in ("[", "{"):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _locate(steps: tuple[Step, ...], value: Any, at: Location) -> Iterator[tuple[Location, Any]]:
@@ -132,22 +121,13 @@ class Leaf:
         return False
 
 
-def as_text(value: Any) -> str | None:
-    """An identifier value as text: strings and integers; None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (str, int)):
-        return str(value)
-    return None
-
-
 def leaves(spec: ToolSpec, kinds: Mapping[str, Kind], arguments: Any) -> Iterator[Leaf]:
     """Every identifier argument of a call of ``spec``, in declaration order."""
     arguments = arguments or {}
     for param in spec.params:
         param_kinds = tuple(kinds[name] for name in param.kinds)
         for at, value in _locate(param.path.steps, arguments, ()):
-            text = as_text(value)
+            text = id_text(value)
             if text is None:
                 continue
             if param.sep and isinstance(value, str):
