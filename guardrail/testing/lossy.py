@@ -205,7 +205,8 @@ def strategies(
     """Both compactions as ``(messages, ledger) -> messages``, for ``replay(compaction=...)``.
 
     ``"guardrail"`` is :func:`~guardrail.compaction.compact` on the ledger
-    given (the replay's live ledger: nothing is recorded twice) with
+    given (a copy of the replay's ledger as it stands, which already holds
+    every result before the call, so nothing is recorded twice) with
     ``guard``'s specs, its audit events silenced as replay silences its
     own; ``"plain summary"`` is :func:`plain_compact`. Both use
     ``summarise`` (default: ``LossySummariser(seed=1, kinds=guard.kinds)``).
