@@ -11,6 +11,7 @@ later use is reported as evicted rather than invented.
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -23,7 +24,7 @@ from guardrail.harvest import Batch, Found, batches_of
 from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DEFAULT_CAPACITY = 1000
 USER_TEXTS_KEPT = 16
 _ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
@@ -129,6 +130,20 @@ class Tombstone:
     evicted_turn: int
 
 
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An id a result named but the ledger did not keep: the result held more than one call may add.
+
+    A later use is refused with "narrow the search", not as invented.
+    """
+
+    value: str
+    kind: str
+    key: str
+    tool: str
+    turn: int
+
+
 class Admitted(NamedTuple):
     """What one :meth:`Ledger.admit` did."""
 
@@ -165,6 +180,8 @@ class Ledger:
         self._counters: dict[str, int] = {}
         self._tombstones: dict[tuple[str, str], Tombstone] = {}
         self._tomb_roles: set[str] = set()  # roles evicted ids still hold
+        #: Ids named by a result beyond what one call may add, oldest first (bounded).
+        self._dropped: dict[tuple[str, str], Dropped] = {}
         self._index: dict[str, KeyIndex] = {}
         self._size = 0
         self._pinned = 0  # pinned entries do not count against the capacity
@@ -173,6 +190,9 @@ class Ledger:
         self.refusals: dict[str, int] = {}
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
+        #: The key that seals the ledger blocks compaction writes for this ledger. It is
+        #: saved with the ledger and never shown to a model.
+        self.seal_key: bytes = secrets.token_bytes(32)
 
     # -- reading --------------------------------------------------------------------------
 
@@ -234,6 +254,10 @@ class Ledger:
     def tombstone(self, kind: str, key: str) -> Tombstone | None:
         """The tombstone of an evicted ``(kind, key)``, if still remembered."""
         return self._tombstones.get((kind, key)) if self._tombstones else None
+
+    def dropped(self, kind: str, key: str) -> Dropped | None:
+        """The mark of an id a result named but the ledger did not keep, if still remembered."""
+        return self._dropped.get((kind, key)) if self._dropped else None
 
     def alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
@@ -545,8 +569,13 @@ class Ledger:
                 }
                 for t in self._tombstones.values()
             ],
+            "dropped": [
+                {"value": d.value, "kind": d.kind, "key": d.key, "tool": d.tool, "turn": d.turn}
+                for d in self._dropped.values()
+            ],
             "user_texts": list(self.user_texts),
             "refusals": dict(self.refusals),
+            "seal_key": self.seal_key.hex(),
         }
 
     def to_json(self) -> str:
@@ -604,8 +633,14 @@ class Ledger:
                     raw["value"], raw["kind"], raw["key"], raw["role"], int(raw["evicted_turn"])
                 )
                 ledger._add_tombstone(tomb)
+            for raw in data["dropped"]:
+                dropped = Dropped(
+                    raw["value"], raw["kind"], raw["key"], raw["tool"], int(raw["turn"])
+                )
+                ledger._dropped[(dropped.kind, dropped.key)] = dropped
             ledger.user_texts.extend(data["user_texts"])
             ledger.refusals = {str(k): int(v) for k, v in data["refusals"].items()}
+            ledger.seal_key = bytes.fromhex(data["seal_key"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, GuardrailUsageError):
                 raise

@@ -188,7 +188,7 @@ def test_round_trip_property(items: list[tuple[str, str]], capacity: int) -> Non
         ("not json", "not JSON"),
         ("[]", "must be a JSON object"),
         ('{"format": 99}', "format 99"),
-        ('{"format": 1}', "not a saved ledger"),
+        ('{"format": 2}', "not a saved ledger"),
     ],
 )
 def test_bad_saved_ledgers_are_usage_errors(text: str, message: str) -> None:
