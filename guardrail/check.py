@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, get_args
 from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry, Ledger
 from guardrail.nearmiss import near_miss
-from guardrail.reprompt import reprompt
+from guardrail.reprompt import refusal_head, reprompt
 from guardrail.spec import ParamSpec, ToolSpec
 
 Problem = Literal[
@@ -404,7 +404,7 @@ def undeclared_verdict(name: str) -> Verdict:
         detail="the tool is not declared to the guard",
     )
     message = (
-        f"guardrail refused the call to {name}; the tool did not run.\n"
+        f"{refusal_head(name)}\n"
         f"- {name} is not a tool this agent may call. Use one of the tools you were given."
     )
     return Verdict(tool=name, allowed=False, findings=(finding,), message=message)

@@ -223,6 +223,19 @@ class Kind:
             return self
         return replace(self, examples=self.examples | extra)
 
+    def key(self, text: str) -> str | None:
+        """``text`` normalised, or None where the normaliser fails or gives no text.
+
+        For every path but the allowed one (which calls ``normalize`` directly
+        and falls back to the full check): a value no normaliser can read is
+        malformed, never a crash.
+        """
+        try:
+            key = self.normalize(text)
+        except Exception:
+            return None
+        return key if type(key) is str else None
+
     def matches(self, value: str) -> bool:
         """Whether ``value`` has this kind's shape (always true for a kind with no pattern)."""
         return self._full is None or self._full.fullmatch(value) is not None

@@ -14,6 +14,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from guardrail.check import Finding
 
+#: How every refusal's text begins, so a refusal sent back as a tool result is known as one.
+REFUSAL_PREFIX = "guardrail refused the call to "
+
+
+def refusal_head(tool: str) -> str:
+    """The first line of the text of a refused call to ``tool``."""
+    return f"{REFUSAL_PREFIX}{tool}; the tool did not run."
+
+
+def is_refusal(text: str) -> bool:
+    """Whether ``text`` is a refusal's text (a tool result that no tool produced)."""
+    return text.lstrip().startswith(REFUSAL_PREFIX)
+
 
 def _lookup_hint(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str:
     tools = [name for name in lookups.get(kind, ()) if name != tool]
@@ -86,6 +99,6 @@ def reprompt(
     ``lookups`` maps a kind to the read tools that return it, which the
     message suggests calling again.
     """
-    lines = [f"guardrail refused the call to {tool}; the tool did not run."]
+    lines = [refusal_head(tool)]
     lines.extend(_explain(tool, read, lookups or {}, finding) for finding in findings)
     return "\n".join(lines)
