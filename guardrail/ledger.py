@@ -662,7 +662,7 @@ class Ledger:
         return cls.from_dict(data, kinds=kinds)
 
     def __eq__(self, other: object) -> bool:
-        """Same content: entries, roles, tombstones, turns. The seal key is a secret, not content."""
+        """Same ids, roles, tombstones and turns; the seal key is a secret, not content."""
         if not isinstance(other, Ledger):
             return NotImplemented
         mine, theirs = self.to_dict(), other.to_dict()
