@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +13,7 @@ from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Ledger, Source
 from guardrail.harvest import Found
+from guardrail.kinds import Kind
 from guardrail.ledger import USER_TEXTS_KEPT
 
 SRC = Source("get_order", "call_1", "order_id", 0)
@@ -208,3 +212,135 @@ def test_entry_to_dict_is_json_safe() -> None:
     ledger = Ledger()
     ledger.admit([found("order", "W1")], source=SRC)
     assert json.loads(json.dumps(ledger["order"].to_dict()))["source"]["call_id"] == "call_1"
+
+
+# -- loading a saved ledger: every field validated --------------------------------------------
+
+
+def saved(**changes: Any) -> dict[str, Any]:
+    """A saved two-entry ledger (format 2) as a dict, with ``changes`` applied to it."""
+    ledger = Ledger(capacity=5, session_id="s")
+    ledger.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    ledger.label("order_2", "second")
+    data = ledger.to_dict()
+    data.update(changes)
+    return data
+
+
+def entry_changed(index: int, **changes: Any) -> dict[str, Any]:
+    """A saved ledger whose entry ``index`` has ``changes``."""
+    data = saved()
+    data["entries"][index].update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (entry_changed(0, verified="false"), r"entries\[0\]\.verified: expected a boolean"),
+        (entry_changed(1, pinned=1), r"entries\[1\]\.pinned: expected a boolean"),
+        (entry_changed(0, first_seen="3"), r"entries\[0\]\.first_seen: expected an integer"),
+        (entry_changed(0, last_used=-1), r"entries\[0\]\.last_used: must be >= 0"),
+        (entry_changed(0, value=None), r"entries\[0\]\.value: expected a string"),
+        (entry_changed(0, trusted=True), r"entries\[0\]\.trusted: unexpected field"),
+        (saved(turn=True), r"turn: expected an integer"),
+        (saved(turn=-2), r"turn: must be >= 0"),
+        (saved(capacity=0), r"capacity: must be >= 1"),
+        (saved(seal_key="abc"), r"seal_key: .*64 hex"),
+        (saved(seal_key="zz" * 32), r"seal_key: .*64 hex"),
+        (saved(roles={"order": "order", "second": "nobody"}), r"roles\['second'\].*nobody"),
+        (saved(roles={"order": "order"}), r"entries\[1\].*'second'.*not in roles"),
+        (saved(roles={"order": "order", "second": "second", "x": "order"}), r"roles\['x'\]"),
+        (entry_changed(1, role="order"), r"entries\[1\]\.role: 'order' is also"),
+        (entry_changed(1, key="W1"), r"entries\[1\]: .*order.*'W1' is also entries\[0\]"),
+        (saved(refusals={"refund": "2"}), r"refusals\['refund'\]: expected an integer"),
+        (saved(user_texts=[1]), r"user_texts\[0\]: expected a string"),
+        (saved(extra=1), r"extra: unexpected field"),
+        ({"format": 2}, r"session_id: missing \(and 13 more\)"),
+    ],
+)
+def test_a_bad_saved_ledger_says_what_is_wrong_where(data: dict[str, Any], message: str) -> None:
+    """Each wrong field of a saved ledger is a usage error naming the field and what to do."""
+    with pytest.raises(GuardrailUsageError, match=message) as info:
+        Ledger.from_json(json.dumps(data))
+    assert "save it again" in str(info.value) or "fix" in str(info.value)
+    with pytest.raises(GuardrailUsageError, match=message):
+        Ledger.from_dict(data)
+
+
+def test_a_format_1_ledger_loads_with_a_fresh_seal_key() -> None:
+    """Format 1 (no seal key, no drop marks) loads; it gets a random seal key of its own."""
+    data = saved(format=1)
+    del data["seal_key"], data["dropped"]
+    one, two = Ledger.from_json(json.dumps(data)), Ledger.from_json(json.dumps(data))
+    assert one["second"].value == "W2"
+    assert len(one.seal_key) == 32
+    assert one.seal_key != two.seal_key
+    with pytest.raises(GuardrailUsageError, match="dropped: unexpected field"):
+        Ledger.from_json(json.dumps({**data, "dropped": []}))
+
+
+def test_a_normaliser_that_changed_rekeys_entries_on_load() -> None:
+    """With kinds given, an entry's key is what its kind's normaliser makes of its value."""
+    order = Kind.build("order", normalize=["strip", "prefix:#", "upper"])
+    data = saved()
+    data["entries"][0].update(value="#w7", key="#w7")
+    data["entries"][1].update(value="W8", key="W9999999")  # a key its value never gives
+    ledger = Ledger.from_json(json.dumps(data), kinds={"order": order})
+    assert {entry.key for entry in ledger} == {"W7", "W8"}
+    assert ledger.get("order", "w7") is ledger["order"]
+    assert ledger.get("order", "W9999999") is None
+
+
+def test_entries_that_collide_after_rekeying_keep_the_verified_one() -> None:
+    """Two entries whose values now normalise alike become one; the other's role is an alias."""
+    order = Kind.build("order", normalize=["strip", "prefix:#"])
+    data = saved()
+    data["entries"][0].update(value="#W5", key="#W5", verified=False)
+    data["entries"][1].update(value="W5", key="W5", last_used=0)
+    ledger = Ledger.from_json(json.dumps(data), kinds={"order": order})
+    assert len(ledger) == 1
+    kept = ledger["second"]
+    assert (kept.value, kept.verified) == ("W5", True)
+    assert ledger["order"] is kept
+    assert "order" in kept.aliases
+
+
+def test_a_saved_ledger_never_loads_half_valid() -> None:
+    """A bad field anywhere fails the whole load: nothing is returned, whatever came before."""
+    data = saved()
+    data["tombstones"] = [
+        {"value": "W0", "kind": "order", "key": "W0", "role": "x", "evicted_turn": "1"}
+    ]
+    with pytest.raises(GuardrailUsageError, match=r"tombstones\[0\]\.evicted_turn"):
+        Ledger.from_json(json.dumps(data))
+
+
+def test_loading_imports_pydantic_only_when_it_validates() -> None:
+    """import guardrail does not import pydantic; loading a saved ledger does."""
+    code = (
+        "import sys, guardrail; assert 'pydantic' not in sys.modules, 'imported early'; "
+        "guardrail.Ledger.from_json(guardrail.Ledger().to_json()); "
+        "assert 'pydantic' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_entry_the_normaliser_cannot_read_is_dropped_on_load() -> None:
+    """A saved value today's normaliser fails on leaves a tombstone, never a live key."""
+
+    def strict_order(value: str) -> str:
+        if not value.startswith("W"):
+            raise ValueError("not an order")
+        return value
+
+    data = saved()
+    data["entries"][0].update(value="bad", key="W7")  # a key its value no longer gives
+    ledger = Ledger.from_json(
+        json.dumps(data), kinds={"order": Kind.build("order", normalize=strict_order)}
+    )
+    assert [entry.value for entry in ledger] == ["W2"]
+    assert "order" not in ledger
+    assert ledger.get("order", "W7") is None
+    assert ledger.tombstone("order", "W7") is not None
+    assert len(ledger) == 1
