@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from guardrail.errors import GuardrailUsageError
@@ -781,6 +782,130 @@ class Ledger:
         self._size = sum(len(table) for table in self.by_kind.values())
         self._pinned = sum(entry.pinned for entry in self)
 
+    # -- merging two copies ---------------------------------------------------------------
+
+    def merge(self, other: Ledger) -> list[Entry]:
+        """Fold ``other``, another copy of this conversation's ledger, into this one.
+
+        A ledger only grows: entries are united by (kind, key), each verified
+        if either copy verified it, first seen at the earlier turn, last used
+        at the later, with the status of the copy that used it last, pinned
+        if either pinned it, and the names of both where free. An entry of
+        ``other`` whose role names another id here gets a fresh role.
+        Tombstones and drop marks are united (minus ids live in either) and
+        bounded; user texts are united in order; turn, counters and refusals
+        take the larger; the seal key and capacities stay this ledger's.
+        Then, as after any admission, the least recently used entries over
+        capacity are evicted: they are returned.
+        """
+        if other is self:
+            return []
+        with other.lock:  # copies, so no entry object is shared between two ledgers
+            theirs = [_copy_entry(entry) for entry in other.entries()]
+            their_tombs = list(other._tombstones.values())
+            their_drops = list(other._dropped.values())
+            their_texts = list(other.user_texts)
+            their_counters = dict(other._counters)
+            their_refusals = dict(other.refusals)
+            their_turn, their_epoch = other.turn, other.epoch
+        with self.lock:
+            changed: set[str] = set()  # kinds whose recency order must be restored
+            for entry in theirs:
+                table = self.by_kind.get(entry.kind)
+                mine = table.get(entry.key) if table is not None else None
+                if mine is None:
+                    self._adopt(entry)
+                    changed.add(entry.kind)
+                elif self._combine(mine, entry):
+                    changed.add(entry.kind)
+            self._merge_marks(their_tombs, their_drops)
+            for text in their_texts:
+                if text not in self.user_texts:
+                    self.user_texts.append(text)
+            for name, number in their_counters.items():
+                self._counters[name] = max(number, self._counters.get(name, 0))
+            for tool, count in their_refusals.items():
+                self.refusals[tool] = max(count, self.refusals.get(tool, 0))
+            self.turn = max(self.turn, their_turn)
+            self.epoch = max(self.epoch, their_epoch)
+            for kind in changed:
+                # Least recently used first, ties in one order whichever copy is merged into.
+                ordered = sorted(self.by_kind[kind].values(), key=_recency)
+                self.by_kind[kind] = {entry.key: entry for entry in ordered}
+            return self._evict_over_capacity()
+
+    def _adopt(self, entry: Entry) -> None:
+        """Take in an entry of another copy (a private copy of it) that this ledger lacks."""
+        if entry.kind not in self.by_kind:
+            self.by_kind[entry.kind] = {}
+            self._index[entry.kind] = KeyIndex()
+        self._drop_tombstone((entry.kind, entry.key))
+        self._dropped.pop((entry.kind, entry.key), None)
+        free = [name for name in (entry.role, *entry.aliases) if not self._role_taken(name)]
+        if entry.role not in free:
+            entry.role = self._new_role(entry.kind, entry.key, None, entry.status, entry.source)
+        entry.aliases = tuple(name for name in free if name != entry.role)
+        self._insert(entry)
+
+    def _combine(self, mine: Entry, theirs: Entry) -> bool:
+        """Fold another copy's facts about one id into ``mine``; whether its recency changed."""
+        if theirs.verified and not mine.verified:
+            mine.verified = True
+            mine.value = theirs.value  # the form the verifying result wrote
+            mine.source = theirs.source
+        mine.first_seen = min(mine.first_seen, theirs.first_seen)
+        if _status_order(theirs) > _status_order(mine):
+            mine.status = theirs.status
+        later = theirs.last_used > mine.last_used
+        if later:
+            mine.last_used = theirs.last_used
+        mine.epoch = max(mine.epoch, theirs.epoch)
+        if theirs.pinned and not mine.pinned:
+            mine.pinned = True
+            self._pinned += 1
+        for name in (theirs.role, *theirs.aliases):
+            if name != mine.role and name not in mine.aliases and not self._role_taken(name):
+                mine.aliases = (*mine.aliases, name)
+                self._roles[name] = mine
+        return later
+
+    def _merge_marks(self, tombs: list[Tombstone], drops: list[Dropped]) -> None:
+        """Unite another copy's tombstones and drop marks with these, minus live ids, bounded."""
+
+        def live(kind: str, key: str) -> bool:
+            table = self.by_kind.get(kind)
+            return table is not None and key in table
+
+        grew = False
+        for tomb in tombs:
+            held = self._tombstones.get((tomb.kind, tomb.key))
+            if live(tomb.kind, tomb.key) or (
+                held is not None
+                and (held.evicted_turn, held.role) >= (tomb.evicted_turn, tomb.role)
+            ):
+                continue
+            self._drop_tombstone((tomb.kind, tomb.key))
+            self._tombstones[(tomb.kind, tomb.key)] = tomb
+            grew = True
+        if grew:  # oldest first again, then as many as the ledger keeps
+            ordered = sorted(self._tombstones.values(), key=attrgetter("evicted_turn"))
+            ordered = ordered[max(0, len(ordered) - self.tombstone_capacity) :]
+            self._tombstones = {(t.kind, t.key): t for t in ordered}
+            self._tomb_roles = {t.role for t in ordered}
+        grew = False
+        for mark in drops:
+            held_mark = self._dropped.get((mark.kind, mark.key))
+            if live(mark.kind, mark.key) or (
+                held_mark is not None and (held_mark.turn, held_mark.tool) >= (mark.turn, mark.tool)
+            ):
+                continue
+            self._dropped[(mark.kind, mark.key)] = mark
+            grew = True
+        if grew:
+            marks = sorted(self._dropped.values(), key=attrgetter("turn"))
+            marks = marks[max(0, len(marks) - self.tombstone_capacity) :]
+            self._dropped = {(d.kind, d.key): d for d in marks}
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Ledger):
             return NotImplemented
@@ -801,6 +926,24 @@ def _not_saved(problem: str) -> GuardrailUsageError:
         f"not a saved ledger: {problem}; fix that field, or save the ledger again with "
         "Ledger.to_json()"
     )
+
+
+def _copy_entry(entry: Entry) -> Entry:
+    """A private copy of an entry, for another ledger to take in."""
+    copy = _allocate(Entry)
+    for name in Entry.__slots__:
+        setattr(copy, name, getattr(entry, name))
+    return copy
+
+
+def _recency(entry: Entry) -> tuple[int, int, str]:
+    """The order of least recent use, with ties broken the same way in every copy."""
+    return (entry.last_used, entry.first_seen, entry.key)
+
+
+def _status_order(entry: Entry) -> tuple[int, bool, str]:
+    """Which copy's status wins: the one used last, then any status over none."""
+    return (entry.last_used, entry.status is not None, entry.status or "")
 
 
 class _Fields(dict[str, Any]):
