@@ -68,7 +68,7 @@ class SQLiteStore:
     def load(self, session_id: str) -> Ledger | None:
         """The saved ledger of ``session_id``, checked field by field, or None."""
         with self._lock:
-            self._check_file(session_id)
+            self._check_file(session_id, "load")
             try:
                 row = self._db.execute(
                     "SELECT ledger, version FROM guardrail_sessions WHERE session_id = ?",
@@ -87,7 +87,7 @@ class SQLiteStore:
         """Write ``ledger``, merged with the saved row if another writer changed it since."""
         text = ledger.to_json()  # before the write lock: the longest step holds no one up
         with self._lock:
-            self._check_file(session_id)
+            self._check_file(session_id, "save")
             seen = self._versions.get(id(ledger), {}).get(session_id)
             try:
                 version, merged = self._write(session_id, ledger, text, seen)
@@ -102,7 +102,7 @@ class SQLiteStore:
     def delete(self, session_id: str) -> None:
         """Forget a session."""
         with self._lock:
-            self._check_file(session_id)
+            self._check_file(session_id, "delete")
             try:
                 self._db.execute(
                     "DELETE FROM guardrail_sessions WHERE session_id = ?", (session_id,)
@@ -185,7 +185,7 @@ class SQLiteStore:
             return None
         return (info.st_dev, info.st_ino)
 
-    def _check_file(self, session_id: str) -> None:
+    def _check_file(self, session_id: str, action: str) -> None:
         """Refuse to read or write through a connection whose file is gone or was replaced."""
         if self._identity is None:
             return
@@ -194,7 +194,7 @@ class SQLiteStore:
             return
         what = "deleted" if now is None else "replaced by another file"
         raise StoreError(
-            f"session {session_id!r} was not saved: the database {self.path!r} was {what} "
+            f"session {session_id!r} was not {action}d: the database {self.path!r} was {what} "
             "while the store was open, and writing to it would lose the session. Restore the "
             "file or open a new SQLiteStore on the path, then save the ledger again "
             "(store.save(session_id, ledger)).",
