@@ -177,7 +177,7 @@ class SQLiteStore:
 
     def _stat(self) -> tuple[int, int] | None:
         """The file's device and inode, or None for a private database or a missing file."""
-        if self.path in _PRIVATE or self.path.startswith("file:"):
+        if self.path in _PRIVATE:
             return None
         try:
             info = os.stat(self.path)
