@@ -8,6 +8,7 @@ from guardrail.errors import (
     IdentifierViolation,
     ManifestError,
     RepromptLimitExceeded,
+    StoreError,
     TraceFileError,
     TranscriptError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "SessionScope",
     "Source",
     "Store",
+    "StoreError",
     "Tombstone",
     "ToolSpec",
     "TraceFileError",

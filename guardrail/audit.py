@@ -9,7 +9,8 @@ logged. The library never configures structlog: events go wherever the
 program sends them.
 
 Levels: a refusal is a warning; an allowed ``write`` call and a compaction
-are info; allowed ``read`` calls, records and evictions are debug. The
+are info; allowed ``read`` calls, records and evictions are debug; a session
+that could not be saved (``guardrail.session_not_saved``) is an error. The
 logger is resolved on first use and its level checked once, so with a
 production logger at warning the allowed path builds no event at all.
 """
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from guardrail.compaction import CompactionReport
     from guardrail.ledger import Entry
 
-DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
+DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 
 
 class _Levels(dict[int, bool]):
@@ -55,7 +56,7 @@ class SilentLogger:
     def debug(self, event: str, **fields: Any) -> None:
         return None
 
-    info = warning = debug
+    info = warning = error = debug
 
 
 class Audit:
@@ -92,7 +93,9 @@ class Audit:
     def emit(self, level: int, event: str, **fields: Any) -> None:
         """Send one event at ``level``."""
         logger = self._logger if self._logger is not None else self._resolve()
-        if level >= WARNING:
+        if level >= ERROR:
+            getattr(logger, "error", logger.warning)(event, **fields)
+        elif level >= WARNING:
             logger.warning(event, **fields)
         elif level >= INFO:
             logger.info(event, **fields)
@@ -265,3 +268,12 @@ class Audit:
         """``guardrail.reprompt_limit``: the guard stopped re-prompting and raised."""
         if self.enabled(WARNING):
             self.emit(WARNING, "guardrail.reprompt_limit", session=session, tool=tool, limit=limit)
+
+    def session_not_saved(self, session: str | None, error: BaseException) -> None:
+        """``guardrail.session_not_saved``: a session's ledger could not be saved (an error)."""
+        self.emit(
+            ERROR,
+            "guardrail.session_not_saved",
+            session=session,
+            error=f"{type(error).__name__}: {error}",
+        )

@@ -241,9 +241,15 @@ def compact(
         with ledger_or_guard as ledger:
             return _compact(messages, ledger, ledger_or_guard.guard, options)
     if isinstance(ledger_or_guard, Guard):
-        return _compact(messages, ledger_or_guard.ledger, ledger_or_guard, options)
+        ledger = ledger_or_guard.ledger
+        done = _compact(messages, ledger, ledger_or_guard, options)
+        ledger_or_guard._save_default(ledger)  # the default session has no scope to save it
+        return done
     if isinstance(ledger_or_guard, Ledger):
-        return _compact(messages, ledger_or_guard, guard, options)
+        done = _compact(messages, ledger_or_guard, guard, options)
+        if guard is not None:
+            guard._save_default(ledger_or_guard)
+        return done
     raise GuardrailUsageError(
         "compact() takes a Ledger (with guard=), a Guard, or guard.session(id); "
         f"not {type(ledger_or_guard).__name__}"

@@ -39,6 +39,19 @@ class ManifestError(GuardrailUsageError):
         self.where = where
 
 
+class StoreError(GuardrailError):
+    """A session could not be saved or loaded: the database is gone, replaced or locked.
+
+    ``session_id`` names the session; the message says what to do. The
+    ledger in memory is intact, so saving it again once the cause is fixed
+    loses nothing.
+    """
+
+    def __init__(self, message: str, *, session_id: str | None = None):
+        super().__init__(message)
+        self.session_id = session_id
+
+
 class IdentifierViolation(GuardrailError):
     """A tool call was refused because an identifier argument did not come from a tool result.
 

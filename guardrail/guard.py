@@ -66,7 +66,14 @@ _USER = "user"
 
 
 class SessionScope:
-    """``with guard.session(id) as ledger`` (or ``async with``): makes a ledger current."""
+    """``with guard.session(id) as ledger`` (or ``async with``): makes a ledger current.
+
+    Scopes of one session id open at the same time (threads, tasks) share
+    one ledger object. Each scope saves it to the guard's store as it ends;
+    if the save fails while the block is already leaving by an exception,
+    that exception goes on (the failure is logged and added as a note),
+    else the :class:`~guardrail.errors.StoreError` is raised.
+    """
 
     def __init__(self, guard: Guard, session_id: str, ledger: Ledger | None) -> None:
         self._guard = guard
@@ -84,16 +91,29 @@ class SessionScope:
         self._tokens.append((self._guard._var.set(ledger), ledger))
         return ledger
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
         token, ledger = self._tokens.pop()
         self._guard._var.reset(token)
-        self._guard.store.save(self.session_id, ledger)
+        self._guard._close(self.session_id, ledger, exc)
 
     async def __aenter__(self) -> Ledger:
         return self.__enter__()
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.__exit__(*exc_info)
+    async def __aexit__(
+        self, exc_type: object, exc: BaseException | None, traceback: object
+    ) -> None:
+        self.__exit__(exc_type, exc, traceback)
+
+
+class _Live:
+    """A session open in one guard: its one ledger, and how many scopes hold it."""
+
+    __slots__ = ("ledger", "lock", "scopes")
+
+    def __init__(self) -> None:
+        self.ledger: Ledger | None = None
+        self.lock = threading.Lock()  # held while the ledger is read from the store
+        self.scopes = 0
 
 
 class Guard:
@@ -145,6 +165,7 @@ class Guard:
             "guardrail.session", default=None
         )
         self._open_lock = threading.Lock()
+        self._live: dict[str, _Live] = {}  # sessions open in some scope, by id
         self._default: Ledger | None = None
 
     # -- declaring ------------------------------------------------------------------------
@@ -299,8 +320,10 @@ class Guard:
     def session(self, session_id: str, *, ledger: Ledger | None = None) -> SessionScope:
         """Make a conversation's ledger current (``with`` or ``async with``).
 
-        The same id gives the same ledger (kept in the guard's store);
-        ``ledger=`` starts the session from a saved one.
+        The same id gives the same ledger (kept in the guard's store): scopes
+        open at once share one live ledger, read from the store by the first
+        and saved as each ends. ``ledger=`` starts the session from a saved
+        one (merged into the live one if the session is open already).
         """
         if not isinstance(session_id, str) or not session_id:
             raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
@@ -312,19 +335,64 @@ class Guard:
         return self._current()
 
     def _open(self, session_id: str, given: Ledger | None) -> Ledger:
+        """The live ledger of ``session_id``, read from the store by its first scope only."""
         with self._open_lock:
-            ledger = given if given is not None else self.store.load(session_id)
-            if ledger is None:
-                ledger = self.new_ledger(session_id)
-            else:
-                ledger.kinds = self.kinds
-                ledger.session_id = session_id
-                if given is None:  # the store holds it already
-                    return ledger
-            # Saved now, not only on leaving: a second scope of the same id opened meanwhile
-            # must find this ledger.
+            live = self._live.get(session_id)
+            if live is None:
+                live = self._live[session_id] = _Live()
+            live.scopes += 1
+        try:
+            with live.lock:
+                if live.ledger is None:
+                    live.ledger = self._load(session_id, given)
+                elif given is not None and given is not live.ledger:
+                    live.ledger.merge(given)  # open already: one ledger, which only grows
+                return live.ledger
+        except BaseException:
+            self._release(session_id)
+            raise
+
+    def _load(self, session_id: str, given: Ledger | None) -> Ledger:
+        """A session's ledger as a scope starts: ``given``, the stored one, or a new one."""
+        ledger = given if given is not None else self.store.load(session_id)
+        if ledger is None:
+            return self.new_ledger(session_id)
+        if ledger.kinds is not self.kinds:  # keyed by this guard's normalisers from now on
+            ledger._use_kinds(self.kinds)
+        ledger.session_id = session_id
+        return ledger
+
+    def _release(self, session_id: str) -> None:
+        """One scope of ``session_id`` ended: the last one lets the live ledger go."""
+        with self._open_lock:
+            live = self._live.get(session_id)
+            if live is not None:
+                live.scopes -= 1
+                if live.scopes <= 0:
+                    del self._live[session_id]
+
+    def _close(self, session_id: str, ledger: Ledger, exc: BaseException | None) -> None:
+        """Save a session as a scope ends, never hiding the exception it ends by."""
+        try:
             self.store.save(session_id, ledger)
-            return ledger
+        except Exception as failure:
+            self.audit.session_not_saved(session_id, failure)
+            if exc is None:
+                raise
+            add_note = getattr(exc, "add_note", None)  # Python 3.11+
+            if add_note is not None:
+                add_note(f"guardrail: session {session_id!r} was not saved: {failure}")
+        finally:
+            self._release(session_id)
+
+    def _save_default(self, ledger: Ledger) -> None:
+        """Save the default session after a change to it: no scope's end will."""
+        if ledger is self._default and self.default_session is not None:
+            try:
+                self.store.save(self.default_session, ledger)
+            except Exception as failure:
+                self.audit.session_not_saved(self.default_session, failure)
+                raise
 
     def _current(self) -> Ledger:
         ledger = self._var.get()
@@ -337,8 +405,8 @@ class Guard:
                 "with Guard(default_session='default') for a single-conversation program."
             )
         if self._default is None:
-            # Opened once and kept: a store that copies (SQLite) would otherwise hand out a
-            # fresh copy per call and lose what the last one recorded.
+            # Opened as a scope that never ends: one live ledger, shared with any
+            # `with guard.session(default_session)`, saved after each change.
             self._default = self._open(self.default_session, None)
         return self._default
 
@@ -368,6 +436,8 @@ class Guard:
             admitted = ledger.admit(found, source=Source(_USER, None, "text", turn), verified=False)
         self.audit.user_observed(ledger.session_id, admitted.added)
         self.audit.evicted(ledger.session_id, admitted.evicted)
+        if admitted.added:
+            self._save_default(ledger)
         return admitted.added
 
     def check(
@@ -426,6 +496,22 @@ class Guard:
         old = ledger[role].role
         entry = ledger.label(role, new_role)
         self.audit.relabeled(ledger.session_id, entry, old)
+        self._save_default(ledger)
+        return entry
+
+    def pin(self, role: str, pinned: bool = True, *, ledger: Ledger | None = None) -> Entry:
+        """Keep (or stop keeping) an entry whatever the capacity; see :meth:`Ledger.pin`."""
+        ledger = ledger if ledger is not None else self._current()
+        entry = ledger.pin(role, pinned)
+        self._save_default(ledger)
+        return entry
+
+    def forget(self, role: str, *, ledger: Ledger | None = None) -> Entry:
+        """Drop an entry now, leaving a tombstone (logged as an eviction)."""
+        ledger = ledger if ledger is not None else self._current()
+        entry = ledger.forget(role)
+        self.audit.evicted(ledger.session_id, [entry])
+        self._save_default(ledger)
         return entry
 
     def labeling_tool(self) -> Callable[[str, str], str]:
@@ -539,6 +625,8 @@ class Guard:
             problems=problems,
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
+        if admitted.added or admitted.verified:
+            self._save_default(ledger)
         return admitted.added
 
     def _log_allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:

@@ -17,12 +17,16 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, NamedTuple
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import Batch, Found, batches_of
 from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
+
+if TYPE_CHECKING:
+    from guardrail._saved import SavedLedger
 
 FORMAT_VERSION = 2
 DEFAULT_CAPACITY = 1000
@@ -548,35 +552,36 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything the ledger holds, JSON-safe, in an order that round-trips exactly."""
-        return {
-            "format": FORMAT_VERSION,
-            "session_id": self.session_id,
-            "capacity": self.capacity,
-            "tombstone_capacity": self.tombstone_capacity,
-            "turn": self.turn,
-            "epoch": self.epoch,
-            "kinds": list(self.by_kind),
-            "counters": dict(self._counters),
-            "entries": [entry.to_dict() for entry in self],
-            "roles": {name: entry.role for name, entry in self._roles.items()},
-            "tombstones": [
-                {
-                    "value": t.value,
-                    "kind": t.kind,
-                    "key": t.key,
-                    "role": t.role,
-                    "evicted_turn": t.evicted_turn,
-                }
-                for t in self._tombstones.values()
-            ],
-            "dropped": [
-                {"value": d.value, "kind": d.kind, "key": d.key, "tool": d.tool, "turn": d.turn}
-                for d in self._dropped.values()
-            ],
-            "user_texts": list(self.user_texts),
-            "refusals": dict(self.refusals),
-            "seal_key": self.seal_key.hex(),
-        }
+        with self.lock:  # another thread may be recording into it while it is saved
+            return {
+                "format": FORMAT_VERSION,
+                "session_id": self.session_id,
+                "capacity": self.capacity,
+                "tombstone_capacity": self.tombstone_capacity,
+                "turn": self.turn,
+                "epoch": self.epoch,
+                "kinds": list(self.by_kind),
+                "counters": dict(self._counters),
+                "entries": [entry.to_dict() for entry in self],
+                "roles": {name: entry.role for name, entry in self._roles.items()},
+                "tombstones": [
+                    {
+                        "value": t.value,
+                        "kind": t.kind,
+                        "key": t.key,
+                        "role": t.role,
+                        "evicted_turn": t.evicted_turn,
+                    }
+                    for t in self._tombstones.values()
+                ],
+                "dropped": [
+                    {"value": d.value, "kind": d.kind, "key": d.key, "tool": d.tool, "turn": d.turn}
+                    for d in self._dropped.values()
+                ],
+                "user_texts": list(self.user_texts),
+                "refusals": dict(self.refusals),
+                "seal_key": self.seal_key.hex(),
+            }
 
     def to_json(self) -> str:
         """The ledger as JSON text; ``Ledger.from_json`` restores it exactly."""
@@ -586,80 +591,320 @@ class Ledger:
     def from_dict(
         cls, data: Mapping[str, Any], *, kinds: Mapping[str, Kind] | None = None
     ) -> Ledger:
-        """Rebuild a ledger from :meth:`to_dict` output."""
-        try:
-            if data.get("format") != FORMAT_VERSION:
-                raise GuardrailUsageError(
-                    f"ledger format {data.get('format')!r} is not {FORMAT_VERSION}; "
-                    "save it again with this version of guardrail"
-                )
-            ledger = cls(
-                capacity=int(data["capacity"]),
-                tombstones=int(data["tombstone_capacity"]),
-                kinds=kinds,
-                session_id=data.get("session_id"),
-            )
-            ledger.turn = int(data["turn"])
-            ledger.epoch = int(data.get("epoch", 0))
-            ledger._counters = {str(k): int(v) for k, v in data["counters"].items()}
-            for kind in data["kinds"]:
-                ledger.by_kind[str(kind)] = {}
-                ledger._index[str(kind)] = KeyIndex()
-            for raw in data["entries"]:
-                src = raw["source"]
-                entry = Entry(
-                    value=raw["value"],
-                    kind=raw["kind"],
-                    key=raw["key"],
-                    role=raw["role"],
-                    aliases=tuple(raw.get("aliases", ())),
-                    source=Source(src["tool"], src["call_id"], src["path"], int(src["turn"])),
-                    first_seen=int(raw["first_seen"]),
-                    last_used=int(raw["last_used"]),
-                    verified=bool(raw["verified"]),
-                    status=raw.get("status"),
-                    pinned=bool(raw.get("pinned", False)),
-                    epoch=int(raw.get("epoch", 0)),
-                )
-                if entry.kind not in ledger.by_kind:
-                    ledger.by_kind[entry.kind] = {}
-                    ledger._index[entry.kind] = KeyIndex()
-                ledger._insert(entry)
-            # Restore the role table in its saved order (aliases included).
-            by_role = {entry.role: entry for entry in ledger}
-            ledger._roles = {name: by_role[role] for name, role in data["roles"].items()}
-            for raw in data["tombstones"]:
-                tomb = Tombstone(
-                    raw["value"], raw["kind"], raw["key"], raw["role"], int(raw["evicted_turn"])
-                )
-                ledger._add_tombstone(tomb)
-            for raw in data["dropped"]:
-                dropped = Dropped(
-                    raw["value"], raw["kind"], raw["key"], raw["tool"], int(raw["turn"])
-                )
-                ledger._dropped[(dropped.kind, dropped.key)] = dropped
-            ledger.user_texts.extend(data["user_texts"])
-            ledger.refusals = {str(k): int(v) for k, v in data["refusals"].items()}
-            ledger.seal_key = bytes.fromhex(data["seal_key"])
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            if isinstance(exc, GuardrailUsageError):
-                raise
-            raise GuardrailUsageError(
-                f"not a saved ledger ({type(exc).__name__}: {exc}); "
-                "pass the text Ledger.to_json() produced"
-            ) from None
-        return ledger
+        """Rebuild a ledger from :meth:`to_dict` output, every field checked first.
+
+        See :meth:`from_json`; this is the same for a mapping.
+        """
+        from guardrail._saved import validate_python  # pydantic: only when loading
+
+        return cls._restore(validate_python(data), kinds)
 
     @classmethod
-    def from_json(cls, text: str, *, kinds: Mapping[str, Kind] | None = None) -> Ledger:
-        """Rebuild a ledger from :meth:`to_json` text."""
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise GuardrailUsageError(f"saved ledger is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise GuardrailUsageError("saved ledger must be a JSON object")
-        return cls.from_dict(data, kinds=kinds)
+    def from_json(cls, text: str | bytes, *, kinds: Mapping[str, Kind] | None = None) -> Ledger:
+        """Rebuild a ledger from :meth:`to_json` text, every field checked first.
+
+        A wrong field is a :class:`GuardrailUsageError` that names it
+        (``entries[3].verified: expected a boolean``), and nothing half-built
+        is returned. Format 1 loads too, with a fresh seal key. With
+        ``kinds``, each key is what its kind's normaliser makes of the value
+        now: the normaliser is authoritative (entries that then share a key
+        become one, the verified or more recently used; an entry whose value
+        it cannot read is dropped, leaving a tombstone).
+        """
+        from guardrail._saved import validate_json  # pydantic: only when loading
+
+        return cls._restore(validate_json(text), kinds)
+
+    @classmethod
+    def _restore(cls, data: SavedLedger, kinds: Mapping[str, Kind] | None) -> Ledger:
+        """A ledger from checked saved fields; the checks no schema can make happen here."""
+        ledger = cls(
+            capacity=data["capacity"],
+            tombstones=data["tombstone_capacity"],
+            session_id=data["session_id"],
+        )
+        ledger.turn = data["turn"]
+        ledger.epoch = data["epoch"]
+        ledger._counters = data["counters"]
+        for kind in data["kinds"]:
+            ledger.by_kind[kind] = {}
+            ledger._index[kind] = KeyIndex()
+        at: dict[tuple[str, str], int] = {}  # (kind, key) -> index, for saying which collide
+        by_role: dict[str, Entry] = {}
+        role_at: dict[str, int] = {}
+        sources: dict[tuple[str, str | None, str, int], Source] = {}
+        for i, raw in enumerate(data["entries"]):
+            kind, key, role = raw["kind"], raw["key"], raw["role"]
+            if (kind, key) in at:
+                raise _not_saved(
+                    f"entries[{i}]: {kind} key {key!r} is also entries[{at[kind, key]}]'s"
+                )
+            if role in role_at:
+                raise _not_saved(
+                    f"entries[{i}].role: {role!r} is also entries[{role_at[role]}]'s role"
+                )
+            at[kind, key] = role_at[role] = i
+            src = raw["source"]
+            origin = (src["tool"], src["call_id"], src["path"], src["turn"])
+            source = sources.get(origin)
+            if source is None:  # one Source per call and path, as admission shares it
+                source = sources[origin] = Source(*origin)
+            entry = _allocate(Entry)
+            entry.value = raw["value"]
+            entry.kind = kind
+            entry.key = key
+            entry.role = role
+            entry.aliases = tuple(raw["aliases"])
+            entry.source = source
+            entry.first_seen = raw["first_seen"]
+            entry.last_used = raw["last_used"]
+            entry.verified = raw["verified"]
+            entry.status = raw["status"]
+            entry.pinned = raw["pinned"]
+            entry.epoch = raw["epoch"]
+            if kind not in ledger.by_kind:
+                ledger.by_kind[kind] = {}
+                ledger._index[kind] = KeyIndex()
+            ledger._insert(entry)
+            by_role[role] = entry
+        # The role table in its saved order: each name a role or an alias of the entry it names.
+        roles: dict[str, Entry] = {}
+        for name, role in data["roles"].items():
+            named = by_role.get(role)
+            if named is None:
+                raise _not_saved(f"roles[{name!r}]: {role!r} is no entry's role")
+            if name != role and name not in named.aliases:
+                raise _not_saved(
+                    f"roles[{name!r}]: {name!r} is neither the role nor an alias of the entry "
+                    f"{role!r} names"
+                )
+            roles[name] = named
+        for role, entry in by_role.items():
+            if roles.get(role) is not entry:
+                raise _not_saved(f"entries[{role_at[role]}]: its role {role!r} is not in roles")
+        ledger._roles = roles
+        # Marks of ids that are live again mean nothing: the live entry wins, as in merge().
+        for raw_tomb in data["tombstones"]:
+            if (raw_tomb["kind"], raw_tomb["key"]) not in at:
+                ledger._add_tombstone(
+                    Tombstone(
+                        raw_tomb["value"],
+                        raw_tomb["kind"],
+                        raw_tomb["key"],
+                        raw_tomb["role"],
+                        raw_tomb["evicted_turn"],
+                    )
+                )
+        for raw_drop in data["dropped"]:
+            if (raw_drop["kind"], raw_drop["key"]) not in at:
+                mark = Dropped(
+                    raw_drop["value"],
+                    raw_drop["kind"],
+                    raw_drop["key"],
+                    raw_drop["tool"],
+                    raw_drop["turn"],
+                )
+                ledger._dropped[(mark.kind, mark.key)] = mark
+        ledger.user_texts.extend(data["user_texts"])
+        ledger.refusals = data["refusals"]
+        ledger.seal_key = bytes.fromhex(data["seal_key"])
+        if kinds is not None:
+            ledger._use_kinds(kinds)
+        return ledger
+
+    def _use_kinds(self, kinds: Mapping[str, Kind]) -> None:
+        """Normalise with ``kinds`` from now on, re-keying entries whose key they write otherwise.
+
+        The normaliser is authoritative: a saved key that is not what it makes
+        of the saved value (an older normaliser, or an edited file) would
+        vouch for an id nobody saw. Entries that now share a key become one,
+        the verified (else more recently used) one, keeping the other's roles
+        as aliases; an entry whose value it can no longer read is dropped,
+        leaving a tombstone.
+        """
+        with self.lock:
+            self.kinds = kinds
+            for name, table in list(self.by_kind.items()):
+                kind = kinds.get(name)
+                if kind is None:
+                    continue
+                keys = [kind.key(entry.value) for entry in table.values()]
+                if all(new == old for new, old in zip(keys, table, strict=True)):
+                    continue
+                self._rekey(name, keys)
+
+    def _rekey(self, kind: str, keys: list[str | None]) -> None:
+        """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
+        table = self.by_kind[kind]
+        rebuilt: dict[str, Entry] = {}
+        unreadable: list[Entry] = []
+        for entry, key in zip(list(table.values()), keys, strict=True):
+            if key is None:
+                unreadable.append(entry)
+                continue
+            held = rebuilt.get(key)
+            if held is None:
+                entry.key = key
+                rebuilt[key] = entry
+                continue
+            keep, lose = (
+                (held, entry)
+                if (held.verified, held.last_used) >= (entry.verified, entry.last_used)
+                else (entry, held)
+            )
+            keep.key = key
+            keep.first_seen = min(keep.first_seen, lose.first_seen)
+            keep.pinned = keep.pinned or lose.pinned
+            for name in (lose.role, *lose.aliases):
+                if self._roles.get(name) is lose:
+                    self._roles[name] = keep
+                    if name != keep.role and name not in keep.aliases:
+                        keep.aliases = (*keep.aliases, name)
+            rebuilt[key] = keep
+        self.by_kind[kind] = rebuilt
+        index = self._index[kind] = KeyIndex()
+        index.add(rebuilt)
+        for key in rebuilt:
+            self._drop_tombstone((kind, key))
+            self._dropped.pop((kind, key), None)
+        self._count()
+        for entry in unreadable:  # gone, as if forgotten; its key may be another entry's now
+            for name in (entry.role, *entry.aliases):
+                if self._roles.get(name) is entry:
+                    del self._roles[name]
+            if self.tombstone_capacity and entry.key not in rebuilt:
+                self._add_tombstone(
+                    Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
+                )
+
+    def _count(self) -> None:
+        """Recount the entries and pinned entries after tables were rebuilt."""
+        self._size = sum(len(table) for table in self.by_kind.values())
+        self._pinned = sum(entry.pinned for entry in self)
+
+    # -- merging two copies ---------------------------------------------------------------
+
+    def merge(self, other: Ledger) -> list[Entry]:
+        """Fold ``other``, another copy of this conversation's ledger, into this one.
+
+        A ledger only grows: entries are united by (kind, key), each verified
+        if either copy verified it, first seen at the earlier turn, last used
+        at the later, with the status of the copy that used it last, pinned
+        if either pinned it, and the names of both where free. An entry of
+        ``other`` whose role names another id here gets a fresh role.
+        Tombstones and drop marks are united (minus ids live in either) and
+        bounded; user texts are united in order; turn, counters and refusals
+        take the larger; the seal key and capacities stay this ledger's.
+        Then, as after any admission, the least recently used entries over
+        capacity are evicted: they are returned.
+        """
+        if other is self:
+            return []
+        with other.lock:  # copies, so no entry object is shared between two ledgers
+            theirs = [_copy_entry(entry) for entry in other.entries()]
+            their_tombs = list(other._tombstones.values())
+            their_drops = list(other._dropped.values())
+            their_texts = list(other.user_texts)
+            their_counters = dict(other._counters)
+            their_refusals = dict(other.refusals)
+            their_turn, their_epoch = other.turn, other.epoch
+        with self.lock:
+            changed: set[str] = set()  # kinds whose recency order must be restored
+            for entry in theirs:
+                table = self.by_kind.get(entry.kind)
+                mine = table.get(entry.key) if table is not None else None
+                if mine is None:
+                    self._adopt(entry)
+                    changed.add(entry.kind)
+                elif self._combine(mine, entry):
+                    changed.add(entry.kind)
+            self._merge_marks(their_tombs, their_drops)
+            for text in their_texts:
+                if text not in self.user_texts:
+                    self.user_texts.append(text)
+            for name, number in their_counters.items():
+                self._counters[name] = max(number, self._counters.get(name, 0))
+            for tool, count in their_refusals.items():
+                self.refusals[tool] = max(count, self.refusals.get(tool, 0))
+            self.turn = max(self.turn, their_turn)
+            self.epoch = max(self.epoch, their_epoch)
+            for kind in changed:
+                # Least recently used first, ties in one order whichever copy is merged into.
+                ordered = sorted(self.by_kind[kind].values(), key=_recency)
+                self.by_kind[kind] = {entry.key: entry for entry in ordered}
+            return self._evict_over_capacity()
+
+    def _adopt(self, entry: Entry) -> None:
+        """Take in an entry of another copy (a private copy of it) that this ledger lacks."""
+        if entry.kind not in self.by_kind:
+            self.by_kind[entry.kind] = {}
+            self._index[entry.kind] = KeyIndex()
+        self._drop_tombstone((entry.kind, entry.key))
+        self._dropped.pop((entry.kind, entry.key), None)
+        free = [name for name in (entry.role, *entry.aliases) if not self._role_taken(name)]
+        if entry.role not in free:
+            entry.role = self._new_role(entry.kind, entry.key, None, entry.status, entry.source)
+        entry.aliases = tuple(name for name in free if name != entry.role)
+        self._insert(entry)
+
+    def _combine(self, mine: Entry, theirs: Entry) -> bool:
+        """Fold another copy's facts about one id into ``mine``; whether its recency changed."""
+        if theirs.verified and not mine.verified:
+            mine.verified = True
+            mine.value = theirs.value  # the form the verifying result wrote
+            mine.source = theirs.source
+        mine.first_seen = min(mine.first_seen, theirs.first_seen)
+        if _status_order(theirs) > _status_order(mine):
+            mine.status = theirs.status
+        later = theirs.last_used > mine.last_used
+        if later:
+            mine.last_used = theirs.last_used
+        mine.epoch = max(mine.epoch, theirs.epoch)
+        if theirs.pinned and not mine.pinned:
+            mine.pinned = True
+            self._pinned += 1
+        for name in (theirs.role, *theirs.aliases):
+            if name != mine.role and name not in mine.aliases and not self._role_taken(name):
+                mine.aliases = (*mine.aliases, name)
+                self._roles[name] = mine
+        return later
+
+    def _merge_marks(self, tombs: list[Tombstone], drops: list[Dropped]) -> None:
+        """Unite another copy's tombstones and drop marks with these, minus live ids, bounded."""
+
+        def live(kind: str, key: str) -> bool:
+            table = self.by_kind.get(kind)
+            return table is not None and key in table
+
+        grew = False
+        for tomb in tombs:
+            held = self._tombstones.get((tomb.kind, tomb.key))
+            if live(tomb.kind, tomb.key) or (
+                held is not None
+                and (held.evicted_turn, held.role) >= (tomb.evicted_turn, tomb.role)
+            ):
+                continue
+            self._drop_tombstone((tomb.kind, tomb.key))
+            self._tombstones[(tomb.kind, tomb.key)] = tomb
+            grew = True
+        if grew:  # oldest first again, then as many as the ledger keeps
+            ordered = sorted(self._tombstones.values(), key=attrgetter("evicted_turn"))
+            ordered = ordered[max(0, len(ordered) - self.tombstone_capacity) :]
+            self._tombstones = {(t.kind, t.key): t for t in ordered}
+            self._tomb_roles = {t.role for t in ordered}
+        grew = False
+        for mark in drops:
+            held_mark = self._dropped.get((mark.kind, mark.key))
+            if live(mark.kind, mark.key) or (
+                held_mark is not None and (held_mark.turn, held_mark.tool) >= (mark.turn, mark.tool)
+            ):
+                continue
+            self._dropped[(mark.kind, mark.key)] = mark
+            grew = True
+        if grew:
+            marks = sorted(self._dropped.values(), key=attrgetter("turn"))
+            marks = marks[max(0, len(marks) - self.tombstone_capacity) :]
+            self._dropped = {(d.kind, d.key): d for d in marks}
 
     def __eq__(self, other: object) -> bool:
         """Same ids, roles, tombstones and turns; the seal key is a secret, not content."""
@@ -676,6 +921,32 @@ class Ledger:
 
 
 _allocate = object.__new__
+
+
+def _not_saved(problem: str) -> GuardrailUsageError:
+    """The error for a saved ledger whose fields are each fine but do not fit together."""
+    return GuardrailUsageError(
+        f"not a saved ledger: {problem}; fix that field, or save the ledger again with "
+        "Ledger.to_json()"
+    )
+
+
+def _copy_entry(entry: Entry) -> Entry:
+    """A private copy of an entry, for another ledger to take in."""
+    copy = _allocate(Entry)
+    for name in Entry.__slots__:
+        setattr(copy, name, getattr(entry, name))
+    return copy
+
+
+def _recency(entry: Entry) -> tuple[int, int, str]:
+    """The order of least recent use, with ties broken the same way in every copy."""
+    return (entry.last_used, entry.first_seen, entry.key)
+
+
+def _status_order(entry: Entry) -> tuple[int, bool, str]:
+    """Which copy's status wins: the one used last, then any status over none."""
+    return (entry.last_used, entry.status is not None, entry.status or "")
 
 
 class _Fields(dict[str, Any]):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from guardrail import (
     Guard,
@@ -18,9 +19,13 @@ from guardrail import (
     Id,
     IdentifierViolation,
     Ledger,
+    MemoryStore,
     Rejection,
     RepromptLimitExceeded,
+    Source,
+    StoreError,
 )
+from guardrail.harvest import Found
 
 from .conftest import ORDERS, shop_guard
 
@@ -356,3 +361,59 @@ def test_concurrent_recording_and_checking_in_one_session() -> None:
         assert len(ledger) == 50
         assert len(ledger.tombstones()) == 50
         assert Ledger.from_json(ledger.to_json()) == ledger
+
+
+def test_a_ledger_given_for_an_open_session_is_merged_into_it() -> None:
+    """session(id, ledger=) while id is open elsewhere keeps one live ledger, which takes it in."""
+    guard = shop_guard()
+    saved = Ledger.from_json(shop_guard().new_ledger().to_json())
+    saved.admit([Found("order", "W2378156", "W2378156", "p")], source=Source("t", None, "p", 0))
+    with guard.session("s") as live:
+        guard.record("get_order", {}, {"order_id": "W8855135"})
+        with guard.session("s", ledger=saved) as inner:
+            assert inner is live
+            assert guard.check("issue_refund", {"order_id": "W2378156"}).allowed
+            assert guard.check("issue_refund", {"order_id": "W8855135"}).allowed
+
+
+def test_a_session_that_failed_to_open_can_be_opened_again() -> None:
+    """A store failing on load leaves no half-open session behind."""
+
+    class Flaky(MemoryStore):
+        fail = True
+
+        def load(self, session_id: str) -> Ledger | None:
+            if self.fail:
+                raise StoreError("down", session_id=session_id)
+            return super().load(session_id)
+
+    store = Flaky()
+    guard = shop_guard(store=store)
+    with pytest.raises(StoreError), guard.session("s"):
+        pass
+    assert guard._live == {}
+    store.fail = False
+    with guard.session("s") as ledger:
+        assert len(ledger) == 0
+
+
+def test_pin_and_forget_through_the_guard() -> None:
+    """guard.pin and guard.forget work on the current session; forgetting is logged."""
+    guard = shop_guard(capacity=1)
+    with capture_logs() as logs, guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        guard.record("get_order", {}, {"order_id": "W1234567"})
+        assert guard.pin("order_3").pinned
+        guard.forget("order_3")
+        assert "order_3" not in ledger
+    assert any(e["event"] == "guardrail.id_evicted" and e["role"] == "order_3" for e in logs)
+
+
+def test_a_scope_saves_its_session_even_while_another_scope_holds_it() -> None:
+    """Each scope's end saves: a thread's ids reach the store before the other thread ends."""
+    store = MemoryStore()
+    guard = shop_guard(store=store)
+    with guard.session("s") as outer:
+        with guard.session("s"):
+            guard.record("search_orders", {}, ORDERS)
+        assert store.load("s") is outer

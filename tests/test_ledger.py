@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +13,8 @@ from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Ledger, Source
 from guardrail.harvest import Found
-from guardrail.ledger import USER_TEXTS_KEPT
+from guardrail.kinds import Kind
+from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 
 SRC = Source("get_order", "call_1", "order_id", 0)
 
@@ -208,3 +212,292 @@ def test_entry_to_dict_is_json_safe() -> None:
     ledger = Ledger()
     ledger.admit([found("order", "W1")], source=SRC)
     assert json.loads(json.dumps(ledger["order"].to_dict()))["source"]["call_id"] == "call_1"
+
+
+# -- loading a saved ledger: every field validated --------------------------------------------
+
+
+def saved(**changes: Any) -> dict[str, Any]:
+    """A saved two-entry ledger (format 2) as a dict, with ``changes`` applied to it."""
+    ledger = Ledger(capacity=5, session_id="s")
+    ledger.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    ledger.label("order_2", "second")
+    data = ledger.to_dict()
+    data.update(changes)
+    return data
+
+
+def entry_changed(index: int, **changes: Any) -> dict[str, Any]:
+    """A saved ledger whose entry ``index`` has ``changes``."""
+    data = saved()
+    data["entries"][index].update(changes)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (entry_changed(0, verified="false"), r"entries\[0\]\.verified: expected a boolean"),
+        (entry_changed(1, pinned=1), r"entries\[1\]\.pinned: expected a boolean"),
+        (entry_changed(0, first_seen="3"), r"entries\[0\]\.first_seen: expected an integer"),
+        (entry_changed(0, last_used=-1), r"entries\[0\]\.last_used: must be >= 0"),
+        (entry_changed(0, value=None), r"entries\[0\]\.value: expected a string"),
+        (entry_changed(0, trusted=True), r"entries\[0\]\.trusted: unexpected field"),
+        (saved(turn=True), r"turn: expected an integer"),
+        (saved(turn=-2), r"turn: must be >= 0"),
+        (saved(capacity=0), r"capacity: must be >= 1"),
+        (saved(seal_key="abc"), r"seal_key: .*64 hex"),
+        (saved(seal_key="zz" * 32), r"seal_key: .*64 hex"),
+        (saved(roles={"order": "order", "second": "nobody"}), r"roles\['second'\].*nobody"),
+        (saved(roles={"order": "order"}), r"entries\[1\].*'second'.*not in roles"),
+        (saved(roles={"order": "order", "second": "second", "x": "order"}), r"roles\['x'\]"),
+        (entry_changed(1, role="order"), r"entries\[1\]\.role: 'order' is also"),
+        (entry_changed(1, key="W1"), r"entries\[1\]: .*order.*'W1' is also entries\[0\]"),
+        (saved(refusals={"refund": "2"}), r"refusals\['refund'\]: expected an integer"),
+        (saved(user_texts=[1]), r"user_texts\[0\]: expected a string"),
+        (saved(extra=1), r"extra: unexpected field"),
+        ({"format": 2}, r"session_id: missing \(and 13 more\)"),
+    ],
+)
+def test_a_bad_saved_ledger_says_what_is_wrong_where(data: dict[str, Any], message: str) -> None:
+    """Each wrong field of a saved ledger is a usage error naming the field and what to do."""
+    with pytest.raises(GuardrailUsageError, match=message) as info:
+        Ledger.from_json(json.dumps(data))
+    assert "save it again" in str(info.value) or "fix" in str(info.value)
+    with pytest.raises(GuardrailUsageError, match=message):
+        Ledger.from_dict(data)
+
+
+def test_a_format_1_ledger_loads_with_a_fresh_seal_key() -> None:
+    """Format 1 (no seal key, no drop marks) loads; it gets a random seal key of its own."""
+    data = saved(format=1)
+    del data["seal_key"], data["dropped"]
+    one, two = Ledger.from_json(json.dumps(data)), Ledger.from_json(json.dumps(data))
+    assert one["second"].value == "W2"
+    assert len(one.seal_key) == 32
+    assert one.seal_key != two.seal_key
+    with pytest.raises(GuardrailUsageError, match="dropped: unexpected field"):
+        Ledger.from_json(json.dumps({**data, "dropped": []}))
+
+
+def test_a_normaliser_that_changed_rekeys_entries_on_load() -> None:
+    """With kinds given, an entry's key is what its kind's normaliser makes of its value."""
+    order = Kind.build("order", normalize=["strip", "prefix:#", "upper"])
+    data = saved()
+    data["entries"][0].update(value="#w7", key="#w7")
+    data["entries"][1].update(value="W8", key="W9999999")  # a key its value never gives
+    ledger = Ledger.from_json(json.dumps(data), kinds={"order": order})
+    assert {entry.key for entry in ledger} == {"W7", "W8"}
+    assert ledger.get("order", "w7") is ledger["order"]
+    assert ledger.get("order", "W9999999") is None
+
+
+def test_entries_that_collide_after_rekeying_keep_the_verified_one() -> None:
+    """Two entries whose values now normalise alike become one; the other's role is an alias."""
+    order = Kind.build("order", normalize=["strip", "prefix:#"])
+    data = saved()
+    data["entries"][0].update(value="#W5", key="#W5", verified=False)
+    data["entries"][1].update(value="W5", key="W5", last_used=0)
+    ledger = Ledger.from_json(json.dumps(data), kinds={"order": order})
+    assert len(ledger) == 1
+    kept = ledger["second"]
+    assert (kept.value, kept.verified) == ("W5", True)
+    assert ledger["order"] is kept
+    assert "order" in kept.aliases
+
+
+def test_a_saved_ledger_never_loads_half_valid() -> None:
+    """A bad field anywhere fails the whole load: nothing is returned, whatever came before."""
+    data = saved()
+    data["tombstones"] = [
+        {"value": "W0", "kind": "order", "key": "W0", "role": "x", "evicted_turn": "1"}
+    ]
+    with pytest.raises(GuardrailUsageError, match=r"tombstones\[0\]\.evicted_turn"):
+        Ledger.from_json(json.dumps(data))
+
+
+def test_loading_imports_pydantic_only_when_it_validates() -> None:
+    """import guardrail does not import pydantic; loading a saved ledger does."""
+    code = (
+        "import sys, guardrail; assert 'pydantic' not in sys.modules, 'imported early'; "
+        "guardrail.Ledger.from_json(guardrail.Ledger().to_json()); "
+        "assert 'pydantic' in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- merging two copies of one conversation's ledger ------------------------------------------
+
+
+def test_merge_unites_entries_and_keeps_the_stronger_facts() -> None:
+    """Verified if either, first seen earliest, last used latest, pinned if either."""
+    mine, theirs = Ledger(session_id="s"), Ledger(session_id="s")
+    mine.admit([found("order", "W1", status="paid")], source=SRC, verified=False)
+    theirs.next_turn()
+    theirs.next_turn()
+    theirs.admit([found("order", "W1", status="refunded"), found("order", "W2")], source=SRC)
+    theirs.pin("order")
+    theirs.refusals["refund"] = 2
+    mine.refusals["refund"] = 1
+    mine.merge(theirs)
+    w1 = mine.get("order", "W1")
+    assert w1 is not None
+    assert (w1.verified, w1.pinned, w1.first_seen, w1.last_used) == (True, True, 0, 2)
+    assert w1.status == "refunded"  # from the copy that used it last
+    assert mine.turn == 2
+    assert mine.refusals == {"refund": 2}
+    assert mine.get("order", "W2") is not None
+
+
+def test_merge_renames_an_entry_whose_role_is_taken() -> None:
+    """An id of the other copy whose role names another id here gets a fresh role."""
+    mine, theirs = Ledger(), Ledger()
+    mine.admit([found("order", "W1")], source=SRC)
+    theirs.admit([found("order", "W2")], source=SRC)
+    theirs.label("order", "second")
+    mine.merge(theirs)
+    assert mine["order"].value == "W1"
+    w2 = mine.get("order", "W2")
+    assert w2 is not None
+    assert w2.role not in {"order", "second"} or w2.role == "second"
+    assert mine["second"] is w2  # its free name kept
+    assert "order" not in w2.aliases
+
+
+def test_merge_keeps_the_seal_key_and_capacity_of_the_ledger_merged_into() -> None:
+    """The seal key is this ledger's; entries over capacity are evicted with a tombstone."""
+    mine, theirs = Ledger(capacity=2), Ledger(capacity=2)
+    mine.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    theirs.next_turn()
+    theirs.admit([found("order", "W3")], source=SRC)
+    key = mine.seal_key
+    evicted = mine.merge(theirs)
+    assert mine.seal_key == key
+    assert len(mine) == 2
+    assert [entry.value for entry in evicted] == ["W1"]
+    assert mine.tombstone("order", "W1") is not None
+
+
+def test_merge_drops_tombstones_and_drop_marks_of_live_ids() -> None:
+    """An id live in either copy is live in the merge: its tombstone and drop mark go."""
+    mine, theirs = Ledger(), Ledger()
+    mine.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    mine.forget("order")
+    mine._dropped[("order", "W3")] = Dropped("W3", "order", "W3", "search", 0)
+    theirs.admit([found("order", "W1"), found("order", "W3"), found("order", "W4")], source=SRC)
+    theirs.forget("order_3")
+    mine.merge(theirs)
+    assert mine.tombstone("order", "W1") is None
+    assert mine.get("order", "W1") is not None
+    assert mine.dropped("order", "W3") is None
+    assert mine.tombstone("order", "W4") is not None
+
+
+def content(ledger: Ledger) -> dict[str, Any]:
+    """What a ledger knows, without the names it gives (nor their numbers) or its order."""
+    data = ledger.to_dict()
+    entries = {}
+    for entry in data["entries"]:
+        entry = dict(entry)
+        del entry["role"], entry["aliases"], entry["epoch"], entry["source"]
+        entries[(entry["kind"], entry["key"])] = entry
+    return {
+        "entries": entries,
+        "tombstones": {(t["kind"], t["key"]) for t in data["tombstones"]},
+        "turn": data["turn"],
+        "refusals": data["refusals"],
+        "user_texts": set(data["user_texts"]),
+    }
+
+
+def copy_of(ops: list[tuple[str, int]], capacity: int, *, base: Ledger | None = None) -> Ledger:
+    """A ledger built from ``base`` (a saved copy) by a short program of operations."""
+    fresh = Ledger(capacity=capacity, tombstones=64)  # room for every tombstone
+    ledger = Ledger.from_json(base.to_json()) if base is not None else fresh
+    for op, n in ops:
+        value = f"W{n}"
+        if op == "turn":
+            ledger.next_turn()
+        elif op == "user":
+            ledger.observe_text(f"text {n}")
+            ledger.admit([found("order", value)], source=SRC, verified=False)
+        elif op == "read":
+            ledger.admit([found("order", value, status=f"s{n % 3}")], source=SRC)
+        elif op == "pin":
+            entry = ledger.get("order", value)
+            if entry is not None:
+                ledger.pin(entry.role)
+        elif op == "forget":
+            entry = ledger.get("order", value)
+            if entry is not None:
+                ledger.forget(entry.role)
+        elif op == "refuse":
+            ledger.refusals[f"t{n % 2}"] = ledger.refusals.get(f"t{n % 2}", 0) + 1
+    return ledger
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["turn", "user", "read", "read", "pin", "forget", "refuse"]),
+        st.integers(min_value=0, max_value=12),
+    ),
+    max_size=25,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(OPS, OPS, OPS, st.integers(min_value=1, max_value=30))
+def test_merge_properties(
+    shared: list[tuple[str, int]],
+    left: list[tuple[str, int]],
+    right: list[tuple[str, int]],
+    capacity: int,
+) -> None:
+    """Property: merge is commutative in content, idempotent, and loses no key unless evicted."""
+    base = copy_of(shared, capacity)
+    a = copy_of(left, capacity, base=base)
+    b = copy_of(right, capacity, base=base)
+    ab = Ledger.from_json(a.to_json())
+    ab.merge(b)
+    ba = Ledger.from_json(b.to_json())
+    ba.merge(a)
+    assert content(ab) == content(ba)
+    again = Ledger.from_json(ab.to_json())
+    again.merge(Ledger.from_json(ab.to_json()))
+    assert again.to_json() == ab.to_json()
+    for side in (a, b):
+        for entry in side:
+            kept = ab.get(entry.kind, entry.key)
+            assert kept is not None or ab.tombstone(entry.kind, entry.key) is not None
+            if kept is not None:
+                assert kept.verified >= entry.verified
+                assert kept.last_used >= entry.last_used
+    for entry in ab:  # nothing appears that neither side held, and nothing is verified anew
+        sides = [s.get(entry.kind, entry.key) for s in (a, b)]
+        assert any(sides)
+        assert entry.verified == any(s.verified for s in sides if s is not None)
+    for side in (a, b):  # role numbers only grow (a fresh role may take one more)
+        assert all(ab._counters[kind] >= n for kind, n in side._counters.items())
+    assert len(ab) - sum(entry.pinned for entry in ab) <= capacity
+    assert Ledger.from_json(ab.to_json()) == ab
+
+
+def test_an_entry_the_normaliser_cannot_read_is_dropped_on_load() -> None:
+    """A saved value today's normaliser fails on leaves a tombstone, never a live key."""
+
+    def strict_order(value: str) -> str:
+        if not value.startswith("W"):
+            raise ValueError("not an order")
+        return value
+
+    data = saved()
+    data["entries"][0].update(value="bad", key="W7")  # a key its value no longer gives
+    ledger = Ledger.from_json(
+        json.dumps(data), kinds={"order": Kind.build("order", normalize=strict_order)}
+    )
+    assert [entry.value for entry in ledger] == ["W2"]
+    assert "order" not in ledger
+    assert ledger.get("order", "W7") is None
+    assert ledger.tombstone("order", "W7") is not None
+    assert len(ledger) == 1

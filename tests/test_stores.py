@@ -2,11 +2,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
+import sqlite3
+import threading
+from contextlib import closing
 from pathlib import Path
+from typing import Any
 
-from guardrail import MemoryStore, SQLiteStore, Store
+import pytest
+from structlog.testing import capture_logs
 
-from .conftest import ORDERS, shop_guard
+from guardrail import (
+    GuardrailError,
+    GuardrailUsageError,
+    Ledger,
+    MemoryStore,
+    Source,
+    SQLiteStore,
+    Store,
+    StoreError,
+    compact,
+)
+from guardrail.harvest import Found
+
+from .conftest import ORDERS, call, result, shop_guard, user
+
+SRC = Source("get_order", "call_1", "order_id", 0)
 
 
 def test_both_stores_follow_the_protocol() -> None:
@@ -51,3 +73,360 @@ def test_a_default_session_keeps_its_ledger_with_a_copying_store(tmp_path: Path)
     guard = shop_guard(store=SQLiteStore(tmp_path / "s.sqlite3"), default_session="only")
     guard.record("search_orders", {}, ORDERS)
     assert guard.check("issue_refund", {"order_id": "W8855135"}).allowed
+
+
+# -- one session, many scopes: threads, guards and processes ---------------------------------
+
+
+def orders(prefix: str, count: int) -> list[dict[str, Any]]:
+    """``count`` distinct get_order results whose ids start with ``prefix``."""
+    return [{"order_id": f"W{prefix}{n:05d}"} for n in range(count)]
+
+
+def stored_keys(path: Path, session_id: str) -> set[str]:
+    """The order keys the file holds for a session, read by a store of its own."""
+    store = SQLiteStore(path)
+    try:
+        ledger = store.load(session_id)
+    finally:
+        store.close()
+    assert ledger is not None
+    return {entry.key for entry in ledger}
+
+
+def test_two_threads_on_one_session_keep_all_their_ids(tmp_path: Path) -> None:
+    """Two threads in scopes of one session id record 50 ids each: the file keeps all 100."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path))
+    both_open = threading.Barrier(2)
+
+    def worker(prefix: str) -> None:
+        with guard.session("s"):
+            both_open.wait()
+            for result in orders(prefix, 50):
+                guard.record("get_order", {}, result)
+            both_open.wait()
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in ("11", "22")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(stored_keys(path, "s")) == 100
+
+
+def test_concurrent_scopes_of_one_session_share_one_live_ledger(tmp_path: Path) -> None:
+    """Within one guard, scopes of one session id open at once hold the same ledger object."""
+    guard = shop_guard(store=SQLiteStore(tmp_path / "s.sqlite3"))
+    with guard.session("s") as first, guard.session("s") as second:
+        assert first is second
+        guard.record("search_orders", {}, ORDERS)
+    with guard.session("s") as later:
+        assert later is not first  # reopened from the file once every scope had ended
+        assert len(later) == 2
+
+
+def test_two_guards_on_one_file_merge_on_save(tmp_path: Path) -> None:
+    """Two guards (as two processes) in one conversation at once: neither loses the other's ids."""
+    path = tmp_path / "s.sqlite3"
+    one = shop_guard(store=SQLiteStore(path))
+    two = shop_guard(store=SQLiteStore(path))
+    with one.session("s"), two.session("s"):
+        for result in orders("11", 20):
+            one.record("get_order", {}, result)
+        for result in orders("22", 30):
+            two.record("get_order", {}, result)
+    assert len(stored_keys(path, "s")) == 50
+    with one.session("s"):
+        assert one.check("issue_refund", {"order_id": "W2200007"}).allowed
+
+
+def _process_worker(path: str, prefix: str, barrier: Any) -> None:
+    """One process of the multiprocessing test: a scope of "s" held while the other holds one."""
+    guard = shop_guard(store=SQLiteStore(path))
+    with guard.session("s"):
+        barrier.wait(timeout=20)
+        for result in orders(prefix, 50):
+            guard.record("get_order", {}, result)
+        barrier.wait(timeout=20)
+
+
+def test_two_processes_on_one_file_lose_no_entry(tmp_path: Path) -> None:
+    """Two real processes serving one conversation at once leave all their ids in the file."""
+    path = tmp_path / "s.sqlite3"
+    SQLiteStore(path).close()  # the file and its table exist before the workers start
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter, as a real worker
+    barrier = context.Barrier(2)
+    workers = [
+        context.Process(target=_process_worker, args=(str(path), p, barrier)) for p in ("11", "22")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+        assert worker.exitcode == 0
+    assert len(stored_keys(path, "s")) == 100
+
+
+def test_a_single_writer_saves_forget_and_unpin_exactly(tmp_path: Path) -> None:
+    """With no other writer since it loaded, a save replaces the row: forget and unpin persist."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path))
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        ledger.pin("order")
+    with guard.session("s") as ledger:
+        ledger.forget("order_2")
+        ledger.pin("order", False)
+    with guard.session("s") as ledger:
+        assert [entry.role for entry in ledger] == ["order"]
+        assert not ledger["order"].pinned
+        assert ledger.tombstone("order", "W2378156") is not None
+
+
+def test_a_store_save_merges_into_a_row_another_writer_changed(tmp_path: Path) -> None:
+    """SQLiteStore.save of a ledger read before another writer saved keeps both writers' ids."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    guard = shop_guard(store=store)
+    with guard.session("s"):
+        guard.record("get_order", {}, {"order_id": "W1000001"})
+    mine = store.load("s")
+    theirs = store.load("s")
+    assert mine is not None and theirs is not None
+    theirs.admit([Found("order", "W2000002", "W2000002", "p")], source=SRC)
+    store.save("s", theirs)
+    mine.admit([Found("order", "W3000003", "W3000003", "p")], source=SRC)
+    store.save("s", mine)
+    assert stored_keys(path, "s") == {"W1000001", "W2000002", "W3000003"}
+    store.close()
+
+
+def test_the_memory_store_merges_a_different_ledger_into_the_one_it_holds() -> None:
+    """MemoryStore.save of another object for a held session merges it in, losing nothing."""
+    store = MemoryStore()
+    held = Ledger(session_id="s")
+    held.admit([Found("order", "W1", "W1", "p")], source=SRC)
+    store.save("s", held)
+    other = Ledger(session_id="s")
+    other.admit([Found("order", "W2", "W2", "p")], source=SRC)
+    store.save("s", other)
+    assert store.load("s") is held
+    assert {entry.key for entry in held} == {"W1", "W2"}
+
+
+# -- the default session ----------------------------------------------------------------------
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts its saves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    def save(self, session_id: str, ledger: Ledger) -> None:
+        self.saves += 1
+        super().save(session_id, ledger)
+
+
+def test_the_default_session_persists_every_change(tmp_path: Path) -> None:
+    """Ids recorded, typed, labelled, pinned or forgotten outside any scope reach the file."""
+    path = tmp_path / "s.sqlite3"
+    first = shop_guard(default_session="d", store=SQLiteStore(path))
+    first.record("search_orders", {}, ORDERS)
+    first.observe_user("I am cus_ABC123")
+    first.label("order_2", "pending_order")
+    first.pin("pending_order")
+    first.forget("order")
+    second = shop_guard(default_session="d", store=SQLiteStore(path))
+    ledger = second.ledger
+    assert ledger["pending_order"].pinned
+    assert ledger.get("customer", "cus_ABC123") is not None
+    assert second.check("issue_refund", {"order_id": "W2378156"}).allowed
+    assert ledger.tombstone("order", "W8855135") is not None
+
+
+def test_the_default_session_persists_what_compaction_brings_in(tmp_path: Path) -> None:
+    """compact(messages, guard) on the default session saves the ids it harvested."""
+    path = tmp_path / "s.sqlite3"
+    first = shop_guard(default_session="d", store=SQLiteStore(path))
+    messages = [
+        user("Where is my order?"),
+        call("c1", "search_orders", {"customer_id": "cus_ABC123"}),
+        result("c1", ORDERS),
+        user("Refund the first one"),
+    ]
+    compact(messages, first, keep_recent=1)
+    second = shop_guard(default_session="d", store=SQLiteStore(path))
+    assert second.check("issue_refund", {"order_id": "W8855135"}).allowed
+
+
+def test_the_default_session_is_saved_only_when_it_changed() -> None:
+    """A record that adds nothing new, or a check, costs no save of the default session."""
+    store = CountingStore()
+    guard = shop_guard(default_session="d", store=store)
+    guard.record("search_orders", {}, ORDERS)
+    assert store.saves == 1
+    guard.record("search_orders", {}, ORDERS)
+    guard.check("issue_refund", {"order_id": "W8855135"})
+    guard.observe_user("nothing to see here")
+    assert store.saves == 1
+    guard.observe_user("it is cus_ABC123")
+    assert store.saves == 2
+
+
+def test_a_scope_of_the_default_session_shares_its_ledger(tmp_path: Path) -> None:
+    """with guard.session(default) and calls outside any scope work on one ledger object."""
+    guard = shop_guard(default_session="d", store=SQLiteStore(tmp_path / "s.sqlite3"))
+    guard.record("search_orders", {}, ORDERS)
+    with guard.session("d") as ledger:
+        assert ledger is guard.ledger
+        assert len(ledger) == 2
+
+
+# -- a database that goes away or stays locked ------------------------------------------------
+
+
+def remove_database(path: Path) -> None:
+    """Delete a SQLite file and its WAL companions, as a cleanup job might."""
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)
+
+
+def test_a_deleted_database_is_an_error_not_a_silent_loss(tmp_path: Path) -> None:
+    """Ending a scope after the file was deleted raises StoreError naming the session."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path))
+
+    def conversation() -> None:
+        with guard.session("conv-1"):
+            guard.record("search_orders", {}, ORDERS)
+            remove_database(path)
+
+    with pytest.raises(StoreError, match="deleted") as info:
+        conversation()
+    assert info.value.session_id == "conv-1"
+    assert isinstance(info.value, GuardrailError)
+
+
+def test_a_replaced_database_is_an_error(tmp_path: Path) -> None:
+    """A file replaced by another one at the same path is not written to blindly."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    guard = shop_guard(store=store)
+
+    def conversation() -> None:
+        with guard.session("s"):
+            guard.record("search_orders", {}, ORDERS)
+            remove_database(path)
+            SQLiteStore(path).close()
+
+    with pytest.raises(StoreError, match="replaced"):
+        conversation()
+    with pytest.raises(StoreError, match="replaced"):
+        store.load("s")
+
+
+def test_a_locked_database_raises_a_store_error_after_the_timeout(tmp_path: Path) -> None:
+    """A save blocked by another connection's lock is a StoreError, not an OperationalError."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path, timeout=0.05))
+    locker = sqlite3.connect(path, isolation_level=None)
+
+    def conversation() -> None:
+        with guard.session("conv-2"):
+            guard.record("search_orders", {}, ORDERS)
+            locker.execute("BEGIN EXCLUSIVE")
+
+    try:
+        with pytest.raises(StoreError, match="locked") as info:
+            conversation()
+        assert info.value.session_id == "conv-2"
+        assert "conv-2" in str(info.value)
+    finally:
+        locker.close()
+
+
+def test_the_store_timeout_is_validated() -> None:
+    """SQLiteStore(timeout=) takes a number of seconds >= 0."""
+    with pytest.raises(GuardrailUsageError, match="timeout"):
+        SQLiteStore(":memory:", timeout=-1)
+
+
+@pytest.mark.parametrize("run_async", [False, True])
+def test_a_failed_save_never_hides_the_original_exception(tmp_path: Path, run_async: bool) -> None:
+    """A scope leaving by an exception re-raises it; the failed save is logged and noted."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path, timeout=0.05))
+    locker = sqlite3.connect(path, isolation_level=None)
+
+    def body() -> None:
+        guard.record("search_orders", {}, ORDERS)
+        locker.execute("BEGIN EXCLUSIVE")
+        raise KeyError("the original failure")
+
+    async def in_async_scope() -> None:
+        async with guard.session("conv-3"):
+            body()
+
+    def conversation() -> None:
+        if run_async:
+            asyncio.run(in_async_scope())
+        else:
+            with guard.session("conv-3"):
+                body()
+
+    try:
+        with capture_logs() as logs, pytest.raises(KeyError, match="original") as info:
+            conversation()
+    finally:
+        locker.close()
+    assert any("conv-3" in note and "not saved" in note for note in info.value.__notes__)
+    [event] = [e for e in logs if e["event"] == "guardrail.session_not_saved"]
+    assert (event["log_level"], event["session"]) == ("error", "conv-3")
+    assert "locked" in event["error"]
+
+
+def test_a_bad_stored_row_names_its_session_and_file(tmp_path: Path) -> None:
+    """A row that is not a valid ledger is a usage error saying which session and file."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "INSERT INTO guardrail_sessions (session_id, ledger) VALUES (?, ?)",
+            ("conv-9", '{"format": 2}'),
+        )
+    with pytest.raises(GuardrailUsageError, match=r"session 'conv-9' in .*s\.sqlite3.*session_id"):
+        store.load("conv-9")
+    store.close()
+
+
+def test_a_file_written_before_row_versions_is_upgraded(tmp_path: Path) -> None:
+    """A session table without the version column gains it, and its rows still load."""
+    path = tmp_path / "old.sqlite3"
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute(
+            "CREATE TABLE guardrail_sessions (session_id TEXT PRIMARY KEY, ledger TEXT NOT NULL,"
+            " updated REAL NOT NULL DEFAULT (julianday('now')))"
+        )
+        db.execute(
+            "INSERT INTO guardrail_sessions (session_id, ledger) VALUES (?, ?)",
+            ("s", Ledger(session_id="s").to_json()),
+        )
+    guard = shop_guard(store=SQLiteStore(path))
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+    assert len(stored_keys(path, "s")) == 2
+
+
+def test_a_default_session_that_cannot_be_saved_says_so(tmp_path: Path) -> None:
+    """A change to the default session with its file gone raises StoreError and logs it."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(default_session="d", store=SQLiteStore(path))
+    guard.record("search_orders", {}, ORDERS)
+    remove_database(path)
+    with capture_logs() as logs, pytest.raises(StoreError, match="deleted"):
+        guard.record("get_order", {}, {"order_id": "W1234567"})
+    assert [e["session"] for e in logs if e["event"] == "guardrail.session_not_saved"] == ["d"]
+    assert guard.check("issue_refund", {"order_id": "W1234567"}).allowed  # still in memory

@@ -13,7 +13,10 @@ class Store(Protocol):
     """Keeps ledgers by session id.
 
     ``load`` returns the saved ledger or ``None``; ``save`` is called when a
-    session scope ends; ``delete`` forgets a session.
+    session scope ends (and after each change to a guard's default session);
+    ``delete`` forgets a session. A ``save`` must not lose what the store
+    already holds for that id from another writer: merge the two
+    (:meth:`Ledger.merge`) when the held one is not the one being saved.
     """
 
     def load(self, session_id: str) -> Ledger | None: ...
@@ -27,7 +30,8 @@ class MemoryStore:
     """Ledgers kept as live objects in this process (the default).
 
     Two scopes of the same session id, in any thread or task, share one
-    ledger object.
+    ledger object. Saving a different ledger object for a held session (one
+    passed as ``ledger=``, or a second guard's) merges it into the held one.
     """
 
     def __init__(self) -> None:
@@ -39,7 +43,9 @@ class MemoryStore:
 
     def save(self, session_id: str, ledger: Ledger) -> None:
         with self._lock:
-            self._ledgers[session_id] = ledger
+            held = self._ledgers.setdefault(session_id, ledger)
+        if held is not ledger:
+            held.merge(ledger)
 
     def delete(self, session_id: str) -> None:
         with self._lock:
