@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 from collections.abc import Iterator
@@ -15,21 +16,25 @@ from guardrail import Guard, Ledger
 from guardrail.testing import SideBySide, side_by_side
 
 REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
-AIRLINE_TRACES = CORPUS / "tau-airline" / "traces.jsonl"
+CORPUS = REPO / "corpus"
+AIRLINE_TRACES = CORPUS / "tau-airline" / "traces.jsonl.gz"
 AIRLINE_MANIFEST = REPO / "examples" / "tau_airline.toml"
 
 
-_NO_CORPUS = f"the shared corpus is absent ({AIRLINE_TRACES} not found)"
-#: Marks a test that reads the airline traces: skipped, saying why, when they are absent.
-needs_corpus = pytest.mark.skipif(not AIRLINE_TRACES.exists(), reason=_NO_CORPUS)
+#: Marks a test that replays the airline corpus: slow, but run everywhere (the corpus ships here).
+needs_corpus = pytest.mark.slow
 
 
 def need_corpus() -> Path:
-    """The airline traces, or a skip saying why they are missing."""
-    if not AIRLINE_TRACES.exists():
-        pytest.skip(_NO_CORPUS)
+    """The airline traces, which ship with the repository."""
+    assert AIRLINE_TRACES.exists(), f"{AIRLINE_TRACES} is missing: restore it from git"
     return AIRLINE_TRACES
+
+
+def corpus_conversations() -> list[list[dict[str, Any]]]:
+    """The message lists of the 200 airline conversations."""
+    with gzip.open(need_corpus(), "rt", encoding="utf-8") as lines:
+        return [json.loads(line)["messages"] for line in lines]
 
 
 @pytest.fixture(scope="session")
@@ -39,14 +44,11 @@ def corpus_side_by_side() -> SideBySide:
     The full sweep takes about thirty seconds; the compaction test asserts on it and the
     README check compares the table the README quotes with it.
     """
-    path = need_corpus()
     quiet = structlog.wrap_logger(
         None, wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
     )
     guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=quiet)
-    with path.open(encoding="utf-8") as lines:
-        conversations = [json.loads(line)["messages"] for line in lines]
-    return side_by_side(conversations, guard, keep_recent=range(5))
+    return side_by_side(corpus_conversations(), guard, keep_recent=range(5))
 
 
 def shop_guard(mode: str = "raise", **options: object) -> Guard:

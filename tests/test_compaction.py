@@ -25,7 +25,7 @@ from guardrail.messages import Shape, read, strings
 from guardrail.summarise import SUMMARY_HEADER
 from guardrail.testing import SideBySide
 
-from .conftest import AIRLINE_MANIFEST, need_corpus
+from .conftest import AIRLINE_MANIFEST, corpus_conversations
 
 
 def make_guard(capacity: int = 1000, logger: Any = None) -> Guard:
@@ -888,8 +888,7 @@ def test_compaction_invariants_over_random_transcripts(
 
 
 def corpus() -> list[list[dict[str, Any]]]:
-    with need_corpus().open() as lines:
-        return [json.loads(line)["messages"] for line in lines]
+    return corpus_conversations()
 
 
 def test_corpus_identifiers_stay_available_after_compaction(

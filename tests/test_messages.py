@@ -22,7 +22,7 @@ from guardrail.messages import (
     write,
 )
 
-from .conftest import need_corpus
+from .conftest import corpus_conversations
 
 
 def _args(order: str) -> str:
@@ -525,14 +525,12 @@ def test_new_messages_are_readable_in_their_shape(shape: Any) -> None:
 def test_every_corpus_trace_round_trips_and_pairs() -> None:
     """All 200 recorded conversations read, pair every call with its result and write back."""
     reused = 0
-    with need_corpus().open() as lines:
-        for line in lines:
-            messages = json.loads(line)["messages"]
-            transcript = read(messages)
-            assert transcript.shape == "openai_chat"
-            assert transcript.repairs == []
-            assert write(transcript) == messages
-            calls = transcript.calls()
-            assert all(call.result is not None for call in calls)
-            reused += sum(n - 1 for n in Counter(call.id for call in calls).values())
+    for messages in corpus_conversations():
+        transcript = read(messages)
+        assert transcript.shape == "openai_chat"
+        assert transcript.repairs == []
+        assert write(transcript) == messages
+        calls = transcript.calls()
+        assert all(call.result is not None for call in calls)
+        reused += sum(n - 1 for n in Counter(call.id for call in calls).values())
     assert reused == 73

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,22 @@ def _write(path: Path, text: str | bytes) -> Path:
     else:
         path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_a_gzipped_file_reads_as_what_it_holds(tmp_path: Path) -> None:
+    """``traces.jsonl.gz`` is read as JSONL; a broken gzip file is a TraceFileError."""
+    lines = "\n".join(json.dumps({"id": f"t{i}", "messages": OPENAI_MESSAGES}) for i in range(3))
+    plain = tmp_path / "traces.jsonl"
+    plain.write_text(lines, encoding="utf-8")
+    packed = tmp_path / "traces.jsonl.gz"
+    packed.write_bytes(gzip.compress(lines.encode("utf-8")))
+    read = [(t.id, t.messages, t.line) for t in load_trace_file(packed).traces]
+    assert read == [(t.id, t.messages, t.line) for t in load_trace_file(plain).traces]
+    assert len(read) == 3
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(b"not gzip at all")
+    with pytest.raises(TraceFileError, match="not a readable gzip file"):
+        load_trace_file(broken)
 
 
 @needs_corpus

@@ -16,8 +16,10 @@ read at all (missing, not UTF-8, not JSON) raises
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,6 +299,11 @@ def _read_text(path: Path, name: str) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise TraceFileError(f"cannot read it: {exc.strerror or exc}", path=name) from None
+    if path.suffix.lower() == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFileError(f"not a readable gzip file: {exc}", path=name) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -389,12 +396,14 @@ def load_trace_file(path: str | os.PathLike[str]) -> TraceFile:
 
     A file named ``*.jsonl`` (or ``.ndjson``) is read a line at a time. Any
     other file is read as one JSON document, or as JSONL when it does not
-    parse whole and its first line is an object.
+    parse whole and its first line is an object. A ``.gz`` file is
+    decompressed first and named by what it holds (``traces.jsonl.gz``).
     """
     name = os.fspath(path)
     file = Path(name)
     text = _read_text(file, name)
-    if file.suffix.lower() in JSONL_SUFFIXES:
+    inner = file.with_suffix("") if file.suffix.lower() == ".gz" else file
+    if inner.suffix.lower() in JSONL_SUFFIXES:
         return _read_jsonl(text, name)
     try:
         doc = json.loads(text)
