@@ -21,7 +21,7 @@ from guardrail.check import Verdict, allowed_entries
 from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import OPAQUE_TYPES, opaque
 from guardrail.ledger import Entry, Ledger
-from guardrail.messages import Shape, result_message
+from guardrail.messages import REFUSED_ERROR, Shape, result_message
 from guardrail.spec import ParamSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class Rejection:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe tool result: the message and the findings."""
         return {
-            "error": "identifier_refused",
+            "error": REFUSED_ERROR,
             "message": self.verdict.message,
             "findings": [finding.to_dict() for finding in self.verdict.findings],
         }
