@@ -214,7 +214,11 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
         keys = batch.keys
         if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
             # The ledger keys this kind its own way: look the values up as it would.
-            keys = [ledger.normalize(batch.kind, value) for value in batch.values]
+            kind = ledger.kinds.get(batch.kind)
+            keys = [
+                (kind.key(value) if kind is not None else value.strip()) or ""
+                for value in batch.values
+            ]
         if batch.statuses is None and all(map(table.__contains__, keys)):
             continue  # every id known and no status to compare: the common case
         statuses = batch.statuses if batch.statuses is not None else repeat(None)
@@ -250,7 +254,10 @@ def compact(
     session), or what ``guard.session(id)`` returns. ``summarise`` is any
     ``(messages, roles) -> str``; the default is the extractive summariser
     (bounded by ``summary_chars``). ``role`` is the role of the compacted
-    message (``system``, or ``user`` for Anthropic). ``tokens`` counts the
+    message (``system``, or ``user`` for Anthropic); an earlier compacted
+    message is recognised in that role only, and trusted only when its seal
+    verifies with the ledger's key (else its lines come back unverified, with
+    an ``unsealed_ledger_block`` repair in the report). ``tokens`` counts the
     tokens of a text (default: tiktoken where installed, else chars/4).
     A list with nothing to summarise comes back as it is, but for the error
     results put in for unanswered calls (listed in the report's ``repairs``).

@@ -25,6 +25,10 @@ non-string content          a list of parts, or ``None`` beside tool calls, is
                             JSON and listed in ``repairs``; of any other message,
                             ``TranscriptError``
 a call id already open      ``TranscriptError`` (results could not be told apart)
+a refusal sent back         read as a failed result in every shape (its text, or
+                            ``Rejection.to_dict()`` as JSON): no tool produced it
+content that contains       ``TranscriptError`` naming the message (found only
+itself, or nests absurdly   after walking it ran out of stack)
 ==========================  ========================================================
 
 An identifier is never dropped: errors name the message index, repairs
@@ -160,7 +164,11 @@ def detect(messages: Sequence[Any]) -> Shape:
             return "openai_chat"
         content = message.get("content")
         if isinstance(content, list):
-            types = {part.get("type") for part in content if isinstance(part, Mapping)}
+            types = {
+                part.get("type")
+                for part in content
+                if isinstance(part, Mapping) and isinstance(part.get("type"), str)
+            }
             if types & {"tool_use", "tool_result", "thinking", "redacted_thinking"}:
                 return "anthropic"
             if types & {"input_text", "output_text"}:
@@ -229,6 +237,8 @@ def refused(text: str, data: Any = None) -> bool:
     """
     if is_refusal(text):
         return True
+    if data is None and REFUSED_ERROR in text and text.lstrip().startswith("{"):
+        data = _result_value(text)  # JSON text that was not parsed yet (a recorded trace)
     return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
 
 
@@ -417,7 +427,7 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
         error = bool(raw.get("error")) or text == _MISSING_RESULT or refused(text, data)
         result = Result(call_id, text, data, error, index, name)
         return Message("tool", text, raw, results=[result])
-    if role not in _CHAT_ROLES:
+    if not isinstance(role, str) or role not in _CHAT_ROLES:
         raise TranscriptError(
             f"unknown role {role!r}; expected system, developer, user, assistant or tool",
             index=index,
@@ -483,7 +493,7 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
     kind = raw.get("type", "message" if "role" in raw else None)
     if kind == "message":
         role = raw.get("role")
-        if role not in _CHAT_ROLES:
+        if not isinstance(role, str) or role not in _CHAT_ROLES:
             raise TranscriptError(
                 f"unknown role {role!r}; expected system, developer, user or assistant",
                 index=index,
