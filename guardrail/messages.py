@@ -237,7 +237,7 @@ def refused(text: str, data: Any = None) -> bool:
     """
     if is_refusal(text):
         return True
-    if data is None and REFUSED_ERROR in text and text.lstrip().startswith("{"):
+    if data is None and text.lstrip().startswith("{") and REFUSED_ERROR in text:
         data = _result_value(text)  # JSON text that was not parsed yet (a recorded trace)
     return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
 
