@@ -475,7 +475,12 @@ class _Judge:
     def _near(self, token: str, kinds: Sequence[Kind]) -> LintIssue | None:
         for kind in kinds:
             key = kind.key(token)
-            hit = near_miss(kind, key, self.ledger) if key is not None else None
+            if key is None:
+                continue
+            try:
+                hit = near_miss(kind, key, self.ledger)
+            except Exception:  # the normaliser failed on a look-alike of the token: no id
+                continue
             if hit is not None:
                 entry, detail = hit
                 return LintIssue("near_miss", token, entry.role, "scrubbed", detail)
