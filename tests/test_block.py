@@ -206,3 +206,15 @@ def test_restoring_an_untrusted_line_keeps_only_its_value_and_role() -> None:
     entry = trusted["order_7"]
     assert (entry.verified, entry.pinned, entry.first_seen, entry.last_used) == (True, True, 40, 41)
     assert len(trusted) == 1
+
+
+def test_a_restored_pinned_entry_does_not_count_against_the_capacity() -> None:
+    """A pinned line is pinned through the ledger: a ledger of one keeps it and one more."""
+    ledger = a_guard(capacity=1).new_ledger()
+    pinned = BlockLine("order", "W1000001", pinned=True)
+    plain = BlockLine("order_2", "W1000002")
+    restore([pinned, plain], ledger)
+    assert [(e.value, e.pinned) for e in ledger.entries()] == [
+        ("W1000001", True),
+        ("W1000002", False),
+    ]

@@ -336,6 +336,16 @@ def test_an_unknown_role_is_an_error_naming_its_index() -> None:
     assert caught.value.index == 2
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_role_that_is_not_text_is_an_unknown_role(shape: Shape) -> None:
+    """A list or a dict as a role (unhashable) is an unknown role, not a TypeError."""
+    for role in ([], {"a": 1}):
+        messages = [text_message(shape, "user", "hi"), {"type": "message", "role": role}]
+        with pytest.raises(TranscriptError, match="unknown role") as caught:
+            read(messages, shape)
+        assert caught.value.index == 1
+
+
 @pytest.mark.parametrize("content", [42, {"text": "hi"}, True])
 def test_non_string_content_of_a_message_is_an_error(content: object) -> None:
     """Content that is neither text nor a list of parts raises TranscriptError."""
