@@ -339,7 +339,8 @@ def test_an_unknown_role_is_an_error_naming_its_index() -> None:
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_role_that_is_not_text_is_an_unknown_role(shape: Shape) -> None:
     """A list or a dict as a role (unhashable) is an unknown role, not a TypeError."""
-    for role in ([], {"a": 1}):
+    roles: list[Any] = [[], {"a": 1}]
+    for role in roles:
         messages = [text_message(shape, "user", "hi"), {"type": "message", "role": role}]
         with pytest.raises(TranscriptError, match="unknown role") as caught:
             read(messages, shape)
