@@ -321,8 +321,9 @@ def _compact(
                 Repair(
                     "unsealed_ledger_block",
                     lead,
-                    "the ledger block's seal is missing or not this session's; its "
-                    f"{len(lines)} line(s) were read as unverified",
+                    "the ledger block's seal is missing, or it was not sealed by this "
+                    f"ledger's key for this session; its {len(lines)} line(s) were read "
+                    "as unverified",
                 )
             )
         carried = restore(lines, ledger, trusted=sealed)
