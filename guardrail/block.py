@@ -4,10 +4,18 @@ DESIGN's format: a header line, one line per entry (role, value, and in
 parentheses the seen and last-used turns when they differ, the status,
 ``unverified``, ``pinned``), then a note of the roles evicted. A value that
 would not read back as one word is written as a JSON string.
+
+Compaction writes the block sealed: a last line ``(seal <hex>)`` holds an
+HMAC-SHA256 (128 bits) of the text above it, keyed with the ledger's
+``seal_key`` and bound to its session id. No entry line can take that form
+(a role never starts with "("). Only a block whose seal verifies is trusted
+when read back; anyone can type the rest.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 from collections.abc import Sequence
@@ -24,6 +32,13 @@ _EVICTED = "(evicted, look up again before use: "
 _EVICTED_SHOWN = 20
 _MIN_WIDTH = 18
 _NUMBERED = re.compile(r"_\d+$")
+_ROLE = re.compile(r"[A-Za-z0-9_.-]+")  # the characters a ledger role is made of
+_SEAL_LINE = re.compile(r"\(seal ([0-9a-f]{32})\)")
+_NOT_PLAIN = frozenset('",()')  # characters a status is JSON-quoted for
+_NOTE_PART = re.compile(
+    r"seen turn (?P<seen>\d+)|last used turn (?P<last>\d+)"
+    r'|status: (?P<status>"(?:[^"\\]|\\.)*"|[^",()]+)|unverified|pinned'
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,35 @@ def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence
     return "\n".join(lines)
 
 
+def seal(block: str, ledger: Ledger) -> str:
+    """``block`` with its seal line: only ``ledger`` (its key, its session) can write it."""
+    return f"{block}\n(seal {_mac(block, ledger)})"
+
+
+def unseal(block: str, ledger: Ledger) -> tuple[str, bool]:
+    """The text of ``block`` above its seal line, and whether the seal verifies for ``ledger``.
+
+    A block with no seal line comes back whole, not verified.
+    """
+    body, newline, last = block.rpartition("\n")
+    match = _SEAL_LINE.fullmatch(last) if newline else None
+    if match is None:
+        return block, False
+    return body, hmac.compare_digest(match.group(1), _mac(body, ledger))
+
+
+def _mac(text: str, ledger: Ledger) -> str:
+    """HMAC-SHA256 of ``text`` bound to the session, keyed with the ledger's seal key (128 bits)."""
+    session = (ledger.session_id or "").encode("utf-8", "surrogatepass")
+    # The session's length first: no other session and text run together into the same bytes.
+    message = b"guardrail ledger block\0%d\0%s%s" % (
+        len(session),
+        session,
+        text.encode("utf-8", "surrogatepass"),
+    )
+    return hmac.new(ledger.seal_key, message, hashlib.sha256).hexdigest()[:32]
+
+
 def _notes(
     seen: int | None, last: int | None, status: str | None, verified: bool, pinned: bool
 ) -> str:
@@ -85,12 +129,22 @@ def _notes(
     elif seen is not None and last is None:
         notes.append(f"seen turn {seen}")
     if status:
-        notes.append(f"status: {status}")
+        notes.append(f"status: {_status_shown(status)}")
     if not verified:
         notes.append("unverified")
     if pinned:
         notes.append("pinned")
     return f"({', '.join(notes)})" if notes else ""
+
+
+def _status_shown(status: str) -> str:
+    """A status as the block writes it: JSON-quoted unless it reads back as written.
+
+    A status comes from a tool result: written raw, a line break in one would
+    add a line to a block that compaction then seals.
+    """
+    plain = status.isprintable() and status == status.strip() and not _NOT_PLAIN & set(status)
+    return status if plain else json.dumps(status, ensure_ascii=False)
 
 
 def _shown(value: str) -> str:
@@ -101,14 +155,17 @@ def _shown(value: str) -> str:
 
 
 def parse_block(text: str, index: int) -> tuple[list[BlockLine], list[str], list[Repair]]:
-    """Entry lines, evicted roles and unreadable lines of a block written by this module."""
+    """Entry lines, evicted roles and unreadable lines of a block written by this module.
+
+    A seal line is skipped: whether to trust the lines is :func:`unseal`'s to say.
+    """
     entries: list[BlockLine] = []
     evicted: list[str] = []
     repairs: list[Repair] = []
     for line in text.split("\n")[1:]:
         if not line.strip():
             break
-        if line == _EMPTY:
+        if line == _EMPTY or _SEAL_LINE.fullmatch(line):
             continue
         if line.startswith(_EVICTED):
             body = line[len(_EVICTED) :].rstrip(")")
@@ -126,7 +183,8 @@ def parse_block(text: str, index: int) -> tuple[list[BlockLine], list[str], list
 def _parse_line(line: str) -> BlockLine | None:
     role, _, rest = line.partition(" ")
     rest = rest.lstrip()
-    if not role or not rest:
+    # A role is a name, never a template: "{n}" or a quote in one is not a line of this module.
+    if not _ROLE.fullmatch(role) or not rest:
         return None
     try:
         if rest.startswith('"'):
@@ -139,54 +197,97 @@ def _parse_line(line: str) -> BlockLine | None:
     note = rest.strip()
     fields: dict[str, Any] = {}
     if note.startswith("(") and note.endswith(")"):
-        for part in note[1:-1].split(", "):
-            if m := re.fullmatch(r"seen turn (\d+)", part):
-                fields["seen"] = int(m.group(1))
-            elif m := re.fullmatch(r"last used turn (\d+)", part):
-                fields["last"] = int(m.group(1))
-            elif part.startswith("status: "):
-                fields["status"] = part[len("status: ") :]
-            elif part == "unverified":
-                fields["verified"] = False
-            elif part == "pinned":
-                fields["pinned"] = True
+        parsed = _parse_note(note[1:-1])
+        if parsed is None:
+            return None
+        fields = parsed
     elif note:
         return None
     return BlockLine(role, str(value), **fields)
 
 
-def restore(lines: Sequence[BlockLine], ledger: Ledger) -> list[BlockLine]:
+def _parse_note(body: str) -> dict[str, Any] | None:
+    """The fields of a line's note (between its parentheses), or None if it is not one."""
+    fields: dict[str, Any] = {}
+    at = 0
+    while at < len(body):
+        match = _NOTE_PART.match(body, at)
+        if match is None:
+            return None
+        seen, last, status = match.group("seen", "last", "status")
+        if seen is not None:
+            fields["seen"] = int(seen)
+        elif last is not None:
+            fields["last"] = int(last)
+        elif status is not None:
+            try:
+                fields["status"] = json.loads(status) if status.startswith('"') else status
+            except ValueError:
+                return None
+        elif match.group() == "unverified":
+            fields["verified"] = False
+        else:
+            fields["pinned"] = True
+        at = match.end()
+        if at < len(body):
+            if not body.startswith(", ", at):
+                return None
+            at += 2
+    return fields
+
+
+def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True) -> list[BlockLine]:
     """Bring an earlier block's entries the ledger lacks back in; return those it cannot place.
 
     An entry the ledger holds, or remembers as evicted, is left alone (an
     eviction is not undone). Otherwise its kind is taken from its role
     (``order_2`` is an ``order``) or from the one kind whose pattern it
-    fits; with no kind it is carried in the new block as it was.
+    fits; with no kind (or a value its kind cannot read) it is carried in
+    the new block as it was. Lines of a block that is not ``trusted`` (its
+    seal missing or wrong) come in unverified, unpinned and at the current
+    turn, whatever they say: anyone can write them.
     """
+    if not trusted:
+        lines = [_untrusted(line) for line in lines]
     evicted = {tomb.value for tomb in ledger.tombstones()}
     carried = []
     for line in lines:
-        if ledger.lookup(line.value) or line.value in evicted:
+        if line.value in evicted or _held(line.value, ledger):
             continue
         kind = _infer_kind(line, ledger)
-        if kind is None:
-            carried.append(line)
+        key = _key(kind, line.value, ledger) if kind is not None else None
+        if kind is None or not key or key in ledger.kinds[kind].examples:
+            carried.append(line)  # not an id this ledger can hold: kept as text
             continue
         ledger.turn = max(ledger.turn, line.seen or 0, line.last or 0)
-        found = Found(
-            kind,
-            line.value,
-            ledger.normalize(kind, line.value),
-            "ledger_block",
-            line.status,
-            line.role,
-        )
+        found = Found(kind, line.value, key, "ledger_block", line.status, line.role)
         source = Source("compaction", None, "ledger_block", ledger.turn)
         for entry in ledger.admit([found], source=source, verified=line.verified).added:
             entry.first_seen = line.seen if line.seen is not None else entry.first_seen
             entry.last_used = line.last if line.last is not None else entry.first_seen
-            entry.pinned = line.pinned
+            if line.pinned:
+                ledger.pin(entry.role)  # through the ledger: pinned entries are counted apart
     return carried
+
+
+def _untrusted(line: BlockLine) -> BlockLine:
+    """A line as far as an unsealed block can be believed: a value under a role, no more."""
+    return BlockLine(line.role, line.value, status=line.status, verified=False)
+
+
+def _key(kind: str, value: str, ledger: Ledger) -> str | None:
+    """``value`` as the ledger keys it for ``kind``; None where the kind's normaliser fails."""
+    known = ledger.kinds.get(kind)
+    return known.key(value) if known is not None else value.strip()
+
+
+def _held(value: str, ledger: Ledger) -> bool:
+    """Whether the ledger holds ``value`` under any kind (a value no kind can read is not held)."""
+    for kind, table in list(ledger.by_kind.items()):
+        key = _key(kind, value, ledger)
+        if key is not None and key in table:
+            return True
+    return False
 
 
 def _infer_kind(line: BlockLine, ledger: Ledger) -> str | None:

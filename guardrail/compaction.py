@@ -6,6 +6,13 @@ tool results into the ledger, mask every identifier in the part to
 summarise as its ``[role]``, summarise, lint the summary, and rebuild: the
 system messages, one message holding the ledger block and the summary, then
 the recent turns, all in the shape the messages came in.
+
+The block is sealed with the ledger's key (see :mod:`guardrail.block`). An
+earlier compacted message is recognised only where compaction puts it (first
+after the system messages, in the role it writes, with no tool traffic), and
+its ids are trusted only when its seal verifies; an unsealed one gives
+unverified entries at most. Text that merely starts like a block, anywhere
+else, is text.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from guardrail.block import (
     parse_block,
     render_block,
     restore,
+    seal,
+    unseal,
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard, SessionScope
@@ -39,7 +48,9 @@ from guardrail.messages import (
     Transcript,
     default_role,
     map_text,
+    nesting_fault,
     read,
+    read_role,
     strings,
     text_message,
     write,
@@ -115,15 +126,25 @@ class CompactionResult:
 # -- the cut and the harvest ----------------------------------------------------------------
 
 
-def _is_compacted(message: Message) -> bool:
-    return message.role in ("system", "user") and message.text.startswith(BLOCK_HEADER + "\n")
+def _is_compacted(message: Message, role: str) -> bool:
+    """Whether ``message`` has the form of a compacted message written in ``role``.
+
+    Its role, no tool calls or results, and the block's header; where it
+    stands and whether its seal verifies are for the caller to see to.
+    """
+    return (
+        message.role == role
+        and not message.calls
+        and not message.results
+        and message.text.startswith(BLOCK_HEADER + "\n")
+    )
 
 
-def _lead(transcript: Transcript) -> int:
+def _lead(transcript: Transcript, role: str) -> int:
     """How many system messages open the list (before any earlier compacted message)."""
     count = 0
     for message in transcript.messages:
-        if message.role != "system" or _is_compacted(message):
+        if message.role != "system" or _is_compacted(message, role):
             break
         count += 1
     return count
@@ -193,7 +214,11 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
         keys = batch.keys
         if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
             # The ledger keys this kind its own way: look the values up as it would.
-            keys = [ledger.normalize(batch.kind, value) for value in batch.values]
+            kind = ledger.kinds.get(batch.kind)
+            keys = [
+                (kind.key(value) if kind is not None else value.strip()) or ""
+                for value in batch.values
+            ]
         if batch.statuses is None and all(map(table.__contains__, keys)):
             continue  # every id known and no status to compare: the common case
         statuses = batch.statuses if batch.statuses is not None else repeat(None)
@@ -229,7 +254,10 @@ def compact(
     session), or what ``guard.session(id)`` returns. ``summarise`` is any
     ``(messages, roles) -> str``; the default is the extractive summariser
     (bounded by ``summary_chars``). ``role`` is the role of the compacted
-    message (``system``, or ``user`` for Anthropic). ``tokens`` counts the
+    message (``system``, or ``user`` for Anthropic); an earlier compacted
+    message is recognised in that role only, and trusted only when its seal
+    verifies with the ledger's key (else its lines come back unverified, with
+    an ``unsealed_ledger_block`` repair in the report). ``tokens`` counts the
     tokens of a text (default: tiktoken where installed, else chars/4).
     A list with nothing to summarise comes back as it is, but for the error
     results put in for unanswered calls (listed in the report's ``repairs``).
@@ -237,19 +265,26 @@ def compact(
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
     options = _Options(summarise, keep_recent, shape, role, summary_chars, tokens)
-    if isinstance(ledger_or_guard, SessionScope):
-        with ledger_or_guard as ledger:
-            return _compact(messages, ledger, ledger_or_guard.guard, options)
-    if isinstance(ledger_or_guard, Guard):
-        ledger = ledger_or_guard.ledger
-        done = _compact(messages, ledger, ledger_or_guard, options)
-        ledger_or_guard._save_default(ledger)  # the default session has no scope to save it
-        return done
-    if isinstance(ledger_or_guard, Ledger):
-        done = _compact(messages, ledger_or_guard, guard, options)
-        if guard is not None:
-            guard._save_default(ledger_or_guard)
-        return done
+    try:
+        if isinstance(ledger_or_guard, SessionScope):
+            with ledger_or_guard as ledger:
+                return _compact(messages, ledger, ledger_or_guard.guard, options)
+        if isinstance(ledger_or_guard, Guard):
+            ledger = ledger_or_guard.ledger
+            done = _compact(messages, ledger, ledger_or_guard, options)
+            ledger_or_guard._save_default(ledger)  # the default session has no scope to save it
+            return done
+        if isinstance(ledger_or_guard, Ledger):
+            done = _compact(messages, ledger_or_guard, guard, options)
+            if guard is not None:
+                guard._save_default(ledger_or_guard)
+            return done
+    except RecursionError:
+        # Content that contains itself, or is nested absurdly deep: say which message.
+        fault = nesting_fault(messages)
+        if fault is None:
+            raise
+        raise fault from None
     raise GuardrailUsageError(
         "compact() takes a Ledger (with guard=), a Guard, or guard.session(id); "
         f"not {type(ledger_or_guard).__name__}"
@@ -273,18 +308,31 @@ def _compact(
     shape = transcript.shape
     fresh = len(ledger) == 0 and ledger.turn == 0 and not ledger.tombstones()
     repairs = list(transcript.repairs)
-    lead = _lead(transcript)
+    role = role or default_role(shape)
+    block_role = read_role(shape, role)
+    lead = _lead(transcript, block_role)
     earlier = transcript.messages[lead] if lead < len(transcript.messages) else None
-    earlier = earlier if earlier is not None and _is_compacted(earlier) else None
+    earlier = earlier if earlier is not None and _is_compacted(earlier, block_role) else None
     start = lead + (earlier is not None)
     carried: list[BlockLine] = []
     evicted: list[str] = []
     earlier_summary = ""
     if earlier is not None:
         block, _, rest = earlier.text.partition("\n\n")
-        lines, evicted, unreadable = parse_block(block, lead)
+        body, sealed = unseal(block, ledger)
+        lines, evicted, unreadable = parse_block(body, lead)
         repairs += unreadable
-        carried = restore(lines, ledger)
+        if not sealed:
+            repairs.append(
+                Repair(
+                    "unsealed_ledger_block",
+                    lead,
+                    "the ledger block's seal is missing, or it was not sealed by this "
+                    f"ledger's key for this session; its {len(lines)} line(s) were read "
+                    "as unverified",
+                )
+            )
+        carried = restore(lines, ledger, trusted=sealed)
         earlier_summary = rest.partition(SUMMARY_HEADER)[2].strip("\n")
     cut = choose_cut(transcript, start, keep_recent)
     harvested = 0
@@ -304,7 +352,6 @@ def _compact(
         return unchanged
 
     masker = Masker(ledger, carried)
-    role = role or default_role(shape)
     masked = _Masked()
 
     def mask(text: str) -> str:
@@ -331,7 +378,7 @@ def _compact(
     else:
         summary = earlier_summary
     summary, issues = lint(summary.strip("\n"), masker)
-    block = render_block(ledger, carried, evicted)
+    block = seal(render_block(ledger, carried, evicted), ledger)
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     output = [*originals[:lead], compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import hashlib
+import hmac
 import inspect
 import logging
 import threading
@@ -125,7 +127,10 @@ class Guard:
     (after ``max_reprompts`` refusals of one tool in a row it raises
     :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and only
     logs. ``capacity`` bounds each session's ledger. ``redact`` (a key)
-    logs keyed hashes instead of identifier values.
+    logs keyed hashes instead of identifier values. ``secret`` derives each
+    ledger's seal key from its session id, so a server that rebuilds the
+    ledger from the transcript on every request still trusts its own ledger
+    blocks (and a block of one session never verifies in another).
     """
 
     def __init__(
@@ -140,6 +145,7 @@ class Guard:
         max_reprompts: int = 3,
         tombstones: int | None = None,
         logger: Any = None,
+        secret: bytes | str | None = None,
     ) -> None:
         if mode not in MODES:
             raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -147,6 +153,11 @@ class Guard:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
         if not isinstance(max_reprompts, int) or max_reprompts < 0:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if secret is not None and (not isinstance(secret, bytes) or not secret):
+            raise GuardrailUsageError("secret must be non-empty bytes or text (a server's key)")
+        self._secret: bytes | None = secret
         self.mode: Mode = mode
         self.capacity = capacity
         self.tombstones = tombstones
@@ -310,12 +321,17 @@ class Guard:
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with this guard's capacity and kinds, outside any store."""
-        return Ledger(
+        ledger = Ledger(
             capacity=self.capacity,
             tombstones=self.tombstones,
             kinds=self.kinds,
             session_id=session_id,
         )
+        if self._secret is not None:
+            session = (session_id or "").encode("utf-8", "surrogatepass")
+            message = b"guardrail seal\0" + session
+            ledger.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
+        return ledger
 
     def session(self, session_id: str, *, ledger: Ledger | None = None) -> SessionScope:
         """Make a conversation's ledger current (``with`` or ``async with``).

@@ -21,7 +21,7 @@ from typing import Literal
 
 from guardrail.block import BlockLine
 from guardrail.kinds import Kind
-from guardrail.ledger import Ledger
+from guardrail.ledger import Entry, Ledger
 from guardrail.nearmiss import near_miss
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
@@ -79,7 +79,7 @@ class Masker:
             if (
                 kind is not None
                 and value.upper() != value.lower()
-                and kind.normalize(value.upper()) == kind.normalize(value.lower()) == key
+                and kind.key(value.upper()) == kind.key(value.lower()) == key
             ):
                 folded.setdefault(value.casefold(), role)
         for line in carried:
@@ -220,7 +220,9 @@ class Masker:
             return None
         ledger = self.ledger
         for kind in self._normalising:
-            key = kind.normalize(token)
+            key = kind.key(token)  # a token the normaliser cannot read is no id of the kind
+            if key is None:
+                continue
             entry = ledger.by_kind.get(kind.name, {}).get(key)
             tomb = None if entry else ledger.tombstone(kind.name, key)
             role = entry.role if entry else tomb.role if tomb else None
@@ -447,30 +449,38 @@ class _Judge:
         if self.any_shape is None or self.any_shape.fullmatch(token):
             shaped = [kind for kind in self.patterned if kind.matches(token)]
         if shaped:
-            if any(ledger.get(kind.name, token) for kind in shaped):
+            if any(_entry(ledger, kind.name, token) for kind in shaped):
                 return None
             near = self._near(token, shaped)
             if near is not None:
                 return near
-            example = next((k for k in shaped if k.normalize(token) in k.examples), None)
+            example = next((k for k in shaped if k.key(token) in k.examples), None)
             if example is not None:
                 return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
             detail = f"{shaped[0].name}-shaped, not in the ledger"
             return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or ledger.lookup(token):
+        if not _ID_LIKE.fullmatch(token) or any(_entry(ledger, k, token) for k in ledger.by_kind):
             return None
         # Not of any kind's shape, yet an edit or a cut away from a ledger value?
-        candidates = [
-            kind
-            for kind in self.held
-            if ledger.keys_with_prefix(kind.name, kind.normalize(token)[:2], limit=1)
-            or kind.normalize(token)[-2:] in self.ends[kind.name]
-        ]
+        candidates = []
+        for kind in self.held:
+            key = kind.key(token)
+            if key is not None and (
+                ledger.keys_with_prefix(kind.name, key[:2], limit=1)
+                or key[-2:] in self.ends[kind.name]
+            ):
+                candidates.append(kind)
         return self.truncated(token, token, cut=False) or self._near(token, candidates)
 
     def _near(self, token: str, kinds: Sequence[Kind]) -> LintIssue | None:
         for kind in kinds:
-            hit = near_miss(kind, kind.normalize(token), self.ledger)
+            key = kind.key(token)
+            if key is None:
+                continue
+            try:
+                hit = near_miss(kind, key, self.ledger)
+            except Exception:  # the normaliser failed on a look-alike of the token: no id
+                continue
             if hit is not None:
                 entry, detail = hit
                 return LintIssue("near_miss", token, entry.role, "scrubbed", detail)
@@ -482,7 +492,9 @@ class _Judge:
             return None
         roles: list[str] = []
         for name in self.ledger.by_kind:
-            key = self.ledger.normalize(name, stem)
+            key = _key(self.ledger, name, stem)
+            if key is None:
+                continue
             for entry in self.ledger.keys_with_prefix(name, key, limit=3):
                 if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
                     roles.append(entry.role)
@@ -492,6 +504,19 @@ class _Judge:
             could = " or ".join(f"[{role}]" for role in roles)
             return LintIssue("truncated", written, None, "flagged", f"cut short; could be {could}")
         return None
+
+
+def _key(ledger: Ledger, kind: str, text: str) -> str | None:
+    """``text`` as the ledger keys ``kind``; None where the kind's normaliser cannot read it."""
+    known = ledger.kinds.get(kind)
+    return known.key(text) if known is not None else text.strip()
+
+
+def _entry(ledger: Ledger, kind: str, text: str) -> Entry | None:
+    """:meth:`Ledger.get` for a token of a summary: a token no normaliser reads is no entry."""
+    key = _key(ledger, kind, text)
+    table = ledger.by_kind.get(kind)
+    return None if key is None or table is None else table.get(key)
 
 
 def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:

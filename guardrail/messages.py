@@ -25,6 +25,10 @@ non-string content          a list of parts, or ``None`` beside tool calls, is
                             JSON and listed in ``repairs``; of any other message,
                             ``TranscriptError``
 a call id already open      ``TranscriptError`` (results could not be told apart)
+a refusal sent back         read as a failed result in every shape (its text, or
+                            ``Rejection.to_dict()`` as JSON): no tool produced it
+content that contains       ``TranscriptError`` naming the message (found only
+itself, or nests absurdly   after walking it ran out of stack)
 ==========================  ========================================================
 
 An identifier is never dropped: errors name the message index, repairs
@@ -35,12 +39,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardrail.check import parse_arguments
 from guardrail.errors import TranscriptError
+from guardrail.reprompt import is_refusal
 
 Shape = Literal["openai_chat", "openai_responses", "anthropic"]
 SHAPES: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic")
@@ -49,6 +55,12 @@ _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assis
 _MISSING_RESULT = "guardrail: no result was recorded for this call"
 #: The first line of the message a compaction writes (the ledger block's header).
 COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
+#: The last line of a sealed ledger block (see guardrail.block), for recognising its form.
+_SEAL_LINE = re.compile(r"^\(seal [0-9a-f]{32}\)$", re.MULTILINE)
+#: The ``error`` of ``Rejection.to_dict()``: a refusal sent back as a JSON tool result.
+REFUSED_ERROR = "identifier_refused"
+#: How deep content is walked before it is called absurd, when walking it has failed.
+MAX_DEPTH = 200
 
 
 @dataclass(eq=False)
@@ -152,25 +164,35 @@ def detect(messages: Sequence[Any]) -> Shape:
             return "openai_chat"
         content = message.get("content")
         if isinstance(content, list):
-            types = {part.get("type") for part in content if isinstance(part, Mapping)}
+            types = {
+                part.get("type")
+                for part in content
+                if isinstance(part, Mapping) and isinstance(part.get("type"), str)
+            }
             if types & {"tool_use", "tool_result", "thinking", "redacted_thinking"}:
                 return "anthropic"
             if types & {"input_text", "output_text"}:
                 return "openai_responses"
     # With no tool traffic left, a compacted Anthropic list still says what it is: its
-    # compacted message is a user message (the other shapes use a system message).
+    # compacted message is a user message (the other shapes use a system message). Only
+    # a message in the sealed form counts, so text that merely starts with the header
+    # does not change how a list is read (the seal itself is checked by compaction).
     for message in messages:
         if message.get("role") == "system":
             continue
         content = message.get("content")
-        if (
-            message.get("role") == "user"
-            and isinstance(content, str)
-            and content.startswith(COMPACTED_HEADER)
-        ):
+        if message.get("role") == "user" and isinstance(content, str) and _compacted(content):
             return "anthropic"
         break
     return "openai_chat"
+
+
+def _compacted(text: str) -> bool:
+    """Whether ``text`` has the form of a compacted message: the header, a sealed block."""
+    if not text.startswith(COMPACTED_HEADER):
+        return False
+    block = text.partition("\n\n")[0]
+    return _SEAL_LINE.search(block, len(COMPACTED_HEADER)) is not None
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -186,15 +208,115 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
     reader = {"openai_chat": _chat, "openai_responses": _responses, "anthropic": _anthropic}[shape]
     repairs: list[Repair] = []
     read_messages = []
-    for index, raw in enumerate(messages):
-        if type(raw) is not dict and not isinstance(raw, Mapping):
-            raise TranscriptError(
-                f"a message is a dict (mapping), not {type(raw).__name__}", index=index
-            )
-        read_messages.append(reader(raw, index, repairs))
+    try:
+        for index, raw in enumerate(messages):
+            if type(raw) is not dict and not isinstance(raw, Mapping):
+                raise TranscriptError(
+                    f"a message is a dict (mapping), not {type(raw).__name__}", index=index
+                )
+            read_messages.append(reader(raw, index, repairs))
+    except RecursionError:
+        fault = nesting_fault(messages)
+        if fault is None:
+            raise
+        raise fault from None
     transcript = Transcript(shape=shape, messages=read_messages, repairs=repairs)
     _pair(transcript)
     return transcript
+
+
+def read_role(shape: Shape, role: str) -> str:
+    """The role a message written as ``role`` in ``shape`` reads back as (``developer``: system)."""
+    return role if shape == "anthropic" else _CHAT_ROLES.get(role, role)
+
+
+def refused(text: str, data: Any = None) -> bool:
+    """Whether a tool result is a refusal sent back (as text or as ``Rejection.to_dict()``).
+
+    No tool produced it, so it is read as a failure: nothing in it is harvested.
+    """
+    if is_refusal(text):
+        return True
+    if data is None and text.lstrip().startswith("{") and REFUSED_ERROR in text:
+        data = _result_value(text)  # JSON text that was not parsed yet (a recorded trace)
+    return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
+
+
+def nesting_fault(messages: Any) -> TranscriptError | None:
+    """The error for the first message whose content contains itself or is absurdly deep.
+
+    For the error path only (after walking the messages ran out of stack): a
+    walk with no recursion that finds the message at fault, or None.
+    """
+    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
+        return None
+    deepest: tuple[int, int] | None = None  # (depth, index)
+    for index, message in enumerate(messages):
+        depth = _depth(message)
+        if depth is None:
+            return TranscriptError(
+                "its content contains itself (a cycle); pass plain JSON-like data", index=index
+            )
+        if depth > MAX_DEPTH and (deepest is None or depth > deepest[0]):
+            deepest = (depth, index)
+    if deepest is None:
+        return None
+    return TranscriptError(
+        f"its content is nested {deepest[0]} levels deep (more than {MAX_DEPTH}); "
+        "flatten it or pass it as text",
+        index=deepest[1],
+    )
+
+
+_END = object()
+
+
+def _depth(value: Any) -> int | None:
+    """How many containers deep ``value`` goes, or None when it contains itself (no recursion).
+
+    A container met twice (shared, not a cycle) is walked once.
+    """
+    if _children(value) is None:
+        return 0
+    heights: dict[int, int] = {}  # id -> height of containers already walked
+    on_path = {id(value)}
+    stack: list[tuple[Any, Iterator[Any], int]] = [(value, iter(_children(value) or ()), 1)]
+    while stack:
+        node, rest, height = stack[-1]
+        child = next(rest, _END)
+        if child is _END:
+            stack.pop()
+            on_path.discard(id(node))
+            heights[id(node)] = height
+            if stack:
+                parent, siblings, tallest = stack[-1]
+                stack[-1] = (parent, siblings, max(tallest, height + 1))
+            continue
+        if id(child) in on_path:
+            return None
+        known = heights.get(id(child))
+        grandchildren = None if known is not None else _children(child)
+        if known is None and grandchildren is None:
+            continue  # a scalar
+        if known is not None:
+            stack[-1] = (node, rest, max(height, known + 1))
+            continue
+        on_path.add(id(child))
+        stack.append((child, iter(grandchildren or ()), 1))
+    return heights[id(value)]
+
+
+def _children(value: Any) -> list[Any] | None:
+    """The items of a container (a mapping's keys and values), or None for anything else."""
+    # Keys too: a tuple key, or a frozenset, can be deep (their text is written by str()).
+    try:
+        if isinstance(value, Mapping):
+            return [*value.keys(), *value.values()]
+        if isinstance(value, (list, tuple, set, frozenset)):
+            return list(value)
+    except Exception:  # a mapping that cannot be walked: not what overflowed
+        return None
+    return None
 
 
 def content_text(content: Any) -> str | None:
@@ -301,11 +423,11 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
         text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
         # Chat has no error field but the corpus's "error"; a result put in for an
-        # unanswered call is known by its text.
-        error = bool(raw.get("error")) or text == _MISSING_RESULT
+        # unanswered call, and a refusal sent back, are known by their text.
+        error = bool(raw.get("error")) or text == _MISSING_RESULT or refused(text, data)
         result = Result(call_id, text, data, error, index, name)
         return Message("tool", text, raw, results=[result])
-    if role not in _CHAT_ROLES:
+    if not isinstance(role, str) or role not in _CHAT_ROLES:
         raise TranscriptError(
             f"unknown role {role!r}; expected system, developer, user, assistant or tool",
             index=index,
@@ -362,7 +484,8 @@ def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         elif kind == "tool_result":
             call_id = _call_id(block.get("tool_use_id"), index, "a tool_result block")
             text, data = _tool_content(block.get("content"), index, repairs)
-            results.append(Result(call_id, text, data, bool(block.get("is_error")), index))
+            error = bool(block.get("is_error")) or refused(text, data)
+            results.append(Result(call_id, text, data, error, index))
     return Message(role, "\n".join(texts), raw, calls=calls, results=results)
 
 
@@ -370,7 +493,7 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
     kind = raw.get("type", "message" if "role" in raw else None)
     if kind == "message":
         role = raw.get("role")
-        if role not in _CHAT_ROLES:
+        if not isinstance(role, str) or role not in _CHAT_ROLES:
             raise TranscriptError(
                 f"unknown role {role!r}; expected system, developer, user or assistant",
                 index=index,
@@ -382,6 +505,7 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
         text, data = _tool_content(raw.get("output"), index, repairs)
         error = raw.get("status") == "incomplete" or bool(raw.get("is_error"))
+        error = error or refused(text, data)
         return Message("tool", text, raw, results=[Result(call_id, text, data, error, index)])
     if kind.endswith("_call") and "call_id" in raw:
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")

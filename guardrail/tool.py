@@ -21,6 +21,7 @@ from guardrail.check import Verdict, allowed_entries
 from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import OPAQUE_TYPES, opaque
 from guardrail.ledger import Entry, Ledger
+from guardrail.messages import REFUSED_ERROR, Shape, result_message
 from guardrail.spec import ParamSpec, ToolSpec
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ class Rejection:
     """What a tool guarded in ``reprompt`` mode returns instead of running.
 
     ``str(rejection)`` is the message for the model; a runtime sends it back
-    as the tool result. ``verdict`` has the findings.
+    as the tool result, best as :meth:`result_message` builds it (marked as a
+    failure in every shape). ``verdict`` has the findings.
     """
 
     __slots__ = ("verdict",)
@@ -49,10 +51,19 @@ class Rejection:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe tool result: the message and the findings."""
         return {
-            "error": "identifier_refused",
+            "error": REFUSED_ERROR,
             "message": self.verdict.message,
             "findings": [finding.to_dict() for finding in self.verdict.findings],
         }
+
+    def result_message(self, shape: Shape, call_id: str) -> dict[str, Any]:
+        """The tool result answering ``call_id`` in ``shape``, marked as a failure.
+
+        Anthropic's ``is_error``, Responses' ``status: "incomplete"``; chat
+        completions has no such field, and its text says it. Read back (by
+        compaction or a replay), it is a failure: nothing in it is harvested.
+        """
+        return result_message(shape, call_id, self.verdict.message, error=True)
 
     def __str__(self) -> str:
         return self.verdict.message

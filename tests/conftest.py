@@ -31,10 +31,15 @@ def need_corpus() -> Path:
     return AIRLINE_TRACES
 
 
+def corpus_traces() -> list[dict[str, Any]]:
+    """The 200 airline conversations as the corpus writes them (id, messages, metadata)."""
+    with gzip.open(need_corpus(), "rt", encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines]
+
+
 def corpus_conversations() -> list[list[dict[str, Any]]]:
     """The message lists of the 200 airline conversations."""
-    with gzip.open(need_corpus(), "rt", encoding="utf-8") as lines:
-        return [json.loads(line)["messages"] for line in lines]
+    return [trace["messages"] for trace in corpus_traces()]
 
 
 @pytest.fixture(scope="session")

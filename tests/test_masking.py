@@ -13,7 +13,7 @@ from guardrail import Guard, Ledger
 from guardrail.block import BlockLine
 from guardrail.harvest import Found
 from guardrail.ledger import Source
-from guardrail.masking import Masker
+from guardrail.masking import Masker, lint
 
 SOURCE = Source("t", None, "x", 0)
 
@@ -307,3 +307,28 @@ def test_spans_match_the_alternation_with_a_normalising_kind(
 ) -> None:
     """A prefix-stripping kind: ``#`` forms are found, and the spans equal the reference's."""
     agrees_with_reference(*case)
+
+
+# -- normalisers that fail --------------------------------------------------------------------
+
+
+def _no_latin_o(value: str) -> str:
+    """A normaliser that cannot read a Latin "O" (as user normalisers may fail on odd text)."""
+    if "O" in value:
+        raise ValueError("no O here")
+    return value.strip()
+
+
+def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None:
+    """Masking and the lint skip tokens (and look-alikes of them) a normaliser cannot read."""
+    ledger = ledger_of(
+        [("code", "C0DE1"), ("link", "https://shop.example/a1")],
+        kinds={"code": _no_latin_o, "link": "url"},
+    )
+    masker = Masker(ledger, ())
+    text = "See C0DE1, CODE1, http://shop:x1 and https://SHOP.example/a1/."
+    assert masker.mask(text)[0] == "See [code], CODE1, http://shop:x1 and [link]."
+    # A Cyrillic O (U+041E): the look-alike search folds it to a Latin one the normaliser refuses.
+    summary, issues = lint("Ask about C\u041eDE1 and http://shop:x2.", masker)
+    assert summary == "Ask about C\u041eDE1 and http://shop:x2."
+    assert issues == []

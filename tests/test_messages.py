@@ -9,12 +9,21 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from guardrail import Guard, Rejection
+from guardrail.audit import SilentLogger
+from guardrail.block import BLOCK_HEADER
 from guardrail.errors import TranscriptError
 from guardrail.messages import (
+    MAX_DEPTH,
+    SHAPES,
+    Shape,
     default_role,
     detect,
     map_text,
+    nesting_fault,
     read,
     result_message,
     strings,
@@ -327,6 +336,17 @@ def test_an_unknown_role_is_an_error_naming_its_index() -> None:
     assert caught.value.index == 2
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_role_that_is_not_text_is_an_unknown_role(shape: Shape) -> None:
+    """A list or a dict as a role (unhashable) is an unknown role, not a TypeError."""
+    roles: list[Any] = [[], {"a": 1}]
+    for role in roles:
+        messages = [text_message(shape, "user", "hi"), {"type": "message", "role": role}]
+        with pytest.raises(TranscriptError, match="unknown role") as caught:
+            read(messages, shape)
+        assert caught.value.index == 1
+
+
 @pytest.mark.parametrize("content", [42, {"text": "hi"}, True])
 def test_non_string_content_of_a_message_is_an_error(content: object) -> None:
     """Content that is neither text nor a list of parts raises TranscriptError."""
@@ -517,6 +537,222 @@ def test_new_messages_are_readable_in_their_shape(shape: Any) -> None:
     assert transcript.messages[0].text == "hi"
     assert transcript.calls()[0].result is not None
     assert default_role(shape) == ("user" if shape == "anthropic" else "system")
+
+
+# -- refusals read back ---------------------------------------------------------------------
+
+
+def _refusal() -> Rejection:
+    guard = Guard("reprompt", logger=SilentLogger())
+    guard.add_kind("order", pattern=r"W\d{7}")
+    guard.declare("cancel_order", ids={"order_id": "order"})
+    with guard.session("s"):
+        return Rejection(guard.check("cancel_order", {"order_id": "W1234567"}))
+
+
+def _call_in(shape: Shape) -> dict[str, Any]:
+    return {
+        "openai_chat": CHAT[2],
+        "openai_responses": RESPONSES[3],
+        "anthropic": {"role": "assistant", "content": [ANTHROPIC[1]["content"][1]]},
+    }[shape]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("form", ["text", "json", "marked"])
+def test_a_refusal_sent_back_as_a_result_reads_as_a_failure(shape: Shape, form: str) -> None:
+    """A refusal's text, its to_dict() JSON, or result_message() is a failed result in any shape."""
+    rejection = _refusal()
+    call = _call_in(shape)
+    call_id = read([call], shape).calls()[0].id
+    if form == "marked":
+        back = rejection.result_message(shape, call_id)
+    else:
+        text = str(rejection) if form == "text" else json.dumps(rejection.to_dict())
+        back = result_message(shape, call_id, text, error=False)  # sent back unmarked
+    transcript = read([text_message(shape, "user", "Cancel it."), call, back], shape)
+    (result,) = transcript.messages[2].results
+    assert result.error
+    assert result.call is transcript.calls()[0]
+    assert str(rejection) in result.text or form == "json"
+
+
+def test_rejection_result_message_is_marked_in_each_shapes_own_way() -> None:
+    """Anthropic's is_error, Responses' status; chat carries the refusal's text."""
+    rejection = _refusal()
+    anthropic = rejection.result_message("anthropic", "t1")
+    assert anthropic["content"][0]["is_error"] is True
+    assert rejection.result_message("openai_responses", "t1")["status"] == "incomplete"
+    chat = rejection.result_message("openai_chat", "t1")
+    assert chat == {"role": "tool", "tool_call_id": "t1", "content": str(rejection)}
+    assert rejection.to_dict()["error"] == "identifier_refused"
+
+
+def test_a_result_that_only_mentions_a_refusal_is_not_one() -> None:
+    """Text quoting the refusal prefix later on, or JSON with another error, is a plain result."""
+    quoted = "The agent said: guardrail refused the call to x"
+    other = json.dumps({"error": "not_found", "message": "guardrail refused the call to x"})
+    for text in (quoted, other):
+        transcript = read([CHAT[2], result_message("openai_chat", "call_1", text, error=False)])
+        assert not transcript.messages[1].results[0].error
+
+
+# -- the compacted message ------------------------------------------------------------------
+
+
+def test_a_user_message_that_merely_starts_with_the_header_does_not_make_a_list_anthropic() -> None:
+    """Only a user message in the sealed form marks a list with no tool traffic as Anthropic."""
+    typed = f"{BLOCK_HEADER}\norder  W1234567\n\nSUMMARY"
+    sealed = f"{BLOCK_HEADER}\norder  W1234567\n(seal {'0' * 32})\n\nSUMMARY"
+    tail = [{"role": "assistant", "content": "ok"}]
+    assert detect([{"role": "user", "content": typed}, *tail]) == "openai_chat"
+    assert detect([{"role": "user", "content": sealed}, *tail]) == "anthropic"
+
+
+# -- content that loops or goes too deep -----------------------------------------------------
+
+
+def deep(levels: int) -> Any:
+    """A value nested ``levels`` containers deep."""
+    value: Any = "W1000001"
+    for _ in range(levels):
+        value = {"inner": [value]}
+    return value
+
+
+def test_reading_content_nested_absurdly_deep_is_an_error_naming_its_message() -> None:
+    """A result nested thousands deep (its JSON text cannot be written) is a TranscriptError."""
+    messages = [*CHAT[:4], {"role": "tool", "tool_call_id": "call_1", "content": [deep(5000)]}]
+    with pytest.raises(TranscriptError, match=f"more than {MAX_DEPTH}") as caught:
+        read(messages)
+    assert caught.value.index == 4
+
+
+def test_nesting_fault_finds_a_loop_before_depth_and_walks_shared_parts_once() -> None:
+    """The error path names the message that loops; a value shared many times is no loop."""
+    looped: dict[str, Any] = {"orders": ["W1000001"]}
+    looped["self"] = [looped]
+    shared: Any = ["W1000001"]
+    for _ in range(60):  # 2**60 paths, 60 distinct lists
+        shared = [shared, shared]
+    assert nesting_fault([CHAT[0], {"content": shared}]) is None
+    fault = nesting_fault([CHAT[0], {"content": deep(MAX_DEPTH + 5)}, {"content": looped}])
+    assert fault is not None
+    assert (fault.index, "contains itself" in str(fault)) == (2, True)
+    fault = nesting_fault([{"content": deep(MAX_DEPTH + 5)}, {"content": deep(MAX_DEPTH + 9)}])
+    assert fault is not None
+    assert fault.index == 1  # the deepest
+
+
+# -- round trips over the three shapes ------------------------------------------------------
+
+TEXT = st.text(max_size=12)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | TEXT
+)
+JSON = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
+    max_leaves=12,
+)
+#: A tool result's content: text, JSON text, or (for odd lists) anything at all.
+RESULTS = TEXT | JSON.map(json.dumps)
+ODD = (
+    JSON
+    | st.binary(max_size=8)
+    | st.frozensets(st.integers(0, 9), max_size=3)
+    | st.tuples(TEXT, JSON)
+    | st.floats()
+    | st.integers(0, 3).map(lambda n: deep(MAX_DEPTH * n))
+)
+
+
+def _say(shape: Shape, role: str, text: str, parts: bool) -> dict[str, Any]:
+    if not parts:
+        return text_message(shape, role, text)
+    if shape == "openai_responses":
+        kind = "input_text" if role == "user" else "output_text"
+        return {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}
+    return {"role": role, "content": [{"type": "text", "text": text}]}
+
+
+def _exchange(
+    shape: Shape, calls: list[tuple[str, str, dict[str, Any], Any]], order: list[int]
+) -> list[dict[str, Any]]:
+    """Tool calls and their results (in ``order``) as ``shape`` writes them."""
+    if shape == "openai_chat":
+        made = [
+            {"id": c, "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+            for c, n, a, _ in calls
+        ]
+        answers = [
+            {"role": "tool", "tool_call_id": calls[i][0], "content": calls[i][3]} for i in order
+        ]
+        return [{"role": "assistant", "content": None, "tool_calls": made}, *answers]
+    if shape == "openai_responses":
+        items = [
+            {"type": "function_call", "call_id": c, "name": n, "arguments": json.dumps(a)}
+            for c, n, a, _ in calls
+        ]
+        outputs = [
+            {"type": "function_call_output", "call_id": calls[i][0], "output": calls[i][3]}
+            for i in order
+        ]
+        return [*items, *outputs]
+    uses = [{"type": "tool_use", "id": c, "name": n, "input": a} for c, n, a, _ in calls]
+    answers = [
+        {"type": "tool_result", "tool_use_id": calls[i][0], "content": calls[i][3]} for i in order
+    ]
+    return [{"role": "assistant", "content": uses}, {"role": "user", "content": answers}]
+
+
+@st.composite
+def shaped_lists(
+    draw: st.DrawFn, results: st.SearchStrategy[Any] = RESULTS
+) -> tuple[Shape, list[dict[str, Any]]]:
+    """Random conversations in one of the three shapes: text or parts, calls, extra fields."""
+    shape: Shape = draw(st.sampled_from(SHAPES))
+    messages: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        messages.append({"role": "system", "content": draw(TEXT)})
+    serial = 0
+    for _ in range(draw(st.integers(0, 4))):
+        messages.append(_say(shape, "user", draw(TEXT), draw(st.booleans())))
+        if draw(st.booleans()):
+            calls = []
+            for _ in range(draw(st.integers(1, 3))):
+                serial += 1
+                name = draw(st.sampled_from(["get_order", "cancel_order", "note"]))
+                arguments = draw(st.dictionaries(TEXT, JSON, max_size=3))
+                calls.append((f"c{serial}", name, arguments, draw(results)))
+            messages += _exchange(shape, calls, draw(st.permutations(range(len(calls)))))
+        messages.append(_say(shape, "assistant", draw(TEXT), draw(st.booleans())))
+    for message in messages:
+        if draw(st.integers(0, 4)) == 0:
+            message["metadata"] = draw(JSON)  # provider fields ride along untouched
+    return shape, messages
+
+
+@settings(max_examples=150, deadline=None)
+@given(shaped_lists())
+def test_read_then_write_gives_the_same_list_in_every_shape(
+    drawn: tuple[Shape, list[dict[str, Any]]],
+) -> None:
+    """read then write returns the very list; map_text with the identity returns equal messages."""
+    shape, messages = drawn
+    before = copy.deepcopy(messages)
+    transcript = read(messages, shape)
+    assert transcript.shape == shape
+    assert transcript.repairs == []
+    written = write(transcript)
+    assert written == before
+    assert all(a is b for a, b in zip(written, messages, strict=True))
+    assert [map_text(message, lambda text: text) for message in messages] == before
+    assert all(call.result is not None for call in transcript.calls())
 
 
 # -- the corpus -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, Ledger
+from guardrail import Guard, Ledger, Rejection
 from guardrail.errors import GuardrailUsageError, ManifestError
 from guardrail.testing import (
     CLASSES,
@@ -131,6 +132,49 @@ def test_refused_calls_that_failed_or_got_no_result_are_not_false_refusals() -> 
     assert dict(total.refused_failed) == {"invented": 1}
     assert total.refused_no_result == 1
     assert total.unanswered_calls == 1
+
+
+REFUNDS: dict[str, Any] = {
+    "kinds": {"order": {"pattern": "ord_[A-Za-z0-9]{8}"}},
+    "tools": {
+        "refund": {
+            "effect": "write",
+            "ids": {"order_id": "order"},
+            "produces": {"re:(ord_[A-Za-z0-9]{8})": "order"},
+        }
+    },
+}
+
+
+@pytest.mark.parametrize("form", ["text", "json", "result", "built"])
+def test_a_refusal_recorded_as_the_result_is_a_failure_and_teaches_nothing(form: str) -> None:
+    """A refusal a runtime sent back as the result is never harvested, however it was recorded."""
+    guard = Guard.from_manifest(REFUNDS, mode="reprompt")
+    invented = "ord_ZZZZZZZZ"
+    with guard.session("recording"):
+        refusal = Rejection(guard.check("refund", {"order_id": invented}))
+    # The recording kept the refusal as a plain (successful) result of the refused call.
+    sent: dict[str, Any] = result("c1", str(refusal))
+    if form == "json":
+        sent = result("c1", refusal.to_dict())
+    elif form == "result":
+        sent = {**result("c1", "refused"), "result": refusal.to_dict()}
+    messages = [
+        user("Refund my order please"),
+        call("c1", "refund", {"order_id": invented}),
+        sent,
+        call("c2", "refund", {"order_id": invented}),
+    ]
+    trace = trace_from_messages(messages, id="t")
+    if form == "built":  # a trace built in code, whose message does not say it failed
+        tool_message = dataclasses.replace(trace.messages[2], error=False)
+        trace = dataclasses.replace(
+            trace, messages=(*trace.messages[:2], tool_message, trace.messages[3])
+        )
+    total = replay(trace, guard).total
+    assert (total.allowed, total.refused) == (0, 2)
+    assert dict(total.refused_failed) == {"invented": 1}
+    assert sum(total.false_refusals.values()) == 0
 
 
 def test_a_result_answers_the_latest_open_call_with_its_id() -> None:

@@ -144,6 +144,31 @@ def test_explicit_error_flags_win_over_the_text() -> None:
     assert not cleared.error
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": "guardrail refused the call to refund; the tool did not run.\n- ..."},
+        {"content": json.dumps({"error": "identifier_refused", "message": "...", "findings": []})},
+        {"content": "refused", "result": {"error": "identifier_refused", "findings": []}},
+    ],
+)
+def test_a_refusal_sent_back_as_the_result_is_a_failure_whatever_the_flags(
+    message: dict[str, Any],
+) -> None:
+    """A refusal's text or Rejection.to_dict() as a tool result is a failure, even flagged ok."""
+    parsed, _ = parse_message({"role": "tool", "tool_call_id": "x", "error": False, **message})
+    assert parsed is not None
+    assert parsed.error
+
+
+def test_openai_messages_keep_the_error_flag() -> None:
+    """A failed result whose text does not say so keeps its flag in the OpenAI messages."""
+    failed = {"role": "tool", "tool_call_id": "call_1", "content": "no", "error": True}
+    trace = trace_from_messages([*OPENAI_MESSAGES[:3], failed])
+    assert trace.openai_messages()[-1]["error"] is True
+    assert trace_from_messages(trace.openai_messages()).messages == trace.messages
+
+
 def test_reads_a_json_object_and_a_list_of_conversations(tmp_path: Path) -> None:
     """A JSON object with messages is one trace; a list of such objects is several."""
     one = load_trace_file(

@@ -3,51 +3,47 @@
 from __future__ import annotations
 
 import collections
-import json
 from typing import Any
 
 import pytest
 
 from guardrail import Finding, Guard
 
-from .conftest import AIRLINE_MANIFEST, need_corpus
+from .conftest import AIRLINE_MANIFEST, corpus_traces
 
 INVENTED = {"credit_card_7334", "credit_card_5634230"}
 
 
 def replay_core(guard: Guard) -> dict[str, Any]:
     """observe_user on user turns, check on every call, record on every result."""
-    traces = need_corpus()
     counts: collections.Counter[str] = collections.Counter()
     refused_ok: list[tuple[str, str, tuple[Finding, ...]]] = []
     refused_failed: list[tuple[str, str, tuple[Finding, ...]]] = []
-    with traces.open(encoding="utf-8") as lines:
-        for line in lines:
-            trace = json.loads(line)
-            ledger = guard.new_ledger(trace["id"])
-            open_calls: dict[str, list[tuple[dict[str, Any], Any]]] = {}
-            for message in trace["messages"]:
-                if message["role"] == "user":
-                    guard.observe_user(message["content"], ledger=ledger)
-                for call in message.get("tool_calls") or []:
-                    verdict = guard.check(call["name"], call["arguments"], ledger=ledger)
-                    open_calls.setdefault(call["id"], []).append((call, verdict))
-                if message["role"] == "tool":
-                    call, verdict = open_calls[message["tool_call_id"]].pop()
-                    succeeded = not message["error"]
-                    counts["calls"] += 1
-                    counts["allowed" if verdict.allowed else "refused"] += 1
-                    if not verdict.allowed:
-                        where = refused_ok if succeeded else refused_failed
-                        where.append((trace["id"], call["name"], verdict.findings))
-                    guard.record(
-                        call["name"],
-                        call["arguments"],
-                        message["content"],
-                        error=message["error"],
-                        call_id=call["id"],
-                        ledger=ledger,
-                    )
+    for trace in corpus_traces():
+        ledger = guard.new_ledger(trace["id"])
+        open_calls: dict[str, list[tuple[dict[str, Any], Any]]] = {}
+        for message in trace["messages"]:
+            if message["role"] == "user":
+                guard.observe_user(message["content"], ledger=ledger)
+            for call in message.get("tool_calls") or []:
+                verdict = guard.check(call["name"], call["arguments"], ledger=ledger)
+                open_calls.setdefault(call["id"], []).append((call, verdict))
+            if message["role"] == "tool":
+                call, verdict = open_calls[message["tool_call_id"]].pop()
+                succeeded = not message["error"]
+                counts["calls"] += 1
+                counts["allowed" if verdict.allowed else "refused"] += 1
+                if not verdict.allowed:
+                    where = refused_ok if succeeded else refused_failed
+                    where.append((trace["id"], call["name"], verdict.findings))
+                guard.record(
+                    call["name"],
+                    call["arguments"],
+                    message["content"],
+                    error=message["error"],
+                    call_id=call["id"],
+                    ledger=ledger,
+                )
     return {"counts": counts, "refused_ok": refused_ok, "refused_failed": refused_failed}
 
 

@@ -33,7 +33,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.guard import Guard
 from guardrail.harvest import harvest
 from guardrail.ledger import Ledger
-from guardrail.messages import strings
+from guardrail.messages import refused, strings
 from guardrail.testing.agents import Agent, Intent, as_call, takes_intent, tool_definitions
 from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
 from guardrail.testing.corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
@@ -226,11 +226,14 @@ class _Run:
         if pending is None:
             self.stats.orphan_results += 1
             return
+        # A refusal the recording sent back as the result is a failure: no tool ran, and the
+        # values it names must not be harvested (a trace built in code may not say so).
+        failed = message.error or refused(message.content, message.result)
         verdict = pending.verdict
         if verdict is not None and not verdict.allowed:
             reason = pending.reason or GENUINE
             example = self._example(pending.message, pending.call.name, reason, verdict.findings)
-            if message.error:
+            if failed:
                 self.stats.add_refused_failure(reason, example)
             else:
                 self.stats.add_false_refusal(reason, example)
@@ -241,11 +244,11 @@ class _Run:
                 call.name,
                 call.arguments or {},
                 message.output,
-                error=message.error,
+                error=failed,
                 call_id=call.id,
                 ledger=self.ledger,
             )
-        if not message.error:
+        if not failed:
             self.outputs.append(message.content)
             if spec is not None and self.turns:
                 try:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from guardrail.check import parse_arguments
 from guardrail.errors import TraceFileError
-from guardrail.messages import content_text
+from guardrail.messages import content_text, refused
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -143,6 +143,8 @@ class Trace:
                 item["tool_call_id"] = message.tool_call_id
                 if message.name:
                     item["name"] = message.name
+                if message.error:  # the corpus's flag, which the chat reader knows
+                    item["error"] = True
             out.append(item)
         return out
 
@@ -188,7 +190,13 @@ def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
 
 
 def _is_error(raw: Mapping[str, Any], text: str) -> bool:
-    """Whether a tool message records a failure: a flag where one was kept, else ``Error:``."""
+    """Whether a tool message records a failure: a flag where one was kept, else ``Error:``.
+
+    A refusal sent back as the result (its text, or its JSON) is a failure whatever
+    the flags say: no tool produced it.
+    """
+    if refused(text, raw.get("result")):
+        return True
     for flag in ("error", "is_error"):
         value = raw.get(flag)
         if isinstance(value, bool):
