@@ -3,10 +3,10 @@
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
-role, the problem, and the identifier value, or a keyed hash of it where
-the guard was built with ``redact=``. Other argument values are never
-logged. The library never configures structlog: events go wherever the
-program sends them.
+role, the problem, and the identifier value (cut short past 200
+characters), or a keyed hash of all of it where the guard was built with
+``redact=``. Other argument values are never logged. The library never
+configures structlog: events go wherever the program sends them.
 
 Levels: a refusal is a warning; an allowed ``write`` call and a compaction
 are info; allowed ``read`` calls, records and evictions are debug. The
@@ -23,6 +23,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
+
+from guardrail.text import shorten
 
 if TYPE_CHECKING:
     from guardrail.check import Finding, Verdict
@@ -100,9 +102,9 @@ class Audit:
             logger.debug(event, **fields)
 
     def value(self, value: str) -> str:
-        """An identifier as logged: verbatim, or a keyed hash when redacting."""
+        """An identifier as logged: verbatim but cut short, or a keyed hash of all of it."""
         if self._key is None:
-            return value
+            return shorten(value)
         digest = hmac.new(self._key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
         return "hmac:" + digest.hexdigest()[:16]
 

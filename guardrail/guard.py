@@ -362,7 +362,7 @@ class Guard:
             found = []
             for kind in self.kinds.values():
                 for token in kind.find(text):
-                    key = kind.normalize(token)
+                    key = kind.key(token)  # None: a token its normaliser cannot read is no id
                     if key and key not in kind.examples:
                         found.append(Found(kind.name, token, key, "text"))
             admitted = ledger.admit(found, source=Source(_USER, None, "text", turn), verified=False)

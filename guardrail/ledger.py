@@ -23,6 +23,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import Batch, Found, batches_of
 from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
+from guardrail.text import has_token
 
 FORMAT_VERSION = 2
 DEFAULT_CAPACITY = 1000
@@ -235,18 +236,28 @@ class Ledger:
         known = self.kinds.get(kind)
         return known.normalize(value) if known is not None else value.strip()
 
+    def key(self, kind: str, value: str) -> str | None:
+        """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
+        known = self.kinds.get(kind)
+        return known.key(value) if known is not None else value.strip()
+
     def get(self, kind: str, value: str) -> Entry | None:
         """The entry of ``kind`` whose value is ``value`` in any written form."""
         table = self.by_kind.get(kind)
-        return None if table is None else table.get(self.normalize(kind, value))
+        key = None if table is None else self.key(kind, value)
+        return None if key is None or table is None else table.get(key)
 
     def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
-        """Entries of any kind (but those in ``exclude``) that ``value`` names."""
+        """Entries of any kind (but those in ``exclude``) that ``value`` names.
+
+        A kind whose normaliser cannot read ``value`` has no entry for it.
+        """
         found = []
         for kind, table in list(self.by_kind.items()):
             if kind in exclude:
                 continue
-            entry = table.get(self.normalize(kind, value))
+            key = self.key(kind, value)
+            entry = None if key is None else table.get(key)
             if entry is not None:
                 found.append(entry)
         return found
@@ -258,6 +269,11 @@ class Ledger:
     def dropped(self, kind: str, key: str) -> Dropped | None:
         """The mark of an id a result named but the ledger did not keep, if still remembered."""
         return self._dropped.get((kind, key)) if self._dropped else None
+
+    def longest_key(self, kind: str) -> int:
+        """The length of the longest key ``kind`` has had (evicted ones included)."""
+        index = self._index.get(kind)
+        return 0 if index is None else index.longest
 
     def alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
@@ -442,19 +458,11 @@ class Ledger:
         self.user_texts.append(text)
 
     def typed_by_user(self, value: str) -> bool:
-        """Whether ``value`` appears, as a whole token, in the user texts kept."""
-        for text in list(self.user_texts):
-            start = text.find(value)
-            while start >= 0:
-                end = start + len(value)
-                before = text[start - 1] if start else " "
-                after = text[end] if end < len(text) else " "
-                if not (before.isalnum() or before == "_") and not (
-                    after.isalnum() or after == "_"
-                ):
-                    return True
-                start = text.find(value, start + 1)
-        return False
+        """Whether ``value`` appears, as a whole token, in the user texts kept.
+
+        One pass over each text, whatever the value (see :func:`has_token`).
+        """
+        return any(has_token(text, value) for text in list(self.user_texts))
 
     # -- internals ------------------------------------------------------------------------
 

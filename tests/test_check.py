@@ -9,6 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger, Verdict
+from guardrail.nearmiss import MARGIN
 
 from .conftest import ORDERS, shop_guard
 
@@ -288,3 +289,71 @@ def test_mutation_details_say_what_changed(shop: Guard, value: str, detail: str)
     """The detail of a mutation describes the value sent, relative to the ledger entry."""
     finding = shop.check("issue_refund", {"order_id": value}).findings[0]
     assert (finding.problem, finding.detail) == ("mutated", detail)
+
+
+def _link_guard() -> Guard:
+    """A guard with a url kind (whose normaliser raises on what is no URL) and one write tool."""
+    guard = shop_guard()
+    guard.add_kind("link", normalize="url")
+    guard.declare("post", ids={"url": "link", "target": ["link", "order"]})
+    return guard
+
+
+def test_a_value_no_normaliser_can_read_is_malformed() -> None:
+    """A normaliser that raises makes the value malformed, naming the kind; it never crashes."""
+    guard = _link_guard()
+    with guard.session("s"):
+        verdict = guard.check("post", {"url": "http://[x"})
+        assert problems(verdict) == [("malformed", None)]
+        assert verdict.findings[0].detail == (
+            "the normaliser of kind 'link' could not read the value"
+        )
+        assert "could not read the value" in verdict.message
+        # Another accepted kind that reads it decides: here, an order no result named.
+        assert problems(guard.check("post", {"target": "http://[x"})) == [("unknown", None)]
+
+
+def test_values_that_are_no_text_are_described_briefly_and_safely() -> None:
+    """A deep, huge or unprintable argument is malformed, described in a few characters."""
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    deep: list[object] = []
+    for _ in range(10_000):
+        deep = [deep]
+    guard = shop_guard()
+    with guard.session("s"):
+        for value in (deep, list(range(100_000)), Unprintable()):
+            verdict = guard.check("issue_refund", {"order_id": value})
+            assert problems(verdict) == [("malformed", None)]
+            assert len(verdict.findings[0].value) <= 80
+
+
+def test_a_value_longer_than_any_key_by_more_than_the_margin_is_not_searched(
+    shop: Guard,
+) -> None:
+    """Within the margin a padded id is still a near miss; past it, unknown without a search."""
+    longest = len("W8855135")
+    padded = "W8855135" + "\u200b" * MARGIN
+    assert len(padded) == longest + MARGIN
+    assert problems(shop.check("issue_refund", {"order_id": padded})) == [("mutated", "order")]
+    further = padded + "\u200b"
+    assert problems(shop.check("issue_refund", {"order_id": further})) == [("unknown", None)]
+
+
+def test_edits_over_a_huge_alphabet_are_searched_only_within_the_budget(
+    guard: Guard, ledger: Ledger
+) -> None:
+    """Keys using hundreds of characters make substitutions too dear: those are unknown."""
+    guard.add_kind("glyphs")
+    guard.declare("list_glyphs", produces={"[*]": "glyphs"}, effect="read")
+    guard.declare("draw", ids={"glyphs": "glyphs"})
+    key = "".join(chr(0x4E00 + n) for n in range(300))
+    guard.record("list_glyphs", {}, [key])
+    assert len(ledger.alphabet("glyphs")) == 300
+    changed = "x" + key[1:]
+    assert problems(guard.check("draw", {"glyphs": changed})) == [("unknown", None)]
+    added = key + "x"  # one deletion finds it: n variants, whatever the alphabet
+    assert problems(guard.check("draw", {"glyphs": added})) == [("mutated", "glyphs")]
