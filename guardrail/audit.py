@@ -1,14 +1,15 @@
 """Audit: every decision of the guard as a structlog event.
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
-``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``)
+``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
+``guardrail.compacted``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value (cut short past 200
 characters), or a keyed hash of all of it where the guard was built with
 ``redact=``. Other argument values are never logged. The library never
 configures structlog: events go wherever the program sends them.
 
-Levels: a refusal is a warning; an allowed ``write`` call and a compaction
+Levels: a refusal and ids not kept are warnings; an allowed ``write`` call and a compaction
 are info; allowed ``read`` calls, records and evictions are debug. The
 logger is resolved on first use and its level checked once, so with a
 production logger at warning the allowed path builds no event at all.
@@ -29,7 +30,7 @@ from guardrail.text import shorten
 if TYPE_CHECKING:
     from guardrail.check import Finding, Verdict
     from guardrail.compaction import CompactionReport
-    from guardrail.ledger import Entry
+    from guardrail.ledger import Dropped, Entry
 
 DEBUG, INFO, WARNING = logging.DEBUG, logging.INFO, logging.WARNING
 
@@ -174,8 +175,14 @@ class Audit:
         verified: Sequence[Entry],
         error: bool,
         problems: Sequence[str] = (),
+        dropped: Sequence[Dropped] = (),
+        limit: int | None = None,
     ) -> None:
-        """``guardrail.ids_recorded``: one per recorded result; problems reading it are warnings."""
+        """``guardrail.ids_recorded``: one per recorded result.
+
+        Problems reading it, and ids it named that were not kept
+        (``dropped``, beyond ``limit`` or the capacity), are warnings.
+        """
         if problems and self.enabled(WARNING):
             self.emit(
                 WARNING,
@@ -185,6 +192,7 @@ class Audit:
                 call_id=call_id,
                 problems=list(problems),
             )
+        self.ids_dropped(session, tool, dropped, limit)
         if not self.enabled(DEBUG):
             return
         self.emit(
@@ -196,9 +204,28 @@ class Audit:
             error=error,
             added=len(added),
             verified=len(verified),
+            dropped=len(dropped),
             roles=[entry.role for entry in (*added, *verified)],
             values=self.values(entry.value for entry in (*added, *verified)),
         )
+
+    def ids_dropped(
+        self, session: str | None, tool: str, dropped: Sequence[Dropped], limit: int | None
+    ) -> None:
+        """``guardrail.ids_dropped``: a result (or user message) named more new ids than kept.
+
+        A warning: either a search too broad for the agent to act on, or a
+        flood meant to push real ids out. The count, never the values.
+        """
+        if dropped and self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.ids_dropped",
+                session=session,
+                tool=tool,
+                dropped=len(dropped),
+                limit=limit,
+            )
 
     def user_observed(self, session: str | None, added: Sequence[Entry]) -> None:
         """``guardrail.user_ids_observed``: ids found in what the user typed."""

@@ -105,7 +105,10 @@ class Guard:
     (after ``max_reprompts`` refusals of one tool in a row it raises
     :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and only
     logs. ``capacity`` bounds each session's ledger. ``redact`` (a key)
-    logs keyed hashes instead of identifier values.
+    logs keyed hashes instead of identifier values. ``max_ids_per_call``
+    bounds the new ids one result (or one user message) may add to a
+    ledger (None: a tenth of ``capacity``); those beyond it are not kept,
+    and a later use is refused with "narrow the search".
     """
 
     def __init__(
@@ -120,11 +123,20 @@ class Guard:
         max_reprompts: int = 3,
         tombstones: int | None = None,
         logger: Any = None,
+        max_ids_per_call: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not isinstance(capacity, int) or capacity < 1:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
+        if max_ids_per_call is None:
+            max_ids_per_call = max(1, capacity // 10)
+        elif type(max_ids_per_call) is not int or max_ids_per_call < 1:
+            raise GuardrailUsageError(
+                f"max_ids_per_call must be a positive integer (or None for a tenth of the "
+                f"capacity), not {max_ids_per_call!r}"
+            )
+        self.max_ids_per_call = max_ids_per_call
         if not isinstance(max_reprompts, int) or max_reprompts < 0:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
         self.mode: Mode = mode
@@ -365,8 +377,15 @@ class Guard:
                     key = kind.key(token)  # None: a token its normaliser cannot read is no id
                     if key and key not in kind.examples:
                         found.append(Found(kind.name, token, key, "text"))
-            admitted = ledger.admit(found, source=Source(_USER, None, "text", turn), verified=False)
+            admitted = ledger.admit(
+                found,
+                source=Source(_USER, None, "text", turn),
+                verified=False,
+                limit=self.max_ids_per_call,
+                tool=_USER,
+            )
         self.audit.user_observed(ledger.session_id, admitted.added)
+        self.audit.ids_dropped(ledger.session_id, _USER, admitted.dropped, self.max_ids_per_call)
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added
 
@@ -528,7 +547,9 @@ class Guard:
         batches.extend(batches_of(taken))
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
-        admitted = ledger.admit_batches(batches, source=sources)
+        admitted = ledger.admit_batches(
+            batches, source=sources, limit=self.max_ids_per_call, tool=spec.name
+        )
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -537,6 +558,8 @@ class Guard:
             verified=admitted.verified,
             error=False,
             problems=problems,
+            dropped=admitted.dropped,
+            limit=self.max_ids_per_call,
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
         return admitted.added

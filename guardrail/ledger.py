@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -146,11 +147,12 @@ class Dropped:
 
 
 class Admitted(NamedTuple):
-    """What one :meth:`Ledger.admit` did."""
+    """What one :meth:`Ledger.admit` did: entries added, verified and evicted, ids not kept."""
 
     added: list[Entry]
     verified: list[Entry]
     evicted: list[Entry]
+    dropped: list[Dropped]
 
 
 class Ledger:
@@ -230,6 +232,10 @@ class Ledger:
     def tombstones(self) -> list[Tombstone]:
         """Evicted entries still remembered, oldest first."""
         return list(self._tombstones.values())
+
+    def dropped_marks(self) -> list[Dropped]:
+        """Ids results named but the ledger did not keep, still remembered, oldest first."""
+        return list(self._dropped.values())
 
     def normalize(self, kind: str, value: str) -> str:
         """``value`` as the ledger keys it for ``kind``."""
@@ -321,15 +327,20 @@ class Ledger:
         *,
         source: Source | Mapping[str, Source],
         verified: bool = True,
+        limit: int | None = None,
+        tool: str | None = None,
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
         ``source`` is one Source, or one per declared path. An id already
         present is refreshed (and verified, when ``verified``); a new one
         gets a role. All ids are added before any is evicted, so a result
-        is never half-recorded.
+        is never half-recorded. ``limit`` and ``tool``: see
+        :meth:`admit_batches`.
         """
-        return self.admit_batches(batches_of(found), source=source, verified=verified)
+        return self.admit_batches(
+            batches_of(found), source=source, verified=verified, limit=limit, tool=tool
+        )
 
     def admit_batches(
         self,
@@ -337,20 +348,36 @@ class Ledger:
         *,
         source: Source | Mapping[str, Source],
         verified: bool = True,
+        limit: int | None = None,
+        tool: str | None = None,
     ) -> Admitted:
         """:meth:`admit` for ids in :class:`~guardrail.harvest.Batch` columns, in order.
 
         The bulk path from a tool result: a result of tens of thousands of ids
         is admitted without building a ``Found`` or calling a helper per id.
+
+        At most ``limit`` new ids are added (None: no bound); each new id
+        beyond it is not kept but remembered as :class:`Dropped`, under
+        ``tool`` (by default the source's tool), so a later use is refused
+        with "narrow the search": one result listing 10,000 ids must not
+        push every real id and its tombstone out. From turn 1 on, eviction
+        spares the ids used in the current turn; new ids that still do not
+        fit are taken out again, newest first, as drop marks too.
         """
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
         added: list[Entry] = []
         upgraded: list[Entry] = []
+        skipped: dict[tuple[str, str], str] = {}  # (kind, key) -> value of new ids beyond limit
+        revived: dict[tuple[str, str], Tombstone] = {}  # tombstones of evicted ids seen again
+        room = sys.maxsize if limit is None else limit
         turn = self.turn
         by_kind = self.by_kind
         roles = self._roles
         counters = self._counters
         with self.lock:
             tomb_roles = self._tomb_roles
+            marks = self._dropped
             for kind, path, template, values, keys, statuses in batches:
                 where = source if isinstance(source, Source) else source[path]
                 table = by_kind.get(kind)
@@ -375,6 +402,10 @@ class Ledger:
                             entry.status = status
                         self.touch(entry)
                         continue
+                    if not room:  # beyond what one call may add: remembered, not kept
+                        skipped[(kind, key)] = value
+                        continue
+                    room -= 1
                     if plain:  # the default role: the kind, then kind_2, kind_3... in order seen
                         while True:
                             number += 1
@@ -401,7 +432,12 @@ class Ledger:
                     roles[role] = entry
                     fresh.append(key)
                     if not plain and self._tombstones:
-                        self._drop_tombstone((kind, key))
+                        tomb = self._tombstones.get((kind, key))
+                        if tomb is not None:  # back under its old role (restored if taken back)
+                            revived[(kind, key)] = tomb
+                            self._drop_tombstone((kind, key))
+                    if marks:  # in the ledger for real now: no longer "not kept"
+                        marks.pop((kind, key), None)
                     added.append(entry)
                 if number != start:
                     counters[kind] = number
@@ -413,7 +449,9 @@ class Ledger:
                 for entry in added:
                     entry.epoch = self.epoch
             evicted = self._evict_over_capacity()
-        return Admitted(added, upgraded, evicted)
+            taken = self._take_back(added, revived)
+            dropped = self._mark_dropped(taken, skipped, tool, source)
+        return Admitted(added, upgraded, evicted, dropped)
 
     def label(self, role: str, new_role: str) -> Entry:
         """Rename the entry named ``role`` to ``new_role``; the old name stays as an alias."""
@@ -437,13 +475,19 @@ class Ledger:
             return entry
 
     def pin(self, role: str, pinned: bool = True) -> Entry:
-        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity."""
+        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity.
+
+        Unpinning in a full ledger evicts; if every other entry was used
+        this turn, the least recently used goes all the same: the program
+        asked for the room back.
+        """
         with self.lock:
             entry = self[role]
             if entry.pinned != pinned:
                 entry.pinned = pinned
                 self._pinned += 1 if pinned else -1
                 self._evict_over_capacity()
+                self._evict_over_capacity(spare_current=False)
             return entry
 
     def forget(self, role: str) -> Entry:
@@ -535,22 +579,88 @@ class Ledger:
         if tomb is not None:
             self._tomb_roles.discard(tomb.role)
 
-    def _evict_over_capacity(self) -> list[Entry]:
-        # Evict by last use: the order still being refunded at turn 40 was first seen at turn 12.
+    def _evict_over_capacity(self, *, spare_current: bool = True) -> list[Entry]:
+        """Evict by last use until the ledger fits: the order still being refunded at turn 40
+        was first seen at turn 12.
+
+        From turn 1 on (a program that observes the user), entries used in
+        the current turn are spared (``spare_current``): what the
+        conversation works with now never makes room for a result's flood.
+        Each kind's table runs from least to most recently used, so its
+        first unpinned entry is its only candidate.
+        """
+        current = self.turn if spare_current and self.turn > 0 else None
         evicted: list[Entry] = []
         while self._size - self._pinned > self.capacity:
             victim: Entry | None = None
             for table in self.by_kind.values():
                 for entry in table.values():
                     if not entry.pinned:
-                        if victim is None or entry.last_used < victim.last_used:
+                        if entry.last_used != current and (
+                            victim is None or entry.last_used < victim.last_used
+                        ):
                             victim = entry
                         break
-            if victim is None:  # pragma: no cover - unpinned entries exist by the count
+            if victim is None:  # every candidate was used this turn (or is pinned)
                 break
             self._remove(victim)
             evicted.append(victim)
         return evicted
+
+    def _take_back(
+        self, added: list[Entry], revived: Mapping[tuple[str, str], Tombstone]
+    ) -> list[Entry]:
+        """Take out of ``added`` (newest first) what still does not fit after eviction.
+
+        The entries go without a new tombstone (they were never kept; the
+        caller marks them dropped); an evicted id that came back gets its
+        old tombstone back, so its role stays its own. Returned oldest first.
+        """
+        taken: list[Entry] = []
+        while added and self._size - self._pinned > self.capacity:
+            entry = added.pop()
+            del self.by_kind[entry.kind][entry.key]
+            del self._roles[entry.role]
+            self._index[entry.kind].stale += 1
+            self._size -= 1
+            tomb = revived.get((entry.kind, entry.key))
+            if tomb is not None:
+                self._add_tombstone(tomb)
+            taken.append(entry)
+        taken.reverse()
+        return taken
+
+    def _mark_dropped(
+        self,
+        taken: list[Entry],
+        skipped: dict[tuple[str, str], str],
+        tool: str | None,
+        source: Source | Mapping[str, Source],
+    ) -> list[Dropped]:
+        """Drop marks for the ids of one admission that were not kept, oldest first.
+
+        Kept apart from tombstones (so a flood never pushes a real
+        tombstone out) and bounded alike: the newest ``tombstone_capacity``.
+        """
+        if not taken and not skipped:
+            return []
+        if tool is None:
+            first = source if isinstance(source, Source) else next(iter(source.values()), None)
+            tool = first.tool if first is not None else "?"
+        turn = self.turn
+        dropped = [Dropped(e.value, e.kind, e.key, tool, turn) for e in taken]
+        dropped.extend(
+            Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
+        )
+        keep = self.tombstone_capacity
+        marks = self._dropped
+        for mark in dropped[-keep:] if keep else ():
+            where = (mark.kind, mark.key)
+            marks.pop(where, None)  # named again: the newest mark, last to go
+            marks[where] = mark
+        while len(marks) > keep:
+            del marks[next(iter(marks))]
+        return dropped
 
     # -- persistence ----------------------------------------------------------------------
 

@@ -173,7 +173,7 @@ def test_a_url_no_parser_can_read_is_malformed_in_every_mode(mode: str) -> None:
 @pytest.mark.xfail(
     raises=ValueError,
     strict=False,
-    reason="the allowed path normalises directly; it falls through to _classify on hard-c2",
+    reason="the allowed path normalises directly, until it falls through to _classify",
 )
 @pytest.mark.parametrize("mode", ["raise", "reprompt"])
 def test_an_unreadable_url_beside_real_links_is_malformed(mode: str) -> None:
@@ -228,6 +228,54 @@ def test_urls_that_go_elsewhere_are_not_folded_into_a_real_link(forged: str) -> 
         _refused(lambda: post(forged))
         post("HTTPS://Shop.Example:443/pay/")  # harmless differences still fold
     assert posted == ["HTTPS://Shop.Example:443/pay/"]
+
+
+def test_a_flood_of_ids_in_a_result_leaves_the_real_order_refundable() -> None:
+    """A result naming 10,000 new ids keeps one call's share; the rest are refused as dropped."""
+    guard = shop_guard()
+    refund, ran = _refund_tool(guard)
+    flood = {"orders": [{"order_id": f"W{n:07d}"} for n in range(1, 10_001)]}
+    with guard.session("s") as ledger:
+        guard.observe_user("Please refund my order #W8855135")
+        guard.record("search_orders", {}, ORDERS)
+        guard.record("search_orders", {}, flood)
+        refund("#W8855135")
+        verdict = _refused(lambda: refund("W0009999"))
+        assert len(ledger) <= ledger.capacity
+    assert ran == ["#W8855135"]
+    finding = verdict.findings[0]
+    assert finding.problem == "evicted"
+    assert "search_orders's result" in finding.detail
+    assert "narrow" in verdict.message and "search_orders" in verdict.message
+
+
+def test_floods_over_many_calls_in_one_turn_never_evict_the_ids_in_use() -> None:
+    """Results that fill the ledger within one turn drop their own ids, not the real ones."""
+    guard = shop_guard(capacity=50)
+    refund, ran = _refund_tool(guard)
+    with guard.session("s") as ledger:
+        guard.observe_user("Please refund my order #W8855135")
+        guard.record("search_orders", {}, ORDERS)
+        for page in range(20):
+            ids = [{"order_id": f"W{page:03d}{n:04d}"} for n in range(5)]
+            guard.record("search_orders", {}, {"orders": ids})
+        assert len(ledger) == ledger.capacity
+        refund("#W8855135")
+        verdict = _refused(lambda: refund("W0190004"))
+    assert ran == ["#W8855135"]
+    assert verdict.findings[0].problem == "evicted"
+
+
+def test_a_user_message_naming_ten_thousand_ids_evicts_nothing() -> None:
+    """observe_user keeps one call's share of the ids a message names."""
+    guard = shop_guard()
+    refund, ran = _refund_tool(guard)
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        guard.observe_user(" ".join(f"#W{n:07d}" for n in range(1, 10_001)))
+        refund("#W2378156")
+        assert len(ledger) <= ledger.capacity
+    assert ran == ["#W2378156"]
 
 
 # (end of the check section)

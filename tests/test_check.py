@@ -8,7 +8,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, Ledger, Verdict
+from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
+from guardrail.ledger import USER_TEXTS_KEPT
 from guardrail.nearmiss import MARGIN
 
 from .conftest import ORDERS, shop_guard
@@ -118,7 +119,7 @@ def test_ids_with_no_pattern_count_as_typed_when_the_user_wrote_them(
 
 def test_evicted_ids_are_reported_as_evicted() -> None:
     """An id dropped for capacity is 'evicted, look it up again', not invented."""
-    guard = shop_guard(capacity=1)
+    guard = shop_guard(capacity=1, max_ids_per_call=2)
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
         verdict = guard.check("issue_refund", {"order_id": "#W8855135"})
@@ -357,3 +358,43 @@ def test_edits_over_a_huge_alphabet_are_searched_only_within_the_budget(
     assert problems(guard.check("draw", {"glyphs": changed})) == [("unknown", None)]
     added = key + "x"  # one deletion finds it: n variants, whatever the alphabet
     assert problems(guard.check("draw", {"glyphs": added})) == [("mutated", "glyphs")]
+
+
+def test_ids_a_result_named_beyond_the_limit_are_refused_as_not_kept() -> None:
+    """A dropped id is 'evicted' with a detail naming the result, and the re-prompt says narrow."""
+    guard = shop_guard(max_ids_per_call=1)
+    with guard.session("s"):
+        guard.observe_user("hello")
+        guard.record("search_orders", {}, ORDERS)
+        verdict = guard.check("issue_refund", {"order_id": "#W2378156"})
+    assert problems(verdict) == [("evicted", None)]
+    assert verdict.findings[0].detail == (
+        "not kept: search_orders's result at turn 1 named more new ids than one call may add"
+    )
+    assert "Narrow the search: call search_orders again with a narrower query" in verdict.message
+    assert "use the order from that narrower result" in verdict.message
+
+
+def test_ids_a_user_message_named_beyond_the_limit_are_refused_as_not_kept() -> None:
+    """An id typed among too many is not kept; once the text is gone, ask the user."""
+    guard = shop_guard(max_ids_per_call=1)
+    with guard.session("s"):
+        guard.observe_user("orders #W1111111 and #W2222222")
+        # While the text is kept, the id counts as typed: a read may look it up.
+        assert guard.check("get_order", {"order_id": "W2222222"}).allowed
+        for _ in range(USER_TEXTS_KEPT):
+            guard.observe_user("ok")
+        verdict = guard.check("get_order", {"order_id": "W2222222"})
+    assert problems(verdict) == [("evicted", None)]
+    assert "the user's message at turn 1" in verdict.findings[0].detail
+    assert "Ask the user which order they mean" in verdict.message
+
+
+def test_the_limit_per_call_defaults_to_a_tenth_of_the_capacity() -> None:
+    """max_ids_per_call: None is a tenth of the capacity, at least one; others must be counts."""
+    assert Guard().max_ids_per_call == 100
+    assert Guard(capacity=5).max_ids_per_call == 1
+    assert Guard(max_ids_per_call=7).max_ids_per_call == 7
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(GuardrailUsageError, match="max_ids_per_call must be a positive"):
+            Guard(max_ids_per_call=bad)  # type: ignore[arg-type]
