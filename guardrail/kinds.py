@@ -80,6 +80,9 @@ _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _URL_REMOVED: Final = str.maketrans("", "", "\t\r\n")
 _URL_LEADING: Final = "".join(map(chr, range(0x21)))
 _HOST_PORT: Final = re.compile(r"(\[[^\[\]]*\]|[^:\[\]]*)(?::([0-9]*))?")
+#: Longest text read as a URL. Longer is no URL a server takes, and urlsplit keeps what it
+#: parsed in a cache: a megabyte argument would stay in memory.
+_URL_LONGEST: Final = 8192
 
 
 def _url(value: str) -> str:
@@ -89,8 +92,11 @@ def _url(value: str) -> str:
     user information, a port that is not the scheme's default, the query
     and the fragment. A URL written without a scheme stays without one, so
     it is never the same key as one that has a scheme. Raises ValueError
-    for what is no URL (``http://[x``, a port that is no number).
+    for what is no URL (``http://[x``, a port that is no number, over 8,192
+    characters).
     """
+    if len(value) > _URL_LONGEST:
+        raise ValueError(f"not a URL: longer than {_URL_LONGEST:,} characters")
     text = value
     for _ in range(_ROUNDS):  # stripping a slash can bare a space that goes next round
         before = text
@@ -192,7 +198,41 @@ def compile_normalizer(spec: NormalizeSpec, *, kind: str = "?") -> Normalizer:
         return _identity
     if len(steps) == 1:  # every built-in is idempotent on its own: no rounds to run
         return steps[0]
+    leading = _leading_tokens(names)
+    if leading is not None:
+        return leading
     return _to_fixed_point(steps, kind)
+
+
+def _leading_tokens(names: Sequence[str]) -> Normalizer | None:
+    """``strip`` and ``prefix:`` steps composed, as one pass to their fixed point, or None.
+
+    Such steps only take white space and prefixes off the front (and white
+    space off the end). When no prefix begins or ends with white space and
+    none begins another, at most one of them can take the next characters,
+    so the order the steps run in does not matter: the fixed point is the
+    value less its longest leading run of white space and prefixes, found
+    by one regular expression whatever the number of rounds (``# # # …W1``
+    would need one round per ``#``). None for any other composition.
+    """
+    strip = "strip" in names
+    prefixes = sorted({name[len("prefix:") :] for name in names if name.startswith("prefix:")})
+    if not all(name == "strip" or name.startswith("prefix:") for name in names):
+        return None
+    for prefix in prefixes:
+        if prefix[0].isspace() or prefix[-1].isspace():
+            return None
+        if any(other != prefix and other.startswith(prefix) for other in prefixes):
+            return None
+    tokens = [re.escape(prefix) for prefix in prefixes] + ([r"\s"] if strip else [])
+    run = re.compile(f"(?:{'|'.join(tokens)})*")
+
+    def strip_leading(value: str) -> str:
+        taken = run.match(value)  # a starred group: it always matches, if only ""
+        rest = value[taken.end() :] if taken is not None else value
+        return rest.rstrip() if strip else rest
+
+    return strip_leading
 
 
 def _to_fixed_point(steps: Sequence[Normalizer], kind: str) -> Normalizer:
@@ -202,7 +242,8 @@ def _to_fixed_point(steps: Sequence[Normalizer], kind: str) -> Normalizer:
     then ``prefix:#`` turns ``#  W1`` into ``  W1``); a key that changes
     when normalised again would make one id two keys. A value still
     changing after a few rounds is no id: ValueError, which the check
-    reports as malformed.
+    reports as malformed. (``strip`` and ``prefix:`` alone settle in one
+    pass: :func:`_leading_tokens`.)
     """
 
     def normalize(value: str) -> str:

@@ -623,11 +623,12 @@ class Ledger:
             del self._roles[entry.role]
             self._index[entry.kind].stale += 1
             self._size -= 1
+            taken.append(entry)
+        taken.reverse()
+        for entry in taken:  # oldest first, as they were remembered
             tomb = revived.get((entry.kind, entry.key))
             if tomb is not None:
                 self._add_tombstone(tomb)
-            taken.append(entry)
-        taken.reverse()
         return taken
 
     def _mark_dropped(

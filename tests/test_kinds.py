@@ -118,7 +118,9 @@ def test_id_text_reads_strings_and_numbers_only(value: object, text: str | None)
     assert id_text(value) == text
 
 
-@pytest.mark.parametrize("value", ["http://[x", "http://host:port/", "http://h:99999/", "h:1:2"])
+@pytest.mark.parametrize(
+    "value", ["http://[x", "http://host:port/", "http://h:99999/", "h:1:2", "http://h/" * 1000]
+)
 def test_url_normaliser_raises_value_error_for_what_is_no_url(value: str) -> None:
     """A value no URL parser can read raises ValueError (the check calls it malformed)."""
     with pytest.raises(ValueError, match="URL"):
@@ -136,8 +138,11 @@ def test_composed_normalisers_run_to_a_fixed_point_or_raise() -> None:
     """A composition is run again until stable; a value that never settles is a ValueError."""
     normalize = compile_normalizer(["strip", "prefix:#"])
     assert normalize("#  W1") == normalize(normalize("#  W1")) == "W1"
+    assert normalize("# " * 20 + "W1") == "W1"  # strip and prefixes settle in one pass
+    rounds = compile_normalizer(["prefix:#", "prefix: "])  # a prefix of white space: rounds
+    assert rounds("# # W1") == "W1"
     with pytest.raises(ValueError, match="does not settle"):
-        normalize("# " * 20 + "W1")
+        rounds("# " * 20 + "W1")
 
 
 def test_a_single_builtin_normaliser_is_the_function_itself() -> None:
