@@ -191,6 +191,16 @@ def test_an_unreadable_url_beside_real_links_is_malformed(mode: str) -> None:
     assert posted == []
 
 
+def test_a_user_message_with_a_url_no_parser_can_read_is_no_crash() -> None:
+    """observe_user skips a token its kind cannot normalise; the rest of the message counts."""
+    guard = Guard()
+    guard.add_kind("link", pattern=r"https?://\S+", normalize="url")
+    with guard.session("s") as ledger:
+        added = guard.observe_user("see http://[x and http://Shop.example/a/")
+        assert [entry.key for entry in added] == ["http://shop.example/a"]
+        assert [entry.verified for entry in ledger] == [False]
+
+
 @pytest.mark.parametrize("gives", [None, ["W1"], 7])
 def test_a_normaliser_that_returns_no_text_makes_the_value_malformed(gives: object) -> None:
     """A user normaliser returning None, a list or a number refuses the call, never crashes."""
