@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
 from guardrail.ledger import USER_TEXTS_KEPT
@@ -378,7 +379,7 @@ def test_ids_a_result_named_beyond_the_limit_are_refused_as_not_kept() -> None:
 def test_ids_a_user_message_named_beyond_the_limit_are_refused_as_not_kept() -> None:
     """An id typed among too many is not kept; once the text is gone, ask the user."""
     guard = shop_guard(max_ids_per_call=1)
-    with guard.session("s"):
+    with capture_logs() as logs, guard.session("s"):
         guard.observe_user("orders #W1111111 and #W2222222")
         # While the text is kept, the id counts as typed: a read may look it up.
         assert guard.check("get_order", {"order_id": "W2222222"}).allowed
@@ -388,6 +389,8 @@ def test_ids_a_user_message_named_beyond_the_limit_are_refused_as_not_kept() -> 
     assert problems(verdict) == [("evicted", None)]
     assert "the user's message at turn 1" in verdict.findings[0].detail
     assert "Ask the user which order they mean" in verdict.message
+    dropped = [e for e in logs if e["event"] == "guardrail.ids_dropped"]
+    assert [(e["tool"], e["dropped"], e["limit"]) for e in dropped] == [("user", 1, 1)]
 
 
 def test_the_limit_per_call_defaults_to_a_tenth_of_the_capacity() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail import GuardrailUsageError, Ledger, Source
+from guardrail import GuardrailUsageError, Kind, Ledger, Source
 from guardrail.harvest import Found
 from guardrail.ledger import USER_TEXTS_KEPT
 
@@ -306,3 +306,14 @@ def test_unpinning_in_a_full_turn_evicts_the_least_recently_used_anyway() -> Non
     ledger.admit([found("order", "W2")], source=SRC)
     ledger.pin("order", False)
     assert len(ledger) == 1 and [t.value for t in ledger.tombstones()] == ["W1"]
+
+
+def test_looking_up_a_value_a_normaliser_cannot_read_finds_nothing() -> None:
+    """get and lookup treat a kind whose normaliser raises on the value as holding no entry."""
+    kinds = {"link": Kind.build("link", normalize="url")}
+    ledger = Ledger(kinds=kinds)
+    ledger.admit([Found("link", "https://a.example", "https://a.example", "p")], source=SRC)
+    assert ledger.get("link", "HTTPS://A.example/") is ledger["link"]
+    assert ledger.get("link", "http://[x") is None
+    assert ledger.lookup("http://[x") == []
+    assert ledger.key("link", "http://[x") is None
