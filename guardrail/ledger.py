@@ -4,8 +4,10 @@ Identifiers enter from tool results (verified) or from what the user typed
 (unverified until a successful ``read`` call confirms them). Each entry has
 a role, the name a summary uses for it; roles are unique and stable, and a
 relabel keeps the old name as an alias. A full ledger evicts the entry used
-least recently, never by first-seen, and leaves a bounded tombstone so a
-later use is reported as evicted rather than invented.
+least recently, never by first-seen and never one used in the current turn,
+and leaves a bounded tombstone so a later use is reported as evicted rather
+than invented. One call adds a bounded number of new ids; those it named but
+the ledger did not keep are remembered (bounded too) as dropped.
 """
 
 from __future__ import annotations
@@ -580,14 +582,14 @@ class Ledger:
             self._tomb_roles.discard(tomb.role)
 
     def _evict_over_capacity(self, *, spare_current: bool = True) -> list[Entry]:
-        """Evict by last use until the ledger fits: the order still being refunded at turn 40
-        was first seen at turn 12.
+        """Evict the least recently used entries until the ledger fits.
 
-        From turn 1 on (a program that observes the user), entries used in
-        the current turn are spared (``spare_current``): what the
-        conversation works with now never makes room for a result's flood.
-        Each kind's table runs from least to most recently used, so its
-        first unpinned entry is its only candidate.
+        Last use, not first sight: the order still being refunded at turn 40
+        was first seen at turn 12. From turn 1 on (a program that observes
+        the user), entries used in the current turn are spared
+        (``spare_current``): what the conversation works with now never makes
+        room for a result's flood. Each kind's table runs from least to most
+        recently used, so its first unpinned entry is its only candidate.
         """
         current = self.turn if spare_current and self.turn > 0 else None
         evicted: list[Entry] = []

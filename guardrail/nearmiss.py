@@ -3,7 +3,9 @@
 The search runs from the query's side: every variant one edit away is built
 over the characters the kind's keys use and looked up in the kind's table,
 so a refusal costs what the value's length costs, whatever the size of the
-ledger. Look-alike letters from other scripts and full-width forms are
+ledger. A value longer than any key of its kind is near none and is not
+searched at all, and the edits built over the alphabet are bounded by a
+budget. Look-alike letters from other scripts and full-width forms are
 folded first (NFKC, then a table of confusables).
 """
 
@@ -135,8 +137,10 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
 
 
 def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
-    """Whether ``key`` is short enough to be near a key of ``kind``: no longer than its longest
-    key plus :data:`MARGIN`. Beyond it no search runs, so a refusal costs what reading it costs.
+    """Whether ``key`` is short enough to be near a key of ``kind``.
+
+    That is no longer than the kind's longest key plus :data:`MARGIN`.
+    Beyond it no search runs, so a refusal costs what reading the value costs.
     """
     return len(key) <= ledger.longest_key(kind.name) + MARGIN
 
