@@ -226,11 +226,20 @@ def _leading_tokens(names: Sequence[str]) -> Normalizer | None:
             return None
     tokens = [re.escape(prefix) for prefix in prefixes] + ([r"\s"] if strip else [])
     run = re.compile(f"(?:{'|'.join(tokens)})*")
+    starts = tuple(prefixes)
 
     def strip_leading(value: str) -> str:
+        if strip:  # the end is then clean for good: prefixes never end in white space
+            value = value.strip()
+        if not value.startswith(starts):  # the usual case: nothing to take off the front
+            return value
+        for prefix in starts:  # the next usual case: one prefix, then the id itself
+            if value.startswith(prefix):
+                rest = value[len(prefix) :]
+                if not rest.startswith(starts) and not (strip and rest[:1].isspace()):
+                    return rest
         taken = run.match(value)  # a starred group: it always matches, if only ""
-        rest = value[taken.end() :] if taken is not None else value
-        return rest.rstrip() if strip else rest
+        return value[taken.end() :] if taken is not None else value
 
     return strip_leading
 
