@@ -1,14 +1,15 @@
 """Audit: every decision of the guard as a structlog event.
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
-``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``)
+``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
+``guardrail.compacted``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
-role, the problem, and the identifier value, or a keyed hash of it where
-the guard was built with ``redact=``. Other argument values are never
-logged. The library never configures structlog: events go wherever the
-program sends them.
+role, the problem, and the identifier value (cut short past 200
+characters), or a keyed hash of all of it where the guard was built with
+``redact=``. Other argument values are never logged. The library never
+configures structlog: events go wherever the program sends them.
 
-Levels: a refusal is a warning; an allowed ``write`` call and a compaction
+Levels: a refusal and ids not kept are warnings; an allowed ``write`` call and a compaction
 are info; allowed ``read`` calls, records and evictions are debug; a session
 that could not be saved (``guardrail.session_not_saved``) is an error. The
 logger is resolved on first use and its level checked once, so with a
@@ -25,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from guardrail.text import shorten
+
 if TYPE_CHECKING:
     from guardrail.check import Finding, Verdict
     from guardrail.compaction import CompactionReport
-    from guardrail.ledger import Entry
+    from guardrail.ledger import Dropped, Entry
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 
@@ -103,9 +106,9 @@ class Audit:
             logger.debug(event, **fields)
 
     def value(self, value: str) -> str:
-        """An identifier as logged: verbatim, or a keyed hash when redacting."""
+        """An identifier as logged: verbatim but cut short, or a keyed hash of all of it."""
         if self._key is None:
-            return value
+            return shorten(value)
         digest = hmac.new(self._key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
         return "hmac:" + digest.hexdigest()[:16]
 
@@ -175,8 +178,14 @@ class Audit:
         verified: Sequence[Entry],
         error: bool,
         problems: Sequence[str] = (),
+        dropped: Sequence[Dropped] = (),
+        limit: int | None = None,
     ) -> None:
-        """``guardrail.ids_recorded``: one per recorded result; problems reading it are warnings."""
+        """``guardrail.ids_recorded``: one per recorded result.
+
+        Problems reading it, and ids it named that were not kept
+        (``dropped``, beyond ``limit`` or the capacity), are warnings.
+        """
         if problems and self.enabled(WARNING):
             self.emit(
                 WARNING,
@@ -186,6 +195,7 @@ class Audit:
                 call_id=call_id,
                 problems=list(problems),
             )
+        self.ids_dropped(session, tool, dropped, limit)
         if not self.enabled(DEBUG):
             return
         self.emit(
@@ -197,9 +207,28 @@ class Audit:
             error=error,
             added=len(added),
             verified=len(verified),
+            dropped=len(dropped),
             roles=[entry.role for entry in (*added, *verified)],
             values=self.values(entry.value for entry in (*added, *verified)),
         )
+
+    def ids_dropped(
+        self, session: str | None, tool: str, dropped: Sequence[Dropped], limit: int | None
+    ) -> None:
+        """``guardrail.ids_dropped``: a result (or user message) named more new ids than kept.
+
+        A warning: either a search too broad for the agent to act on, or a
+        flood meant to push real ids out. The count, never the values.
+        """
+        if dropped and self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.ids_dropped",
+                session=session,
+                tool=tool,
+                dropped=len(dropped),
+                limit=limit,
+            )
 
     def user_observed(self, session: str | None, added: Sequence[Entry]) -> None:
         """``guardrail.user_ids_observed``: ids found in what the user typed."""

@@ -12,15 +12,17 @@ value that is refused, and :mod:`guardrail.reprompt` words the refusal.
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
 from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry, Ledger
-from guardrail.nearmiss import near_miss
-from guardrail.reprompt import refusal_head, reprompt
+from guardrail.nearmiss import near_miss, within_reach
+from guardrail.reprompt import dropped_detail, refusal_head, reprompt
 from guardrail.spec import ParamSpec, ToolSpec
+from guardrail.text import shorten
 
 Problem = Literal[
     "mutated",
@@ -57,12 +59,16 @@ class Finding:
     enforced: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        """Flat, JSON-safe fields (the value included)."""
+        """Flat, JSON-safe fields; the value cut short (:func:`~guardrail.text.shorten`).
+
+        A rejection sends this to the model: a megabyte argument must not come
+        back whole.
+        """
         return {
             "problem": self.problem,
             "tool": self.tool,
             "param": self.param,
-            "value": self.value,
+            "value": shorten(self.value),
             "kind": self.kind,
             "nearest_role": self.nearest_role,
             "detail": self.detail,
@@ -330,7 +336,10 @@ def _classify(
         detail = f"expected an identifier as text, got {type(value).__name__}"
         return finding("malformed", first, detail=detail), None
 
-    keys = [(kind, kind.normalize(text)) for kind in param.kinds]
+    # Kind.key: a normaliser that raises or gives no text reads no key, never crashes the call.
+    keys = [(kind, key) for kind in param.kinds if (key := kind.key(text)) is not None]
+    if not keys:
+        return finding("malformed", first, detail=_unreadable(param.kinds)), None
     for kind, key in keys:
         if key in kind.examples:
             return finding("example", kind, detail="placeholder from a tool description"), None
@@ -340,12 +349,19 @@ def _classify(
             return finding(
                 "unverified", kind, entry.role, "typed by the user, never looked up"
             ), None
+    typed: bool | None = None  # searched once, for the first kind whose shape it has
     for kind, key in keys:
-        if (not kind.has_pattern or kind.matches(text)) and ledger.typed_by_user(text):
+        if not kind.has_pattern or kind.matches(text):
+            typed = ledger.typed_by_user(text) if typed is None else typed
+            if not typed:
+                continue
             if plan.read:
                 return None, (kind.name, text, key)
             return finding("unverified", kind, None, "typed by the user, never looked up"), None
     for kind, key in keys:
+        dropped = ledger.dropped(kind.name, key)
+        if dropped is not None:
+            return finding("evicted", kind, None, dropped_detail(dropped.tool, dropped.turn)), None
         tomb = ledger.tombstone(kind.name, key)
         if tomb is not None:
             return finding("evicted", kind, tomb.role, f"evicted at turn {tomb.evicted_turn}"), None
@@ -353,21 +369,44 @@ def _classify(
         wanted = " or ".join(repr(k.name) for k in param.kinds)
         detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
         return finding("wrong_kind", first, other.role, detail), None
-    for kind, key in keys:
+    # Only a value within reach of a kind's keys is searched: a megabyte id costs no search.
+    near = [(kind, key) for kind, key in keys if within_reach(kind, key, ledger)]
+    for kind, key in near:
         hit = _truncated(kind, key, ledger)
         if hit is not None:
             role, detail = hit
             return finding("truncated", kind, role, detail), None
-    for kind, key in keys:
-        near = near_miss(kind, key, ledger)
-        if near is not None:
-            entry, detail = near
+    for kind, key in near:
+        close = near_miss(kind, key, ledger)
+        if close is not None:
+            entry, detail = close
             return finding("mutated", kind, entry.role, detail), None
     return finding("unknown", first, None, "appears in no tool result"), None
 
 
+def _unreadable(kinds: Sequence[Kind]) -> str:
+    """The detail of a value no accepted kind's normaliser could read."""
+    if len(kinds) == 1:
+        return f"the normaliser of kind {kinds[0].name!r} could not read the value"
+    names = " and ".join(repr(kind.name) for kind in kinds)
+    return f"the normalisers of kinds {names} could not read the value"
+
+
+#: Bounds for describing a value that is not text: nested and long values are cut short.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
 def _describe(value: Any) -> str:
-    text = repr(value)
+    """A short description of a value that is not an identifier's text.
+
+    Bounded however large or deep the value, and never raising: an object
+    whose ``repr`` fails is described by its type.
+    """
+    try:
+        text = _REPR.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -130,7 +130,10 @@ class Guard:
     logs keyed hashes instead of identifier values. ``secret`` derives each
     ledger's seal key from its session id, so a server that rebuilds the
     ledger from the transcript on every request still trusts its own ledger
-    blocks (and a block of one session never verifies in another).
+    blocks (and a block of one session never verifies in another). ``max_ids_per_call``
+    bounds the new ids one result (or one user message) may add to a
+    ledger (None: a tenth of ``capacity``); those beyond it are not kept,
+    and a later use is refused with "narrow the search".
     """
 
     def __init__(
@@ -146,11 +149,20 @@ class Guard:
         tombstones: int | None = None,
         logger: Any = None,
         secret: bytes | str | None = None,
+        max_ids_per_call: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not isinstance(capacity, int) or capacity < 1:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
+        if max_ids_per_call is None:
+            max_ids_per_call = max(1, capacity // 10)
+        elif type(max_ids_per_call) is not int or max_ids_per_call < 1:
+            raise GuardrailUsageError(
+                f"max_ids_per_call must be a positive integer (or None for a tenth of the "
+                f"capacity), not {max_ids_per_call!r}"
+            )
+        self.max_ids_per_call = max_ids_per_call
         if not isinstance(max_reprompts, int) or max_reprompts < 0:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
         if isinstance(secret, str):
@@ -446,11 +458,18 @@ class Guard:
             found = []
             for kind in self.kinds.values():
                 for token in kind.find(text):
-                    key = kind.normalize(token)
+                    key = kind.key(token)  # None: a token its normaliser cannot read is no id
                     if key and key not in kind.examples:
                         found.append(Found(kind.name, token, key, "text"))
-            admitted = ledger.admit(found, source=Source(_USER, None, "text", turn), verified=False)
+            admitted = ledger.admit(
+                found,
+                source=Source(_USER, None, "text", turn),
+                verified=False,
+                limit=self.max_ids_per_call,
+                tool=_USER,
+            )
         self.audit.user_observed(ledger.session_id, admitted.added)
+        self.audit.ids_dropped(ledger.session_id, _USER, admitted.dropped, self.max_ids_per_call)
         self.audit.evicted(ledger.session_id, admitted.evicted)
         if admitted.added:
             self._save_default(ledger)
@@ -630,7 +649,9 @@ class Guard:
         batches.extend(batches_of(taken))
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
-        admitted = ledger.admit_batches(batches, source=sources)
+        admitted = ledger.admit_batches(
+            batches, source=sources, limit=self.max_ids_per_call, tool=spec.name
+        )
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -639,6 +660,8 @@ class Guard:
             verified=admitted.verified,
             error=False,
             problems=problems,
+            dropped=admitted.dropped,
+            limit=self.max_ids_per_call,
         )
         self.audit.evicted(ledger.session_id, admitted.evicted)
         if admitted.added or admitted.verified:

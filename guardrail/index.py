@@ -17,7 +17,9 @@ E = TypeVar("E")
 class KeyIndex:
     """One kind's keys, for the near-miss classification of a refused value.
 
-    ``alphabet`` only grows (a superset is harmless). ``keys`` and ``recent``
+    ``alphabet`` and ``longest`` (the length of the longest key) only grow:
+    a superset is harmless, and beyond ``longest`` a value is near no key
+    at all, so its refusal needs no search. ``keys`` and ``recent``
     are sorted, read together as one sorted list without repeats for prefix
     search; new keys wait in ``pending``, are sorted into the small
     ``recent`` when there are enough of them, and ``recent`` joins ``keys``
@@ -26,10 +28,11 @@ class KeyIndex:
     until a rebuild, so adding an id stays O(1).
     """
 
-    __slots__ = ("alphabet", "keys", "pending", "recent", "stale")
+    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "stale")
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
+        self.longest = 0
         self.keys: list[str] = []
         self.recent: list[str] = []
         self.pending: list[str] = []
@@ -68,8 +71,10 @@ class KeyIndex:
     def add(self, keys: Iterable[str]) -> None:
         """Take in new keys (O(1) each: they wait in ``pending``)."""
         fresh = list(keys)
-        self.alphabet.update("".join(fresh))
-        self.pending.extend(fresh)
+        if fresh:
+            self.alphabet.update("".join(fresh))
+            self.longest = max(self.longest, max(map(len, fresh)))
+            self.pending.extend(fresh)
 
     def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:
         """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""

@@ -4,14 +4,17 @@ Identifiers enter from tool results (verified) or from what the user typed
 (unverified until a successful ``read`` call confirms them). Each entry has
 a role, the name a summary uses for it; roles are unique and stable, and a
 relabel keeps the old name as an alias. A full ledger evicts the entry used
-least recently, never by first-seen, and leaves a bounded tombstone so a
-later use is reported as evicted rather than invented.
+least recently, never by first-seen and never one used in the current turn,
+and leaves a bounded tombstone so a later use is reported as evicted rather
+than invented. One call adds a bounded number of new ids; those it named but
+the ledger did not keep are remembered (bounded too) as dropped.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import sys
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
@@ -24,6 +27,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import Batch, Found, batches_of
 from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
+from guardrail.text import has_token
 
 if TYPE_CHECKING:
     from guardrail._saved import SavedLedger
@@ -149,11 +153,12 @@ class Dropped:
 
 
 class Admitted(NamedTuple):
-    """What one :meth:`Ledger.admit` did."""
+    """What one :meth:`Ledger.admit` did: entries added, verified and evicted, ids not kept."""
 
     added: list[Entry]
     verified: list[Entry]
     evicted: list[Entry]
+    dropped: list[Dropped]
 
 
 class Ledger:
@@ -234,23 +239,37 @@ class Ledger:
         """Evicted entries still remembered, oldest first."""
         return list(self._tombstones.values())
 
+    def dropped_marks(self) -> list[Dropped]:
+        """Ids results named but the ledger did not keep, still remembered, oldest first."""
+        return list(self._dropped.values())
+
     def normalize(self, kind: str, value: str) -> str:
         """``value`` as the ledger keys it for ``kind``."""
         known = self.kinds.get(kind)
         return known.normalize(value) if known is not None else value.strip()
 
+    def key(self, kind: str, value: str) -> str | None:
+        """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
+        known = self.kinds.get(kind)
+        return known.key(value) if known is not None else value.strip()
+
     def get(self, kind: str, value: str) -> Entry | None:
         """The entry of ``kind`` whose value is ``value`` in any written form."""
         table = self.by_kind.get(kind)
-        return None if table is None else table.get(self.normalize(kind, value))
+        key = None if table is None else self.key(kind, value)
+        return None if key is None or table is None else table.get(key)
 
     def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
-        """Entries of any kind (but those in ``exclude``) that ``value`` names."""
+        """Entries of any kind (but those in ``exclude``) that ``value`` names.
+
+        A kind whose normaliser cannot read ``value`` has no entry for it.
+        """
         found = []
         for kind, table in list(self.by_kind.items()):
             if kind in exclude:
                 continue
-            entry = table.get(self.normalize(kind, value))
+            key = self.key(kind, value)
+            entry = None if key is None else table.get(key)
             if entry is not None:
                 found.append(entry)
         return found
@@ -262,6 +281,11 @@ class Ledger:
     def dropped(self, kind: str, key: str) -> Dropped | None:
         """The mark of an id a result named but the ledger did not keep, if still remembered."""
         return self._dropped.get((kind, key)) if self._dropped else None
+
+    def longest_key(self, kind: str) -> int:
+        """The length of the longest key ``kind`` has had (evicted ones included)."""
+        index = self._index.get(kind)
+        return 0 if index is None else index.longest
 
     def alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
@@ -309,15 +333,20 @@ class Ledger:
         *,
         source: Source | Mapping[str, Source],
         verified: bool = True,
+        limit: int | None = None,
+        tool: str | None = None,
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
         ``source`` is one Source, or one per declared path. An id already
         present is refreshed (and verified, when ``verified``); a new one
         gets a role. All ids are added before any is evicted, so a result
-        is never half-recorded.
+        is never half-recorded. ``limit`` and ``tool``: see
+        :meth:`admit_batches`.
         """
-        return self.admit_batches(batches_of(found), source=source, verified=verified)
+        return self.admit_batches(
+            batches_of(found), source=source, verified=verified, limit=limit, tool=tool
+        )
 
     def admit_batches(
         self,
@@ -325,20 +354,36 @@ class Ledger:
         *,
         source: Source | Mapping[str, Source],
         verified: bool = True,
+        limit: int | None = None,
+        tool: str | None = None,
     ) -> Admitted:
         """:meth:`admit` for ids in :class:`~guardrail.harvest.Batch` columns, in order.
 
         The bulk path from a tool result: a result of tens of thousands of ids
         is admitted without building a ``Found`` or calling a helper per id.
+
+        At most ``limit`` new ids are added (None: no bound); each new id
+        beyond it is not kept but remembered as :class:`Dropped`, under
+        ``tool`` (by default the source's tool), so a later use is refused
+        with "narrow the search": one result listing 10,000 ids must not
+        push every real id and its tombstone out. From turn 1 on, eviction
+        spares the ids used in the current turn; new ids that still do not
+        fit are taken out again, newest first, as drop marks too.
         """
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
         added: list[Entry] = []
         upgraded: list[Entry] = []
+        skipped: dict[tuple[str, str], str] = {}  # (kind, key) -> value of new ids beyond limit
+        revived: dict[tuple[str, str], Tombstone] = {}  # tombstones of evicted ids seen again
+        room = sys.maxsize if limit is None else limit
         turn = self.turn
         by_kind = self.by_kind
         roles = self._roles
         counters = self._counters
         with self.lock:
             tomb_roles = self._tomb_roles
+            marks = self._dropped
             for kind, path, template, values, keys, statuses in batches:
                 where = source if isinstance(source, Source) else source[path]
                 table = by_kind.get(kind)
@@ -363,6 +408,10 @@ class Ledger:
                             entry.status = status
                         self.touch(entry)
                         continue
+                    if not room:  # beyond what one call may add: remembered, not kept
+                        skipped[(kind, key)] = value
+                        continue
+                    room -= 1
                     if plain:  # the default role: the kind, then kind_2, kind_3... in order seen
                         while True:
                             number += 1
@@ -389,7 +438,12 @@ class Ledger:
                     roles[role] = entry
                     fresh.append(key)
                     if not plain and self._tombstones:
-                        self._drop_tombstone((kind, key))
+                        tomb = self._tombstones.get((kind, key))
+                        if tomb is not None:  # back under its old role (restored if taken back)
+                            revived[(kind, key)] = tomb
+                            self._drop_tombstone((kind, key))
+                    if marks:  # in the ledger for real now: no longer "not kept"
+                        marks.pop((kind, key), None)
                     added.append(entry)
                 if number != start:
                     counters[kind] = number
@@ -401,7 +455,9 @@ class Ledger:
                 for entry in added:
                     entry.epoch = self.epoch
             evicted = self._evict_over_capacity()
-        return Admitted(added, upgraded, evicted)
+            taken = self._take_back(added, revived)
+            dropped = self._mark_dropped(taken, skipped, tool, source)
+        return Admitted(added, upgraded, evicted, dropped)
 
     def label(self, role: str, new_role: str) -> Entry:
         """Rename the entry named ``role`` to ``new_role``; the old name stays as an alias."""
@@ -425,13 +481,19 @@ class Ledger:
             return entry
 
     def pin(self, role: str, pinned: bool = True) -> Entry:
-        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity."""
+        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity.
+
+        Unpinning in a full ledger evicts; if every other entry was used
+        this turn, the least recently used goes all the same: the program
+        asked for the room back.
+        """
         with self.lock:
             entry = self[role]
             if entry.pinned != pinned:
                 entry.pinned = pinned
                 self._pinned += 1 if pinned else -1
                 self._evict_over_capacity()
+                self._evict_over_capacity(spare_current=False)
             return entry
 
     def forget(self, role: str) -> Entry:
@@ -446,19 +508,11 @@ class Ledger:
         self.user_texts.append(text)
 
     def typed_by_user(self, value: str) -> bool:
-        """Whether ``value`` appears, as a whole token, in the user texts kept."""
-        for text in list(self.user_texts):
-            start = text.find(value)
-            while start >= 0:
-                end = start + len(value)
-                before = text[start - 1] if start else " "
-                after = text[end] if end < len(text) else " "
-                if not (before.isalnum() or before == "_") and not (
-                    after.isalnum() or after == "_"
-                ):
-                    return True
-                start = text.find(value, start + 1)
-        return False
+        """Whether ``value`` appears, as a whole token, in the user texts kept.
+
+        One pass over each text, whatever the value (see :func:`has_token`).
+        """
+        return any(has_token(text, value) for text in list(self.user_texts))
 
     # -- internals ------------------------------------------------------------------------
 
@@ -531,22 +585,89 @@ class Ledger:
         if tomb is not None:
             self._tomb_roles.discard(tomb.role)
 
-    def _evict_over_capacity(self) -> list[Entry]:
-        # Evict by last use: the order still being refunded at turn 40 was first seen at turn 12.
+    def _evict_over_capacity(self, *, spare_current: bool = True) -> list[Entry]:
+        """Evict the least recently used entries until the ledger fits.
+
+        Last use, not first sight: the order still being refunded at turn 40
+        was first seen at turn 12. From turn 1 on (a program that observes
+        the user), entries used in the current turn are spared
+        (``spare_current``): what the conversation works with now never makes
+        room for a result's flood. Each kind's table runs from least to most
+        recently used, so its first unpinned entry is its only candidate.
+        """
+        current = self.turn if spare_current and self.turn > 0 else None
         evicted: list[Entry] = []
         while self._size - self._pinned > self.capacity:
             victim: Entry | None = None
             for table in self.by_kind.values():
                 for entry in table.values():
                     if not entry.pinned:
-                        if victim is None or entry.last_used < victim.last_used:
+                        if entry.last_used != current and (
+                            victim is None or entry.last_used < victim.last_used
+                        ):
                             victim = entry
                         break
-            if victim is None:  # pragma: no cover - unpinned entries exist by the count
+            if victim is None:  # every candidate was used this turn (or is pinned)
                 break
             self._remove(victim)
             evicted.append(victim)
         return evicted
+
+    def _take_back(
+        self, added: list[Entry], revived: Mapping[tuple[str, str], Tombstone]
+    ) -> list[Entry]:
+        """Take out of ``added`` (newest first) what still does not fit after eviction.
+
+        The entries go without a new tombstone (they were never kept; the
+        caller marks them dropped); an evicted id that came back gets its
+        old tombstone back, so its role stays its own. Returned oldest first.
+        """
+        taken: list[Entry] = []
+        while added and self._size - self._pinned > self.capacity:
+            entry = added.pop()
+            del self.by_kind[entry.kind][entry.key]
+            del self._roles[entry.role]
+            self._index[entry.kind].stale += 1
+            self._size -= 1
+            taken.append(entry)
+        taken.reverse()
+        for entry in taken:  # oldest first, as they were remembered
+            tomb = revived.get((entry.kind, entry.key))
+            if tomb is not None:
+                self._add_tombstone(tomb)
+        return taken
+
+    def _mark_dropped(
+        self,
+        taken: list[Entry],
+        skipped: dict[tuple[str, str], str],
+        tool: str | None,
+        source: Source | Mapping[str, Source],
+    ) -> list[Dropped]:
+        """Drop marks for the ids of one admission that were not kept, oldest first.
+
+        Kept apart from tombstones (so a flood never pushes a real
+        tombstone out) and bounded alike: the newest ``tombstone_capacity``.
+        """
+        if not taken and not skipped:
+            return []
+        if tool is None:
+            first = source if isinstance(source, Source) else next(iter(source.values()), None)
+            tool = first.tool if first is not None else "?"
+        turn = self.turn
+        dropped = [Dropped(e.value, e.kind, e.key, tool, turn) for e in taken]
+        dropped.extend(
+            Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
+        )
+        keep = self.tombstone_capacity
+        marks = self._dropped
+        for mark in dropped[-keep:] if keep else ():
+            where = (mark.kind, mark.key)
+            marks.pop(where, None)  # named again: the newest mark, last to go
+            marks[where] = mark
+        while len(marks) > keep:
+            del marks[next(iter(marks))]
+        return dropped
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -832,7 +953,9 @@ class Ledger:
                 # Least recently used first, ties in one order whichever copy is merged into.
                 ordered = sorted(self.by_kind[kind].values(), key=_recency)
                 self.by_kind[kind] = {entry.key: entry for entry in ordered}
-            return self._evict_over_capacity()
+            # Two copies that each fit may not fit together, even with every entry used this
+            # turn: a merge is no flood, so nothing is spared and the ledger fits again.
+            return self._evict_over_capacity(spare_current=False)
 
     def _adopt(self, entry: Entry) -> None:
         """Take in an entry of another copy (a private copy of it) that this ledger lacks."""

@@ -3,7 +3,9 @@
 The search runs from the query's side: every variant one edit away is built
 over the characters the kind's keys use and looked up in the kind's table,
 so a refusal costs what the value's length costs, whatever the size of the
-ledger. Look-alike letters from other scripts and full-width forms are
+ledger. A value longer than any key of its kind is near none and is not
+searched at all, and the edits built over the alphabet are bounded by a
+budget. Look-alike letters from other scripts and full-width forms are
 folded first (NFKC, then a table of confusables).
 """
 
@@ -18,6 +20,14 @@ from guardrail.ledger import Entry, Ledger
 
 #: Longest value for which every pair of characters is tried as a swap (beyond it, neighbours).
 _ALL_SWAPS_UP_TO: Final = 32
+#: Characters a value may have beyond the longest key of its kind and still be searched: room
+#: for an ellipsis or a few invisible characters. Longer values are near no key at all.
+MARGIN: Final = 8
+#: Most characters of variants built for one kind of edit over the kind's alphabet (a value of
+#: n characters and an alphabet of a letters cost n * n * a). A ledger whose keys use thousands
+#: of characters would otherwise make one refusal cost seconds; past it those edits are not
+#: searched and the value is reported as unknown, which refuses it all the same.
+_BUDGET: Final = 1 << 24
 
 # Letters from other scripts that render like Latin ones; NFKC folds full-width forms first.
 _CONFUSABLES: Final = str.maketrans(
@@ -108,13 +118,14 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
     The search runs from the query's side: every variant one edit away is
     built over the characters the kind's keys use and looked up in the
     kind's table, so its cost depends on the value's length, not on the
-    size of the ledger.
+    size of the ledger. A value out of :func:`within_reach` is near no key
+    and costs nothing.
     """
     table = ledger.by_kind.get(kind.name)
-    if not table:
+    if not table or not within_reach(kind, key, ledger):
         return None
-    folded = kind.normalize(skeleton(key))
-    if folded != key:
+    folded = kind.key(skeleton(key))
+    if folded is not None and folded != key:
         entry = table.get(folded)
         if entry is not None:
             return entry, "look-alike characters (homoglyphs)"
@@ -123,6 +134,15 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
         return None
     candidate, detail = hit
     return table[candidate], detail
+
+
+def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
+    """Whether ``key`` is short enough to be near a key of ``kind``.
+
+    That is no longer than the kind's longest key plus :data:`MARGIN`.
+    Beyond it no search runs, so a refusal costs what reading the value costs.
+    """
+    return len(key) <= ledger.longest_key(kind.name) + MARGIN
 
 
 def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
@@ -146,7 +166,8 @@ def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[s
                     candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
                     if candidate in keys:
                         return candidate, "two characters swapped"
-    for i in range(n):
+    affordable = n * (n + 1) * len(letters) <= _BUDGET
+    for i in range(n if affordable else 0):
         head, tail = key[:i], key[i + 1 :]
         batch = [f"{head}{letter}{tail}" for letter in letters]
         if not keys.isdisjoint(batch):
@@ -157,7 +178,7 @@ def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[s
         candidate = key[:i] + key[i + 1 :]
         if candidate in keys:
             return candidate, f"one character added (position {i + 1})"
-    for i in range(n + 1):
+    for i in range(n + 1 if affordable else 0):
         head, tail = key[:i], key[i:]
         batch = [f"{head}{letter}{tail}" for letter in letters]
         if not keys.isdisjoint(batch):

@@ -7,9 +7,10 @@ entry exactly, look it up again, or ask the user.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
+
+from guardrail.text import shorten
 
 if TYPE_CHECKING:
     from guardrail.check import Finding
@@ -28,6 +29,31 @@ def is_refusal(text: str) -> bool:
     return text.lstrip().startswith(REFUSAL_PREFIX)
 
 
+#: How the detail of an id a result named but the ledger did not keep begins.
+_NOT_KEPT = "not kept: "
+_USER = "user"
+
+
+def dropped_detail(tool: str, turn: int) -> str:
+    """The detail of a finding for an id ``tool``'s result named beyond what one call may add."""
+    if tool == _USER:
+        return (
+            f"{_NOT_KEPT}the user's message at turn {turn} named more new ids than one "
+            "message may add"
+        )
+    return f"{_NOT_KEPT}{tool}'s result at turn {turn} named more new ids than one call may add"
+
+
+def _dropped_by(detail: str) -> str | None:
+    """The tool named by a :func:`dropped_detail`, or None for any other detail."""
+    if not detail.startswith(_NOT_KEPT):
+        return None
+    if detail.startswith(f"{_NOT_KEPT}the user's message"):
+        return _USER
+    tool, found, _ = detail[len(_NOT_KEPT) :].rpartition("'s result at turn ")
+    return tool if found else None
+
+
 def _lookup_hint(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str:
     tools = [name for name in lookups.get(kind, ()) if name != tool]
     if not tools:
@@ -39,8 +65,7 @@ def _lookup_hint(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -
 def _explain(
     tool: str, read: bool, lookups: Mapping[str, tuple[str, ...]], finding: Finding
 ) -> str:
-    value = json.dumps(finding.value, ensure_ascii=False)
-    head = f"- {finding.param}={value}"
+    head = f"- {finding.param}={shorten(finding.value, quote=True)}"
     role = f"[{finding.nearest_role}]" if finding.nearest_role else None
     lookup = _lookup_hint(tool, lookups, finding.kind)
     problem = finding.problem
@@ -74,13 +99,28 @@ def _explain(
             f"{'call' if read else 'change'}, confirm it with a lookup "
             f"({lookup.removeprefix('look it up with ')}), then retry."
         )
+    dropped_by = _dropped_by(finding.detail) if problem == "evicted" else None
+    if dropped_by == _USER:
+        return (
+            f"{head} is not in the ledger ({finding.detail}). Ask the user which "
+            f"{finding.kind} they mean, then {lookup}."
+        )
+    if dropped_by is not None:
+        return (
+            f"{head} is not in the ledger ({finding.detail}). Narrow the search: call "
+            f"{dropped_by} again with a narrower query, and use the {finding.kind} from that "
+            "narrower result."
+        )
     if problem == "evicted":
         return (
             f"{head} was in the ledger as {role} but was dropped to make room. "
             f"Before using it, {lookup}."
         )
     if problem == "malformed":
-        return f"{head}: {finding.detail}. Pass the identifier itself, as a string."
+        return (
+            f"{head}: {finding.detail}. Pass the identifier itself, as a string, exactly as "
+            "a tool returned it."
+        )
     return (
         f"{head} appears in no tool result of this conversation. Do not invent or reconstruct "
         f"identifiers: {lookup}, or ask the user."

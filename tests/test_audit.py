@@ -48,17 +48,25 @@ def test_every_check_is_an_event_with_its_outcome_and_level() -> None:
 
 
 def test_records_evictions_relabels_and_user_ids_are_events() -> None:
-    """ids_recorded, id_evicted, id_relabeled and user_ids_observed are all logged."""
-    guard = shop_guard(capacity=1)
+    """ids_recorded, ids_dropped, id_evicted, id_relabeled and user_ids_observed are logged."""
+    guard = shop_guard(capacity=2)
     with capture_logs() as logs, guard.session("s"):
         guard.observe_user("I'm cus_41ZpA9")
+        # Two new orders, room for one: the second is not kept (the turn's ids stay).
         guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
-        guard.label("order_2", "pending_order")
+        guard.label("order", "delivered_order")
+        guard.observe_user("And the items of that order?")
+        guard.record("get_order", {"order_id": "W8855135"}, {"items": [{"item_id": "it_aaaa"}]})
     recorded = events(logs, "guardrail.ids_recorded")[0]
-    assert (recorded["call_id"], recorded["added"], recorded["verified"]) == ("c1", 2, 1)
+    assert (recorded["call_id"], recorded["added"], recorded["verified"]) == ("c1", 1, 1)
+    assert recorded["dropped"] == 1
+    dropped = events(logs, "guardrail.ids_dropped")
+    assert [(e["log_level"], e["tool"], e["dropped"], e["limit"]) for e in dropped] == [
+        ("warning", "search_orders", 1, 1)
+    ]
     evicted = events(logs, "guardrail.id_evicted")
-    assert [e["role"] for e in evicted] == ["customer", "order"]
-    assert events(logs, "guardrail.id_relabeled")[0]["old_role"] == "order_2"
+    assert [e["role"] for e in evicted] == ["customer"]
+    assert events(logs, "guardrail.id_relabeled")[0]["old_role"] == "order"
     assert events(logs, "guardrail.user_ids_observed")[0]["values"] == ["cus_41ZpA9"]
 
 

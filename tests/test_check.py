@@ -7,8 +7,11 @@ import json
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from structlog.testing import capture_logs
 
-from guardrail import Guard, Ledger, Verdict
+from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
+from guardrail.ledger import USER_TEXTS_KEPT
+from guardrail.nearmiss import MARGIN
 
 from .conftest import ORDERS, shop_guard
 
@@ -117,7 +120,7 @@ def test_ids_with_no_pattern_count_as_typed_when_the_user_wrote_them(
 
 def test_evicted_ids_are_reported_as_evicted() -> None:
     """An id dropped for capacity is 'evicted, look it up again', not invented."""
-    guard = shop_guard(capacity=1)
+    guard = shop_guard(capacity=1, max_ids_per_call=2)
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
         verdict = guard.check("issue_refund", {"order_id": "#W8855135"})
@@ -288,3 +291,113 @@ def test_mutation_details_say_what_changed(shop: Guard, value: str, detail: str)
     """The detail of a mutation describes the value sent, relative to the ledger entry."""
     finding = shop.check("issue_refund", {"order_id": value}).findings[0]
     assert (finding.problem, finding.detail) == ("mutated", detail)
+
+
+def _link_guard() -> Guard:
+    """A guard with a url kind (whose normaliser raises on what is no URL) and one write tool."""
+    guard = shop_guard()
+    guard.add_kind("link", normalize="url")
+    guard.declare("post", ids={"url": "link", "target": ["link", "order"]})
+    return guard
+
+
+def test_a_value_no_normaliser_can_read_is_malformed() -> None:
+    """A normaliser that raises makes the value malformed, naming the kind; it never crashes."""
+    guard = _link_guard()
+    with guard.session("s"):
+        verdict = guard.check("post", {"url": "http://[x"})
+        assert problems(verdict) == [("malformed", None)]
+        assert verdict.findings[0].detail == (
+            "the normaliser of kind 'link' could not read the value"
+        )
+        assert "could not read the value" in verdict.message
+        # Another accepted kind that reads it decides: here, an order no result named.
+        assert problems(guard.check("post", {"target": "http://[x"})) == [("unknown", None)]
+
+
+def test_values_that_are_no_text_are_described_briefly_and_safely() -> None:
+    """A deep, huge or unprintable argument is malformed, described in a few characters."""
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    deep: list[object] = []
+    for _ in range(10_000):
+        deep = [deep]
+    guard = shop_guard()
+    with guard.session("s"):
+        for value in (deep, list(range(100_000)), Unprintable()):
+            verdict = guard.check("issue_refund", {"order_id": value})
+            assert problems(verdict) == [("malformed", None)]
+            assert len(verdict.findings[0].value) <= 80
+
+
+def test_a_value_longer_than_any_key_by_more_than_the_margin_is_not_searched(
+    shop: Guard,
+) -> None:
+    """Within the margin a padded id is still a near miss; past it, unknown without a search."""
+    longest = len("W8855135")
+    padded = "W8855135" + "\u200b" * MARGIN
+    assert len(padded) == longest + MARGIN
+    assert problems(shop.check("issue_refund", {"order_id": padded})) == [("mutated", "order")]
+    further = padded + "\u200b"
+    assert problems(shop.check("issue_refund", {"order_id": further})) == [("unknown", None)]
+
+
+def test_edits_over_a_huge_alphabet_are_searched_only_within_the_budget(
+    guard: Guard, ledger: Ledger
+) -> None:
+    """Keys using hundreds of characters make substitutions too dear: those are unknown."""
+    guard.add_kind("glyphs")
+    guard.declare("list_glyphs", produces={"[*]": "glyphs"}, effect="read")
+    guard.declare("draw", ids={"glyphs": "glyphs"})
+    key = "".join(chr(0x4E00 + n) for n in range(300))
+    guard.record("list_glyphs", {}, [key])
+    assert len(ledger.alphabet("glyphs")) == 300
+    changed = "x" + key[1:]
+    assert problems(guard.check("draw", {"glyphs": changed})) == [("unknown", None)]
+    added = key + "x"  # one deletion finds it: n variants, whatever the alphabet
+    assert problems(guard.check("draw", {"glyphs": added})) == [("mutated", "glyphs")]
+
+
+def test_ids_a_result_named_beyond_the_limit_are_refused_as_not_kept() -> None:
+    """A dropped id is 'evicted' with a detail naming the result, and the re-prompt says narrow."""
+    guard = shop_guard(max_ids_per_call=1)
+    with guard.session("s"):
+        guard.observe_user("hello")
+        guard.record("search_orders", {}, ORDERS)
+        verdict = guard.check("issue_refund", {"order_id": "#W2378156"})
+    assert problems(verdict) == [("evicted", None)]
+    assert verdict.findings[0].detail == (
+        "not kept: search_orders's result at turn 1 named more new ids than one call may add"
+    )
+    assert "Narrow the search: call search_orders again with a narrower query" in verdict.message
+    assert "use the order from that narrower result" in verdict.message
+
+
+def test_ids_a_user_message_named_beyond_the_limit_are_refused_as_not_kept() -> None:
+    """An id typed among too many is not kept; once the text is gone, ask the user."""
+    guard = shop_guard(max_ids_per_call=1)
+    with capture_logs() as logs, guard.session("s"):
+        guard.observe_user("orders #W1111111 and #W2222222")
+        # While the text is kept, the id counts as typed: a read may look it up.
+        assert guard.check("get_order", {"order_id": "W2222222"}).allowed
+        for _ in range(USER_TEXTS_KEPT):
+            guard.observe_user("ok")
+        verdict = guard.check("get_order", {"order_id": "W2222222"})
+    assert problems(verdict) == [("evicted", None)]
+    assert "the user's message at turn 1" in verdict.findings[0].detail
+    assert "Ask the user which order they mean" in verdict.message
+    dropped = [e for e in logs if e["event"] == "guardrail.ids_dropped"]
+    assert [(e["tool"], e["dropped"], e["limit"]) for e in dropped] == [("user", 1, 1)]
+
+
+def test_the_limit_per_call_defaults_to_a_tenth_of_the_capacity() -> None:
+    """max_ids_per_call: None is a tenth of the capacity, at least one; others must be counts."""
+    assert Guard().max_ids_per_call == 100
+    assert Guard(capacity=5).max_ids_per_call == 1
+    assert Guard(max_ids_per_call=7).max_ids_per_call == 7
+    for bad in (0, -1, 2.5, True, "10"):
+        with pytest.raises(GuardrailUsageError, match="max_ids_per_call must be a positive"):
+            Guard(max_ids_per_call=bad)  # type: ignore[arg-type]

@@ -399,7 +399,7 @@ def test_a_session_that_failed_to_open_can_be_opened_again() -> None:
 
 def test_pin_and_forget_through_the_guard() -> None:
     """guard.pin and guard.forget work on the current session; forgetting is logged."""
-    guard = shop_guard(capacity=1)
+    guard = shop_guard(capacity=1, max_ids_per_call=2)
     with capture_logs() as logs, guard.session("s") as ledger:
         guard.record("search_orders", {}, ORDERS)
         guard.record("get_order", {}, {"order_id": "W1234567"})

@@ -23,9 +23,24 @@ def test_default_normaliser_strips_white_space() -> None:
         ("number", "007", "7"),
         ("number", "7.50", "7.5"),
         ("number", "seven", "seven"),
-        ("url", "HTTPS://Example.com/a/", "example.com/a"),
+        ("url", "HTTPS://Example.com/a/", "https://example.com/a"),
         ("url", "example.com/a", "example.com/a"),
-        ("url", "http://example.com:8080/x?q=1", "example.com:8080/x?q=1"),
+        ("url", "http://example.com:8080/x?q=1", "http://example.com:8080/x?q=1"),
+        ("url", "http://Example.com:80/x", "http://example.com/x"),
+        ("url", "https://Example.com:0443/x", "https://example.com/x"),
+        ("url", "https://example.com:80/x", "https://example.com:80/x"),
+        ("url", "Javascript://Example.com/x", "javascript://example.com/x"),
+        ("url", "http://User:Pw@Example.com/x#Top", "http://User:Pw@example.com/x#Top"),
+        ("url", "http://[::1]:8080/", "http://[::1]:8080"),
+        ("url", " example.com/a/ / ", "example.com/a"),
+        ("number", "1e3", "1000"),
+        ("number", "1e999999999", "1e999999999"),
+        ("number", "1.00000000000000000000000000001", "1.00000000000000000000000000001"),
+        ("number", "9" * 101, "9" * 101),
+        ("prefix:#", "##W1", "W1"),
+        ("prefix:ab", "ababaW1", "aW1"),
+        (["strip", "prefix:#"], "#  W1", "W1"),
+        (["prefix:#", "strip"], " # #W1", "W1"),
         ("email", " Jane.Doe@Example.COM ", "jane.doe@example.com"),
     ],
 )
@@ -101,3 +116,43 @@ def test_kind_without_pattern_finds_nothing_and_matches_anything() -> None:
 def test_id_text_reads_strings_and_numbers_only(value: object, text: str | None) -> None:
     """Check, harvest and replay read an identifier value as text the same way."""
     assert id_text(value) == text
+
+
+@pytest.mark.parametrize(
+    "value", ["http://[x", "http://host:port/", "http://h:99999/", "h:1:2", "http://h/" * 1000]
+)
+def test_url_normaliser_raises_value_error_for_what_is_no_url(value: str) -> None:
+    """A value no URL parser can read raises ValueError (the check calls it malformed)."""
+    with pytest.raises(ValueError, match="URL"):
+        compile_normalizer("url")(value)
+
+
+def test_url_written_without_a_scheme_is_no_url_with_one() -> None:
+    """example.com/a and https://example.com/a are two keys: the scheme is never guessed."""
+    url = compile_normalizer("url")
+    assert url("example.com/a") != url("https://example.com/a")
+    assert url("https://example.com/a") != url("http://example.com/a")
+
+
+def test_composed_normalisers_run_to_a_fixed_point_or_raise() -> None:
+    """A composition is run again until stable; a value that never settles is a ValueError."""
+    normalize = compile_normalizer(["strip", "prefix:#"])
+    assert normalize("#  W1") == normalize(normalize("#  W1")) == "W1"
+    assert normalize("# " * 20 + "W1") == "W1"  # strip and prefixes settle in one pass
+    rounds = compile_normalizer(["prefix:#", "prefix: "])  # a prefix of white space: rounds
+    assert rounds("# # W1") == "W1"
+    with pytest.raises(ValueError, match="does not settle"):
+        rounds("# " * 20 + "W1")
+
+
+def test_a_single_builtin_normaliser_is_the_function_itself() -> None:
+    """One built-in needs no rounds: the allowed path calls it directly."""
+    assert compile_normalizer("casefold") is compile_normalizer(["casefold"])
+    assert compile_normalizer("strip") is str.strip
+
+
+def test_examples_a_normaliser_cannot_read_are_left_out() -> None:
+    """An example that is no URL is not kept (nothing can ever have its key)."""
+    kind = Kind.build("url", normalize="url", examples=["http://[x", "https://example.com/"])
+    assert kind.examples == frozenset({"https://example.com"})
+    assert kind.with_examples(["http://h:port"]) is kind

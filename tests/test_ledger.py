@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail import GuardrailUsageError, Ledger, Source
+from guardrail import GuardrailUsageError, Kind, Ledger, Source
 from guardrail.harvest import Found
-from guardrail.kinds import Kind
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 
 SRC = Source("get_order", "call_1", "order_id", 0)
@@ -501,3 +500,112 @@ def test_an_entry_the_normaliser_cannot_read_is_dropped_on_load() -> None:
     assert ledger.get("order", "W7") is None
     assert ledger.tombstone("order", "W7") is not None
     assert len(ledger) == 1
+
+
+def test_new_ids_beyond_the_limit_are_remembered_as_dropped_not_kept() -> None:
+    """One admission adds at most `limit` new ids; the rest become drop marks, in order."""
+    ledger = Ledger(capacity=100)
+    ledger.admit([found("order", "W0")], source=SRC)
+    items = [found("order", f"W{n}") for n in range(6)]
+    admitted = ledger.admit(items, source=SRC, limit=2, tool="search")
+    assert [e.value for e in admitted.added] == ["W1", "W2"]
+    assert [(d.value, d.tool, d.turn) for d in admitted.dropped] == [
+        ("W3", "search", 0),
+        ("W4", "search", 0),
+        ("W5", "search", 0),
+    ]
+    assert {e.value for e in ledger} == {"W0", "W1", "W2"}
+    assert ledger.dropped("order", "W4") is not None
+    assert ledger.dropped("order", "W1") is None
+    # Seen again in a narrower result, the id enters for real and loses its mark.
+    assert ledger.admit([found("order", "W4")], source=SRC, limit=2).dropped == []
+    assert ledger.get("order", "W4") is not None and ledger.dropped("order", "W4") is None
+    assert [d.value for d in ledger.dropped_marks()] == ["W3", "W5"]
+
+
+def test_the_tool_of_a_drop_mark_defaults_to_the_source() -> None:
+    """Without tool=, a mark names the tool of the admission's source."""
+    ledger = Ledger()
+    dropped = ledger.admit([found("order", "W1")], source=SRC, limit=0).dropped
+    assert [(d.value, d.tool) for d in dropped] == [("W1", "get_order")]
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, "2", True])
+def test_a_bad_limit_is_a_usage_error(limit: object) -> None:
+    """The limit is a count of ids."""
+    with pytest.raises(GuardrailUsageError, match="limit must be an integer"):
+        Ledger().admit([found("order", "W1")], source=SRC, limit=limit)  # type: ignore[arg-type]
+
+
+def test_drop_marks_are_bounded_and_never_push_tombstones_out() -> None:
+    """Marks are kept apart from tombstones, at most as many as tombstones, oldest out first."""
+    ledger = Ledger(capacity=1, tombstones=3)
+    ledger.admit([found("order", "W_a")], source=SRC)
+    ledger.admit([found("order", "W_b")], source=SRC)  # turn 0: W_a is evicted
+    flood = [found("order", f"F{n}") for n in range(10)]
+    ledger.admit(flood, source=SRC, limit=0, tool="search")
+    assert [t.value for t in ledger.tombstones()] == ["W_a"]
+    assert [d.value for d in ledger.dropped_marks()] == ["F7", "F8", "F9"]
+
+
+def test_no_marks_are_kept_when_no_tombstones_are() -> None:
+    """A ledger that keeps no tombstones keeps no drop marks either."""
+    ledger = Ledger(tombstones=0)
+    admitted = ledger.admit([found("order", "W1")], source=SRC, limit=0)
+    assert [d.value for d in admitted.dropped] == ["W1"] and ledger.dropped_marks() == []
+
+
+def test_ids_used_in_the_current_turn_are_never_evicted() -> None:
+    """From turn 1, eviction spares this turn's ids; what still does not fit is taken back."""
+    ledger = Ledger(capacity=3)
+    ledger.next_turn()
+    ledger.admit([found("order", "W_old")], source=SRC)
+    ledger.next_turn()
+    ledger.admit([found("order", "W_now")], source=SRC)
+    ledger.touch(ledger["order"])  # W_old used again this turn
+    admitted = ledger.admit([found("order", f"N{n}") for n in range(3)], source=SRC)
+    assert [e.value for e in admitted.added] == ["N0"]
+    assert admitted.evicted == []
+    assert [(d.value, d.turn) for d in admitted.dropped] == [("N1", 2), ("N2", 2)]
+    assert {e.value for e in ledger} == {"W_old", "W_now", "N0"}
+    assert "order_4" not in ledger and ledger.dropped("order", "N2") is not None
+    ledger.next_turn()  # last turn's ids may go now, least recently used first
+    evicted = ledger.admit([found("order", "N3")], source=SRC).evicted
+    assert [e.value for e in evicted] == ["W_now"]  # W_old was used after it
+
+
+def test_an_evicted_id_taken_back_again_keeps_its_tombstone_and_role() -> None:
+    """An evicted id that returns but does not fit is remembered as evicted, under its role."""
+    ledger = Ledger(capacity=1)
+    ledger.admit([found("order", "W1")], source=SRC)
+    ledger.admit([found("order", "W2")], source=SRC)  # turn 0: W1 evicted as [order]
+    ledger.next_turn()
+    ledger.touch(ledger["order_2"])
+    admitted = ledger.admit([found("order", "W1")], source=SRC)
+    assert admitted.added == [] and [d.value for d in admitted.dropped] == ["W1"]
+    tomb = ledger.tombstone("order", "W1")
+    assert tomb is not None and tomb.role == "order"
+    with pytest.raises(GuardrailUsageError, match="belonged to an evicted id"):
+        ledger.label("order_2", "order")
+
+
+def test_unpinning_in_a_full_turn_evicts_the_least_recently_used_anyway() -> None:
+    """Unpinning gives the room back even when every other id was used this turn."""
+    ledger = Ledger(capacity=1)
+    ledger.next_turn()
+    ledger.admit([found("order", "W1")], source=SRC)
+    ledger.pin("order")
+    ledger.admit([found("order", "W2")], source=SRC)
+    ledger.pin("order", False)
+    assert len(ledger) == 1 and [t.value for t in ledger.tombstones()] == ["W1"]
+
+
+def test_looking_up_a_value_a_normaliser_cannot_read_finds_nothing() -> None:
+    """get and lookup treat a kind whose normaliser raises on the value as holding no entry."""
+    kinds = {"link": Kind.build("link", normalize="url")}
+    ledger = Ledger(kinds=kinds)
+    ledger.admit([Found("link", "https://a.example", "https://a.example", "p")], source=SRC)
+    assert ledger.get("link", "HTTPS://A.example/") is ledger["link"]
+    assert ledger.get("link", "http://[x") is None
+    assert ledger.lookup("http://[x") == []
+    assert ledger.key("link", "http://[x") is None

@@ -328,7 +328,8 @@ def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None
     masker = Masker(ledger, ())
     text = "See C0DE1, CODE1, http://shop:x1 and https://SHOP.example/a1/."
     assert masker.mask(text)[0] == "See [code], CODE1, http://shop:x1 and [link]."
-    # A Cyrillic O (U+041E): the look-alike search folds it to a Latin one the normaliser refuses.
+    # A Cyrillic O (U+041E): folded to a Latin one the normaliser refuses, the look-alike is no
+    # crash; it is still one character from C0DE1, so the lint scrubs it as a near miss.
     summary, issues = lint("Ask about C\u041eDE1 and http://shop:x2.", masker)
-    assert summary == "Ask about C\u041eDE1 and http://shop:x2."
-    assert issues == []
+    assert summary == "Ask about [code] and http://shop:x2."
+    assert [(issue.problem, issue.action) for issue in issues] == [("near_miss", "scrubbed")]

@@ -1,0 +1,83 @@
+"""Text helpers: values cut to a readable length, and whole-token search in linear time.
+
+An identifier argument is whatever the model sent, up to megabytes of it. The
+check keeps the full value; what a re-prompt, a rejection or an audit event
+repeats of it is bounded here, in one place. Whether the user typed a value
+is a search of their texts that must cost one pass whatever the value is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Final
+
+#: How many characters of a value are repeated before it is cut short.
+SHOWN: Final = 200
+
+
+def shorten(value: str, limit: int = SHOWN, *, quote: bool = False) -> str:
+    """``value`` itself when short; else its first ``limit`` characters, "…" and its length.
+
+    ``quote`` gives it as a JSON string (as a re-prompt quotes it), with the
+    length after the closing quote: ``"W885…" (32,000 characters)``.
+    """
+    if len(value) <= limit:
+        return json.dumps(value, ensure_ascii=False) if quote else value
+    head = value[:limit] + "…"
+    size = f"({len(value):,} characters)"
+    if quote:
+        return f"{json.dumps(head, ensure_ascii=False)} {size}"
+    return f"{head} {size}"
+
+
+#: Occurrences of a value looked at one by one before the search that costs one pass.
+_FEW: Final = 8
+_NON_WORD: Final = re.compile(r"(\W)")
+#: Characters rare enough in text to mark word edges with; one absent from both texts is used.
+_MARKS: Final = ("\x00", "\x01", "\x02", "\ue000", "\ue001", "\U000f0000")
+
+
+def has_token(text: str, value: str) -> bool:
+    """Whether ``value`` appears in ``text`` as a whole token (not inside a longer word).
+
+    Linear in the length of ``text`` whatever the value: the first few
+    occurrences are looked at directly; past them (``"ab"`` found 500,000
+    times in ``"abab…"``, never whole) one search over the text with its
+    word edges marked decides.
+    """
+    if not value:
+        return False
+    start = text.find(value)
+    for _ in range(_FEW):
+        if start < 0:
+            return False
+        end = start + len(value)
+        if (start == 0 or not _word(text[start - 1])) and (
+            end == len(text) or not _word(text[end])
+        ):
+            return True
+        start = text.find(value, start + 1)
+    return start >= 0 and _has_token_marked(text, value)
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _has_token_marked(text: str, value: str) -> bool:
+    """:func:`has_token` as one substring search.
+
+    A mark goes on both sides of every character that is not a word
+    character (``\\W``), in the text (padded with a space at each end) and
+    in the value alike. Between two neighbours there are then as many marks
+    as there are non-word characters among them, so ``value`` with one more
+    mark at each end is found exactly where it stands with a non-word
+    character (or an end of the text) on each side.
+    """
+    mark = next((m for m in _MARKS if m not in text and m not in value), None)
+    if mark is None:  # every mark in use (written on purpose): say no, which refuses
+        return False
+    marked_text = mark.join(_NON_WORD.split(f" {text} "))
+    marked_value = mark.join(_NON_WORD.split(value))
+    return f"{mark}{marked_value}{mark}" in marked_text
