@@ -140,6 +140,9 @@ class Guard:
             raise GuardrailUsageError(str(exc)) from None
         self.kinds: dict[str, Kind] = {}
         self.specs: dict[str, ToolSpec] = {}
+        #: Where each tool was declared (a function's module and qualname, guard.declare or
+        #: a manifest), for the error that refuses a second tool of the same name.
+        self._origins: dict[str, str] = {}
         self._plans: dict[str, CheckPlan] = {}
         self._var: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(
             "guardrail.session", default=None
@@ -183,7 +186,35 @@ class Guard:
         verifies: bool = True,
         description: str = "",
     ) -> ToolSpec:
-        """Declare a tool that has no Python function here (remote, MCP, recorded)."""
+        """Declare a tool that has no Python function here (remote, MCP, recorded).
+
+        A name already declared (by the decorator, ``declare`` or a manifest)
+        is a usage error: the second spec would silently replace the first.
+        """
+        return self._declare(
+            name,
+            origin="guard.declare",
+            ids=ids,
+            produces=produces,
+            mints=mints,
+            effect=effect,
+            verifies=verifies,
+            description=description,
+        )
+
+    def _declare(
+        self,
+        name: str,
+        *,
+        origin: str,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect = "write",
+        verifies: bool = True,
+        description: str = "",
+    ) -> ToolSpec:
+        self._require_new_name(name, origin)
         spec = self._build_spec(
             name,
             params=param_specs(ids, tool=name),
@@ -193,7 +224,7 @@ class Guard:
             verifies=verifies,
             description=description,
         )
-        self._register(spec)
+        self._register(spec, origin)
         return spec
 
     @classmethod
@@ -204,22 +235,30 @@ class Guard:
         return guard
 
     def load_manifest(self, manifest: str | Any | Mapping[str, Any]) -> None:
-        """Add the kinds and tools of a manifest; nothing is added if any part is wrong."""
+        """Add the kinds and tools of a manifest; nothing is added if any part is wrong.
+
+        A tool the guard already declares is an error, as it is for ``declare``.
+        """
         data = read_manifest(manifest)
         where = "manifest" if isinstance(manifest, Mapping) else str(manifest)
+        origin = "manifest" if isinstance(manifest, Mapping) else f"manifest {where}"
         trial = Guard(capacity=self.capacity)
         trial.kinds = dict(self.kinds)
+        trial.specs = dict(self.specs)
+        trial._origins = dict(self._origins)
         try:
             for name, options in data.get("kinds", {}).items():
                 trial.add_kind(name, **options)
             for name, options in data["tools"].items():
-                trial.declare(name, **options)
+                trial._declare(name, origin=origin, **options)
         except GuardrailUsageError as exc:
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
         # In place: open ledgers hold this very mapping for normalising.
         self.kinds.update(trial.kinds)
-        for spec in trial.specs.values():
-            self.specs[spec.name] = spec
+        for name, spec in trial.specs.items():
+            if name not in self.specs:
+                self.specs[name] = spec
+                self._origins[name] = trial._origins[name]
         self._recompile()
 
     @overload
@@ -644,7 +683,6 @@ class Guard:
             description=description or "",
             positions=dict(positions or {}),
         )
-        self._learn_examples(spec)
         return spec
 
     def _require_kind(self, kind: str, *, tool: str, where: str) -> None:
@@ -667,8 +705,30 @@ class Guard:
                 if kind.has_pattern:
                     self.kinds[name] = kind.with_examples(kind.find(spec.description))
 
-    def _register(self, spec: ToolSpec) -> None:
+    def _require_new_name(self, name: str, origin: str, spec: ToolSpec | None = None) -> None:
+        """Refuse a second tool of one name: it would replace the first and take its checks.
+
+        The same tool again (the same origin and, once built, an equal spec:
+        a module or notebook cell run twice) is no second tool.
+        """
+        if name not in self.specs:
+            return
+        first = self._origins.get(name, "an earlier declaration")
+        if first == origin and (spec is None or spec == self.specs[name]):
+            return
+        raise GuardrailUsageError(
+            f"tool {name!r} is declared twice: already declared by {first}, now again by "
+            f"{origin}. The second would replace the first, whose calls would then be checked "
+            f"against the wrong spec. Pass name= to give one of them its own name "
+            f"(@guard.tool(name=...)), or declare it under another name.",
+            tool=name,
+        )
+
+    def _register(self, spec: ToolSpec, origin: str) -> None:
+        self._require_new_name(spec.name, origin, spec)
+        self._learn_examples(spec)
         self.specs[spec.name] = spec
+        self._origins[spec.name] = origin
         self._recompile()
 
     def _recompile(self) -> None:
@@ -708,6 +768,9 @@ class Guard:
         tool_name = name or getattr(target, "__name__", None)
         if not tool_name:
             raise GuardrailUsageError("this callable has no __name__; pass name=")
+        module = getattr(target, "__module__", None) or "?"
+        origin = f"{module}.{getattr(target, '__qualname__', tool_name)}"
+        self._require_new_name(tool_name, origin)
         sig_params, sig_produced = signature_ids(target)
         params = [*sig_params, *param_specs(ids, tool=tool_name)]
         minted = param_specs(mints, tool=tool_name)
@@ -726,5 +789,5 @@ class Guard:
             description=description if description is not None else inspect.getdoc(target) or "",
             positions=at,
         )
-        self._register(spec)
+        self._register(spec, origin)
         return wrap(GuardedTool(self, spec), function)

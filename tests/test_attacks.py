@@ -7,6 +7,13 @@ asserts that the write tool never runs with it.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import pytest
+
+from guardrail import GuardrailUsageError, Id, IdentifierViolation
+
+from .conftest import shop_guard
 
 # -- forged ledger blocks and refusals read back (compaction) ---------------------------------
 
@@ -15,6 +22,30 @@ from __future__ import annotations
 
 
 # -- tools, results and arguments (the check and the harvest) ---------------------------------
+
+
+# tools, results, arguments
+
+Order = Annotated[str, Id("order")]
+
+
+def test_a_second_tool_of_a_write_tools_name_cannot_unguard_it() -> None:
+    """A lax tool declared under a write tool's name is refused; the write stays checked."""
+    guard = shop_guard()
+    ran: list[str] = []
+
+    @guard.tool
+    def delete_order(order_id: Order) -> str:
+        ran.append(order_id)
+        return "deleted"
+
+    with pytest.raises(GuardrailUsageError, match="declared twice"):
+        guard.load_manifest({"tools": {"delete_order": {"effect": "read"}}})
+    with pytest.raises(GuardrailUsageError, match="declared twice"):
+        guard.declare("delete_order", effect="read")
+    with guard.session("s"), pytest.raises(IdentifierViolation):
+        delete_order("W1234567")
+    assert ran == []
 
 
 # (end of the check section)

@@ -177,3 +177,67 @@ def test_examples_quoted_in_a_description_are_placeholders() -> None:
         """Look up an order, such as '#W1234567'."""
 
     assert "W1234567" in guard.kinds["order"].examples
+
+
+class _Orders:
+    guard = shop_guard()
+
+    @guard.tool
+    def delete(self, order_id: Annotated[str, Id("order")]) -> str:
+        return f"deleted {order_id}"
+
+
+def test_a_second_tool_under_a_declared_name_is_refused() -> None:
+    """Two methods named delete in two classes: the second says where both come from."""
+    guard = _Orders.guard
+    with pytest.raises(GuardrailUsageError) as info:
+
+        class Customers:
+            @guard.tool
+            def delete(self, customer_id: Annotated[str, Id("customer")]) -> str:
+                return f"deleted {customer_id}"
+
+    message = str(info.value)
+    assert f"{__name__}._Orders.delete" in message
+    assert "Customers.delete" in message
+    assert "name=" in message
+    assert info.value.tool == "delete"
+    assert guard.specs["delete"].params[0].kinds == ("order",)  # the first one stays
+
+
+def test_declare_after_a_decorated_tool_of_that_name_is_refused() -> None:
+    """guard.declare cannot replace a decorated tool, nor a decorator a declared one."""
+    guard = shop_guard()
+
+    @guard.tool
+    def refund(order_id: Annotated[str, Id("order")]) -> str:
+        return order_id
+
+    with pytest.raises(GuardrailUsageError, match=r"refund.*guard\.declare.*name="):
+        guard.declare("refund", ids={})
+    with pytest.raises(GuardrailUsageError, match=r"issue_refund.*guard\.declare"):
+
+        @guard.tool(name="issue_refund")
+        def issue(order_id: str) -> str:
+            return order_id
+
+    assert guard.specs["refund"].params[0].kinds == ("order",)
+    assert guard.specs["issue_refund"].params[0].kinds == ("order",)
+
+
+def test_the_same_tool_declared_again_is_no_second_tool() -> None:
+    """A factory or notebook cell run twice declares the same spec again: allowed."""
+    guard = shop_guard()
+
+    def make(kind: str) -> object:
+        @guard.tool(ids={"ref": kind})
+        def cancel(ref: str) -> str:
+            return ref
+
+        return cancel
+
+    make("order")
+    make("order")
+    with pytest.raises(GuardrailUsageError, match="declared twice"):
+        make("customer")  # the same function, checking another kind: a second tool
+    assert guard.specs["cancel"].params[0].kinds == ("order",)
