@@ -76,7 +76,8 @@ class Verdict:
 
     ``message`` is what a model is re-prompted with; it is empty for an
     allowed call. ``used`` and ``typed`` feed the bookkeeping after a
-    successful call (a ``read`` call verifies the user-typed ids it took).
+    successful call (a ``read`` declared ``verifies="on_success"`` verifies
+    the user-typed ids it took).
     """
 
     tool: str

@@ -45,12 +45,14 @@ from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
 from guardrail.spec import (
     EFFECTS,
+    ON_SUCCESS,
     Effect,
     ParamDecl,
     ParamSpec,
     Producer,
     ProducerDecl,
     ToolSpec,
+    Verifies,
     param_specs,
     producers,
     signature_ids,
@@ -183,13 +185,14 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect = "write",
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str = "",
     ) -> ToolSpec:
         """Declare a tool that has no Python function here (remote, MCP, recorded).
 
-        A name already declared (by the decorator, ``declare`` or a manifest)
-        is a usage error: the second spec would silently replace the first.
+        ``verifies`` is as for :meth:`tool`. A name already declared (by the
+        decorator, ``declare`` or a manifest) is a usage error: the second
+        spec would silently replace the first.
         """
         return self._declare(
             name,
@@ -211,7 +214,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect = "write",
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str = "",
     ) -> ToolSpec:
         self._require_new_name(name, origin)
@@ -275,7 +278,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect | None = None,
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str | None = None,
     ) -> Callable[[F], F]: ...
 
@@ -289,7 +292,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect | None = None,
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str | None = None,
     ) -> F | Callable[[F], F]:
         """Guard a tool function: check its identifier arguments, run it, record its result.
@@ -298,6 +301,12 @@ class Guard:
         signature and from ``ids=``; result identifiers from the ``Id``
         fields of the returned type and from ``produces=``. A tool with no
         ``effect`` is a ``write`` (the strict side).
+
+        A successful ``read`` verifies a user-typed id argument only when a
+        declared result field returns it (``verifies=True``, the default;
+        ``False`` is accepted and means the same). ``verifies="on_success"``
+        is for a read that fails for unknown ids: any success confirms every
+        id it took.
         """
 
         def decorate(function: F) -> F:
@@ -449,8 +458,10 @@ class Guard:
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
-        A success of a ``read`` tool also verifies the ids it was given; a
-        success of a ``write`` tool brings its ``mints`` into the ledger.
+        Ids at the tool's declared result fields enter the ledger verified. A
+        success of a ``read`` tool declared ``verifies="on_success"`` also
+        verifies the ids it was given; a success of a ``write`` tool brings
+        its ``mints`` into the ledger.
         """
         ledger = ledger if ledger is not None else self._current()
         plan = self._plans.get(name)
@@ -607,8 +618,11 @@ class Guard:
     def _taken_ids(
         self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
     ) -> list[Found]:
-        """Ids a successful call vouches for: a read's arguments, a write's mints."""
-        if spec.effect == "read" and spec.verifies:
+        """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
+
+        Any other read confirms only what its result returns, which the harvest reads.
+        """
+        if spec.confirms_arguments:
             if verdict is None or not verdict.allowed:
                 return self._argument_ids(spec.params, arguments)
             taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
@@ -653,7 +667,7 @@ class Guard:
         produced: Sequence[Producer],
         mints: Sequence[ParamSpec],
         effect: str,
-        verifies: bool,
+        verifies: Verifies,
         description: str,
         positions: Mapping[str, int] | None = None,
     ) -> ToolSpec:
@@ -668,6 +682,14 @@ class Guard:
                 self._require_kind(kind, tool=name, where=param.path.text)
         for producer in produced:
             self._require_kind(producer.kind, tool=name, where=producer.source)
+        if verifies not in (True, False, ON_SUCCESS) or (
+            verifies == ON_SUCCESS and effect != "read"
+        ):
+            raise GuardrailUsageError(
+                f"tool {name!r}: verifies is True, False or 'on_success' (a read tool that fails "
+                f"for unknown ids), not {verifies!r} on a {effect} tool",
+                tool=name,
+            )
         if mints and effect != "write":
             raise GuardrailUsageError(
                 f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
@@ -679,7 +701,7 @@ class Guard:
             produces=tuple(produced),
             mints=tuple(mints),
             effect=cast(Effect, effect),
-            verifies=bool(verifies),
+            verifies=verifies,
             description=description or "",
             positions=dict(positions or {}),
         )
@@ -757,7 +779,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None,
         mints: Mapping[str, ParamDecl] | None,
         effect: str,
-        verifies: bool,
+        verifies: Verifies,
         description: str | None,
     ) -> F:
         target = (

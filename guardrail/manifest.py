@@ -14,7 +14,8 @@ A manifest is an object with two tables::
 
 A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
 ``description``. A tool takes ``effect`` (``read`` or ``write``; absent
-means ``write``), ``verifies``, ``description``, ``ids`` and ``mints``
+means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
+see ``Guard.tool``), ``description``, ``ids`` and ``mints``
 (parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
 (result path or ``re:PATTERN`` -> kind or ``{kind, role, status}``). The
 shape is checked with JSON Schema before anything is compiled, and every
@@ -105,7 +106,7 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "effect": {"enum": ["read", "write"]},
-                    "verifies": {"type": "boolean"},
+                    "verifies": {"enum": [True, False, "on_success"]},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
                     "mints": {"type": "object", "additionalProperties": _PARAM},

@@ -22,6 +22,10 @@ from guardrail.paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 
 Effect = Literal["read", "write"]
 EFFECTS: tuple[str, ...] = ("read", "write")
+#: What a successful ``read`` confirms of the ids it took: ``True`` (and ``False``, which
+#: means the same) only those a declared result field returns; ``"on_success"`` all of them.
+Verifies = bool | Literal["on_success"]
+ON_SUCCESS: Literal["on_success"] = "on_success"
 
 
 @dataclass(frozen=True, init=False)
@@ -95,16 +99,25 @@ class Producer:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """Everything the guard knows about one tool, compiled."""
+    """Everything the guard knows about one tool, compiled.
+
+    ``verifies`` is as declared (see :data:`Verifies`); ``confirms_arguments``
+    says whether a success confirms every id argument the call took.
+    """
 
     name: str
     params: tuple[ParamSpec, ...] = ()
     produces: tuple[Producer, ...] = ()
     mints: tuple[ParamSpec, ...] = ()
     effect: Effect = "write"
-    verifies: bool = True
+    verifies: Verifies = True
     description: str = ""
     positions: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def confirms_arguments(self) -> bool:
+        """A ``read`` declared ``verifies="on_success"``: any success confirms its id arguments."""
+        return self.effect == "read" and self.verifies == ON_SUCCESS
 
 
 # -- declarations given as data -------------------------------------------------------------

@@ -138,7 +138,7 @@ class GuardedTool:
         if (
             not spec.produces
             and not spec.mints
-            and (not (plan.read and spec.verifies) or all(entry.verified for entry in used))
+            and (not spec.confirms_arguments or all(entry.verified for entry in used))
             and opaque(result)
         ):
             if guard.audit.levels[logging.DEBUG]:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import pytest
 
-from guardrail import GuardrailUsageError, Id, IdentifierViolation
+from guardrail import GuardrailUsageError, Id, IdentifierViolation, Rejection
 
 from .conftest import shop_guard
 
@@ -26,7 +26,7 @@ from .conftest import shop_guard
 
 # tools, results, arguments
 
-Order = Annotated[str, Id("order")]
+_Order = Annotated[str, Id("order")]
 
 
 def test_a_second_tool_of_a_write_tools_name_cannot_unguard_it() -> None:
@@ -35,7 +35,7 @@ def test_a_second_tool_of_a_write_tools_name_cannot_unguard_it() -> None:
     ran: list[str] = []
 
     @guard.tool
-    def delete_order(order_id: Order) -> str:
+    def delete_order(order_id: _Order) -> str:
         ran.append(order_id)
         return "deleted"
 
@@ -46,6 +46,28 @@ def test_a_second_tool_of_a_write_tools_name_cannot_unguard_it() -> None:
     with guard.session("s"), pytest.raises(IdentifierViolation):
         delete_order("W1234567")
     assert ran == []
+
+
+@pytest.mark.parametrize("answer", [{"error": "no such order"}, {"items": []}, [], "not found"])
+def test_a_lookup_that_finds_nothing_does_not_launder_a_typed_id(answer: object) -> None:
+    """A foreign order typed by the user, 'looked up' with no result, still cannot be refunded."""
+    guard = shop_guard("reprompt")
+    refunded: list[str] = []
+
+    @guard.tool(effect="read", name="lookup_order")
+    def lookup_order(order_id: _Order) -> object:
+        return answer
+
+    @guard.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim"):
+        guard.observe_user("please refund my order #W9999999")  # someone else's order
+        lookup_order("W9999999")
+        assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
 
 
 # (end of the check section)

@@ -50,9 +50,17 @@ def test_every_check_is_an_event_with_its_outcome_and_level() -> None:
 def test_records_evictions_relabels_and_user_ids_are_events() -> None:
     """ids_recorded, id_evicted, id_relabeled and user_ids_observed are all logged."""
     guard = shop_guard(capacity=1)
+    # A search that fails for an unknown customer: its success confirms the customer typed.
+    guard.declare(
+        "orders_of",
+        ids={"customer_id": "customer"},
+        produces={"orders[*].order_id": "order"},
+        effect="read",
+        verifies="on_success",
+    )
     with capture_logs() as logs, guard.session("s"):
         guard.observe_user("I'm cus_41ZpA9")
-        guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
+        guard.record("orders_of", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
         guard.label("order_2", "pending_order")
     recorded = events(logs, "guardrail.ids_recorded")[0]
     assert (recorded["call_id"], recorded["added"], recorded["verified"]) == ("c1", 2, 1)

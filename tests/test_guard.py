@@ -90,7 +90,9 @@ def test_allowed_calls_run_and_results_are_harvested() -> None:
         assert isinstance(refund, Refund)
         assert tools["refunds"] == ["#W8855135"]
         assert ledger.get("item", "it_r001") is not None
-        assert ledger["customer"].verified
+        assert ledger["order"].verified
+        # The search succeeded but its result does not name the customer: not confirmed.
+        assert not ledger["customer"].verified
 
 
 def test_sync_and_async_calls_are_refused_alike_in_raise_mode() -> None:
@@ -366,3 +368,111 @@ def test_concurrent_recording_and_checking_in_one_session() -> None:
         assert len(ledger) == 50
         assert len(ledger.tombstones()) == 50
         assert Ledger.from_json(ledger.to_json()) == ledger
+
+
+# -- what a successful read confirms ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"error": "no such order"},
+        {"items": []},
+        [],
+        {"order_id": "#W7654321", "items": []},
+        "order found",
+    ],
+)
+def test_a_read_that_does_not_return_the_id_confirms_nothing(result: Any) -> None:
+    """A user-typed id is verified only when a declared result field returns it."""
+    guard = shop_guard()
+    with guard.session("s"):
+        guard.observe_user("my order is #W5555555")
+        assert guard.check("get_order", {"order_id": "W5555555"}).allowed
+        guard.record("get_order", {"order_id": "W5555555"}, result)
+        verdict = guard.check("issue_refund", {"order_id": "W5555555"})
+        assert [f.problem for f in verdict.findings] == ["unverified"]
+        guard.record("get_order", {"order_id": "W5555555"}, {"order_id": "W5555555"})
+        assert guard.check("issue_refund", {"order_id": "W5555555"}).allowed
+
+
+def test_a_word_the_user_typed_is_not_verified_by_a_read_that_succeeds() -> None:
+    """For a kind with no pattern, a read that returns nothing leaves the word unverified."""
+    guard = kinds_only()
+    guard.add_kind("hotel")
+    ran: list[str] = []
+
+    @guard.tool(effect="read")
+    def find_hotel(name: Annotated[str, Id("hotel")]) -> list[str]:
+        return []
+
+    @guard.tool
+    def book_hotel(name: Annotated[str, Id("hotel")]) -> str:
+        ran.append(name)
+        return "booked"
+
+    with guard.session("s"):
+        guard.observe_user("book me the Grand Hyatt")
+        assert find_hotel("Grand Hyatt") == []
+        with pytest.raises(IdentifierViolation, match="typed by the user"):
+            book_hotel("Grand Hyatt")
+    assert ran == []
+
+
+@pytest.mark.parametrize("how", ["decorator", "declare", "manifest"])
+def test_verifies_on_success_confirms_what_a_successful_read_took(how: str) -> None:
+    """verifies="on_success", for tools that fail on unknown ids, keeps the old confirmation."""
+    guard = kinds_only()
+    if how == "manifest":
+        guard.load_manifest(
+            {
+                "tools": {
+                    "get_status": {
+                        "effect": "read",
+                        "ids": {"order_id": "order"},
+                        "verifies": "on_success",
+                    }
+                }
+            }
+        )
+    elif how == "declare":
+        guard.declare("get_status", ids={"order_id": "order"}, effect="read", verifies="on_success")
+    else:
+
+        @guard.tool(effect="read", verifies="on_success")
+        def get_status(order_id: Order) -> str:
+            return "shipped"
+
+    guard.declare("refund", ids={"order_id": "order"})
+    assert guard.specs["get_status"].verifies == "on_success"
+    with guard.session("s"):
+        guard.observe_user("order #W5555555")
+        guard.record("get_status", {"order_id": "W5555555"}, "Error: no such order", error=True)
+        assert not guard.check("refund", {"order_id": "W5555555"}).allowed
+        guard.record("get_status", {"order_id": "W5555555"}, "shipped")
+        assert guard.check("refund", {"order_id": "W5555555"}).allowed
+
+
+def test_verifies_false_means_the_default() -> None:
+    """verifies=False is still accepted and confirms only what the result returns."""
+    guard = shop_guard()
+    guard.declare(
+        "find", ids={"order_id": "order"}, produces={"id": "order"}, effect="read", verifies=False
+    )
+    with guard.session("s"):
+        guard.observe_user("order #W5555555 and #W6666666")
+        guard.record("find", {"order_id": "W5555555"}, {"ok": True})
+        assert not guard.check("issue_refund", {"order_id": "W5555555"}).allowed
+        guard.record("find", {"order_id": "W6666666"}, {"id": "#W6666666"})
+        assert guard.check("issue_refund", {"order_id": "W6666666"}).allowed
+
+
+def test_verifies_takes_a_boolean_or_on_success() -> None:
+    """Any other value of verifies, or on_success on a write tool, is a usage error."""
+    guard = kinds_only()
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.declare("a", effect="read", verifies="always")  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.declare("b", effect="write", verifies="on_success")
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.load_manifest({"tools": {"c": {"effect": "read", "verifies": "yes"}}})

@@ -60,6 +60,9 @@ def test_airline_example_manifest_loads() -> None:
     guard = Guard.from_manifest(AIRLINE_MANIFEST)
     assert {"get_user_details", "book_reservation", "send_certificate"} <= set(guard.specs)
     assert not guard.kinds["airport"].enforce
+    # User records carry no user_id: the lookup's success is what confirms the id it took.
+    assert guard.specs["get_user_details"].verifies == "on_success"
+    assert guard.specs["get_reservation_details"].verifies is True
 
 
 @pytest.mark.parametrize(
