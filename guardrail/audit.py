@@ -8,8 +8,9 @@ the guard was built with ``redact=``. Other argument values are never
 logged. The library never configures structlog: events go wherever the
 program sends them.
 
-Levels: a refusal is a warning; an allowed ``write`` call and a compaction
-are info; allowed ``read`` calls, records and evictions are debug. The
+Levels: a refusal is a warning (``outcome="refused"``, or ``"would_refuse"``
+for a call observe mode lets run); an allowed ``write`` call and a
+compaction are info; allowed ``read`` calls, records and evictions are debug. The
 logger is resolved on first use and its level checked once, so with a
 production logger at warning the allowed path builds no event at all.
 """
@@ -125,7 +126,7 @@ class Audit:
         clean = verdict.allowed and not verdict.findings
         if clean:
             level = INFO if effect == "write" else DEBUG
-        elif not verdict.allowed or outcome == "observed":
+        elif not verdict.allowed:  # refused, or would_refuse in observe mode
             level = WARNING
         else:  # allowed, with findings of an advisory kind
             level = INFO

@@ -105,9 +105,11 @@ class Guard:
     :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool and
     returns a :class:`Rejection` whose text tells the model what to do
     (after ``max_reprompts`` refusals of one tool in a row it raises
-    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and only
-    logs. ``capacity`` bounds each session's ledger. ``redact`` (a key)
-    logs keyed hashes instead of identifier values.
+    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and logs
+    ``outcome="would_refuse"``, but learns nothing from that call (no
+    confirmation, no mints, no harvest of its result). ``capacity`` bounds
+    each session's ledger. ``redact`` (a key) logs keyed hashes instead of
+    identifier values.
     """
 
     def __init__(
@@ -461,14 +463,18 @@ class Guard:
         Ids at the tool's declared result fields enter the ledger verified. A
         success of a ``read`` tool declared ``verifies="on_success"`` also
         verifies the ids it was given; a success of a ``write`` tool brings
-        its ``mints`` into the ledger.
+        its ``mints`` into the ledger. In ``observe`` mode the arguments are
+        checked again: a call the guard would have refused records nothing.
         """
         ledger = ledger if ledger is not None else self._current()
         plan = self._plans.get(name)
         if plan is None:
             return []
         args = parse_arguments(arguments) or {}
-        return self._record(plan, args, result, error, call_id, ledger, None)
+        # Observe mode lets a call it would refuse run; what that call touched or returned
+        # belongs to someone else's record, so it is checked again and then left unrecorded.
+        verdict = self._check(name, args, ledger) if self.mode == "observe" else None
+        return self._record(plan, args, result, error, call_id, ledger, verdict)
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
@@ -529,7 +535,7 @@ class Guard:
         effect = self._effect(name)
         if self.mode == "observe":
             self.audit.call_checked(
-                session, verdict, effect=effect, mode="observe", outcome="observed"
+                session, verdict, effect=effect, mode="observe", outcome="would_refuse"
             )
             return verdict
         count = ledger.refusals.get(name, 0) + 1
@@ -557,6 +563,12 @@ class Guard:
             self.audit.ids_recorded(
                 ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
+            return []
+        if verdict is not None and not verdict.allowed:
+            # Observe mode ran a call it would have refused: it confirms, mints and
+            # harvests nothing (its call_checked event already says would_refuse).
+            if self.audit.enabled(logging.DEBUG):
+                self._log_nothing_recorded(ledger, spec.name, call_id)
             return []
         batches: list[Batch]
         problems: list[str]

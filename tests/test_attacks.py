@@ -12,6 +12,7 @@ from typing import Annotated
 import pytest
 
 from guardrail import GuardrailUsageError, Id, IdentifierViolation, Rejection
+from guardrail.stores.memory import MemoryStore
 
 from .conftest import shop_guard
 
@@ -67,6 +68,33 @@ def test_a_lookup_that_finds_nothing_does_not_launder_a_typed_id(answer: object)
         guard.observe_user("please refund my order #W9999999")  # someone else's order
         lookup_order("W9999999")
         assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
+
+
+def test_observe_mode_does_not_launder_a_foreign_id_into_a_shared_ledger() -> None:
+    """A shadow (observe) rollout runs a foreign lookup; the enforcing guard still refuses."""
+    store = MemoryStore()
+    shadow = shop_guard("observe", store=store)
+    strict = shop_guard("raise", store=store)
+    refunded: list[str] = []
+
+    @shadow.tool(effect="read", produces={"order_id": "order"})
+    def peek(order_id: _Order) -> dict[str, str]:
+        return {"order_id": order_id, "owner": "someone else"}
+
+    @strict.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with shadow.session("victim"):
+        peek("W9999999")  # would be refused: observe mode runs it anyway
+        shadow.enforce("get_order", {"order_id": "W8888888"})
+        shadow.record("get_order", {"order_id": "W8888888"}, {"order_id": "W8888888"})
+    with strict.session("victim"):
+        for foreign in ("W9999999", "W8888888"):
+            with pytest.raises(IdentifierViolation):
+                refund(foreign)
     assert refunded == []
 
 

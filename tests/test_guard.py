@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from guardrail import (
     Guard,
@@ -476,3 +477,58 @@ def test_verifies_takes_a_boolean_or_on_success() -> None:
         guard.declare("b", effect="write", verifies="on_success")
     with pytest.raises(GuardrailUsageError, match="verifies"):
         guard.load_manifest({"tools": {"c": {"effect": "read", "verifies": "yes"}}})
+
+
+# -- observe mode -----------------------------------------------------------------------------
+
+
+def test_observe_mode_runs_a_call_it_would_refuse_but_learns_nothing_from_it() -> None:
+    """A would-be refusal runs, but confirms, mints and harvests nothing, and says so."""
+    guard = kinds_only("observe")
+    ran: list[str] = []
+
+    @guard.tool(
+        effect="read",
+        verifies="on_success",
+        produces={"order_id": "order", "items[*].item_id": "item"},
+    )
+    def lookup(order_id: Order) -> dict[str, Any]:
+        ran.append(f"lookup {order_id}")
+        return {"order_id": order_id, "items": [{"item_id": "it_abcd"}]}
+
+    @guard.tool(mints={"email": "email"})
+    def invite(order_id: Order, email: str) -> str:
+        ran.append(f"invite {order_id}")
+        return "sent"
+
+    with capture_logs() as logs, guard.session("s") as ledger:
+        assert lookup("W1111111")["order_id"] == "W1111111"
+        assert invite("W1111111", "eve@example.com") == "sent"
+        assert len(ledger) == 0
+        guard.observe_user("my order is #W2222222")
+        lookup("W2222222")  # allowed (a typed id, to a read): harvested and confirmed
+        assert ledger.get("item", "it_abcd") is not None
+        assert ledger["order"].verified
+    assert ran == ["lookup W1111111", "invite W1111111", "lookup W2222222"]
+    checked = [e for e in logs if e["event"] == "guardrail.call_checked"]
+    assert [(e["outcome"], e["log_level"]) for e in checked] == [
+        ("would_refuse", "warning"),
+        ("would_refuse", "warning"),
+        ("allowed", "debug"),
+    ]
+
+
+def test_observe_mode_record_after_enforce_learns_nothing_from_a_would_be_refusal() -> None:
+    """A runtime's enforce() then record() of a call observe mode let run records nothing."""
+    guard = shop_guard("observe")
+    guard.declare("invite", ids={"order_id": "order"}, mints={"email": "email"})
+    result = {"order_id": "W1111111", "items": [{"item_id": "it_abcd"}]}
+    with guard.session("s") as ledger:
+        assert not guard.enforce("get_order", {"order_id": "W1111111"}).allowed
+        assert guard.record("get_order", {"order_id": "W1111111"}, result) == []
+        arguments = {"order_id": "W1111111", "email": "eve@example.com"}
+        assert not guard.enforce("invite", arguments).allowed
+        assert guard.record("invite", arguments, "sent") == []
+        assert len(ledger) == 0
+        guard.record("search_orders", {}, ORDERS)  # a call observe mode would allow
+        assert len(ledger) == 2
