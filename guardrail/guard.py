@@ -37,7 +37,8 @@ from guardrail.harvest import (
     Batch,
     Found,
     batches_of,
-    harvest_batches,
+    failed,
+    recordable_batches,
     yields_nothing,
 )
 from guardrail.kinds import Kind, NormalizeSpec
@@ -465,6 +466,9 @@ class Guard:
         verifies the ids it was given; a success of a ``write`` tool brings
         its ``mints`` into the ledger. In ``observe`` mode the arguments are
         checked again: a call the guard would have refused records nothing.
+        Neither does a failure: ``error=True``, or a result that is an error
+        in success's clothing (see :func:`guardrail.harvest.failed`: an error
+        mapping or its JSON text, a refusal's text, a :class:`Rejection`).
         """
         ledger = ledger if ledger is not None else self._current()
         plan = self._plans.get(name)
@@ -573,10 +577,21 @@ class Guard:
         batches: list[Batch]
         problems: list[str]
         try:
-            if yields_nothing(spec, result):
-                batches, problems = [], []
+            # A failure that came back as a result (an error mapping, a refusal) teaches
+            # nothing: it may echo the very id that was not found. Tested only where the
+            # result could bring something in.
+            if not yields_nothing(spec, result):
+                harvested = recordable_batches(spec, result, self.kinds)
+            elif spec.mints or spec.confirms_arguments:
+                harvested = None if failed(result) else ([], [])
             else:
-                batches, problems = harvest_batches(spec, result, self.kinds)
+                harvested = ([], [])
+            if harvested is None:
+                self.audit.ids_recorded(
+                    ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+                )
+                return []
+            batches, problems = harvested
             taken = self._taken_ids(spec, arguments, verdict)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"

@@ -98,6 +98,50 @@ def test_observe_mode_does_not_launder_a_foreign_id_into_a_shared_ledger() -> No
     assert refunded == []
 
 
+def test_an_error_that_echoes_the_id_does_not_verify_it() -> None:
+    """A lookup answering 'not found' with the id in a declared field brings nothing in."""
+    guard = shop_guard("reprompt")
+    refunded: list[str] = []
+
+    @guard.tool(effect="read", name="lookup_order", produces={"order_id": "order"})
+    def lookup_order(order_id: _Order) -> dict[str, str]:
+        return {"error": f"order {order_id} not found", "order_id": order_id}
+
+    @guard.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim"):
+        guard.observe_user("refund #W9999999")
+        lookup_order("W9999999")
+        guard.record(
+            "get_order", {"order_id": "W9999999"}, '{"isError": true, "order_id": "W9999999"}'
+        )
+        assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
+
+
+def test_a_refusal_read_back_as_a_result_verifies_nothing() -> None:
+    """A runtime recording the guard's own refusal text through a regex producer learns nothing."""
+    guard = shop_guard("reprompt")
+    guard.declare("find_orders", ids={"order_id": "order"}, produces={"re:(W\\d{7})": "order"})
+    refunded: list[str] = []
+
+    @guard.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim"):
+        refusal = guard.enforce("find_orders", {"order_id": "W9999999"})
+        assert not refusal.allowed
+        guard.record("find_orders", {"order_id": "W9999999"}, refusal.message)
+        guard.record("find_orders", {"order_id": "W9999999"}, Rejection(refusal))
+        assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
+
+
 # (end of the check section)
 
 

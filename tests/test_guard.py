@@ -532,3 +532,61 @@ def test_observe_mode_record_after_enforce_learns_nothing_from_a_would_be_refusa
         assert len(ledger) == 0
         guard.record("search_orders", {}, ORDERS)  # a call observe mode would allow
         assert len(ledger) == 2
+
+
+# -- error-shaped results ---------------------------------------------------------------------
+
+
+ERROR_SHAPED = [
+    {"error": "not found", "order_id": "W1111111", "items": [{"item_id": "it_abcd"}]},
+    '{"isError": true, "order_id": "W1111111", "items": [{"item_id": "it_abcd"}]}',
+    "guardrail refused the call to get_order; the tool did not run. W1111111 it_abcd",
+]
+
+
+@pytest.mark.parametrize("result", ERROR_SHAPED)
+def test_record_learns_nothing_from_an_error_shaped_result(result: Any) -> None:
+    """record() harvests, confirms and mints nothing from a result that is an error."""
+    guard = shop_guard()
+    guard.declare("create_item", produces={"$": "item", "re:(W\\d{7})": "order"}, effect="read")
+    guard.declare("get_status", ids={"order_id": "order"}, effect="read", verifies="on_success")
+    guard.declare("invite", mints={"email": "email"})
+    with capture_logs() as logs, guard.session("s") as ledger:
+        guard.observe_user("order #W1111111")
+        for tool in ("get_order", "create_item", "get_status"):
+            assert guard.record(tool, {"order_id": "W1111111"}, result) == []
+        assert guard.record("invite", {"email": "eve@example.com"}, result) == []
+        assert [entry.role for entry in ledger] == ["order"]
+        assert not ledger["order"].verified
+    recorded = [e for e in logs if e["event"] == "guardrail.ids_recorded"]
+    assert [e["error"] for e in recorded] == [True] * 4
+
+
+@pytest.mark.parametrize("result", [*ERROR_SHAPED, "rejection"])
+def test_decorated_tools_learn_nothing_from_an_error_shaped_result(result: Any) -> None:
+    """A decorated tool returning an error mapping, a refusal or a Rejection records nothing."""
+    guard = kinds_only("reprompt")
+
+    @guard.tool(effect="read", name="nested_refund")
+    def nested_refund(order_id: Order) -> str:
+        return "done"
+
+    @guard.tool(mints={"email": "email"})
+    def invite(email: str) -> Any:
+        if result == "rejection":
+            return nested_refund("W0000001")  # a guarded tool refusing inside
+        return result
+
+    @guard.tool(
+        effect="read",
+        verifies="on_success",
+        produces={"order_id": "order", "items[*].item_id": "item"},
+    )
+    def get_order(order_id: Order) -> Any:
+        return invite("eve@example.com")
+
+    with guard.session("s") as ledger:
+        guard.observe_user("order #W1111111")
+        get_order("W1111111")
+        assert [entry.role for entry in ledger] == ["order"]
+        assert not ledger["order"].verified
