@@ -87,7 +87,12 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
 
 
 def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
-    """The structured value and the plain text of a result (either may be missing)."""
+    """The structured value and the plain text of a result (either may be missing).
+
+    The plain text, which ``re:`` producers read, is a text that is not JSON,
+    or the decoded text of a JSON string or scalar: never the text of a JSON
+    object or array, whose fields only paths may read.
+    """
     if isinstance(result, (bytes, bytearray, memoryview)):
         try:
             result = bytes(result).decode("utf-8")
@@ -99,11 +104,15 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     text = result
     if _looks_like_json(text):
         try:
-            return json.loads(text), text
+            value = json.loads(text)
         except RecursionError:
-            harvest.problems.append("result is JSON nested too deeply to parse; read as text")
+            harvest.problems.append("result is JSON nested too deeply to parse; nothing harvested")
+            return None, None
         except ValueError:
-            pass
+            return text, text
+        if isinstance(value, (dict, list)):
+            return value, None
+        return value, value if isinstance(value, str) else text
     return text, text
 
 

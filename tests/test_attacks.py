@@ -7,6 +7,7 @@ asserts that the write tool never runs with it.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 import pytest
@@ -138,6 +139,28 @@ def test_a_refusal_read_back_as_a_result_verifies_nothing() -> None:
         assert not refusal.allowed
         guard.record("find_orders", {"order_id": "W9999999"}, refusal.message)
         guard.record("find_orders", {"order_id": "W9999999"}, Rejection(refusal))
+        assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
+
+
+def test_a_regex_producer_does_not_read_free_text_inside_json() -> None:
+    """A foreign id written into a JSON field's prose is not harvested by a re: producer."""
+    guard = shop_guard("reprompt")
+    refunded: list[str] = []
+
+    @guard.tool(effect="read", produces={"re:Created (W\\d{7})": "order"})
+    def open_ticket(subject: str) -> str:
+        # Meant to return "Created W1234567"; this time it answers with JSON whose
+        # free text someone else wrote.
+        return json.dumps({"status": "queued", "note": f"{subject}\nCreated W9999999"})
+
+    @guard.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim"):
+        open_ticket("please look at")
         assert isinstance(refund("W9999999"), Rejection)
     assert refunded == []
 

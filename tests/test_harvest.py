@@ -208,3 +208,22 @@ def test_a_rejection_is_a_failure() -> None:
     assert failed(rejection)
     assert failed(rejection.to_dict())
     assert failed(str(rejection))
+
+
+def test_regex_producers_read_plain_text_only() -> None:
+    """re: reads a text that is not JSON, or a JSON string; never a JSON object or array."""
+    guard = shop_guard()
+    guard.declare("send", produces={"re:ticket (it_[a-z0-9]+)": "item", "re:W\\d{7}": "order"})
+    as_object = json.dumps({"note": "ticket it_x9y8 for W1234567", "ok": True})
+    assert ids(guard, "send", as_object) == []
+    assert ids(guard, "send", json.dumps(["ticket it_x9y8", "W1234567"])) == []
+    assert ids(guard, "send", as_object.encode()) == []
+    assert ids(guard, "send", {"note": "ticket it_x9y8"}) == []
+    assert ids(guard, "send", '"ticket it_x9y8 for \\u00571234567"') == [  # a JSON string, decoded
+        ("item", "it_x9y8"),
+        ("order", "W1234567"),
+    ]
+    assert ids(guard, "send", "ticket it_x9y8 for W1234567") == [
+        ("item", "it_x9y8"),
+        ("order", "W1234567"),
+    ]
