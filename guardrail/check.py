@@ -109,6 +109,10 @@ class Verdict:
 # -- the compiled plan for one tool ---------------------------------------------------------
 
 
+#: No default: an omitted argument is not checked.
+NO_DEFAULT: Final[Any] = object()
+
+
 @dataclass(frozen=True)
 class _ParamPlan:
     param: ParamSpec
@@ -116,13 +120,23 @@ class _ParamPlan:
     simple: bool
     kinds: tuple[Kind, ...]
     enforced: bool
+    #: The function's default for the parameter, checked when the argument is omitted.
+    default: Any = NO_DEFAULT
 
 
 #: For each parameter of a tool whose id parameters are all plain top-level arguments: its
 #: name, its position in the signature (-1: keyword only or unknown), the first accepted
-#: kind's name and normaliser, and the other accepted kinds' (usually none).
+#: kind's name and normaliser, the other accepted kinds' (usually none), and the default
+#: an omitted argument takes (``NO_DEFAULT``: none to check).
 FastParams = tuple[
-    tuple[str, int, str, Callable[[str], str], tuple[tuple[str, Callable[[str], str]], ...]],
+    tuple[
+        str,
+        int,
+        str,
+        Callable[[str], str],
+        tuple[tuple[str, Callable[[str], str]], ...],
+        Any,
+    ],
     ...,
 ]
 
@@ -156,6 +170,9 @@ def compile_plan(
                 simple=param.simple,
                 kinds=resolved,
                 enforced=any(kind.enforce for kind in resolved),
+                default=(
+                    NO_DEFAULT if param.default_ok else spec.defaults.get(param.name, NO_DEFAULT)
+                ),
             )
         )
     fast: FastParams | None = None
@@ -167,6 +184,7 @@ def compile_plan(
                 param.kinds[0].name,
                 param.kinds[0].normalize,
                 tuple((kind.name, kind.normalize) for kind in param.kinds[1:]),
+                param.default,
             )
             for param in params
         )
@@ -176,8 +194,6 @@ def compile_plan(
 
 
 # -- reading argument values ----------------------------------------------------------------
-
-_MISSING: Final = object()
 
 
 def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
@@ -213,13 +229,15 @@ def allowed_entries(
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
-    for name, position, kind, normalize, others in fast:
+    for name, position, kind, normalize, others, default in fast:
         if name in kwargs:
             value = kwargs[name]
         elif 0 <= position < len(args):
             value = args[position]
-        else:
+        elif default is NO_DEFAULT:
             continue
+        else:
+            value = default
         if value is None:
             continue
         if type(value) is not str:
@@ -259,10 +277,12 @@ def check_arguments(
     findings: list[Finding] = []
     for param in plan.params:
         if param.simple:
-            value = arguments.get(param.name, _MISSING)
-            if value is _MISSING or value is None:
+            value = arguments.get(param.name, param.default)
+            if value is NO_DEFAULT or value is None:
                 continue
             values: Iterable[Any] = (value,)
+        elif param.default is not NO_DEFAULT and param.param.name not in arguments:
+            values = _values(param, {param.param.name: param.default})
         else:
             values = _values(param, arguments)
         for value in values:

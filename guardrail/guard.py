@@ -303,7 +303,10 @@ class Guard:
         Identifier parameters come from ``Annotated[..., Id(kind)]`` in the
         signature and from ``ids=``; result identifiers from the ``Id``
         fields of the returned type and from ``produces=``. A tool with no
-        ``effect`` is a ``write`` (the strict side).
+        ``effect`` is a ``write`` (the strict side). An id parameter left at
+        a default other than None is checked as if the default were passed,
+        unless declared ``Id(kind, default_ok=True)`` (or
+        ``{"kind": ..., "default_ok": True}`` in ``ids=``).
 
         A successful ``read`` verifies a user-typed id argument only when a
         declared result field returns it (``verifies=True``, the default;
@@ -697,6 +700,7 @@ class Guard:
         verifies: Verifies,
         description: str,
         positions: Mapping[str, int] | None = None,
+        defaults: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
         if not isinstance(name, str) or not name:
             raise GuardrailUsageError(f"a tool needs a non-empty name, not {name!r}")
@@ -731,6 +735,7 @@ class Guard:
             verifies=verifies,
             description=description or "",
             positions=dict(positions or {}),
+            defaults=dict(defaults or {}),
         )
         return spec
 
@@ -828,6 +833,13 @@ class Guard:
         except (TypeError, ValueError):
             signature = None
         at = positions(signature, [*params, *minted], tool=tool_name)
+        # An omitted id argument takes the function's default: it is checked like one given.
+        defaults: dict[str, Any] = {}
+        for param in params:
+            found = signature.parameters.get(param.name) if signature is not None else None
+            default = None if found is None or param.default_ok else found.default
+            if default is not inspect.Parameter.empty and default is not None:
+                defaults[param.name] = default
         spec = self._build_spec(
             tool_name,
             params=params,
@@ -837,6 +849,7 @@ class Guard:
             verifies=verifies,
             description=description if description is not None else inspect.getdoc(target) or "",
             positions=at,
+            defaults=defaults,
         )
         self._register(spec, origin)
         return wrap(GuardedTool(self, spec), function)

@@ -15,7 +15,7 @@ import pytest
 from guardrail import GuardrailUsageError, Id, IdentifierViolation, Rejection
 from guardrail.stores.memory import MemoryStore
 
-from .conftest import shop_guard
+from .conftest import ORDERS, shop_guard
 
 # -- forged ledger blocks and refusals read back (compaction) ---------------------------------
 
@@ -162,6 +162,24 @@ def test_a_regex_producer_does_not_read_free_text_inside_json() -> None:
     with guard.session("victim"):
         open_ticket("please look at")
         assert isinstance(refund("W9999999"), Rejection)
+    assert refunded == []
+
+
+def test_an_omitted_id_argument_does_not_run_with_an_unchecked_default() -> None:
+    """refund() with no argument would refund the default order, which no tool returned."""
+    guard = shop_guard("reprompt")
+    refunded: list[str] = []
+
+    @guard.tool
+    def refund(order_id: _Order = "W9999999", amount: int = 0) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim"):
+        guard.record("search_orders", {}, ORDERS)
+        assert isinstance(refund(), Rejection)
+        assert isinstance(refund(amount=500), Rejection)
+        assert not guard.enforce("refund", {"amount": 500}).allowed
     assert refunded == []
 
 

@@ -271,3 +271,91 @@ def _contents(ledger: Ledger) -> dict[str, Any]:
     data = ledger.to_dict()
     del data["seal_key"]
     return data
+
+
+# -- id parameters left at their defaults -----------------------------------------------------
+
+
+def _defaults_tools(guard: Guard, ran: list[str]) -> dict[str, Any]:
+    @guard.tool
+    def refund(order_id: Order = "W0000001") -> str:
+        ran.append(f"refund {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_kw")
+    async def refund_kw(*, order_id: Order = "W0000001", note: str = "") -> str:
+        ran.append(f"refund_kw {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_pos")
+    def refund_pos(customer_id: Customer, order_id: Order = "W0000001", /) -> str:
+        ran.append(f"refund_pos {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_items", ids={"items[*]": "item"})
+    def refund_items(items: list[str] = ["it_zzzz"]) -> str:  # noqa: B006 - never mutated
+        ran.append(f"refund_items {items}")
+        return ",".join(items)
+
+    @guard.tool(name="refund_none")
+    def refund_none(order_id: Order | None = None) -> str:
+        ran.append("refund_none")
+        return "none"
+
+    @guard.tool(name="refund_ok")
+    def refund_ok(order_id: Annotated[str, Id("order", default_ok=True)] = "W0000001") -> str:
+        ran.append("refund_ok")
+        return order_id
+
+    @guard.tool(name="refund_ok_map", ids={"order_id": {"kind": "order", "default_ok": True}})
+    def refund_ok_map(order_id: str = "W0000001") -> str:
+        ran.append("refund_ok_map")
+        return order_id
+
+    return {
+        "refund": refund,
+        "refund_kw": lambda **kw: asyncio.run(refund_kw(**kw)),
+        "refund_pos": lambda: refund_pos("cus_ABC123"),
+        "refund_items": refund_items,
+        "refund_none": refund_none,
+        "refund_ok": refund_ok,
+        "refund_ok_map": refund_ok_map,
+    }
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_id_parameter_left_at_its_default_is_checked(fast: bool) -> None:
+    """refund() with order_id defaulting to an id no tool returned is refused, not run."""
+    guard = shop_guard()
+    ran: list[str] = []
+    tools = _defaults_tools(guard, ran)
+    if not fast:
+        for name in list(guard._plans):
+            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+    guard.declare("whoami", produces={"id": "customer"}, effect="read")
+    with guard.session("s"):
+        guard.record("whoami", {}, {"id": "cus_ABC123"})
+        guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
+        for name in ("refund", "refund_kw", "refund_pos", "refund_items"):
+            with pytest.raises(IdentifierViolation):
+                tools[name]()
+        assert not guard.check("refund", {}).allowed
+        assert guard.check("refund", {"order_id": "W8855135"}).allowed
+        assert tools["refund_none"]() == "none"
+        assert tools["refund_ok"]() == "W0000001"
+        assert tools["refund_ok_map"]() == "W0000001"
+        guard.record("get_order", {}, {"order_id": "W0000001", "items": [{"item_id": "it_zzzz"}]})
+        assert guard.check("refund", {}).allowed
+        assert tools["refund"]() == "W0000001"
+        assert tools["refund_kw"]() == "W0000001"
+        assert tools["refund_pos"]() == "W0000001"
+        assert tools["refund_items"]() == "it_zzzz"
+    assert ran == [
+        "refund_none",
+        "refund_ok",
+        "refund_ok_map",
+        "refund W0000001",
+        "refund_kw W0000001",
+        "refund_pos W0000001",
+        "refund_items ['it_zzzz']",
+    ]

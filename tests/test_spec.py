@@ -114,6 +114,23 @@ def test_decorator_keyword_forms() -> None:
     assert produced[1].regex is not None and produced[1].source == "re:(W\\d+)"
 
 
+def test_default_ok_exempts_a_parameters_default() -> None:
+    """Id(default_ok=True), or default_ok in the mapping form, reaches the parameter spec."""
+    assert not Id("order").default_ok
+    assert Id("order", default_ok=True).default_ok
+    with pytest.raises(GuardrailUsageError, match="default_ok"):
+        Id("order", default_ok="yes")  # type: ignore[arg-type]
+    (param,) = param_specs({"a": {"kind": "order", "default_ok": True}}, tool="t")
+    assert param.default_ok
+
+    def refund(
+        a: Annotated[str, Id("order", default_ok=True)] = "W1", b: Annotated[str, Id("order")] = ""
+    ) -> None: ...
+
+    params, _ = signature_ids(refund)
+    assert [(p.name, p.default_ok) for p in params] == [("a", True), ("b", False)]
+
+
 @pytest.mark.parametrize(
     ("declaration", "message"),
     [
