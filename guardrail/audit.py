@@ -1,7 +1,8 @@
 """Audit: every decision of the guard as a structlog event.
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
-``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``)
+``guardrail.id_evicted``, ``guardrail.id_relabeled``, ``guardrail.compacted``,
+``guardrail.undeclared_tool``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value, or a keyed hash of it where
 the guard was built with ``redact=``. Other argument values are never
@@ -260,6 +261,20 @@ class Audit:
                 tokens_before=report.tokens_before,
                 tokens_after=report.tokens_after,
                 repairs=[repair.problem for repair in report.repairs],
+            )
+
+    def undeclared_tool(self, session: str | None, tool: str) -> None:
+        """``guardrail.undeclared_tool``: a tool the guard does not know ran unchecked (once)."""
+        if self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.undeclared_tool",
+                session=session,
+                tool=tool,
+                advice=(
+                    "declare the tool to the guard; in production build the guard with "
+                    "refuse_undeclared=True so undeclared tools are refused"
+                ),
             )
 
     def reprompt_limit(self, session: str | None, tool: str, limit: int) -> None:

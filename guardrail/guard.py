@@ -66,6 +66,9 @@ MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _USER = "user"
+#: Unknown tool names remembered for warning once each; beyond this many, no more warnings
+#: (a model inventing tool names must not grow the guard's memory without bound).
+_UNDECLARED_KEPT = 1000
 
 
 class SessionScope:
@@ -111,6 +114,13 @@ class Guard:
     confirmation, no mints, no harvest of its result). ``capacity`` bounds
     each session's ledger. ``redact`` (a key) logs keyed hashes instead of
     identifier values.
+
+    A tool the guard does not know is allowed by default
+    (``refuse_undeclared=False``, convenient while declaring tools); a guard
+    with any ``write`` tool then warns once per unknown tool name
+    (``guardrail.undeclared_tool``). In production set
+    ``refuse_undeclared=True``: an undeclared tool is refused like a bad id,
+    so a tool added to the agent but not to the guard never runs unchecked.
     """
 
     def __init__(
@@ -154,6 +164,11 @@ class Guard:
         )
         self._open_lock = threading.Lock()
         self._default: Ledger | None = None
+        #: Whether any write tool is declared: then an unknown tool is worth a warning.
+        self._has_writes = False
+        #: Unknown tool names already warned about (bounded), and the lock that makes it once.
+        self._undeclared_seen: set[str] = set()
+        self._undeclared_lock = threading.Lock()
 
     # -- declaring ------------------------------------------------------------------------
 
@@ -506,6 +521,16 @@ class Guard:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _warn_undeclared(self, name: str, ledger: Ledger) -> None:
+        """Warn once per unknown tool name: a guard with write tools lets it run unchecked."""
+        if not self.audit.levels[logging.WARNING]:
+            return  # nothing would be seen: a silenced copy must not use up the warning
+        with self._undeclared_lock:
+            if name in self._undeclared_seen or len(self._undeclared_seen) >= _UNDECLARED_KEPT:
+                return
+            self._undeclared_seen.add(name)
+        self.audit.undeclared_tool(ledger.session_id, name)
+
     def _allowed_outcome(self, name: str) -> str:
         # A tool the guard does not know declares no ids: allowed, and logged as undeclared.
         return "allowed" if name in self._plans else "undeclared"
@@ -519,6 +544,8 @@ class Guard:
         if plan is None:
             if self.refuse_undeclared:
                 return undeclared_verdict(name)
+            if self._has_writes and name not in self._undeclared_seen:
+                self._warn_undeclared(name, ledger)
             return Verdict(tool=name, allowed=True)
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
@@ -796,6 +823,7 @@ class Guard:
                         if spec.name not in lookups.get(kind, []):
                             lookups.setdefault(kind, []).append(spec.name)
         frozen = {kind: tuple(names) for kind, names in lookups.items()}
+        self._has_writes = any(spec.effect == "write" for spec in self.specs.values())
         self._plans = {
             name: compile_plan(spec, self.kinds, frozen) for name, spec in self.specs.items()
         }

@@ -11,8 +11,9 @@ import json
 from typing import Annotated
 
 import pytest
+from structlog.testing import capture_logs
 
-from guardrail import GuardrailUsageError, Id, IdentifierViolation, Rejection
+from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, Rejection
 from guardrail.stores.memory import MemoryStore
 
 from .conftest import ORDERS, shop_guard
@@ -181,6 +182,34 @@ def test_an_omitted_id_argument_does_not_run_with_an_unchecked_default() -> None
         assert isinstance(refund(amount=500), Rejection)
         assert not guard.enforce("refund", {"amount": 500}).allowed
     assert refunded == []
+
+
+def test_a_write_tool_left_undeclared_is_refused_in_production_and_warned_about_otherwise() -> None:
+    """A tool added to the agent but not to the guard: refused with the production setting."""
+    moved: list[str] = []
+
+    def move_order(order_id: str) -> str:
+        moved.append(order_id)
+        return "moved"
+
+    registry = {"move_order": move_order}
+
+    def run(guard: Guard, name: str, arguments: dict[str, str]) -> object:
+        verdict = guard.enforce(name, arguments)  # what a runtime does before each call
+        if not verdict.allowed:
+            return verdict.message
+        return registry[name](**arguments)
+
+    production = shop_guard("reprompt", refuse_undeclared=True)
+    with production.session("victim"):
+        answer = run(production, "move_order", {"order_id": "W9999999"})
+    assert isinstance(answer, str) and "not a tool this agent may call" in answer
+    assert moved == []
+    lenient = shop_guard("reprompt")
+    with capture_logs() as logs, lenient.session("victim"):
+        run(lenient, "move_order", {"order_id": "W9999999"})
+    (warning,) = [e for e in logs if e["event"] == "guardrail.undeclared_tool"]
+    assert (warning["tool"], warning["log_level"]) == ("move_order", "warning")
 
 
 # (end of the check section)
