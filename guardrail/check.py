@@ -225,34 +225,39 @@ def allowed_entries(
     The allowed path of :func:`check_arguments` for plain top-level
     parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
     arguments is ``((), arguments)``). The entries are marked used. None
-    sends the call through the full check, which also finds the problems.
+    sends the call through the full check, which also finds the problems;
+    so does a normaliser that fails, which the full check reports as a
+    malformed value.
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
-    for name, position, kind, normalize, others, default in fast:
-        if name in kwargs:
-            value = kwargs[name]
-        elif 0 <= position < len(args):
-            value = args[position]
-        elif default is NO_DEFAULT:
-            continue
-        else:
-            value = default
-        if value is None:
-            continue
-        if type(value) is not str:
-            return None
-        table = by_kind.get(kind)
-        entry = None if table is None else table.get(normalize(value))
-        if entry is None or not (entry.verified or read):
-            for other, normalize_other in others:
-                table = by_kind.get(other)
-                entry = None if table is None else table.get(normalize_other(value))
-                if entry is not None and (entry.verified or read):
-                    break
+    try:
+        for name, position, kind, normalize, others, default in fast:
+            if name in kwargs:
+                value = kwargs[name]
+            elif 0 <= position < len(args):
+                value = args[position]
+            elif default is NO_DEFAULT:
+                continue
             else:
+                value = default
+            if value is None:
+                continue
+            if type(value) is not str:
                 return None
-        used.append(entry)
+            table = by_kind.get(kind)
+            entry = None if table is None else table.get(normalize(value))
+            if entry is None or not (entry.verified or read):
+                for other, normalize_other in others:
+                    table = by_kind.get(other)
+                    entry = None if table is None else table.get(normalize_other(value))
+                    if entry is not None and (entry.verified or read):
+                        break
+                else:
+                    return None
+            used.append(entry)
+    except Exception:  # a user normaliser failed, or gave a key no table can hold
+        return None
     epoch = ledger.epoch
     for entry in used:
         if entry.epoch != epoch:
@@ -290,9 +295,14 @@ def check_arguments(
                 continue
             text = value if type(value) is str else id_text(value)
             if text is not None:
+                readable = False
                 for kind in param.kinds:
+                    key = kind.key(text)
+                    if key is None:  # this kind's normaliser cannot read it
+                        continue
+                    readable = True
                     table = by_kind.get(kind.name)
-                    entry = None if table is None else table.get(kind.normalize(text))
+                    entry = None if table is None else table.get(key)
                     if entry is not None and (entry.verified or read):
                         used.append(entry)
                         break
@@ -300,6 +310,10 @@ def check_arguments(
                     entry = None
                 if entry is not None:
                     continue
+                if not readable:
+                    # No kind can read it: the finding is "malformed", never a crash. (Sent
+                    # without its text, which no normaliser could take.)
+                    text = None
             finding, typed_id = _classify(plan, param, value, text, ledger)
             if typed_id is not None:
                 typed.append(typed_id)

@@ -39,6 +39,7 @@ from guardrail.harvest import (
     batches_of,
     failed,
     recordable_batches,
+    unreadable_problem,
     yields_nothing,
 )
 from guardrail.kinds import Kind, NormalizeSpec
@@ -622,7 +623,7 @@ class Guard:
                 )
                 return []
             batches, problems = harvested
-            taken = self._taken_ids(spec, arguments, verdict)
+            taken = self._taken_ids(spec, arguments, verdict, problems)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self._log_nothing_recorded(ledger, spec.name, call_id, [problem])
@@ -673,7 +674,11 @@ class Guard:
         )
 
     def _taken_ids(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        verdict: Verdict | None,
+        problems: list[str],
     ) -> list[Found]:
         """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
 
@@ -681,7 +686,7 @@ class Guard:
         """
         if spec.confirms_arguments:
             if verdict is None or not verdict.allowed:
-                return self._argument_ids(spec.params, arguments)
+                return self._argument_ids(spec.params, arguments, problems)
             taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
             taken.extend(
                 Found(entry.kind, entry.value, entry.key, "arguments")
@@ -690,14 +695,18 @@ class Guard:
             )
             return taken
         if spec.effect == "write" and spec.mints:
-            return self._argument_ids(spec.mints, arguments)
+            return self._argument_ids(spec.mints, arguments, problems)
         return []
 
     def _argument_ids(
-        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any]
+        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any], problems: list[str]
     ) -> list[Found]:
-        """The ids a successful call took, as Found items of the kind they fit best."""
+        """The ids a successful call took, as Found items of the kind they fit best.
+
+        A value the kind's normaliser cannot read is skipped and reported in ``problems``.
+        """
         taken: list[Found] = []
+        unreadable = 0
         for param in params:
             kinds = [self.kinds[name] for name in param.kinds]
             for value in param.path.extract(arguments, parse_json_strings=True):
@@ -711,9 +720,13 @@ class Guard:
                         continue
                     text = str(text)
                     kind = next((k for k in kinds if k.has_pattern and k.matches(text)), kinds[0])
-                    key = kind.normalize(text)
-                    if key and key not in kind.examples:
+                    key = kind.key(text)
+                    if key is None:
+                        unreadable += 1
+                    elif key and key not in kind.examples:
                         taken.append(Found(kind.name, text, key, param.path.text))
+        if unreadable:
+            problems.append(unreadable_problem(unreadable))
         return taken
 
     def _build_spec(

@@ -301,6 +301,7 @@ def _batches(
     seen: dict[str, set[str]] = {}  # keys already found, per kind
     batches: list[Batch] = []
     skipped = 0
+    unreadable = 0  # values the kind's normaliser failed on: skipped, the rest still recorded
     for producer in plan:
         name = producer.kind
         kind = kinds[name]
@@ -315,7 +316,13 @@ def _batches(
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
                 continue
-            key = normalize(raw)
+            try:
+                key = normalize(raw)
+            except Exception:
+                key = None
+            if type(key) is not str:
+                unreadable += 1
+                continue
             if not key or key in examples:
                 skipped += 1
                 continue
@@ -333,4 +340,14 @@ def _batches(
             f"{skipped} value(s) at declared paths were not identifiers "
             f"(not text or numbers, empty, example values, or over {MAX_ID_LENGTH} characters)"
         )
+    if unreadable:
+        harvest.problems.append(unreadable_problem(unreadable))
     return batches, harvest.problems
+
+
+def unreadable_problem(count: int) -> str:
+    """The problem reported for ``count`` values a kind's normaliser could not read."""
+    return (
+        f"{count} value(s) at declared paths could not be read by their kind's normaliser "
+        "(it failed or gave no text); skipped, the rest recorded"
+    )

@@ -212,6 +212,29 @@ def test_a_write_tool_left_undeclared_is_refused_in_production_and_warned_about_
     assert (warning["tool"], warning["log_level"]) == ("move_order", "warning")
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "https://pay.example:99999/x", "http://a:-1"])
+def test_a_value_the_url_normaliser_chokes_on_is_refused_not_a_crash(url: str) -> None:
+    """URLs urlsplit cannot read give a Rejection, never a ValueError out of the guard."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("url", normalize="url")
+    guard.declare("search", produces={"[*]": "url"}, effect="read")
+    paid: list[str] = []
+
+    @guard.tool
+    def pay_invoice(invoice_url: Annotated[str, Id("url")]) -> str:
+        paid.append(invoice_url)
+        return "paid"
+
+    with guard.session("victim"):
+        guard.record("search", {}, ["https://pay.example/inv/1", url, "https://pay.example/inv/2"])
+        assert len(guard.ledger) == 2  # the readable ones are kept
+        refused = pay_invoice(url)
+        assert isinstance(refused, Rejection)
+        assert refused.verdict.findings[0].problem == "malformed"
+        assert pay_invoice("https://pay.example/inv/2") == "paid"
+    assert paid == ["https://pay.example/inv/2"]
+
+
 # (end of the check section)
 
 

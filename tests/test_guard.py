@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
@@ -590,3 +591,66 @@ def test_decorated_tools_learn_nothing_from_an_error_shaped_result(result: Any) 
         get_order("W1111111")
         assert [entry.role for entry in ledger] == ["order"]
         assert not ledger["order"].verified
+
+
+# -- normalisers that fail ----------------------------------------------------------------------
+
+
+def _picky(value: str) -> str:
+    """A user normaliser that fails on some values and returns no text for others."""
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    if "?" in value:
+        return None  # type: ignore[return-value]
+    return value.strip().upper()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_failing_normaliser_never_crashes_a_call(fast: bool) -> None:
+    """A value no normaliser can read is refused as malformed, on every path."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    ran: list[str] = []
+
+    @guard.tool
+    def close(ticket: Annotated[str, Id("ticket")]) -> str:
+        ran.append(ticket)
+        return "closed"
+
+    if not fast:
+        guard._plans["close"] = dataclasses.replace(guard._plans["close"], fast=None)
+    with guard.session("s"):
+        guard.record("list_tickets", {}, ["t1"])
+        for bad in ("bad!", "what?"):
+            verdict = guard.check("close", {"ticket": bad})
+            assert [f.problem for f in verdict.findings] == ["malformed"]
+            assert isinstance(close(bad), Rejection)
+        assert close("t1") == "closed"
+    assert ran == ["t1"]
+
+
+def test_record_keeps_the_ids_a_failing_normaliser_can_read() -> None:
+    """A result with one unreadable value still records the rest, and says what it skipped."""
+    guard = Guard()
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    guard.declare("find", ids={"ids[*]": "ticket"}, effect="read", verifies="on_success")
+    guard.declare("open_all", mints={"ids[*]": "ticket"})
+    with capture_logs() as logs, guard.session("s") as ledger:
+        added = guard.record("list_tickets", {}, ["t1", "bad!", "t2"])
+        assert [entry.key for entry in added] == ["T1", "T2"]
+        assert [
+            e.key for e in guard.record("open_all", {"ids": ["t3", "x!", "y?", "t4"]}, "ok")
+        ] == [
+            "T3",
+            "T4",
+        ]
+        guard.record("find", {"ids": ["t5", "bad!"]}, "found")
+        assert [entry.key for entry in ledger] == ["T1", "T2", "T3", "T4", "T5"]
+    unreadable = [e for e in logs if e["event"] == "guardrail.result_unreadable"]
+    assert [(e["tool"], len(e["problems"])) for e in unreadable] == [
+        ("list_tickets", 1),
+        ("open_all", 1),
+        ("find", 1),
+    ]

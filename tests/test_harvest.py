@@ -227,3 +227,23 @@ def test_regex_producers_read_plain_text_only() -> None:
         ("item", "it_x9y8"),
         ("order", "W1234567"),
     ]
+
+
+def _picky(value: str) -> str:
+    """A user normaliser that fails on some values and returns no text for others."""
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    if "?" in value:
+        return None  # type: ignore[return-value]
+    return value.strip().upper()
+
+
+def test_a_value_the_normaliser_cannot_read_is_skipped_and_the_rest_recorded() -> None:
+    """One bad value is a problem to report; the other ids of the result still come out."""
+    guard = Guard()
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    result = harvest(guard.specs["list_tickets"], ["t1", "bad!", "t2", "what?", "t3"], guard.kinds)
+    assert [(f.value, f.key) for f in result.found] == [("t1", "T1"), ("t2", "T2"), ("t3", "T3")]
+    assert len(result.problems) == 1
+    assert "2 value(s)" in result.problems[0] and "normaliser" in result.problems[0]
