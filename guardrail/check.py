@@ -78,6 +78,14 @@ class Verdict:
     allowed call. ``used`` and ``typed`` feed the bookkeeping after a
     successful call (a ``read`` declared ``verifies="on_success"`` verifies
     the user-typed ids it took).
+
+    ``arguments`` are the arguments to run the tool with. The check
+    compares normalised forms, but the tool must receive the value the
+    ledger holds (``#W2378156`` where the model wrote ``W2378156``): for an
+    allowed call, a new mapping in which every identifier string argument
+    is its ledger entry's value, or the mapping checked itself when every
+    value already was. The mapping given is never changed. None when the
+    arguments could not be read as a mapping.
     """
 
     tool: str
@@ -86,6 +94,7 @@ class Verdict:
     message: str = ""
     used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
     typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
+    arguments: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -95,11 +104,18 @@ class Verdict:
         message: str = "",
         used: tuple[Entry, ...] = (),
         typed: tuple[tuple[str, str, str], ...] = (),
+        arguments: Mapping[str, Any] | None = None,
     ) -> None:
         # One update of the instance dict: the generated frozen __init__ sets each field
         # through object.__setattr__, which cost more than the rest of an allowed check.
         self.__dict__.update(
-            tool=tool, allowed=allowed, findings=findings, message=message, used=used, typed=typed
+            tool=tool,
+            allowed=allowed,
+            findings=findings,
+            message=message,
+            used=used,
+            typed=typed,
+            arguments=arguments,
         )
 
     def __bool__(self) -> bool:
@@ -212,6 +228,9 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 
 # -- the check ------------------------------------------------------------------------------
 
+#: Arguments to give their ledger spelling: ``(name, position, value)`` per parameter.
+Respellings = list[tuple[str, int, str]]
+
 
 def allowed_entries(
     fast: FastParams,
@@ -219,18 +238,21 @@ def allowed_entries(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     ledger: Ledger,
-) -> list[Entry] | None:
+) -> tuple[list[Entry], Respellings | None] | None:
     """The entries a call uses when every identifier argument is allowed outright, else None.
 
     The allowed path of :func:`check_arguments` for plain top-level
     parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
-    arguments is ``((), arguments)``). The entries are marked used. None
-    sends the call through the full check, which also finds the problems;
-    so does a normaliser that fails, which the full check reports as a
-    malformed value.
+    arguments is ``((), arguments)``). The entries are marked used, and
+    returned with the arguments whose value is not their entry's verbatim
+    value (None, the usual case, when every value is). None sends the call
+    through the full check, which also finds the problems; so does a
+    normaliser that fails, which the full check reports as a malformed
+    value.
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
+    respelled: Respellings | None = None
     try:
         for name, position, kind, normalize, others, default in fast:
             if name in kwargs:
@@ -256,13 +278,17 @@ def allowed_entries(
                 else:
                     return None
             used.append(entry)
+            if value != entry.value:  # the tool gets the ledger's spelling, not the model's
+                if respelled is None:
+                    respelled = []
+                respelled.append((name, position, entry.value))
     except Exception:  # a user normaliser failed, or gave a key no table can hold
         return None
     epoch = ledger.epoch
     for entry in used:
         if entry.epoch != epoch:
             ledger.touch(entry)
-    return used
+    return used, respelled
 
 
 def check_arguments(
@@ -270,17 +296,25 @@ def check_arguments(
     arguments: Mapping[str, Any],
     ledger: Ledger,
 ) -> Verdict:
-    """Check every identifier argument of one call; touch the entries of an allowed call."""
+    """Check every identifier argument of one call; touch the entries of an allowed call.
+
+    The verdict's ``arguments`` give each identifier its ledger spelling.
+    """
     if plan.fast is not None:
         allowed = allowed_entries(plan.fast, plan.read, (), arguments, ledger)
         if allowed is not None:
-            return Verdict(plan.spec.name, True, used=tuple(allowed))
+            used_fast, respelled = allowed
+            if respelled is not None:
+                arguments = {**arguments, **{name: value for name, _, value in respelled}}
+            return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
     by_kind = ledger.by_kind
     read = plan.read
     used: list[Entry] = []
     typed: list[tuple[str, str, str]] = []
     findings: list[Finding] = []
-    for param in plan.params:
+    # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
+    spellings: dict[int, dict[str, str]] = {}
+    for index, param in enumerate(plan.params):
         if param.simple:
             value = arguments.get(param.name, param.default)
             if value is NO_DEFAULT or value is None:
@@ -309,6 +343,8 @@ def check_arguments(
                 else:
                     entry = None
                 if entry is not None:
+                    if type(value) is str and value != entry.value:
+                        spellings.setdefault(index, {})[value] = entry.value
                     continue
                 if not readable:
                     # No kind can read it: the finding is "malformed", never a crash. (Sent
@@ -326,6 +362,7 @@ def check_arguments(
             allowed=False,
             findings=tuple(findings),
             message=reprompt(plan.spec.name, refused, read=plan.read, lookups=plan.lookups),
+            arguments=arguments,
         )
     for entry in used:
         ledger.touch(entry)
@@ -335,7 +372,57 @@ def check_arguments(
         findings=tuple(findings),
         used=tuple(used),
         typed=tuple(typed),
+        arguments=_respelled(plan, arguments, spellings) if spellings else arguments,
     )
+
+
+def _respelled(
+    plan: CheckPlan, arguments: Mapping[str, Any], spellings: Mapping[int, Mapping[str, str]]
+) -> dict[str, Any]:
+    """A copy of ``arguments`` with each value in ``spellings`` in its ledger spelling.
+
+    Nested values are replaced in copies of their containers, packed strings
+    part by part, and a list given as JSON text stays JSON text.
+    """
+    respelled = dict(arguments)
+    for index, spelling in spellings.items():
+        param = plan.params[index]
+        if param.simple:
+            given = respelled.get(param.name, param.default)
+            respelled[param.name] = spelling.get(given, given)
+            continue
+        head = param.param.name
+        root = {head: respelled.get(head, param.default)}
+        fix = _packed_fix(spelling, param.param.sep) if param.param.sep else _fix(spelling)
+        respelled[head] = param.param.path.replace(root, fix, parse_json_strings=True)[head]
+    return respelled
+
+
+def _fix(spelling: Mapping[str, str]) -> Callable[[Any], Any]:
+    def fix(value: Any) -> Any:
+        return spelling.get(value, value) if type(value) is str else value
+
+    return fix
+
+
+def _packed_fix(spelling: Mapping[str, str], sep: str) -> Callable[[Any], Any]:
+    """Respell the ids packed in one string part by part, keeping separators and spaces."""
+
+    def fix(value: Any) -> Any:
+        if type(value) is not str:
+            return value
+        parts = value.split(sep)
+        changed = False
+        for number, part in enumerate(parts):
+            core = part.strip()
+            new = spelling.get(core)
+            if new is not None and core:
+                start = part.index(core)
+                parts[number] = part[:start] + new + part[start + len(core) :]
+                changed = True
+        return sep.join(parts) if changed else value
+
+    return fix
 
 
 def _classify(

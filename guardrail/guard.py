@@ -464,7 +464,9 @@ class Guard:
         ``verdict.message`` back as the tool result) or in ``observe`` mode
         (run the tool anyway). Raises :class:`IdentifierViolation` in
         ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
-        run out. Runtimes call this, then :meth:`record`.
+        run out. Runtimes call this, run the tool with
+        ``verdict.arguments`` (each identifier as the ledger spells it),
+        then call :meth:`record`.
         """
         return self._enforce(name, arguments, ledger if ledger is not None else self._current())
 
@@ -547,7 +549,8 @@ class Guard:
                 return undeclared_verdict(name)
             if self._has_writes and name not in self._undeclared_seen:
                 self._warn_undeclared(name, ledger)
-            return Verdict(tool=name, allowed=True)
+            given = arguments if type(arguments) is dict else parse_arguments(arguments)
+            return Verdict(tool=name, allowed=True, arguments=given)
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
@@ -893,4 +896,9 @@ class Guard:
             defaults=defaults,
         )
         self._register(spec, origin)
-        return wrap(GuardedTool(self, spec), function)
+        leading = tuple(
+            parameter.default
+            for parameter in (signature.parameters.values() if signature is not None else ())
+            if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
+        )
+        return wrap(GuardedTool(self, spec, leading), function)

@@ -235,6 +235,56 @@ def test_a_value_the_url_normaliser_chokes_on_is_refused_not_a_crash(url: str) -
     assert paid == ["https://pay.example/inv/2"]
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "https://evil.example\\@pay.example/inv/1",  # urlsplit's host, not a browser's
+        "https://attacker:pw@PAY.EXAMPLE:443/inv/1/",
+        "https://pay.example/inv/1#@evil.example",
+    ],
+)
+def test_a_respelled_url_reaches_the_tool_as_the_ledger_has_it(spelling: str) -> None:
+    """A URL that normalises to a ledger entry runs as the entry: never the attacker's text."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("url", normalize="url")
+    guard.declare("list_invoices", produces={"[*]": "url"}, effect="read")
+    fetched: list[str] = []
+
+    @guard.tool
+    def pay_invoice(invoice_url: Annotated[str, Id("url")]) -> str:
+        fetched.append(invoice_url)
+        return "paid"
+
+    with guard.session("victim"):
+        guard.record("list_invoices", {}, ["https://pay.example/inv/1"])
+        assert guard.enforce("pay_invoice", {"invoice_url": spelling}).arguments == {
+            "invoice_url": "https://pay.example/inv/1"
+        }
+        pay_invoice(spelling)
+        pay_invoice(invoice_url=spelling)
+    assert fetched == ["https://pay.example/inv/1"] * 2
+
+
+def test_a_number_id_in_another_script_reaches_the_tool_as_the_ledger_has_it() -> None:
+    """Fullwidth digits or 1e3 pass the number normaliser as 1000; the tool gets '1000'."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("account", normalize="number")
+    guard.declare("my_accounts", produces={"[*]": "account"}, effect="read")
+    debited: list[object] = []
+
+    @guard.tool(ids={"accounts[*]": "account"})
+    def debit(accounts: list[str]) -> str:
+        debited.append(accounts)
+        return "debited"
+
+    with guard.session("victim"):
+        guard.record("my_accounts", {}, ["1000"])
+        given = ["１０００", "1e3", "1000.0"]
+        debit(given)
+    assert debited == [["1000", "1000", "1000"]]
+    assert given == ["１０００", "1e3", "1000.0"]
+
+
 # (end of the check section)
 
 

@@ -184,10 +184,10 @@ def test_methods_of_every_kind_are_guarded() -> None:
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
         for call in (desk.refund, Desk.refund_cls, desk.refund_cls, Desk.refund_static):
-            assert call("W8855135") == "refunded W8855135"
+            assert call("W8855135") == "refunded #W8855135"  # the ledger's spelling
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
-        assert Desk.refund(desk, "W8855135") == "refunded W8855135"
+        assert Desk.refund(desk, "W8855135") == "refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             Desk.refund(desk, order_id="W8855136")
 
@@ -510,7 +510,7 @@ def test_observe_mode_runs_a_call_it_would_refuse_but_learns_nothing_from_it() -
         lookup("W2222222")  # allowed (a typed id, to a read): harvested and confirmed
         assert ledger.get("item", "it_abcd") is not None
         assert ledger["order"].verified
-    assert ran == ["lookup W1111111", "invite W1111111", "lookup W2222222"]
+    assert ran == ["lookup W1111111", "invite W1111111", "lookup #W2222222"]
     checked = [e for e in logs if e["event"] == "guardrail.call_checked"]
     assert [(e["outcome"], e["log_level"]) for e in checked] == [
         ("would_refuse", "warning"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 import typing
 from typing import Annotated, Any, Literal
 
@@ -133,16 +134,17 @@ def test_methods_of_every_kind_read_ids_at_the_right_position() -> None:
     with guard.session("desk"):
         guard.record("search_orders", {}, ORDERS)
         for call in calls:
-            assert call("W8855135").endswith("refunded W8855135")
+            # The tool runs with the ledger's spelling of the order (#W8855135).
+            assert call("W8855135").endswith("refunded #W8855135")
             assert call(order_id="#W8855135").endswith("refunded #W8855135")
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
             with pytest.raises(IdentifierViolation):
                 call(order_id="W8855136")
-        assert _Desk.refund(desk, "W8855135") == "_Desk refunded W8855135"
+        assert _Desk.refund(desk, "W8855135") == "_Desk refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             _Desk.refund(desk, "W8855136", 3)
-        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded W8855135"
+        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             asyncio.run(desk.refund_async(order_id="W8855136"))
 
@@ -154,7 +156,7 @@ def test_positional_only_and_keyword_only_parameters_are_read() -> None:
     with guard.session("s"):
         guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
         guard.observe_user("I am cus_ABC123")
-        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/W8855135"
+        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/#W8855135"
         refused = lookup("cus_ABC123", "W8855999")
         assert isinstance(refused, Rejection)
         assert refused.verdict.findings[0].param == "order_id"
@@ -178,7 +180,7 @@ def test_async_tool_in_reprompt_mode_returns_a_rejection_without_running() -> No
     allowed, refused = asyncio.run(conversation())
     assert allowed == "ok"
     assert isinstance(refused, Rejection)
-    assert ran == ["W8855135"]
+    assert ran == ["#W8855135"]  # as the ledger spells it
 
 
 def test_tool_taking_only_keyword_arguments_is_checked() -> None:
@@ -191,7 +193,7 @@ def test_tool_taking_only_keyword_arguments_is_checked() -> None:
 
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
-        assert generic(order_id="W8855135") == "W8855135"
+        assert generic(order_id="W8855135") == "#W8855135"
         with pytest.raises(IdentifierViolation):
             generic(order_id="W8855136")
 
@@ -359,3 +361,160 @@ def test_an_id_parameter_left_at_its_default_is_checked(fast: bool) -> None:
         "refund_pos W0000001",
         "refund_items ['it_zzzz']",
     ]
+
+
+# -- the value the tool receives ----------------------------------------------------------------
+
+
+def _respelling_guard(fast: bool) -> tuple[Guard, dict[str, Any], list[Any]]:
+    """Tools of every argument shape that report what they received; the fast path on or off."""
+    guard = shop_guard()
+    guard.add_kind("flight", normalize=["strip", "upper"])
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("url", normalize="url")
+    guard.add_kind("tag", normalize=["strip", "casefold"])
+    guard.declare(
+        "seed",
+        produces={
+            "flights[*]": "flight",
+            "amounts[*]": "amount",
+            "urls[*]": "url",
+            "tags[*]": "tag",
+            "orders[*]": "order",
+        },
+        effect="read",
+    )
+    got: list[Any] = []
+
+    @guard.tool
+    def refund(order_id: Order, note: str = "") -> str:
+        got.append(order_id)
+        return "ok"
+
+    @guard.tool(name="refund_async")
+    async def refund_async(customer_id: Either, order_id: Order) -> str:
+        got.append((customer_id, order_id))
+        return "ok"
+
+    @guard.tool(name="pay")
+    def pay(amount: Annotated[Any, Id("amount")], url: Annotated[str, Id("url")]) -> str:
+        got.append((amount, url))
+        return "ok"
+
+    @guard.tool(name="book", ids={"flights[*].flight_number": "flight"})
+    def book(flights: Any, passengers: int = 1) -> str:
+        got.append(flights)
+        return "ok"
+
+    @guard.tool(name="tag_all", ids={"tags": {"kind": "tag", "sep": ","}, "order_ids[*]": "order"})
+    def tag_all(tags: str, order_ids: Any = ()) -> str:
+        got.append((tags, order_ids))
+        return "ok"
+
+    @guard.tool(name="cancel_default")
+    def cancel_default(order_id: Order = "W0000001", /) -> str:
+        got.append(order_id)
+        return "ok"
+
+    if not fast:
+        for name in list(guard._plans):
+            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+    tools = {
+        "refund": refund,
+        "refund_async": lambda *a, **k: asyncio.run(refund_async(*a, **k)),
+        "pay": pay,
+        "book": book,
+        "tag_all": tag_all,
+        "cancel_default": cancel_default,
+    }
+    return guard, tools, got
+
+
+SEED = {
+    "orders": ["#W2378156", "#W0000001"],
+    "flights": ["HAT136", "HAT039"],
+    "amounts": ["1000"],
+    "urls": ["https://pay.example/inv/1"],
+    "tags": ["urgent", "vip"],
+}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_tool_receives_the_ledger_value_verbatim(fast: bool) -> None:
+    """Whatever spelling the check accepted, the tool runs with the value the ledger holds."""
+    guard, tools, got = _respelling_guard(fast)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        guard.record("search_orders", {"customer_id": "x"}, ORDERS)
+        tools["refund"]("W2378156")
+        tools["refund"](order_id=" #W2378156\n", note="n")
+        tools["refund_async"]("#W8855135", order_id="W2378156")
+        tools["pay"]("１０００", url="HTTPS://PAY.EXAMPLE:443/inv/1/")
+        tools["pay"](1000, "https://evil.example\\@pay.example/inv/1")
+        tools["cancel_default"]()
+    assert got == [
+        "#W2378156",
+        "#W2378156",
+        ("#W8855135", "#W2378156"),
+        ("1000", "https://pay.example/inv/1"),
+        (1000, "https://pay.example/inv/1"),  # a number stays a number
+        "#W0000001",  # the default, respelled, passed positionally
+    ]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_nested_packed_and_json_text_arguments_are_respelled_in_copies(fast: bool) -> None:
+    """Lists of objects are copied, packed strings respelled part by part, JSON text kept text."""
+    guard, tools, got = _respelling_guard(fast)
+    flights = [{"flight_number": " hat136", "date": "2024-05-20"}, {"flight_number": "HAT039"}]
+    before = json.dumps(flights)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        tools["book"](flights, passengers=2)
+        tools["book"](json.dumps([{"flight_number": "hat039"}]))
+        tools["tag_all"]("URGENT , vip,Vip", order_ids='["W2378156", "#W0000001"]')
+        tools["tag_all"](tags="urgent", order_ids=("W0000001",))
+    assert json.dumps(flights) == before  # the caller's objects are untouched
+    received = got[0]
+    assert received == [
+        {"flight_number": "HAT136", "date": "2024-05-20"},
+        {"flight_number": "HAT039"},
+    ]
+    assert received is not flights and received[1] is flights[1]  # only changed parts copied
+    assert got[1] == json.dumps([{"flight_number": "HAT039"}])
+    assert got[2] == ("urgent , vip,vip", '["#W2378156", "#W0000001"]')
+    assert got[3] == ("urgent", ("#W0000001",))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_nothing_is_copied_when_every_value_is_the_ledgers(fast: bool) -> None:
+    """Values already verbatim reach the tool as the very objects passed."""
+    guard, tools, got = _respelling_guard(fast)
+    flights = [{"flight_number": "HAT136"}]
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        tools["book"](flights)
+        arguments = {"order_id": "#W2378156", "note": "x"}
+        assert guard.check("refund", arguments).arguments is arguments
+    assert got[0] is flights
+
+
+def test_verdict_arguments_are_the_arguments_to_run_the_tool_with() -> None:
+    """check() and enforce() give a respelled copy; the mapping (or JSON text) given is kept."""
+    guard, _, _ = _respelling_guard(True)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        given = {"order_id": "W2378156", "note": "keep me"}
+        verdict = guard.enforce("refund", given)
+        assert verdict.arguments == {"order_id": "#W2378156", "note": "keep me"}
+        assert given == {"order_id": "W2378156", "note": "keep me"}
+        text = json.dumps({"flights": [{"flight_number": "hat136"}], "passengers": 1})
+        assert guard.check("book", text).arguments == {
+            "flights": [{"flight_number": "HAT136"}],
+            "passengers": 1,
+        }
+        assert guard.check("cancel_default", {}).arguments == {"order_id": "#W0000001"}
+        refused = guard.check("refund", {"order_id": "W9999999"})
+        assert refused.arguments == {"order_id": "W9999999"}
+        assert guard.check("not_declared", '{"a": 1}').arguments == {"a": 1}
+        assert guard.check("refund", "not json").arguments is None
