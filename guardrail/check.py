@@ -350,7 +350,12 @@ def check_arguments(
                     # No kind can read it: the finding is "malformed", never a crash. (Sent
                     # without its text, which no normaliser could take.)
                     text = None
-            finding, typed_id = _classify(plan, param, value, text, ledger)
+            try:
+                finding, typed_id = _classify(plan, param, value, text, ledger)
+            except Exception:
+                # Classifying reads the value with other normalisers too (the ledger's other
+                # kinds, the near-miss search); one that fails makes it malformed, not a crash.
+                finding, typed_id = _classify(plan, param, value, None, ledger)
             if typed_id is not None:
                 typed.append(typed_id)
             elif finding is not None:

@@ -73,7 +73,7 @@ class GuardedTool:
     respelled default of one that the call left out.
     """
 
-    __slots__ = ("allowed_level", "guard", "heads", "leading", "name", "quiet", "spec")
+    __slots__ = ("allowed_level", "confirms", "guard", "heads", "leading", "name", "quiet", "spec")
 
     def __init__(self, guard: Guard, spec: ToolSpec, leading: tuple[Any, ...] = ()) -> None:
         self.guard = guard
@@ -81,6 +81,7 @@ class GuardedTool:
         self.spec = spec
         self.heads = tuple(spec.positions.items())
         self.leading = leading
+        self.confirms = spec.confirms_arguments
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
         # After a call allowed outright, only a result with ids can bring anything in.
         self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
@@ -191,7 +192,7 @@ class GuardedTool:
         if (
             not spec.produces
             and not spec.mints
-            and (not spec.confirms_arguments or all(entry.verified for entry in used))
+            and (not self.confirms or all(entry.verified for entry in used))
             and opaque(result)
         ):
             if guard.audit.levels[logging.DEBUG]:

@@ -654,3 +654,16 @@ def test_record_keeps_the_ids_a_failing_normaliser_can_read() -> None:
         ("open_all", 1),
         ("find", 1),
     ]
+
+
+def test_a_value_another_kinds_normaliser_chokes_on_is_refused_not_a_crash() -> None:
+    """A refused value is read by the ledger's other kinds too; one failing is no crash."""
+    guard = Guard()
+    guard.add_kind("order")
+    guard.add_kind("url", normalize="url")
+    guard.declare("list_links", produces={"[*]": "url"}, effect="read")
+    guard.declare("refund", ids={"order_id": "order"})
+    with guard.session("s"):
+        guard.record("list_links", {}, ["https://a.example/x"])
+        verdict = guard.check("refund", {"order_id": "http://[::1"})
+    assert [f.problem for f in verdict.findings] == ["malformed"]
