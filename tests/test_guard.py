@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
@@ -16,6 +17,7 @@ from structlog.testing import capture_logs
 
 from guardrail import (
     Guard,
+    GuardrailError,
     GuardrailUsageError,
     Id,
     IdentifierViolation,
@@ -667,3 +669,107 @@ def test_a_value_another_kinds_normaliser_chokes_on_is_refused_not_a_crash() -> 
         guard.record("list_links", {}, ["https://a.example/x"])
         verdict = guard.check("refund", {"order_id": "http://[::1"})
     assert [f.problem for f in verdict.findings] == ["malformed"]
+
+
+# -- fuzz: any call, any result, only the library's own errors --------------------------------
+
+
+def _fuzz_guard(mode: str) -> Guard:
+    """Tools with every parameter and result shape, kinds with every normaliser."""
+    guard = shop_guard(mode, max_reprompts=1000)
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("link", normalize="url")
+    guard.add_kind("picky", normalize=_picky)
+    guard.declare(
+        "get",
+        effect="read",
+        ids={"id": "order"},
+        produces={"rows[*].id": {"kind": "order", "status": "state"}, "id": "order", "~": "link"},
+    )
+    guard.declare(
+        "find",
+        effect="read",
+        verifies="on_success",
+        ids={"who": ["customer", "email"], "tags": {"kind": "picky", "sep": ","}},
+        produces={"items[*]": "picky", "*.n": "amount"},
+    )
+    guard.declare(
+        "put",
+        ids={"flights[*].n": "amount", "link": "link", "id": ["order", "picky"]},
+        mints={"new": "email"},
+        produces={"re:(W\\d{3,7})": "order", "a.~": "picky"},
+    )
+    guard.declare("odd", ids={"a.~": "picky", "b.*.c": "order", "c[0]": "customer"})
+    guard.declare("plain", ids={"id": "picky", "link": ["customer", "link"]})  # the fast path
+    return guard
+
+
+_FUZZ_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=10),
+        st.sampled_from(
+            ["W1234567", "#W8855135", "W8855136", "cus_ABC123", "a@b.c", "x!", "y?", "1e3"]
+        ),
+        st.sampled_from(["http://[::1", "https://a.example/x", "１０００", "it_abcd", "W0000000"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(["rows", "id", "n", "c", "state", "error", "items", "a"]),
+            inner,
+            max_size=3,
+        ),
+        st.lists(inner, max_size=3).map(json.dumps),
+    ),
+    max_leaves=12,
+)
+_FUZZ_ARGUMENTS = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["id", "who", "tags", "flights", "link", "new", "a", "b", "c", "x"]),
+        _FUZZ_VALUES,
+        max_size=4,
+    ),
+    st.dictionaries(st.sampled_from(["id", "flights", "tags"]), _FUZZ_VALUES).map(json.dumps),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.none(),
+)
+_FUZZ_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["check", "enforce", "record", "record", "observe"]),
+        st.sampled_from(["get", "find", "put", "odd", "plain", "search_orders", "nope"]),
+        _FUZZ_ARGUMENTS,
+        st.one_of(_FUZZ_VALUES, _FUZZ_VALUES.map(json.dumps), st.text(max_size=30)),
+        st.booleans(),
+    ),
+    max_size=8,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(mode=st.sampled_from(["raise", "reprompt", "observe"]), steps=_FUZZ_STEPS)
+def test_fuzz_check_and_record_raise_only_the_librarys_errors(
+    mode: str, steps: list[tuple[str, str, Any, Any, bool]]
+) -> None:
+    """Random calls and results: check, enforce and record raise nothing but GuardrailError."""
+    guard = _fuzz_guard(mode)
+    with guard.session("fuzz") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        for action, tool, arguments, result, error in steps:
+            try:
+                if action == "check":
+                    guard.check(tool, arguments)
+                elif action == "enforce":
+                    guard.enforce(tool, arguments)
+                elif action == "record":
+                    guard.record(tool, arguments, result, error=error)
+                else:
+                    guard.observe_user(str(result))
+            except GuardrailError:
+                pass
+        assert Ledger.from_json(ledger.to_json()) == ledger

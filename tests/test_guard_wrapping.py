@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, Ledger, Rejection
+from guardrail.check import check_arguments
 from guardrail.errors import GuardrailUsageError
 from guardrail.spec import ProducerDecl
 
@@ -236,10 +237,11 @@ VALUES = st.sampled_from(
 def test_allowed_fast_path_decides_and_records_as_the_full_check(
     customer: Any, order: Any, read: bool, keyword: bool, run_async: bool, result: Any
 ) -> None:
-    """A decorated call leaves the same outcome and ledger with and without the fast path."""
+    """A decorated call leaves the same outcome, ledger and received values on either path."""
     outcomes = []
     for fast in (True, False):
         guard = shop_guard("reprompt")
+        received: list[tuple[Any, Any]] = []
         effect: Literal["read", "write"] = "read" if read else "write"
         produces: dict[str, ProducerDecl] | None = (
             {"order_id": "order"} if read and isinstance(result, str) else None
@@ -247,10 +249,12 @@ def test_allowed_fast_path_decides_and_records_as_the_full_check(
 
         @guard.tool(effect=effect, name="act", produces=produces)
         def act(customer_id: Either, order_id: Order) -> Any:
+            received.append((customer_id, order_id))  # noqa: B023 - called this iteration
             return result
 
         @guard.tool(effect=effect, name="act_async", produces=produces)
         async def act_async(customer_id: Either, order_id: Order) -> Any:
+            received.append((customer_id, order_id))  # noqa: B023 - called this iteration
             return result
 
         if not fast:  # the full check, which the fast path must agree with
@@ -264,7 +268,7 @@ def test_allowed_fast_path_decides_and_records_as_the_full_check(
             got = call(**arguments) if keyword else call(customer, order)
             if run_async:
                 got = asyncio.run(got)
-            outcomes.append((isinstance(got, Rejection), _contents(ledger), logs))
+            outcomes.append((isinstance(got, Rejection), _contents(ledger), logs, received))
     assert outcomes[0] == outcomes[1]
 
 
@@ -518,3 +522,119 @@ def test_verdict_arguments_are_the_arguments_to_run_the_tool_with() -> None:
         assert refused.arguments == {"order_id": "W9999999"}
         assert guard.check("not_declared", '{"a": 1}').arguments == {"a": 1}
         assert guard.check("refund", "not json").arguments is None
+
+
+# -- differential: the fast path and the full check agree ---------------------------------------
+
+_SPELLINGS = st.sampled_from(
+    [
+        "#W2378156",
+        "W2378156",
+        " W2378156\n",
+        "W2378157",
+        "#W0000001",
+        "W0000001",
+        "W7777777",
+        "cus_ABC123",
+        "cus_ABC124",
+        "1000",
+        "1e3",
+        "１０００",
+        "1000.5",
+        "https://pay.example/inv/1",
+        "HTTPS://pay.example:443/inv/1/",
+        "http://[::1",
+        "x!",
+        "y?",
+        "",
+    ]
+)
+_ARGUMENT = st.one_of(_SPELLINGS, st.none(), st.integers(999, 1001), st.just(["W2378156"]))
+
+
+def _differential_guard(read: bool) -> Guard:
+    guard = shop_guard()
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("url", normalize="url")
+    guard.add_kind("picky", normalize=_picky_normaliser)
+    guard.declare(
+        "seed",
+        effect="read",
+        produces={
+            "orders[*]": "order",
+            "customers[*]": "customer",
+            "amounts[*]": "amount",
+            "urls[*]": "url",
+            "tags[*]": "picky",
+        },
+    )
+
+    @guard.tool(name="act", effect="read" if read else "write")
+    def act(
+        order_id: Order,
+        who: Either = "cus_ABC123",
+        amount: Annotated[Any, Id("amount")] = None,
+        link: Annotated[str | None, Id("url")] = None,
+        tag: Annotated[str | None, Id(["picky", "order"])] = None,
+    ) -> str:
+        return "ok"
+
+    return guard
+
+
+def _picky_normaliser(value: str) -> str:
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    return None if "?" in value else value.strip().upper()  # type: ignore[return-value]
+
+
+_ORDERS = ["#W2378156", "W2378156", " W2378156\n", "#W0000001", "W0000001", "W7777777"]
+_GOOD = {
+    "order_id": st.sampled_from(_ORDERS),
+    "who": st.sampled_from(["cus_ABC123", "cus_ABC124", " cus_ABC123", *_ORDERS]),
+    "amount": st.sampled_from(["1000", "1e3", "１０００", "1000.0", 1000]),
+    "link": st.sampled_from(["https://pay.example/inv/1", "HTTPS://PAY.example:443/inv/1/"]),
+    "tag": st.sampled_from(["abc", " ABC ", "aBc", *_ORDERS]),
+}
+#: Mostly values some entry accepts (in some spelling), sometimes anything.
+_ARGUMENTS = st.fixed_dictionaries(
+    {},
+    optional={name: st.one_of(good, good, good, _ARGUMENT) for name, good in _GOOD.items()},
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(arguments=_ARGUMENTS, read=st.booleans())
+def test_fast_path_and_full_check_agree(arguments: dict[str, Any], read: bool) -> None:
+    """Allowed or not, the same entries and the same respelled arguments, on either path."""
+    outcomes = []
+    for fast in (True, False):
+        guard = _differential_guard(read)
+        plan = guard._plans["act"]
+        if not fast:
+            plan = dataclasses.replace(plan, fast=None)
+        with guard.session("s") as ledger:
+            guard.observe_user("it is order #W7777777, I am cus_ABC124")
+            guard.record(
+                "seed",
+                {},
+                {
+                    "orders": ["#W2378156", "W0000001"],
+                    "customers": ["cus_ABC123"],
+                    "amounts": ["1000"],
+                    "urls": ["https://pay.example/inv/1"],
+                    "tags": ["abc"],
+                },
+            )
+            given_arguments = json.loads(json.dumps(arguments))
+            verdict = check_arguments(plan, given_arguments, ledger)
+            assert given_arguments == arguments  # never changed
+            outcomes.append(
+                (
+                    verdict.allowed,
+                    [(entry.kind, entry.key, entry.value) for entry in verdict.used],
+                    verdict.arguments,
+                    verdict.arguments is given_arguments,
+                )
+            )
+    assert outcomes[0] == outcomes[1]

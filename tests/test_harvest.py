@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import Guard, Id, Rejection
-from guardrail.harvest import MAX_ID_LENGTH, failed, harvest
+from guardrail.harvest import MAX_ID_LENGTH, failed, harvest, recordable_batches
 
 from .conftest import ORDERS, shop_guard
 
@@ -247,3 +247,70 @@ def test_a_value_the_normaliser_cannot_read_is_skipped_and_the_rest_recorded() -
     assert [(f.value, f.key) for f in result.found] == [("t1", "T1"), ("t2", "T2"), ("t3", "T3")]
     assert len(result.problems) == 1
     assert "2 value(s)" in result.problems[0] and "normaliser" in result.problems[0]
+
+
+# -- fuzz: any result, any declaration shape, no crash -----------------------------------------
+
+
+def _fuzz_guard() -> Guard:
+    """Kinds with every normaliser (one that fails on '!'), and producers of every shape."""
+    guard = shop_guard()
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("link", normalize="url")
+    guard.add_kind("picky", normalize=_picky)
+    guard.declare(
+        "everything",
+        effect="read",
+        produces={
+            "rows[*].id": {"kind": "order", "status": "state"},
+            "~": "link",
+            "a.~": {"kind": "picky", "status": "state"},
+            "*.n": "amount",
+            "b[0]": "link",
+            "[*][*].x": "customer",
+            "items[*]": "picky",
+            "re:(W\\d{3,7})": "order",
+        },
+    )
+    guard.declare("whole", effect="read", produces={"$": "email"})
+    return guard
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(["W1234567", "#W0000000", "http://[::1", "x!", "y?", "1e3", "１０００"]),
+)
+_KEYS = st.one_of(
+    st.sampled_from(["rows", "id", "a", "b", "n", "x", "items", "state", "error"]),
+    st.text(max_size=6),
+)
+JSONISH = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=24,
+)
+RESULTS = st.one_of(
+    JSONISH,
+    JSONISH.map(json.dumps),
+    JSONISH.map(lambda value: json.dumps(value).encode()),
+    st.text(max_size=40),
+    st.binary(max_size=24),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(result=RESULTS)
+def test_fuzz_harvest_never_raises(result: Any) -> None:
+    """Whatever a tool returns, harvesting it and telling a failure raise nothing."""
+    guard = _fuzz_guard()
+    for tool in ("everything", "whole", "search_orders"):
+        spec = guard.specs[tool]
+        harvested = harvest(spec, result, guard.kinds)
+        assert all(isinstance(found.key, str) and found.key for found in harvested.found)
+        recordable_batches(spec, result, guard.kinds)
+    failed(result)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import GuardrailUsageError
@@ -158,3 +160,55 @@ def test_replace_copies_models_and_dataclasses() -> None:
     ticket = Ticket(ticket="t1")
     assert compile_path("ticket").replace(ticket, str.upper) == Ticket(ticket="T1")
     assert ticket.ticket == "t1"
+
+
+# -- fuzz: any path text, any value ----------------------------------------------------------
+
+_PATH_TEXT = st.one_of(
+    st.text(alphabet="ab.[]*~0-1\"' $", max_size=14),
+    st.tuples(
+        st.sampled_from(["a", "b", "[*]", "[0]", "~", "*", "$", '["a"]', ".a"]),
+        st.lists(st.sampled_from([".a", ".b", "[*]", "[0]", "[-1]", ".*", ".~", "a"]), max_size=4),
+    ).map(lambda parts: parts[0] + "".join(parts[1])),
+)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(alphabet="abAB", max_size=3))
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "b", "ab", "0"]), inner, max_size=3),
+        st.lists(inner, max_size=3).map(json.dumps),
+        st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=3).map(json.dumps),
+    ),
+    max_leaves=16,
+)
+_ROOTS = st.one_of(
+    st.dictionaries(st.sampled_from(["a", "b"]), _VALUES, min_size=1, max_size=2),
+    st.lists(_VALUES, min_size=1, max_size=3),
+    _VALUES,
+)
+
+
+def _mark(value: Any) -> Any:
+    return f"<{value}>" if isinstance(value, str) else value
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(text=_PATH_TEXT, root=_ROOTS, parse=st.booleans())
+def test_fuzz_paths_compile_or_refuse_and_replace_mirrors_extract(
+    text: str, root: Any, parse: bool
+) -> None:
+    """A path compiles or is a usage error; walking never raises; replace() mirrors extract()."""
+    try:
+        path = compile_path(text)
+    except GuardrailUsageError:
+        return
+    found = path.extract(root, parse_json_strings=parse)
+    path.extract_with_parents(root)
+    snapshot = json.dumps(root)
+    assert path.replace(root, lambda value: value, parse_json_strings=parse) is root
+    replaced = path.replace(root, _mark, parse_json_strings=parse)
+    assert json.dumps(root) == snapshot  # nothing given is changed
+    if not any(op == "keys" for op, _ in path.steps):  # renamed keys may collide
+        assert path.extract(replaced, parse_json_strings=parse) == [_mark(v) for v in found]
