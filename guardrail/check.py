@@ -229,7 +229,7 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 # -- the check ------------------------------------------------------------------------------
 
 #: Arguments to give their ledger spelling: ``(name, position, value)`` per parameter.
-Respellings = list[tuple[str, int, str]]
+Respellings = list[tuple[str, int, Any]]
 
 
 def allowed_entries(

@@ -443,7 +443,11 @@ class Guard:
     def check(
         self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
     ) -> Verdict:
-        """Check one call without running anything; only last-use times change when allowed."""
+        """Check one call without running anything; only last-use times change when allowed.
+
+        The verdict's ``arguments`` are the ones to run the tool with: each
+        identifier as the ledger spells it.
+        """
         ledger = ledger if ledger is not None else self._current()
         verdict = self._check(name, arguments, ledger)
         self.audit.call_checked(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from guardrail.check import Respellings, Verdict, allowed_entries
@@ -128,7 +128,7 @@ class GuardedTool:
         position with the defaults before it when it is positional-only.
         """
         new_args: list[Any] | None = None
-        omitted: list[tuple[int, str]] = []  # positional-only parameters left at their default
+        omitted: list[tuple[int, Any]] = []  # positional-only parameters left at their default
         for name, position, value in respelled:
             if name in kwargs:
                 kwargs[name] = value
@@ -167,12 +167,12 @@ class GuardedTool:
         return arguments, self.guard._enforce(self.name, arguments, ledger)
 
     def record(
-        self, ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any
+        self, ledger: Ledger, arguments: Mapping[str, Any], verdict: Verdict, result: Any
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
         plan = self.guard._plans[self.name]
         if verdict.allowed and verdict.arguments is not None:
-            arguments = dict(verdict.arguments)  # what the tool ran with
+            arguments = verdict.arguments  # what the tool ran with
         self.guard._record(plan, arguments, result, False, None, ledger, verdict)
 
     def settle(
