@@ -2,16 +2,18 @@
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
-``guardrail.compacted``)
+``guardrail.compacted``, ``guardrail.undeclared_tool``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value (cut short past 200
 characters), or a keyed hash of all of it where the guard was built with
 ``redact=``. Other argument values are never logged. The library never
 configures structlog: events go wherever the program sends them.
 
-Levels: a refusal and ids not kept are warnings; an allowed ``write`` call and a compaction
-are info; allowed ``read`` calls, records and evictions are debug; a session
-that could not be saved (``guardrail.session_not_saved``) is an error. The
+Levels: a refusal (``outcome="refused"``, or ``"would_refuse"`` for a call
+observe mode lets run) and ids not kept are warnings; an allowed ``write``
+call and a compaction are info; allowed ``read`` calls, records and evictions
+are debug; a session that could not be saved (``guardrail.session_not_saved``)
+is an error. The
 logger is resolved on first use and its level checked once, so with a
 production logger at warning the allowed path builds no event at all.
 """
@@ -131,7 +133,7 @@ class Audit:
         clean = verdict.allowed and not verdict.findings
         if clean:
             level = INFO if effect == "write" else DEBUG
-        elif not verdict.allowed or outcome == "observed":
+        elif not verdict.allowed:  # refused, or would_refuse in observe mode
             level = WARNING
         else:  # allowed, with findings of an advisory kind
             level = INFO
@@ -291,6 +293,20 @@ class Audit:
                 tokens_before=report.tokens_before,
                 tokens_after=report.tokens_after,
                 repairs=[repair.problem for repair in report.repairs],
+            )
+
+    def undeclared_tool(self, session: str | None, tool: str) -> None:
+        """``guardrail.undeclared_tool``: a tool the guard does not know ran unchecked (once)."""
+        if self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.undeclared_tool",
+                session=session,
+                tool=tool,
+                advice=(
+                    "declare the tool to the guard; in production build the guard with "
+                    "refuse_undeclared=True so undeclared tools are refused"
+                ),
             )
 
     def reprompt_limit(self, session: str | None, tool: str, limit: int) -> None:

@@ -82,7 +82,16 @@ class Verdict:
 
     ``message`` is what a model is re-prompted with; it is empty for an
     allowed call. ``used`` and ``typed`` feed the bookkeeping after a
-    successful call (a ``read`` call verifies the user-typed ids it took).
+    successful call (a ``read`` declared ``verifies="on_success"`` verifies
+    the user-typed ids it took).
+
+    ``arguments`` are the arguments to run the tool with. The check
+    compares normalised forms, but the tool must receive the value the
+    ledger holds (``#W2378156`` where the model wrote ``W2378156``): for an
+    allowed call, a new mapping in which every identifier string argument
+    is its ledger entry's value, or the mapping checked itself when every
+    value already was. The mapping given is never changed. None when the
+    arguments could not be read as a mapping.
     """
 
     tool: str
@@ -91,6 +100,7 @@ class Verdict:
     message: str = ""
     used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
     typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
+    arguments: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __init__(
         self,
@@ -100,11 +110,18 @@ class Verdict:
         message: str = "",
         used: tuple[Entry, ...] = (),
         typed: tuple[tuple[str, str, str], ...] = (),
+        arguments: Mapping[str, Any] | None = None,
     ) -> None:
         # One update of the instance dict: the generated frozen __init__ sets each field
         # through object.__setattr__, which cost more than the rest of an allowed check.
         self.__dict__.update(
-            tool=tool, allowed=allowed, findings=findings, message=message, used=used, typed=typed
+            tool=tool,
+            allowed=allowed,
+            findings=findings,
+            message=message,
+            used=used,
+            typed=typed,
+            arguments=arguments,
         )
 
     def __bool__(self) -> bool:
@@ -114,6 +131,10 @@ class Verdict:
 # -- the compiled plan for one tool ---------------------------------------------------------
 
 
+#: No default: an omitted argument is not checked.
+NO_DEFAULT: Final[Any] = object()
+
+
 @dataclass(frozen=True)
 class _ParamPlan:
     param: ParamSpec
@@ -121,13 +142,23 @@ class _ParamPlan:
     simple: bool
     kinds: tuple[Kind, ...]
     enforced: bool
+    #: The function's default for the parameter, checked when the argument is omitted.
+    default: Any = NO_DEFAULT
 
 
 #: For each parameter of a tool whose id parameters are all plain top-level arguments: its
 #: name, its position in the signature (-1: keyword only or unknown), the first accepted
-#: kind's name and normaliser, and the other accepted kinds' (usually none).
+#: kind's name and normaliser, the other accepted kinds' (usually none), and the default
+#: an omitted argument takes (``NO_DEFAULT``: none to check).
 FastParams = tuple[
-    tuple[str, int, str, Callable[[str], str], tuple[tuple[str, Callable[[str], str]], ...]],
+    tuple[
+        str,
+        int,
+        str,
+        Callable[[str], str],
+        tuple[tuple[str, Callable[[str], str]], ...],
+        Any,
+    ],
     ...,
 ]
 
@@ -161,6 +192,9 @@ def compile_plan(
                 simple=param.simple,
                 kinds=resolved,
                 enforced=any(kind.enforce for kind in resolved),
+                default=(
+                    NO_DEFAULT if param.default_ok else spec.defaults.get(param.name, NO_DEFAULT)
+                ),
             )
         )
     fast: FastParams | None = None
@@ -172,6 +206,7 @@ def compile_plan(
                 param.kinds[0].name,
                 param.kinds[0].normalize,
                 tuple((kind.name, kind.normalize) for kind in param.kinds[1:]),
+                param.default,
             )
             for param in params
         )
@@ -181,8 +216,6 @@ def compile_plan(
 
 
 # -- reading argument values ----------------------------------------------------------------
-
-_MISSING: Final = object()
 
 
 def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
@@ -201,6 +234,9 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 
 # -- the check ------------------------------------------------------------------------------
 
+#: Arguments to give their ledger spelling: ``(name, position, value)`` per parameter.
+Respellings = list[tuple[str, int, Any]]
+
 
 def allowed_entries(
     fast: FastParams,
@@ -208,43 +244,57 @@ def allowed_entries(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     ledger: Ledger,
-) -> list[Entry] | None:
+) -> tuple[list[Entry], Respellings | None] | None:
     """The entries a call uses when every identifier argument is allowed outright, else None.
 
     The allowed path of :func:`check_arguments` for plain top-level
     parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
-    arguments is ``((), arguments)``). The entries are marked used. None
-    sends the call through the full check, which also finds the problems.
+    arguments is ``((), arguments)``). The entries are marked used, and
+    returned with the arguments whose value is not their entry's verbatim
+    value (None, the usual case, when every value is). None sends the call
+    through the full check, which also finds the problems; so does a
+    normaliser that fails, which the full check reports as a malformed
+    value.
     """
     by_kind = ledger.by_kind
     used: list[Entry] = []
-    for name, position, kind, normalize, others in fast:
-        if name in kwargs:
-            value = kwargs[name]
-        elif 0 <= position < len(args):
-            value = args[position]
-        else:
-            continue
-        if value is None:
-            continue
-        if type(value) is not str:
-            return None
-        table = by_kind.get(kind)
-        entry = None if table is None else table.get(normalize(value))
-        if entry is None or not (entry.verified or read):
-            for other, normalize_other in others:
-                table = by_kind.get(other)
-                entry = None if table is None else table.get(normalize_other(value))
-                if entry is not None and (entry.verified or read):
-                    break
+    respelled: Respellings | None = None
+    try:
+        for name, position, kind, normalize, others, default in fast:
+            if name in kwargs:
+                value = kwargs[name]
+            elif 0 <= position < len(args):
+                value = args[position]
+            elif default is NO_DEFAULT:
+                continue
             else:
+                value = default
+            if value is None:
+                continue
+            if type(value) is not str:
                 return None
-        used.append(entry)
+            table = by_kind.get(kind)
+            entry = None if table is None else table.get(normalize(value))
+            if entry is None or not (entry.verified or read):
+                for other, normalize_other in others:
+                    table = by_kind.get(other)
+                    entry = None if table is None else table.get(normalize_other(value))
+                    if entry is not None and (entry.verified or read):
+                        break
+                else:
+                    return None
+            used.append(entry)
+            if value != entry.value:  # the tool gets the ledger's spelling, not the model's
+                if respelled is None:
+                    respelled = []
+                respelled.append((name, position, entry.value))
+    except Exception:  # a user normaliser failed, or gave a key no table can hold
+        return None
     epoch = ledger.epoch
     for entry in used:
         if entry.epoch != epoch:
             ledger.touch(entry)
-    return used
+    return used, respelled
 
 
 def check_arguments(
@@ -252,22 +302,32 @@ def check_arguments(
     arguments: Mapping[str, Any],
     ledger: Ledger,
 ) -> Verdict:
-    """Check every identifier argument of one call; touch the entries of an allowed call."""
+    """Check every identifier argument of one call; touch the entries of an allowed call.
+
+    The verdict's ``arguments`` give each identifier its ledger spelling.
+    """
     if plan.fast is not None:
         allowed = allowed_entries(plan.fast, plan.read, (), arguments, ledger)
         if allowed is not None:
-            return Verdict(plan.spec.name, True, used=tuple(allowed))
+            used_fast, respelled = allowed
+            if respelled is not None:
+                arguments = {**arguments, **{name: value for name, _, value in respelled}}
+            return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
     by_kind = ledger.by_kind
     read = plan.read
     used: list[Entry] = []
     typed: list[tuple[str, str, str]] = []
     findings: list[Finding] = []
-    for param in plan.params:
+    # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
+    spellings: dict[int, dict[str, str]] = {}
+    for index, param in enumerate(plan.params):
         if param.simple:
-            value = arguments.get(param.name, _MISSING)
-            if value is _MISSING or value is None:
+            value = arguments.get(param.name, param.default)
+            if value is NO_DEFAULT or value is None:
                 continue
             values: Iterable[Any] = (value,)
+        elif param.default is not NO_DEFAULT and param.param.name not in arguments:
+            values = _values(param, {param.param.name: param.default})
         else:
             values = _values(param, arguments)
         for value in values:
@@ -276,14 +336,19 @@ def check_arguments(
             text = value if type(value) is str else id_text(value)
             if text is not None:
                 for kind in param.kinds:
+                    key = kind.key(text)
+                    if key is None:  # this kind's normaliser cannot read it: _classify says so
+                        continue
                     table = by_kind.get(kind.name)
-                    entry = None if table is None else table.get(kind.normalize(text))
+                    entry = None if table is None else table.get(key)
                     if entry is not None and (entry.verified or read):
                         used.append(entry)
                         break
                 else:
                     entry = None
                 if entry is not None:
+                    if type(value) is str and value != entry.value:
+                        spellings.setdefault(index, {})[value] = entry.value
                     continue
             finding, typed_id = _classify(plan, param, value, text, ledger)
             if typed_id is not None:
@@ -297,6 +362,7 @@ def check_arguments(
             allowed=False,
             findings=tuple(findings),
             message=reprompt(plan.spec.name, refused, read=plan.read, lookups=plan.lookups),
+            arguments=arguments,
         )
     for entry in used:
         ledger.touch(entry)
@@ -306,7 +372,57 @@ def check_arguments(
         findings=tuple(findings),
         used=tuple(used),
         typed=tuple(typed),
+        arguments=_respelled(plan, arguments, spellings) if spellings else arguments,
     )
+
+
+def _respelled(
+    plan: CheckPlan, arguments: Mapping[str, Any], spellings: Mapping[int, Mapping[str, str]]
+) -> dict[str, Any]:
+    """A copy of ``arguments`` with each value in ``spellings`` in its ledger spelling.
+
+    Nested values are replaced in copies of their containers, packed strings
+    part by part, and a list given as JSON text stays JSON text.
+    """
+    respelled = dict(arguments)
+    for index, spelling in spellings.items():
+        param = plan.params[index]
+        if param.simple:
+            given = respelled.get(param.name, param.default)
+            respelled[param.name] = spelling.get(given, given)
+            continue
+        head = param.param.name
+        root = {head: respelled.get(head, param.default)}
+        fix = _packed_fix(spelling, param.param.sep) if param.param.sep else _fix(spelling)
+        respelled[head] = param.param.path.replace(root, fix, parse_json_strings=True)[head]
+    return respelled
+
+
+def _fix(spelling: Mapping[str, str]) -> Callable[[Any], Any]:
+    def fix(value: Any) -> Any:
+        return spelling.get(value, value) if type(value) is str else value
+
+    return fix
+
+
+def _packed_fix(spelling: Mapping[str, str], sep: str) -> Callable[[Any], Any]:
+    """Respell the ids packed in one string part by part, keeping separators and spaces."""
+
+    def fix(value: Any) -> Any:
+        if type(value) is not str:
+            return value
+        parts = value.split(sep)
+        changed = False
+        for number, part in enumerate(parts):
+            core = part.strip()
+            new = spelling.get(core)
+            if new is not None and core:
+                start = part.index(core)
+                parts[number] = part[:start] + new + part[start + len(core) :]
+                changed = True
+        return sep.join(parts) if changed else value
+
+    return fix
 
 
 def _classify(

@@ -39,7 +39,9 @@ from guardrail.harvest import (
     Batch,
     Found,
     batches_of,
-    harvest_batches,
+    failed,
+    recordable_batches,
+    unreadable_problem,
     yields_nothing,
 )
 from guardrail.kinds import Kind, NormalizeSpec
@@ -47,12 +49,14 @@ from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
 from guardrail.manifest import read_manifest
 from guardrail.spec import (
     EFFECTS,
+    ON_SUCCESS,
     Effect,
     ParamDecl,
     ParamSpec,
     Producer,
     ProducerDecl,
     ToolSpec,
+    Verifies,
     param_specs,
     producers,
     signature_ids,
@@ -65,6 +69,9 @@ MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 F = TypeVar("F", bound=Callable[..., Any])
 
 _USER = "user"
+#: Unknown tool names remembered for warning once each; beyond this many, no more warnings
+#: (a model inventing tool names must not grow the guard's memory without bound).
+_UNDECLARED_KEPT = 1000
 
 
 class SessionScope:
@@ -125,15 +132,24 @@ class Guard:
     :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool and
     returns a :class:`Rejection` whose text tells the model what to do
     (after ``max_reprompts`` refusals of one tool in a row it raises
-    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and only
-    logs. ``capacity`` bounds each session's ledger. ``redact`` (a key)
-    logs keyed hashes instead of identifier values. ``secret`` derives each
-    ledger's seal key from its session id, so a server that rebuilds the
-    ledger from the transcript on every request still trusts its own ledger
-    blocks (and a block of one session never verifies in another). ``max_ids_per_call``
-    bounds the new ids one result (or one user message) may add to a
-    ledger (None: a tenth of ``capacity``); those beyond it are not kept,
-    and a later use is refused with "narrow the search".
+    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and logs
+    ``outcome="would_refuse"``, but learns nothing from that call (no
+    confirmation, no mints, no harvest of its result). ``capacity`` bounds
+    each session's ledger. ``redact`` (a key) logs keyed hashes instead of
+    identifier values. ``secret`` derives each ledger's seal key from its
+    session id, so a server that rebuilds the ledger from the transcript on
+    every request still trusts its own ledger blocks (and a block of one
+    session never verifies in another). ``max_ids_per_call`` bounds the new
+    ids one result (or one user message) may add to a ledger (None: a tenth
+    of ``capacity``); those beyond it are not kept, and a later use is
+    refused with "narrow the search".
+
+    A tool the guard does not know is allowed by default
+    (``refuse_undeclared=False``, convenient while declaring tools); a guard
+    with any ``write`` tool then warns once per unknown tool name
+    (``guardrail.undeclared_tool``). In production set
+    ``refuse_undeclared=True``: an undeclared tool is refused like a bad id,
+    so a tool added to the agent but not to the guard never runs unchecked.
     """
 
     def __init__(
@@ -183,6 +199,9 @@ class Guard:
             raise GuardrailUsageError(str(exc)) from None
         self.kinds: dict[str, Kind] = {}
         self.specs: dict[str, ToolSpec] = {}
+        #: Where each tool was declared (a function's module and qualname, guard.declare or
+        #: a manifest), for the error that refuses a second tool of the same name.
+        self._origins: dict[str, str] = {}
         self._plans: dict[str, CheckPlan] = {}
         self._var: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(
             "guardrail.session", default=None
@@ -190,6 +209,11 @@ class Guard:
         self._open_lock = threading.Lock()
         self._live: dict[str, _Live] = {}  # sessions open in some scope, by id
         self._default: Ledger | None = None
+        #: Whether any write tool is declared: then an unknown tool is worth a warning.
+        self._has_writes = False
+        #: Unknown tool names already warned about (bounded), and the lock that makes it once.
+        self._undeclared_seen: set[str] = set()
+        self._undeclared_lock = threading.Lock()
 
     # -- declaring ------------------------------------------------------------------------
 
@@ -224,10 +248,39 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect = "write",
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str = "",
     ) -> ToolSpec:
-        """Declare a tool that has no Python function here (remote, MCP, recorded)."""
+        """Declare a tool that has no Python function here (remote, MCP, recorded).
+
+        ``verifies`` is as for :meth:`tool`. A name already declared (by the
+        decorator, ``declare`` or a manifest) is a usage error: the second
+        spec would silently replace the first.
+        """
+        return self._declare(
+            name,
+            origin="guard.declare",
+            ids=ids,
+            produces=produces,
+            mints=mints,
+            effect=effect,
+            verifies=verifies,
+            description=description,
+        )
+
+    def _declare(
+        self,
+        name: str,
+        *,
+        origin: str,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect = "write",
+        verifies: Verifies = True,
+        description: str = "",
+    ) -> ToolSpec:
+        self._require_new_name(name, origin)
         spec = self._build_spec(
             name,
             params=param_specs(ids, tool=name),
@@ -237,7 +290,7 @@ class Guard:
             verifies=verifies,
             description=description,
         )
-        self._register(spec)
+        self._register(spec, origin)
         return spec
 
     @classmethod
@@ -248,22 +301,30 @@ class Guard:
         return guard
 
     def load_manifest(self, manifest: str | Any | Mapping[str, Any]) -> None:
-        """Add the kinds and tools of a manifest; nothing is added if any part is wrong."""
+        """Add the kinds and tools of a manifest; nothing is added if any part is wrong.
+
+        A tool the guard already declares is an error, as it is for ``declare``.
+        """
         data = read_manifest(manifest)
         where = "manifest" if isinstance(manifest, Mapping) else str(manifest)
+        origin = "manifest" if isinstance(manifest, Mapping) else f"manifest {where}"
         trial = Guard(capacity=self.capacity)
         trial.kinds = dict(self.kinds)
+        trial.specs = dict(self.specs)
+        trial._origins = dict(self._origins)
         try:
             for name, options in data.get("kinds", {}).items():
                 trial.add_kind(name, **options)
             for name, options in data["tools"].items():
-                trial.declare(name, **options)
+                trial._declare(name, origin=origin, **options)
         except GuardrailUsageError as exc:
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
         # In place: open ledgers hold this very mapping for normalising.
         self.kinds.update(trial.kinds)
-        for spec in trial.specs.values():
-            self.specs[spec.name] = spec
+        for name, spec in trial.specs.items():
+            if name not in self.specs:
+                self.specs[name] = spec
+                self._origins[name] = trial._origins[name]
         self._recompile()
 
     @overload
@@ -280,7 +341,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect | None = None,
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str | None = None,
     ) -> Callable[[F], F]: ...
 
@@ -294,7 +355,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None = None,
         mints: Mapping[str, ParamDecl] | None = None,
         effect: Effect | None = None,
-        verifies: bool = True,
+        verifies: Verifies = True,
         description: str | None = None,
     ) -> F | Callable[[F], F]:
         """Guard a tool function: check its identifier arguments, run it, record its result.
@@ -302,7 +363,16 @@ class Guard:
         Identifier parameters come from ``Annotated[..., Id(kind)]`` in the
         signature and from ``ids=``; result identifiers from the ``Id``
         fields of the returned type and from ``produces=``. A tool with no
-        ``effect`` is a ``write`` (the strict side).
+        ``effect`` is a ``write`` (the strict side). An id parameter left at
+        a default other than None is checked as if the default were passed,
+        unless declared ``Id(kind, default_ok=True)`` (or
+        ``{"kind": ..., "default_ok": True}`` in ``ids=``).
+
+        A successful ``read`` verifies a user-typed id argument only when a
+        declared result field returns it (``verifies=True``, the default;
+        ``False`` is accepted and means the same). ``verifies="on_success"``
+        is for a read that fails for unknown ids: any success confirms every
+        id it took.
         """
 
         def decorate(function: F) -> F:
@@ -478,7 +548,11 @@ class Guard:
     def check(
         self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
     ) -> Verdict:
-        """Check one call without running anything; only last-use times change when allowed."""
+        """Check one call without running anything; only last-use times change when allowed.
+
+        The verdict's ``arguments`` are the ones to run the tool with: each
+        identifier as the ledger spells it.
+        """
         ledger = ledger if ledger is not None else self._current()
         verdict = self._check(name, arguments, ledger)
         self.audit.call_checked(
@@ -499,7 +573,9 @@ class Guard:
         ``verdict.message`` back as the tool result) or in ``observe`` mode
         (run the tool anyway). Raises :class:`IdentifierViolation` in
         ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
-        run out. Runtimes call this, then :meth:`record`.
+        run out. Runtimes call this, run the tool with
+        ``verdict.arguments`` (each identifier as the ledger spells it),
+        then call :meth:`record`.
         """
         return self._enforce(name, arguments, ledger if ledger is not None else self._current())
 
@@ -515,15 +591,24 @@ class Guard:
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
-        A success of a ``read`` tool also verifies the ids it was given; a
-        success of a ``write`` tool brings its ``mints`` into the ledger.
+        Ids at the tool's declared result fields enter the ledger verified. A
+        success of a ``read`` tool declared ``verifies="on_success"`` also
+        verifies the ids it was given; a success of a ``write`` tool brings
+        its ``mints`` into the ledger. In ``observe`` mode the arguments are
+        checked again: a call the guard would have refused records nothing.
+        Neither does a failure: ``error=True``, or a result that is an error
+        in success's clothing (see :func:`guardrail.harvest.failed`: an error
+        mapping or its JSON text, a refusal's text, a :class:`Rejection`).
         """
         ledger = ledger if ledger is not None else self._current()
         plan = self._plans.get(name)
         if plan is None:
             return []
         args = parse_arguments(arguments) or {}
-        return self._record(plan, args, result, error, call_id, ledger, None)
+        # Observe mode lets a call it would refuse run; what that call touched or returned
+        # belongs to someone else's record, so it is checked again and then left unrecorded.
+        verdict = self._check(name, args, ledger) if self.mode == "observe" else None
+        return self._record(plan, args, result, error, call_id, ledger, verdict)
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
@@ -564,6 +649,16 @@ class Guard:
 
     # -- internals ------------------------------------------------------------------------
 
+    def _warn_undeclared(self, name: str, ledger: Ledger) -> None:
+        """Warn once per unknown tool name: a guard with write tools lets it run unchecked."""
+        if not self.audit.levels[logging.WARNING]:
+            return  # nothing would be seen: a silenced copy must not use up the warning
+        with self._undeclared_lock:
+            if name in self._undeclared_seen or len(self._undeclared_seen) >= _UNDECLARED_KEPT:
+                return
+            self._undeclared_seen.add(name)
+        self.audit.undeclared_tool(ledger.session_id, name)
+
     def _allowed_outcome(self, name: str) -> str:
         # A tool the guard does not know declares no ids: allowed, and logged as undeclared.
         return "allowed" if name in self._plans else "undeclared"
@@ -577,7 +672,10 @@ class Guard:
         if plan is None:
             if self.refuse_undeclared:
                 return undeclared_verdict(name)
-            return Verdict(tool=name, allowed=True)
+            if self._has_writes and name not in self._undeclared_seen:
+                self._warn_undeclared(name, ledger)
+            given = arguments if type(arguments) is dict else parse_arguments(arguments)
+            return Verdict(tool=name, allowed=True, arguments=given)
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
@@ -600,7 +698,7 @@ class Guard:
         effect = self._effect(name)
         if self.mode == "observe":
             self.audit.call_checked(
-                session, verdict, effect=effect, mode="observe", outcome="observed"
+                session, verdict, effect=effect, mode="observe", outcome="would_refuse"
             )
             return verdict
         count = ledger.refusals.get(name, 0) + 1
@@ -629,14 +727,31 @@ class Guard:
                 ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
             return []
+        if verdict is not None and not verdict.allowed:
+            # Observe mode ran a call it would have refused: it confirms, mints and
+            # harvests nothing (its call_checked event already says would_refuse).
+            if self.audit.enabled(logging.DEBUG):
+                self._log_nothing_recorded(ledger, spec.name, call_id)
+            return []
         batches: list[Batch]
         problems: list[str]
         try:
-            if yields_nothing(spec, result):
-                batches, problems = [], []
+            # A failure that came back as a result (an error mapping, a refusal) teaches
+            # nothing: it may echo the very id that was not found. Tested only where the
+            # result could bring something in.
+            if not yields_nothing(spec, result):
+                harvested = recordable_batches(spec, result, self.kinds)
+            elif spec.mints or spec.confirms_arguments:
+                harvested = None if failed(result) else ([], [])
             else:
-                batches, problems = harvest_batches(spec, result, self.kinds)
-            taken = self._taken_ids(spec, arguments, verdict)
+                harvested = ([], [])
+            if harvested is None:
+                self.audit.ids_recorded(
+                    ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+                )
+                return []
+            batches, problems = harvested
+            taken = self._taken_ids(spec, arguments, verdict, problems)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self._log_nothing_recorded(ledger, spec.name, call_id, [problem])
@@ -693,12 +808,19 @@ class Guard:
         )
 
     def _taken_ids(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], verdict: Verdict | None
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        verdict: Verdict | None,
+        problems: list[str],
     ) -> list[Found]:
-        """Ids a successful call vouches for: a read's arguments, a write's mints."""
-        if spec.effect == "read" and spec.verifies:
+        """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
+
+        Any other read confirms only what its result returns, which the harvest reads.
+        """
+        if spec.confirms_arguments:
             if verdict is None or not verdict.allowed:
-                return self._argument_ids(spec.params, arguments)
+                return self._argument_ids(spec.params, arguments, problems)
             taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
             taken.extend(
                 Found(entry.kind, entry.value, entry.key, "arguments")
@@ -707,14 +829,18 @@ class Guard:
             )
             return taken
         if spec.effect == "write" and spec.mints:
-            return self._argument_ids(spec.mints, arguments)
+            return self._argument_ids(spec.mints, arguments, problems)
         return []
 
     def _argument_ids(
-        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any]
+        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any], problems: list[str]
     ) -> list[Found]:
-        """The ids a successful call took, as Found items of the kind they fit best."""
+        """The ids a successful call took, as Found items of the kind they fit best.
+
+        A value the kind's normaliser cannot read is skipped and reported in ``problems``.
+        """
         taken: list[Found] = []
+        unreadable = 0
         for param in params:
             kinds = [self.kinds[name] for name in param.kinds]
             for value in param.path.extract(arguments, parse_json_strings=True):
@@ -728,9 +854,13 @@ class Guard:
                         continue
                     text = str(text)
                     kind = next((k for k in kinds if k.has_pattern and k.matches(text)), kinds[0])
-                    key = kind.normalize(text)
-                    if key and key not in kind.examples:
+                    key = kind.key(text)
+                    if key is None:
+                        unreadable += 1
+                    elif key and key not in kind.examples:
                         taken.append(Found(kind.name, text, key, param.path.text))
+        if unreadable:
+            problems.append(unreadable_problem(unreadable))
         return taken
 
     def _build_spec(
@@ -741,9 +871,10 @@ class Guard:
         produced: Sequence[Producer],
         mints: Sequence[ParamSpec],
         effect: str,
-        verifies: bool,
+        verifies: Verifies,
         description: str,
         positions: Mapping[str, int] | None = None,
+        defaults: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
         if not isinstance(name, str) or not name:
             raise GuardrailUsageError(f"a tool needs a non-empty name, not {name!r}")
@@ -756,6 +887,14 @@ class Guard:
                 self._require_kind(kind, tool=name, where=param.path.text)
         for producer in produced:
             self._require_kind(producer.kind, tool=name, where=producer.source)
+        if verifies not in (True, False, ON_SUCCESS) or (
+            verifies == ON_SUCCESS and effect != "read"
+        ):
+            raise GuardrailUsageError(
+                f"tool {name!r}: verifies is True, False or 'on_success' (a read tool that fails "
+                f"for unknown ids), not {verifies!r} on a {effect} tool",
+                tool=name,
+            )
         if mints and effect != "write":
             raise GuardrailUsageError(
                 f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
@@ -767,11 +906,11 @@ class Guard:
             produces=tuple(produced),
             mints=tuple(mints),
             effect=cast(Effect, effect),
-            verifies=bool(verifies),
+            verifies=verifies,
             description=description or "",
             positions=dict(positions or {}),
+            defaults=dict(defaults or {}),
         )
-        self._learn_examples(spec)
         return spec
 
     def _require_kind(self, kind: str, *, tool: str, where: str) -> None:
@@ -794,8 +933,30 @@ class Guard:
                 if kind.has_pattern:
                     self.kinds[name] = kind.with_examples(kind.find(spec.description))
 
-    def _register(self, spec: ToolSpec) -> None:
+    def _require_new_name(self, name: str, origin: str, spec: ToolSpec | None = None) -> None:
+        """Refuse a second tool of one name: it would replace the first and take its checks.
+
+        The same tool again (the same origin and, once built, an equal spec:
+        a module or notebook cell run twice) is no second tool.
+        """
+        if name not in self.specs:
+            return
+        first = self._origins.get(name, "an earlier declaration")
+        if first == origin and (spec is None or spec == self.specs[name]):
+            return
+        raise GuardrailUsageError(
+            f"tool {name!r} is declared twice: already declared by {first}, now again by "
+            f"{origin}. The second would replace the first, whose calls would then be checked "
+            f"against the wrong spec. Pass name= to give one of them its own name "
+            f"(@guard.tool(name=...)), or declare it under another name.",
+            tool=name,
+        )
+
+    def _register(self, spec: ToolSpec, origin: str) -> None:
+        self._require_new_name(spec.name, origin, spec)
+        self._learn_examples(spec)
         self.specs[spec.name] = spec
+        self._origins[spec.name] = origin
         self._recompile()
 
     def _recompile(self) -> None:
@@ -809,6 +970,7 @@ class Guard:
                         if spec.name not in lookups.get(kind, []):
                             lookups.setdefault(kind, []).append(spec.name)
         frozen = {kind: tuple(names) for kind, names in lookups.items()}
+        self._has_writes = any(spec.effect == "write" for spec in self.specs.values())
         self._plans = {
             name: compile_plan(spec, self.kinds, frozen) for name, spec in self.specs.items()
         }
@@ -824,7 +986,7 @@ class Guard:
         produces: Mapping[str, ProducerDecl] | None,
         mints: Mapping[str, ParamDecl] | None,
         effect: str,
-        verifies: bool,
+        verifies: Verifies,
         description: str | None,
     ) -> F:
         target = (
@@ -835,6 +997,9 @@ class Guard:
         tool_name = name or getattr(target, "__name__", None)
         if not tool_name:
             raise GuardrailUsageError("this callable has no __name__; pass name=")
+        module = getattr(target, "__module__", None) or "?"
+        origin = f"{module}.{getattr(target, '__qualname__', tool_name)}"
+        self._require_new_name(tool_name, origin)
         sig_params, sig_produced = signature_ids(target)
         params = [*sig_params, *param_specs(ids, tool=tool_name)]
         minted = param_specs(mints, tool=tool_name)
@@ -843,6 +1008,13 @@ class Guard:
         except (TypeError, ValueError):
             signature = None
         at = positions(signature, [*params, *minted], tool=tool_name)
+        # An omitted id argument takes the function's default: it is checked like one given.
+        defaults: dict[str, Any] = {}
+        for param in params:
+            found = signature.parameters.get(param.name) if signature is not None else None
+            default = None if found is None or param.default_ok else found.default
+            if default is not inspect.Parameter.empty and default is not None:
+                defaults[param.name] = default
         spec = self._build_spec(
             tool_name,
             params=params,
@@ -852,6 +1024,12 @@ class Guard:
             verifies=verifies,
             description=description if description is not None else inspect.getdoc(target) or "",
             positions=at,
+            defaults=defaults,
         )
-        self._register(spec)
-        return wrap(GuardedTool(self, spec), function)
+        self._register(spec, origin)
+        leading = tuple(
+            parameter.default
+            for parameter in (signature.parameters.values() if signature is not None else ())
+            if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
+        )
+        return wrap(GuardedTool(self, spec, leading), function)

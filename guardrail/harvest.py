@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, cast
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
 from guardrail.paths import EACH, Path
+from guardrail.reprompt import is_refusal
 from guardrail.spec import Producer, ToolSpec, type_producers
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
@@ -86,7 +87,12 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
 
 
 def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
-    """The structured value and the plain text of a result (either may be missing)."""
+    """The structured value and the plain text of a result (either may be missing).
+
+    The plain text, which ``re:`` producers read, is a text that is not JSON,
+    or the decoded text of a JSON string or scalar: never the text of a JSON
+    object or array, whose fields only paths may read.
+    """
     if isinstance(result, (bytes, bytearray, memoryview)):
         try:
             result = bytes(result).decode("utf-8")
@@ -98,12 +104,64 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
     text = result
     if _looks_like_json(text):
         try:
-            return json.loads(text), text
+            value = json.loads(text)
         except RecursionError:
-            harvest.problems.append("result is JSON nested too deeply to parse; read as text")
+            harvest.problems.append("result is JSON nested too deeply to parse; nothing harvested")
+            return None, None
         except ValueError:
-            pass
+            return text, text
+        if isinstance(value, (dict, list)):
+            return value, None
+        return value, value if isinstance(value, str) else text
     return text, text
+
+
+# -- failures that look like results ----------------------------------------------------------
+
+
+def failed(result: Any) -> bool:
+    """Whether a result that came back as a success is an error or a refusal, not a result.
+
+    True for a :class:`~guardrail.tool.Rejection`; a mapping (or the JSON
+    text of one) whose top-level ``"error"`` is truthy or whose
+    ``"is_error"`` or ``"isError"`` is ``true``; and a refusal's text
+    (:func:`guardrail.reprompt.is_refusal`). Nothing is learned from such a
+    result: it may echo the very id that was not found.
+    """
+    value, text = _decode(result, Harvest())
+    return _failed(value, text)
+
+
+def _failed(value: Any, text: str | None) -> bool:
+    """:func:`failed` for a result already decoded into its value and its text."""
+    if text is not None and is_refusal(text):
+        return True
+    if isinstance(value, Mapping):
+        try:
+            return (
+                bool(value.get("error"))
+                or value.get("is_error") is True
+                or value.get("isError") is True
+            )
+        except Exception:  # an error field that cannot say whether it is set
+            return True
+    if isinstance(value, str):
+        return is_refusal(value)
+    if type(value) in OPAQUE_TYPES or isinstance(value, (list, bytes)):
+        return False
+    return isinstance(value, _rejection_type())
+
+
+_REJECTION: list[type] = []
+
+
+def _rejection_type() -> type:
+    """The Rejection class, imported on first use (its module imports this one)."""
+    if not _REJECTION:
+        from guardrail.tool import Rejection
+
+        _REJECTION.append(Rejection)
+    return _REJECTION[0]
 
 
 def _leaves(producer: Producer, value: Any, text: str | None) -> Iterable[tuple[Any, Any]]:
@@ -180,6 +238,17 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     return Harvest([found for batch in batches for found in found_items(batch)], problems)
 
 
+def recordable_batches(
+    spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]
+) -> tuple[list[Batch], list[str]] | None:
+    """:func:`harvest_batches`, or None for a result that :func:`failed` (decoded once)."""
+    harvest = Harvest()
+    value, text = _decode(result, harvest)
+    if _failed(value, text):
+        return None
+    return _batches(spec, value, text, harvest, kinds)
+
+
 def found_items(batch: Batch) -> list[Found]:
     """A batch as :class:`Found` items, in order."""
     statuses = batch.statuses if batch.statuses is not None else repeat(None)
@@ -218,6 +287,13 @@ def harvest_batches(
     """
     harvest = Harvest()
     value, text = _decode(result, harvest)
+    return _batches(spec, value, text, harvest, kinds)
+
+
+def _batches(
+    spec: ToolSpec, value: Any, text: str | None, harvest: Harvest, kinds: Mapping[str, Kind]
+) -> tuple[list[Batch], list[str]]:
+    """The batches of a decoded result, and the problems met reading it."""
     # A tool that declares no result paths is read by the annotations of what it returned.
     plan = spec.produces or _structured_producers(value, harvest)
     if not plan:
@@ -225,6 +301,7 @@ def harvest_batches(
     seen: dict[str, set[str]] = {}  # keys already found, per kind
     batches: list[Batch] = []
     skipped = 0
+    unreadable = 0  # values the kind's normaliser failed on: skipped, the rest still recorded
     for producer in plan:
         name = producer.kind
         kind = kinds[name]
@@ -239,7 +316,13 @@ def harvest_batches(
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
                 continue
-            key = normalize(raw)
+            try:
+                key = normalize(raw)
+            except Exception:
+                key = None
+            if type(key) is not str:
+                unreadable += 1
+                continue
             if not key or key in examples:
                 skipped += 1
                 continue
@@ -257,4 +340,14 @@ def harvest_batches(
             f"{skipped} value(s) at declared paths were not identifiers "
             f"(not text or numbers, empty, example values, or over {MAX_ID_LENGTH} characters)"
         )
+    if unreadable:
+        harvest.problems.append(unreadable_problem(unreadable))
     return batches, harvest.problems
+
+
+def unreadable_problem(count: int) -> str:
+    """The problem reported for ``count`` values a kind's normaliser could not read."""
+    return (
+        f"{count} value(s) at declared paths could not be read by their kind's normaliser "
+        "(it failed or gave no text); skipped, the rest recorded"
+    )

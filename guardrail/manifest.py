@@ -14,11 +14,13 @@ A manifest is an object with two tables::
 
 A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
 ``description``. A tool takes ``effect`` (``read`` or ``write``; absent
-means ``write``), ``verifies``, ``description``, ``ids`` and ``mints``
+means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
+see ``Guard.tool``), ``description``, ``ids`` and ``mints``
 (parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
 (result path or ``re:PATTERN`` -> kind or ``{kind, role, status}``). The
 shape is checked with JSON Schema before anything is compiled, and every
-error names the file and the place in it.
+error names the file and the place in it. A JSON key written twice in one
+object (a tool declared twice) is an error, not the last one winning.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ SCHEMA: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "effect": {"enum": ["read", "write"]},
-                    "verifies": {"type": "boolean"},
+                    "verifies": {"enum": [True, False, "on_success"]},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
                     "mints": {"type": "object", "additionalProperties": _PARAM},
@@ -151,10 +153,32 @@ def _parse(raw: bytes, path: FilePath, where: str) -> Any:
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ManifestError(f"not valid TOML: {exc}", where=where) from None
     try:
-        return json.loads(raw)
+        return json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ManifestError(
+            f"names {exc.key!r} twice in one object; JSON would silently keep the last one, "
+            "so remove or rename one of them",
+            where=where,
+        ) from None
     except ValueError as exc:
         hint = "" if path.suffix.lower() == ".json" else " (name TOML files *.toml)"
         raise ManifestError(f"not valid JSON: {exc}{hint}", where=where) from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key written twice (a tool declared twice)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
 
 
 def _place(path: Any) -> str:

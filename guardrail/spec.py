@@ -22,6 +22,10 @@ from guardrail.paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 
 Effect = Literal["read", "write"]
 EFFECTS: tuple[str, ...] = ("read", "write")
+#: What a successful ``read`` confirms of the ids it took: ``True`` (and ``False``, which
+#: means the same) only those a declared result field returns; ``"on_success"`` all of them.
+Verifies = bool | Literal["on_success"]
+ON_SUCCESS: Literal["on_success"] = "on_success"
 
 
 @dataclass(frozen=True, init=False)
@@ -31,13 +35,16 @@ class Id:
     ``Annotated[str, Id("order")]``; ``Id(["customer", "line"])`` accepts
     either kind; ``sep=","`` reads several ids packed in one string;
     ``role`` is a role template for ids a result produces (``"order_{n}"``),
-    ``status`` the key beside the id holding its status.
+    ``status`` the key beside the id holding its status. A parameter left at
+    a default other than None is checked as if the default were passed,
+    unless ``default_ok=True`` says the default is a known-good id.
     """
 
     kinds: tuple[str, ...]
     sep: str | None
     role: str | None
     status: str | None
+    default_ok: bool
 
     def __init__(
         self,
@@ -46,23 +53,31 @@ class Id:
         sep: str | None = None,
         role: str | None = None,
         status: str | None = None,
+        default_ok: bool = False,
     ) -> None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if not kinds or not all(isinstance(k, str) and k for k in kinds):
             raise GuardrailUsageError(f"Id() takes a kind name or a list of them, not {kind!r}")
+        if not isinstance(default_ok, bool):
+            raise GuardrailUsageError(f"Id(default_ok=) is True or False, not {default_ok!r}")
         object.__setattr__(self, "kinds", kinds)
         object.__setattr__(self, "sep", sep or None)
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "status", status)
+        object.__setattr__(self, "default_ok", default_ok)
 
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One identifier parameter: where it sits in the arguments and which kinds it accepts."""
+    """One identifier parameter: where it sits in the arguments and which kinds it accepts.
+
+    ``default_ok`` exempts the function's default for the parameter from the check.
+    """
 
     path: Path
     kinds: tuple[str, ...]
     sep: str | None = None
+    default_ok: bool = False
 
     @property
     def name(self) -> str:
@@ -95,16 +110,28 @@ class Producer:
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """Everything the guard knows about one tool, compiled."""
+    """Everything the guard knows about one tool, compiled.
+
+    ``verifies`` is as declared (see :data:`Verifies`); ``confirms_arguments``
+    says whether a success confirms every id argument the call took.
+    ``defaults`` holds, by parameter name, the function defaults an omitted
+    id argument takes, which are checked like arguments (read at decoration).
+    """
 
     name: str
     params: tuple[ParamSpec, ...] = ()
     produces: tuple[Producer, ...] = ()
     mints: tuple[ParamSpec, ...] = ()
     effect: Effect = "write"
-    verifies: bool = True
+    verifies: Verifies = True
     description: str = ""
     positions: Mapping[str, int] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def confirms_arguments(self) -> bool:
+        """A ``read`` declared ``verifies="on_success"``: any success confirms its id arguments."""
+        return self.effect == "read" and self.verifies == ON_SUCCESS
 
 
 # -- declarations given as data -------------------------------------------------------------
@@ -121,11 +148,11 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
     ):
         return Id(cast(Sequence[str], decl))
     if isinstance(decl, Mapping):
-        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status"}
+        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok"}
         if unknown:
             raise GuardrailUsageError(
                 f"tool {tool!r}: {where}: unknown option(s) {sorted(unknown)}; "
-                "use kind (or kinds), sep, role, status",
+                "use kind (or kinds), sep, role, status, default_ok",
                 tool=tool,
                 param=where,
             )
@@ -134,7 +161,13 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
             raise GuardrailUsageError(
                 f"tool {tool!r}: {where}: names no kind", tool=tool, param=where
             )
-        return Id(kinds, sep=decl.get("sep"), role=decl.get("role"), status=decl.get("status"))
+        return Id(
+            kinds,
+            sep=decl.get("sep"),
+            role=decl.get("role"),
+            status=decl.get("status"),
+            default_ok=decl.get("default_ok", False),
+        )
     raise GuardrailUsageError(
         f"tool {tool!r}: {where}: expected a kind name, a list of kind names or Id(...), "
         f"got {decl!r}",
@@ -155,7 +188,9 @@ def param_specs(decls: Mapping[str, ParamDecl] | None, *, tool: str) -> list[Par
                 tool=tool,
                 param=where,
             )
-        specs.append(ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep))
+        specs.append(
+            ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep, default_ok=marker.default_ok)
+        )
     return specs
 
 
@@ -309,7 +344,11 @@ def signature_ids(fn: Callable[..., Any]) -> tuple[list[ParamSpec], list[Produce
             produced = _producers_of(annotation_ids(hint), tool=getattr(fn, "__name__", None))
             continue
         for path, marker in annotation_ids(hint, ((KEY, name),)):
-            params.append(ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep))
+            params.append(
+                ParamSpec(
+                    path=path, kinds=marker.kinds, sep=marker.sep, default_ok=marker.default_ok
+                )
+            )
     return params, produced
 
 

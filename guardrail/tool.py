@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail.check import Verdict, allowed_entries
+from guardrail.check import Respellings, Verdict, allowed_entries
 from guardrail.errors import GuardrailUsageError
 from guardrail.harvest import OPAQUE_TYPES, opaque
 from guardrail.ledger import Entry, Ledger
@@ -77,15 +77,22 @@ class Rejection:
 
 
 class GuardedTool:
-    """One decorated tool: its spec and argument positions, and the halves of a call."""
+    """One decorated tool: its spec and argument positions, and the halves of a call.
 
-    __slots__ = ("allowed_level", "guard", "heads", "name", "quiet", "spec")
+    ``leading`` holds the defaults of the function's positional-only
+    parameters (``inspect.Parameter.empty`` where there is none), to pass a
+    respelled default of one that the call left out.
+    """
 
-    def __init__(self, guard: Guard, spec: ToolSpec) -> None:
+    __slots__ = ("allowed_level", "confirms", "guard", "heads", "leading", "name", "quiet", "spec")
+
+    def __init__(self, guard: Guard, spec: ToolSpec, leading: tuple[Any, ...] = ()) -> None:
         self.guard = guard
         self.name = spec.name
         self.spec = spec
         self.heads = tuple(spec.positions.items())
+        self.leading = leading
+        self.confirms = spec.confirms_arguments
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
         # After a call allowed outright, only a result with ids can bring anything in.
         self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
@@ -104,19 +111,64 @@ class GuardedTool:
 
     def admit(
         self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> list[Entry] | None:
-        """The allowed path: the entries a call uses when each id is allowed outright, else None."""
+    ) -> tuple[list[Entry], Respellings | None] | None:
+        """The allowed path: the entries a call uses when each id is allowed outright, else None.
+
+        With them come the arguments to give their ledger spelling (None when none).
+        """
         guard = self.guard
         plan = guard._plans.get(self.name)
         if plan is None or plan.fast is None or plan.spec is not self.spec:
             return None
-        used = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
-        if used is not None:
+        admitted = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
+        if admitted is not None:
             if ledger.refusals:
                 ledger.refusals.pop(self.name, None)
             if guard.audit.levels[self.allowed_level]:
-                guard._log_allowed(plan, ledger, used)
-        return used
+                guard._log_allowed(plan, ledger, admitted[0])
+        return admitted
+
+    def respell(
+        self, respelled: Respellings, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with the given parameters set to their ledger spelling.
+
+        ``kwargs`` is the wrapper's own dict (a call always gets a fresh one);
+        ``args`` is copied when a positional value changes. A parameter the
+        call left out (a checked default) is passed by keyword, or by
+        position with the defaults before it when it is positional-only.
+        """
+        new_args: list[Any] | None = None
+        omitted: list[tuple[int, Any]] = []  # positional-only parameters left at their default
+        for name, position, value in respelled:
+            if name in kwargs:
+                kwargs[name] = value
+            elif 0 <= position < len(args):
+                if new_args is None:
+                    new_args = list(args)
+                new_args[position] = value
+            elif 0 <= position < len(self.leading):
+                omitted.append((position, value))
+            else:
+                kwargs[name] = value
+        if omitted:
+            new_args = list(args) if new_args is None else new_args
+            for position, value in sorted(omitted):
+                while len(new_args) < position and self.leading[len(new_args)] is not _EMPTY:
+                    new_args.append(self.leading[len(new_args)])
+                if len(new_args) != position:
+                    break  # a parameter before it has no default: the call fails as it would
+                new_args.append(value)
+        return (tuple(new_args) if new_args is not None else args), kwargs
+
+    def changes(self, arguments: dict[str, Any], verdict: Verdict) -> Respellings:
+        """What the full check respelled: the parameters whose value it replaced."""
+        given = verdict.arguments or {}
+        return [
+            (head, position, given[head])
+            for head, position in self.heads
+            if head in given and given[head] is not arguments.get(head, _EMPTY)
+        ]
 
     def enforce(
         self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -126,10 +178,12 @@ class GuardedTool:
         return arguments, self.guard._enforce(self.name, arguments, ledger)
 
     def record(
-        self, ledger: Ledger, arguments: dict[str, Any], verdict: Verdict, result: Any
+        self, ledger: Ledger, arguments: Mapping[str, Any], verdict: Verdict, result: Any
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
         plan = self.guard._plans[self.name]
+        if verdict.allowed and verdict.arguments is not None:
+            arguments = verdict.arguments  # what the tool ran with
         self.guard._record(plan, arguments, result, False, None, ledger, verdict)
 
     def settle(
@@ -149,7 +203,7 @@ class GuardedTool:
         if (
             not spec.produces
             and not spec.mints
-            and (not (plan.read and spec.verifies) or all(entry.verified for entry in used))
+            and (not self.confirms or all(entry.verified for entry in used))
             and opaque(result)
         ):
             if guard.audit.levels[logging.DEBUG]:
@@ -164,7 +218,9 @@ def wrap(tool: GuardedTool, function: F) -> F:
 
     The two forms differ only by ``await``. On the allowed path a call costs
     the session look-up, :meth:`GuardedTool.admit` and, for the few results
-    that may hold ids, :meth:`GuardedTool.settle`.
+    that may hold ids, :meth:`GuardedTool.settle`. An allowed call runs with
+    each identifier as the ledger spells it (:meth:`GuardedTool.respell`),
+    which copies nothing when the model copied every value exactly.
     """
     target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
     guard = tool.guard
@@ -177,15 +233,21 @@ def wrap(tool: GuardedTool, function: F) -> F:
             ledger = current()
             if ledger is None:
                 ledger = guard._current()
-            used = tool.admit(ledger, args, kwargs)
-            if used is not None:
+            admitted = tool.admit(ledger, args, kwargs)
+            if admitted is not None:
+                used, respelled = admitted
+                if respelled is not None:
+                    args, kwargs = tool.respell(respelled, args, kwargs)
                 result = await target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
                     tool.settle(ledger, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(ledger, args, kwargs)
-            if not verdict.allowed and guard.mode == "reprompt":
-                return Rejection(verdict)
+            if not verdict.allowed:
+                if guard.mode == "reprompt":
+                    return Rejection(verdict)
+            elif verdict.arguments is not arguments:
+                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
             result = await target(*args, **kwargs)
             tool.record(ledger, arguments, verdict, result)
             return result
@@ -197,15 +259,21 @@ def wrap(tool: GuardedTool, function: F) -> F:
             ledger = current()
             if ledger is None:
                 ledger = guard._current()
-            used = tool.admit(ledger, args, kwargs)
-            if used is not None:
+            admitted = tool.admit(ledger, args, kwargs)
+            if admitted is not None:
+                used, respelled = admitted
+                if respelled is not None:
+                    args, kwargs = tool.respell(respelled, args, kwargs)
                 result = target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
                     tool.settle(ledger, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(ledger, args, kwargs)
-            if not verdict.allowed and guard.mode == "reprompt":
-                return Rejection(verdict)
+            if not verdict.allowed:
+                if guard.mode == "reprompt":
+                    return Rejection(verdict)
+            elif verdict.arguments is not arguments:
+                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
             result = target(*args, **kwargs)
             tool.record(ledger, arguments, verdict, result)
             return result
@@ -217,6 +285,9 @@ def wrap(tool: GuardedTool, function: F) -> F:
     if isinstance(function, staticmethod):
         return cast(F, staticmethod(wrapper))
     return cast(F, wrapper)
+
+
+_EMPTY: Any = inspect.Parameter.empty
 
 
 def positions(

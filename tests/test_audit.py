@@ -6,6 +6,7 @@ import contextlib
 import json
 import logging
 from collections.abc import MutableMapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import structlog
@@ -50,10 +51,18 @@ def test_every_check_is_an_event_with_its_outcome_and_level() -> None:
 def test_records_evictions_relabels_and_user_ids_are_events() -> None:
     """ids_recorded, ids_dropped, id_evicted, id_relabeled and user_ids_observed are logged."""
     guard = shop_guard(capacity=2)
+    # A search that fails for an unknown customer: its success confirms the customer typed.
+    guard.declare(
+        "orders_of",
+        ids={"customer_id": "customer"},
+        produces={"orders[*].order_id": "order"},
+        effect="read",
+        verifies="on_success",
+    )
     with capture_logs() as logs, guard.session("s"):
         guard.observe_user("I'm cus_41ZpA9")
         # Two new orders, room for one: the second is not kept (the turn's ids stay).
-        guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
+        guard.record("orders_of", {"customer_id": "cus_41ZpA9"}, ORDERS, call_id="c1")
         guard.label("order", "delivered_order")
         guard.observe_user("And the items of that order?")
         guard.record("get_order", {"order_id": "W8855135"}, {"items": [{"item_id": "it_aaaa"}]})
@@ -62,7 +71,7 @@ def test_records_evictions_relabels_and_user_ids_are_events() -> None:
     assert recorded["dropped"] == 1
     dropped = events(logs, "guardrail.ids_dropped")
     assert [(e["log_level"], e["tool"], e["dropped"], e["limit"]) for e in dropped] == [
-        ("warning", "search_orders", 1, 1)
+        ("warning", "orders_of", 1, 1)
     ]
     evicted = events(logs, "guardrail.id_evicted")
     assert [e["role"] for e in evicted] == ["customer"]
@@ -151,3 +160,46 @@ def test_calls_of_undeclared_tools_are_logged_as_undeclared() -> None:
         assert guard.check("shell", {"cmd": "ls"}).allowed
         assert guard.enforce("shell", {"cmd": "ls"}).allowed
     assert [e["outcome"] for e in events(logs, "guardrail.call_checked")] == ["undeclared"] * 2
+
+
+def test_an_undeclared_tool_is_warned_about_once_per_name() -> None:
+    """A guard with a write tool warns once per unknown tool, naming the production setting."""
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("s"):
+        for _ in range(3):
+            assert guard.check("shell", {"cmd": "ls"}).allowed
+            assert guard.enforce("shell", {"cmd": "ls"}).allowed
+        assert guard.check("http_get", {}).allowed
+    warned = events(logs, "guardrail.undeclared_tool")
+    assert [(e["tool"], e["log_level"], e["session"]) for e in warned] == [
+        ("shell", "warning", "s"),
+        ("http_get", "warning", "s"),
+    ]
+    assert "refuse_undeclared=True" in warned[0]["advice"]
+
+
+def test_undeclared_tools_are_not_warned_about_without_a_write_tool_or_when_refused() -> None:
+    """A read-only guard stays quiet; a guard refusing undeclared tools logs refusals instead."""
+    reads = Guard()
+    reads.add_kind("order")
+    reads.declare("get_order", ids={"order_id": "order"}, effect="read")
+    strict = shop_guard(refuse_undeclared=True)
+    with capture_logs() as logs, reads.session("s"), strict.session("t"):
+        assert reads.check("shell", {}).allowed
+        assert not strict.check("shell", {}).allowed
+    assert events(logs, "guardrail.undeclared_tool") == []
+
+
+def test_the_undeclared_warning_is_given_once_across_threads() -> None:
+    """Many threads calling one unknown tool at once still give one warning."""
+    guard = shop_guard()
+    quiet = guard.silenced()
+
+    def call(n: int) -> bool:
+        ledger = guard.new_ledger(f"t{n}")
+        quiet.check("shell", {}, ledger=ledger)  # a silenced copy logs nothing and uses nothing
+        return guard.check("shell", {}, ledger=ledger).allowed
+
+    with capture_logs() as logs, ThreadPoolExecutor(max_workers=8) as pool:
+        assert all(pool.map(call, range(64)))
+    assert len(events(logs, "guardrail.undeclared_tool")) == 1

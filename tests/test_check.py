@@ -67,19 +67,24 @@ def test_findings(shop: Guard, value: str, problem: str, role: str | None) -> No
 
 def test_homoglyphs_from_other_scripts_are_mutations(guard: Guard, ledger: Ledger) -> None:
     """Cyrillic look-alikes of every letter of an id are caught, not only one of them."""
-    guard.record("get_order", {"order_id": "W1234567"}, {"items": [{"item_id": "it_xopa"}]})
+    found = {"order_id": "W1234567", "items": [{"item_id": "it_xopa"}]}
+    guard.record("get_order", {"order_id": "W1234567"}, found)
     verdict = guard.check("issue_refund", {"order_id": "W1234567", "item_ids": ["it_хора"]})
     assert problems(verdict) == [("mutated", "item")]
     assert "look-alike" in verdict.findings[0].detail
 
 
 def test_user_typed_ids_may_be_looked_up_but_not_written_with(shop: Guard) -> None:
-    """An unverified id passes a read tool, and a write tool only once a read confirmed it."""
+    """An unverified id passes a read tool, and a write tool only once a read returned it."""
     shop.observe_user("Actually it is order #W5555555")
     refund = shop.check("issue_refund", {"order_id": "W5555555"})
     assert problems(refund) == [("unverified", "order_3")]
     assert shop.check("get_order", {"order_id": "#W5555555"}).allowed
-    shop.record("get_order", {"order_id": "#W5555555"}, {"items": []})
+    shop.record("get_order", {"order_id": "#W5555555"}, {"items": []})  # a success naming no order
+    assert problems(shop.check("issue_refund", {"order_id": "W5555555"})) == [
+        ("unverified", "order_3")
+    ]
+    shop.record("get_order", {"order_id": "#W5555555"}, {"order_id": "#W5555555", "items": []})
     assert shop.check("issue_refund", {"order_id": "W5555555"}).allowed
 
 
@@ -108,13 +113,15 @@ def test_ids_with_no_pattern_count_as_typed_when_the_user_wrote_them(
 ) -> None:
     """A kind with no pattern is recognised as user-typed from the kept user texts."""
     guard.add_kind("hotel")
-    guard.declare("find_hotel", ids={"name": "hotel"}, effect="read")
+    guard.declare("find_hotel", ids={"name": "hotel"}, produces={"hotel": "hotel"}, effect="read")
     guard.declare("book_hotel", ids={"name": "hotel"})
     guard.observe_user("Book me the Grand Hyatt please")
     assert guard.check("find_hotel", {"name": "Grand Hyatt"}).allowed
     assert problems(guard.check("book_hotel", {"name": "Grand Hyatt"})) == [("unverified", None)]
     assert problems(guard.check("find_hotel", {"name": "Grand Hotel"})) == [("unknown", None)]
-    guard.record("find_hotel", {"name": "Grand Hyatt"}, {})
+    guard.record("find_hotel", {"name": "Grand Hyatt"}, {})  # found nothing: confirms nothing
+    assert not guard.check("book_hotel", {"name": "Grand Hyatt"}).allowed
+    guard.record("find_hotel", {"name": "Grand Hyatt"}, {"hotel": "Grand Hyatt"})
     assert guard.check("book_hotel", {"name": "Grand Hyatt"}).allowed
 
 
@@ -131,7 +138,8 @@ def test_evicted_ids_are_reported_as_evicted() -> None:
 def test_several_kinds_and_list_parameters(guard: Guard, ledger: Ledger) -> None:
     """A parameter may accept several kinds; list parameters check every element."""
     guard.declare("contact", ids={"who": ["customer", "email"]}, effect="read")
-    guard.record("get_order", {"order_id": "W1234567"}, {"items": [{"item_id": "it_aaaa"}]})
+    found = {"order_id": "W1234567", "items": [{"item_id": "it_aaaa"}]}
+    guard.record("get_order", {"order_id": "W1234567"}, found)
     guard.observe_user("mail me at Jane@Example.com")
     assert guard.check("contact", {"who": "Jane@Example.com"}).allowed
     verdict = guard.check("issue_refund", {"order_id": "W1234567", "item_ids": ["it_aaaa", "it_b"]})

@@ -39,8 +39,13 @@ def make_guard(capacity: int = 1000, logger: Any = None, secret: str | None = No
         "order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"], examples=["#W0000000"]
     )
     guard.add_kind("user", pattern=r"[a-z]+_[a-z]+_\d{4}")
+    # It fails for a user who does not exist: a success confirms the user id it took.
     guard.declare(
-        "find_user", ids={"user_id": "user"}, produces={"orders[*]": "order"}, effect="read"
+        "find_user",
+        ids={"user_id": "user"},
+        produces={"orders[*]": "order"},
+        effect="read",
+        verifies="on_success",
     )
     guard.declare(
         "get_order",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
@@ -15,6 +17,7 @@ from structlog.testing import capture_logs
 
 from guardrail import (
     Guard,
+    GuardrailError,
     GuardrailUsageError,
     Id,
     IdentifierViolation,
@@ -37,9 +40,19 @@ class Refund(BaseModel):
     order_id: Annotated[str, Id("order")]
 
 
+def kinds_only(mode: str = "raise", **options: Any) -> Guard:
+    """A guard with the shop's kinds and none of its tools, for tests that decorate them."""
+    guard = Guard(mode=mode, **options)  # type: ignore[arg-type]
+    for kind in shop_guard().kinds.values():
+        guard.add_kind(
+            kind.name, pattern=kind.pattern, normalize=kind.normalize, examples=kind.examples
+        )
+    return guard
+
+
 def build(mode: str = "raise", **options: Any) -> tuple[Guard, dict[str, Any]]:
     """A guard with decorated sync and async tools, and a log of what really ran."""
-    guard = shop_guard(mode, **options)
+    guard = kinds_only(mode, **options)
     ran: dict[str, Any] = {"refunds": []}
 
     @guard.tool(produces={"orders[*].order_id": "order"}, effect="read")
@@ -85,7 +98,9 @@ def test_allowed_calls_run_and_results_are_harvested() -> None:
         assert isinstance(refund, Refund)
         assert tools["refunds"] == ["#W8855135"]
         assert ledger.get("item", "it_r001") is not None
-        assert ledger["customer"].verified
+        assert ledger["order"].verified
+        # The search succeeded but its result does not name the customer: not confirmed.
+        assert not ledger["customer"].verified
 
 
 def test_sync_and_async_calls_are_refused_alike_in_raise_mode() -> None:
@@ -137,7 +152,7 @@ def test_observe_mode_runs_the_tool_and_logs() -> None:
 
 def test_tool_exceptions_propagate_unchanged() -> None:
     """An exception raised by the tool reaches the caller as it was raised."""
-    guard = shop_guard()
+    guard = kinds_only()
     boom = ValueError("no such order")
 
     @guard.tool(effect="read")
@@ -175,10 +190,10 @@ def test_methods_of_every_kind_are_guarded() -> None:
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
         for call in (desk.refund, Desk.refund_cls, desk.refund_cls, Desk.refund_static):
-            assert call("W8855135") == "refunded W8855135"
+            assert call("W8855135") == "refunded #W8855135"  # the ledger's spelling
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
-        assert Desk.refund(desk, "W8855135") == "refunded W8855135"
+        assert Desk.refund(desk, "W8855135") == "refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             Desk.refund(desk, order_id="W8855136")
 
@@ -417,3 +432,408 @@ def test_a_scope_saves_its_session_even_while_another_scope_holds_it() -> None:
         with guard.session("s"):
             guard.record("search_orders", {}, ORDERS)
         assert store.load("s") is outer
+
+
+# -- what a successful read confirms ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"error": "no such order"},
+        {"items": []},
+        [],
+        {"order_id": "#W7654321", "items": []},
+        "order found",
+    ],
+)
+def test_a_read_that_does_not_return_the_id_confirms_nothing(result: Any) -> None:
+    """A user-typed id is verified only when a declared result field returns it."""
+    guard = shop_guard()
+    with guard.session("s"):
+        guard.observe_user("my order is #W5555555")
+        assert guard.check("get_order", {"order_id": "W5555555"}).allowed
+        guard.record("get_order", {"order_id": "W5555555"}, result)
+        verdict = guard.check("issue_refund", {"order_id": "W5555555"})
+        assert [f.problem for f in verdict.findings] == ["unverified"]
+        guard.record("get_order", {"order_id": "W5555555"}, {"order_id": "W5555555"})
+        assert guard.check("issue_refund", {"order_id": "W5555555"}).allowed
+
+
+def test_a_word_the_user_typed_is_not_verified_by_a_read_that_succeeds() -> None:
+    """For a kind with no pattern, a read that returns nothing leaves the word unverified."""
+    guard = kinds_only()
+    guard.add_kind("hotel")
+    ran: list[str] = []
+
+    @guard.tool(effect="read")
+    def find_hotel(name: Annotated[str, Id("hotel")]) -> list[str]:
+        return []
+
+    @guard.tool
+    def book_hotel(name: Annotated[str, Id("hotel")]) -> str:
+        ran.append(name)
+        return "booked"
+
+    with guard.session("s"):
+        guard.observe_user("book me the Grand Hyatt")
+        assert find_hotel("Grand Hyatt") == []
+        with pytest.raises(IdentifierViolation, match="typed by the user"):
+            book_hotel("Grand Hyatt")
+    assert ran == []
+
+
+@pytest.mark.parametrize("how", ["decorator", "declare", "manifest"])
+def test_verifies_on_success_confirms_what_a_successful_read_took(how: str) -> None:
+    """verifies="on_success", for tools that fail on unknown ids, keeps the old confirmation."""
+    guard = kinds_only()
+    if how == "manifest":
+        guard.load_manifest(
+            {
+                "tools": {
+                    "get_status": {
+                        "effect": "read",
+                        "ids": {"order_id": "order"},
+                        "verifies": "on_success",
+                    }
+                }
+            }
+        )
+    elif how == "declare":
+        guard.declare("get_status", ids={"order_id": "order"}, effect="read", verifies="on_success")
+    else:
+
+        @guard.tool(effect="read", verifies="on_success")
+        def get_status(order_id: Order) -> str:
+            return "shipped"
+
+    guard.declare("refund", ids={"order_id": "order"})
+    assert guard.specs["get_status"].verifies == "on_success"
+    with guard.session("s"):
+        guard.observe_user("order #W5555555")
+        guard.record("get_status", {"order_id": "W5555555"}, "Error: no such order", error=True)
+        assert not guard.check("refund", {"order_id": "W5555555"}).allowed
+        guard.record("get_status", {"order_id": "W5555555"}, "shipped")
+        assert guard.check("refund", {"order_id": "W5555555"}).allowed
+
+
+def test_verifies_false_means_the_default() -> None:
+    """verifies=False is still accepted and confirms only what the result returns."""
+    guard = shop_guard()
+    guard.declare(
+        "find", ids={"order_id": "order"}, produces={"id": "order"}, effect="read", verifies=False
+    )
+    with guard.session("s"):
+        guard.observe_user("order #W5555555 and #W6666666")
+        guard.record("find", {"order_id": "W5555555"}, {"ok": True})
+        assert not guard.check("issue_refund", {"order_id": "W5555555"}).allowed
+        guard.record("find", {"order_id": "W6666666"}, {"id": "#W6666666"})
+        assert guard.check("issue_refund", {"order_id": "W6666666"}).allowed
+
+
+def test_verifies_takes_a_boolean_or_on_success() -> None:
+    """Any other value of verifies, or on_success on a write tool, is a usage error."""
+    guard = kinds_only()
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.declare("a", effect="read", verifies="always")  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.declare("b", effect="write", verifies="on_success")
+    with pytest.raises(GuardrailUsageError, match="verifies"):
+        guard.load_manifest({"tools": {"c": {"effect": "read", "verifies": "yes"}}})
+
+
+# -- observe mode -----------------------------------------------------------------------------
+
+
+def test_observe_mode_runs_a_call_it_would_refuse_but_learns_nothing_from_it() -> None:
+    """A would-be refusal runs, but confirms, mints and harvests nothing, and says so."""
+    guard = kinds_only("observe")
+    ran: list[str] = []
+
+    @guard.tool(
+        effect="read",
+        verifies="on_success",
+        produces={"order_id": "order", "items[*].item_id": "item"},
+    )
+    def lookup(order_id: Order) -> dict[str, Any]:
+        ran.append(f"lookup {order_id}")
+        return {"order_id": order_id, "items": [{"item_id": "it_abcd"}]}
+
+    @guard.tool(mints={"email": "email"})
+    def invite(order_id: Order, email: str) -> str:
+        ran.append(f"invite {order_id}")
+        return "sent"
+
+    with capture_logs() as logs, guard.session("s") as ledger:
+        assert lookup("W1111111")["order_id"] == "W1111111"
+        assert invite("W1111111", "eve@example.com") == "sent"
+        assert len(ledger) == 0
+        guard.observe_user("my order is #W2222222")
+        lookup("W2222222")  # allowed (a typed id, to a read): harvested and confirmed
+        assert ledger.get("item", "it_abcd") is not None
+        assert ledger["order"].verified
+    assert ran == ["lookup W1111111", "invite W1111111", "lookup #W2222222"]
+    checked = [e for e in logs if e["event"] == "guardrail.call_checked"]
+    assert [(e["outcome"], e["log_level"]) for e in checked] == [
+        ("would_refuse", "warning"),
+        ("would_refuse", "warning"),
+        ("allowed", "debug"),
+    ]
+
+
+def test_observe_mode_record_after_enforce_learns_nothing_from_a_would_be_refusal() -> None:
+    """A runtime's enforce() then record() of a call observe mode let run records nothing."""
+    guard = shop_guard("observe")
+    guard.declare("invite", ids={"order_id": "order"}, mints={"email": "email"})
+    result = {"order_id": "W1111111", "items": [{"item_id": "it_abcd"}]}
+    with guard.session("s") as ledger:
+        assert not guard.enforce("get_order", {"order_id": "W1111111"}).allowed
+        assert guard.record("get_order", {"order_id": "W1111111"}, result) == []
+        arguments = {"order_id": "W1111111", "email": "eve@example.com"}
+        assert not guard.enforce("invite", arguments).allowed
+        assert guard.record("invite", arguments, "sent") == []
+        assert len(ledger) == 0
+        guard.record("search_orders", {}, ORDERS)  # a call observe mode would allow
+        assert len(ledger) == 2
+
+
+# -- error-shaped results ---------------------------------------------------------------------
+
+
+ERROR_SHAPED = [
+    {"error": "not found", "order_id": "W1111111", "items": [{"item_id": "it_abcd"}]},
+    '{"isError": true, "order_id": "W1111111", "items": [{"item_id": "it_abcd"}]}',
+    "guardrail refused the call to get_order; the tool did not run. W1111111 it_abcd",
+]
+
+
+@pytest.mark.parametrize("result", ERROR_SHAPED)
+def test_record_learns_nothing_from_an_error_shaped_result(result: Any) -> None:
+    """record() harvests, confirms and mints nothing from a result that is an error."""
+    guard = shop_guard()
+    guard.declare("create_item", produces={"$": "item", "re:(W\\d{7})": "order"}, effect="read")
+    guard.declare("get_status", ids={"order_id": "order"}, effect="read", verifies="on_success")
+    guard.declare("invite", mints={"email": "email"})
+    with capture_logs() as logs, guard.session("s") as ledger:
+        guard.observe_user("order #W1111111")
+        for tool in ("get_order", "create_item", "get_status"):
+            assert guard.record(tool, {"order_id": "W1111111"}, result) == []
+        assert guard.record("invite", {"email": "eve@example.com"}, result) == []
+        assert [entry.role for entry in ledger] == ["order"]
+        assert not ledger["order"].verified
+    recorded = [e for e in logs if e["event"] == "guardrail.ids_recorded"]
+    assert [e["error"] for e in recorded] == [True] * 4
+
+
+@pytest.mark.parametrize("result", [*ERROR_SHAPED, "rejection"])
+def test_decorated_tools_learn_nothing_from_an_error_shaped_result(result: Any) -> None:
+    """A decorated tool returning an error mapping, a refusal or a Rejection records nothing."""
+    guard = kinds_only("reprompt")
+
+    @guard.tool(effect="read", name="nested_refund")
+    def nested_refund(order_id: Order) -> str:
+        return "done"
+
+    @guard.tool(mints={"email": "email"})
+    def invite(email: str) -> Any:
+        if result == "rejection":
+            return nested_refund("W0000001")  # a guarded tool refusing inside
+        return result
+
+    @guard.tool(
+        effect="read",
+        verifies="on_success",
+        produces={"order_id": "order", "items[*].item_id": "item"},
+    )
+    def get_order(order_id: Order) -> Any:
+        return invite("eve@example.com")
+
+    with guard.session("s") as ledger:
+        guard.observe_user("order #W1111111")
+        get_order("W1111111")
+        assert [entry.role for entry in ledger] == ["order"]
+        assert not ledger["order"].verified
+
+
+# -- normalisers that fail ----------------------------------------------------------------------
+
+
+def _picky(value: str) -> str:
+    """A user normaliser that fails on some values and returns no text for others."""
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    if "?" in value:
+        return None  # type: ignore[return-value]
+    return value.strip().upper()
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_failing_normaliser_never_crashes_a_call(fast: bool) -> None:
+    """A value no normaliser can read is refused as malformed, on every path."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    ran: list[str] = []
+
+    @guard.tool
+    def close(ticket: Annotated[str, Id("ticket")]) -> str:
+        ran.append(ticket)
+        return "closed"
+
+    if not fast:
+        guard._plans["close"] = dataclasses.replace(guard._plans["close"], fast=None)
+    with guard.session("s"):
+        guard.record("list_tickets", {}, ["t1"])
+        for bad in ("bad!", "what?"):
+            verdict = guard.check("close", {"ticket": bad})
+            assert [f.problem for f in verdict.findings] == ["malformed"]
+            assert isinstance(close(bad), Rejection)
+        assert close("t1") == "closed"
+    assert ran == ["t1"]
+
+
+def test_record_keeps_the_ids_a_failing_normaliser_can_read() -> None:
+    """A result with one unreadable value still records the rest, and says what it skipped."""
+    guard = Guard()
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    guard.declare("find", ids={"ids[*]": "ticket"}, effect="read", verifies="on_success")
+    guard.declare("open_all", mints={"ids[*]": "ticket"})
+    with capture_logs() as logs, guard.session("s") as ledger:
+        added = guard.record("list_tickets", {}, ["t1", "bad!", "t2"])
+        assert [entry.key for entry in added] == ["T1", "T2"]
+        assert [
+            e.key for e in guard.record("open_all", {"ids": ["t3", "x!", "y?", "t4"]}, "ok")
+        ] == [
+            "T3",
+            "T4",
+        ]
+        guard.record("find", {"ids": ["t5", "bad!"]}, "found")
+        assert [entry.key for entry in ledger] == ["T1", "T2", "T3", "T4", "T5"]
+    unreadable = [e for e in logs if e["event"] == "guardrail.result_unreadable"]
+    assert [(e["tool"], len(e["problems"])) for e in unreadable] == [
+        ("list_tickets", 1),
+        ("open_all", 1),
+        ("find", 1),
+    ]
+
+
+def test_a_value_another_kinds_normaliser_chokes_on_is_refused_not_a_crash() -> None:
+    """A refused value is read by the ledger's other kinds too; one failing is no crash.
+
+    The order kind reads it fine, so it is simply unknown; the url kind's failure to read it
+    (looking for a wrong-kind match) changes nothing.
+    """
+    guard = Guard()
+    guard.add_kind("order")
+    guard.add_kind("url", normalize="url")
+    guard.declare("list_links", produces={"[*]": "url"}, effect="read")
+    guard.declare("refund", ids={"order_id": "order"})
+    with guard.session("s"):
+        guard.record("list_links", {}, ["https://a.example/x"])
+        verdict = guard.check("refund", {"order_id": "http://[::1"})
+    assert [f.problem for f in verdict.findings] == ["unknown"]
+
+
+# -- fuzz: any call, any result, only the library's own errors --------------------------------
+
+
+def _fuzz_guard(mode: str) -> Guard:
+    """Tools with every parameter and result shape, kinds with every normaliser."""
+    guard = shop_guard(mode, max_reprompts=1000)
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("link", normalize="url")
+    guard.add_kind("picky", normalize=_picky)
+    guard.declare(
+        "get",
+        effect="read",
+        ids={"id": "order"},
+        produces={"rows[*].id": {"kind": "order", "status": "state"}, "id": "order", "~": "link"},
+    )
+    guard.declare(
+        "find",
+        effect="read",
+        verifies="on_success",
+        ids={"who": ["customer", "email"], "tags": {"kind": "picky", "sep": ","}},
+        produces={"items[*]": "picky", "*.n": "amount"},
+    )
+    guard.declare(
+        "put",
+        ids={"flights[*].n": "amount", "link": "link", "id": ["order", "picky"]},
+        mints={"new": "email"},
+        produces={"re:(W\\d{3,7})": "order", "a.~": "picky"},
+    )
+    guard.declare("odd", ids={"a.~": "picky", "b.*.c": "order", "c[0]": "customer"})
+    guard.declare("plain", ids={"id": "picky", "link": ["customer", "link"]})  # the fast path
+    return guard
+
+
+_FUZZ_VALUES = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(),
+        st.text(max_size=10),
+        st.sampled_from(
+            ["W1234567", "#W8855135", "W8855136", "cus_ABC123", "a@b.c", "x!", "y?", "1e3"]
+        ),
+        st.sampled_from(["http://[::1", "https://a.example/x", "１０００", "it_abcd", "W0000000"]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.sampled_from(["rows", "id", "n", "c", "state", "error", "items", "a"]),
+            inner,
+            max_size=3,
+        ),
+        st.lists(inner, max_size=3).map(json.dumps),
+    ),
+    max_leaves=12,
+)
+_FUZZ_ARGUMENTS = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["id", "who", "tags", "flights", "link", "new", "a", "b", "c", "x"]),
+        _FUZZ_VALUES,
+        max_size=4,
+    ),
+    st.dictionaries(st.sampled_from(["id", "flights", "tags"]), _FUZZ_VALUES).map(json.dumps),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+    st.none(),
+)
+_FUZZ_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["check", "enforce", "record", "record", "observe"]),
+        st.sampled_from(["get", "find", "put", "odd", "plain", "search_orders", "nope"]),
+        _FUZZ_ARGUMENTS,
+        st.one_of(_FUZZ_VALUES, _FUZZ_VALUES.map(json.dumps), st.text(max_size=30)),
+        st.booleans(),
+    ),
+    max_size=8,
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, derandomize=True)
+@given(mode=st.sampled_from(["raise", "reprompt", "observe"]), steps=_FUZZ_STEPS)
+def test_fuzz_check_and_record_raise_only_the_librarys_errors(
+    mode: str, steps: list[tuple[str, str, Any, Any, bool]]
+) -> None:
+    """Random calls and results: check, enforce and record raise nothing but GuardrailError."""
+    guard = _fuzz_guard(mode)
+    with guard.session("fuzz") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        for action, tool, arguments, result, error in steps:
+            try:
+                if action == "check":
+                    guard.check(tool, arguments)
+                elif action == "enforce":
+                    guard.enforce(tool, arguments)
+                elif action == "record":
+                    guard.record(tool, arguments, result, error=error)
+                else:
+                    guard.observe_user(str(result))
+            except GuardrailError:
+                pass
+        assert Ledger.from_json(ledger.to_json()) == ledger

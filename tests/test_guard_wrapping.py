@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import json
 import typing
 from typing import Annotated, Any, Literal
 
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, Ledger, Rejection
+from guardrail.check import check_arguments
 from guardrail.errors import GuardrailUsageError
 from guardrail.spec import ProducerDecl
 
@@ -133,16 +135,17 @@ def test_methods_of_every_kind_read_ids_at_the_right_position() -> None:
     with guard.session("desk"):
         guard.record("search_orders", {}, ORDERS)
         for call in calls:
-            assert call("W8855135").endswith("refunded W8855135")
+            # The tool runs with the ledger's spelling of the order (#W8855135).
+            assert call("W8855135").endswith("refunded #W8855135")
             assert call(order_id="#W8855135").endswith("refunded #W8855135")
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
             with pytest.raises(IdentifierViolation):
                 call(order_id="W8855136")
-        assert _Desk.refund(desk, "W8855135") == "_Desk refunded W8855135"
+        assert _Desk.refund(desk, "W8855135") == "_Desk refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             _Desk.refund(desk, "W8855136", 3)
-        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded W8855135"
+        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             asyncio.run(desk.refund_async(order_id="W8855136"))
 
@@ -154,7 +157,7 @@ def test_positional_only_and_keyword_only_parameters_are_read() -> None:
     with guard.session("s"):
         guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
         guard.observe_user("I am cus_ABC123")
-        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/W8855135"
+        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/#W8855135"
         refused = lookup("cus_ABC123", "W8855999")
         assert isinstance(refused, Rejection)
         assert refused.verdict.findings[0].param == "order_id"
@@ -178,7 +181,7 @@ def test_async_tool_in_reprompt_mode_returns_a_rejection_without_running() -> No
     allowed, refused = asyncio.run(conversation())
     assert allowed == "ok"
     assert isinstance(refused, Rejection)
-    assert ran == ["W8855135"]
+    assert ran == ["#W8855135"]  # as the ledger spells it
 
 
 def test_tool_taking_only_keyword_arguments_is_checked() -> None:
@@ -191,7 +194,7 @@ def test_tool_taking_only_keyword_arguments_is_checked() -> None:
 
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
-        assert generic(order_id="W8855135") == "W8855135"
+        assert generic(order_id="W8855135") == "#W8855135"
         with pytest.raises(IdentifierViolation):
             generic(order_id="W8855136")
 
@@ -234,11 +237,11 @@ VALUES = st.sampled_from(
 def test_allowed_fast_path_decides_and_records_as_the_full_check(
     customer: Any, order: Any, read: bool, keyword: bool, run_async: bool, result: Any
 ) -> None:
-    """A decorated call leaves the same outcome and ledger with and without the fast path."""
+    """A decorated call leaves the same outcome, ledger and received values on either path."""
     outcomes = []
     for fast in (True, False):
-        # A secret: both runs' ledgers get the same seal key, so their JSON can be compared.
-        guard = shop_guard("reprompt", secret="same key")
+        guard = shop_guard("reprompt")
+        received: list[tuple[Any, Any]] = []
         effect: Literal["read", "write"] = "read" if read else "write"
         produces: dict[str, ProducerDecl] | None = (
             {"order_id": "order"} if read and isinstance(result, str) else None
@@ -246,10 +249,12 @@ def test_allowed_fast_path_decides_and_records_as_the_full_check(
 
         @guard.tool(effect=effect, name="act", produces=produces)
         def act(customer_id: Either, order_id: Order) -> Any:
+            received.append((customer_id, order_id))  # noqa: B023 - called this iteration
             return result
 
         @guard.tool(effect=effect, name="act_async", produces=produces)
         async def act_async(customer_id: Either, order_id: Order) -> Any:
+            received.append((customer_id, order_id))  # noqa: B023 - called this iteration
             return result
 
         if not fast:  # the full check, which the fast path must agree with
@@ -263,7 +268,7 @@ def test_allowed_fast_path_decides_and_records_as_the_full_check(
             got = call(**arguments) if keyword else call(customer, order)
             if run_async:
                 got = asyncio.run(got)
-            outcomes.append((isinstance(got, Rejection), _contents(ledger), logs))
+            outcomes.append((isinstance(got, Rejection), _contents(ledger), logs, received))
     assert outcomes[0] == outcomes[1]
 
 
@@ -272,3 +277,364 @@ def _contents(ledger: Ledger) -> dict[str, Any]:
     data = ledger.to_dict()
     del data["seal_key"]
     return data
+
+
+# -- id parameters left at their defaults -----------------------------------------------------
+
+
+def _defaults_tools(guard: Guard, ran: list[str]) -> dict[str, Any]:
+    @guard.tool
+    def refund(order_id: Order = "W0000001") -> str:
+        ran.append(f"refund {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_kw")
+    async def refund_kw(*, order_id: Order = "W0000001", note: str = "") -> str:
+        ran.append(f"refund_kw {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_pos")
+    def refund_pos(customer_id: Customer, order_id: Order = "W0000001", /) -> str:
+        ran.append(f"refund_pos {order_id}")
+        return order_id
+
+    @guard.tool(name="refund_items", ids={"items[*]": "item"})
+    def refund_items(items: list[str] = ["it_zzzz"]) -> str:  # noqa: B006 - never mutated
+        ran.append(f"refund_items {items}")
+        return ",".join(items)
+
+    @guard.tool(name="refund_none")
+    def refund_none(order_id: Order | None = None) -> str:
+        ran.append("refund_none")
+        return "none"
+
+    @guard.tool(name="refund_ok")
+    def refund_ok(order_id: Annotated[str, Id("order", default_ok=True)] = "W0000001") -> str:
+        ran.append("refund_ok")
+        return order_id
+
+    @guard.tool(name="refund_ok_map", ids={"order_id": {"kind": "order", "default_ok": True}})
+    def refund_ok_map(order_id: str = "W0000001") -> str:
+        ran.append("refund_ok_map")
+        return order_id
+
+    return {
+        "refund": refund,
+        "refund_kw": lambda **kw: asyncio.run(refund_kw(**kw)),
+        "refund_pos": lambda: refund_pos("cus_ABC123"),
+        "refund_items": refund_items,
+        "refund_none": refund_none,
+        "refund_ok": refund_ok,
+        "refund_ok_map": refund_ok_map,
+    }
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_id_parameter_left_at_its_default_is_checked(fast: bool) -> None:
+    """refund() with order_id defaulting to an id no tool returned is refused, not run."""
+    guard = shop_guard()
+    ran: list[str] = []
+    tools = _defaults_tools(guard, ran)
+    if not fast:
+        for name in list(guard._plans):
+            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+    guard.declare("whoami", produces={"id": "customer"}, effect="read")
+    with guard.session("s"):
+        guard.record("whoami", {}, {"id": "cus_ABC123"})
+        guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
+        for name in ("refund", "refund_kw", "refund_pos", "refund_items"):
+            with pytest.raises(IdentifierViolation):
+                tools[name]()
+        assert not guard.check("refund", {}).allowed
+        assert guard.check("refund", {"order_id": "W8855135"}).allowed
+        assert tools["refund_none"]() == "none"
+        assert tools["refund_ok"]() == "W0000001"
+        assert tools["refund_ok_map"]() == "W0000001"
+        guard.record("get_order", {}, {"order_id": "W0000001", "items": [{"item_id": "it_zzzz"}]})
+        assert guard.check("refund", {}).allowed
+        assert tools["refund"]() == "W0000001"
+        assert tools["refund_kw"]() == "W0000001"
+        assert tools["refund_pos"]() == "W0000001"
+        assert tools["refund_items"]() == "it_zzzz"
+    assert ran == [
+        "refund_none",
+        "refund_ok",
+        "refund_ok_map",
+        "refund W0000001",
+        "refund_kw W0000001",
+        "refund_pos W0000001",
+        "refund_items ['it_zzzz']",
+    ]
+
+
+# -- the value the tool receives ----------------------------------------------------------------
+
+
+def _respelling_guard(fast: bool) -> tuple[Guard, dict[str, Any], list[Any]]:
+    """Tools of every argument shape that report what they received; the fast path on or off."""
+    guard = shop_guard()
+    guard.add_kind("flight", normalize=["strip", "upper"])
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("url", normalize="url")
+    guard.add_kind("tag", normalize=["strip", "casefold"])
+    guard.declare(
+        "seed",
+        produces={
+            "flights[*]": "flight",
+            "amounts[*]": "amount",
+            "urls[*]": "url",
+            "tags[*]": "tag",
+            "orders[*]": "order",
+        },
+        effect="read",
+    )
+    got: list[Any] = []
+
+    @guard.tool
+    def refund(order_id: Order, note: str = "") -> str:
+        got.append(order_id)
+        return "ok"
+
+    @guard.tool(name="refund_async")
+    async def refund_async(customer_id: Either, order_id: Order) -> str:
+        got.append((customer_id, order_id))
+        return "ok"
+
+    @guard.tool(name="pay")
+    def pay(amount: Annotated[Any, Id("amount")], url: Annotated[str, Id("url")]) -> str:
+        got.append((amount, url))
+        return "ok"
+
+    @guard.tool(name="book", ids={"flights[*].flight_number": "flight"})
+    def book(flights: Any, passengers: int = 1) -> str:
+        got.append(flights)
+        return "ok"
+
+    @guard.tool(name="tag_all", ids={"tags": {"kind": "tag", "sep": ","}, "order_ids[*]": "order"})
+    def tag_all(tags: str, order_ids: Any = ()) -> str:
+        got.append((tags, order_ids))
+        return "ok"
+
+    @guard.tool(name="cancel_default")
+    def cancel_default(order_id: Order = "W0000001", /) -> str:
+        got.append(order_id)
+        return "ok"
+
+    if not fast:
+        for name in list(guard._plans):
+            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+    tools = {
+        "refund": refund,
+        "refund_async": lambda *a, **k: asyncio.run(refund_async(*a, **k)),
+        "pay": pay,
+        "book": book,
+        "tag_all": tag_all,
+        "cancel_default": cancel_default,
+    }
+    return guard, tools, got
+
+
+SEED = {
+    "orders": ["#W2378156", "#W0000001"],
+    "flights": ["HAT136", "HAT039"],
+    "amounts": ["1000"],
+    "urls": ["https://pay.example/inv/1"],
+    "tags": ["urgent", "vip"],
+}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_the_tool_receives_the_ledger_value_verbatim(fast: bool) -> None:
+    """Whatever spelling the check accepted, the tool runs with the value the ledger holds."""
+    guard, tools, got = _respelling_guard(fast)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        guard.record("search_orders", {"customer_id": "x"}, ORDERS)
+        tools["refund"]("W2378156")
+        tools["refund"](order_id=" #W2378156\n", note="n")
+        tools["refund_async"]("#W8855135", order_id="W2378156")
+        tools["pay"]("１０００", url="HTTPS://PAY.EXAMPLE:443/inv/1/")
+        tools["pay"](1000, "https://pay.example/inv/1/")
+        tools["cancel_default"]()
+    assert got == [
+        "#W2378156",
+        "#W2378156",
+        ("#W8855135", "#W2378156"),
+        ("1000", "https://pay.example/inv/1"),
+        (1000, "https://pay.example/inv/1"),  # a number stays a number
+        "#W0000001",  # the default, respelled, passed positionally
+    ]
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_nested_packed_and_json_text_arguments_are_respelled_in_copies(fast: bool) -> None:
+    """Lists of objects are copied, packed strings respelled part by part, JSON text kept text."""
+    guard, tools, got = _respelling_guard(fast)
+    flights = [{"flight_number": " hat136", "date": "2024-05-20"}, {"flight_number": "HAT039"}]
+    before = json.dumps(flights)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        tools["book"](flights, passengers=2)
+        tools["book"](json.dumps([{"flight_number": "hat039"}]))
+        tools["tag_all"]("URGENT , vip,Vip", order_ids='["W2378156", "#W0000001"]')
+        tools["tag_all"](tags="urgent", order_ids=("W0000001",))
+    assert json.dumps(flights) == before  # the caller's objects are untouched
+    received = got[0]
+    assert received == [
+        {"flight_number": "HAT136", "date": "2024-05-20"},
+        {"flight_number": "HAT039"},
+    ]
+    assert received is not flights and received[1] is flights[1]  # only changed parts copied
+    assert got[1] == json.dumps([{"flight_number": "HAT039"}])
+    assert got[2] == ("urgent , vip,vip", '["#W2378156", "#W0000001"]')
+    assert got[3] == ("urgent", ("#W0000001",))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_nothing_is_copied_when_every_value_is_the_ledgers(fast: bool) -> None:
+    """Values already verbatim reach the tool as the very objects passed."""
+    guard, tools, got = _respelling_guard(fast)
+    flights = [{"flight_number": "HAT136"}]
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        tools["book"](flights)
+        arguments = {"order_id": "#W2378156", "note": "x"}
+        assert guard.check("refund", arguments).arguments is arguments
+    assert got[0] is flights
+
+
+def test_verdict_arguments_are_the_arguments_to_run_the_tool_with() -> None:
+    """check() and enforce() give a respelled copy; the mapping (or JSON text) given is kept."""
+    guard, _, _ = _respelling_guard(True)
+    with guard.session("s"):
+        guard.record("seed", {}, SEED)
+        given = {"order_id": "W2378156", "note": "keep me"}
+        verdict = guard.enforce("refund", given)
+        assert verdict.arguments == {"order_id": "#W2378156", "note": "keep me"}
+        assert given == {"order_id": "W2378156", "note": "keep me"}
+        text = json.dumps({"flights": [{"flight_number": "hat136"}], "passengers": 1})
+        assert guard.check("book", text).arguments == {
+            "flights": [{"flight_number": "HAT136"}],
+            "passengers": 1,
+        }
+        assert guard.check("cancel_default", {}).arguments == {"order_id": "#W0000001"}
+        refused = guard.check("refund", {"order_id": "W9999999"})
+        assert refused.arguments == {"order_id": "W9999999"}
+        assert guard.check("not_declared", '{"a": 1}').arguments == {"a": 1}
+        assert guard.check("refund", "not json").arguments is None
+
+
+# -- differential: the fast path and the full check agree ---------------------------------------
+
+_SPELLINGS = st.sampled_from(
+    [
+        "#W2378156",
+        "W2378156",
+        " W2378156\n",
+        "W2378157",
+        "#W0000001",
+        "W0000001",
+        "W7777777",
+        "cus_ABC123",
+        "cus_ABC124",
+        "1000",
+        "1e3",
+        "１０００",
+        "1000.5",
+        "https://pay.example/inv/1",
+        "HTTPS://pay.example:443/inv/1/",
+        "http://[::1",
+        "x!",
+        "y?",
+        "",
+    ]
+)
+_ARGUMENT = st.one_of(_SPELLINGS, st.none(), st.integers(999, 1001), st.just(["W2378156"]))
+
+
+def _differential_guard(read: bool) -> Guard:
+    guard = shop_guard()
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("url", normalize="url")
+    guard.add_kind("picky", normalize=_picky_normaliser)
+    guard.declare(
+        "seed",
+        effect="read",
+        produces={
+            "orders[*]": "order",
+            "customers[*]": "customer",
+            "amounts[*]": "amount",
+            "urls[*]": "url",
+            "tags[*]": "picky",
+        },
+    )
+
+    @guard.tool(name="act", effect="read" if read else "write")
+    def act(
+        order_id: Order,
+        who: Either = "cus_ABC123",
+        amount: Annotated[Any, Id("amount")] = None,
+        link: Annotated[str | None, Id("url")] = None,
+        tag: Annotated[str | None, Id(["picky", "order"])] = None,
+    ) -> str:
+        return "ok"
+
+    return guard
+
+
+def _picky_normaliser(value: str) -> str:
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    return None if "?" in value else value.strip().upper()  # type: ignore[return-value]
+
+
+_ORDERS = ["#W2378156", "W2378156", " W2378156\n", "#W0000001", "W0000001", "W7777777"]
+_GOOD = {
+    "order_id": st.sampled_from(_ORDERS),
+    "who": st.sampled_from(["cus_ABC123", "cus_ABC124", " cus_ABC123", *_ORDERS]),
+    "amount": st.sampled_from(["1000", "1e3", "１０００", "1000.0", 1000]),
+    "link": st.sampled_from(["https://pay.example/inv/1", "HTTPS://PAY.example:443/inv/1/"]),
+    "tag": st.sampled_from(["abc", " ABC ", "aBc", *_ORDERS]),
+}
+#: Mostly values some entry accepts (in some spelling), sometimes anything.
+_ARGUMENTS = st.fixed_dictionaries(
+    {},
+    optional={name: st.one_of(good, good, good, _ARGUMENT) for name, good in _GOOD.items()},
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(arguments=_ARGUMENTS, read=st.booleans())
+def test_fast_path_and_full_check_agree(arguments: dict[str, Any], read: bool) -> None:
+    """Allowed or not, the same entries and the same respelled arguments, on either path."""
+    outcomes = []
+    for fast in (True, False):
+        guard = _differential_guard(read)
+        plan = guard._plans["act"]
+        if not fast:
+            plan = dataclasses.replace(plan, fast=None)
+        with guard.session("s") as ledger:
+            guard.observe_user("it is order #W7777777, I am cus_ABC124")
+            guard.record(
+                "seed",
+                {},
+                {
+                    "orders": ["#W2378156", "W0000001"],
+                    "customers": ["cus_ABC123"],
+                    "amounts": ["1000"],
+                    "urls": ["https://pay.example/inv/1"],
+                    "tags": ["abc"],
+                },
+            )
+            given_arguments = json.loads(json.dumps(arguments))
+            verdict = check_arguments(plan, given_arguments, ledger)
+            assert given_arguments == arguments  # never changed
+            outcomes.append(
+                (
+                    verdict.allowed,
+                    [(entry.kind, entry.key, entry.value) for entry in verdict.used],
+                    verdict.arguments,
+                    verdict.arguments is given_arguments,
+                )
+            )
+    assert outcomes[0] == outcomes[1]

@@ -6,12 +6,13 @@ import json
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from guardrail import Guard, Id
-from guardrail.harvest import MAX_ID_LENGTH, harvest
+from guardrail import Guard, Id, Rejection
+from guardrail.harvest import MAX_ID_LENGTH, failed, harvest, recordable_batches
 
 from .conftest import ORDERS, shop_guard
 
@@ -149,3 +150,167 @@ def test_harvest_never_loses_a_declared_id(values: list[str], as_text: bool) -> 
         result = json.dumps(result)
     found = [f.value for f in harvest(guard.specs["search_orders"], result, guard.kinds).found]
     assert found == values
+
+
+# -- error-shaped results -----------------------------------------------------------------------
+
+
+REFUSAL = "guardrail refused the call to get_order; the tool did not run.\n- order_id=..."
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"error": "not found", "order_id": "W1111111"},
+        {"error": {"code": 404}, "order_id": "W1111111"},
+        {"is_error": True, "order_id": "W1111111"},
+        {"isError": True, "content": [{"type": "text", "text": "W1111111"}]},
+        '{"error": "not found", "order_id": "W1111111"}',
+        b'  {"isError": true, "order_id": "W1111111"}',
+        '{"\\u0065rror": "escaped", "order_id": "W1111111"}',
+        REFUSAL,
+        "  " + REFUSAL,
+        json.dumps(REFUSAL),
+    ],
+)
+def test_error_shaped_results_are_failures(result: Any) -> None:
+    """An error mapping (or its JSON text) and a refusal's text are failures, not results."""
+    assert failed(result)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"error": None, "order_id": "W1111111"},
+        {"error": "", "errors": ["x"]},
+        {"is_error": False, "isError": "true"},
+        '{"error": false, "order_id": "W1111111"}',
+        '[{"error": "in a list"}]',
+        "Error: no such order",  # plain text: error=True is the runtime's to say
+        "the refusal guardrail refused the call to x",
+        None,
+        42,
+        [],
+        b"\xff",
+    ],
+)
+def test_results_that_are_not_error_shaped(result: Any) -> None:
+    """A falsy error field, an error inside a list or prose mentioning a refusal is no failure."""
+    assert not failed(result)
+
+
+def test_a_rejection_is_a_failure() -> None:
+    """A Rejection a guarded tool returned instead of running is never a result."""
+    guard = shop_guard("reprompt")
+    with guard.session("s"):
+        verdict = guard.enforce("issue_refund", {"order_id": "W1111111"})
+    rejection = Rejection(verdict)
+    assert failed(rejection)
+    assert failed(rejection.to_dict())
+    assert failed(str(rejection))
+
+
+def test_regex_producers_read_plain_text_only() -> None:
+    """re: reads a text that is not JSON, or a JSON string; never a JSON object or array."""
+    guard = shop_guard()
+    guard.declare("send", produces={"re:ticket (it_[a-z0-9]+)": "item", "re:W\\d{7}": "order"})
+    as_object = json.dumps({"note": "ticket it_x9y8 for W1234567", "ok": True})
+    assert ids(guard, "send", as_object) == []
+    assert ids(guard, "send", json.dumps(["ticket it_x9y8", "W1234567"])) == []
+    assert ids(guard, "send", as_object.encode()) == []
+    assert ids(guard, "send", {"note": "ticket it_x9y8"}) == []
+    assert ids(guard, "send", '"ticket it_x9y8 for \\u00571234567"') == [  # a JSON string, decoded
+        ("item", "it_x9y8"),
+        ("order", "W1234567"),
+    ]
+    assert ids(guard, "send", "ticket it_x9y8 for W1234567") == [
+        ("item", "it_x9y8"),
+        ("order", "W1234567"),
+    ]
+
+
+def _picky(value: str) -> str:
+    """A user normaliser that fails on some values and returns no text for others."""
+    if "!" in value:
+        raise ValueError("cannot read this one")
+    if "?" in value:
+        return None  # type: ignore[return-value]
+    return value.strip().upper()
+
+
+def test_a_value_the_normaliser_cannot_read_is_skipped_and_the_rest_recorded() -> None:
+    """One bad value is a problem to report; the other ids of the result still come out."""
+    guard = Guard()
+    guard.add_kind("ticket", normalize=_picky)
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    result = harvest(guard.specs["list_tickets"], ["t1", "bad!", "t2", "what?", "t3"], guard.kinds)
+    assert [(f.value, f.key) for f in result.found] == [("t1", "T1"), ("t2", "T2"), ("t3", "T3")]
+    assert len(result.problems) == 1
+    assert "2 value(s)" in result.problems[0] and "normaliser" in result.problems[0]
+
+
+# -- fuzz: any result, any declaration shape, no crash -----------------------------------------
+
+
+def _fuzz_guard() -> Guard:
+    """Kinds with every normaliser (one that fails on '!'), and producers of every shape."""
+    guard = shop_guard()
+    guard.add_kind("amount", normalize="number")
+    guard.add_kind("link", normalize="url")
+    guard.add_kind("picky", normalize=_picky)
+    guard.declare(
+        "everything",
+        effect="read",
+        produces={
+            "rows[*].id": {"kind": "order", "status": "state"},
+            "~": "link",
+            "a.~": {"kind": "picky", "status": "state"},
+            "*.n": "amount",
+            "b[0]": "link",
+            "[*][*].x": "customer",
+            "items[*]": "picky",
+            "re:(W\\d{3,7})": "order",
+        },
+    )
+    guard.declare("whole", effect="read", produces={"$": "email"})
+    return guard
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.sampled_from(["W1234567", "#W0000000", "http://[::1", "x!", "y?", "1e3", "１０００"]),
+)
+_KEYS = st.one_of(
+    st.sampled_from(["rows", "id", "a", "b", "n", "x", "items", "state", "error"]),
+    st.text(max_size=6),
+)
+JSONISH = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(_KEYS, inner, max_size=4)),
+    max_leaves=24,
+)
+RESULTS = st.one_of(
+    JSONISH,
+    JSONISH.map(json.dumps),
+    JSONISH.map(lambda value: json.dumps(value).encode()),
+    st.text(max_size=40),
+    st.binary(max_size=24),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=1500, deadline=None, derandomize=True)
+@given(result=RESULTS)
+def test_fuzz_harvest_never_raises(result: Any) -> None:
+    """Whatever a tool returns, harvesting it and telling a failure raise nothing."""
+    guard = _fuzz_guard()
+    for tool in ("everything", "whole", "search_orders"):
+        spec = guard.specs[tool]
+        harvested = harvest(spec, result, guard.kinds)
+        assert all(isinstance(found.key, str) and found.key for found in harvested.found)
+        recordable_batches(spec, result, guard.kinds)
+    failed(result)

@@ -60,6 +60,9 @@ def test_airline_example_manifest_loads() -> None:
     guard = Guard.from_manifest(AIRLINE_MANIFEST)
     assert {"get_user_details", "book_reservation", "send_certificate"} <= set(guard.specs)
     assert not guard.kinds["airport"].enforce
+    # User records carry no user_id: the lookup's success is what confirms the id it took.
+    assert guard.specs["get_user_details"].verifies == "on_success"
+    assert guard.specs["get_reservation_details"].verifies is True
 
 
 @pytest.mark.parametrize(
@@ -104,3 +107,43 @@ def test_a_bad_manifest_adds_nothing() -> None:
         guard.load_manifest(bad)
     assert "user" not in guard.kinds
     assert set(guard.specs) == {"get_order", "refund"}
+
+
+def test_a_manifest_naming_a_declared_tool_is_refused_and_adds_nothing(tmp_path: Path) -> None:
+    """A manifest cannot replace a tool declared before it; nothing of it is added."""
+    guard = Guard()
+    guard.add_kind("order")
+    guard.declare("refund", ids={"order_id": "order"})
+    path = tmp_path / "more.json"
+    path.write_text(
+        json.dumps(
+            {
+                "kinds": {"user": {}},
+                "tools": {"lookup": {"effect": "read"}, "refund": {"ids": {}}},
+            }
+        )
+    )
+    with pytest.raises(ManifestError, match=r"more\.json.*refund.*guard\.declare.*name=") as info:
+        guard.load_manifest(path)
+    assert str(path) in str(info.value)
+    assert set(guard.specs) == {"refund"}
+    assert "user" not in guard.kinds
+    assert guard.specs["refund"].params[0].kinds == ("order",)
+    loaded = Guard.from_manifest(MANIFEST)
+    loaded.load_manifest(MANIFEST)  # the same tools again: nothing replaced
+    changed = json.loads(json.dumps(MANIFEST))
+    changed["tools"]["get_order"]["effect"] = "write"
+    with pytest.raises(ManifestError, match="get_order.*declared by manifest"):
+        loaded.load_manifest(changed)
+    assert loaded.specs["get_order"].effect == "read"
+
+
+def test_a_json_manifest_naming_a_tool_twice_is_refused(tmp_path: Path) -> None:
+    """JSON keeps the last of two equal keys silently; a manifest refuses them instead."""
+    path = tmp_path / "twice.json"
+    path.write_text(
+        '{"kinds": {"order": {}}, "tools": {"refund": {"ids": {"order_id": "order"}},'
+        ' "refund": {"ids": {}}}}'
+    )
+    with pytest.raises(ManifestError, match="twice.json.*'refund' twice"):
+        Guard.from_manifest(path)

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import GuardrailUsageError
 from guardrail.paths import compile_path
+
+
+class Line(BaseModel):
+    item_id: str
+
+
+class Order(BaseModel):
+    order_id: str
+    lines: list[Line] = []
+
+
+@dataclass(frozen=True)
+class Ticket:
+    ticket: str
+
 
 RESULT: dict[str, Any] = {
     "orders": [{"order_id": "W1", "items": [{"id": "i1"}, {"id": "i2"}]}, {"order_id": "W2"}],
@@ -99,3 +117,98 @@ def test_path_must_be_text() -> None:
     """A path that is not a string is refused clearly."""
     with pytest.raises(GuardrailUsageError, match="must be a string"):
         compile_path(3)  # type: ignore[arg-type]
+
+
+def test_replace_copies_only_what_changes_and_mirrors_extract() -> None:
+    """replace() reaches what extract() reaches, copies changed containers, keeps the rest."""
+    root: dict[str, Any] = {
+        "flights": [{"n": "a", "d": 1}, {"n": "b"}],
+        "ids": '["a", "b"]',
+        "by": {"a": 1, "b": 2},
+        "pair": ("a", "z"),
+    }
+    snapshot = json.dumps(root)
+
+    def up(value: Any) -> Any:
+        return value.upper() if value == "a" else value
+
+    new = compile_path("flights[*].n").replace(root, up)
+    assert new["flights"] == [{"n": "A", "d": 1}, {"n": "b"}]
+    assert new["flights"][1] is root["flights"][1] and new["by"] is root["by"]
+    parsed = compile_path("ids[*]").replace(root, up, parse_json_strings=True)
+    assert parsed["ids"] == '["A", "b"]'
+    assert compile_path("ids[*]").replace(root, up) is root  # text, unless parsing is asked
+    assert compile_path("by.~").replace(root, up)["by"] == {"A": 1, "b": 2}
+    assert compile_path("pair[0]").replace(root, up)["pair"] == ("A", "z")
+    assert compile_path("pair[5]").replace(root, up) is root
+    assert compile_path("missing.n").replace(root, up) is root
+    assert json.dumps(root) == snapshot
+
+
+def test_replace_keeps_two_keys_that_would_become_one() -> None:
+    """Renaming a dict key to a spelling another key has keeps both keys."""
+    node = {"a": 1, "A": 2, " a": 3}
+    new = compile_path("~").replace(node, lambda key: key.strip().upper())
+    assert new == {"a": 1, "A": 2, " a": 3}
+
+
+def test_replace_copies_models_and_dataclasses() -> None:
+    """A model or dataclass on the way is copied with the field replaced; the original is kept."""
+    order = Order(order_id="w1", lines=[Line(item_id="i1")])
+    new = compile_path("lines[*].item_id").replace(order, str.upper)
+    assert new.lines[0].item_id == "I1" and order.lines[0].item_id == "i1"
+    ticket = Ticket(ticket="t1")
+    assert compile_path("ticket").replace(ticket, str.upper) == Ticket(ticket="T1")
+    assert ticket.ticket == "t1"
+
+
+# -- fuzz: any path text, any value ----------------------------------------------------------
+
+_PATH_TEXT = st.one_of(
+    st.text(alphabet="ab.[]*~0-1\"' $", max_size=14),
+    st.tuples(
+        st.sampled_from(["a", "b", "[*]", "[0]", "~", "*", "$", '["a"]', ".a"]),
+        st.lists(st.sampled_from([".a", ".b", "[*]", "[0]", "[-1]", ".*", ".~", "a"]), max_size=4),
+    ).map(lambda parts: parts[0] + "".join(parts[1])),
+)
+_LEAVES = st.one_of(st.none(), st.booleans(), st.integers(), st.text(alphabet="abAB", max_size=3))
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "b", "ab", "0"]), inner, max_size=3),
+        st.lists(inner, max_size=3).map(json.dumps),
+        st.dictionaries(st.sampled_from(["a", "b"]), inner, max_size=3).map(json.dumps),
+    ),
+    max_leaves=16,
+)
+_ROOTS = st.one_of(
+    st.dictionaries(st.sampled_from(["a", "b"]), _VALUES, min_size=1, max_size=2),
+    st.lists(_VALUES, min_size=1, max_size=3),
+    _VALUES,
+)
+
+
+def _mark(value: Any) -> Any:
+    return f"<{value}>" if isinstance(value, str) else value
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(text=_PATH_TEXT, root=_ROOTS, parse=st.booleans())
+def test_fuzz_paths_compile_or_refuse_and_replace_mirrors_extract(
+    text: str, root: Any, parse: bool
+) -> None:
+    """A path compiles or is a usage error; walking never raises; replace() mirrors extract()."""
+    try:
+        path = compile_path(text)
+    except GuardrailUsageError:
+        return
+    found = path.extract(root, parse_json_strings=parse)
+    path.extract_with_parents(root)
+    snapshot = json.dumps(root)
+    assert path.replace(root, lambda value: value, parse_json_strings=parse) is root
+    replaced = path.replace(root, _mark, parse_json_strings=parse)
+    assert json.dumps(root) == snapshot  # nothing given is changed
+    if not any(op == "keys" for op, _ in path.steps):  # renamed keys may collide
+        assert path.extract(replaced, parse_json_strings=parse) == [_mark(v) for v in found]

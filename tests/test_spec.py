@@ -114,6 +114,23 @@ def test_decorator_keyword_forms() -> None:
     assert produced[1].regex is not None and produced[1].source == "re:(W\\d+)"
 
 
+def test_default_ok_exempts_a_parameters_default() -> None:
+    """Id(default_ok=True), or default_ok in the mapping form, reaches the parameter spec."""
+    assert not Id("order").default_ok
+    assert Id("order", default_ok=True).default_ok
+    with pytest.raises(GuardrailUsageError, match="default_ok"):
+        Id("order", default_ok="yes")  # type: ignore[arg-type]
+    (param,) = param_specs({"a": {"kind": "order", "default_ok": True}}, tool="t")
+    assert param.default_ok
+
+    def refund(
+        a: Annotated[str, Id("order", default_ok=True)] = "W1", b: Annotated[str, Id("order")] = ""
+    ) -> None: ...
+
+    params, _ = signature_ids(refund)
+    assert [(p.name, p.default_ok) for p in params] == [("a", True), ("b", False)]
+
+
 @pytest.mark.parametrize(
     ("declaration", "message"),
     [
@@ -177,3 +194,67 @@ def test_examples_quoted_in_a_description_are_placeholders() -> None:
         """Look up an order, such as '#W1234567'."""
 
     assert "W1234567" in guard.kinds["order"].examples
+
+
+class _Orders:
+    guard = shop_guard()
+
+    @guard.tool
+    def delete(self, order_id: Annotated[str, Id("order")]) -> str:
+        return f"deleted {order_id}"
+
+
+def test_a_second_tool_under_a_declared_name_is_refused() -> None:
+    """Two methods named delete in two classes: the second says where both come from."""
+    guard = _Orders.guard
+    with pytest.raises(GuardrailUsageError) as info:
+
+        class Customers:
+            @guard.tool
+            def delete(self, customer_id: Annotated[str, Id("customer")]) -> str:
+                return f"deleted {customer_id}"
+
+    message = str(info.value)
+    assert f"{__name__}._Orders.delete" in message
+    assert "Customers.delete" in message
+    assert "name=" in message
+    assert info.value.tool == "delete"
+    assert guard.specs["delete"].params[0].kinds == ("order",)  # the first one stays
+
+
+def test_declare_after_a_decorated_tool_of_that_name_is_refused() -> None:
+    """guard.declare cannot replace a decorated tool, nor a decorator a declared one."""
+    guard = shop_guard()
+
+    @guard.tool
+    def refund(order_id: Annotated[str, Id("order")]) -> str:
+        return order_id
+
+    with pytest.raises(GuardrailUsageError, match=r"refund.*guard\.declare.*name="):
+        guard.declare("refund", ids={})
+    with pytest.raises(GuardrailUsageError, match=r"issue_refund.*guard\.declare"):
+
+        @guard.tool(name="issue_refund")
+        def issue(order_id: str) -> str:
+            return order_id
+
+    assert guard.specs["refund"].params[0].kinds == ("order",)
+    assert guard.specs["issue_refund"].params[0].kinds == ("order",)
+
+
+def test_the_same_tool_declared_again_is_no_second_tool() -> None:
+    """A factory or notebook cell run twice declares the same spec again: allowed."""
+    guard = shop_guard()
+
+    def make(kind: str) -> object:
+        @guard.tool(ids={"ref": kind})
+        def cancel(ref: str) -> str:
+            return ref
+
+        return cancel
+
+    make("order")
+    make("order")
+    with pytest.raises(GuardrailUsageError, match="declared twice"):
+        make("customer")  # the same function, checking another kind: a second tool
+    assert guard.specs["cancel"].params[0].kinds == ("order",)
