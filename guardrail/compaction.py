@@ -225,7 +225,12 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
         for key, found_key, status in zip(keys, batch.keys, statuses, strict=False):
             entry = table.get(key)
             if entry is None:
-                if ledger.tombstone(batch.kind, found_key) is None:
+                # Evicted, or dropped as one of too many: known, and no news (a flood is not
+                # recorded again at every compaction).
+                known = ledger.tombstone(batch.kind, found_key) or ledger.dropped(
+                    batch.kind, found_key
+                )
+                if known is None:
                     return True
             elif status is not None and status != entry.status:
                 return True

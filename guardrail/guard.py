@@ -761,7 +761,9 @@ class Guard:
                 self._log_nothing_recorded(ledger, spec.name, call_id)
             return []
         turn = ledger.turn
-        batches.extend(batches_of(taken))
+        # The call's own ids first: a result naming more ids than one call may add must not
+        # crowd out what the call confirmed or minted.
+        batches[:0] = batches_of(taken)
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         admitted = ledger.admit_batches(

@@ -512,6 +512,8 @@ class Ledger:
 
         One pass over each text, whatever the value (see :func:`has_token`).
         """
+        if not value.strip():
+            return False  # nothing typed is no id the user typed
         return any(has_token(text, value) for text in list(self.user_texts))
 
     # -- internals ------------------------------------------------------------------------

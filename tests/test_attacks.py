@@ -788,6 +788,44 @@ def test_a_number_id_in_another_script_reaches_the_tool_as_the_ledger_has_it() -
     assert given == ["１０００", "1e3", "1000.0"]
 
 
+def test_a_flood_cannot_crowd_out_the_id_a_call_minted() -> None:
+    """A write that mints an id and returns a flood: the minted id is kept, the flood dropped."""
+    guard = shop_guard(max_ids_per_call=1)
+    guard.declare(
+        "invite", ids={}, mints={"email": "email"}, produces={"orders[*].order_id": "order"}
+    )
+    guard.declare("send_mail", ids={"to": "email"})
+    flood = {"orders": [{"order_id": f"W{n:07d}"} for n in range(1000, 1200)]}
+    with guard.session("s") as ledger:
+        guard.record("invite", {"email": "eve@example.com"}, flood)
+        assert ledger.get("email", "eve@example.com") is not None
+        assert "order" not in ledger.by_kind or not ledger.by_kind["order"]
+        assert guard.check("send_mail", {"to": "eve@example.com"}).allowed
+
+
+def test_a_flood_is_no_news_to_the_next_compaction() -> None:
+    """Ids a result named beyond the limit are known (dropped): compaction records nothing again."""
+    guard = shop_guard(max_ids_per_call=2)
+    flood = {"orders": [{"order_id": f"W{n:07d}"} for n in range(1000, 1010)]}
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "search_orders", "arguments": "{}"},
+    }
+    messages = [
+        {"role": "user", "content": "my orders?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": json.dumps(flood)},
+        {"role": "user", "content": "thanks"},
+    ]
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, flood)
+        assert len(ledger) == 2
+        report = compact(messages, ledger, keep_recent=1, guard=guard).report
+        assert report.harvested == 0
+        assert len(ledger) == 2
+
+
 # (end of the check section)
 
 

@@ -315,8 +315,8 @@ def test_a_ledger_in_use_does_not_take_back_an_evicted_id() -> None:
     """An id the live ledger evicted is no news: the result naming it is not recorded again."""
     guard = make_guard(capacity=1)
     with guard.session("conv") as ledger:
-        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000001"]})
-        guard.record("find_user", {"user_id": "mia_li_3668"}, {"orders": ["W1000002"]})
+        guard.record("get_order", {}, {"order_id": "W1000001"})
+        guard.record("get_order", {}, {"order_id": "W1000002"})
         (evicted,) = [tomb.value for tomb in ledger.tombstones()]
         (kept,) = [entry.value for entry in ledger.entries()]
         messages = [
@@ -324,9 +324,9 @@ def test_a_ledger_in_use_does_not_take_back_an_evicted_id() -> None:
             {
                 "role": "assistant",
                 "content": None,
-                "tool_calls": [call("c1", "find_user", user_id="mia_li_3668")],
+                "tool_calls": [call("c1", "get_order", order_id=evicted)],
             },
-            result("c1", {"orders": [evicted]}),
+            result("c1", {"order_id": evicted}),
             {"role": "user", "content": "Thanks."},
         ]
         report = compact(messages, guard, keep_recent=1).report

@@ -609,3 +609,12 @@ def test_looking_up_a_value_a_normaliser_cannot_read_finds_nothing() -> None:
     assert ledger.get("link", "http://[x") is None
     assert ledger.lookup("http://[x") == []
     assert ledger.key("link", "http://[x") is None
+
+
+def test_an_empty_value_is_never_typed_by_the_user() -> None:
+    """Nothing (or white space) is no id the user typed, whatever the user wrote."""
+    ledger = Ledger()
+    ledger.observe_text("refund it please")
+    assert ledger.typed_by_user("refund")
+    assert not ledger.typed_by_user("")
+    assert not ledger.typed_by_user("  ")
