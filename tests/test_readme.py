@@ -36,27 +36,18 @@ def _blocks(section: str, language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
 
 
-# What the Compaction section's example prints. The seal is keyed with the ledger's random
-# key, so its hex differs from run to run: it is compared as "(seal …)".
+# What the Compaction section's example prints: its guard has a secret and the ledger a session
+# id, so the seal, keyed from both, is the same on every run.
 COMPACTED_EXAMPLE = """\
 ID LEDGER (verbatim, do not paraphrase)
 user              mia_li_3668
 reservation       NO6JO3
 reservation_2     AIXC49
-(seal …)
+(seal 56640a6fd3fee58097ea13a392f224ca)
 
 SUMMARY OF EARLIER TURNS (identifiers appear as [role]; copy their values from the ID LEDGER)
 - User: Hi, I am [user]. Please cancel my Seattle trip.
 - Agent called get_user_details(user_id=[user]) -> done"""
-_SEAL = re.compile(r"\(seal [0-9a-f.…]+\)")
-
-
-def _any_seal(text: str) -> str:
-    return _SEAL.sub("(seal …)", text)
-
-
-def _no_seal(text: str) -> str:
-    return "\n".join(line for line in text.split("\n") if not _SEAL.fullmatch(line))
 
 
 def test_compaction_example_runs_and_prints_what_it_says(
@@ -69,10 +60,8 @@ def test_compaction_example_runs_and_prints_what_it_says(
     monkeypatch.chdir(REPO)  # the example names examples/tau_airline.toml
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
-    assert COMPACTED_EXAMPLE in _any_seal(out)
-    # The README quotes the same text (the seal line aside, which it may show with any hex).
-    quoted = _blocks(section, "text")[0]
-    assert _no_seal(_any_seal(quoted.strip())) == _no_seal(COMPACTED_EXAMPLE)
+    assert COMPACTED_EXAMPLE in out
+    assert _blocks(section, "text")[0].strip() == COMPACTED_EXAMPLE  # the README quotes it
 
 
 def test_compaction_side_by_side_table_is_what_the_command_prints(
