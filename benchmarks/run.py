@@ -43,8 +43,8 @@ import structlog
 import wrapt
 
 from guardrail import Guard, Id, Ledger
+from guardrail._harvest import Found
 from guardrail.compaction import compact
-from guardrail.harvest import Found
 from guardrail.ledger import Source
 
 HERE = Path(__file__).resolve().parent

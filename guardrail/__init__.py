@@ -1,6 +1,8 @@
 """guardrail: keep LLM agents from acting on identifiers they never really saw."""
 
-from guardrail.check import Finding, Verdict
+from guardrail._guard import Guard, SessionScope
+from guardrail._spec import Id, ToolSpec
+from guardrail._verdict import Finding, Rejection, Verdict
 from guardrail.compaction import CompactionReport, CompactionResult, compact
 from guardrail.errors import (
     GuardrailError,
@@ -12,12 +14,9 @@ from guardrail.errors import (
     TraceFileError,
     TranscriptError,
 )
-from guardrail.guard import Guard, SessionScope
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger, Source, Tombstone
-from guardrail.spec import Id, ToolSpec
 from guardrail.stores import MemoryStore, SQLiteStore, Store
-from guardrail.tool import Rejection
 
 __version__ = "0.1.0.dev0"
 

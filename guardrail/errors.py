@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from guardrail.check import Verdict
+    from guardrail._verdict import Finding, Verdict
 
 
 class GuardrailError(Exception):
@@ -64,9 +64,9 @@ class IdentifierViolation(GuardrailError):
         self.verdict = verdict
 
     @property
-    def findings(self) -> tuple[object, ...]:
+    def findings(self) -> tuple[Finding, ...]:
         """The findings of the refused call, most specific first."""
-        return tuple(self.verdict.findings)
+        return self.verdict.findings
 
 
 class RepromptLimitExceeded(IdentifierViolation):

@@ -23,11 +23,11 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from guardrail._harvest import Batch, Found, batches_of
+from guardrail._index import KeyIndex
+from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
-from guardrail.harvest import Batch, Found, batches_of
-from guardrail.index import KeyIndex
 from guardrail.kinds import Kind
-from guardrail.text import has_token
 
 if TYPE_CHECKING:
     from guardrail._saved import SavedLedger
@@ -357,7 +357,7 @@ class Ledger:
         limit: int | None = None,
         tool: str | None = None,
     ) -> Admitted:
-        """:meth:`admit` for ids in :class:`~guardrail.harvest.Batch` columns, in order.
+        """:meth:`admit` for ids in :class:`~guardrail._harvest.Batch` columns, in order.
 
         The bulk path from a tool result: a result of tens of thousands of ids
         is admitted without building a ``Found`` or calling a helper per id.

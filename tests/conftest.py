@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from guardrail import Guard, Ledger
-from guardrail.testing import SideBySide, side_by_side
+from guardrail.replay import SideBySide, side_by_side
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus"

@@ -13,9 +13,9 @@ import pytest
 import structlog
 
 from guardrail import Guard
-from guardrail.block import BLOCK_HEADER, ledger_block
+from guardrail.compaction._block import BLOCK_HEADER, ledger_block
 from guardrail.errors import GuardrailUsageError
-from guardrail.testing.agents import (
+from guardrail.replay._agents import (
     Intent,
     anthropic_agent,
     anthropic_messages,
@@ -308,7 +308,7 @@ def test_adapters_import_their_sdk_only_when_they_build_a_client(
 
 def test_load_agent_by_module_and_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """module:callable loads; a module in the current directory is found too."""
-    assert load_agent("guardrail.testing.agents:reference_agent") is reference_agent
+    assert load_agent("guardrail.replay:reference_agent") is reference_agent
     (tmp_path / "my_agent_for_test.py").write_text(
         "class Box:\n    @staticmethod\n    def agent(messages, tools):\n        return None\n",
         encoding="utf-8",
@@ -325,8 +325,8 @@ def test_load_agent_by_module_and_name(tmp_path: Path, monkeypatch: pytest.Monke
     [
         ("no_colon", "module:callable"),
         ("no_such_module_xyz:agent", "cannot import"),
-        ("guardrail.testing.agents:nothing_here", "has no 'nothing_here'"),
-        ("guardrail.testing.agents:BLOCK_HEADER", "not callable"),
+        ("guardrail.replay:nothing_here", "has no 'nothing_here'"),
+        ("guardrail.replay._agents:BLOCK_HEADER", "not callable"),
     ],
 )
 def test_load_agent_errors_say_what_to_give(spec: str, message: str) -> None:

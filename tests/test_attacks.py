@@ -27,15 +27,15 @@ from guardrail import (
     Rejection,
     SQLiteStore,
     Verdict,
+    _nearmiss,
     compact,
-    nearmiss,
 )
-from guardrail.audit import SilentLogger
-from guardrail.block import BLOCK_HEADER
-from guardrail.guard import Mode
-from guardrail.messages import SHAPES, Shape, default_role, text_message
-from guardrail.stores.memory import MemoryStore
-from guardrail.summarise import SUMMARY_HEADER
+from guardrail._audit import SilentLogger
+from guardrail._guard import Mode
+from guardrail.compaction._block import BLOCK_HEADER
+from guardrail.compaction._messages import SHAPES, Shape, default_role, text_message
+from guardrail.compaction._summarize import SUMMARY_HEADER
+from guardrail.stores import MemoryStore
 
 from .conftest import ORDERS, shop_guard
 
@@ -292,13 +292,13 @@ def test_a_32k_character_id_is_refused_without_any_near_miss_search(
 ) -> None:
     """An id far longer than any ledger key is unknown at once: no variant is ever built."""
     searched: list[str] = []
-    real = nearmiss._first_variant
+    real = _nearmiss._first_variant
 
     def counting(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
         searched.append(key)
         return real(key, letters, keys)
 
-    monkeypatch.setattr(nearmiss, "_first_variant", counting)
+    monkeypatch.setattr(_nearmiss, "_first_variant", counting)
     guard = shop_guard()
     refund, ran = _refund_tool(guard)
     with guard.session("s"):

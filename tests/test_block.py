@@ -7,8 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail.audit import SilentLogger
-from guardrail.block import (
+from guardrail._audit import SilentLogger
+from guardrail._harvest import Found
+from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
     parse_block,
@@ -18,7 +19,6 @@ from guardrail.block import (
     unseal,
 )
 from guardrail.errors import GuardrailUsageError
-from guardrail.harvest import Found
 from guardrail.ledger import Source
 
 KINDS = ("order", "hotel", "note")

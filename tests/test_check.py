@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
+from guardrail._nearmiss import MARGIN
 from guardrail.ledger import USER_TEXTS_KEPT
-from guardrail.nearmiss import MARGIN
 
 from .conftest import ORDERS, shop_guard
 

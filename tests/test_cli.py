@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from guardrail.cli import USAGE_ERROR, main
+from guardrail.cli._main import USAGE_ERROR, main
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
@@ -45,7 +45,7 @@ def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> P
     return path
 
 
-REFERENCE_AGENT = "guardrail.testing.agents:reference_agent"
+REFERENCE_AGENT = "guardrail.replay:reference_agent"
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +264,7 @@ def test_agent_option_runs_the_agent_and_prints_the_diff(
     [
         ("nonsense", "module:callable"),
         ("no_such_module_for_guardrail:agent", "cannot import"),
-        ("guardrail.testing.agents:missing", "has no 'missing'"),
+        ("guardrail.replay:missing", "has no 'missing'"),
     ],
 )
 def test_an_agent_that_cannot_be_loaded_is_an_error_of_use(

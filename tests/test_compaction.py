@@ -15,15 +15,21 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailError, GuardrailUsageError, Ledger, TranscriptError
-from guardrail.audit import SilentLogger
-from guardrail.block import BLOCK_HEADER, ledger_block, parse_block, render_block, restore
+from guardrail._audit import SilentLogger
+from guardrail._harvest import Found
 from guardrail.compaction import compact, extractive_summary, model_summariser
-from guardrail.harvest import Found
+from guardrail.compaction._block import (
+    BLOCK_HEADER,
+    ledger_block,
+    parse_block,
+    render_block,
+    restore,
+)
+from guardrail.compaction._masking import Masker
+from guardrail.compaction._messages import MAX_DEPTH, Shape, read, strings
+from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger import Source
-from guardrail.masking import Masker
-from guardrail.messages import MAX_DEPTH, Shape, read, strings
-from guardrail.summarise import SUMMARY_HEADER
-from guardrail.testing import SideBySide
+from guardrail.replay import SideBySide
 
 from .conftest import AIRLINE_MANIFEST, corpus_conversations
 from .test_messages import JSON, deep, shaped_lists

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard
+from guardrail._harvest import Found
 from guardrail.errors import GuardrailUsageError
-from guardrail.harvest import Found
 from guardrail.ledger import Ledger, Source
-from guardrail.testing.corruption import (
+from guardrail.replay._corruption import (
     ALL_CLASSES,
     CLASSES,
     SAME_KIND,

@@ -8,9 +8,9 @@ from typing import Any
 from rich.console import Console
 
 from guardrail import Ledger
+from guardrail.cli._demo import LOSSY_SEED, lossy_summariser, run_demo
 from guardrail.compaction import BLOCK_HEADER
-from guardrail.demo import LOSSY_SEED, lossy_summariser, run_demo
-from guardrail.testing import LossySummariser
+from guardrail.replay import LossySummariser
 
 RIGHT, WRONG = "ord_8F3kQ2xM", "ord_8F3kQ2xN"  # Dana's blender order; Lee's stand mixer order
 

@@ -28,7 +28,7 @@ from guardrail import (
     Source,
     StoreError,
 )
-from guardrail.harvest import Found
+from guardrail._harvest import Found
 
 from .conftest import ORDERS, shop_guard
 

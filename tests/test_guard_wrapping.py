@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, Ledger, Rejection
-from guardrail.check import check_arguments
+from guardrail._check import check_arguments
+from guardrail._spec import ProducerDecl
 from guardrail.errors import GuardrailUsageError
-from guardrail.spec import ProducerDecl
 
 from .conftest import ORDERS, shop_guard
 

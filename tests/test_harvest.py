@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import Guard, Id, Rejection
-from guardrail.harvest import MAX_ID_LENGTH, failed, harvest, recordable_batches
+from guardrail._harvest import MAX_ID_LENGTH, failed, harvest, recordable_batches
 
 from .conftest import ORDERS, shop_guard
 

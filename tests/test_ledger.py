@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Kind, Ledger, Source
-from guardrail.harvest import Found
+from guardrail._harvest import Found
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 
 SRC = Source("get_order", "call_1", "order_id", 0)

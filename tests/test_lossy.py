@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail.audit import SilentLogger
+from guardrail._audit import SilentLogger
 from guardrail.compaction import BLOCK_HEADER, compact
-from guardrail.messages import strings
-from guardrail.testing import (
+from guardrail.compaction._messages import strings
+from guardrail.replay import (
     FATES,
     LossySummariser,
     plain_compact,
@@ -22,7 +22,7 @@ from guardrail.testing import (
     strategies,
     trace_from_messages,
 )
-from guardrail.testing.lossy import PLAIN_HEADER
+from guardrail.replay._lossy import PLAIN_HEADER
 
 from .conftest import AIRLINE_MANIFEST, need_corpus
 

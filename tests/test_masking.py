@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail.block import BlockLine
-from guardrail.harvest import Found
+from guardrail._harvest import Found
+from guardrail.compaction._block import BlockLine
+from guardrail.compaction._masking import Masker, lint
 from guardrail.ledger import Source
-from guardrail.masking import Masker, lint
 
 SOURCE = Source("t", None, "x", 0)
 

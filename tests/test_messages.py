@@ -13,10 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
-from guardrail.audit import SilentLogger
-from guardrail.block import BLOCK_HEADER
-from guardrail.errors import TranscriptError
-from guardrail.messages import (
+from guardrail._audit import SilentLogger
+from guardrail.compaction._block import BLOCK_HEADER
+from guardrail.compaction._messages import (
     MAX_DEPTH,
     SHAPES,
     Shape,
@@ -30,6 +29,7 @@ from guardrail.messages import (
     text_message,
     write,
 )
+from guardrail.errors import TranscriptError
 
 from .conftest import corpus_conversations
 

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from guardrail import Guard, Ledger, Source
-from guardrail.harvest import Found
+from guardrail._harvest import Found
 from guardrail.kinds import NormalizeSpec, compile_normalizer
 
 from .conftest import shop_guard

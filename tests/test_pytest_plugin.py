@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from guardrail.errors import GuardrailUsageError
-from guardrail.testing.pytest_plugin import expand
+from guardrail.testing._plugin import expand
 
 from .conftest import call, result, user
 

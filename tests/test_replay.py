@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger, Rejection
 from guardrail.errors import GuardrailUsageError, ManifestError
-from guardrail.testing import (
+from guardrail.replay import (
     CLASSES,
     ReplayReport,
     Trace,
@@ -639,8 +639,8 @@ def test_the_agent_is_asked_on_each_context_with_the_tools() -> None:
 
 def test_the_reference_agent_diff_is_empty_with_the_ledger_and_not_without() -> None:
     """Copying by role from the ledger block keeps every id; a mutating summary changes them."""
-    from guardrail.testing import LossySummariser, strategies
-    from guardrail.testing.agents import reference_agent
+    from guardrail.replay import LossySummariser, strategies
+    from guardrail.replay._agents import reference_agent
 
     guard = Guard.from_manifest(SHOP)
     lossy = LossySummariser(seed=3, drop=0, generalise=0, truncate=0, mutate=1.0, kinds=guard.kinds)

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from guardrail import Guard, GuardrailUsageError, Id
-from guardrail.spec import annotation_ids, param_specs, producers, signature_ids
+from guardrail._spec import annotation_ids, param_specs, producers, signature_ids
 
 from .conftest import shop_guard
 

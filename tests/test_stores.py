@@ -24,7 +24,7 @@ from guardrail import (
     StoreError,
     compact,
 )
-from guardrail.harvest import Found
+from guardrail._harvest import Found
 
 from .conftest import ORDERS, call, result, shop_guard, user
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail.text import has_token, shorten
+from guardrail._text import has_token, shorten
 
 
 def test_short_values_are_shown_whole() -> None:

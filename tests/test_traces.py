@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail.errors import GuardrailUsageError, TraceFileError
-from guardrail.testing.traces import (
+from guardrail.replay._traces import (
     Trace,
     load_trace_file,
     load_traces,

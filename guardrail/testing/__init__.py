@@ -1,73 +1,31 @@
-"""Testing the guard on recorded conversations: traces, corruptions, replay and its report,
-a lossy summariser with the plain-summary baseline for compaction, and agents for the
-decisive test (the reference agent and adapters for model clients)."""
+"""What a test suite imports: the ``guardrail_replay`` pytest fixture and its helpers.
 
-from guardrail.testing.agents import (
-    Intent,
-    anthropic_agent,
-    openai_agent,
-    reference_agent,
-    tool_definitions,
-)
-from guardrail.testing.corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
-from guardrail.testing.lossy import (
-    FATES,
-    LossySummariser,
-    SideBySide,
-    plain_compact,
-    side_by_side,
-    strategies,
-)
-from guardrail.testing.replay import Compaction, replay
-from guardrail.testing.report import (
-    AgentDiff,
-    Availability,
-    ClassStats,
-    Example,
-    ReplayReport,
-    Stats,
-)
-from guardrail.testing.traces import (
-    Malformed,
-    Message,
-    ToolCall,
-    Trace,
-    TraceFile,
-    load_trace_file,
-    load_traces,
-    trace_from_messages,
-)
+The fixture comes with the ``pytest11`` entry point (:mod:`guardrail.testing._plugin`);
+:func:`strategies` gives the two compactions a replay compares. The
+evaluation harness itself lives in :mod:`guardrail.replay`; its names are
+still importable from here for one release, with a deprecation warning.
+"""
 
-__all__ = [
-    "ALL_CLASSES",
-    "CLASSES",
-    "FATES",
-    "SAME_KIND",
-    "AgentDiff",
-    "Availability",
-    "ClassStats",
-    "Compaction",
-    "Example",
-    "Intent",
-    "LossySummariser",
-    "Malformed",
-    "Message",
-    "ReplayReport",
-    "SideBySide",
-    "Stats",
-    "ToolCall",
-    "Trace",
-    "TraceFile",
-    "anthropic_agent",
-    "corrupt",
-    "load_trace_file",
-    "load_traces",
-    "openai_agent",
-    "plain_compact",
-    "reference_agent",
-    "replay",
-    "side_by_side",
-    "strategies",
-    "tool_definitions",
-    "trace_from_messages",
-]
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from guardrail.replay import strategies
+from guardrail.testing._plugin import GuardrailReplay
+
+__all__ = ["GuardrailReplay", "strategies"]
+
+
+def __getattr__(name: str) -> Any:
+    import guardrail.replay as replay
+
+    if name in replay.__all__:
+        warnings.warn(
+            f"guardrail.testing.{name} moved to guardrail.replay.{name}; import it from there "
+            "(the old name goes in the next release)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(replay, name)
+    raise AttributeError(f"module 'guardrail.testing' has no attribute {name!r}")

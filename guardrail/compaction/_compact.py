@@ -7,7 +7,7 @@ summarise as its ``[role]``, summarise, lint the summary, and rebuild: the
 system messages, one message holding the ledger block and the summary, then
 the recent turns, all in the shape the messages came in.
 
-The block is sealed with the ledger's key (see :mod:`guardrail.block`). An
+The block is sealed with the ledger's key (see :mod:`guardrail.compaction._block`). An
 earlier compacted message is recognised only where compaction puts it (first
 after the system messages, in the role it writes, with no tool traffic), and
 its ids are trusted only when its seal verifies; an unsealed one gives
@@ -25,23 +25,20 @@ from dataclasses import asdict, dataclass, field
 from itertools import repeat
 from typing import Any, NamedTuple
 
-from guardrail.audit import Audit
-from guardrail.block import (
+from guardrail._audit import Audit
+from guardrail._guard import Guard, SessionScope
+from guardrail._harvest import Batch, harvest_batches
+from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
-    ledger_block,
     parse_block,
     render_block,
     restore,
     seal,
     unseal,
 )
-from guardrail.errors import GuardrailUsageError
-from guardrail.guard import Guard, SessionScope
-from guardrail.harvest import Batch, harvest_batches
-from guardrail.ledger import Ledger
-from guardrail.masking import LintIssue, Masker, lint
-from guardrail.messages import (
+from guardrail.compaction._masking import LintIssue, Masker, lint
+from guardrail.compaction._messages import (
     Message,
     Repair,
     Shape,
@@ -55,28 +52,14 @@ from guardrail.messages import (
     text_message,
     write,
 )
-from guardrail.summarise import (
+from guardrail.compaction._summarize import (
     DEFAULT_SUMMARY_CHARS,
     SUMMARY_HEADER,
     Summariser,
     extractive_summary,
-    model_summariser,
 )
-
-__all__ = [
-    "BLOCK_HEADER",
-    "DEFAULT_KEEP_RECENT",
-    "SUMMARY_HEADER",
-    "CompactionReport",
-    "CompactionResult",
-    "LintIssue",
-    "Summariser",
-    "choose_cut",
-    "compact",
-    "extractive_summary",
-    "ledger_block",
-    "model_summariser",
-]
+from guardrail.errors import GuardrailUsageError
+from guardrail.ledger import Ledger
 
 DEFAULT_KEEP_RECENT = 2
 

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardrail._guard import Guard
+from guardrail._harvest import harvest
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,
@@ -30,14 +32,12 @@ from guardrail.compaction import (
     choose_cut,
     compact,
 )
+from guardrail.compaction._messages import Shape, default_role, read, strings, text_message, write
+from guardrail.compaction._summarize import extractive_summary
 from guardrail.errors import GuardrailUsageError
-from guardrail.guard import Guard
-from guardrail.harvest import harvest
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.messages import Shape, default_role, read, strings, text_message, write
-from guardrail.summarise import extractive_summary
-from guardrail.testing.arguments import has_token
+from guardrail.replay._arguments import has_token
 
 FATES = ("drop", "generalise", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
@@ -204,7 +204,7 @@ def strategies(
 ) -> dict[str, Callable[[list[dict[str, Any]], Ledger], list[Any]]]:
     """Both compactions as ``(messages, ledger) -> messages``, for ``replay(compaction=...)``.
 
-    ``"guardrail"`` is :func:`~guardrail.compaction.compact` on the ledger
+    ``"guardrail"`` is :func:`~guardrail.compaction._compact.compact` on the ledger
     given (a copy of the replay's ledger as it stands, which already holds
     every result before the call, so nothing is recorded twice) with
     ``guard``'s specs, its audit events silenced as replay silences its

@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
+from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES, Step, maybe_json
+from guardrail._spec import ParamSpec, ToolSpec
 from guardrail.kinds import Kind, id_text
-from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES, Step, maybe_json
-from guardrail.spec import ParamSpec, ToolSpec
 
 RENAME: Final = "rename"  # a location step: an identifier used as a key of an object
 

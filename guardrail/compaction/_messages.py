@@ -44,9 +44,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guardrail.check import parse_arguments
+from guardrail._check import parse_arguments
+from guardrail._reprompt import REFUSED_ERROR, is_refusal
 from guardrail.errors import TranscriptError
-from guardrail.reprompt import is_refusal
 
 Shape = Literal["openai_chat", "openai_responses", "anthropic"]
 SHAPES: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic")
@@ -55,10 +55,9 @@ _CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assis
 _MISSING_RESULT = "guardrail: no result was recorded for this call"
 #: The first line of the message a compaction writes (the ledger block's header).
 COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
-#: The last line of a sealed ledger block (see guardrail.block), for recognising its form.
+#: The last line of a sealed ledger block (see ``_block``), for recognising its form.
 _SEAL_LINE = re.compile(r"^\(seal [0-9a-f]{32}\)$", re.MULTILINE)
 #: The ``error`` of ``Rejection.to_dict()``: a refusal sent back as a JSON tool result.
-REFUSED_ERROR = "identifier_refused"
 #: How deep content is walked before it is called absurd, when walking it has failed.
 MAX_DEPTH = 200
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from guardrail.text import shorten
+from guardrail._text import shorten
 
 if TYPE_CHECKING:
-    from guardrail.check import Finding
+    from guardrail._verdict import Finding
+
+#: The ``error`` field of a refusal written as JSON (``Rejection.to_dict()``).
+REFUSED_ERROR = "identifier_refused"
 
 #: How every refusal's text begins, so a refusal sent back as a tool result is known as one.
 REFUSAL_PREFIX = "guardrail refused the call to "

@@ -20,13 +20,13 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
-from guardrail.guard import Guard
-from guardrail.testing.agents import Agent, load_agent
-from guardrail.testing.corruption import ALL_CLASSES
-from guardrail.testing.lossy import LossySummariser, strategies
-from guardrail.testing.replay import Compaction, replay
-from guardrail.testing.traces import TraceFile, load_trace_file
+from guardrail.replay._agents import Agent, load_agent
+from guardrail.replay._corruption import ALL_CLASSES
+from guardrail.replay._lossy import LossySummariser, strategies
+from guardrail.replay._replay import Compaction, replay
+from guardrail.replay._traces import TraceFile, load_trace_file
 
 #: The exit code of an error of use (argparse uses it for bad options too).
 USAGE_ERROR = 2
@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="MODULE:CALLABLE",
         help="an agent (messages, tools) -> {name, arguments} | None, asked for its call on "
         "the uncompacted and each compacted context; the report diffs their identifier "
-        "arguments (e.g. guardrail.testing.agents:reference_agent); implies --compact",
+        "arguments (e.g. guardrail.replay:reference_agent); implies --compact",
     )
     rep.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
@@ -233,7 +233,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from guardrail.demo import run_demo
+    from guardrail.cli._demo import run_demo
 
     run_demo(Console(width=args.width, highlight=False))
     return 0

@@ -5,8 +5,8 @@ of a compatible kind, or an unverified one passed to a ``read`` tool.
 Otherwise it gets one finding, exact matches first (``example``,
 ``unverified``, ``evicted``, ``wrong_kind``), then ``truncated``, then
 ``mutated``, then ``unknown``. The allowed path is a few dictionary
-look-ups; the near-miss search (:mod:`guardrail.nearmiss`) runs only for a
-value that is refused, and :mod:`guardrail.reprompt` words the refusal.
+look-ups; the near-miss search (:mod:`guardrail._nearmiss`) runs only for a
+value that is refused, and :mod:`guardrail._reprompt` words the refusal.
 """
 
 from __future__ import annotations
@@ -14,118 +14,17 @@ from __future__ import annotations
 import json
 import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, Literal, get_args
+from dataclasses import dataclass
+from typing import Any, Final
 
+from guardrail._nearmiss import near_miss, within_reach
+from guardrail._reprompt import dropped_detail, refusal_head, reprompt
+from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._verdict import Finding, Problem, TypedId, Verdict
 from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry, Ledger
-from guardrail.nearmiss import near_miss, within_reach
-from guardrail.reprompt import dropped_detail, refusal_head, reprompt
-from guardrail.spec import ParamSpec, ToolSpec
-from guardrail.text import shorten
-
-Problem = Literal[
-    "mutated",
-    "truncated",
-    "example",
-    "wrong_kind",
-    "unverified",
-    "evicted",
-    "unknown",
-    "malformed",
-    "undeclared",
-]
-PROBLEMS: Final[tuple[str, ...]] = get_args(Problem)
 
 _ELLIPSES: Final = ("…", "...", "..")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """Why one identifier argument was not allowed.
-
-    ``nearest_role`` names the ledger entry the value is closest to, where
-    there is one; ``enforced`` is false for advisory kinds, whose findings
-    are logged but do not refuse the call.
-    """
-
-    problem: Problem
-    tool: str
-    param: str
-    value: str
-    kind: str
-    nearest_role: str | None = None
-    detail: str = ""
-    enforced: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        """Flat, JSON-safe fields; the value cut short (:func:`~guardrail.text.shorten`).
-
-        A rejection sends this to the model: a megabyte argument must not come
-        back whole.
-        """
-        return {
-            "problem": self.problem,
-            "tool": self.tool,
-            "param": self.param,
-            "value": shorten(self.value),
-            "kind": self.kind,
-            "nearest_role": self.nearest_role,
-            "detail": self.detail,
-            "enforced": self.enforced,
-        }
-
-
-@dataclass(frozen=True, init=False)
-class Verdict:
-    """The outcome of checking one call: allowed, or refused with findings and a message.
-
-    ``message`` is what a model is re-prompted with; it is empty for an
-    allowed call. ``used`` and ``typed`` feed the bookkeeping after a
-    successful call (a ``read`` declared ``verifies="on_success"`` verifies
-    the user-typed ids it took).
-
-    ``arguments`` are the arguments to run the tool with. The check
-    compares normalised forms, but the tool must receive the value the
-    ledger holds (``#W2378156`` where the model wrote ``W2378156``): for an
-    allowed call, a new mapping in which every identifier string argument
-    is its ledger entry's value, or the mapping checked itself when every
-    value already was. The mapping given is never changed. None when the
-    arguments could not be read as a mapping.
-    """
-
-    tool: str
-    allowed: bool
-    findings: tuple[Finding, ...] = ()
-    message: str = ""
-    used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
-    typed: tuple[tuple[str, str, str], ...] = field(default=(), repr=False, compare=False)
-    arguments: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
-
-    def __init__(
-        self,
-        tool: str,
-        allowed: bool,
-        findings: tuple[Finding, ...] = (),
-        message: str = "",
-        used: tuple[Entry, ...] = (),
-        typed: tuple[tuple[str, str, str], ...] = (),
-        arguments: Mapping[str, Any] | None = None,
-    ) -> None:
-        # One update of the instance dict: the generated frozen __init__ sets each field
-        # through object.__setattr__, which cost more than the rest of an allowed check.
-        self.__dict__.update(
-            tool=tool,
-            allowed=allowed,
-            findings=findings,
-            message=message,
-            used=used,
-            typed=typed,
-            arguments=arguments,
-        )
-
-    def __bool__(self) -> bool:
-        return self.allowed
 
 
 # -- the compiled plan for one tool ---------------------------------------------------------
@@ -316,7 +215,7 @@ def check_arguments(
     by_kind = ledger.by_kind
     read = plan.read
     used: list[Entry] = []
-    typed: list[tuple[str, str, str]] = []
+    typed: list[TypedId] = []
     findings: list[Finding] = []
     # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
     spellings: dict[int, dict[str, str]] = {}
@@ -431,7 +330,7 @@ def _classify(
     value: Any,
     text: str | None,
     ledger: Ledger,
-) -> tuple[Finding | None, tuple[str, str, str] | None]:
+) -> tuple[Finding | None, TypedId | None]:
     """The finding for one value that was not allowed outright (or a user-typed id)."""
     tool = plan.spec.name
     first = param.kinds[0]
@@ -472,7 +371,7 @@ def _classify(
             if not typed:
                 continue
             if plan.read:
-                return None, (kind.name, text, key)
+                return None, TypedId(kind.name, text, key)
             return finding("unverified", kind, None, "typed by the user, never looked up"), None
     for kind, key in keys:
         dropped = ledger.dropped(kind.name, key)

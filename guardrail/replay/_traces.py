@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from guardrail.check import parse_arguments
+from guardrail._check import parse_arguments
+from guardrail.compaction._messages import content_text, refused
 from guardrail.errors import TraceFileError
-from guardrail.messages import content_text, refused
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from guardrail.text import shorten
+from guardrail._text import shorten
 
 if TYPE_CHECKING:
-    from guardrail.check import Finding, Verdict
+    from guardrail._verdict import Finding, Verdict
     from guardrail.compaction import CompactionReport
     from guardrail.ledger import Dropped, Entry
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
 from typing import Literal
 
-from guardrail.block import BlockLine
+from guardrail._nearmiss import near_miss
+from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
-from guardrail.nearmiss import near_miss
 
 _TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
 _TOKENS = re.compile(f"({_TOKEN.pattern})")  # split: tokens at odd indices

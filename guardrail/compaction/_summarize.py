@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from guardrail.compaction._messages import Call, Message, read
 from guardrail.errors import GuardrailUsageError
-from guardrail.messages import Call, Message, read
 
 SUMMARY_HEADER = (
     "SUMMARY OF EARLIER TURNS (identifiers appear as [role]; copy their values from the ID LEDGER)"

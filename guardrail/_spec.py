@@ -4,7 +4,7 @@ Three ways to declare, all ending in the same :class:`ToolSpec`:
 ``Annotated[str, Id("order")]`` in a signature or on the fields of a
 pydantic model, dataclass or TypedDict a tool returns; keyword arguments of
 the decorator (``ids=``, ``produces=``, ``mints=``); and a manifest (see
-:mod:`guardrail.manifest`). Everything is validated and compiled here, once.
+:mod:`guardrail._manifest`). Everything is validated and compiled here, once.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
 
+from guardrail._paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 from guardrail.errors import GuardrailUsageError
-from guardrail.paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 
 Effect = Literal["read", "write"]
 EFFECTS: tuple[str, ...] = ("read", "write")

@@ -17,63 +17,17 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail.check import Respellings, Verdict, allowed_entries
+from guardrail._check import Respellings, allowed_entries
+from guardrail._harvest import OPAQUE_TYPES, opaque
+from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._verdict import Rejection, Verdict
 from guardrail.errors import GuardrailUsageError
-from guardrail.harvest import OPAQUE_TYPES, opaque
 from guardrail.ledger import Entry, Ledger
-from guardrail.messages import REFUSED_ERROR, Shape, result_message
-from guardrail.spec import ParamSpec, ToolSpec
 
 if TYPE_CHECKING:
-    from guardrail.guard import Guard
+    from guardrail._guard import Guard
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Rejection:
-    """What a tool guarded in ``reprompt`` mode returns instead of running.
-
-    ``str(rejection)`` is the message for the model; a runtime sends it back
-    as the tool result, best as :meth:`result_message` builds it (marked as a
-    failure in every shape). ``verdict`` has the findings.
-    """
-
-    __slots__ = ("verdict",)
-
-    def __init__(self, verdict: Verdict) -> None:
-        self.verdict = verdict
-
-    @property
-    def message(self) -> str:
-        """The re-prompt text."""
-        return self.verdict.message
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe tool result: the message and the findings."""
-        return {
-            "error": REFUSED_ERROR,
-            "message": self.verdict.message,
-            "findings": [finding.to_dict() for finding in self.verdict.findings],
-        }
-
-    def result_message(self, shape: Shape, call_id: str) -> dict[str, Any]:
-        """The tool result answering ``call_id`` in ``shape``, marked as a failure.
-
-        Anthropic's ``is_error``, Responses' ``status: "incomplete"``; chat
-        completions has no such field, and its text says it. Read back (by
-        compaction or a replay), it is a failure: nothing in it is harvested.
-        """
-        return result_message(shape, call_id, self.verdict.message, error=True)
-
-    def __str__(self) -> str:
-        return self.verdict.message
-
-    def __repr__(self) -> str:
-        problems = ", ".join(f.problem for f in self.verdict.findings)
-        return f"<Rejection {self.verdict.tool}: {problems}>"
-
-    def __bool__(self) -> bool:
-        return False
 
 
 class GuardedTool:

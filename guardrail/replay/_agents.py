@@ -36,15 +36,15 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from guardrail.block import BLOCK_HEADER, parse_block
-from guardrail.check import parse_arguments
+from guardrail._check import parse_arguments
+from guardrail._guard import Guard
+from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
+from guardrail._spec import ToolSpec
+from guardrail.compaction._block import BLOCK_HEADER, parse_block
+from guardrail.compaction._messages import content_text, strings
 from guardrail.errors import GuardrailUsageError
-from guardrail.guard import Guard
 from guardrail.ledger import Ledger
-from guardrail.messages import content_text, strings
-from guardrail.paths import EACH, INDEX, KEY, KEYS, VALUES
-from guardrail.spec import ToolSpec
-from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
+from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
 
 #: ``(messages, tools) -> {"name", "arguments"} | None`` (optionally with ``intent=``).
 Agent: TypeAlias = Callable[..., Any]
@@ -223,7 +223,7 @@ def reference_agent(
     run. Every identifier value it uses it takes from ``messages``:
 
     1. the value of the role in the ID LEDGER block, when the context has one
-       naming that role (read with :func:`guardrail.block.parse_block`);
+       naming that role (read with :func:`guardrail.compaction._block.parse_block`);
     2. else the recorded value where the context has it verbatim, as a whole
        token;
     3. else the closest look-alike the context has (one character changed,
@@ -519,7 +519,7 @@ def load_agent(spec: str) -> Agent:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise GuardrailUsageError(
-            f"--agent takes module:callable (e.g. guardrail.testing.agents:reference_agent), "
+            f"--agent takes module:callable (e.g. guardrail.replay:reference_agent), "
             f"not {spec!r}"
         )
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -8,8 +8,8 @@ suite the ``guardrail_replay`` fixture::
         report.assert_no_false_refusals()
         report.assert_detection(at_least=0.99)
 
-The fixture takes what :func:`guardrail.testing.replay` takes (paths may be
-glob patterns) and returns its :class:`~guardrail.testing.ReplayReport`.
+The fixture takes what :func:`guardrail.replay._replay` takes (paths may be
+glob patterns) and returns its :class:`~guardrail.replay.ReplayReport`.
 When the test fails, the report's tables are shown with the failure.
 """
 
@@ -25,9 +25,9 @@ import pytest
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
-    from guardrail.guard import Guard
-    from guardrail.testing.replay import TraceSource
-    from guardrail.testing.report import ReplayReport
+    from guardrail._guard import Guard
+    from guardrail.replay._replay import TraceSource
+    from guardrail.replay._report import ReplayReport
 
 _PATTERN_CHARS = frozenset("*?[")
 
@@ -64,7 +64,7 @@ def expand(traces: Any) -> list[Any]:
 @pytest.fixture
 def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
     """Replay recorded traces through a guard or manifest and return the report."""
-    from guardrail.testing.replay import replay
+    from guardrail.replay._replay import replay
 
     runs = 0
 

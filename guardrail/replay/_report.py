@@ -23,8 +23,8 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from guardrail.testing.corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
-from guardrail.testing.traces import Malformed
+from guardrail.replay._corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
+from guardrail.replay._traces import Malformed
 
 #: Why a refused call that succeeded in the recording was refused.
 GENUINE: Final = "genuine"
@@ -441,7 +441,7 @@ def _n(number: int) -> str:
 
 @dataclass
 class ReplayReport:
-    """The result of :func:`guardrail.testing.replay`: per trace file, in total, and settings.
+    """The result of :func:`guardrail.replay._replay`: per trace file, in total, and settings.
 
     ``to_dict()`` is the machine form; ``to_text()`` (and printing with
     rich) the readable tables. ``assert_no_false_refusals`` and

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field, replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
+from guardrail._paths import EACH, Path
+from guardrail._reprompt import is_refusal
+from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
-from guardrail.paths import EACH, Path
-from guardrail.reprompt import is_refusal
-from guardrail.spec import Producer, ToolSpec, type_producers
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
 MAX_ID_LENGTH = 2048
@@ -122,10 +122,10 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
 def failed(result: Any) -> bool:
     """Whether a result that came back as a success is an error or a refusal, not a result.
 
-    True for a :class:`~guardrail.tool.Rejection`; a mapping (or the JSON
+    True for a :class:`~guardrail._decorator.Rejection`; a mapping (or the JSON
     text of one) whose top-level ``"error"`` is truthy or whose
     ``"is_error"`` or ``"isError"`` is ``true``; and a refusal's text
-    (:func:`guardrail.reprompt.is_refusal`). Nothing is learned from such a
+    (:func:`guardrail._reprompt.is_refusal`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
     value, text = _decode(result, Harvest())
@@ -158,7 +158,7 @@ _REJECTION: list[type] = []
 def _rejection_type() -> type:
     """The Rejection class, imported on first use (its module imports this one)."""
     if not _REJECTION:
-        from guardrail.tool import Rejection
+        from guardrail._verdict import Rejection
 
         _REJECTION.append(Rejection)
     return _REJECTION[0]

@@ -6,13 +6,13 @@ paired with calls by id; where ids repeat, a result answers the latest open
 call with its id). That measures the cost: real calls that succeeded in the
 recording but that the guard refuses. For each allowed call, variants with
 one identifier argument corrupted measure the benefit: the share refused,
-per corruption class (see :mod:`guardrail.testing.corruption`).
+per corruption class (see :mod:`guardrail.replay._corruption`).
 
 ``compaction=`` is where compaction strategies plug in: before each recorded
 call (each model turn) the conversation so far is compacted, and the
 identifier arguments of the call are looked for, verbatim, in the result.
 ``agent=`` is the decisive test: at the same points an agent (a model, or
-:func:`~guardrail.testing.agents.reference_agent`) is asked for its next
+:func:`~guardrail.replay._agents.reference_agent`) is asked for its next
 call on the uncompacted context and on each compacted one, and the
 identifier arguments of its calls are compared.
 """
@@ -27,17 +27,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from guardrail.audit import SilentLogger
-from guardrail.check import Finding, Verdict
+from guardrail._audit import SilentLogger
+from guardrail._guard import Guard
+from guardrail._harvest import harvest
+from guardrail._verdict import Finding, Verdict
+from guardrail.compaction._messages import refused, strings
 from guardrail.errors import GuardrailUsageError
-from guardrail.guard import Guard
-from guardrail.harvest import harvest
 from guardrail.ledger import Ledger
-from guardrail.messages import refused, strings
-from guardrail.testing.agents import Agent, Intent, as_call, takes_intent, tool_definitions
-from guardrail.testing.arguments import Leaf, has_token, leaves, with_value
-from guardrail.testing.corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
-from guardrail.testing.report import (
+from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
+from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
+from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
+from guardrail.replay._report import (
     ABSENT,
     EVICTED,
     GENUINE,
@@ -51,7 +51,7 @@ from guardrail.testing.report import (
     ReplayReport,
     Stats,
 )
-from guardrail.testing.traces import (
+from guardrail.replay._traces import (
     Malformed,
     Message,
     ToolCall,
@@ -523,7 +523,7 @@ def replay(
 ) -> ReplayReport:
     """Replay recorded traces through a guard and report its cost and what it catches.
 
-    ``traces``: trace file paths (JSONL or JSON, see :mod:`guardrail.testing.traces`),
+    ``traces``: trace file paths (JSONL or JSON, see :mod:`guardrail.replay._traces`),
     loaded files or traces. ``guard_or_manifest``: a :class:`~guardrail.Guard`
     (its audit events are silenced for the replay) or a manifest (path or
     mapping; a bad one raises :class:`~guardrail.errors.ManifestError` before
@@ -536,24 +536,24 @@ def replay(
 
     ``compaction`` is the seam for compaction strategies: a callable
     ``(messages, ledger) -> messages`` (or a mapping of names to them, to
-    compare strategies; :func:`~guardrail.testing.strategies` gives
+    compare strategies; :func:`~guardrail.replay.strategies` gives
     guardrail's and a plain summary's). Before each recorded call (each
     model turn), the conversation so far (OpenAI chat-completions dicts) and
     a copy of the ledger are handed to each strategy, and the identifier
     arguments of the call are looked for, verbatim, in what it returns. The
     measured ones are the ledger ids: values an earlier successful tool
     result produced that the ledger still holds; the others are counted
-    apart (see :class:`~guardrail.testing.report.Availability`). The counts
+    apart (see :class:`~guardrail.replay._report.Availability`). The counts
     land in ``report.availability``; with no compaction it stays empty.
 
     ``agent`` is a callable ``(messages, tools) -> {"name", "arguments"} |
-    None`` (see :mod:`guardrail.testing.agents`). At the same points it is
+    None`` (see :mod:`guardrail.replay._agents`). At the same points it is
     asked for its call on the uncompacted context and on each compacted
     one; ``report.total.agent`` compares the identifier arguments of its
     calls after compaction with its call on the uncompacted context, and
     ``report.total.agent_recorded`` that call with the recorded one.
     ``tools`` are the OpenAI function tools it is shown (default: derived
-    from the guard's specs by :func:`~guardrail.testing.agents.tool_definitions`).
+    from the guard's specs by :func:`~guardrail.replay._agents.tool_definitions`).
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:

@@ -3,11 +3,11 @@
 A customer asks for a refund for a damaged blender from her second order.
 The tools are in memory and guarded with ``@guard.tool``. Before the agent
 acts, the conversation is compacted. First by a plain summary through the
-seeded :class:`~guardrail.testing.LossySummariser` (the seed is chosen so
+seeded :class:`~guardrail.replay.LossySummariser` (the seed is chosen so
 that it mutates the order id, one character off, into another customer's
 order): the guard refuses the refund with a re-prompt, the agent copies the
 id from the ledger, and the refund lands on the right order. Then the same
-conversation is compacted by :func:`~guardrail.compaction.compact`, with
+conversation is compacted by :func:`~guardrail.compaction._compact.compact`, with
 the same summariser: the id is carried verbatim in the ledger block, and
 the refund is right the first time. Everything runs offline, with no model.
 
@@ -32,13 +32,13 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
+from guardrail._guard import Guard
+from guardrail._spec import Id
+from guardrail._verdict import Rejection
 from guardrail.compaction import CompactionReport, compact
-from guardrail.guard import Guard
 from guardrail.ledger import Ledger
-from guardrail.spec import Id
-from guardrail.testing.agents import ledger_values
-from guardrail.testing.lossy import LossySummariser, plain_compact
-from guardrail.tool import Rejection
+from guardrail.replay._agents import ledger_values
+from guardrail.replay._lossy import LossySummariser, plain_compact
 
 Messages = list[dict[str, Any]]
 #: ``(conversation, ledger) -> the messages the agent sees next``: the seam for compaction.
@@ -464,7 +464,7 @@ def run_demo(console: Console | None = None, *, context: ContextStep | None = No
     console.print(
         "In-memory shop tools guarded with @guard.tool: find_customer and list_orders (read), "
         "issue_refund (write). No network, no model: the agent is scripted, the summariser is "
-        f"guardrail.testing.LossySummariser(seed={LOSSY_SEED}), which drops, generalises, "
+        f"guardrail.replay.LossySummariser(seed={LOSSY_SEED}), which drops, generalises, "
         "truncates or mutates each id it sees (10% each); this seed mutates the order id."
     )
     with guard.session("demo") as ledger:

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail.harvest import Found
+from guardrail._harvest import Found
+from guardrail.compaction._messages import COMPACTED_HEADER, Repair
 from guardrail.ledger import Ledger, Source
-from guardrail.messages import COMPACTED_HEADER, Repair
 
 BLOCK_HEADER = COMPACTED_HEADER.rstrip("\n")
 _EMPTY = "(no identifiers yet)"

@@ -19,23 +19,17 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast, overload
 
-from guardrail.audit import Audit, SilentLogger
-from guardrail.check import (
+from guardrail._audit import Audit, SilentLogger
+from guardrail._check import (
     CheckPlan,
-    Verdict,
     check_arguments,
     compile_plan,
     malformed_arguments,
     parse_arguments,
     undeclared_verdict,
 )
-from guardrail.errors import (
-    GuardrailUsageError,
-    IdentifierViolation,
-    ManifestError,
-    RepromptLimitExceeded,
-)
-from guardrail.harvest import (
+from guardrail._decorator import GuardedTool, positions, wrap
+from guardrail._harvest import (
     Batch,
     Found,
     batches_of,
@@ -44,10 +38,8 @@ from guardrail.harvest import (
     unreadable_problem,
     yields_nothing,
 )
-from guardrail.kinds import Kind, NormalizeSpec
-from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
-from guardrail.manifest import read_manifest
-from guardrail.spec import (
+from guardrail._manifest import read_manifest
+from guardrail._spec import (
     EFFECTS,
     ON_SUCCESS,
     Effect,
@@ -61,8 +53,16 @@ from guardrail.spec import (
     producers,
     signature_ids,
 )
-from guardrail.stores.memory import MemoryStore, Store
-from guardrail.tool import GuardedTool, positions, wrap
+from guardrail._verdict import Verdict
+from guardrail.errors import (
+    GuardrailUsageError,
+    IdentifierViolation,
+    ManifestError,
+    RepromptLimitExceeded,
+)
+from guardrail.kinds import Kind, NormalizeSpec
+from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger, Source
+from guardrail.stores import MemoryStore, Store
 
 Mode = Literal["raise", "reprompt", "observe"]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
@@ -597,7 +597,7 @@ class Guard:
         its ``mints`` into the ledger. In ``observe`` mode the arguments are
         checked again: a call the guard would have refused records nothing.
         Neither does a failure: ``error=True``, or a result that is an error
-        in success's clothing (see :func:`guardrail.harvest.failed`: an error
+        in success's clothing (see :func:`guardrail._harvest.failed`: an error
         mapping or its JSON text, a refusal's text, a :class:`Rejection`).
         """
         ledger = ledger if ledger is not None else self._current()

@@ -1,0 +1,177 @@
+"""What a check decides: findings, verdicts, and the rejection a refused call returns.
+
+A leaf module: the check builds these, the guard, the decorator, the audit
+and the integrations read them, and none of those imports another only for
+its types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, get_args
+
+from guardrail._reprompt import REFUSED_ERROR
+from guardrail._text import shorten
+
+if TYPE_CHECKING:
+    from guardrail.compaction._messages import Shape
+    from guardrail.ledger import Entry
+
+
+class TypedId(NamedTuple):
+    """An id the user typed, passed to a ``read`` tool: its kind, value as written, and key."""
+
+    kind: str
+    value: str
+    key: str
+
+
+Problem = Literal[
+    "mutated",
+    "truncated",
+    "example",
+    "wrong_kind",
+    "unverified",
+    "evicted",
+    "unknown",
+    "malformed",
+    "undeclared",
+]
+PROBLEMS: Final[tuple[str, ...]] = get_args(Problem)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Why one identifier argument was not allowed.
+
+    ``nearest_role`` names the ledger entry the value is closest to, where
+    there is one; ``enforced`` is false for advisory kinds, whose findings
+    are logged but do not refuse the call.
+    """
+
+    problem: Problem
+    tool: str
+    param: str
+    value: str
+    kind: str
+    nearest_role: str | None = None
+    detail: str = ""
+    enforced: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, JSON-safe fields; the value cut short (:func:`~guardrail._text.shorten`).
+
+        A rejection sends this to the model: a megabyte argument must not come
+        back whole.
+        """
+        return {
+            "problem": self.problem,
+            "tool": self.tool,
+            "param": self.param,
+            "value": shorten(self.value),
+            "kind": self.kind,
+            "nearest_role": self.nearest_role,
+            "detail": self.detail,
+            "enforced": self.enforced,
+        }
+
+
+@dataclass(frozen=True, init=False)
+class Verdict:
+    """The outcome of checking one call: allowed, or refused with findings and a message.
+
+    ``message`` is what a model is re-prompted with; it is empty for an
+    allowed call. ``used`` and ``typed`` feed the bookkeeping after a
+    successful call (a ``read`` declared ``verifies="on_success"`` verifies
+    the user-typed ids it took).
+
+    ``arguments`` are the arguments to run the tool with. The check
+    compares normalised forms, but the tool must receive the value the
+    ledger holds (``#W2378156`` where the model wrote ``W2378156``): for an
+    allowed call, a new mapping in which every identifier string argument
+    is its ledger entry's value, or the mapping checked itself when every
+    value already was. The mapping given is never changed. None when the
+    arguments could not be read as a mapping.
+    """
+
+    tool: str
+    allowed: bool
+    findings: tuple[Finding, ...] = ()
+    message: str = ""
+    used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
+    typed: tuple[TypedId, ...] = field(default=(), repr=False, compare=False)
+    arguments: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def __init__(
+        self,
+        tool: str,
+        allowed: bool,
+        findings: tuple[Finding, ...] = (),
+        message: str = "",
+        used: tuple[Entry, ...] = (),
+        typed: tuple[TypedId, ...] = (),
+        arguments: Mapping[str, Any] | None = None,
+    ) -> None:
+        # One update of the instance dict: the generated frozen __init__ sets each field
+        # through object.__setattr__, which cost more than the rest of an allowed check.
+        self.__dict__.update(
+            tool=tool,
+            allowed=allowed,
+            findings=findings,
+            message=message,
+            used=used,
+            typed=typed,
+            arguments=arguments,
+        )
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+class Rejection:
+    """What a tool guarded in ``reprompt`` mode returns instead of running.
+
+    ``str(rejection)`` is the message for the model; a runtime sends it back
+    as the tool result, best as :meth:`result_message` builds it (marked as a
+    failure in every shape). ``verdict`` has the findings.
+    """
+
+    __slots__ = ("verdict",)
+
+    def __init__(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+
+    @property
+    def message(self) -> str:
+        """The re-prompt text."""
+        return self.verdict.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe tool result: the message and the findings."""
+        return {
+            "error": REFUSED_ERROR,
+            "message": self.verdict.message,
+            "findings": [finding.to_dict() for finding in self.verdict.findings],
+        }
+
+    def result_message(self, shape: Shape, call_id: str) -> dict[str, Any]:
+        """The tool result answering ``call_id`` in ``shape``, marked as a failure.
+
+        Anthropic's ``is_error``, Responses' ``status: "incomplete"``; chat
+        completions has no such field, and its text says it. Read back (by
+        compaction or a replay), it is a failure: nothing in it is harvested.
+        """
+        from guardrail.compaction._messages import result_message  # the message shapes
+
+        return result_message(shape, call_id, self.verdict.message, error=True)
+
+    def __str__(self) -> str:
+        return self.verdict.message
+
+    def __repr__(self) -> str:
+        problems = ", ".join(f.problem for f in self.verdict.findings)
+        return f"<Rejection {self.verdict.tool}: {problems}>"
+
+    def __bool__(self) -> bool:
+        return False

@@ -1,0 +1,77 @@
+"""Proving the guard on recorded conversations: the evaluation harness.
+
+Traces (the corpus shape or OpenAI chat messages), seeded corruptions of
+identifier arguments, :func:`replay` and its report, a lossy summariser with
+the plain-summary baseline for compaction, and agents for the decisive test
+(the reference agent, and adapters for OpenAI and Anthropic clients).
+"""
+
+from guardrail.replay._agents import (
+    Intent,
+    anthropic_agent,
+    openai_agent,
+    reference_agent,
+    tool_definitions,
+)
+from guardrail.replay._corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
+from guardrail.replay._lossy import (
+    FATES,
+    LossySummariser,
+    SideBySide,
+    plain_compact,
+    side_by_side,
+    strategies,
+)
+from guardrail.replay._replay import Compaction, replay
+from guardrail.replay._report import (
+    AgentDiff,
+    Availability,
+    ClassStats,
+    Example,
+    ReplayReport,
+    Stats,
+)
+from guardrail.replay._traces import (
+    Malformed,
+    Message,
+    ToolCall,
+    Trace,
+    TraceFile,
+    load_trace_file,
+    load_traces,
+    trace_from_messages,
+)
+
+__all__ = [
+    "ALL_CLASSES",
+    "CLASSES",
+    "FATES",
+    "SAME_KIND",
+    "AgentDiff",
+    "Availability",
+    "ClassStats",
+    "Compaction",
+    "Example",
+    "Intent",
+    "LossySummariser",
+    "Malformed",
+    "Message",
+    "ReplayReport",
+    "SideBySide",
+    "Stats",
+    "ToolCall",
+    "Trace",
+    "TraceFile",
+    "anthropic_agent",
+    "corrupt",
+    "load_trace_file",
+    "load_traces",
+    "openai_agent",
+    "plain_compact",
+    "reference_agent",
+    "replay",
+    "side_by_side",
+    "strategies",
+    "tool_definitions",
+    "trace_from_messages",
+]
