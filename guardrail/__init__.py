@@ -1,5 +1,6 @@
 """guardrail: keep LLM agents from acting on identifiers they never really saw."""
 
+from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
 from guardrail._spec import Id, ToolSpec
 from guardrail._verdict import Finding, Rejection, Verdict
@@ -47,5 +48,6 @@ __all__ = [
     "TranscriptError",
     "Verdict",
     "__version__",
+    "audit_to_json",
     "compact",
 ]
