@@ -1,9 +1,13 @@
 """guardrail: keep LLM agents from acting on identifiers they never really saw."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
 from guardrail._spec import Id, ToolSpec
 from guardrail._verdict import Finding, Rejection, Verdict
-from guardrail.compaction import CompactionReport, CompactionResult, compact
 from guardrail.errors import (
     GuardrailError,
     GuardrailUsageError,
@@ -16,9 +20,39 @@ from guardrail.errors import (
 )
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger, Source, Tombstone
-from guardrail.stores import MemoryStore, SQLiteStore, Store
+from guardrail.stores import MemoryStore, Store
 
+if TYPE_CHECKING:
+    from guardrail.compaction import CompactionReport, CompactionResult, compact
+    from guardrail.stores import SQLiteStore
+
+#: The one place the version is written: pyproject.toml reads it (hatch's version source).
 __version__ = "0.1.0.dev0"
+
+#: Names imported on first use, so ``import guardrail`` stays fast for a program that
+#: only checks calls: compaction is a third of the package, SQLite a C extension.
+_LAZY = {
+    "CompactionReport": "guardrail.compaction",
+    "CompactionResult": "guardrail.compaction",
+    "SQLiteStore": "guardrail.stores._sqlite",
+    "compact": "guardrail.compaction",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'guardrail' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "CompactionReport",
@@ -47,5 +81,6 @@ __all__ = [
     "TranscriptError",
     "Verdict",
     "__version__",
+    "audit_to_json",
     "compact",
 ]

@@ -1,4 +1,4 @@
-"""Audit: every decision of the guard as a structlog event.
+"""Audit: every decision of the guard as an event, sent where the application sends its logs.
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
@@ -6,29 +6,51 @@ Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value (cut short past 200
 characters), or a keyed hash of all of it where the guard was built with
-``redact=``. Other argument values are never logged. The library never
-configures structlog: events go wherever the program sends them.
+``redact=``. Other argument values are never logged. An event is bounded:
+no list in it names more than :data:`LISTED` values (roles, ids, problems);
+an event that left some out says how many in ``omitted``, so a result with
+40,000 ids is one event of a few kilobytes.
 
-Levels: a refusal (``outcome="refused"``, or ``"would_refuse"`` for a call
-observe mode lets run) and ids not kept are warnings; an allowed ``write``
-call and a compaction are info; allowed ``read`` calls, records and evictions
-are debug; a session that could not be saved (``guardrail.session_not_saved``)
-is an error. The
-logger is resolved on first use and its level checked once, so with a
-production logger at warning the allowed path builds no event at all.
+Where events go, first match wins (a library must never print by surprise):
+
+1. the ``logger=`` the guard was built with (a structlog logger, a standard
+   library ``logging.Logger``, or anything with ``debug``/``info``/
+   ``warning``/``error(event, **fields)``);
+2. the ``guardrail`` standard library logger, when :func:`audit_to_json`
+   was called: one JSON object per line on the stream it was given;
+3. ``structlog.get_logger("guardrail")``, when the application configured
+   structlog (``structlog.is_configured()``);
+4. otherwise the standard library logger ``logging.getLogger("guardrail")``,
+   which has a ``NullHandler`` as libraries do: an application that
+   configured ``logging`` sees the events (the message is the event name and
+   its fields as ``key=value``; the event name and each field are also
+   attributes of the record, for JSON formatters and filters), one that
+   configured nothing sees nothing.
+
+The library never configures structlog or the root logger, and imports
+structlog only when the application already did. Levels: a refusal
+(``outcome="refused"``, or ``"would_refuse"`` for a call observe mode lets
+run) and ids not kept are warnings; an allowed ``write`` call and a
+compaction are info; allowed ``read`` calls, records and evictions are
+debug; a session that could not be saved (``guardrail.session_not_saved``)
+is an error. The route is chosen and the levels are checked once, at the
+guard's first event, so with a logger at warning the allowed path builds
+no event at all (configure logging before the first guarded call).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import logging
+import re
+import sys
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
-
-import structlog
+from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
 from guardrail._text import shorten
+from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from guardrail._verdict import Finding, Verdict
@@ -36,6 +58,30 @@ if TYPE_CHECKING:
     from guardrail.ledger import Dropped, Entry
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
+T = TypeVar("T")
+
+#: The name of the standard library logger (and of the structlog logger) events go to.
+LOGGER_NAME: Final = "guardrail"
+#: The most values one list of an event names; the rest are counted in ``omitted``.
+LISTED: Final = 50
+
+# A library's logger gets a NullHandler: without one, the standard library's last-resort
+# handler would print our warnings to stderr in a program that configured no logging.
+logging.getLogger(LOGGER_NAME).addHandler(logging.NullHandler())
+
+#: Attributes every LogRecord has: a field of that name goes on the record as ``guardrail_<name>``.
+_RECORD_ATTRIBUTES: Final = frozenset(
+    logging.LogRecord("", 0, "", 0, None, None, None).__dict__
+) | {"message", "asctime"}
+#: A value written bare in ``key=value``; anything else (spaces, quotes, newlines, non-ASCII
+#: look-alikes) is written as a JSON string, so a logged id cannot forge a log line.
+_BARE: Final = re.compile(r"[\w.:/@#+-]+", re.ASCII)
+
+
+class _Routing:
+    """Where events go when no logger was given: set by :func:`audit_to_json`."""
+
+    to_stdlib = False
 
 
 class _Levels(dict[int, bool]):
@@ -64,8 +110,121 @@ class SilentLogger:
     info = warning = error = debug
 
 
+class StdlibLogger:
+    """Events as standard library log records.
+
+    The message is the event name and its fields as ``key=value`` (what a
+    plain ``logging.basicConfig`` shows); the record also carries ``event``
+    and each field as an attribute (what JSON formatters and filters read).
+    """
+
+    def __init__(self, logger: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+        self.logger = logger
+
+    def is_enabled_for(self, level: int) -> bool:
+        return self.logger.isEnabledFor(level)
+
+    def log(self, level: int, event: str, fields: dict[str, Any]) -> None:
+        """One record at ``level``: ``event key=value ...``, the fields as attributes."""
+        line = " ".join([event, *(f"{key}={_rendered(value)}" for key, value in fields.items())])
+        extra = {"event": event}
+        for key, value in fields.items():
+            extra[f"guardrail_{key}" if key in _RECORD_ATTRIBUTES else key] = value
+        self.logger.log(level, line, extra=extra)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self.log(DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.log(INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.log(WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self.log(ERROR, event, fields)
+
+
+def _rendered(value: Any) -> str:
+    if isinstance(value, str) and _BARE.fullmatch(value):
+        return value
+    return json.dumps(value, default=str)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: timestamp, level, logger, event and the event's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from datetime import datetime, timezone  # only once a JSON line is written
+
+        line: dict[str, Any] = {
+            "timestamp": datetime.fromtimestamp(record.created, timezone.utc).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "event": getattr(record, "event", None) or record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RECORD_ATTRIBUTES and key not in line:
+                line[key] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
+
+
+class _JsonHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`audit_to_json` adds (and replaces when called again)."""
+
+
+def audit_to_json(stream: IO[str] | None = None, *, level: int | str = "info") -> logging.Handler:
+    """Write the guard's audit events as JSON lines to ``stream`` (standard error by default).
+
+    The one line of setup for JSON audit logs: ``guardrail.audit_to_json()``.
+    Events at ``level`` and above (``"debug"`` adds every allowed read and
+    every record) go to the stream, and only there: to the ``guardrail``
+    standard library logger, which stops passing them to the root logger,
+    whatever structlog's configuration. Call it before the first guarded
+    call; calling it again replaces the stream. Returns the handler (remove
+    it from ``logging.getLogger("guardrail")`` to stop).
+    """
+    if isinstance(level, str):
+        number = logging.getLevelName(level.upper())
+        if not isinstance(number, int):
+            raise GuardrailUsageError(
+                f"level must be debug, info, warning or error (or a logging level), not {level!r}"
+            )
+        level = number
+    logger = logging.getLogger(LOGGER_NAME)
+    for old in [h for h in logger.handlers if isinstance(h, _JsonHandler)]:
+        logger.removeHandler(old)
+    handler = _JsonHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
+    _Routing.to_stdlib = True
+    return handler
+
+
+def default_logger() -> Any:
+    """The logger of a guard built without ``logger=``: see the module docstring."""
+    structlog = sys.modules.get("structlog")  # configured means imported: never import it here
+    if not _Routing.to_stdlib and structlog is not None and structlog.is_configured():
+        return structlog.get_logger(LOGGER_NAME)
+    return StdlibLogger(logging.getLogger(LOGGER_NAME))
+
+
+def listed(items: Sequence[T]) -> list[T]:
+    """At most :data:`LISTED` of ``items``, for one list of an event."""
+    return list(items[:LISTED])
+
+
+def omitted(count: int) -> dict[str, int]:
+    """``{"omitted": n}`` when an event's lists left ``n`` of ``count`` items out, else nothing."""
+    return {"omitted": count - LISTED} if count > LISTED else {}
+
+
 class Audit:
-    """Emits the guard's events through one structlog logger."""
+    """Emits the guard's events through one logger, resolved at the first event."""
 
     def __init__(self, logger: Any = None, *, redact: bytes | str | None = None) -> None:
         self._given = logger
@@ -82,12 +241,16 @@ class Audit:
     # -- plumbing -------------------------------------------------------------------------
 
     def _resolve(self) -> Any:
-        logger = self._given if self._given is not None else structlog.get_logger("guardrail")
+        logger = self._given
+        if logger is None:
+            logger = default_logger()
+        elif isinstance(logger, (logging.Logger, logging.LoggerAdapter)):
+            logger = StdlibLogger(logger)
         if hasattr(logger, "bind"):
             logger = logger.bind()
         self._logger = logger
         probe = getattr(logger, "is_enabled_for", None) or getattr(logger, "isEnabledFor", None)
-        for level in (DEBUG, INFO, WARNING):
+        for level in (DEBUG, INFO, WARNING, ERROR):
             self.levels[level] = bool(probe(level)) if probe is not None else True
         return logger
 
@@ -115,7 +278,7 @@ class Audit:
         return "hmac:" + digest.hexdigest()[:16]
 
     def values(self, values: Iterable[str]) -> list[str]:
-        """Several identifiers as logged."""
+        """Several identifiers as logged (callers pass at most :data:`LISTED`)."""
         return [self.value(value) for value in values]
 
     # -- events ---------------------------------------------------------------------------
@@ -140,7 +303,11 @@ class Audit:
         if not self.enabled(level):
             return
         details = (
-            {"roles": [e.role for e in verdict.used], "ids": len(verdict.used) + len(verdict.typed)}
+            {
+                "roles": [e.role for e in listed(verdict.used)],
+                "ids": len(verdict.used) + len(verdict.typed),
+                **omitted(len(verdict.used)),
+            }
             if clean
             else self._findings(verdict.findings)
         )
@@ -157,6 +324,7 @@ class Audit:
 
     def _findings(self, findings: Sequence[Finding]) -> dict[str, Any]:
         first = findings[0]
+        shown = listed(findings)
         return {
             "problem": first.problem,
             "param": first.param,
@@ -164,10 +332,11 @@ class Audit:
             "value": self.value(first.value),
             "nearest_role": first.nearest_role,
             "findings": len(findings),
-            "problems": [f.problem for f in findings],
-            "params": [f.param for f in findings],
-            "values": self.values(f.value for f in findings),
-            "nearest_roles": [f.nearest_role for f in findings],
+            "problems": [f.problem for f in shown],
+            "params": [f.param for f in shown],
+            "values": self.values(f.value for f in shown),
+            "nearest_roles": [f.nearest_role for f in shown],
+            **omitted(len(findings)),
         }
 
     def ids_recorded(
@@ -195,11 +364,13 @@ class Audit:
                 session=session,
                 tool=tool,
                 call_id=call_id,
-                problems=list(problems),
+                problems=[shorten(problem) for problem in listed(problems)],
+                **omitted(len(problems)),
             )
         self.ids_dropped(session, tool, dropped, limit)
         if not self.enabled(DEBUG):
             return
+        shown = listed([*added, *verified])
         self.emit(
             DEBUG,
             "guardrail.ids_recorded",
@@ -210,8 +381,9 @@ class Audit:
             added=len(added),
             verified=len(verified),
             dropped=len(dropped),
-            roles=[entry.role for entry in (*added, *verified)],
-            values=self.values(entry.value for entry in (*added, *verified)),
+            roles=[entry.role for entry in shown],
+            values=self.values(entry.value for entry in shown),
+            **omitted(len(added) + len(verified)),
         )
 
     def ids_dropped(
@@ -239,8 +411,10 @@ class Audit:
                 DEBUG,
                 "guardrail.user_ids_observed",
                 session=session,
-                roles=[entry.role for entry in added],
-                values=self.values(entry.value for entry in added),
+                ids=len(added),
+                roles=[entry.role for entry in listed(added)],
+                values=self.values(entry.value for entry in listed(added)),
+                **omitted(len(added)),
             )
 
     def evicted(self, session: str | None, entries: Sequence[Entry]) -> None:
@@ -292,7 +466,8 @@ class Audit:
                 flagged=report.flagged,
                 tokens_before=report.tokens_before,
                 tokens_after=report.tokens_after,
-                repairs=[repair.problem for repair in report.repairs],
+                repairs=[repair.problem for repair in listed(report.repairs)],
+                **omitted(len(report.repairs)),
             )
 
     def undeclared_tool(self, session: str | None, tool: str) -> None:

@@ -25,21 +25,18 @@ object (a tool declared twice) is an error, not the last one winning.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path as FilePath
-from typing import Any
-
-import jsonschema
+from typing import TYPE_CHECKING, Any
 
 from guardrail.errors import ManifestError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+if TYPE_CHECKING:
+    import jsonschema
 
 _KIND_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
 _PARAM = {
@@ -119,7 +116,18 @@ SCHEMA: dict[str, Any] = {
     "required": ["tools"],
     "additionalProperties": False,
 }
-_VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    """The schema's validator, built when the first manifest is read.
+
+    jsonschema takes tens of milliseconds to import: ``import guardrail`` must
+    not pay for it when no manifest is read.
+    """
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(SCHEMA)
 
 
 def read_manifest(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -137,7 +145,7 @@ def read_manifest(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
         data = _parse(raw, path, where)
     if not isinstance(data, dict):
         raise ManifestError("a manifest is an object with 'kinds' and 'tools'", where=where)
-    errors = sorted(_VALIDATOR.iter_errors(data), key=lambda e: list(e.absolute_path))
+    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
         place = _place(error.absolute_path) or "(top level)"
@@ -148,6 +156,11 @@ def read_manifest(source: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
 
 def _parse(raw: bytes, path: FilePath, where: str) -> Any:
     if path.suffix.lower() == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+
         try:
             return tomllib.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

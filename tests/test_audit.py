@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
-from collections.abc import MutableMapping
+import re
+import subprocess
+import sys
+from collections.abc import Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
+import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from guardrail import Guard, Id, IdentifierViolation
+import guardrail
+from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation
+from guardrail._audit import LISTED, StdlibLogger, _Routing
 
-from .conftest import ORDERS, shop_guard
+from .conftest import ORDERS, REPO, shop_guard
 
 
 def events(logs: list[MutableMapping[str, Any]], name: str) -> list[MutableMapping[str, Any]]:
@@ -203,3 +210,228 @@ def test_the_undeclared_warning_is_given_once_across_threads() -> None:
     with capture_logs() as logs, ThreadPoolExecutor(max_workers=8) as pool:
         assert all(pool.map(call, range(64)))
     assert len(events(logs, "guardrail.undeclared_tool")) == 1
+
+
+# -- where events go -------------------------------------------------------------------------
+
+
+def run_python(code: str) -> tuple[str, str]:
+    """Run ``code`` in a fresh interpreter (no logging configured); its stdout and stderr."""
+    capture = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert capture.returncode == 0, capture.stderr
+    return capture.stdout, capture.stderr
+
+
+def test_the_readme_example_prints_only_what_it_prints() -> None:
+    """Run as a program, the README's first example prints its own lines and no event."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    example = re.search(r"```python\n(.*?)```", text, re.DOTALL)
+    assert example is not None
+    out, err = run_python(example.group(1))
+    assert err == ""
+    lines = out.splitlines()
+    assert lines[:3] == [
+        "refunded 40 on #W2378156",
+        "mutated",
+        "guardrail refused the call to issue_refund; the tool did not run.",
+    ]
+    assert all(line.startswith(("- ", "  ")) for line in lines[3:]), out  # the refusal's text
+    assert "guardrail." not in out
+
+
+def test_a_program_that_configured_no_logging_sees_no_warning_either() -> None:
+    """Refusals, floods, undeclared tools and unsaved sessions print nothing by default."""
+    out, err = run_python(
+        """
+from guardrail import Guard
+guard = Guard(mode="observe", capacity=20)
+guard.add_kind("order", pattern=r"W\\d{7}")
+guard.declare("search", produces={"ids[*]": "order"}, effect="read")
+guard.declare("refund", ids={"order_id": "order"})
+with guard.session("s"):
+    guard.record("search", {}, {"ids": [f"W{n:07}" for n in range(40_000)]})
+    assert not guard.check("refund", {"order_id": "W9999999"}).allowed
+    guard.enforce("refund", {"order_id": "W9999999"})
+    guard.check("shell", {"cmd": "ls"})
+import structlog  # imported, never configured: still the standard library's silence
+with guard.session("t"):
+    guard.enforce("refund", {"order_id": "W9999999"})
+guard.audit.session_not_saved("t", OSError("disk full"))
+"""
+    )
+    assert (out, err) == ("", "")
+
+
+@pytest.fixture
+def stdlib_route(monkeypatch: pytest.MonkeyPatch) -> Iterator[logging.Logger]:
+    """structlog unconfigured (as in a fresh program), and the guardrail logger restored after."""
+    monkeypatch.setattr(structlog, "is_configured", lambda: False)
+    logger = logging.getLogger("guardrail")
+    saved = logger.level, logger.propagate, list(logger.handlers), _Routing.to_stdlib
+    yield logger
+    logger.setLevel(saved[0])
+    logger.propagate = saved[1]
+    logger.handlers[:] = saved[2]
+    _Routing.to_stdlib = saved[3]
+
+
+def test_events_go_to_structlog_when_the_application_configured_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With structlog configured, events go through it and not to the standard library."""
+    caplog.set_level(logging.DEBUG, logger="guardrail")
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("s"):  # capture_logs configures structlog
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("issue_refund", {"order_id": "W1"})
+    assert [e["event"] for e in logs] == ["guardrail.ids_recorded", "guardrail.call_checked"]
+    assert [r for r in caplog.records if r.name == "guardrail"] == []
+
+
+def test_events_go_to_the_standard_library_when_structlog_is_not_configured(
+    stdlib_route: logging.Logger, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without structlog configured, events are records of the guardrail logger, fields attached."""
+    caplog.set_level(logging.DEBUG, logger="guardrail")
+    guard = shop_guard()
+    # capture_logs configures structlog for real, but is_configured() says no.
+    with capture_logs() as logs, guard.session("conv-1"):
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("get_order", {"order_id": "W8855135"})
+        guard.check("issue_refund", {"order_id": "W8855136\noutcome=allowed"})
+    assert logs == []
+    records = [r for r in caplog.records if r.name == "guardrail"]
+    assert [(r.levelno, getattr(r, "event", None)) for r in records] == [
+        (logging.DEBUG, "guardrail.ids_recorded"),
+        (logging.DEBUG, "guardrail.call_checked"),
+        (logging.WARNING, "guardrail.call_checked"),
+    ]
+    refused = records[-1]
+    assert (refused.__dict__["session"], refused.__dict__["outcome"]) == ("conv-1", "refused")
+    assert refused.__dict__["value"] == "W8855136\noutcome=allowed"
+    message = refused.getMessage()
+    assert message.startswith(
+        "guardrail.call_checked session=conv-1 tool=issue_refund effect=write mode=raise "
+        "outcome=refused "
+    )
+    # A logged id cannot forge a line or a field: anything but plain characters is quoted.
+    assert "\n" not in message
+    assert 'value="W8855136\\noutcome=allowed"' in message
+    recorded = records[0].getMessage()
+    assert recorded.endswith('roles=["order", "order_2"] values=["#W8855135", "#W2378156"]')
+
+
+def test_a_standard_library_logger_can_be_given(caplog: pytest.LogCaptureFixture) -> None:
+    """Guard(logger=logging.getLogger(...)) logs records there, at the logger's levels."""
+    caplog.set_level(logging.INFO, logger="app.audit")
+    guard = shop_guard(logger=logging.getLogger("app.audit"))
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("issue_refund", {"order_id": "W8855135"})
+    assert [(r.name, r.levelname, r.__dict__["tool"]) for r in caplog.records] == [
+        ("app.audit", "INFO", "issue_refund")
+    ]
+
+
+def test_levels_are_checked_once_and_the_allowed_path_builds_nothing(
+    stdlib_route: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the guardrail logger at warning, allowed calls make no record and ask no level."""
+    stdlib_route.setLevel(logging.WARNING)
+    asked: list[int] = []
+    built: list[str] = []
+    original = logging.Logger.isEnabledFor
+
+    def is_enabled_for(self: logging.Logger, level: int) -> bool:
+        if self.name == "guardrail":
+            asked.append(level)
+        return original(self, level)
+
+    monkeypatch.setattr(logging.Logger, "isEnabledFor", is_enabled_for)
+    monkeypatch.setattr(StdlibLogger, "log", lambda _, level, event, fields: built.append(event))
+
+    guard = shop_guard()
+
+    @guard.tool
+    def refund(order_id: Annotated[str, Id("order")]) -> None: ...
+
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        for _ in range(100):
+            refund("W8855135")
+        with contextlib.suppress(IdentifierViolation):
+            refund("W8855136")
+    assert built == ["guardrail.call_checked"]  # the refusal, nothing else
+    assert len(asked) == 4  # debug, info, warning, error: once, at the first event
+
+
+def test_an_event_never_lists_more_than_fifty_values() -> None:
+    """A result with 40,000 ids, or a call with 300 bad ones, is one event of bounded size."""
+    guard = shop_guard(capacity=100_000, max_ids_per_call=100_000)
+    ids = [f"#W{n:07}" for n in range(1, 40_001)]
+    items = [f"it_x{n}" for n in range(300)]
+    with capture_logs() as logs, guard.session("s"):
+        guard.record("search_orders", {}, {"orders": [{"order_id": i} for i in ids]})
+        guard.observe_user(" ".join(f"it_{n:05}" for n in range(200)))
+        guard.check("issue_refund", {"order_id": ids[0], "item_ids": items})
+    recorded = events(logs, "guardrail.ids_recorded")[0]
+    assert (recorded["added"], len(recorded["values"]), len(recorded["roles"])) == (40_000, 50, 50)
+    assert recorded["values"][:2] == ids[:2]
+    assert recorded["omitted"] == 40_000 - LISTED
+    observed = events(logs, "guardrail.user_ids_observed")[0]
+    assert (observed["ids"], len(observed["values"]), observed["omitted"]) == (200, 50, 150)
+    refused = events(logs, "guardrail.call_checked")[-1]
+    assert refused["findings"] > LISTED
+    for name in ("problems", "params", "values", "nearest_roles"):
+        assert len(refused[name]) == LISTED
+    assert refused["omitted"] == refused["findings"] - LISTED
+    assert max(len(json.dumps(event)) for event in logs) < 10_000
+    # Ordinary events leave nothing out, and say nothing about it.
+    assert all("omitted" not in event for event in shop_events())
+
+
+def shop_events() -> list[MutableMapping[str, Any]]:
+    """The events of a few ordinary calls of the shop guard."""
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("s"):
+        guard.observe_user("I'm cus_41ZpA9")
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("issue_refund", {"order_id": "W8855135"})
+        guard.check("issue_refund", {"order_id": "W8855136"})
+    assert len(logs) == 4
+    return logs
+
+
+def test_audit_to_json_writes_one_json_object_per_event(stdlib_route: logging.Logger) -> None:
+    """guardrail.audit_to_json(stream) is the one line for JSON audit logs, structlog or not."""
+    stream = io.StringIO()
+    handler = guardrail.audit_to_json(stream, level="debug")
+    assert handler in stdlib_route.handlers
+    guardrail.audit_to_json(stream, level="debug")  # again: replaces, never doubles
+    guard = shop_guard()
+    with capture_logs() as logs, guard.session("conv-1"):
+        structlog.configure()  # even an application that configured structlog
+        guard.record("search_orders", {}, ORDERS)
+        guard.check("issue_refund", {"order_id": "W8855136"})
+    assert logs == []
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["level"], e["event"]) for e in lines] == [
+        ("debug", "guardrail.ids_recorded"),
+        ("warning", "guardrail.call_checked"),
+    ]
+    refused = lines[1]
+    assert (refused["logger"], refused["session"], refused["value"]) == (
+        "guardrail",
+        "conv-1",
+        "W8855136",
+    )
+    assert refused["timestamp"].endswith("+00:00")
+    assert "message" not in refused and "msg" not in refused
+
+
+def test_audit_to_json_refuses_an_unknown_level(stdlib_route: logging.Logger) -> None:
+    """A level that is not a logging level is an error of use naming the choices."""
+    with pytest.raises(GuardrailUsageError, match="debug, info, warning or error"):
+        guardrail.audit_to_json(level="loud")

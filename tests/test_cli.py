@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -10,11 +11,17 @@ from typing import Any
 
 import pytest
 
+import guardrail
 from guardrail.cli._main import USAGE_ERROR, main
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
 from .conftest import REPO, call, need_corpus, needs_corpus, result, user
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 MUTATIONS = ("substituted", "transposed", "deleted", "inserted")
 
@@ -355,6 +362,33 @@ def test_bad_options_are_errors_of_use(argv: list[str], capsys: pytest.CaptureFi
     code, _, err = _run(capsys, *argv)
     assert code == USAGE_ERROR
     assert "error" in err
+
+
+def test_version_prints_the_version(capsys: pytest.CaptureFixture[str]) -> None:
+    """guardrail --version prints "guardrail <version>" and exits 0."""
+    code, out, err = _run(capsys, "--version")
+    assert (code, out, err) == (0, f"guardrail {guardrail.__version__}\n", "")
+
+
+def test_version_of_the_command_and_of_python_m() -> None:
+    """The installed command and python -m guardrail both answer --version."""
+    script = Path(sys.executable).parent / "guardrail"
+    commands = [[sys.executable, "-m", "guardrail"]] + ([[str(script)]] if script.exists() else [])
+    for command in commands:
+        capture = subprocess.run(
+            [*command, "--version"], capture_output=True, text=True, check=False, timeout=120
+        )
+        assert capture.returncode == 0, capture.stderr
+        assert capture.stdout == f"guardrail {guardrail.__version__}\n"
+
+
+def test_the_version_is_written_once() -> None:
+    """pyproject reads guardrail.__version__, so the package metadata cannot disagree with it."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in project["project"]
+    assert project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["hatch"]["version"] == {"path": "guardrail/__init__.py"}
+    assert importlib.metadata.version("guardrail") == guardrail.__version__
 
 
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:

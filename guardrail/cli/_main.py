@@ -1,4 +1,4 @@
-"""The ``guardrail`` command: ``guardrail demo`` and ``guardrail replay``.
+"""The ``guardrail`` command: ``guardrail demo``, ``guardrail replay`` and ``--version``.
 
 ``guardrail replay TRACES... --manifest FILE`` replays recorded
 conversations through a guard built from the manifest and prints what it
@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from guardrail import __version__
 from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay._agents import Agent, load_agent
@@ -66,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="guardrail",
         description="Keep LLM agents from acting on identifiers they never really saw.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"guardrail {__version__}", help="print the version"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 

@@ -17,14 +17,17 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Final
-
-from rich.console import Console, ConsoleOptions, Group, RenderResult
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Final
 
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
 from guardrail.replay._traces import Malformed
+
+if TYPE_CHECKING:
+    # rich is imported by the methods that render text: a report used for its numbers
+    # (to_dict, the assertions) does not pay for it.
+    from rich.console import Console, ConsoleOptions, RenderResult
+    from rich.table import Table
+    from rich.text import Text
 
 #: Why a refused call that succeeded in the recording was refused.
 GENUINE: Final = "genuine"
@@ -526,6 +529,8 @@ class ReplayReport:
 
     def to_text(self, *, width: int = 100) -> str:
         """The readable tables as plain text."""
+        from rich.console import Console
+
         buffer = io.StringIO()
         console = Console(file=buffer, width=width, color_system=None, highlight=False)
         console.print(self)
@@ -535,9 +540,13 @@ class ReplayReport:
         return self.to_text()
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        from rich.console import Group
+
         yield Group(*self._renderables())
 
     def _renderables(self) -> Iterator[Any]:
+        from rich.text import Text
+
         total = self.total
         seed = self.settings.get("seed")
         head = Text(
@@ -557,6 +566,8 @@ class ReplayReport:
             yield Text(f"{self.seconds:.1f} s", style="dim")
 
     def _files_table(self) -> Table:
+        from rich.table import Table
+
         table = Table(title="Per trace file", title_justify="left", show_footer=len(self.files) > 1)
         table.add_column("file", footer="total", overflow="fold")
         names = ("traces", "calls", "refused", "false refusals", "detected", "unknown tools")
@@ -567,6 +578,9 @@ class ReplayReport:
         return table
 
     def _false_refusals(self) -> Table:
+        from rich.table import Table
+        from rich.text import Text
+
         total = self.total
         counts, failed = total.false_refusals, total.refused_failed
         title = (
@@ -611,6 +625,8 @@ class ReplayReport:
         return table
 
     def _detection_table(self) -> Table:
+        from rich.table import Table
+
         table = Table(
             title="Detection: one identifier argument of each allowed call corrupted",
             title_justify="left",
@@ -665,6 +681,9 @@ class ReplayReport:
         return [*(([stats.path], stats) for stats in self.files), (["total"], self.total)]
 
     def _availability(self) -> Table | Text:
+        from rich.table import Table
+        from rich.text import Text
+
         if not self.total.availability:
             return Text("Availability after compaction: not measured (no compaction given).")
         compactions = max(a.compactions for a in self.total.availability.values())
@@ -702,6 +721,9 @@ class ReplayReport:
         return table
 
     def _agent(self) -> Iterator[Table | Text]:
+        from rich.table import Table
+        from rich.text import Text
+
         recorded = self.total.agent_recorded
         if recorded is None:
             return
@@ -758,6 +780,8 @@ class ReplayReport:
             yield text
 
     def _input_problems(self) -> Text:
+        from rich.text import Text
+
         total = self.total
         parts = [
             f"malformed lines {total.malformed_lines}",
@@ -783,6 +807,8 @@ class ReplayReport:
 
 def _row(table: Table, *cells: str) -> None:
     """Add a row of plain text: identifiers and roles in brackets are not rich markup."""
+    from rich.text import Text
+
     table.add_row(*(Text(cell) for cell in cells))
 
 
