@@ -3,7 +3,14 @@
 from guardrail._guard import Guard, SessionScope
 from guardrail._spec import Id, ToolSpec
 from guardrail._verdict import Finding, Rejection, Verdict
-from guardrail.compaction import CompactionReport, CompactionResult, compact
+from guardrail.compaction import (
+    CompactionReport,
+    CompactionResult,
+    Summarizer,
+    compact,
+    extractive_summary,
+    model_summarizer,
+)
 from guardrail.errors import (
     GuardrailError,
     GuardrailUsageError,
@@ -41,6 +48,7 @@ __all__ = [
     "Source",
     "Store",
     "StoreError",
+    "Summarizer",
     "Tombstone",
     "ToolSpec",
     "TraceFileError",
@@ -48,4 +56,6 @@ __all__ = [
     "Verdict",
     "__version__",
     "compact",
+    "extractive_summary",
+    "model_summarizer",
 ]
