@@ -916,7 +916,7 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
             ledgers[:] = [fill(guard, customers, orders)]
 
         def run(messages: list[dict[str, Any]] = messages, ledgers: list[Ledger] = ledgers) -> None:
-            compact(messages, ledgers[0], _no_summary, 2, guard=guard)
+            compact(messages, ledgers[0], summarize=_no_summary, keep_recent=2, guard=guard)
 
         def dump(messages: list[dict[str, Any]] = messages) -> None:
             json.dumps(messages)

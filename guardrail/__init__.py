@@ -23,7 +23,14 @@ from guardrail.ledger import Entry, Ledger, Source, Tombstone
 from guardrail.stores import MemoryStore, Store
 
 if TYPE_CHECKING:
-    from guardrail.compaction import CompactionReport, CompactionResult, compact
+    from guardrail.compaction import (
+        CompactionReport,
+        CompactionResult,
+        Summarizer,
+        compact,
+        extractive_summary,
+        model_summarizer,
+    )
     from guardrail.stores import SQLiteStore
 
 #: The one place the version is written: pyproject.toml reads it (hatch's version source).
@@ -35,7 +42,10 @@ _LAZY = {
     "CompactionReport": "guardrail.compaction",
     "CompactionResult": "guardrail.compaction",
     "SQLiteStore": "guardrail.stores._sqlite",
+    "Summarizer": "guardrail.compaction",
     "compact": "guardrail.compaction",
+    "extractive_summary": "guardrail.compaction",
+    "model_summarizer": "guardrail.compaction",
 }
 
 
@@ -75,6 +85,7 @@ __all__ = [
     "Source",
     "Store",
     "StoreError",
+    "Summarizer",
     "Tombstone",
     "ToolSpec",
     "TraceFileError",
@@ -83,4 +94,6 @@ __all__ = [
     "__version__",
     "audit_to_json",
     "compact",
+    "extractive_summary",
+    "model_summarizer",
 ]

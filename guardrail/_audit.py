@@ -456,7 +456,7 @@ class Audit:
                 keep_recent=report.keep_recent,
                 messages_before=report.messages_before,
                 messages_after=report.messages_after,
-                summarised=report.summarised,
+                summarised=report.summarized,  # the event key keeps its name: log queries use it
                 identifiers_before=report.identifiers_before,
                 identifiers_after=report.identifiers_after,
                 ledger_entries=report.ledger_entries,

@@ -128,7 +128,7 @@ def test_corpus_input_is_clean_and_settings_recorded(corpus_report: dict[str, An
     assert settings["seed"] == 0
     assert settings["keep_recent"] == [0]
     assert settings["compaction"] == ["guardrail k=0", "plain summary k=0"]
-    assert settings["summariser"].startswith("LossySummariser(seed=0;")
+    assert settings["summariser"].startswith("LossySummarizer(seed=0;")
     assert settings["agent"] == REFERENCE_AGENT
     assert corpus_report["files"][0]["path"] == str(TAU)
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from guardrail import Guard, GuardrailError, GuardrailUsageError, Ledger, TranscriptError
 from guardrail._audit import SilentLogger
 from guardrail._harvest import Found
-from guardrail.compaction import compact, extractive_summary, model_summariser
+from guardrail.compaction import compact, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     ledger_block,
@@ -232,7 +232,7 @@ def test_keep_recent_zero_summarises_everything_after_the_system_prompt() -> Non
     guard = make_guard()
     out = compact(CONVERSATION, guard.new_ledger(), keep_recent=0, guard=guard)
     assert len(out.messages) == 2
-    assert out.report.summarised == len(CONVERSATION) - 1
+    assert out.report.summarized == len(CONVERSATION) - 1
 
 
 def test_nothing_to_summarise_returns_the_list_as_it_is() -> None:
@@ -241,7 +241,7 @@ def test_nothing_to_summarise_returns_the_list_as_it_is() -> None:
     ledger = guard.new_ledger()
     out = compact(CONVERSATION, ledger, keep_recent=9, guard=guard)
     assert out.messages == CONVERSATION
-    assert out.report.summarised == 0
+    assert out.report.summarized == 0
     assert "W1000002" in {entry.value for entry in ledger.entries()}  # harvested all the same
 
 
@@ -283,20 +283,53 @@ def test_harvest_uses_the_guards_specs_on_a_ledger_given_with_guard() -> None:
     assert report.harvested == 3
 
 
-def test_a_guard_means_its_current_session() -> None:
-    """compact(messages, guard) works on the guard's current session."""
+def test_the_current_sessions_ledger_with_its_guard() -> None:
+    """compact(messages, guard.ledger, guard=guard) works on the guard's current session."""
     guard = make_guard()
     with guard.session("conv") as ledger:
-        compact(CONVERSATION, guard, keep_recent=1)
+        compact(CONVERSATION, guard.ledger, guard=guard, keep_recent=1)
     assert len(ledger) == 3
 
 
-def test_a_session_scope_is_entered_for_the_compaction() -> None:
-    """compact(messages, guard.session(id)) uses (and keeps) that session's ledger."""
+def test_a_sessions_ledger_keeps_what_compaction_harvested() -> None:
+    """Compacting in `with guard.session(id) as ledger` leaves the ids in that session."""
     guard = make_guard()
-    compact(CONVERSATION, guard.session("conv"), keep_recent=1)
+    with guard.session("conv") as ledger:
+        compact(CONVERSATION, ledger, guard=guard, keep_recent=1)
     with guard.session("conv") as ledger:
         assert len(ledger) == 3
+
+
+def test_a_guard_in_the_ledgers_place_still_works_with_a_warning() -> None:
+    """compact(messages, guard) is deprecated: it warns what to write, then uses the session."""
+    guard = make_guard()
+    with (
+        guard.session("conv") as ledger,
+        pytest.warns(DeprecationWarning, match=r"compact\(messages, guard\.ledger, guard=guard\)"),
+    ):
+        compact(CONVERSATION, guard, keep_recent=1)  # type: ignore[call-overload]
+    assert len(ledger) == 3
+
+
+def test_a_session_scope_in_the_ledgers_place_still_works_with_a_warning() -> None:
+    """compact(messages, guard.session(id)) is deprecated: it warns, and keeps the ids."""
+    guard = make_guard()
+    written = r"with guard\.session\(id\) as ledger: compact\(messages, ledger, guard=guard\)"
+    with pytest.warns(DeprecationWarning, match=written):
+        compact(CONVERSATION, guard.session("conv"), keep_recent=1)  # type: ignore[call-overload]
+    with guard.session("conv") as ledger:
+        assert len(ledger) == 3
+
+
+def test_a_guard_in_the_ledgers_place_and_another_as_guard_is_an_error() -> None:
+    """Two different guards in one deprecated call are a usage error, not a silent pick."""
+    guard, other = make_guard(), make_guard()
+    with (
+        guard.session("conv"),
+        pytest.warns(DeprecationWarning, match="is deprecated"),
+        pytest.raises(GuardrailUsageError, match="another as guard="),
+    ):
+        compact(CONVERSATION, guard, guard=other, keep_recent=1)  # type: ignore[call-overload]
 
 
 def test_a_ledger_in_use_is_not_recorded_again() -> None:
@@ -310,7 +343,7 @@ def test_a_ledger_in_use_is_not_recorded_again() -> None:
         guard.observe_user("...")
         guard.observe_user("...")
         before = ledger.to_json()
-        report = compact(CONVERSATION, guard, keep_recent=1).report
+        report = compact(CONVERSATION, ledger, guard=guard, keep_recent=1).report
         assert report.harvested == 1  # only the cancel result held news (a status)
         after = {e.role: (e.first_seen, e.last_used) for e in ledger.entries()}
     restored = Ledger.from_json(before, kinds=guard.kinds)
@@ -335,7 +368,7 @@ def test_a_ledger_in_use_does_not_take_back_an_evicted_id() -> None:
             result("c1", {"order_id": evicted}),
             {"role": "user", "content": "Thanks."},
         ]
-        report = compact(messages, guard, keep_recent=1).report
+        report = compact(messages, ledger, guard=guard, keep_recent=1).report
         assert report.harvested == 0
         assert [e.value for e in ledger.entries()] == [kept]
 
@@ -353,8 +386,8 @@ def test_bad_arguments_are_usage_errors() -> None:
     guard = make_guard()
     with pytest.raises(GuardrailUsageError, match="keep_recent"):
         compact(CONVERSATION, guard.new_ledger(), keep_recent=-1)
-    with pytest.raises(GuardrailUsageError, match="takes a Ledger"):
-        compact(CONVERSATION, {}, keep_recent=1)  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="takes the conversation's Ledger"):
+        compact(CONVERSATION, {}, keep_recent=1)  # type: ignore[call-overload]
 
 
 # -- masking --------------------------------------------------------------------------------
@@ -365,7 +398,7 @@ def test_the_summariser_sees_roles_never_values_in_any_written_form() -> None:
     guard = make_guard()
     ledger = guard.new_ledger()
     summarise = Recorder()
-    report = compact(CONVERSATION, ledger, summarise, keep_recent=1, guard=guard).report
+    report = compact(CONVERSATION, ledger, summarize=summarise, keep_recent=1, guard=guard).report
     ((messages, roles),) = summarise.seen
     text = context(messages)
     for entry in ledger.entries():
@@ -392,11 +425,11 @@ def test_masking_is_word_boundary_aware_and_longest_first() -> None:
         {"role": "user", "content": "ok"},
     ]
     summarise = Recorder()
-    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    compact(messages, guard.new_ledger(), summarize=summarise, keep_recent=1, guard=guard)
     assert summarise.seen[0][0][3]["content"] == "W123 is not [code], and xW12 is neither."
     messages[2] = result("k", ["W12", "W123"])
     summarise = Recorder()
-    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    compact(messages, guard.new_ledger(), summarize=summarise, keep_recent=1, guard=guard)
     assert summarise.seen[0][0][3]["content"] == "[code_2] is not [code], and xW12 is neither."
 
 
@@ -413,7 +446,7 @@ def test_a_case_insensitive_kind_masks_any_case() -> None:
         {"role": "user", "content": "ok"},
     ]
     summarise = Recorder()
-    compact(messages, guard.new_ledger(), summarise, keep_recent=1, guard=guard)
+    compact(messages, guard.new_ledger(), summarize=summarise, keep_recent=1, guard=guard)
     assert summarise.seen[0][0][3]["content"] == "Write to [email] or [email]."
 
 
@@ -422,7 +455,9 @@ def test_a_case_insensitive_kind_masks_any_case() -> None:
 
 def lint_report(reply: str) -> tuple[str, list[tuple[str, str, str | None, str]]]:
     guard = make_guard()
-    report = compact(CONVERSATION, guard.new_ledger(), Recorder(reply), 1, guard=guard).report
+    report = compact(
+        CONVERSATION, guard.new_ledger(), summarize=Recorder(reply), keep_recent=1, guard=guard
+    ).report
     return report.summary, [(i.problem, i.text, i.role, i.action) for i in report.lint]
 
 
@@ -480,7 +515,9 @@ def test_report_counts_scrubbed_and_flagged() -> None:
     """The report's counts match the lint cases it lists."""
     guard = make_guard()
     reply = "mia_li_3668 wants W7654321 and [nobody]."
-    report = compact(CONVERSATION, guard.new_ledger(), Recorder(reply), 1, guard=guard).report
+    report = compact(
+        CONVERSATION, guard.new_ledger(), summarize=Recorder(reply), keep_recent=1, guard=guard
+    ).report
     assert (report.scrubbed, report.flagged) == (1, 2)
 
 
@@ -490,7 +527,9 @@ def test_report_counts_scrubbed_and_flagged() -> None:
 def test_the_compacted_message_holds_the_block_then_the_summary() -> None:
     """One message after the system prompt: ledger block, blank line, summary header, summary."""
     guard = make_guard()
-    out = compact(CONVERSATION, guard.new_ledger(), Recorder("S."), 1, guard=guard)
+    out = compact(
+        CONVERSATION, guard.new_ledger(), summarize=Recorder("S."), keep_recent=1, guard=guard
+    )
     text = out.messages[1]["content"]
     assert out.messages[1]["role"] == "system"
     assert text == f"{out.report.ledger_block}\n\n{SUMMARY_HEADER}\nS."
@@ -744,7 +783,7 @@ def test_report_counts_messages_identifiers_and_tokens() -> None:
     if report.token_estimate == "chars/4":  # tiktoken absent: the counts are exact
         assert report.tokens_before == math.ceil(len(context(CONVERSATION)) / 4)
         assert report.tokens_after == math.ceil(len(context(out.messages)) / 4)
-    assert report.to_dict()["summarised"] == 9
+    assert report.to_dict()["summarized"] == 9
 
 
 def test_identifiers_are_counted_in_every_string_of_the_context() -> None:
@@ -759,7 +798,9 @@ def test_identifiers_are_counted_in_every_string_of_the_context() -> None:
         {"role": "assistant", "content": "Here: two\nlines."},
         {"role": "user", "content": "ok"},
     ]
-    report = compact(messages, guard.new_ledger(), Recorder("S."), 1, guard=guard).report
+    report = compact(
+        messages, guard.new_ledger(), summarize=Recorder("S."), keep_recent=1, guard=guard
+    ).report
     assert report.identifiers_before == 2
     assert report.tokens_before == math.ceil(len(context(messages)) / 4)
 
@@ -879,7 +920,7 @@ def test_extractive_summary_after_an_earlier_one_is_bounded_too() -> None:
     assert "New request 39" in text
 
 
-def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
+def test_model_summarizer_instructs_by_role_and_sends_no_values() -> None:
     """The adapter tells the model to use roles only and sends the masked transcript."""
     prompts: list[list[dict[str, str]]] = []
 
@@ -892,7 +933,11 @@ def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
 
     guard = make_guard()
     report = compact(
-        CONVERSATION, guard.new_ledger(), model_summariser(chat), 1, guard=guard
+        CONVERSATION,
+        guard.new_ledger(),
+        summarize=model_summarizer(chat),
+        keep_recent=1,
+        guard=guard,
     ).report
     (prompt,) = prompts
     assert prompt[0]["role"] == "system"
@@ -902,7 +947,7 @@ def test_model_summariser_instructs_by_role_and_sends_no_values() -> None:
         assert value not in json.dumps(prompt)
     assert report.summary == "The user [user] asked about [order]."
     with pytest.raises(TypeError, match="reply text"):
-        model_summariser(lambda m: 42)(CONVERSATION[1:3], {})
+        model_summarizer(lambda m: 42)(CONVERSATION[1:3], {})
 
 
 # -- properties over random transcripts -----------------------------------------------------
@@ -1011,7 +1056,9 @@ def test_compaction_invariants_over_random_transcripts(
     guard = make_guard(capacity=capacity)
     ledger = guard.new_ledger()
     summarise = Recorder("Summary of [order].")
-    once = compact(messages, ledger, summarise, keep, guard=guard, shape=shape)
+    once = compact(
+        messages, ledger, summarize=summarise, keep_recent=keep, guard=guard, shape=shape
+    )
     transcript = read(once.messages, shape)
     assert transcript.shape == shape
     assert transcript.repairs == []
@@ -1027,7 +1074,9 @@ def test_compaction_invariants_over_random_transcripts(
     assert once.report.identifiers_before == len(Masker(ledger, ()).roles_in(before))
     if once.report.token_estimate == "chars/4":
         assert once.report.tokens_before == math.ceil(len(before) / 4)
-    twice = compact(once.messages, ledger, summarise, keep, guard=guard, shape=shape)
+    twice = compact(
+        once.messages, ledger, summarize=summarise, keep_recent=keep, guard=guard, shape=shape
+    )
     assert twice.report.ledger_block == once.report.ledger_block
     assert twice.report.summary == once.report.summary
     assert twice.messages == once.messages
@@ -1113,7 +1162,7 @@ def test_a_normaliser_that_fails_on_a_token_does_not_crash_compaction() -> None:
         {"role": "user", "content": "Thanks."},
     ]
     summarise = Recorder("Looked at http://shop:x3 and https://EXAMPLE.com/a/.")
-    out = compact(messages, ledger, summarise, 1, guard=guard)
+    out = compact(messages, ledger, summarize=summarise, keep_recent=1, guard=guard)
     assert [e.value for e in ledger.entries() if e.kind == "link"] == ["https://example.com/a"]
     assert out.report.summary == "Looked at http://shop:x3 and [link]."
     assert f"link_9            {bad}" in out.report.ledger_block  # carried as text, not an id
@@ -1193,7 +1242,7 @@ def test_compaction_of_odd_message_lists_raises_only_the_librarys_errors(
     except GuardrailError as error:
         event(f"refused: {type(error).__name__}")
         return
-    event("compacted" if out.report.summarised else "nothing to summarise")
+    event("compacted" if out.report.summarized else "nothing to summarize")
     shape = cast(Shape, out.report.shape)
     again = compact(out.messages, ledger, keep_recent=keep, guard=guard, shape=shape)
     assert "unsealed_ledger_block" not in [r.problem for r in again.report.repairs]

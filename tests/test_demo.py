@@ -10,7 +10,7 @@ from rich.console import Console
 from guardrail import Ledger
 from guardrail.cli._demo import LOSSY_SEED, lossy_summariser, run_demo
 from guardrail.compaction import BLOCK_HEADER
-from guardrail.replay import LossySummariser
+from guardrail.replay import LossySummarizer
 
 RIGHT, WRONG = "ord_8F3kQ2xM", "ord_8F3kQ2xN"  # Dana's blender order; Lee's stand mixer order
 
@@ -21,7 +21,7 @@ def _quiet() -> Console:
 
 def test_the_seeded_lossy_summariser_mutates_the_order_id() -> None:
     """With the demo's seed and default rates, the order id's fate is a one-character mutation."""
-    lossy = LossySummariser(seed=LOSSY_SEED)
+    lossy = LossySummarizer(seed=LOSSY_SEED)
     assert lossy.fate(RIGHT) == "mutate"
     assert lossy.fate("cus_41ZpA9") == "keep"
     assert lossy.spoil(f"order {RIGHT}", {RIGHT: "order"}) == f"order {WRONG}"
@@ -87,7 +87,7 @@ def test_the_story_is_printed_in_order() -> None:
     run_demo(console)
     text = console.file.getvalue()  # type: ignore[attr-defined]
     steps = [
-        f"LossySummariser(seed={LOSSY_SEED})",
+        f"LossySummarizer(seed={LOSSY_SEED})",
         "2. A plain summary compacts it",
         "guardrail refused the call",
         "4. The agent copies the id from the ledger",

@@ -1,4 +1,4 @@
-"""The lossy summariser, the plain-summary baseline and the availability count."""
+"""The lossy summarizer, the plain-summary baseline and the availability count."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.compaction._messages import strings
 from guardrail.replay import (
     FATES,
-    LossySummariser,
+    LossySummarizer,
     plain_compact,
     replay,
     side_by_side,
@@ -73,7 +73,7 @@ def text_of(messages: list[Any]) -> str:
 
 def test_each_id_meets_one_fate_from_the_seed_and_itself() -> None:
     """Fates repeat for a seed, do not depend on other ids, and change with the seed."""
-    one, same, other = LossySummariser(seed=1), LossySummariser(seed=1), LossySummariser(seed=2)
+    one, same, other = LossySummarizer(seed=1), LossySummarizer(seed=1), LossySummarizer(seed=2)
     fates = [one.fate(value) for value in ORDERS]
     assert fates == [same.fate(value) for value in reversed(ORDERS)][::-1]
     assert fates != [other.fate(value) for value in ORDERS]
@@ -82,9 +82,9 @@ def test_each_id_meets_one_fate_from_the_seed_and_itself() -> None:
 
 def test_fates_follow_the_rates() -> None:
     """Over many ids, each failure mode happens about as often as its rate says."""
-    lossy = LossySummariser(seed=3, drop=0.1, generalise=0.2, truncate=0.05, mutate=0.15)
+    lossy = LossySummarizer(seed=3, drop=0.1, generalize=0.2, truncate=0.05, mutate=0.15)
     counts = Counter(lossy.fate(f"id_{n:05d}") for n in range(4000))
-    for fate, rate in [("drop", 0.1), ("generalise", 0.2), ("truncate", 0.05), ("mutate", 0.15)]:
+    for fate, rate in [("drop", 0.1), ("generalize", 0.2), ("truncate", 0.05), ("mutate", 0.15)]:
         assert abs(counts[fate] / 4000 - rate) < 0.03, fate
     assert abs(counts["keep"] / 4000 - 0.5) < 0.03
 
@@ -93,14 +93,14 @@ def test_fates_follow_the_rates() -> None:
 def test_rates_out_of_range_are_usage_errors(rates: dict[str, float]) -> None:
     """Each rate lies in 0..1 and together they are at most 1."""
     with pytest.raises(GuardrailUsageError, match="rate"):
-        LossySummariser(**rates)  # type: ignore[arg-type]
+        LossySummarizer(**rates)  # type: ignore[arg-type]
 
 
-def only(mode: str | None, **options: Any) -> LossySummariser:
-    """A lossy summariser whose one failure mode always happens (or none does)."""
-    return LossySummariser(
+def only(mode: str | None, **options: Any) -> LossySummarizer:
+    """A lossy summarizer whose one failure mode always happens (or none does)."""
+    return LossySummarizer(
         drop=float(mode == "drop"),
-        generalise=float(mode == "generalise"),
+        generalize=float(mode == "generalize"),
         truncate=float(mode == "truncate"),
         mutate=float(mode == "mutate"),
         **options,
@@ -113,9 +113,9 @@ def spoiled(mode: str | None) -> str:
 
 
 def test_each_failure_mode_does_what_it_says() -> None:
-    """drop removes, generalise names the kind, truncate cuts (…), mutate changes one character."""
+    """drop removes, generalize names the kind, truncate cuts (…), mutate changes one character."""
     assert spoiled("drop") == "Cancel now."
-    assert spoiled("generalise") == "Cancel the order now."
+    assert spoiled("generalize") == "Cancel the order now."
     assert spoiled("truncate") == "Cancel W100… now."
     mutated = re.search(r"W\d{7}", spoiled("mutate"))
     assert mutated is not None
@@ -135,7 +135,7 @@ def test_a_lossless_run_carries_every_id_it_saw() -> None:
 
 def test_without_kinds_tokens_mixing_letters_and_digits_are_ids() -> None:
     """With no kinds given, tokens like W1000007 or ab_1234 count as identifiers."""
-    found = LossySummariser().identifiers("See W1000007, ab_1234, 2024 and hello.")
+    found = LossySummarizer().identifiers("See W1000007, ab_1234, 2024 and hello.")
     assert list(found) == ["W1000007", "ab_1234"]
 
 
@@ -143,8 +143,8 @@ def test_behind_the_ledger_it_has_nothing_to_lose() -> None:
     """compact() with the lossy summariser keeps every ledger value verbatim."""
     guard = make_guard()
     ledger = guard.new_ledger()
-    lossy = LossySummariser(seed=1, drop=0.25, generalise=0.25, truncate=0.25, mutate=0.25)
-    out = compact(conversation()[:8], ledger, lossy, 1, guard=guard)
+    lossy = LossySummarizer(seed=1, drop=0.25, generalize=0.25, truncate=0.25, mutate=0.25)
+    out = compact(conversation()[:8], ledger, summarize=lossy, keep_recent=1, guard=guard)
     text = text_of(out.messages)
     assert all(re.search(rf"\b{value}\b", text) for value in ORDERS)
     assert out.report.lint == ()
@@ -152,8 +152,8 @@ def test_behind_the_ledger_it_has_nothing_to_lose() -> None:
 
 def test_a_plain_summary_through_it_visibly_loses_ids() -> None:
     """plain_compact() with the lossy summariser loses ids the ledger would have kept."""
-    lossy = LossySummariser(seed=1, kinds=make_guard().kinds)
-    out = plain_compact(conversation()[:8], lossy, 1)
+    lossy = LossySummarizer(seed=1, kinds=make_guard().kinds)
+    out = plain_compact(conversation()[:8], summarize=lossy, keep_recent=1)
     text = text_of(out.messages)
     kept = [value for value in ORDERS if re.search(rf"(?<!\w){value}(?!\w)", text)]
     assert 0 < len(kept) < len(ORDERS)
@@ -176,7 +176,7 @@ def test_side_by_side_counts_later_id_arguments_present_verbatim() -> None:
     """The count covers each id argument of a later call that a tool result produced."""
     guard = make_guard()
     lossy = only("drop", seed=1, kinds=guard.kinds)
-    found = side_by_side([conversation()], guard, keep_recent=[0, 1], summarise=lossy)
+    found = side_by_side([conversation()], guard, keep_recent=[0, 1], summarize=lossy)
     # Three compactions come after the list_orders result (before messages 4, 6 and 8), each
     # with one later id argument (W1000007). Keeping one turn raw saves it the first time.
     assert found.conversations == 1
@@ -192,7 +192,7 @@ def test_strategies_plug_into_replay() -> None:
     guard = make_guard()
     trace = trace_from_messages(conversation())
     lossy = only("drop", seed=1, kinds=guard.kinds)
-    both = strategies(guard, summarise=lossy, keep_recent=0)
+    both = strategies(guard, summarize=lossy, keep_recent=0)
     report = replay([trace], guard, classes=(), compaction=both)
     guarded, plain = report.availability["guardrail"], report.availability["plain summary"]
     assert (guarded.ids, guarded.present) == (1, 1)

@@ -47,16 +47,19 @@ def _conversation(refund: str, note: str = "") -> dict[str, Any]:
     }
 
 
-def _project(pytester: pytest.Pytester, *conversations: dict[str, Any]) -> None:
+def _project(pytester: pytest.Pytester, *conversations: dict[str, Any], test: str = "") -> None:
     pytester.makefile(".toml", tools=MANIFEST)
     traces = pytester.mkdir("traces")
     (traces / "a.jsonl").write_text(
         "\n".join(json.dumps(c) for c in conversations) + "\n", encoding="utf-8"
     )
     pytester.makepyfile(
-        test_ours="""
+        test_ours=test
+        or """
+        from guardrail import Guard
+
         def test_our_traces(guardrail_replay):
-            report = guardrail_replay("traces/*.jsonl", "tools.toml")
+            report = guardrail_replay("traces/*.jsonl", Guard.from_manifest("tools.toml"))
             report.assert_no_false_refusals()
             report.assert_detection(0.99)
         """
@@ -84,6 +87,40 @@ def test_fixture_fails_with_the_report_on_a_false_refusal(pytester: pytest.Pytes
             "*Per trace file*",
         ]
     )
+
+
+def test_a_manifest_in_the_guards_place_still_works_with_a_warning(
+    pytester: pytest.Pytester,
+) -> None:
+    """guardrail_replay(traces, "tools.toml") warns at the user's line, then replays as before."""
+    test = """
+        import pytest
+
+        def test_our_traces(guardrail_replay):
+            with pytest.warns(DeprecationWarning, match="Guard.from_manifest") as seen:
+                report = guardrail_replay("traces/*.jsonl", "tools.toml", capacity=9)
+            assert seen[0].filename == __file__
+            assert report.settings["manifest"] == "tools.toml"
+            assert report.settings["capacity"] == 9
+            report.assert_no_false_refusals()
+        """
+    _project(pytester, _conversation("ord_8F3kQ2xM"), test=test)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "error::DeprecationWarning")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_fixtures_options_are_replays() -> None:
+    """GuardrailReplay names replay()'s parameters, so a type checker sees every option."""
+    import inspect
+
+    from guardrail.replay import replay
+    from guardrail.testing import GuardrailReplay
+
+    def described(function: Any, skip: int = 0) -> list[tuple[str, Any]]:
+        parameters = list(inspect.signature(function).parameters.values())[skip:]
+        return [(p.name, p.kind) for p in parameters]
+
+    assert described(GuardrailReplay.__call__, skip=1) == described(replay)
 
 
 def test_expand_globs_and_keeps_other_sources(tmp_path: Path) -> None:

@@ -54,6 +54,11 @@ CUS = "cus_ab12cd"
 ORDERS = ["ord_8F3kQ2xM", "ord_3Tq7Lm2P"]
 
 
+def shop(**options: Any) -> Guard:
+    """A guard of the SHOP manifest (``options`` go to the Guard: ``capacity=3``)."""
+    return Guard.from_manifest(SHOP, **options)
+
+
 def opening() -> list[dict[str, Any]]:
     """The customer is found and their orders listed: CUS and ORDERS are in the ledger."""
     return [
@@ -66,7 +71,8 @@ def opening() -> list[dict[str, Any]]:
 
 
 def run(*messages: dict[str, Any], **options: Any) -> ReplayReport:
-    return replay(trace_from_messages(list(messages), id="t"), SHOP, **options)
+    guard = shop(capacity=options.pop("capacity")) if "capacity" in options else shop()
+    return replay(trace_from_messages(list(messages), id="t"), guard, **options)
 
 
 def test_allowed_calls_are_counted_and_corrupted() -> None:
@@ -215,7 +221,7 @@ def test_unknown_tools_unreadable_arguments_and_orphans_are_counted() -> None:
             result("c9", "nobody asked"),
         ]
     )
-    total = replay(trace, SHOP).total
+    total = replay(trace, shop()).total
     assert dict(total.unknown_tools) == {"teleport": 1}
     assert total.unreadable_arguments == 1
     assert total.orphan_results == 1
@@ -252,7 +258,7 @@ def test_malformed_lines_reach_the_report(tmp_path: Path) -> None:
         json.dumps({"id": "ok", "messages": opening()}) + "\nnot json\n" + json.dumps([1]) + "\n",
         encoding="utf-8",
     )
-    report = replay(path, SHOP)
+    report = replay(path, shop())
     (stats,) = report.files
     assert stats.traces == 1
     assert stats.malformed_lines == 2
@@ -315,7 +321,9 @@ def test_limit_and_progress() -> None:
     """limit replays at most N traces; progress is told after each one."""
     traces = [trace_from_messages(opening(), id=f"t{i}") for i in range(5)]
     seen: list[tuple[int, int]] = []
-    report = replay(traces, SHOP, limit=3, progress=lambda done, total: seen.append((done, total)))
+    report = replay(
+        traces, shop(), limit=3, progress=lambda done, total: seen.append((done, total))
+    )
     assert report.total.traces == 3
     assert seen == [(1, 3), (2, 3), (3, 3)]
 
@@ -442,18 +450,43 @@ def test_a_guard_is_replayed_silently_and_left_as_it_was() -> None:
 
 
 def test_errors_of_use_are_raised_before_the_run() -> None:
-    """A bad manifest, class, limit or trace source raises a usage error."""
+    """A bad manifest, class, limit, guard or trace source raises a usage error."""
     trace = trace_from_messages(opening())
-    with pytest.raises(ManifestError, match="unknown kind"):
-        replay(trace, {"tools": {"t": {"ids": {"x": "nope"}}}})
+    with (
+        pytest.warns(DeprecationWarning, match="Guard.from_manifest"),
+        pytest.raises(ManifestError, match="unknown kind"),
+    ):
+        replay(trace, {"tools": {"t": {"ids": {"x": "nope"}}}})  # type: ignore[arg-type]
     with pytest.raises(GuardrailUsageError, match="garbled"):
-        replay(trace, SHOP, classes=["garbled"])
+        replay(trace, shop(), classes=["garbled"])
     with pytest.raises(GuardrailUsageError, match="limit"):
-        replay(trace, SHOP, limit=-1)
+        replay(trace, shop(), limit=-1)
     with pytest.raises(GuardrailUsageError, match="capacity"):
-        replay(trace, Guard.from_manifest(SHOP), capacity=5)
+        replay(trace, shop(), capacity=5)
+    with pytest.raises(GuardrailUsageError, match=r"takes a Guard \(for a manifest file"):
+        replay(trace, 42)  # type: ignore[arg-type]
     with pytest.raises(GuardrailUsageError, match="int"):
-        replay([42], SHOP)  # type: ignore[list-item]
+        replay([42], shop())  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("manifest", ["path", "mapping"])
+def test_a_manifest_in_the_guards_place_still_works_with_a_warning(
+    manifest: str, tmp_path: Path
+) -> None:
+    """replay(traces, manifest) is deprecated: it warns what to write, then replays as before."""
+    trace = trace_from_messages(opening())
+    source: Any = SHOP
+    if manifest == "path":
+        source = tmp_path / "shop.json"
+        source.write_text(json.dumps(SHOP), encoding="utf-8")
+    with pytest.warns(
+        DeprecationWarning, match=r"replay\(traces, Guard\.from_manifest\(manifest, capacity="
+    ) as seen:
+        report = replay(trace, source, capacity=7)
+    assert seen[0].filename == __file__  # the warning points at the call
+    assert report.settings["capacity"] == 7
+    assert report.settings["manifest"] == (str(source) if manifest == "path" else "<mapping>")
+    assert report.total.to_dict() == replay(trace, Guard.from_manifest(SHOP)).total.to_dict()
 
 
 def test_report_serialises_and_renders() -> None:
@@ -502,7 +535,7 @@ def test_assert_detection() -> None:
 @needs_corpus
 def test_corpus_replay() -> None:
     """On the tau-airline corpus: one expected false refusal, four refused invented ids."""
-    report = replay(TAU, MANIFEST)
+    report = replay(TAU, Guard.from_manifest(MANIFEST))
     total = report.total
     assert (total.traces, total.calls) == (200, 1164)
     assert total.refused == 5
@@ -517,8 +550,8 @@ def test_in_memory_traces_and_files_mix(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"id": "f", "messages": opening()}) + "\n", encoding="utf-8")
     traces: list[Trace] = [trace_from_messages(opening(), id="a")]
-    assert [f.path for f in replay(traces, SHOP).files] == ["<memory>"]
-    mixed = replay([traces[0], path, trace_from_messages(opening(), id="b")], SHOP)
+    assert [f.path for f in replay(traces, shop()).files] == ["<memory>"]
+    mixed = replay([traces[0], path, trace_from_messages(opening(), id="b")], shop())
     assert [(f.path, f.traces) for f in mixed.files] == [(str(path), 1), ("<memory>", 2)]
     assert mixed.total.traces == 3
 
@@ -593,8 +626,9 @@ def test_openai_shape_replays_like_the_corpus_shape(tmp_path: Path) -> None:
         "\n".join(json.dumps({"id": t.id, "messages": t.openai_messages()}) for t in traces),
         encoding="utf-8",
     )
-    corpus = _placeless(replay(list(traces), MANIFEST).to_dict()["total"])
-    again = _placeless(replay(openai, MANIFEST).to_dict()["total"])
+    guard = Guard.from_manifest(MANIFEST)
+    corpus = _placeless(replay(list(traces), guard).to_dict()["total"])
+    again = _placeless(replay(openai, guard).to_dict()["total"])
     assert again == corpus
     assert corpus["calls"] > 100
 
@@ -639,12 +673,12 @@ def test_the_agent_is_asked_on_each_context_with_the_tools() -> None:
 
 def test_the_reference_agent_diff_is_empty_with_the_ledger_and_not_without() -> None:
     """Copying by role from the ledger block keeps every id; a mutating summary changes them."""
-    from guardrail.replay import LossySummariser, strategies
+    from guardrail.replay import LossySummarizer, strategies
     from guardrail.replay._agents import reference_agent
 
-    guard = Guard.from_manifest(SHOP)
-    lossy = LossySummariser(seed=3, drop=0, generalise=0, truncate=0, mutate=1.0, kinds=guard.kinds)
-    both = strategies(guard, summarise=lossy, keep_recent=0)
+    guard = shop()
+    lossy = LossySummarizer(seed=3, drop=0, generalize=0, truncate=0, mutate=1.0, kinds=guard.kinds)
+    both = strategies(guard, summarize=lossy, keep_recent=0)
     report = replay(
         trace_from_messages(later_refund()),
         guard,

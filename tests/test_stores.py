@@ -248,7 +248,7 @@ def test_the_default_session_persists_every_change(tmp_path: Path) -> None:
 
 
 def test_the_default_session_persists_what_compaction_brings_in(tmp_path: Path) -> None:
-    """compact(messages, guard) on the default session saves the ids it harvested."""
+    """compact(messages, guard.ledger, guard=guard) on the default session saves its harvest."""
     path = tmp_path / "s.sqlite3"
     first = shop_guard(default_session="d", store=SQLiteStore(path))
     messages = [
@@ -257,7 +257,7 @@ def test_the_default_session_persists_what_compaction_brings_in(tmp_path: Path) 
         result("c1", ORDERS),
         user("Refund the first one"),
     ]
-    compact(messages, first, keep_recent=1)
+    compact(messages, first.ledger, guard=first, keep_recent=1)
     second = shop_guard(default_session="d", store=SQLiteStore(path))
     assert second.check("issue_refund", {"order_id": "W8855135"}).allowed
 

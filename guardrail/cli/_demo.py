@@ -3,7 +3,7 @@
 A customer asks for a refund for a damaged blender from her second order.
 The tools are in memory and guarded with ``@guard.tool``. Before the agent
 acts, the conversation is compacted. First by a plain summary through the
-seeded :class:`~guardrail.replay.LossySummariser` (the seed is chosen so
+seeded :class:`~guardrail.replay.LossySummarizer` (the seed is chosen so
 that it mutates the order id, one character off, into another customer's
 order): the guard refuses the refund with a re-prompt, the agent copies the
 id from the ledger, and the refund lands on the right order. Then the same
@@ -38,7 +38,7 @@ from guardrail._verdict import Rejection
 from guardrail.compaction import CompactionReport, compact
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import ledger_values
-from guardrail.replay._lossy import LossySummariser, plain_compact
+from guardrail.replay._lossy import LossySummarizer, plain_compact
 
 Messages = list[dict[str, Any]]
 #: ``(conversation, ledger) -> the messages the agent sees next``: the seam for compaction.
@@ -186,14 +186,16 @@ def build(shop: Shop, log: AuditLog) -> tuple[Guard, Tools]:
 # -- the context the agent sees ---------------------------------------------------------------
 
 
-def lossy_summariser(ledger: Ledger) -> LossySummariser:
+def lossy_summariser(ledger: Ledger) -> LossySummarizer:
     """The seeded lossy summariser, knowing the shop's kinds of id."""
-    return LossySummariser(seed=LOSSY_SEED, kinds=ledger.kinds)
+    return LossySummarizer(seed=LOSSY_SEED, kinds=ledger.kinds)
 
 
 def plain_summary_context(conversation: Messages, ledger: Ledger) -> Messages:
     """A plain summary: the older turns summarised by the lossy summariser, no ledger."""
-    result = plain_compact(conversation, lossy_summariser(ledger), KEEP_RECENT)
+    result = plain_compact(
+        conversation, summarize=lossy_summariser(ledger), keep_recent=KEEP_RECENT
+    )
     return [dict(message) for message in result.messages]
 
 
@@ -464,7 +466,7 @@ def run_demo(console: Console | None = None, *, context: ContextStep | None = No
     console.print(
         "In-memory shop tools guarded with @guard.tool: find_customer and list_orders (read), "
         "issue_refund (write). No network, no model: the agent is scripted, the summariser is "
-        f"guardrail.replay.LossySummariser(seed={LOSSY_SEED}), which drops, generalises, "
+        f"guardrail.replay.LossySummarizer(seed={LOSSY_SEED}), which drops, generalizes, "
         "truncates or mutates each id it sees (10% each); this seed mutates the order id."
     )
     with guard.session("demo") as ledger:
@@ -478,9 +480,9 @@ def run_demo(console: Console | None = None, *, context: ContextStep | None = No
             console.print(Rule("2. A plain summary compacts it", align="left"))
             console.print(
                 Text(
-                    "plain_compact(messages, summariser, keep_recent=1): the older turns go to the "
-                    'lossy summariser, the last turn ("Yes please.") stays raw. No ledger, no '
-                    "masking: the summariser sees the ids and can spoil them."
+                    "plain_compact(messages, summarize=lossy, keep_recent=1): the older turns go "
+                    'to the lossy summariser, the last turn ("Yes please.") stays raw. No ledger, '
+                    "no masking: the summariser sees the ids and can spoil them."
                 )
             )
         else:
@@ -534,7 +536,7 @@ def _guarded_run(console: Console) -> GuardedRun:
     console.print(
         Text(
             "The same turns, in a fresh shop (not shown again), compacted by "
-            f"compact(messages, ledger, summariser, keep_recent={KEEP_RECENT}) with the same "
+            f"compact(messages, ledger, summarize=lossy, keep_recent={KEEP_RECENT}) with the same "
             "lossy summariser and seed. Every id goes to the ID LEDGER block verbatim; the "
             "summariser sees [roles] only, and has nothing to spoil."
         )
@@ -543,7 +545,11 @@ def _guarded_run(console: Console) -> GuardedRun:
         silent = _Story(Console(file=io.StringIO()), guard, ledger)
         customer_id, second = _converse(silent, tools, guard, ledger)
         result = compact(
-            silent.messages, ledger, lossy_summariser(ledger), KEEP_RECENT, guard=guard
+            silent.messages,
+            ledger,
+            summarize=lossy_summariser(ledger),
+            keep_recent=KEEP_RECENT,
+            guard=guard,
         )
         agent_context = [dict(m) for m in result.messages]
         _show_context(console, agent_context, "the agent sees")

@@ -25,7 +25,7 @@ from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay._agents import Agent, load_agent
 from guardrail.replay._corruption import ALL_CLASSES
-from guardrail.replay._lossy import LossySummariser, strategies
+from guardrail.replay._lossy import LossySummarizer, strategies
 from guardrail.replay._replay import Compaction, replay
 from guardrail.replay._traces import TraceFile, load_trace_file
 
@@ -173,12 +173,12 @@ def _replay(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     depths = list(dict.fromkeys(k for given in args.keep_recent or [[0]] for k in given))
     compact = args.compact or args.keep_recent is not None or agent is not None
-    summariser = LossySummariser(seed=args.seed, kinds=guard.kinds)
+    summariser = LossySummarizer(seed=args.seed, kinds=guard.kinds)
     compaction: dict[str, Compaction] = {}
     if compact:
         for depth in depths:
             for name, strategy in strategies(
-                guard, summarise=summariser, keep_recent=depth
+                guard, summarize=summariser, keep_recent=depth
             ).items():
                 compaction[f"{name} k={depth}"] = strategy
     err = Console(stderr=True)
@@ -227,9 +227,9 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _describe_summariser(summariser: LossySummariser) -> str:
+def _describe_summariser(summariser: LossySummarizer) -> str:
     rates = ", ".join(f"{name} {rate:.0%}" for name, rate in summariser.rates.items())
-    return f"LossySummariser(seed={summariser.seed}; {rates})"
+    return f"LossySummarizer(seed={summariser.seed}; {rates})"
 
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:

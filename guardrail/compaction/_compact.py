@@ -1,9 +1,9 @@
-"""Compaction: narrative to a summariser, identifiers carried verbatim, the last turns raw.
+"""Compaction: narrative to a summarizer, identifiers carried verbatim, the last turns raw.
 
 :func:`compact` follows DESIGN's six steps: choose the cut (the last
 ``keep_recent`` turns stay raw, a call never leaves its result), harvest the
 tool results into the ledger, mask every identifier in the part to
-summarise as its ``[role]``, summarise, lint the summary, and rebuild: the
+summarize as its ``[role]``, summarize, lint the summary, and rebuild: the
 system messages, one message holding the ledger block and the summary, then
 the recent turns, all in the shape the messages came in.
 
@@ -20,11 +20,12 @@ from __future__ import annotations
 import bisect
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import repeat
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, overload
 
+from guardrail import _deprecation
 from guardrail._audit import Audit
 from guardrail._guard import Guard, SessionScope
 from guardrail._harvest import Batch, harvest_batches
@@ -55,11 +56,22 @@ from guardrail.compaction._messages import (
 from guardrail.compaction._summarize import (
     DEFAULT_SUMMARY_CHARS,
     SUMMARY_HEADER,
-    Summariser,
+    Summarizer,
     extractive_summary,
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
+
+if TYPE_CHECKING:
+    # A default, so that a bare ``CompactionResult`` annotation stays valid under --strict;
+    # only type checkers read it (typing.TypeVar takes ``default`` from Python 3.13 on).
+    from typing_extensions import TypeVar
+
+    M = TypeVar("M", bound=Mapping[str, Any], default=Mapping[str, Any])
+else:
+    from typing import TypeVar
+
+    M = TypeVar("M", bound=Mapping[str, Any])
 
 DEFAULT_KEEP_RECENT = 2
 
@@ -77,7 +89,7 @@ class CompactionReport:
     keep_recent: int
     messages_before: int
     messages_after: int
-    summarised: int
+    summarized: int
     identifiers_before: int
     identifiers_after: int
     ledger_entries: int
@@ -97,12 +109,27 @@ class CompactionReport:
         """JSON-safe fields."""
         return asdict(self)
 
+    @property
+    def summarised(self) -> int:
+        """Deprecated spelling of :attr:`summarized`."""
+        _deprecation.warn(
+            "CompactionReport.summarised is now CompactionReport.summarized; "
+            "the old spelling goes in the next release"
+        )
+        return self.summarized
+
 
 @dataclass(frozen=True)
-class CompactionResult:
-    """The compacted message list (same shape as the input) and its report."""
+class CompactionResult(Generic[M]):
+    """The compacted message list and its report.
 
-    messages: list[Any]
+    The list is in the shape of the input, and typed as its messages were:
+    the messages kept are the very objects given, and the one compaction
+    writes (like the error results it puts in for unanswered calls) is a
+    plain dict of that shape, valid as the provider SDK's message type.
+    """
+
+    messages: list[M]
     report: CompactionReport
 
 
@@ -223,49 +250,108 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
 # -- compact --------------------------------------------------------------------------------
 
 
+# A list whose type was lost (a literal mixing dicts of different value types is a list[object])
+# comes back as the dicts it holds (anything but mappings is a TranscriptError); typed messages
+# (dicts, or an SDK's TypedDicts) come back typed as they went in. Only a list[object] (or
+# list[Any]) matches the first: lists are invariant.
+@overload
 def compact(
-    messages: Sequence[Any],
-    ledger_or_guard: Ledger | Guard | SessionScope,
-    summarise: Summariser | None = None,
-    keep_recent: int = DEFAULT_KEEP_RECENT,
+    messages: list[object],
+    ledger: Ledger,
     *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
     guard: Guard | None = None,
     shape: Shape | None = None,
     role: str | None = None,
     summary_chars: int = DEFAULT_SUMMARY_CHARS,
     tokens: Callable[[str], int] | None = None,
-) -> CompactionResult:
+) -> CompactionResult[dict[str, Any]]: ...
+
+
+@overload
+def compact(
+    messages: Sequence[M],
+    ledger: Ledger,
+    *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    guard: Guard | None = None,
+    shape: Shape | None = None,
+    role: str | None = None,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    tokens: Callable[[str], int] | None = None,
+) -> CompactionResult[M]: ...
+
+
+@_deprecation.legacy_arguments(
+    "compact()",
+    positional=2,
+    keywords=("summarize", "keep_recent"),
+    renamed={"summarise": "summarize"},
+)
+def compact(
+    messages: Sequence[Any],
+    ledger: Ledger,
+    *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    guard: Guard | None = None,
+    shape: Shape | None = None,
+    role: str | None = None,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    tokens: Callable[[str], int] | None = None,
+) -> CompactionResult[Any]:
     """Compact a conversation: the ledger block, a summary of the older turns, the recent turns.
 
-    ``ledger_or_guard`` is a :class:`Ledger` (give ``guard=`` too, so tool
-    results can be harvested with its specs), a :class:`Guard` (its current
-    session), or what ``guard.session(id)`` returns. ``summarise`` is any
-    ``(messages, roles) -> str``; the default is the extractive summariser
-    (bounded by ``summary_chars``). ``role`` is the role of the compacted
-    message (``system``, or ``user`` for Anthropic); an earlier compacted
-    message is recognised in that role only, and trusted only when its seal
-    verifies with the ledger's key (else its lines come back unverified, with
-    an ``unsealed_ledger_block`` repair in the report). ``tokens`` counts the
-    tokens of a text (default: tiktoken where installed, else chars/4).
-    A list with nothing to summarise comes back as it is, but for the error
-    results put in for unanswered calls (listed in the report's ``repairs``).
+    ``ledger`` is the conversation's :class:`Ledger`: ``guard.ledger`` (the
+    current session), the one ``with guard.session(id) as ledger`` gives, or
+    ``guard.new_ledger()``. ``guard`` gives the tool specs to harvest the
+    tool results with (without it, nothing is harvested) and the audit
+    events; a ledger of the guard's default session is saved after.
+    ``summarize`` is any ``(messages, roles) -> str``; the default is the
+    extractive summarizer (bounded by ``summary_chars``). ``role`` is the
+    role of the compacted message (``system``, or ``user`` for Anthropic);
+    an earlier compacted message is recognised in that role only, and
+    trusted only when its seal verifies with the ledger's key (else its
+    lines come back unverified, with an ``unsealed_ledger_block`` repair in
+    the report). ``tokens`` counts the tokens of a text (default: tiktoken
+    where installed, else chars/4). A list with nothing to summarize comes
+    back as it is, but for the error results put in for unanswered calls
+    (listed in the report's ``repairs``).
+
+    Until the next release the old forms still work, each with a
+    ``DeprecationWarning``: ``summarise=``, ``summarize`` and ``keep_recent``
+    by position, and a :class:`Guard` or ``guard.session(id)`` in the
+    ledger's place.
     """
     if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
         raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
-    options = _Options(summarise, keep_recent, shape, role, summary_chars, tokens)
+    options = _Options(summarize, keep_recent, shape, role, summary_chars, tokens)
+    given: object = ledger
     try:
-        if isinstance(ledger_or_guard, SessionScope):
-            with ledger_or_guard as ledger:
-                return _compact(messages, ledger, ledger_or_guard.guard, options)
-        if isinstance(ledger_or_guard, Guard):
-            ledger = ledger_or_guard.ledger
-            done = _compact(messages, ledger, ledger_or_guard, options)
-            ledger_or_guard._save_default(ledger)  # the default session has no scope to save it
-            return done
-        if isinstance(ledger_or_guard, Ledger):
-            done = _compact(messages, ledger_or_guard, guard, options)
+        if isinstance(given, Ledger):
+            done = _compact(messages, given, guard, options)
             if guard is not None:
-                guard._save_default(ledger_or_guard)
+                guard._save_default(given)
+            return done
+        if isinstance(given, SessionScope):
+            _deprecation.warn(
+                "compact(messages, guard.session(id)) is deprecated: write "
+                "`with guard.session(id) as ledger: compact(messages, ledger, guard=guard)`",
+                stacklevel=2,
+            )
+            with given as opened:
+                return _compact(messages, opened, _one_guard(given.guard, guard), options)
+        if isinstance(given, Guard):
+            _deprecation.warn(
+                "compact(messages, guard) is deprecated: write "
+                "compact(messages, guard.ledger, guard=guard)",
+                stacklevel=2,
+            )
+            current = given.ledger
+            done = _compact(messages, current, _one_guard(given, guard), options)
+            given._save_default(current)  # the default session has no scope to save it
             return done
     except RecursionError:
         # Content that contains itself, or is nested absurdly deep: say which message.
@@ -274,13 +360,24 @@ def compact(
             raise
         raise fault from None
     raise GuardrailUsageError(
-        "compact() takes a Ledger (with guard=), a Guard, or guard.session(id); "
-        f"not {type(ledger_or_guard).__name__}"
+        "compact() takes the conversation's Ledger: guard.ledger, the one "
+        "`with guard.session(id) as ledger` gives, or guard.new_ledger(); "
+        f"not {type(given).__name__}"
     )
 
 
+def _one_guard(given: Guard, guard: Guard | None) -> Guard:
+    """The guard of a deprecated call: the one given in the ledger's place, and no other."""
+    if guard is not None and guard is not given:
+        raise GuardrailUsageError(
+            "compact() was given one guard in the ledger's place and another as guard=; "
+            "pass the ledger and guard=guard"
+        )
+    return given
+
+
 class _Options(NamedTuple):
-    summarise: Summariser | None
+    summarize: Summarizer | None
     keep_recent: int
     shape: Shape | None
     role: str | None
@@ -289,9 +386,9 @@ class _Options(NamedTuple):
 
 
 def _compact(
-    messages: Sequence[Any], ledger: Ledger, guard: Guard | None, options: _Options
-) -> CompactionResult:
-    summarise, keep_recent, shape, role, summary_chars, tokens = options
+    messages: Sequence[M], ledger: Ledger, guard: Guard | None, options: _Options
+) -> CompactionResult[M]:
+    summarize, keep_recent, shape, role, summary_chars, tokens = options
     transcript = read(messages, shape)
     shape = transcript.shape
     fresh = len(ledger) == 0 and ledger.turn == 0 and not ledger.tombstones()
@@ -357,12 +454,12 @@ def _compact(
     if part:
         if earlier_summary:
             part.insert(0, text_message(shape, role, f"{SUMMARY_HEADER}\n{earlier_summary}"))
-        if summarise is None:
+        if summarize is None:
             summary = extractive_summary(part, roles, max_chars=summary_chars)
         else:
-            summary = summarise(part, roles)
+            summary = summarize(part, roles)
         if not isinstance(summary, str):
-            raise GuardrailUsageError(f"a summariser returns text, not {type(summary).__name__}")
+            raise GuardrailUsageError(f"a summarizer returns text, not {type(summary).__name__}")
     else:
         summary = earlier_summary
     summary, issues = lint(summary.strip("\n"), masker)
@@ -377,7 +474,7 @@ def _compact(
         keep_recent=keep_recent,
         messages_before=len(messages),
         messages_after=len(output),
-        summarised=cut - start,
+        summarized=cut - start,
         identifiers_before=identifiers_before,
         identifiers_after=_identifiers(masker, after),
         ledger_entries=len(ledger),
@@ -398,7 +495,7 @@ def _compact(
 
 
 def _unchanged(
-    messages: Sequence[Any],
+    messages: Sequence[M],
     originals: list[Any],
     ledger: Ledger,
     shape: str,
@@ -407,7 +504,7 @@ def _unchanged(
     repairs: list[Repair],
     count: Callable[[str], int],
     label: str,
-) -> CompactionResult:
+) -> CompactionResult[M]:
     text = _all_text(originals)
     found = _identifiers(Masker(ledger, ()), text)
     size = count(text)
@@ -416,7 +513,7 @@ def _unchanged(
         keep_recent=keep_recent,
         messages_before=len(messages),
         messages_after=len(originals),
-        summarised=0,
+        summarized=0,
         identifiers_before=found,
         identifiers_after=found,
         ledger_entries=len(ledger),

@@ -1,7 +1,7 @@
-"""Summarisers for compaction: the protocol, the built-in extractive one, a chat-model adapter.
+"""Summarizers for compaction: the protocol, the built-in extractive one, a chat-model adapter.
 
-A summariser is any callable ``(messages, roles) -> str``. ``messages`` is
-the part of the conversation to summarise, in its own shape, with every
+A summarizer is any callable ``(messages, roles) -> str``. ``messages`` is
+the part of the conversation to summarize, in its own shape, with every
 identifier already replaced by its ``[role]``; ``roles`` maps each role to
 its kind (never to a value). An earlier summary, when there is one, comes
 first as a message whose text starts with :data:`SUMMARY_HEADER`.
@@ -39,13 +39,18 @@ The roles that exist (role: kind):
 """
 
 
-class Summariser(Protocol):
-    """``(messages, roles) -> str``: summarise masked messages, referring to ids by role."""
+class Summarizer(Protocol):
+    """``(messages, roles) -> str``: summarize masked messages, referring to ids by role.
 
-    def __call__(self, messages: Sequence[Any], roles: Mapping[str, str], /) -> str: ...
+    ``messages`` are fresh dicts (masked copies) and ``roles`` a dict: typed
+    as narrowly as that, so a summarizer declaring ``Sequence[Mapping[...]]``,
+    ``list[dict[...]]`` or ``Sequence[Any]`` all fit.
+    """
+
+    def __call__(self, messages: list[dict[str, Any]], roles: dict[str, str], /) -> str: ...
 
 
-# -- the extractive summariser --------------------------------------------------------------
+# -- the extractive summarizer --------------------------------------------------------------
 
 
 def extractive_summary(
@@ -181,7 +186,7 @@ def _outcome(call: Call, width: int) -> str:
     return " -> done"
 
 
-# -- a chat model as summariser -------------------------------------------------------------
+# -- a chat model as summarizer -------------------------------------------------------------
 
 
 def render(messages: Sequence[Any]) -> str:
@@ -207,12 +212,12 @@ def _render_one(message: Message) -> list[str]:
     return out
 
 
-def model_summariser(
-    chat: Callable[[list[dict[str, str]]], Any],
+def model_summarizer(
+    chat: Callable[[list[dict[str, str]]], object],
     *,
     instructions: str = INSTRUCTIONS,
-) -> Summariser:
-    """Wrap a chat-model callable as a summariser, with instructions to refer by role only.
+) -> Summarizer:
+    """Wrap a chat-model callable as a summarizer, with instructions to refer by role only.
 
     ``chat`` takes a list of ``{"role", "content"}`` messages (a system
     message with the instructions and the roles, a user message with the
@@ -220,7 +225,7 @@ def model_summariser(
     ``content`` string (a message) or a ``"content"`` key.
     """
 
-    def summarise(messages: Sequence[Any], roles: Mapping[str, str], /) -> str:
+    def summarize(messages: list[dict[str, Any]], roles: dict[str, str], /) -> str:
         listed = "\n".join(f"[{role}]: {kind}" for role, kind in roles.items()) or "(none)"
         prompt = [
             {"role": "system", "content": instructions + listed},
@@ -228,10 +233,10 @@ def model_summariser(
         ]
         return _reply_text(chat(prompt))
 
-    return summarise
+    return summarize
 
 
-def _reply_text(reply: Any) -> str:
+def _reply_text(reply: object) -> str:
     if isinstance(reply, str):
         return reply
     content = (

@@ -1,11 +1,14 @@
 """Proving the guard on recorded conversations: the evaluation harness.
 
 Traces (the corpus shape or OpenAI chat messages), seeded corruptions of
-identifier arguments, :func:`replay` and its report, a lossy summariser with
+identifier arguments, :func:`replay` and its report, a lossy summarizer with
 the plain-summary baseline for compaction, and agents for the decisive test
 (the reference agent, and adapters for OpenAI and Anthropic clients).
 """
 
+from typing import TYPE_CHECKING
+
+from guardrail._deprecation import renamed_names
 from guardrail.replay._agents import (
     Intent,
     anthropic_agent,
@@ -16,7 +19,7 @@ from guardrail.replay._agents import (
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
 from guardrail.replay._lossy import (
     FATES,
-    LossySummariser,
+    LossySummarizer,
     SideBySide,
     plain_compact,
     side_by_side,
@@ -53,7 +56,7 @@ __all__ = [
     "Compaction",
     "Example",
     "Intent",
-    "LossySummariser",
+    "LossySummarizer",
     "Malformed",
     "Message",
     "ReplayReport",
@@ -75,3 +78,12 @@ __all__ = [
     "tool_definitions",
     "trace_from_messages",
 ]
+
+#: Old (British) spellings, each still importable for one release with a DeprecationWarning.
+_RENAMED = {"LossySummariser": "LossySummarizer"}
+
+if TYPE_CHECKING:
+    # Type checkers see the old name as the new one; at run time it warns (below).
+    LossySummariser = LossySummarizer
+else:
+    __getattr__ = renamed_names(__name__, _RENAMED, globals())

@@ -48,6 +48,10 @@ from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
 
 #: ``(messages, tools) -> {"name", "arguments"} | None`` (optionally with ``intent=``).
 Agent: TypeAlias = Callable[..., Any]
+#: What :func:`openai_agent` and :func:`anthropic_agent` return: an agent without ``intent``.
+ModelAgent: TypeAlias = Callable[
+    [Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]], "dict[str, Any] | None"
+]
 
 
 # -- what the recorded call needs -------------------------------------------------------------
@@ -365,7 +369,7 @@ def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
     return out
 
 
-def openai_agent(client: Any = None, *, model: str, **options: Any) -> Agent:
+def openai_agent(client: Any = None, *, model: str, **options: Any) -> ModelAgent:
     """An agent backed by an OpenAI-compatible client: ``client.chat.completions.create``.
 
     ``client`` is any object with that method (``openai.OpenAI(base_url=...)``
@@ -473,7 +477,7 @@ def anthropic_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def anthropic_agent(
     client: Any = None, *, model: str, max_tokens: int = 1024, **options: Any
-) -> Agent:
+) -> ModelAgent:
     """An agent backed by an Anthropic client: ``client.messages.create``.
 
     Without ``client``, ``anthropic.Anthropic()`` is built on first use.

@@ -1,14 +1,14 @@
-"""A summariser that loses identifiers on purpose, and the plain compaction to compare with.
+"""A summarizer that loses identifiers on purpose, and the plain compaction to compare with.
 
-:class:`LossySummariser` summarises like the extractive summariser, lists
+:class:`LossySummarizer` summarizes like the extractive summarizer, lists
 every identifier it saw (so that a lossless run would carry them all), then
 applies the four failure modes of DESIGN to each identifier, seeded:
-``drop`` (gone), ``generalise`` ("the reservation"), ``truncate``
+``drop`` (gone), ``generalize`` ("the reservation"), ``truncate``
 (``ZFA0…``) and ``mutate`` (one character changed). Behind guardrail's
 masking it sees only ``[role]`` names and has nothing to lose.
 
 :func:`plain_compact` is the baseline: the same cut and the same
-summariser, no ledger, no masking. :func:`side_by_side` runs both over
+summarizer, no ledger, no masking. :func:`side_by_side` runs both over
 recorded conversations and counts how many identifier arguments of later
 calls are still present verbatim in the compacted context;
 :func:`strategies` gives both to ``replay(compaction=...)``.
@@ -18,60 +18,65 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
+from guardrail import _deprecation
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,
     CompactionResult,
-    Summariser,
+    Summarizer,
     choose_cut,
     compact,
 )
+from guardrail.compaction._compact import M
 from guardrail.compaction._messages import Shape, default_role, read, strings, text_message, write
 from guardrail.compaction._summarize import extractive_summary
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.replay._arguments import has_token
+from guardrail.replay._replay import Compaction
 
-FATES = ("drop", "generalise", "truncate", "mutate", "keep")
+FATES = ("drop", "generalize", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
 # Without kinds, an identifier is a token mixing letters (or _) and digits, four characters or more.
 _ID_LIKE = re.compile(r"(?<![\w#])#?(?=[\w-]*\d)(?=[\w-]*[A-Za-z_])[\w-]{4,}(?![\w])")
 
 
-class LossySummariser:
-    """A summariser ``(messages, roles) -> str`` that drops, generalises, truncates and mutates ids.
+class LossySummarizer:
+    """A summarizer ``(messages, roles) -> str`` that drops, generalizes, truncates and mutates ids.
 
     Each distinct identifier meets one fate, the same wherever it appears,
     drawn from ``seed`` and the identifier itself (so runs repeat, and one
     id's fate does not depend on the others). The rates are probabilities;
     what is left of 1 keeps the id intact. ``kinds`` (a guard's kinds)
     says what an identifier looks like; without it, tokens mixing letters
-    and digits are taken for ids. ``base`` is the summariser whose text is
-    spoiled (the extractive one by default).
+    and digits are taken for ids. ``base`` is the summarizer whose text is
+    spoiled (the extractive one by default). ``generalise=`` still works
+    until the next release, with a ``DeprecationWarning``.
     """
 
+    @_deprecation.legacy_arguments("LossySummarizer()", renamed={"generalise": "generalize"})
     def __init__(
         self,
         seed: int = 0,
         *,
         drop: float = 0.1,
-        generalise: float = 0.1,
+        generalize: float = 0.1,
         truncate: float = 0.1,
         mutate: float = 0.1,
         kinds: Mapping[str, Kind] | None = None,
-        base: Summariser | None = None,
+        base: Summarizer | None = None,
     ) -> None:
         #: Each failure mode's probability, in the order :meth:`fate` draws them.
         self.rates = {
             "drop": drop,
-            "generalise": generalise,
+            "generalize": generalize,
             "truncate": truncate,
             "mutate": mutate,
         }
@@ -83,7 +88,7 @@ class LossySummariser:
         self.base = base
 
     def fate(self, value: str) -> str:
-        """What this summariser does to ``value``: one of :data:`FATES`."""
+        """What this summarizer does to ``value``: one of :data:`FATES`."""
         draw = random.Random(f"{self.seed}\x00{value}").random()
         for name, rate in self.rates.items():
             if draw < rate:
@@ -104,7 +109,10 @@ class LossySummariser:
         return found
 
     def __call__(self, messages: Sequence[Any], roles: Mapping[str, str], /) -> str:
-        text = (self.base or extractive_summary)(messages, roles)
+        if self.base is None:
+            text = extractive_summary(messages, roles)
+        else:
+            text = self.base(list(messages), dict(roles))
         seen = self.identifiers("\n".join(dict.fromkeys(strings(list(messages)))))
         if seen:
             text += "\nIdentifiers mentioned: " + ", ".join(seen)
@@ -125,7 +133,7 @@ class LossySummariser:
         fate = self.fate(value)
         if fate == "drop":
             return ""
-        if fate == "generalise":
+        if fate == "generalize":
             return f"the {kind}"
         if fate == "truncate":
             return value[: max(1, len(value) // 2)] + "…"
@@ -147,14 +155,45 @@ def _mutated(value: str, rng: random.Random) -> str:
     return value[:at] + new + value[at + 1 :]
 
 
+@overload
+def plain_compact(
+    messages: list[object],
+    *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    shape: Shape | None = None,
+) -> CompactionResult[dict[str, Any]]: ...
+
+
+@overload
+def plain_compact(
+    messages: Sequence[M],
+    *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
+    shape: Shape | None = None,
+) -> CompactionResult[M]: ...
+
+
+@_deprecation.legacy_arguments(
+    "plain_compact()",
+    positional=1,
+    keywords=("summarize", "keep_recent"),
+    renamed={"summarise": "summarize"},
+)
 def plain_compact(
     messages: Sequence[Any],
-    summarise: Summariser | None = None,
-    keep_recent: int = DEFAULT_KEEP_RECENT,
     *,
+    summarize: Summarizer | None = None,
+    keep_recent: int = DEFAULT_KEEP_RECENT,
     shape: Shape | None = None,
-) -> CompactionResult:
-    """The baseline: the same cut, a summary of the raw older turns, no ledger and no masking."""
+) -> CompactionResult[Any]:
+    """The baseline: the same cut, a summary of the raw older turns, no ledger and no masking.
+
+    Its options are :func:`~guardrail.compact`'s. ``summarise=``, and
+    ``summarize`` and ``keep_recent`` by position, still work until the next
+    release, with a ``DeprecationWarning``.
+    """
     transcript = read(messages, shape)
     lead = 0
     while lead < len(transcript.messages) and transcript.messages[lead].role == "system":
@@ -165,7 +204,9 @@ def plain_compact(
     summary = ""
     output = originals
     if part:
-        summary = (summarise or extractive_summary)(part, {})
+        # The summarizer gets fresh dicts, as compact() gives it: it cannot change the originals.
+        copies = [dict(message) for message in part]
+        summary = extractive_summary(copies, {}) if summarize is None else summarize(copies, {})
         text = f"{PLAIN_HEADER}\n{summary}"
         note = text_message(transcript.shape, default_role(transcript.shape), text)
         output = [*originals[:lead], note, *originals[cut:]]
@@ -175,7 +216,7 @@ def plain_compact(
         keep_recent=keep_recent,
         messages_before=len(originals),
         messages_after=len(output),
-        summarised=len(part),
+        summarized=len(part),
         identifiers_before=0,
         identifiers_after=0,
         ledger_entries=0,
@@ -196,12 +237,13 @@ def plain_compact(
 # -- availability after compaction ----------------------------------------------------------
 
 
+@_deprecation.legacy_arguments("strategies()", renamed={"summarise": "summarize"})
 def strategies(
     guard: Guard,
     *,
-    summarise: Summariser | None = None,
+    summarize: Summarizer | None = None,
     keep_recent: int = DEFAULT_KEEP_RECENT,
-) -> dict[str, Callable[[list[dict[str, Any]], Ledger], list[Any]]]:
+) -> dict[str, Compaction]:
     """Both compactions as ``(messages, ledger) -> messages``, for ``replay(compaction=...)``.
 
     ``"guardrail"`` is :func:`~guardrail.compaction._compact.compact` on the ledger
@@ -209,16 +251,19 @@ def strategies(
     every result before the call, so nothing is recorded twice) with
     ``guard``'s specs, its audit events silenced as replay silences its
     own; ``"plain summary"`` is :func:`plain_compact`. Both use
-    ``summarise`` (default: ``LossySummariser(seed=1, kinds=guard.kinds)``).
+    ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``);
+    ``summarise=`` still works until the next release, with a warning.
     """
-    lossy = summarise or LossySummariser(seed=1, kinds=guard.kinds)
+    lossy = summarize or LossySummarizer(seed=1, kinds=guard.kinds)
     quiet = guard.silenced()
 
-    def guarded(messages: list[dict[str, Any]], ledger: Ledger) -> list[Any]:
-        return compact(messages, ledger, lossy, keep_recent, guard=quiet).messages
+    def guarded(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        return compact(
+            messages, ledger, summarize=lossy, keep_recent=keep_recent, guard=quiet
+        ).messages
 
-    def plain(messages: list[dict[str, Any]], ledger: Ledger) -> list[Any]:
-        return plain_compact(messages, lossy, keep_recent).messages
+    def plain(messages: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:
+        return plain_compact(messages, summarize=lossy, keep_recent=keep_recent).messages
 
     return {"guardrail": guarded, "plain summary": plain}
 
@@ -253,12 +298,13 @@ def _share(part: int, whole: int) -> str:
     return f"({100 * part / whole:.1f}%)" if whole else "-"
 
 
+@_deprecation.legacy_arguments("side_by_side()", renamed={"summarise": "summarize"})
 def side_by_side(
     conversations: Iterable[Sequence[Mapping[str, Any]]],
     guard: Guard,
     *,
     keep_recent: Iterable[int] = range(5),
-    summarise: Summariser | None = None,
+    summarize: Summarizer | None = None,
     every: int = 1,
 ) -> SideBySide:
     """Compact before every ``every``-th assistant turn of each conversation, both ways, and count.
@@ -269,9 +315,10 @@ def side_by_side(
     with no such argument after it has nothing to measure and is skipped.
     ``compact()`` starts from a fresh ledger of ``guard`` each time (the
     transcript recorded elsewhere); the plain summary has no ledger. Both
-    use ``summarise`` (default: ``LossySummariser(seed=1, kinds=guard.kinds)``).
+    use ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``);
+    ``summarise=`` still works until the next release, with a warning.
     """
-    summarise = summarise or LossySummariser(seed=1, kinds=guard.kinds)
+    summarize = summarize or LossySummarizer(seed=1, kinds=guard.kinds)
     guard = guard.silenced()  # thousands of compactions: no audit event each
     depths = list(keep_recent)
     totals = {k: [0, 0, 0] for k in depths}
@@ -289,9 +336,15 @@ def side_by_side(
                 continue
             for k in depths:
                 guarded = compact(
-                    messages[:position], guard.new_ledger(), summarise, k, guard=guard
+                    messages[:position],
+                    guard.new_ledger(),
+                    summarize=summarize,
+                    keep_recent=k,
+                    guard=guard,
                 ).messages
-                plain = plain_compact(messages[:position], summarise, k).messages
+                plain = plain_compact(
+                    messages[:position], summarize=summarize, keep_recent=k
+                ).messages
                 compactions += 1
                 row = totals[k]
                 row[0] += len(later)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from guardrail import _deprecation
 from guardrail._audit import SilentLogger
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
@@ -62,29 +63,33 @@ from guardrail.replay._traces import (
 
 #: ``(messages so far, ledger) -> the context the agent would see``. The messages are OpenAI
 #: chat-completions dicts; the ledger is a copy the strategy may change.
-Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Any]]
+Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Mapping[str, Any]]]
 TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
+#: What ``Guard.from_manifest`` reads: a JSON or TOML file, or the mapping itself.
+Manifest: TypeAlias = "str | os.PathLike[str] | Mapping[str, Any]"
 
 
-def _guard(
-    source: Guard | str | os.PathLike[str] | Mapping[str, Any], capacity: int | None
-) -> Guard:
-    if isinstance(source, Guard):
-        if capacity is not None and capacity != source.capacity:
-            raise GuardrailUsageError(
-                "capacity= applies to a manifest; a Guard brings its own (Guard(capacity=...))"
-            )
-        return source.silenced()
+def manifest_guard(manifest: Manifest, capacity: int | None) -> tuple[Guard, str]:
+    """A silent guard built from a manifest, and how a report names the manifest.
+
+    For the deprecated ``replay(traces, manifest)``: a bad manifest raises
+    :class:`~guardrail.errors.ManifestError` before anything runs.
+    """
     options: dict[str, Any] = {"logger": SilentLogger()}
     if capacity is not None:
         options["capacity"] = capacity
-    return Guard.from_manifest(source, **options)
+    named = os.fspath(manifest) if isinstance(manifest, (str, os.PathLike)) else "<mapping>"
+    return Guard.from_manifest(manifest, **options), named
 
 
-def _describe(source: Guard | str | os.PathLike[str] | Mapping[str, Any]) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    return "<guard>" if isinstance(source, Guard) else "<mapping>"
+def manifest_deprecated(call: str, capacity: int | None, *, stacklevel: int) -> None:
+    """Warn that ``call`` was given a manifest where it now takes a guard."""
+    built = "Guard.from_manifest(manifest" + (", capacity=...)" if capacity is not None else ")")
+    _deprecation.warn(
+        f"{call}(traces, manifest) is deprecated: write {call}(traces, {built}); "
+        "passing a manifest stops working in the next release",
+        stacklevel=stacklevel + 1,
+    )
 
 
 def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
@@ -508,7 +513,7 @@ class _Asker:
 
 def replay(
     traces: TraceSource | Iterable[TraceSource],
-    guard_or_manifest: Guard | str | os.PathLike[str] | Mapping[str, Any],
+    guard: Guard,
     *,
     seed: int = 0,
     limit: int | None = None,
@@ -524,15 +529,14 @@ def replay(
     """Replay recorded traces through a guard and report its cost and what it catches.
 
     ``traces``: trace file paths (JSONL or JSON, see :mod:`guardrail.replay._traces`),
-    loaded files or traces. ``guard_or_manifest``: a :class:`~guardrail.Guard`
-    (its audit events are silenced for the replay) or a manifest (path or
-    mapping; a bad one raises :class:`~guardrail.errors.ManifestError` before
-    anything runs). ``seed`` makes the corruptions reproducible; ``limit``
-    replays at most that many traces; ``classes`` picks corruption classes;
-    ``variants`` is the number of variants per class and identifier
-    argument; ``capacity`` is the ledger capacity for a manifest-built guard;
-    ``examples`` caps the examples kept per list; ``progress(done, total)``
-    is called after each trace.
+    loaded files or traces. ``guard``: the :class:`~guardrail.Guard` to
+    replay them through (its audit events are silenced for the replay); for
+    a manifest file, ``Guard.from_manifest(path)``. ``seed`` makes the
+    corruptions reproducible; ``limit`` replays at most that many traces;
+    ``classes`` picks corruption classes; ``variants`` is the number of
+    variants per class and identifier argument; ``examples`` caps the
+    examples kept per list; ``progress(done, total)`` is called after each
+    trace.
 
     ``compaction`` is the seam for compaction strategies: a callable
     ``(messages, ledger) -> messages`` (or a mapping of names to them, to
@@ -554,6 +558,10 @@ def replay(
     ``report.total.agent_recorded`` that call with the recorded one.
     ``tools`` are the OpenAI function tools it is shown (default: derived
     from the guard's specs by :func:`~guardrail.replay._agents.tool_definitions`).
+
+    A manifest (path or mapping) in the guard's place, with ``capacity``
+    for the guard built from it, still works until the next release, with
+    a ``DeprecationWarning``.
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:
@@ -564,7 +572,21 @@ def replay(
         raise GuardrailUsageError(f"variants must be an integer >= 0, not {variants!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise GuardrailUsageError(f"limit must be an integer >= 0, not {limit!r}")
-    guard = _guard(guard_or_manifest, capacity)
+    given: object = guard
+    if isinstance(given, Guard):
+        if capacity is not None and capacity != given.capacity:
+            raise GuardrailUsageError(
+                "capacity= applies to a manifest; a Guard brings its own (Guard(capacity=...))"
+            )
+        guard, described = given.silenced(), "<guard>"
+    elif isinstance(given, (str, os.PathLike, Mapping)):
+        manifest_deprecated("replay", capacity, stacklevel=1)
+        guard, described = manifest_guard(given, capacity)
+    else:
+        raise GuardrailUsageError(
+            "replay() takes a Guard (for a manifest file, Guard.from_manifest(path)), "
+            f"not {type(given).__name__}"
+        )
     if agent is not None and not callable(agent):
         raise GuardrailUsageError(f"agent must be callable (messages, tools), not {agent!r:.80}")
     asker = (
@@ -611,7 +633,7 @@ def replay(
     for stats in per_file:
         total.merge(stats)
     settings = {
-        "manifest": _describe(guard_or_manifest),
+        "manifest": described,
         "seed": seed,
         "limit": limit,
         "classes": list(classes),

@@ -20,12 +20,13 @@ __all__ = ["GuardrailReplay", "strategies"]
 def __getattr__(name: str) -> Any:
     import guardrail.replay as replay
 
-    if name in replay.__all__:
+    new = replay._RENAMED.get(name, name)  # a name that moved and was respelled: the new one
+    if new in replay.__all__:
         warnings.warn(
-            f"guardrail.testing.{name} moved to guardrail.replay.{name}; import it from there "
+            f"guardrail.testing.{name} moved to guardrail.replay.{new}; import it from there "
             "(the old name goes in the next release)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(replay, name)
+        return getattr(replay, new)
     raise AttributeError(f"module 'guardrail.testing' has no attribute {name!r}")

@@ -4,11 +4,12 @@ Installed with guardrail (a ``pytest11`` entry point), it gives every test
 suite the ``guardrail_replay`` fixture::
 
     def test_the_guard_on_our_traces(guardrail_replay):
-        report = guardrail_replay("traces/*.jsonl", "tools.toml")
+        guard = Guard.from_manifest("tools.toml")
+        report = guardrail_replay("traces/*.jsonl", guard)
         report.assert_no_false_refusals()
         report.assert_detection(at_least=0.99)
 
-The fixture takes what :func:`guardrail.replay._replay` takes (paths may be
+The fixture takes what :func:`guardrail.replay.replay` takes (paths may be
 glob patterns) and returns its :class:`~guardrail.replay.ReplayReport`.
 When the test fails, the report's tables are shown with the failure.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -26,20 +27,35 @@ from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
-    from guardrail.replay._replay import TraceSource
+    from guardrail.replay._agents import Agent
+    from guardrail.replay._replay import Compaction, TraceSource
     from guardrail.replay._report import ReplayReport
 
 _PATTERN_CHARS = frozenset("*?[")
 
 
 class GuardrailReplay(Protocol):
-    """The ``guardrail_replay`` fixture: ``(traces, guard_or_manifest, **options) -> report``."""
+    """The ``guardrail_replay`` fixture: :func:`guardrail.replay.replay`, with glob patterns.
+
+    The options are :func:`~guardrail.replay.replay`'s, spelled out so a type
+    checker sees them; their defaults are replay's.
+    """
 
     def __call__(
         self,
         traces: TraceSource | Iterable[TraceSource],
-        guard_or_manifest: Guard | str | os.PathLike[str] | Mapping[str, Any],
-        **options: Any,
+        guard: Guard,
+        *,
+        seed: int = ...,
+        limit: int | None = ...,
+        classes: Sequence[str] = ...,
+        variants: int = ...,
+        capacity: int | None = ...,
+        examples: int = ...,
+        compaction: Compaction | Mapping[str, Compaction] | None = ...,
+        agent: Agent | None = ...,
+        tools: Sequence[Mapping[str, Any]] | None = ...,
+        progress: Callable[[int, int], None] | None = ...,
     ) -> ReplayReport: ...
 
 
@@ -63,18 +79,25 @@ def expand(traces: Any) -> list[Any]:
 
 @pytest.fixture
 def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
-    """Replay recorded traces through a guard or manifest and return the report."""
-    from guardrail.replay._replay import replay
+    """Replay recorded traces through a guard and return the report."""
+    from guardrail.replay._replay import manifest_deprecated, manifest_guard, replay
 
     runs = 0
 
     def run(
-        traces: TraceSource | Iterable[TraceSource],
-        guard_or_manifest: Guard | str | os.PathLike[str] | Mapping[str, Any],
-        **options: Any,
+        traces: TraceSource | Iterable[TraceSource], guard: Guard, **options: Any
     ) -> ReplayReport:
         nonlocal runs
-        report = replay(expand(traces), guard_or_manifest, **options)
+        given: object = guard
+        named = None
+        if isinstance(given, (str, os.PathLike, Mapping)):
+            # Deprecated: warned here, so the warning points at the test that passed it.
+            capacity = options.pop("capacity", None)
+            manifest_deprecated("guardrail_replay", capacity, stacklevel=1)
+            guard, named = manifest_guard(given, capacity)
+        report = replay(expand(traces), guard, **options)
+        if named is not None:
+            report.settings["manifest"] = named
         runs += 1
         # Shown with the failure of the test (pytest prints captured sections of failed tests).
         title = "guardrail replay" if runs == 1 else f"guardrail replay {runs}"
