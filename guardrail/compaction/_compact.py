@@ -61,6 +61,7 @@ from guardrail.compaction._summarize import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 
+#: How many of the last turns ``compact()`` keeps raw unless told otherwise.
 DEFAULT_KEEP_RECENT = 2
 
 

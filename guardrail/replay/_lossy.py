@@ -39,6 +39,7 @@ from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.replay._arguments import has_token
 
+#: What the lossy summariser may do to one identifier (``keep``: leave it intact).
 FATES = ("drop", "generalise", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
 # Without kinds, an identifier is a token mixing letters (or _) and digits, four characters or more.
