@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench bench-quick clean
+.PHONY: demo test lint typecheck docs unit bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,10 +22,15 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The documentation site, into site/; --strict (set in mkdocs.yml too) makes a warning an
+# error, and the build's hooks fail it when the API reference leaves out a public name.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
@@ -34,4 +39,4 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist *.egg-info
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build dist site *.egg-info

@@ -26,6 +26,7 @@ from guardrail._harvest import Found
 from guardrail.compaction._messages import COMPACTED_HEADER, Repair
 from guardrail.ledger import Ledger, Source
 
+#: The first line of every ledger block: ``ID LEDGER (verbatim, do not paraphrase)``.
 BLOCK_HEADER = COMPACTED_HEADER.rstrip("\n")
 _EMPTY = "(no identifiers yet)"
 _EVICTED = "(evicted, look up again before use: "
@@ -55,7 +56,7 @@ class BlockLine:
 
 
 def ledger_block(ledger: Ledger) -> str:
-    """The ledger as the block that opens a compacted context (DESIGN's format)."""
+    """The ledger as the block that opens a compacted context: a line per entry, unsealed."""
     return render_block(ledger, (), ())
 
 

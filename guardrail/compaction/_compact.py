@@ -73,6 +73,7 @@ else:
 
     M = TypeVar("M", bound=Mapping[str, Any])
 
+#: How many of the last turns ``compact()`` keeps raw unless told otherwise.
 DEFAULT_KEEP_RECENT = 2
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from guardrail.compaction._messages import Call, Message, read
 from guardrail.errors import GuardrailUsageError
 
+#: The first line of a summary in a compacted context, right after the ledger block.
 SUMMARY_HEADER = (
     "SUMMARY OF EARLIER TURNS (identifiers appear as [role]; copy their values from the ID LEDGER)"
 )

@@ -39,6 +39,7 @@ CLASSES: Final[tuple[str, ...]] = (
 )
 #: Another ledger value of the same kind: what provenance cannot see, reported apart.
 SAME_KIND: Final = "same_kind"
+#: Every class a replay generates: :data:`CLASSES`, then :data:`SAME_KIND`.
 ALL_CLASSES: Final[tuple[str, ...]] = (*CLASSES, SAME_KIND)
 
 #: What each class means, for reports.

@@ -42,6 +42,7 @@ from guardrail.ledger import Ledger
 from guardrail.replay._arguments import has_token
 from guardrail.replay._replay import Compaction
 
+#: What the lossy summarizer may do to one identifier (``keep``: leave it intact).
 FATES = ("drop", "generalize", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
 # Without kinds, an identifier is a token mixing letters (or _) and digits, four characters or more.
