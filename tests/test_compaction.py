@@ -131,7 +131,7 @@ def whole(value: str, text: str) -> bool:
 
 
 def test_ledger_block_is_designs_format_byte_for_byte() -> None:
-    """The block renders DESIGN's example exactly: roles, values, turns, status."""
+    """The block renders the documented example exactly: roles, values, turns, status."""
     guard = Guard()
     for kind in ("order", "customer", "refund_request"):
         guard.add_kind(kind)

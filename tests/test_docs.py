@@ -166,15 +166,6 @@ def test_every_page_is_in_the_navigation_and_every_public_module_has_a_reference
 
 # -- nothing cites the internal design notes ---------------------------------------------------
 
-#: Places in the code that still name the design notes; the docs must not, and no new
-#: code may. They are in modules other work is changing now, and go when it lands.
-NOT_YET_REWORDED = {
-    ("guardrail/compaction/_block.py", "DESIGN's format: a header line, one line per entry"),
-    ("guardrail/compaction/_compact.py", ":func:`compact` follows DESIGN's six steps"),
-    ("guardrail/replay/_lossy.py", "applies the four failure modes of DESIGN to each"),
-    ("tests/test_compaction.py", "The block renders DESIGN's example exactly"),
-    ("tests/test_paths.py", "Each step of the syntax reaches the values DESIGN describes."),
-}
 DESIGN_NOTES = re.compile(r"\bDESIGN\b|DESIGN\.md|\.\./shared\b|/work/shared\b")
 
 
@@ -197,16 +188,9 @@ def test_no_page_and_no_code_cites_the_internal_design_notes() -> None:
             continue  # the patterns themselves
         name = path.relative_to(REPO).as_posix()
         for line in path.read_text(encoding="utf-8").splitlines():
-            if DESIGN_NOTES.search(line) and not any(
-                name == where and text in line for where, text in NOT_YET_REWORDED
-            ):
+            if DESIGN_NOTES.search(line):
                 found.append(f"{name}: {line.strip()}")
     assert found == []
-
-
-def test_no_page_cites_the_design_notes_even_by_a_known_exception() -> None:
-    """The exceptions above are code: none is a documentation page."""
-    assert not any(where.startswith("docs/") for where, _ in NOT_YET_REWORDED)
 
 
 # -- the build's checks, on their own ----------------------------------------------------------

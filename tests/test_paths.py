@@ -53,7 +53,7 @@ RESULT: dict[str, Any] = {
     ],
 )
 def test_paths_reach_what_they_name(path: str, expected: list[Any]) -> None:
-    """Each step of the syntax reaches the values DESIGN describes."""
+    """Each step of the syntax reaches the values its documentation describes."""
     assert compile_path(path).extract(RESULT) == expected
 
 

@@ -1,6 +1,6 @@
 """The ledger block: the ledger as text, first in a compacted context, and read back.
 
-DESIGN's format: a header line, one line per entry (role, value, and in
+The format: a header line, one line per entry (role, value, and in
 parentheses the seen and last-used turns when they differ, the status,
 ``unverified``, ``pinned``), then a note of the roles evicted. A value that
 would not read back as one word is written as a JSON string.

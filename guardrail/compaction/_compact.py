@@ -1,6 +1,6 @@
 """Compaction: narrative to a summarizer, identifiers carried verbatim, the last turns raw.
 
-:func:`compact` follows DESIGN's six steps: choose the cut (the last
+:func:`compact` takes six steps: choose the cut (the last
 ``keep_recent`` turns stay raw, a call never leaves its result), harvest the
 tool results into the ledger, mask every identifier in the part to
 summarize as its ``[role]``, summarize, lint the summary, and rebuild: the

@@ -1,6 +1,6 @@
 """Corrupted identifiers: one seeded generator per way an id goes wrong.
 
-The classes follow the replay section of the design: a character
+The classes are the ways an identifier goes wrong in an agent's hands: a character
 substituted, two swapped, one deleted, one inserted, the value truncated,
 an id invented in the same shape, a ledger value of another kind, and a
 placeholder from a tool description. A swap for another ledger value of the

@@ -2,7 +2,7 @@
 
 :class:`LossySummarizer` summarizes like the extractive summarizer, lists
 every identifier it saw (so that a lossless run would carry them all), then
-applies the four failure modes of DESIGN to each identifier, seeded:
+applies the four ways a summary loses an identifier to each one, seeded:
 ``drop`` (gone), ``generalize`` ("the reservation"), ``truncate``
 (``ZFA0…``) and ``mutate`` (one character changed). Behind guardrail's
 masking it sees only ``[role]`` names and has nothing to lose.
