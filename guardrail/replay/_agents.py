@@ -519,8 +519,7 @@ def load_agent(spec: str) -> Agent:
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise GuardrailUsageError(
-            f"--agent takes module:callable (e.g. guardrail.replay:reference_agent), "
-            f"not {spec!r}"
+            f"--agent takes module:callable (e.g. guardrail.replay:reference_agent), not {spec!r}"
         )
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
