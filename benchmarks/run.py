@@ -43,7 +43,7 @@ import structlog
 import wrapt
 
 from guardrail import Guard, Id, Ledger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction import compact
 from guardrail.ledger import Source
 
@@ -311,8 +311,10 @@ def fill(guard: Guard, customers: Sequence[str], orders: Sequence[str]) -> Ledge
     """A ledger holding ``customers`` and ``orders``, admitted as one tool result would be."""
     ledger = guard.new_ledger(f"bench-{len(customers) + len(orders)}")
     source = Source("list_orders", None, "orders[*]", 0)
-    found = [Found(CUSTOMER, value, value, "orders[*]") for value in customers]
-    found += [Found(ORDER, value, value, "orders[*]") for value in orders]
+    found = [
+        Batch(CUSTOMER, "orders[*]", None, list(customers), list(customers), None),
+        Batch(ORDER, "orders[*]", None, list(orders), list(orders), None),
+    ]
     ledger.admit(found, source=source)
     return ledger
 
@@ -642,7 +644,7 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
     def grow() -> None:
         batch = next(batches)
         ledger.admit(
-            [Found(ORDER, v, v, "orders[*]") for v in batch],
+            [Batch(ORDER, "orders[*]", None, batch, batch, None)],
             source=Source("t", None, "orders[*]", 0),
         )
 
@@ -800,10 +802,11 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
     rows: list[Row] = []
     per_entry: list[float] = []
     for size in sizes.memory_ledgers:
-        # The value strings (and found items) exist before tracing starts: not counted.
-        found = [Found(ORDER, value, value, "orders[*]") for value in ids(rng, "ord_", 10, size)]
+        # The value strings (and their batch) exist before tracing starts: not counted.
+        made = ids(rng, "ord_", 10, size)
+        found = [Batch(ORDER, "orders[*]", None, made, made, None)]
 
-        def build(found: list[Found] = found) -> Ledger:
+        def build(found: list[Batch] = found) -> Ledger:
             ledger = guard.new_ledger("memory")
             ledger.admit(found, source=source)
             # One refusal, so the lazily built near-miss index is counted too.
@@ -817,7 +820,7 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
         del ledger, found
     count, each = sizes.sessions, sizes.session_entries
     values = [ids(rng, "ord_", 10, each) for _ in range(count)]
-    found_sets = [[Found(ORDER, v, v, "orders[*]") for v in chunk] for chunk in values]
+    found_sets = [[Batch(ORDER, "orders[*]", None, chunk, chunk, None)] for chunk in values]
     many = make_guard()
 
     def sessions() -> None:

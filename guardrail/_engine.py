@@ -28,10 +28,9 @@ from guardrail._check import (
 )
 from guardrail._harvest import (
     Batch,
-    Found,
-    batches_of,
+    Harvest,
     failed,
-    recordable_batches,
+    recordable,
     unreadable_problem,
     yields_nothing,
 )
@@ -45,6 +44,8 @@ Mode = Literal["raise", "reprompt", "observe"]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 
 _USER = "user"
+#: The declared path of the ids a call vouches for by taking them (its arguments).
+_ARGUMENTS = "arguments"
 #: Unknown tool names remembered for warning once each; beyond this many, no more warnings
 #: (a model inventing tool names must not grow the guard's memory without bound).
 _UNDECLARED_KEPT = 1000
@@ -219,18 +220,17 @@ class Engine:
             if self.audit.enabled(logging.DEBUG):
                 self.log_nothing_recorded(ledger, spec.name, call_id)
             return []
-        batches: list[Batch]
-        problems: list[str]
         try:
             # A failure that came back as a result (an error mapping, a refusal) teaches
             # nothing: it may echo the very id that was not found. Tested only where the
             # result could bring something in.
+            harvested: Harvest | None
             if not yields_nothing(spec, result):
-                harvested = recordable_batches(spec, result, self.registry.kinds)
+                harvested = recordable(spec, result, self.registry.kinds)
             elif spec.mints or spec.confirms_arguments:
-                harvested = None if failed(result) else ([], [])
+                harvested = None if failed(result) else Harvest([], [])
             else:
-                harvested = ([], [])
+                harvested = Harvest([], [])
             if harvested is None:
                 self.audit.ids_recorded(
                     ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
@@ -249,11 +249,11 @@ class Engine:
         turn = ledger.turn
         # The call's own ids first: a result naming more ids than one call may add must not
         # crowd out what the call confirmed or minted.
-        batches[:0] = batches_of(taken)
+        batches[:0] = taken
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         limit = self.max_ids_per_call
-        admitted = ledger.admit_batches(batches, source=sources, limit=limit, tool=spec.name)
+        admitted = ledger.admit(batches, source=sources, limit=limit, tool=spec.name)
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -290,7 +290,7 @@ class Engine:
         arguments: Mapping[str, Any],
         verdict: Verdict | None,
         problems: list[str],
-    ) -> list[Found]:
+    ) -> list[Batch]:
         """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
 
         Any other read confirms only what its result returns, which the harvest reads.
@@ -298,12 +298,12 @@ class Engine:
         if spec.confirms_arguments:
             if verdict is None or not verdict.allowed:
                 return self._argument_ids(spec.params, arguments, problems)
-            taken = [Found(kind, value, key, "arguments") for kind, value, key in verdict.typed]
-            taken.extend(
-                Found(entry.kind, entry.value, entry.key, "arguments")
-                for entry in verdict.used
-                if not entry.verified
-            )
+            taken: list[Batch] = []
+            for typed in verdict.typed:
+                _append(taken, typed.kind, _ARGUMENTS, typed.value, typed.key)
+            for entry in verdict.used:
+                if not entry.verified:
+                    _append(taken, entry.kind, _ARGUMENTS, entry.value, entry.key)
             return taken
         if spec.effect == "write" and spec.mints:
             return self._argument_ids(spec.mints, arguments, problems)
@@ -311,12 +311,12 @@ class Engine:
 
     def _argument_ids(
         self, params: Sequence[ParamSpec], arguments: Mapping[str, Any], problems: list[str]
-    ) -> list[Found]:
-        """The ids a successful call took, as Found items of the kind they fit best.
+    ) -> list[Batch]:
+        """The ids a successful call took, each of the kind it fits best, in order.
 
         A value the kind's normaliser cannot read is skipped and reported in ``problems``.
         """
-        taken: list[Found] = []
+        taken: list[Batch] = []
         unreadable = 0
         for param in params:
             kinds = [self.registry.kinds[name] for name in param.kinds]
@@ -335,7 +335,7 @@ class Engine:
                     if key is None:
                         unreadable += 1
                     elif key and key not in kind.examples:
-                        taken.append(Found(kind.name, text, key, param.path.text))
+                        _append(taken, kind.name, param.path.text, text, key)
         if unreadable:
             problems.append(unreadable_problem(unreadable))
         return taken
@@ -347,12 +347,17 @@ class Engine:
         with ledger.lock:
             turn = ledger.next_turn()
             ledger.observe_text(text)
-            found = []
+            found: list[Batch] = []
             for kind in self.registry.kinds.values():
+                values: list[str] = []
+                keys: list[str] = []
                 for token in kind.find(text):
                     key = kind.key(token)  # None: a token its normaliser cannot read is no id
                     if key and key not in kind.examples:
-                        found.append(Found(kind.name, token, key, "text"))
+                        values.append(token)
+                        keys.append(key)
+                if values:
+                    found.append(Batch(kind.name, "text", None, values, keys, None))
             admitted = ledger.admit(
                 found,
                 source=Source(_USER, None, "text", turn),
@@ -387,3 +392,13 @@ class Engine:
         self.audit.evicted(ledger.session_id, [entry])
         self._on_change(ledger)
         return entry
+
+
+def _append(batches: list[Batch], kind: str, path: str, value: str, key: str) -> None:
+    """Add one id to ``batches``, in order: to the last batch when its kind and path are these."""
+    last = batches[-1] if batches else None
+    if last is None or last.kind != kind or last.path != path:
+        batches.append(Batch.one(kind, value, key, path))
+    else:
+        last.values.append(value)
+        last.keys.append(key)

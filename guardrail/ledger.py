@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from guardrail._harvest import Batch, Found, batches_of
+from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
@@ -329,7 +329,7 @@ class Ledger:
 
     def admit(
         self,
-        found: Iterable[Found],
+        batches: Iterable[Batch],
         *,
         source: Source | Mapping[str, Source],
         verified: bool = True,
@@ -338,29 +338,12 @@ class Ledger:
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
-        ``source`` is one Source, or one per declared path. An id already
-        present is refreshed (and verified, when ``verified``); a new one
-        gets a role. All ids are added before any is evicted, so a result
-        is never half-recorded. ``limit`` and ``tool``: see
-        :meth:`admit_batches`.
-        """
-        return self.admit_batches(
-            batches_of(found), source=source, verified=verified, limit=limit, tool=tool
-        )
-
-    def admit_batches(
-        self,
-        batches: Iterable[Batch],
-        *,
-        source: Source | Mapping[str, Source],
-        verified: bool = True,
-        limit: int | None = None,
-        tool: str | None = None,
-    ) -> Admitted:
-        """:meth:`admit` for ids in :class:`~guardrail._harvest.Batch` columns, in order.
-
-        The bulk path from a tool result: a result of tens of thousands of ids
-        is admitted without building a ``Found`` or calling a helper per id.
+        Ids come in :class:`~guardrail._harvest.Batch` columns, in order: a
+        result of tens of thousands of ids is admitted without building an
+        object or calling a helper per id. ``source`` is one Source, or one
+        per declared path. An id already present is refreshed (and verified,
+        when ``verified``); a new one gets a role. All ids are added before
+        any is evicted, so a result is never half-recorded.
 
         At most ``limit`` new ids are added (None: no bound); each new id
         beyond it is not kept but remembered as :class:`Dropped`, under

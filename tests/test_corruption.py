@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger, Source
 from guardrail.replay._corruption import (
@@ -48,7 +48,7 @@ def _guard() -> Guard:
 def _ledger(guard: Guard, values: dict[str, list[str]]) -> Ledger:
     ledger = guard.new_ledger("t")
     items = [
-        Found(kind, value, guard.kinds[kind].normalize(value), "$")
+        Batch.one(kind, value, guard.kinds[kind].normalize(value), "$")
         for kind, group in values.items()
         for value in group
     ]

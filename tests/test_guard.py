@@ -28,7 +28,7 @@ from guardrail import (
     Source,
     StoreError,
 )
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 
 from .conftest import ORDERS, shop_guard
 
@@ -465,7 +465,7 @@ def test_a_ledger_given_for_an_open_session_is_merged_into_it() -> None:
     """session(id, ledger=) while id is open elsewhere keeps one live ledger, which takes it in."""
     guard = shop_guard()
     saved = Ledger.from_json(shop_guard().new_ledger().to_json())
-    saved.admit([Found("order", "W2378156", "W2378156", "p")], source=Source("t", None, "p", 0))
+    saved.admit([Batch.one("order", "W2378156", "W2378156", "p")], source=Source("t", None, "p", 0))
     with guard.session("s") as live:
         guard.record("get_order", {}, {"order_id": "W8855135"})
         with guard.session("s", ledger=saved) as inner:

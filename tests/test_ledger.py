@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Kind, Ledger, Source
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 
 SRC = Source("get_order", "call_1", "order_id", 0)
 
 
-def found(kind: str, value: str, *, role: str | None = None, status: str | None = None) -> Found:
-    return Found(kind, value, value, "order_id", status, role)
+def found(kind: str, value: str, *, role: str | None = None, status: str | None = None) -> Batch:
+    return Batch.one(kind, value, value, "order_id", status, role)
 
 
 def test_default_roles_are_kind_then_numbered() -> None:
@@ -181,7 +181,7 @@ def test_round_trip_property(items: list[tuple[str, str]], capacity: int) -> Non
     for n, (kind, value) in enumerate(items):
         if n % 3 == 0:
             ledger.next_turn()
-        ledger.admit([Found(kind, value, value, "p")], source=SRC, verified=n % 2 == 0)
+        ledger.admit([Batch.one(kind, value, value, "p")], source=SRC, verified=n % 2 == 0)
     assert Ledger.from_json(ledger.to_json()).to_json() == ledger.to_json()
 
 
@@ -604,7 +604,7 @@ def test_looking_up_a_value_a_normaliser_cannot_read_finds_nothing() -> None:
     """get and lookup treat a kind whose normaliser raises on the value as holding no entry."""
     kinds = {"link": Kind.build("link", normalize="url")}
     ledger = Ledger(kinds=kinds)
-    ledger.admit([Found("link", "https://a.example", "https://a.example", "p")], source=SRC)
+    ledger.admit([Batch.one("link", "https://a.example", "https://a.example", "p")], source=SRC)
     assert ledger.get("link", "HTTPS://A.example/") is ledger["link"]
     assert ledger.get("link", "http://[x") is None
     assert ledger.lookup("http://[x") == []

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction._block import BlockLine
 from guardrail.compaction._masking import Masker, lint
 from guardrail.ledger import Source
@@ -35,7 +35,7 @@ def ledger_of(
     ledger = guard.new_ledger()
     for kind, value in values:
         key = ledger.normalize(kind, value)
-        ledger.admit([Found(kind, value, key, "x")], source=SOURCE)
+        ledger.admit([Batch.one(kind, value, key, "x")], source=SOURCE)
     return ledger
 
 

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from guardrail import Guard, Ledger, Source
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.kinds import NormalizeSpec, compile_normalizer
 
 from .conftest import shop_guard
@@ -200,7 +200,7 @@ class LedgerMachine(RuleBasedStateMachine):
         limit=st.one_of(st.none(), st.integers(0, 4)),
     )
     def admit(self, items: list[tuple[str, str]], verified: bool, limit: int | None) -> None:
-        found = [Found(kind, value, value, "p") for kind, value in items]
+        found = [Batch.one(kind, value, value, "p") for kind, value in items]
         room = len(items) if limit is None else limit
         admitted: list[Key] = []
         skipped: dict[Key, None] = {}

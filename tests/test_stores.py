@@ -24,7 +24,7 @@ from guardrail import (
     StoreError,
     compact,
 )
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 
 from .conftest import ORDERS, call, result, shop_guard, user
 
@@ -194,9 +194,9 @@ def test_a_store_save_merges_into_a_row_another_writer_changed(tmp_path: Path) -
     mine = store.load("s")
     theirs = store.load("s")
     assert mine is not None and theirs is not None
-    theirs.admit([Found("order", "W2000002", "W2000002", "p")], source=SRC)
+    theirs.admit([Batch.one("order", "W2000002", "W2000002", "p")], source=SRC)
     store.save("s", theirs)
-    mine.admit([Found("order", "W3000003", "W3000003", "p")], source=SRC)
+    mine.admit([Batch.one("order", "W3000003", "W3000003", "p")], source=SRC)
     store.save("s", mine)
     assert stored_keys(path, "s") == {"W1000001", "W2000002", "W3000003"}
     store.close()
@@ -206,10 +206,10 @@ def test_the_memory_store_merges_a_different_ledger_into_the_one_it_holds() -> N
     """MemoryStore.save of another object for a held session merges it in, losing nothing."""
     store = MemoryStore()
     held = Ledger(session_id="s")
-    held.admit([Found("order", "W1", "W1", "p")], source=SRC)
+    held.admit([Batch.one("order", "W1", "W1", "p")], source=SRC)
     store.save("s", held)
     other = Ledger(session_id="s")
-    other.admit([Found("order", "W2", "W2", "p")], source=SRC)
+    other.admit([Batch.one("order", "W2", "W2", "p")], source=SRC)
     store.save("s", other)
     assert store.load("s") is held
     assert {entry.key for entry in held} == {"W1", "W2"}

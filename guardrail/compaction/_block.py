@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction._messages import COMPACTED_HEADER, Repair
 from guardrail.ledger import Ledger, Source
 
@@ -260,7 +260,7 @@ def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True)
             carried.append(line)  # not an id this ledger can hold: kept as text
             continue
         ledger.turn = max(ledger.turn, line.seen or 0, line.last or 0)
-        found = Found(kind, line.value, key, "ledger_block", line.status, line.role)
+        found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
         source = Source("compaction", None, "ledger_block", ledger.turn)
         for entry in ledger.admit([found], source=source, verified=line.verified).added:
             entry.first_seen = line.seen if line.seen is not None else entry.first_seen

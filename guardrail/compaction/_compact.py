@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 
 from guardrail._audit import Audit
 from guardrail._guard import Guard, SessionScope
-from guardrail._harvest import Batch, harvest_batches
+from guardrail._harvest import Batch, harvest
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
@@ -183,7 +183,7 @@ def _harvest(
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.value
-            if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
+            if not fresh and not _news(harvest(spec, value, guard.kinds).batches, ledger, guard):
                 continue
             guard.record(spec.name, call.arguments, value, call_id=call.id, ledger=ledger)
             recorded += 1

@@ -321,7 +321,8 @@ def _produced_before(
             spec = guard.specs.get(result.name or "")
             if spec is None or result.error:
                 continue
-            seen.update((f.kind, f.key) for f in harvest(spec, result.value, guard.kinds).found)
+            found = harvest(spec, result.value, guard.kinds).batches
+            seen.update((batch.kind, key) for batch in found for key in batch.keys)
     return out
 
 

@@ -252,10 +252,10 @@ class _Run:
             self.outputs.append(message.content)
             if spec is not None and self.turns:
                 try:
-                    found = harvest(spec, message.output, self.guard.kinds).found
+                    found = harvest(spec, message.output, self.guard.kinds).batches
                 except Exception:  # a failing normaliser: record() logged it, nothing produced
                     found = []
-                self.produced.update((item.kind, item.key) for item in found)
+                self.produced.update((batch.kind, key) for batch in found for key in batch.keys)
 
     def _answer(self, message: Message) -> _Pending | None:
         """The open call a result answers: the latest with its id (or, with no id, its name)."""
