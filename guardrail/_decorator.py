@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check import Respellings, allowed_entries
+from guardrail._check import AllowedCall, Respelling, Respellings, allowed_entries
 from guardrail._harvest import OPAQUE_TYPES, opaque
 from guardrail._spec import ToolSpec
 from guardrail._verdict import Rejection, Verdict
@@ -94,7 +94,7 @@ class GuardedTool:
 
     def admit(
         self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[list[Entry], Respellings | None] | None:
+    ) -> AllowedCall | None:
         """The allowed path: the entries a call uses when each id is allowed outright, else None.
 
         With them come the arguments to give their ledger spelling (None when none).
@@ -147,7 +147,7 @@ class GuardedTool:
         """What the full check respelled: the parameters whose value it replaced."""
         given = verdict.arguments or {}
         return [
-            (head, position, given[head])
+            Respelling(head, position, given[head])
             for head, position in self.heads
             if head in given and given[head] is not arguments.get(head, _EMPTY)
         ]

@@ -346,7 +346,7 @@ def _compact(
         out, done = masker.mask(text)
         if done:
             masked.count += len(done)
-            masked.roles.update(named for _, named in done)
+            masked.roles.update(written.role for written in done)
         masked.strings += 1
         masked.chars += len(text)
         return out

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from guardrail._nearmiss import near_miss
 from guardrail.compaction._block import BlockLine
@@ -32,6 +32,49 @@ _ASCII_RUNS = re.compile(r"(?a)(\w+)")  # the same for ASCII text, half again as
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
 _ELLIPSES = ("…", "...")
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
+
+
+class Span(NamedTuple):
+    """Where an identifier is written in a text, and the role that names it.
+
+    A ``[role]`` reference already in the text is a span with the role
+    ``""``: nothing may be masked over it.
+    """
+
+    start: int
+    end: int
+    role: str
+
+
+class Written(NamedTuple):
+    """An identifier as a text wrote it, and the role it was masked by."""
+
+    text: str
+    role: str
+
+
+class _TokenHit(NamedTuple):
+    """A token a normalising kind maps to a known id: the edge punctuation cut off, the role."""
+
+    lead: int
+    trail: int
+    role: str
+
+
+class _Anchored(NamedTuple):
+    """A form of several words, found through its first run of word characters (the anchor)."""
+
+    offset: int  # where the anchor starts in the form
+    form: str
+    role: str
+
+
+class _Judged(NamedTuple):
+    """What one token of a summary is (None: fine), and the span of it the issue covers."""
+
+    issue: LintIssue | None
+    start: int
+    end: int
 
 
 @dataclass(frozen=True)
@@ -102,28 +145,28 @@ class Masker:
         self._encoded: dict[bytes, str] | None = None  # the one-word values as UTF-8
         # What each distinct token of the text is, for the normalising kinds: the
         # punctuation trimmed off each end and the role, or None. Tokens repeat a lot.
-        self._token_roles: dict[str, tuple[int, int, str] | None] = {}
+        self._token_roles: dict[str, _TokenHit | None] = {}
 
-    def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
+    def spans(self, text: str) -> list[Span]:
+        """Non-overlapping spans of the identifiers in ``text``, in order; the longest win."""
         pieces = _runs(text)
         return self._spans(text, pieces, self._more_spans(text, pieces))
 
-    def _spans(
-        self, text: str, pieces: list[str], more: list[tuple[int, int, str]]
-    ) -> list[tuple[int, int, str]]:
+    def _spans(self, text: str, pieces: list[str], more: list[Span]) -> list[Span]:
         """:meth:`spans`, given ``_runs(text)`` and the :meth:`_more_spans` of ``text``."""
         found = self._exact.spans(text, pieces)
         if not found and not more:
             return []
         refs = [
-            (m.start(), m.end(), "") for m in ROLE_REF.finditer(text) if m.group(1) in self.roles
+            Span(m.start(), m.end(), "")
+            for m in ROLE_REF.finditer(text)
+            if m.group(1) in self.roles
         ]
         if not refs and not more:
             return found  # one left-to-right pass: already ordered and apart
         return _longest_apart(found + more, refs)
 
-    def _more_spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+    def _more_spans(self, text: str, pieces: list[str]) -> list[Span]:
         """Matches of any case, and of normalised tokens, that the exact matches do not make.
 
         A match with the very span and role of an exact one-word match is left out
@@ -135,7 +178,7 @@ class Masker:
             more = self._folded.spans(text, pieces)
             if more and self._words_only:
                 whole = self._exact.whole
-                more = [s for s in more if whole.get(text[s[0] : s[1]]) != s[2]]
+                more = [s for s in more if whole.get(text[s.start : s.end]) != s.role]
         if self._normalising:
             more += self._normalised_spans(text)
         return more
@@ -157,10 +200,10 @@ class Masker:
             return {role for _, _, role in self.spans(text)}
         return {whole[form] for form in present}
 
-    def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
-        """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
+    def mask(self, text: str) -> tuple[str, list[Written]]:
+        """``text`` with every identifier replaced by ``[role]``, and what was masked by which."""
         runs_of_text: list[str] | None = None
-        more: list[tuple[int, int, str]] = []
+        more: list[Span] = []
         if not self._plain:
             runs_of_text = _runs(text)
             more = self._more_spans(text, runs_of_text)
@@ -176,7 +219,7 @@ class Masker:
             written = list(compress(runs, map(whole.__contains__, runs)))
             if "[" not in text or not self._in_references(text, written):
                 pieces[1::2] = map(self._masked.get, runs, runs)
-                return "".join(pieces), [(word, whole[word]) for word in written]
+                return "".join(pieces), [Written(word, whole[word]) for word in written]
         if runs_of_text is None:
             runs_of_text = _runs(text)
         spans = self._spans(text, runs_of_text, more)
@@ -185,7 +228,7 @@ class Masker:
         out, done, at = [], [], 0
         for start, end, role in spans:
             out += [text[at:start], f"[{role}]"]
-            done.append((text[start:end], role))
+            done.append(Written(text[start:end], role))
             at = end
         out.append(text[at:])
         return "".join(out), done
@@ -195,7 +238,7 @@ class Masker:
         refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
         return bool(refs) and not set(words).isdisjoint(_RUN.findall(" ".join(refs)))
 
-    def _normalised_spans(self, text: str) -> list[tuple[int, int, str]]:
+    def _normalised_spans(self, text: str) -> list[Span]:
         """Tokens that a normalising kind maps to a value (or to an evicted one)."""
         pieces = _TOKENS.split(text)
         tokens = pieces[1::2]
@@ -210,11 +253,10 @@ class Masker:
         for j in hits:
             hit = memo[tokens[j]]
             assert hit is not None
-            lead, trail, role = hit
-            found.append((ends[2 * j] + lead, ends[2 * j + 1] - trail, role))
+            found.append(Span(ends[2 * j] + hit.lead, ends[2 * j + 1] - hit.trail, hit.role))
         return found
 
-    def _token_role(self, raw: str) -> tuple[int, int, str] | None:
+    def _token_role(self, raw: str) -> _TokenHit | None:
         token = raw.strip(_EDGE)
         if not token:
             return None
@@ -230,7 +272,7 @@ class Masker:
                 if self._words_only and self._exact.whole.get(token) == role:
                     return None  # the exact match's twin (see _more_spans)
                 lead = len(raw) - len(raw.lstrip(_EDGE))
-                return lead, len(raw) - len(token) - lead, role
+                return _TokenHit(lead, len(raw) - len(token) - lead, role)
         return None
 
 
@@ -253,8 +295,8 @@ class _Forms:
         self.fold = fold
         #: Forms that are one run of word characters, to their role.
         self.whole: dict[str, str]
-        #: Anchor to the longer forms that start with it: (offset of the anchor, form, role).
-        self.anchored: dict[str, list[tuple[int, str, str]]] = {}
+        #: Anchor to the longer forms that start with it.
+        self.anchored: dict[str, list[_Anchored]] = {}
         bare: dict[str, str] = {}  # forms with no word character at all (rare)
         # Most forms are one word: sorted out at C speed, the others one by one.
         one_word = list(map(_RUN.fullmatch, forms))
@@ -265,7 +307,7 @@ class _Forms:
                 if form:
                     bare[form] = role
             else:
-                self.anchored.setdefault(run.group(), []).append((run.start(), form, role))
+                self.anchored.setdefault(run.group(), []).append(_Anchored(run.start(), form, role))
         self.bare = bare
         self._bare = None
         if bare:
@@ -273,7 +315,7 @@ class _Forms:
             alternation = "|".join(re.escape(f) for f in sorted(bare, key=lambda f: (-len(f), f)))
             self._bare = re.compile(f"(?=({alternation}))", re.IGNORECASE if fold else 0)
 
-    def spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+    def spans(self, text: str, pieces: list[str]) -> list[Span]:
         """Leftmost-longest matches in ``text``, apart; ``pieces`` is ``_runs(text)``."""
         runs = pieces[1::2]
         fold = self.fold
@@ -285,7 +327,7 @@ class _Forms:
             return []
         ends = list(accumulate(map(len, pieces)))
         found = [
-            (ends[2 * j], ends[2 * j + 1], whole[keys[j]])
+            Span(ends[2 * j], ends[2 * j + 1], whole[keys[j]])
             for j in hits
             if not fold or len(runs[j]) == len(keys[j])
         ]
@@ -306,22 +348,22 @@ class _Forms:
                     continue
                 if end < size and _is_word(form[-1]) and _is_word(text[end]):
                     continue
-                found.append((start, end, role))
+                found.append(Span(start, end, role))
         if self._bare is not None:
             roles = self.bare
             for match in self._bare.finditer(text):
                 written = match.group(1)
                 named = roles.get(written.casefold() if fold else written)
                 if named is not None:
-                    found.append((match.start(), match.start() + len(written), named))
+                    found.append(Span(match.start(), match.start() + len(written), named))
         # Left to right; at one place the longest; each match resumes where the last ended.
-        found.sort(key=lambda span: (span[0], -span[1]))
+        found.sort(key=lambda span: (span.start, -span.end))
         apart = []
         resume = 0
         for span in found:
-            if span[0] >= resume:
+            if span.start >= resume:
                 apart.append(span)
-                resume = span[1]
+                resume = span.end
         return apart
 
 
@@ -362,19 +404,19 @@ def _is_word(char: str) -> bool:
     return char.isalnum() or char == "_"
 
 
-def _longest_apart(
-    found: list[tuple[int, int, str]], taken: list[tuple[int, int, str]]
-) -> list[tuple[int, int, str]]:
+def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
     """The longest spans first, each kept only if it overlaps none kept before (nor ``taken``)."""
     chosen = sorted(taken)
-    starts = [span[0] for span in chosen]
-    for span in sorted(found, key=lambda s: (s[0] - s[1], s[0])):
-        at = bisect.bisect_right(starts, span[0])
-        if (at and chosen[at - 1][1] > span[0]) or (at < len(chosen) and chosen[at][0] < span[1]):
+    starts = [span.start for span in chosen]
+    for span in sorted(found, key=lambda s: (s.start - s.end, s.start)):
+        at = bisect.bisect_right(starts, span.start)
+        if (at and chosen[at - 1].end > span.start) or (
+            at < len(chosen) and chosen[at].start < span.end
+        ):
             continue
-        starts.insert(at, span[0])
+        starts.insert(at, span.start)
         chosen.insert(at, span)
-    return [span for span in chosen if span[2]]
+    return [span for span in chosen if span.role]
 
 
 def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
@@ -391,10 +433,10 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     text, found = masker.mask(summary)
     issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
     judge = _Judge(ledger)
-    replacements: list[tuple[int, int, str]] = []
+    replacements: list[Span] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
-    judged: dict[str, tuple[LintIssue | None, int, int]] = {}
+    judged: dict[str, _Judged] = {}
     for match in _TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
@@ -406,7 +448,7 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         if issue is not None:
             issues.append(issue)
             if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append((start + lead, start + end, issue.role))
+                replacements.append(Span(start + lead, start + end, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -416,14 +458,14 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     return text, issues
 
 
-def _judge(raw: str, judge: _Judge) -> tuple[LintIssue | None, int, int]:
+def _judge(raw: str, judge: _Judge) -> _Judged:
     """The issue of one token of a summary (or None), and the span it covers in the token."""
     stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
     if stem is not None:
-        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw)
+        return _Judged(judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw))
     token = raw.strip(_EDGE)
     lead = raw.find(token)
-    return judge.token(token), lead, lead + len(token)
+    return _Judged(judge.token(token), lead, lead + len(token))
 
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
@@ -482,8 +524,7 @@ class _Judge:
             except Exception:  # the normaliser failed on a look-alike of the token: no id
                 continue
             if hit is not None:
-                entry, detail = hit
-                return LintIssue("near_miss", token, entry.role, "scrubbed", detail)
+                return LintIssue("near_miss", token, hit.entry.role, "scrubbed", hit.detail)
         return None
 
     def truncated(self, written: str, stem: str, *, cut: bool) -> LintIssue | None:
