@@ -20,12 +20,10 @@ from typing import Any, Final, NamedTuple
 from guardrail._nearmiss import near_miss, within_reach
 from guardrail._reprompt import dropped_detail, refusal_head, reprompt
 from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._text import ARGUMENT_ELLIPSES
 from guardrail._verdict import Finding, Problem, TypedId, Verdict
 from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry, Ledger
-
-_ELLIPSES: Final = ("…", "...", "..")
-
 
 # -- the compiled plan for one tool ---------------------------------------------------------
 
@@ -461,7 +459,7 @@ class _Cut(NamedTuple):
 
 def _truncated(kind: Kind, key: str, ledger: Ledger) -> _Cut | None:
     stem = key
-    for ellipsis in _ELLIPSES:
+    for ellipsis in ARGUMENT_ELLIPSES:
         if stem.endswith(ellipsis):
             stem = stem[: -len(ellipsis)].rstrip()
             matches = ledger.keys_with_prefix(kind.name, stem) if stem else []

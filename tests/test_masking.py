@@ -333,3 +333,14 @@ def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None
     summary, issues = lint("Ask about C\u041eDE1 and http://shop:x2.", masker)
     assert summary == "Ask about [code] and http://shop:x2."
     assert [(issue.problem, issue.action) for issue in issues] == [("near_miss", "scrubbed")]
+
+
+def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
+    """'W10..' in a summary is a short word ending a sentence twice; 'W10...' is an id cut short."""
+    ledger = ledger_of([("order", "W1000001")])
+    masker = Masker(ledger, ())
+    summary, issues = lint("Then W10.. Then W10... done.", masker)
+    assert summary == "Then W10.. Then [order] done."
+    assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
+        ("truncated", "W10...", "scrubbed")
+    ]

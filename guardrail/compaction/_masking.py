@@ -20,17 +20,16 @@ from itertools import accumulate, compress, count, filterfalse
 from typing import Literal, NamedTuple
 
 from guardrail._nearmiss import near_miss
+from guardrail._text import ELLIPSES, TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
 
-_TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
-_TOKENS = re.compile(f"({_TOKEN.pattern})")  # split: tokens at odd indices
+_TOKENS = re.compile(f"({TOKEN.pattern})")  # split: tokens at odd indices
 _RUN = re.compile(r"\w+")
 _RUNS = re.compile(r"(\w+)")  # split: runs of word characters at odd indices
 _ASCII_RUNS = re.compile(r"(?a)(\w+)")  # the same for ASCII text, half again as fast
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
-_ELLIPSES = ("…", "...")
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
 
 
@@ -344,9 +343,9 @@ class _Forms:
                 written = text[start:end]
                 if (written.casefold() if fold else written) != form:
                     continue
-                if start and _is_word(text[start - 1]) and _is_word(text[start]):
+                if start and is_word_char(text[start - 1]) and is_word_char(text[start]):
                     continue
-                if end < size and _is_word(form[-1]) and _is_word(text[end]):
+                if end < size and is_word_char(form[-1]) and is_word_char(text[end]):
                     continue
                 found.append(Span(start, end, role))
         if self._bare is not None:
@@ -369,8 +368,7 @@ class _Forms:
 
 # ASCII bytes that are not word characters, as spaces; every other byte kept.
 _NOT_WORD = bytes(
-    byte if byte >= 0x80 or chr(byte).isalnum() or byte == ord("_") else ord(" ")
-    for byte in range(256)
+    byte if byte >= 0x80 or is_word_char(chr(byte)) else ord(" ") for byte in range(256)
 )
 
 
@@ -397,11 +395,6 @@ def _words_of(text: str, words: Mapping[str, str], encoded: Mapping[bytes, str])
         runs = _RUN.findall(piece.decode("utf-8", "surrogatepass"))
         present.update(run for run in runs if run in words)
     return present
-
-
-def _is_word(char: str) -> bool:
-    """``\\w`` for one character (what Python's ``re`` counts as a word character)."""
-    return char.isalnum() or char == "_"
 
 
 def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
@@ -437,7 +430,7 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
     judged: dict[str, _Judged] = {}
-    for match in _TOKEN.finditer(text):
+    for match in TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
@@ -460,7 +453,7 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
 
 def _judge(raw: str, judge: _Judge) -> _Judged:
     """The issue of one token of a summary (or None), and the span it covers in the token."""
-    stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
+    stem = next((raw[: -len(e)] for e in ELLIPSES if raw.endswith(e)), None)
     if stem is not None:
         return _Judged(judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw))
     token = raw.strip(_EDGE)

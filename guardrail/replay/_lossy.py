@@ -24,6 +24,7 @@ from typing import Any
 
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._text import has_token
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,
@@ -37,7 +38,6 @@ from guardrail.compaction._summarize import extractive_summary
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.replay._arguments import has_token
 
 FATES = ("drop", "generalise", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"

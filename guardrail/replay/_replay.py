@@ -30,12 +30,13 @@ from typing import Any, TypeAlias
 from guardrail._audit import SilentLogger
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
 from guardrail.compaction._messages import refused, strings
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
-from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
+from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.replay._report import (
     ABSENT,
