@@ -315,7 +315,7 @@ def fill(guard: Guard, customers: Sequence[str], orders: Sequence[str]) -> Ledge
         Batch(CUSTOMER, "orders[*]", None, list(customers), list(customers), None),
         Batch(ORDER, "orders[*]", None, list(orders), list(orders), None),
     ]
-    ledger.admit(found, source=source)
+    ledger._admit(found, source=source)
     return ledger
 
 
@@ -643,7 +643,7 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
     def grow() -> None:
         batch = next(batches)
-        ledger.admit(
+        ledger._admit(
             [Batch(ORDER, "orders[*]", None, batch, batch, None)],
             source=Source("t", None, "orders[*]", 0),
         )
@@ -808,7 +808,7 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
         def build(found: list[Batch] = found) -> Ledger:
             ledger = guard.new_ledger("memory")
-            ledger.admit(found, source=source)
+            ledger._admit(found, source=source)
             # One refusal, so the lazily built near-miss index is counted too.
             guard.check("refund", {"customer_id": "x", "order_id": "ord_0"}, ledger=ledger)
             return ledger
@@ -826,7 +826,7 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
     def sessions() -> None:
         for i, found in enumerate(found_sets):
             with many.session(f"conversation-{i}") as ledger:
-                ledger.admit(found, source=source)
+                ledger._admit(found, source=source)
 
     used, _ = _traced(sessions)
     rows.append(Row(f"{count:,} sessions × {each} entries, per session", [used / count], unit="KB"))

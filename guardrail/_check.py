@@ -180,7 +180,7 @@ def allowed_entries(
     normaliser that fails, which the full check reports as a malformed
     value.
     """
-    by_kind = ledger.by_kind
+    by_kind = ledger._by_kind
     used: list[Entry] = []
     respelled: Respellings | None = None
     try:
@@ -214,10 +214,10 @@ def allowed_entries(
                 respelled.append(Respelling(name, position, entry.value))
     except Exception:  # a user normaliser failed, or gave a key no table can hold
         return None
-    epoch = ledger.epoch
+    epoch = ledger._epoch
     for entry in used:
         if entry.epoch != epoch:
-            ledger.touch(entry)
+            ledger._touch(entry)
     return used, respelled
 
 
@@ -237,7 +237,7 @@ def check_arguments(
             if respelled is not None:
                 arguments = {**arguments, **{name: value for name, _, value in respelled}}
             return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
-    by_kind = ledger.by_kind
+    by_kind = ledger._by_kind
     read = plan.read
     used: list[Entry] = []
     typed: list[TypedId] = []
@@ -289,7 +289,7 @@ def check_arguments(
             arguments=arguments,
         )
     for entry in used:
-        ledger.touch(entry)
+        ledger._touch(entry)
     return Verdict(
         tool=plan.spec.name,
         allowed=True,
@@ -388,26 +388,26 @@ def _classify(
         if key in kind.examples:
             return finding("example", kind, detail="placeholder from a tool description")
     for kind, key in keys:
-        entry = ledger.by_kind.get(kind.name, {}).get(key)
+        entry = ledger._by_kind.get(kind.name, {}).get(key)
         if entry is not None:  # present, but unverified and the tool writes
             return finding("unverified", kind, entry.role, "typed by the user, never looked up")
     typed: bool | None = None  # searched once, for the first kind whose shape it has
     for kind, key in keys:
         if not kind.has_pattern or kind.matches(text):
-            typed = ledger.typed_by_user(text) if typed is None else typed
+            typed = ledger._typed_by_user(text) if typed is None else typed
             if not typed:
                 continue
             if plan.read:
                 return TypedId(kind.name, text, key)
             return finding("unverified", kind, None, "typed by the user, never looked up")
     for kind, key in keys:
-        dropped = ledger.dropped(kind.name, key)
+        dropped = ledger._drop_mark(kind.name, key)
         if dropped is not None:
             return finding("evicted", kind, None, dropped_detail(dropped.tool, dropped.turn))
-        tomb = ledger.tombstone(kind.name, key)
+        tomb = ledger._tombstone(kind.name, key)
         if tomb is not None:
             return finding("evicted", kind, tomb.role, f"evicted at turn {tomb.evicted_turn}")
-    for other in ledger.lookup(text, exclude={kind.name for kind in param.kinds}):
+    for other in ledger._lookup(text, exclude={kind.name for kind in param.kinds}):
         wanted = " or ".join(repr(k.name) for k in param.kinds)
         detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
         return finding("wrong_kind", first, other.role, detail)
@@ -462,11 +462,11 @@ def _truncated(kind: Kind, key: str, ledger: Ledger) -> _Cut | None:
     for ellipsis in ARGUMENT_ELLIPSES:
         if stem.endswith(ellipsis):
             stem = stem[: -len(ellipsis)].rstrip()
-            matches = ledger.keys_with_prefix(kind.name, stem) if stem else []
+            matches = ledger._keys_with_prefix(kind.name, stem) if stem else []
             return _Cut(_most_recent(matches), "ends in an ellipsis")
     if len(stem) < 2:
         return None
-    matches = ledger.keys_with_prefix(kind.name, stem)
+    matches = ledger._keys_with_prefix(kind.name, stem)
     if not matches:
         return None
     return _Cut(_most_recent(matches), "a prefix of a ledger value")

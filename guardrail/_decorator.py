@@ -104,8 +104,8 @@ class GuardedTool:
             return None
         admitted = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
         if admitted is not None:
-            if ledger.refusals:
-                ledger.refusals.pop(self.name, None)
+            if ledger._refusals:
+                ledger._refusals.pop(self.name, None)
             if self.levels[self.allowed_level]:
                 self.engine.log_allowed(plan, ledger, admitted[0])
         return admitted

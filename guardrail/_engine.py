@@ -117,8 +117,8 @@ class Engine:
         verdict = self.verdict(name, arguments, ledger)
         session = ledger.session_id
         if verdict.allowed:
-            if ledger.refusals:
-                ledger.refusals.pop(name, None)
+            if ledger._refusals:
+                ledger._refusals.pop(name, None)
             self.audit.call_checked(
                 session,
                 verdict,
@@ -133,8 +133,8 @@ class Engine:
                 session, verdict, effect=effect, mode="observe", outcome="would_refuse"
             )
             return verdict
-        count = ledger.refusals.get(name, 0) + 1
-        ledger.refusals[name] = count
+        count = ledger._refusals.get(name, 0) + 1
+        ledger._refusals[name] = count
         self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome="refused")
         if self.mode == "raise":
             raise IdentifierViolation(verdict)
@@ -253,7 +253,7 @@ class Engine:
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         limit = self.max_ids_per_call
-        admitted = ledger.admit(batches, source=sources, limit=limit, tool=spec.name)
+        admitted = ledger._admit(batches, source=sources, limit=limit, tool=spec.name)
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -344,9 +344,9 @@ class Engine:
 
     def observe_user(self, text: str, ledger: Ledger) -> list[Entry]:
         """Start a turn with what the user typed: ids of a kind's shape enter, unverified."""
-        with ledger.lock:
-            turn = ledger.next_turn()
-            ledger.observe_text(text)
+        with ledger._lock:
+            turn = ledger._next_turn()
+            ledger._observe_text(text)
             found: list[Batch] = []
             for kind in self.registry.kinds.values():
                 values: list[str] = []
@@ -358,7 +358,7 @@ class Engine:
                         keys.append(key)
                 if values:
                     found.append(Batch(kind.name, "text", None, values, keys, None))
-            admitted = ledger.admit(
+            admitted = ledger._admit(
                 found,
                 source=Source(_USER, None, "text", turn),
                 verified=False,

@@ -128,7 +128,7 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> NearMiss | None:
     size of the ledger. A value out of :func:`within_reach` is near no key
     and costs nothing.
     """
-    table = ledger.by_kind.get(kind.name)
+    table = ledger._by_kind.get(kind.name)
     if not table or not within_reach(kind, key, ledger):
         return None
     folded = kind.key(skeleton(key))
@@ -136,7 +136,7 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> NearMiss | None:
         entry = table.get(folded)
         if entry is not None:
             return NearMiss(entry, "look-alike characters (homoglyphs)")
-    hit = _first_variant(key, sorted(ledger.alphabet(kind.name)), table.keys())
+    hit = _first_variant(key, sorted(ledger._alphabet(kind.name)), table.keys())
     if hit is None:
         return None
     candidate, detail = hit
@@ -149,7 +149,7 @@ def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
     That is no longer than the kind's longest key plus :data:`MARGIN`.
     Beyond it no search runs, so a refusal costs what reading the value costs.
     """
-    return len(key) <= ledger.longest_key(kind.name) + MARGIN
+    return len(key) <= ledger._longest_key(kind.name) + MARGIN
 
 
 def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:

@@ -117,7 +117,7 @@ class Sessions:
         ledger = given if given is not None else self.store.load(session_id)
         if ledger is None:
             return self.new_ledger(session_id)
-        if ledger.kinds is not self.kinds:  # keyed by this guard's normalisers from now on
+        if ledger._kinds is not self.kinds:  # keyed by this guard's normalisers from now on
             ledger._use_kinds(self.kinds)
         ledger.session_id = session_id
         return ledger

@@ -34,8 +34,8 @@ def a_guard(**options: object) -> Guard:
 def a_ledger(session: str | None = "conv-1") -> Ledger:
     ledger = a_guard().new_ledger(session)
     source = Source("t", None, "x", 0)
-    ledger.admit([Batch.one("order", "W1000001", "W1000001", "x", "delivered")], source=source)
-    ledger.admit(
+    ledger._admit([Batch.one("order", "W1000001", "W1000001", "x", "delivered")], source=source)
+    ledger._admit(
         [Batch.one("hotel", "Grand Hotel", "Grand Hotel", "x")], source=source, verified=False
     )
     return ledger
@@ -114,7 +114,7 @@ def ledgers(draw: st.DrawFn) -> Ledger:
             continue
         kind = draw(st.sampled_from(KINDS))
         found = Batch.one(kind, value, value.strip(), "x", draw(STATUSES))
-        added = ledger.admit(
+        added = ledger._admit(
             [found], source=Source("t", None, "x", 0), verified=draw(st.booleans())
         ).added
         for entry in added:
@@ -188,7 +188,7 @@ def test_a_status_that_could_break_a_line_is_written_quoted() -> None:
     ledger = a_guard().new_ledger()
     status = 'ok)\nnote  W9 (pinned, "x"'
     found = Batch.one("order", "W1000001", "W1000001", "x", status)
-    ledger.admit([found], source=Source("t", None, "x", 0))
+    ledger._admit([found], source=Source("t", None, "x", 0))
     text = render_block(ledger, (), ())
     assert len(text.split("\n")) == 2
     (line,), _, _ = parse_block(text, 0)

@@ -465,7 +465,8 @@ def test_a_ledger_given_for_an_open_session_is_merged_into_it() -> None:
     """session(id, ledger=) while id is open elsewhere keeps one live ledger, which takes it in."""
     guard = shop_guard()
     saved = Ledger.from_json(shop_guard().new_ledger().to_json())
-    saved.admit([Batch.one("order", "W2378156", "W2378156", "p")], source=Source("t", None, "p", 0))
+    batch = Batch.one("order", "W2378156", "W2378156", "p")
+    saved._admit([batch], source=Source("t", None, "p", 0))
     with guard.session("s") as live:
         guard.record("get_order", {}, {"order_id": "W8855135"})
         with guard.session("s", ledger=saved) as inner:

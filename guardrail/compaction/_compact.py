@@ -193,11 +193,11 @@ def _harvest(
 def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
     """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
     for batch in batches:
-        table = ledger.by_kind.get(batch.kind, {})
+        table = ledger._by_kind.get(batch.kind, {})
         keys = batch.keys
-        if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
+        if ledger._kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
             # The ledger keys this kind its own way: look the values up as it would.
-            kind = ledger.kinds.get(batch.kind)
+            kind = ledger._kinds.get(batch.kind)
             keys = [
                 (kind.key(value) if kind is not None else value.strip()) or ""
                 for value in batch.values
@@ -210,7 +210,7 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
             if entry is None:
                 # Evicted, or dropped as one of too many: known, and no news (a flood is not
                 # recorded again at every compaction).
-                known = ledger.tombstone(batch.kind, found_key) or ledger.dropped(
+                known = ledger._tombstone(batch.kind, found_key) or ledger._drop_mark(
                     batch.kind, found_key
                 )
                 if known is None:

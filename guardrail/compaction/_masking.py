@@ -98,7 +98,7 @@ class Masker:
         exact: dict[str, str] = {}
         folded: dict[str, str] = {}
         self.kind_of: dict[str, str] = {}
-        kinds = ledger.kinds
+        kinds = ledger._kinds
         known = [(e.value, e.key, e.role, e.kind) for e in ledger.entries()]
         known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
         # Kinds whose normaliser does more than trim: they may ignore case, and map other
@@ -264,8 +264,8 @@ class Masker:
             key = kind.key(token)  # a token the normaliser cannot read is no id of the kind
             if key is None:
                 continue
-            entry = ledger.by_kind.get(kind.name, {}).get(key)
-            tomb = None if entry else ledger.tombstone(kind.name, key)
+            entry = ledger._by_kind.get(kind.name, {}).get(key)
+            tomb = None if entry else ledger._tombstone(kind.name, key)
             role = entry.role if entry else tomb.role if tomb else None
             if role is not None:
                 if self._words_only and self._exact.whole.get(token) == role:
@@ -469,12 +469,12 @@ class _Judge:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        enforced = [kind for kind in ledger.kinds.values() if kind.enforce]
+        enforced = [kind for kind in ledger._kinds.values() if kind.enforce]
         self.patterned = [kind for kind in enforced if kind.has_pattern]
         self.any_shape = _any_shape(self.patterned)
-        self.held = [kind for kind in enforced if ledger.by_kind.get(kind.name)]
+        self.held = [kind for kind in enforced if ledger._by_kind.get(kind.name)]
         self.ends = {
-            kind.name: {key[-2:] for key in ledger.by_kind[kind.name]} for kind in self.held
+            kind.name: {key[-2:] for key in ledger._by_kind[kind.name]} for kind in self.held
         }
 
     def token(self, token: str) -> LintIssue | None:
@@ -494,14 +494,14 @@ class _Judge:
                 return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
             detail = f"{shaped[0].name}-shaped, not in the ledger"
             return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or any(_entry(ledger, k, token) for k in ledger.by_kind):
+        if not _ID_LIKE.fullmatch(token) or any(_entry(ledger, k, token) for k in ledger._by_kind):
             return None
         # Not of any kind's shape, yet an edit or a cut away from a ledger value?
         candidates = []
         for kind in self.held:
             key = kind.key(token)
             if key is not None and (
-                ledger.keys_with_prefix(kind.name, key[:2], limit=1)
+                ledger._keys_with_prefix(kind.name, key[:2], limit=1)
                 or key[-2:] in self.ends[kind.name]
             ):
                 candidates.append(kind)
@@ -525,11 +525,11 @@ class _Judge:
         if len(stem) < (3 if cut else 4):
             return None
         roles: list[str] = []
-        for name in self.ledger.by_kind:
+        for name in self.ledger._by_kind:
             key = _key(self.ledger, name, stem)
             if key is None:
                 continue
-            for entry in self.ledger.keys_with_prefix(name, key, limit=3):
+            for entry in self.ledger._keys_with_prefix(name, key, limit=3):
                 if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
                     roles.append(entry.role)
         if len(roles) == 1:
@@ -542,14 +542,14 @@ class _Judge:
 
 def _key(ledger: Ledger, kind: str, text: str) -> str | None:
     """``text`` as the ledger keys ``kind``; None where the kind's normaliser cannot read it."""
-    known = ledger.kinds.get(kind)
+    known = ledger._kinds.get(kind)
     return known.key(text) if known is not None else text.strip()
 
 
 def _entry(ledger: Ledger, kind: str, text: str) -> Entry | None:
     """:meth:`Ledger.get` for a token of a summary: a token no normaliser reads is no entry."""
     key = _key(ledger, kind, text)
-    table = ledger.by_kind.get(kind)
+    table = ledger._by_kind.get(kind)
     return None if key is None or table is None else table.get(key)
 
 
