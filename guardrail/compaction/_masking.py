@@ -68,14 +68,6 @@ class _Anchored(NamedTuple):
     role: str
 
 
-class _Judged(NamedTuple):
-    """What one token of a summary is (None: fine), and the span of it the issue covers."""
-
-    issue: LintIssue | None
-    start: int
-    end: int
-
-
 @dataclass(frozen=True)
 class LintIssue:
     """One thing the summary lint found: what was written, the role, and what was done."""
@@ -429,19 +421,19 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     replacements: list[Span] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
-    judged: dict[str, _Judged] = {}
+    judged: dict[str, LintIssue | None] = {}
     for match in TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        verdict = judged.get(raw)
-        if verdict is None:
-            verdict = judged[raw] = _judge(raw, judge)
-        issue, lead, end = verdict
+        if raw in judged:
+            issue = judged[raw]
+        else:
+            issue = judged[raw] = _judge(raw, judge)
         if issue is not None:
             issues.append(issue)
             if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append(Span(start + lead, start + end, issue.role))
+                replacements.append(_covered(raw, start, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -451,14 +443,25 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     return text, issues
 
 
-def _judge(raw: str, judge: _Judge) -> _Judged:
-    """The issue of one token of a summary (or None), and the span it covers in the token."""
+def _judge(raw: str, judge: _Judge) -> LintIssue | None:
+    """The issue of one token of a summary, or None when it is fine."""
     stem = next((raw[: -len(e)] for e in ELLIPSES if raw.endswith(e)), None)
     if stem is not None:
-        return _Judged(judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw))
+        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
+    return judge.token(raw.strip(_EDGE))
+
+
+def _covered(raw: str, start: int, role: str) -> Span:
+    """The span an issue of the token ``raw``, written at ``start``, replaces in the summary.
+
+    A cut-short token whole; any other without the punctuation at its ends,
+    as :func:`_judge` read it.
+    """
+    if raw.endswith(ELLIPSES):
+        return Span(start, start + len(raw), role)
     token = raw.strip(_EDGE)
-    lead = raw.find(token)
-    return _Judged(judge.token(token), lead, lead + len(token))
+    lead = start + raw.find(token)
+    return Span(lead, lead + len(token), role)
 
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
