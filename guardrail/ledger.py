@@ -253,11 +253,6 @@ class Ledger:
         """Ids results named but the ledger did not keep, still remembered, oldest first."""
         return list(self._dropped.values())
 
-    def _normalize(self, kind: str, value: str) -> str:
-        """``value`` as the ledger keys it for ``kind``."""
-        known = self._kinds.get(kind)
-        return known.normalize(value) if known is not None else value.strip()
-
     def _key(self, kind: str, value: str) -> str | None:
         """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
         known = self._kinds.get(kind)

@@ -34,7 +34,7 @@ def ledger_of(
             guard.add_kind(kind)
     ledger = guard.new_ledger()
     for kind, value in values:
-        key = ledger._normalize(kind, value)
+        key = guard.kinds[kind].normalize(value)
         ledger._admit([Batch.one(kind, value, key, "x")], source=SOURCE)
     return ledger
 

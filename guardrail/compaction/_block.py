@@ -255,7 +255,7 @@ def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True)
         if line.value in evicted or _held(line.value, ledger):
             continue
         kind = _infer_kind(line, ledger)
-        key = _key(kind, line.value, ledger) if kind is not None else None
+        key = ledger._key(kind, line.value) if kind is not None else None
         if kind is None or not key or key in ledger._kinds[kind].examples:
             carried.append(line)  # not an id this ledger can hold: kept as text
             continue
@@ -275,19 +275,9 @@ def _untrusted(line: BlockLine) -> BlockLine:
     return BlockLine(line.role, line.value, status=line.status, verified=False)
 
 
-def _key(kind: str, value: str, ledger: Ledger) -> str | None:
-    """``value`` as the ledger keys it for ``kind``; None where the kind's normaliser fails."""
-    known = ledger._kinds.get(kind)
-    return known.key(value) if known is not None else value.strip()
-
-
 def _held(value: str, ledger: Ledger) -> bool:
     """Whether the ledger holds ``value`` under any kind (a value no kind can read is not held)."""
-    for kind, table in list(ledger._by_kind.items()):
-        key = _key(kind, value, ledger)
-        if key is not None and key in table:
-            return True
-    return False
+    return bool(ledger._lookup(value))
 
 
 def _infer_kind(line: BlockLine, ledger: Ledger) -> str | None:

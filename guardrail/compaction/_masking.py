@@ -23,7 +23,7 @@ from guardrail._nearmiss import near_miss
 from guardrail._text import ELLIPSES, TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
-from guardrail.ledger import Entry, Ledger
+from guardrail.ledger import Ledger
 
 _TOKENS = re.compile(f"({TOKEN.pattern})")  # split: tokens at odd indices
 _RUN = re.compile(r"\w+")
@@ -487,7 +487,7 @@ class _Judge:
         if self.any_shape is None or self.any_shape.fullmatch(token):
             shaped = [kind for kind in self.patterned if kind.matches(token)]
         if shaped:
-            if any(_entry(ledger, kind.name, token) for kind in shaped):
+            if any(ledger.get(kind.name, token) for kind in shaped):
                 return None
             near = self._near(token, shaped)
             if near is not None:
@@ -497,7 +497,7 @@ class _Judge:
                 return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
             detail = f"{shaped[0].name}-shaped, not in the ledger"
             return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or any(_entry(ledger, k, token) for k in ledger._by_kind):
+        if not _ID_LIKE.fullmatch(token) or any(ledger.get(k, token) for k in ledger._by_kind):
             return None
         # Not of any kind's shape, yet an edit or a cut away from a ledger value?
         candidates = []
@@ -529,7 +529,7 @@ class _Judge:
             return None
         roles: list[str] = []
         for name in self.ledger._by_kind:
-            key = _key(self.ledger, name, stem)
+            key = self.ledger._key(name, stem)
             if key is None:
                 continue
             for entry in self.ledger._keys_with_prefix(name, key, limit=3):
@@ -541,19 +541,6 @@ class _Judge:
             could = " or ".join(f"[{role}]" for role in roles)
             return LintIssue("truncated", written, None, "flagged", f"cut short; could be {could}")
         return None
-
-
-def _key(ledger: Ledger, kind: str, text: str) -> str | None:
-    """``text`` as the ledger keys ``kind``; None where the kind's normaliser cannot read it."""
-    known = ledger._kinds.get(kind)
-    return known.key(text) if known is not None else text.strip()
-
-
-def _entry(ledger: Ledger, kind: str, text: str) -> Entry | None:
-    """:meth:`Ledger.get` for a token of a summary: a token no normaliser reads is no entry."""
-    key = _key(ledger, kind, text)
-    table = ledger._by_kind.get(kind)
-    return None if key is None or table is None else table.get(key)
 
 
 def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:
