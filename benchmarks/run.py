@@ -43,7 +43,7 @@ import structlog
 import wrapt
 
 from guardrail import Guard, Id, Ledger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction import compact
 from guardrail.ledger import Source
 
@@ -311,9 +311,11 @@ def fill(guard: Guard, customers: Sequence[str], orders: Sequence[str]) -> Ledge
     """A ledger holding ``customers`` and ``orders``, admitted as one tool result would be."""
     ledger = guard.new_ledger(f"bench-{len(customers) + len(orders)}")
     source = Source("list_orders", None, "orders[*]", 0)
-    found = [Found(CUSTOMER, value, value, "orders[*]") for value in customers]
-    found += [Found(ORDER, value, value, "orders[*]") for value in orders]
-    ledger.admit(found, source=source)
+    found = [
+        Batch(CUSTOMER, "orders[*]", None, list(customers), list(customers), None),
+        Batch(ORDER, "orders[*]", None, list(orders), list(orders), None),
+    ]
+    ledger._admit(found, source=source)
     return ledger
 
 
@@ -641,8 +643,8 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
     def grow() -> None:
         batch = next(batches)
-        ledger.admit(
-            [Found(ORDER, v, v, "orders[*]") for v in batch],
+        ledger._admit(
+            [Batch(ORDER, "orders[*]", None, batch, batch, None)],
             source=Source("t", None, "orders[*]", 0),
         )
 
@@ -800,12 +802,13 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
     rows: list[Row] = []
     per_entry: list[float] = []
     for size in sizes.memory_ledgers:
-        # The value strings (and found items) exist before tracing starts: not counted.
-        found = [Found(ORDER, value, value, "orders[*]") for value in ids(rng, "ord_", 10, size)]
+        # The value strings (and their batch) exist before tracing starts: not counted.
+        made = ids(rng, "ord_", 10, size)
+        found = [Batch(ORDER, "orders[*]", None, made, made, None)]
 
-        def build(found: list[Found] = found) -> Ledger:
+        def build(found: list[Batch] = found) -> Ledger:
             ledger = guard.new_ledger("memory")
-            ledger.admit(found, source=source)
+            ledger._admit(found, source=source)
             # One refusal, so the lazily built near-miss index is counted too.
             guard.check("refund", {"customer_id": "x", "order_id": "ord_0"}, ledger=ledger)
             return ledger
@@ -817,13 +820,13 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
         del ledger, found
     count, each = sizes.sessions, sizes.session_entries
     values = [ids(rng, "ord_", 10, each) for _ in range(count)]
-    found_sets = [[Found(ORDER, v, v, "orders[*]") for v in chunk] for chunk in values]
+    found_sets = [[Batch(ORDER, "orders[*]", None, chunk, chunk, None)] for chunk in values]
     many = make_guard()
 
     def sessions() -> None:
         for i, found in enumerate(found_sets):
             with many.session(f"conversation-{i}") as ledger:
-                ledger.admit(found, source=source)
+                ledger._admit(found, source=source)
 
     used, _ = _traced(sessions)
     rows.append(Row(f"{count:,} sessions × {each} entries, per session", [used / count], unit="KB"))

@@ -14,18 +14,17 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check import Respellings, allowed_entries
+from guardrail._check import AllowedCall, Respelling, Respellings, allowed_entries
 from guardrail._harvest import OPAQUE_TYPES, opaque
-from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._spec import ToolSpec
 from guardrail._verdict import Rejection, Verdict
-from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Entry, Ledger
 
 if TYPE_CHECKING:
-    from guardrail._guard import Guard
+    from guardrail._engine import Engine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,15 +32,45 @@ F = TypeVar("F", bound=Callable[..., Any])
 class GuardedTool:
     """One decorated tool: its spec and argument positions, and the halves of a call.
 
-    ``leading`` holds the defaults of the function's positional-only
-    parameters (``inspect.Parameter.empty`` where there is none), to pass a
-    respelled default of one that the call left out.
+    What a call needs is resolved once, here: the ``engine`` that checks and
+    records (and its compiled plans and audit levels), ``session`` (the
+    ledger of the innermost open scope, or None: the cheap look-up every
+    call makes) and ``current`` (the full resolution, with the default
+    session and the error outside any). ``leading`` holds the defaults of
+    the function's positional-only parameters (``inspect.Parameter.empty``
+    where there is none), to pass a respelled default of one that the call
+    left out.
     """
 
-    __slots__ = ("allowed_level", "confirms", "guard", "heads", "leading", "name", "quiet", "spec")
+    __slots__ = (
+        "allowed_level",
+        "confirms",
+        "current",
+        "engine",
+        "heads",
+        "leading",
+        "levels",
+        "name",
+        "plans",
+        "quiet",
+        "session",
+        "spec",
+    )
 
-    def __init__(self, guard: Guard, spec: ToolSpec, leading: tuple[Any, ...] = ()) -> None:
-        self.guard = guard
+    def __init__(
+        self,
+        spec: ToolSpec,
+        engine: Engine,
+        *,
+        session: Callable[[], Ledger | None],
+        current: Callable[[], Ledger],
+        leading: tuple[Any, ...] = (),
+    ) -> None:
+        self.engine = engine
+        self.plans = engine.plans
+        self.levels = engine.audit.levels
+        self.session = session
+        self.current = current
         self.name = spec.name
         self.spec = spec
         self.heads = tuple(spec.positions.items())
@@ -65,21 +94,20 @@ class GuardedTool:
 
     def admit(
         self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[list[Entry], Respellings | None] | None:
+    ) -> AllowedCall | None:
         """The allowed path: the entries a call uses when each id is allowed outright, else None.
 
         With them come the arguments to give their ledger spelling (None when none).
         """
-        guard = self.guard
-        plan = guard._plans.get(self.name)
+        plan = self.plans.get(self.name)
         if plan is None or plan.fast is None or plan.spec is not self.spec:
             return None
         admitted = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
         if admitted is not None:
-            if ledger.refusals:
-                ledger.refusals.pop(self.name, None)
-            if guard.audit.levels[self.allowed_level]:
-                guard._log_allowed(plan, ledger, admitted[0])
+            if ledger._refusals:
+                ledger._refusals.pop(self.name, None)
+            if self.levels[self.allowed_level]:
+                self.engine.log_allowed(plan, ledger, admitted[0])
         return admitted
 
     def respell(
@@ -119,7 +147,7 @@ class GuardedTool:
         """What the full check respelled: the parameters whose value it replaced."""
         given = verdict.arguments or {}
         return [
-            (head, position, given[head])
+            Respelling(head, position, given[head])
             for head, position in self.heads
             if head in given and given[head] is not arguments.get(head, _EMPTY)
         ]
@@ -129,16 +157,16 @@ class GuardedTool:
     ) -> tuple[dict[str, Any], Verdict]:
         """The full check in the guard's mode (which may raise), for any other call."""
         arguments = self.bind(args, kwargs)
-        return arguments, self.guard._enforce(self.name, arguments, ledger)
+        return arguments, self.engine.enforce(self.name, arguments, ledger)
 
     def record(
         self, ledger: Ledger, arguments: Mapping[str, Any], verdict: Verdict, result: Any
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
-        plan = self.guard._plans[self.name]
+        plan = self.plans[self.name]
         if verdict.allowed and verdict.arguments is not None:
             arguments = verdict.arguments  # what the tool ran with
-        self.guard._record(plan, arguments, result, False, None, ledger, verdict)
+        self.engine.record_call(plan, arguments, result, False, None, ledger, verdict)
 
     def settle(
         self,
@@ -149,8 +177,7 @@ class GuardedTool:
         result: Any,
     ) -> None:
         """Record what a call allowed outright brought in: usually nothing."""
-        guard = self.guard
-        plan = guard._plans[self.name]
+        plan = self.plans[self.name]
         spec = plan.spec
         # No result paths, nothing minted, no user-typed id to confirm, and a result that is
         # neither a model nor text to parse: nothing to walk.
@@ -160,11 +187,11 @@ class GuardedTool:
             and (not self.confirms or all(entry.verified for entry in used))
             and opaque(result)
         ):
-            if guard.audit.levels[logging.DEBUG]:
-                guard._log_nothing_recorded(ledger, self.name)
+            if self.levels[logging.DEBUG]:
+                self.engine.log_nothing_recorded(ledger, self.name)
             return
         verdict = Verdict(self.name, True, used=tuple(used))
-        guard._record(plan, self.bind(args, kwargs), result, False, None, ledger, verdict)
+        self.engine.record_call(plan, self.bind(args, kwargs), result, False, None, ledger, verdict)
 
 
 def wrap(tool: GuardedTool, function: F) -> F:
@@ -177,16 +204,17 @@ def wrap(tool: GuardedTool, function: F) -> F:
     which copies nothing when the model copied every value exactly.
     """
     target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
-    guard = tool.guard
-    current = guard._var.get
-    levels = guard.audit.levels
+    engine = tool.engine
+    session = tool.session
+    current = tool.current
+    levels = tool.levels
     wrapper: Callable[..., Any]
     if inspect.iscoroutinefunction(target):
 
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            ledger = current()
+            ledger = session()
             if ledger is None:
-                ledger = guard._current()
+                ledger = current()
             admitted = tool.admit(ledger, args, kwargs)
             if admitted is not None:
                 used, respelled = admitted
@@ -198,7 +226,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
                 return result
             arguments, verdict = tool.enforce(ledger, args, kwargs)
             if not verdict.allowed:
-                if guard.mode == "reprompt":
+                if engine.mode == "reprompt":
                     return Rejection(verdict)
             elif verdict.arguments is not arguments:
                 args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
@@ -210,9 +238,9 @@ def wrap(tool: GuardedTool, function: F) -> F:
     else:
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            ledger = current()
+            ledger = session()
             if ledger is None:
-                ledger = guard._current()
+                ledger = current()
             admitted = tool.admit(ledger, args, kwargs)
             if admitted is not None:
                 used, respelled = admitted
@@ -224,7 +252,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
                 return result
             arguments, verdict = tool.enforce(ledger, args, kwargs)
             if not verdict.allowed:
-                if guard.mode == "reprompt":
+                if engine.mode == "reprompt":
                     return Rejection(verdict)
             elif verdict.arguments is not arguments:
                 args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
@@ -242,33 +270,3 @@ def wrap(tool: GuardedTool, function: F) -> F:
 
 
 _EMPTY: Any = inspect.Parameter.empty
-
-
-def positions(
-    signature: inspect.Signature | None, params: Sequence[ParamSpec], *, tool: str
-) -> dict[str, int]:
-    """Where each identifier parameter sits in the signature (checked once, at decoration)."""
-    heads = list(dict.fromkeys(param.name for param in params))
-    if signature is None:
-        return dict.fromkeys(heads, -1)
-    ordered = list(signature.parameters.values())
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in ordered)
-    found_at: dict[str, int] = {}
-    for head in heads:
-        found = signature.parameters.get(head)
-        if found is None:
-            if accepts_any:
-                found_at[head] = -1
-                continue
-            raise GuardrailUsageError(
-                f"tool {tool!r}: declares an id parameter {head!r} but the function has no "
-                f"parameter of that name (it has: {', '.join(signature.parameters) or 'none'})",
-                tool=tool,
-                param=head,
-            )
-        positional = found.kind in (
-            inspect.Parameter.POSITIONAL_ONLY,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        )
-        found_at[head] = ordered.index(found) if positional else -1
-    return found_at

@@ -1,16 +1,18 @@
-"""Harvest: a tool result in, ``(kind, value, path)`` triples out.
+"""Harvest: a tool result in, the identifiers at its declared places out, as columns.
 
 Only declared places are read: JSON paths into structured results, the
 ``Id`` fields of models, dataclasses and TypedDicts, and for plain-text
 outputs the whole text (``$``) or a regex declared for that one tool. Prose
-is never scanned for things that look like ids.
+is never scanned for things that look like ids. What a result yields goes
+to the ledger as :class:`Batch` columns, one per producer that found
+something, the one form ids travel in from any source to a ledger.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
@@ -24,24 +26,54 @@ from guardrail.kinds import Kind, id_text
 MAX_ID_LENGTH = 2048
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """One identifier found in a result."""
+class Batch(NamedTuple):
+    """The ids one producer found, as columns: how ids travel from a result into a ledger.
+
+    ``kind``, ``path`` (the declaration) and ``role`` (a role template) are
+    shared; ``values``, ``keys`` and ``statuses`` (None when no status is
+    read) hold one item per id. A result of tens of thousands of ids costs
+    no object per id on its way to the ledger.
+    """
 
     kind: str
-    value: str
-    key: str
     path: str
-    status: str | None = None
-    role: str | None = None
+    role: str | None
+    values: list[str]
+    keys: list[str]
+    statuses: list[str | None] | None
+
+    @classmethod
+    def one(
+        cls,
+        kind: str,
+        value: str,
+        key: str,
+        path: str,
+        status: str | None = None,
+        role: str | None = None,
+    ) -> Batch:
+        """A batch of one id, for a caller that has a single id to admit."""
+        return cls(kind, path, role, [value], [key], None if status is None else [status])
 
 
-@dataclass
-class Harvest:
-    """What one result yielded: the ids, and the problems met on the way (never fatal)."""
+class Harvest(NamedTuple):
+    """What one result yielded: the batches of ids, and the problems met (never fatal).
 
-    found: list[Found] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
+    Batches hold only producers that found something.
+    """
+
+    batches: list[Batch]
+    problems: list[str]
+
+
+class _Leaves(NamedTuple):
+    """What one producer reaches in a result, as columns: the values, and their statuses.
+
+    ``statuses`` is None when the producer reads no status.
+    """
+
+    values: list[Any]
+    statuses: list[str | None] | None
 
 
 def _looks_like_json(text: str) -> bool:
@@ -86,7 +118,7 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
     return not spec.produces and opaque(result)
 
 
-def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
+def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
     """The structured value and the plain text of a result (either may be missing).
 
     The plain text, which ``re:`` producers read, is a text that is not JSON,
@@ -97,7 +129,7 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
         try:
             result = bytes(result).decode("utf-8")
         except UnicodeDecodeError:
-            harvest.problems.append("result is bytes that are not UTF-8 text; nothing harvested")
+            problems.append("result is bytes that are not UTF-8 text; nothing harvested")
             return None, None
     if not isinstance(result, str):
         return result, None
@@ -106,7 +138,7 @@ def _decode(result: Any, harvest: Harvest) -> tuple[Any, str | None]:
         try:
             value = json.loads(text)
         except RecursionError:
-            harvest.problems.append("result is JSON nested too deeply to parse; nothing harvested")
+            problems.append("result is JSON nested too deeply to parse; nothing harvested")
             return None, None
         except ValueError:
             return text, text
@@ -128,7 +160,7 @@ def failed(result: Any) -> bool:
     (:func:`guardrail._reprompt.is_refusal`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
-    value, text = _decode(result, Harvest())
+    value, text = _decode(result, [])
     return _failed(value, text)
 
 
@@ -164,32 +196,32 @@ def _rejection_type() -> type:
     return _REJECTION[0]
 
 
-def _leaves(producer: Producer, value: Any, text: str | None) -> Iterable[tuple[Any, Any]]:
-    """``(id, status)`` pairs a producer reaches."""
+def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
+    """The values a producer reaches, with the status beside each where it reads one."""
     if producer.regex is not None:
         if text is None:
-            return []
-        return [
-            (m.group(1) if producer.regex.groups else m.group(0), None)
-            for m in producer.regex.finditer(text)
-        ]
+            return _Leaves([], None)
+        group = 1 if producer.regex.groups else 0
+        return _Leaves([m.group(group) for m in producer.regex.finditer(text)], None)
     path = producer.path
     assert path is not None
     if path.is_root:
-        return [(value.strip() if isinstance(value, str) else value, None)]
+        return _Leaves([value.strip() if isinstance(value, str) else value], None)
     if producer.status is None:
-        return zip(path.extract(value), repeat(None))
-    pairs = []
+        return _Leaves(path.extract(value), None)
+    values: list[Any] = []
+    statuses: list[str | None] = []
     for leaf, holder in path.extract_with_parents(value):
         if isinstance(holder, Mapping):
             status = holder.get(producer.status)
         else:  # a model or dataclass holds its status as an attribute
             status = getattr(holder, producer.status, None)
-        pairs.append((leaf, status if isinstance(status, str) else None))
-    return pairs
+        values.append(leaf)
+        statuses.append(status if isinstance(status, str) else None)
+    return _Leaves(values, statuses)
 
 
-def _structured_producers(value: Any, harvest: Harvest) -> tuple[Producer, ...]:
+def _structured_producers(value: Any, problems: list[str]) -> tuple[Producer, ...]:
     """Producers read from the annotations of a model, dataclass or list of them."""
     sample = value[0] if isinstance(value, list) and value else value
     tp = type(sample)
@@ -198,7 +230,7 @@ def _structured_producers(value: Any, harvest: Harvest) -> tuple[Producer, ...]:
     try:
         found = type_producers(cast(Any, tp))
     except GuardrailUsageError as exc:
-        harvest.problems.append(str(exc))
+        problems.append(str(exc))
         return ()
     if sample is value:
         return found
@@ -209,23 +241,6 @@ def _structured_producers(value: Any, harvest: Harvest) -> tuple[Producer, ...]:
     )
 
 
-class Batch(NamedTuple):
-    """The ids one producer found, as columns: the bulk path from a result into a ledger.
-
-    ``kind``, ``path`` (the declaration) and ``role`` (a role template) are
-    shared; ``values``, ``keys`` and ``statuses`` (None when no status is
-    read) hold one item per id. A result of tens of thousands of ids costs
-    no object per id on its way to the ledger.
-    """
-
-    kind: str
-    path: str
-    role: str | None
-    values: list[str]
-    keys: list[str]
-    statuses: list[str | None] | None
-
-
 def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     """Every identifier ``spec`` declares in ``result``, each kind's normaliser applied.
 
@@ -234,70 +249,28 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     Example values of a kind are never harvested: they are placeholders,
     whatever a tool says.
     """
-    batches, problems = harvest_batches(spec, result, kinds)
-    return Harvest([found for batch in batches for found in found_items(batch)], problems)
+    problems: list[str] = []
+    value, text = _decode(result, problems)
+    return _batches(spec, value, text, problems, kinds)
 
 
-def recordable_batches(
-    spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]
-) -> tuple[list[Batch], list[str]] | None:
-    """:func:`harvest_batches`, or None for a result that :func:`failed` (decoded once)."""
-    harvest = Harvest()
-    value, text = _decode(result, harvest)
+def recordable(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest | None:
+    """:func:`harvest`, or None for a result that :func:`failed` (decoded once)."""
+    problems: list[str] = []
+    value, text = _decode(result, problems)
     if _failed(value, text):
         return None
-    return _batches(spec, value, text, harvest, kinds)
-
-
-def found_items(batch: Batch) -> list[Found]:
-    """A batch as :class:`Found` items, in order."""
-    statuses = batch.statuses if batch.statuses is not None else repeat(None)
-    return [
-        Found(batch.kind, value, key, batch.path, status, batch.role)
-        for value, key, status in zip(batch.values, batch.keys, statuses, strict=False)
-    ]
-
-
-def batches_of(found: Iterable[Found]) -> list[Batch]:
-    """``Found`` items as batches, order kept: one batch per run of kind, path and role."""
-    batches: list[Batch] = []
-    current: Batch | None = None
-    for item in found:
-        if (
-            current is None
-            or current.kind != item.kind
-            or current.path != item.path
-            or current.role != item.role
-        ):
-            current = Batch(item.kind, item.path, item.role, [], [], [])
-            batches.append(current)
-        current.values.append(item.value)
-        current.keys.append(item.key)
-        assert current.statuses is not None
-        current.statuses.append(item.status)
-    return batches
-
-
-def harvest_batches(
-    spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]
-) -> tuple[list[Batch], list[str]]:
-    """:func:`harvest` as ``(batches, problems)``: what ``record`` gives ``Ledger.admit_batches``.
-
-    Batches hold only producers that found something.
-    """
-    harvest = Harvest()
-    value, text = _decode(result, harvest)
-    return _batches(spec, value, text, harvest, kinds)
+    return _batches(spec, value, text, problems, kinds)
 
 
 def _batches(
-    spec: ToolSpec, value: Any, text: str | None, harvest: Harvest, kinds: Mapping[str, Kind]
-) -> tuple[list[Batch], list[str]]:
+    spec: ToolSpec, value: Any, text: str | None, problems: list[str], kinds: Mapping[str, Kind]
+) -> Harvest:
     """The batches of a decoded result, and the problems met reading it."""
     # A tool that declares no result paths is read by the annotations of what it returned.
-    plan = spec.produces or _structured_producers(value, harvest)
+    plan = spec.produces or _structured_producers(value, problems)
     if not plan:
-        return [], harvest.problems
+        return Harvest([], problems)
     seen: dict[str, set[str]] = {}  # keys already found, per kind
     batches: list[Batch] = []
     skipped = 0
@@ -311,7 +284,9 @@ def _batches(
         values: list[str] = []
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
-        for leaf, status in _leaves(producer, value, text):
+        leaves = _leaves(producer, value, text)
+        found = leaves.statuses if leaves.statuses is not None else repeat(None)
+        for leaf, status in zip(leaves.values, found, strict=False):
             raw = leaf if type(leaf) is str else id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
@@ -336,13 +311,13 @@ def _batches(
         if values:
             batches.append(Batch(name, producer.source, producer.role, values, keys, statuses))
     if skipped:
-        harvest.problems.append(
+        problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "
             f"(not text or numbers, empty, example values, or over {MAX_ID_LENGTH} characters)"
         )
     if unreadable:
-        harvest.problems.append(unreadable_problem(unreadable))
-    return batches, harvest.problems
+        problems.append(unreadable_problem(unreadable))
+    return Harvest(batches, problems)
 
 
 def unreadable_problem(count: int) -> str:

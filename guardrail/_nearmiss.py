@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import KeysView
-from typing import Final
+from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
@@ -112,7 +112,14 @@ def skeleton(text: str) -> str:
     return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
 
 
-def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
+class NearMiss(NamedTuple):
+    """The ledger entry a value is a near miss of, and how it differs (for the re-prompt)."""
+
+    entry: Entry
+    detail: str
+
+
+def near_miss(kind: Kind, key: str, ledger: Ledger) -> NearMiss | None:
     """A ledger entry of ``kind`` one edit, one swap or only look-alike letters away from ``key``.
 
     The search runs from the query's side: every variant one edit away is
@@ -121,19 +128,19 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> tuple[Entry, str] | None:
     size of the ledger. A value out of :func:`within_reach` is near no key
     and costs nothing.
     """
-    table = ledger.by_kind.get(kind.name)
+    table = ledger._by_kind.get(kind.name)
     if not table or not within_reach(kind, key, ledger):
         return None
     folded = kind.key(skeleton(key))
     if folded is not None and folded != key:
         entry = table.get(folded)
         if entry is not None:
-            return entry, "look-alike characters (homoglyphs)"
-    hit = _first_variant(key, sorted(ledger.alphabet(kind.name)), table.keys())
+            return NearMiss(entry, "look-alike characters (homoglyphs)")
+    hit = _first_variant(key, sorted(ledger._alphabet(kind.name)), table.keys())
     if hit is None:
         return None
     candidate, detail = hit
-    return table[candidate], detail
+    return NearMiss(table[candidate], detail)
 
 
 def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
@@ -142,7 +149,7 @@ def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
     That is no longer than the kind's longest key plus :data:`MARGIN`.
     Beyond it no search runs, so a refusal costs what reading the value costs.
     """
-    return len(key) <= ledger.longest_key(kind.name) + MARGIN
+    return len(key) <= ledger._longest_key(kind.name) + MARGIN
 
 
 def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:

@@ -1,9 +1,11 @@
-"""Text helpers: values cut to a readable length, and whole-token search in linear time.
+"""Text helpers, one definition each: cut-short values, word characters, tokens, ellipses.
 
 An identifier argument is whatever the model sent, up to megabytes of it. The
 check keeps the full value; what a re-prompt, a rejection or an audit event
 repeats of it is bounded here, in one place. Whether the user typed a value
 is a search of their texts that must cost one pass whatever the value is.
+What counts as a word character, a token of prose and an ellipsis is
+decided here too, for the check, the ledger, masking and the replay alike.
 """
 
 from __future__ import annotations
@@ -31,6 +33,33 @@ def shorten(value: str, limit: int = SHOWN, *, quote: bool = False) -> str:
     return f"{head} {size}"
 
 
+# -- words, tokens and ellipses ---------------------------------------------------------------
+
+
+def is_word_char(char: str) -> bool:
+    """Whether one character is a word character: what ``\\w`` matches in Python's ``re``.
+
+    An identifier written "as a whole token" has no word character right
+    before or after it.
+    """
+    return char.isalnum() or char == "_"
+
+
+#: What ends a token of prose: white space, quotes, brackets, commas, semicolons.
+TOKEN_BREAKS: Final = r"\s\"'`,;()\[\]{}<>"
+#: A token of prose, as the summary lint judges one: it holds at most one identifier.
+TOKEN: Final = re.compile(f"[^{TOKEN_BREAKS}]+")
+
+#: How a text cut short ends: the ellipsis character, or three dots.
+ELLIPSES: Final = ("…", "...")
+#: How an identifier argument cut short ends: :data:`ELLIPSES` or two dots. Kept apart on
+#: purpose: no identifier ends in "..", so in an argument two dots are a cut; in prose (the
+#: summary lint, the reference agent) they end a sentence by a typo, and are no cut there.
+ARGUMENT_ELLIPSES: Final = (*ELLIPSES, "..")
+
+
+# -- whole-token search -----------------------------------------------------------------------
+
 #: Occurrences of a value looked at one by one before the search that costs one pass.
 _FEW: Final = 8
 _NON_WORD: Final = re.compile(r"(\W)")
@@ -53,16 +82,12 @@ def has_token(text: str, value: str) -> bool:
         if start < 0:
             return False
         end = start + len(value)
-        if (start == 0 or not _word(text[start - 1])) and (
-            end == len(text) or not _word(text[end])
+        if (start == 0 or not is_word_char(text[start - 1])) and (
+            end == len(text) or not is_word_char(text[end])
         ):
             return True
         start = text.find(value, start + 1)
     return start >= 0 and _has_token_marked(text, value)
-
-
-def _word(char: str) -> bool:
-    return char.isalnum() or char == "_"
 
 
 def _has_token_marked(text: str, value: str) -> bool:

@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from guardrail._harvest import Batch, Found, batches_of
+from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
@@ -153,7 +153,7 @@ class Dropped:
 
 
 class Admitted(NamedTuple):
-    """What one :meth:`Ledger.admit` did: entries added, verified and evicted, ids not kept."""
+    """What one :meth:`Ledger._admit` did: entries added, verified and evicted, ids not kept."""
 
     added: list[Entry]
     verified: list[Entry]
@@ -162,7 +162,17 @@ class Admitted(NamedTuple):
 
 
 class Ledger:
-    """One conversation's identifiers. Build it through ``Guard.session`` or ``from_json``."""
+    """One conversation's identifiers. Build it through ``Guard.session`` or ``from_json``.
+
+    What a program uses: the entries (:meth:`entries`, iteration, ``len``,
+    ``role in ledger``, ``ledger[role]``, :meth:`get`, :attr:`roles`,
+    :meth:`tombstones`), :meth:`label`, :meth:`pin`, :meth:`forget`,
+    :meth:`merge`, saving and loading (:meth:`to_json`, :meth:`from_json`,
+    :meth:`to_dict`, :meth:`from_dict`), and ``session_id``, ``capacity``,
+    ``turn`` and ``seal_key``. Admission, recency, turns, the user's texts,
+    the look-ups the check makes and the drop marks are the guard's
+    business: those methods and attributes start with an underscore.
+    """
 
     def __init__(
         self,
@@ -177,14 +187,14 @@ class Ledger:
                 f"ledger capacity must be a positive integer, not {capacity!r}"
             )
         self.capacity = capacity
-        self.tombstone_capacity = capacity if tombstones is None else max(0, tombstones)
+        self._tombstone_capacity = capacity if tombstones is None else max(0, tombstones)
         self.session_id = session_id
         self.turn = 0
         # Bumped whenever ids are added or a turn starts; a use reorders an entry for
         # eviction only once per epoch, so repeated allowed calls cost no reordering.
-        self.epoch = 0
+        self._epoch = 0
         #: Per-kind tables, normalised key -> entry, ordered from least to most recently used.
-        self.by_kind: dict[str, dict[str, Entry]] = {}
+        self._by_kind: dict[str, dict[str, Entry]] = {}
         self._roles: dict[str, Entry] = {}
         self._counters: dict[str, int] = {}
         self._tombstones: dict[tuple[str, str], Tombstone] = {}
@@ -194,11 +204,11 @@ class Ledger:
         self._index: dict[str, KeyIndex] = {}
         self._size = 0
         self._pinned = 0  # pinned entries do not count against the capacity
-        self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
+        self._user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
         #: Consecutive refusals per tool, for bounding re-prompts.
-        self.refusals: dict[str, int] = {}
-        self.kinds: Mapping[str, Kind] = kinds or {}
-        self.lock = threading.RLock()
+        self._refusals: dict[str, int] = {}
+        self._kinds: Mapping[str, Kind] = kinds or {}
+        self._lock = threading.RLock()
         #: The key that seals the ledger blocks compaction writes for this ledger. It is
         #: saved with the ledger and never shown to a model.
         self.seal_key: bytes = secrets.token_bytes(32)
@@ -211,7 +221,7 @@ class Ledger:
     def __iter__(self) -> Iterator[Entry]:
         """Entries from least to most recently used, kind by kind."""
         # Snapshots: another thread may be recording while this one reads.
-        for table in list(self.by_kind.values()):
+        for table in list(self._by_kind.values()):
             yield from list(table.values())
 
     def __contains__(self, role: object) -> bool:
@@ -232,123 +242,97 @@ class Ledger:
     def entries(self) -> list[Entry]:
         """Every entry in order of first appearance (the order a ledger block lists them)."""
         # The role table is filled as entries arrive; aliases only repeat an entry.
-        with self.lock:
+        with self._lock:
             return list(dict.fromkeys(self._roles.values()))
 
     def tombstones(self) -> list[Tombstone]:
         """Evicted entries still remembered, oldest first."""
         return list(self._tombstones.values())
 
-    def dropped_marks(self) -> list[Dropped]:
+    def _drop_marks(self) -> list[Dropped]:
         """Ids results named but the ledger did not keep, still remembered, oldest first."""
         return list(self._dropped.values())
 
-    def normalize(self, kind: str, value: str) -> str:
-        """``value`` as the ledger keys it for ``kind``."""
-        known = self.kinds.get(kind)
-        return known.normalize(value) if known is not None else value.strip()
-
-    def key(self, kind: str, value: str) -> str | None:
+    def _key(self, kind: str, value: str) -> str | None:
         """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
-        known = self.kinds.get(kind)
+        known = self._kinds.get(kind)
         return known.key(value) if known is not None else value.strip()
 
     def get(self, kind: str, value: str) -> Entry | None:
         """The entry of ``kind`` whose value is ``value`` in any written form."""
-        table = self.by_kind.get(kind)
-        key = None if table is None else self.key(kind, value)
+        table = self._by_kind.get(kind)
+        key = None if table is None else self._key(kind, value)
         return None if key is None or table is None else table.get(key)
 
-    def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
+    def _lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
         """Entries of any kind (but those in ``exclude``) that ``value`` names.
 
         A kind whose normaliser cannot read ``value`` has no entry for it.
         """
         found = []
-        for kind, table in list(self.by_kind.items()):
+        for kind, table in list(self._by_kind.items()):
             if kind in exclude:
                 continue
-            key = self.key(kind, value)
+            key = self._key(kind, value)
             entry = None if key is None else table.get(key)
             if entry is not None:
                 found.append(entry)
         return found
 
-    def tombstone(self, kind: str, key: str) -> Tombstone | None:
+    def _tombstone(self, kind: str, key: str) -> Tombstone | None:
         """The tombstone of an evicted ``(kind, key)``, if still remembered."""
         return self._tombstones.get((kind, key)) if self._tombstones else None
 
-    def dropped(self, kind: str, key: str) -> Dropped | None:
+    def _drop_mark(self, kind: str, key: str) -> Dropped | None:
         """The mark of an id a result named but the ledger did not keep, if still remembered."""
         return self._dropped.get((kind, key)) if self._dropped else None
 
-    def longest_key(self, kind: str) -> int:
+    def _longest_key(self, kind: str) -> int:
         """The length of the longest key ``kind`` has had (evicted ones included)."""
         index = self._index.get(kind)
         return 0 if index is None else index.longest
 
-    def alphabet(self, kind: str) -> frozenset[str]:
+    def _alphabet(self, kind: str) -> frozenset[str]:
         """Every character seen in ``kind``'s keys (a superset)."""
         index = self._index.get(kind)
         if index is None:
             return frozenset()
-        with self.lock:
+        with self._lock:
             return frozenset(index.alphabet)
 
-    def keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
+    def _keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
         """Live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
         index = self._index.get(kind)
-        table = self.by_kind.get(kind)
+        table = self._by_kind.get(kind)
         if index is None or not table:
             return []
-        with self.lock:
+        with self._lock:
             return index.with_prefix(prefix, table, limit)
 
     # -- changing -------------------------------------------------------------------------
 
-    def next_turn(self) -> int:
+    def _next_turn(self) -> int:
         """Start a new turn (a user message and everything up to the next one)."""
         self.turn += 1
-        self.epoch += 1
+        self._epoch += 1
         return self.turn
 
-    def touch(self, entry: Entry) -> None:
+    def _touch(self, entry: Entry) -> None:
         """Mark ``entry`` used now; the allowed path of a check calls this.
 
         Recency is kept per epoch (the span between two changes of the
         ledger): eviction happens only when ids are added, so the order
         among entries used since the last addition cannot matter yet.
         """
-        if entry.epoch != self.epoch:
-            with self.lock:
-                entry.epoch = self.epoch
+        if entry.epoch != self._epoch:
+            with self._lock:
+                entry.epoch = self._epoch
                 entry.last_used = self.turn
-                table = self.by_kind[entry.kind]
+                table = self._by_kind[entry.kind]
                 if table.pop(entry.key, None) is entry:
                     table[entry.key] = entry
 
-    def admit(
-        self,
-        found: Iterable[Found],
-        *,
-        source: Source | Mapping[str, Source],
-        verified: bool = True,
-        limit: int | None = None,
-        tool: str | None = None,
-    ) -> Admitted:
-        """Record harvested ids: the entries added, verified by this call, and evicted.
-
-        ``source`` is one Source, or one per declared path. An id already
-        present is refreshed (and verified, when ``verified``); a new one
-        gets a role. All ids are added before any is evicted, so a result
-        is never half-recorded. ``limit`` and ``tool``: see
-        :meth:`admit_batches`.
-        """
-        return self.admit_batches(
-            batches_of(found), source=source, verified=verified, limit=limit, tool=tool
-        )
-
-    def admit_batches(
+    def _admit(
         self,
         batches: Iterable[Batch],
         *,
@@ -357,10 +341,14 @@ class Ledger:
         limit: int | None = None,
         tool: str | None = None,
     ) -> Admitted:
-        """:meth:`admit` for ids in :class:`~guardrail._harvest.Batch` columns, in order.
+        """Record harvested ids: the entries added, verified by this call, and evicted.
 
-        The bulk path from a tool result: a result of tens of thousands of ids
-        is admitted without building a ``Found`` or calling a helper per id.
+        Ids come in :class:`~guardrail._harvest.Batch` columns, in order: a
+        result of tens of thousands of ids is admitted without building an
+        object or calling a helper per id. ``source`` is one Source, or one
+        per declared path. An id already present is refreshed (and verified,
+        when ``verified``); a new one gets a role. All ids are added before
+        any is evicted, so a result is never half-recorded.
 
         At most ``limit`` new ids are added (None: no bound); each new id
         beyond it is not kept but remembered as :class:`Dropped`, under
@@ -378,10 +366,10 @@ class Ledger:
         revived: dict[tuple[str, str], Tombstone] = {}  # tombstones of evicted ids seen again
         room = sys.maxsize if limit is None else limit
         turn = self.turn
-        by_kind = self.by_kind
+        by_kind = self._by_kind
         roles = self._roles
         counters = self._counters
-        with self.lock:
+        with self._lock:
             tomb_roles = self._tomb_roles
             marks = self._dropped
             for kind, path, template, values, keys, statuses in batches:
@@ -406,7 +394,7 @@ class Ledger:
                             upgraded.append(entry)
                         if status is not None:
                             entry.status = status
-                        self.touch(entry)
+                        self._touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
                         skipped[(kind, key)] = value
@@ -451,9 +439,9 @@ class Ledger:
                     self._size += len(added) - size
                     self._index[kind].add(fresh)
             if added:
-                self.epoch += 1
+                self._epoch += 1
                 for entry in added:
-                    entry.epoch = self.epoch
+                    entry.epoch = self._epoch
             evicted = self._evict_over_capacity()
             taken = self._take_back(added, revived)
             dropped = self._mark_dropped(taken, skipped, tool, source)
@@ -462,7 +450,7 @@ class Ledger:
     def label(self, role: str, new_role: str) -> Entry:
         """Rename the entry named ``role`` to ``new_role``; the old name stays as an alias."""
         _check_role_name(new_role)
-        with self.lock:
+        with self._lock:
             entry = self[role]
             if new_role == entry.role:
                 return entry
@@ -487,7 +475,7 @@ class Ledger:
         this turn, the least recently used goes all the same: the program
         asked for the room back.
         """
-        with self.lock:
+        with self._lock:
             entry = self[role]
             if entry.pinned != pinned:
                 entry.pinned = pinned
@@ -498,23 +486,23 @@ class Ledger:
 
     def forget(self, role: str) -> Entry:
         """Drop an entry now, leaving a tombstone (as eviction does)."""
-        with self.lock:
+        with self._lock:
             entry = self[role]
             self._remove(entry)
             return entry
 
-    def observe_text(self, text: str) -> None:
+    def _observe_text(self, text: str) -> None:
         """Keep a user text (bounded) for recognising ids typed with no pattern."""
-        self.user_texts.append(text)
+        self._user_texts.append(text)
 
-    def typed_by_user(self, value: str) -> bool:
+    def _typed_by_user(self, value: str) -> bool:
         """Whether ``value`` appears, as a whole token, in the user texts kept.
 
         One pass over each text, whatever the value (see :func:`has_token`).
         """
         if not value.strip():
             return False  # nothing typed is no id the user typed
-        return any(has_token(text, value) for text in list(self.user_texts))
+        return any(has_token(text, value) for text in list(self._user_texts))
 
     # -- internals ------------------------------------------------------------------------
 
@@ -553,7 +541,7 @@ class Ledger:
         return role
 
     def _insert(self, entry: Entry) -> None:
-        self.by_kind[entry.kind][entry.key] = entry
+        self._by_kind[entry.kind][entry.key] = entry
         self._roles[entry.role] = entry
         for alias in entry.aliases:
             self._roles[alias] = entry
@@ -564,14 +552,14 @@ class Ledger:
             self._drop_tombstone((entry.kind, entry.key))
 
     def _remove(self, entry: Entry) -> None:
-        del self.by_kind[entry.kind][entry.key]
+        del self._by_kind[entry.kind][entry.key]
         for name in (entry.role, *entry.aliases):
             if self._roles.get(name) is entry:
                 del self._roles[name]
         self._index[entry.kind].stale += 1  # the key stays in the index until a rebuild
         self._size -= 1
         self._pinned -= entry.pinned
-        if self.tombstone_capacity:
+        if self._tombstone_capacity:
             self._add_tombstone(
                 Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
             )
@@ -579,7 +567,7 @@ class Ledger:
     def _add_tombstone(self, tomb: Tombstone) -> None:
         self._tombstones[(tomb.kind, tomb.key)] = tomb
         self._tomb_roles.add(tomb.role)
-        while len(self._tombstones) > self.tombstone_capacity:
+        while len(self._tombstones) > self._tombstone_capacity:
             self._drop_tombstone(next(iter(self._tombstones)))
 
     def _drop_tombstone(self, key: tuple[str, str]) -> None:
@@ -601,7 +589,7 @@ class Ledger:
         evicted: list[Entry] = []
         while self._size - self._pinned > self.capacity:
             victim: Entry | None = None
-            for table in self.by_kind.values():
+            for table in self._by_kind.values():
                 for entry in table.values():
                     if not entry.pinned:
                         if entry.last_used != current and (
@@ -627,7 +615,7 @@ class Ledger:
         taken: list[Entry] = []
         while added and self._size - self._pinned > self.capacity:
             entry = added.pop()
-            del self.by_kind[entry.kind][entry.key]
+            del self._by_kind[entry.kind][entry.key]
             del self._roles[entry.role]
             self._index[entry.kind].stale += 1
             self._size -= 1
@@ -661,7 +649,7 @@ class Ledger:
         dropped.extend(
             Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
         )
-        keep = self.tombstone_capacity
+        keep = self._tombstone_capacity
         marks = self._dropped
         for mark in dropped[-keep:] if keep else ():
             where = (mark.kind, mark.key)
@@ -675,15 +663,15 @@ class Ledger:
 
     def to_dict(self) -> dict[str, Any]:
         """Everything the ledger holds, JSON-safe, in an order that round-trips exactly."""
-        with self.lock:  # another thread may be recording into it while it is saved
+        with self._lock:  # another thread may be recording into it while it is saved
             return {
                 "format": FORMAT_VERSION,
                 "session_id": self.session_id,
                 "capacity": self.capacity,
-                "tombstone_capacity": self.tombstone_capacity,
+                "tombstone_capacity": self._tombstone_capacity,
                 "turn": self.turn,
-                "epoch": self.epoch,
-                "kinds": list(self.by_kind),
+                "epoch": self._epoch,
+                "kinds": list(self._by_kind),
                 "counters": dict(self._counters),
                 "entries": [entry.to_dict() for entry in self],
                 "roles": {name: entry.role for name, entry in self._roles.items()},
@@ -701,8 +689,8 @@ class Ledger:
                     {"value": d.value, "kind": d.kind, "key": d.key, "tool": d.tool, "turn": d.turn}
                     for d in self._dropped.values()
                 ],
-                "user_texts": list(self.user_texts),
-                "refusals": dict(self.refusals),
+                "user_texts": list(self._user_texts),
+                "refusals": dict(self._refusals),
                 "seal_key": self.seal_key.hex(),
             }
 
@@ -747,10 +735,10 @@ class Ledger:
             session_id=data["session_id"],
         )
         ledger.turn = data["turn"]
-        ledger.epoch = data["epoch"]
+        ledger._epoch = data["epoch"]
         ledger._counters = data["counters"]
         for kind in data["kinds"]:
-            ledger.by_kind[kind] = {}
+            ledger._by_kind[kind] = {}
             ledger._index[kind] = KeyIndex()
         at: dict[tuple[str, str], int] = {}  # (kind, key) -> index, for saying which collide
         by_role: dict[str, Entry] = {}
@@ -785,8 +773,8 @@ class Ledger:
             entry.status = raw["status"]
             entry.pinned = raw["pinned"]
             entry.epoch = raw["epoch"]
-            if kind not in ledger.by_kind:
-                ledger.by_kind[kind] = {}
+            if kind not in ledger._by_kind:
+                ledger._by_kind[kind] = {}
                 ledger._index[kind] = KeyIndex()
             ledger._insert(entry)
             by_role[role] = entry
@@ -828,8 +816,8 @@ class Ledger:
                     raw_drop["turn"],
                 )
                 ledger._dropped[(mark.kind, mark.key)] = mark
-        ledger.user_texts.extend(data["user_texts"])
-        ledger.refusals = data["refusals"]
+        ledger._user_texts.extend(data["user_texts"])
+        ledger._refusals = data["refusals"]
         ledger.seal_key = bytes.fromhex(data["seal_key"])
         if kinds is not None:
             ledger._use_kinds(kinds)
@@ -845,9 +833,9 @@ class Ledger:
         as aliases; an entry whose value it can no longer read is dropped,
         leaving a tombstone.
         """
-        with self.lock:
-            self.kinds = kinds
-            for name, table in list(self.by_kind.items()):
+        with self._lock:
+            self._kinds = kinds
+            for name, table in list(self._by_kind.items()):
                 kind = kinds.get(name)
                 if kind is None:
                     continue
@@ -858,7 +846,7 @@ class Ledger:
 
     def _rekey(self, kind: str, keys: list[str | None]) -> None:
         """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
-        table = self.by_kind[kind]
+        table = self._by_kind[kind]
         rebuilt: dict[str, Entry] = {}
         unreadable: list[Entry] = []
         for entry, key in zip(list(table.values()), keys, strict=True):
@@ -884,7 +872,7 @@ class Ledger:
                     if name != keep.role and name not in keep.aliases:
                         keep.aliases = (*keep.aliases, name)
             rebuilt[key] = keep
-        self.by_kind[kind] = rebuilt
+        self._by_kind[kind] = rebuilt
         index = self._index[kind] = KeyIndex()
         index.add(rebuilt)
         for key in rebuilt:
@@ -895,14 +883,14 @@ class Ledger:
             for name in (entry.role, *entry.aliases):
                 if self._roles.get(name) is entry:
                     del self._roles[name]
-            if self.tombstone_capacity and entry.key not in rebuilt:
+            if self._tombstone_capacity and entry.key not in rebuilt:
                 self._add_tombstone(
                     Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
                 )
 
     def _count(self) -> None:
         """Recount the entries and pinned entries after tables were rebuilt."""
-        self._size = sum(len(table) for table in self.by_kind.values())
+        self._size = sum(len(table) for table in self._by_kind.values())
         self._pinned = sum(entry.pinned for entry in self)
 
     # -- merging two copies ---------------------------------------------------------------
@@ -923,18 +911,18 @@ class Ledger:
         """
         if other is self:
             return []
-        with other.lock:  # copies, so no entry object is shared between two ledgers
+        with other._lock:  # copies, so no entry object is shared between two ledgers
             theirs = [_copy_entry(entry) for entry in other.entries()]
             their_tombs = list(other._tombstones.values())
             their_drops = list(other._dropped.values())
-            their_texts = list(other.user_texts)
+            their_texts = list(other._user_texts)
             their_counters = dict(other._counters)
-            their_refusals = dict(other.refusals)
-            their_turn, their_epoch = other.turn, other.epoch
-        with self.lock:
+            their_refusals = dict(other._refusals)
+            their_turn, their_epoch = other.turn, other._epoch
+        with self._lock:
             changed: set[str] = set()  # kinds whose recency order must be restored
             for entry in theirs:
-                table = self.by_kind.get(entry.kind)
+                table = self._by_kind.get(entry.kind)
                 mine = table.get(entry.key) if table is not None else None
                 if mine is None:
                     self._adopt(entry)
@@ -943,26 +931,26 @@ class Ledger:
                     changed.add(entry.kind)
             self._merge_marks(their_tombs, their_drops)
             for text in their_texts:
-                if text not in self.user_texts:
-                    self.user_texts.append(text)
+                if text not in self._user_texts:
+                    self._user_texts.append(text)
             for name, number in their_counters.items():
                 self._counters[name] = max(number, self._counters.get(name, 0))
             for tool, count in their_refusals.items():
-                self.refusals[tool] = max(count, self.refusals.get(tool, 0))
+                self._refusals[tool] = max(count, self._refusals.get(tool, 0))
             self.turn = max(self.turn, their_turn)
-            self.epoch = max(self.epoch, their_epoch)
+            self._epoch = max(self._epoch, their_epoch)
             for kind in changed:
                 # Least recently used first, ties in one order whichever copy is merged into.
-                ordered = sorted(self.by_kind[kind].values(), key=_recency)
-                self.by_kind[kind] = {entry.key: entry for entry in ordered}
+                ordered = sorted(self._by_kind[kind].values(), key=_recency)
+                self._by_kind[kind] = {entry.key: entry for entry in ordered}
             # Two copies that each fit may not fit together, even with every entry used this
             # turn: a merge is no flood, so nothing is spared and the ledger fits again.
             return self._evict_over_capacity(spare_current=False)
 
     def _adopt(self, entry: Entry) -> None:
         """Take in an entry of another copy (a private copy of it) that this ledger lacks."""
-        if entry.kind not in self.by_kind:
-            self.by_kind[entry.kind] = {}
+        if entry.kind not in self._by_kind:
+            self._by_kind[entry.kind] = {}
             self._index[entry.kind] = KeyIndex()
         self._drop_tombstone((entry.kind, entry.key))
         self._dropped.pop((entry.kind, entry.key), None)
@@ -998,7 +986,7 @@ class Ledger:
         """Unite another copy's tombstones and drop marks with these, minus live ids, bounded."""
 
         def live(kind: str, key: str) -> bool:
-            table = self.by_kind.get(kind)
+            table = self._by_kind.get(kind)
             return table is not None and key in table
 
         grew = False
@@ -1014,7 +1002,7 @@ class Ledger:
             grew = True
         if grew:  # oldest first again, then as many as the ledger keeps
             ordered = sorted(self._tombstones.values(), key=attrgetter("evicted_turn"))
-            ordered = ordered[max(0, len(ordered) - self.tombstone_capacity) :]
+            ordered = ordered[max(0, len(ordered) - self._tombstone_capacity) :]
             self._tombstones = {(t.kind, t.key): t for t in ordered}
             self._tomb_roles = {t.role for t in ordered}
         grew = False
@@ -1028,7 +1016,7 @@ class Ledger:
             grew = True
         if grew:
             marks = sorted(self._dropped.values(), key=attrgetter("turn"))
-            marks = marks[max(0, len(marks) - self.tombstone_capacity) :]
+            marks = marks[max(0, len(marks) - self._tombstone_capacity) :]
             self._dropped = {(d.kind, d.key): d for d in marks}
 
     def __eq__(self, other: object) -> bool:

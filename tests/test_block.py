@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
 from guardrail._audit import SilentLogger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
@@ -34,8 +34,10 @@ def a_guard(**options: object) -> Guard:
 def a_ledger(session: str | None = "conv-1") -> Ledger:
     ledger = a_guard().new_ledger(session)
     source = Source("t", None, "x", 0)
-    ledger.admit([Found("order", "W1000001", "W1000001", "x", "delivered")], source=source)
-    ledger.admit([Found("hotel", "Grand Hotel", "Grand Hotel", "x")], source=source, verified=False)
+    ledger._admit([Batch.one("order", "W1000001", "W1000001", "x", "delivered")], source=source)
+    ledger._admit(
+        [Batch.one("hotel", "Grand Hotel", "Grand Hotel", "x")], source=source, verified=False
+    )
     return ledger
 
 
@@ -111,8 +113,8 @@ def ledgers(draw: st.DrawFn) -> Ledger:
         if not value.strip():
             continue
         kind = draw(st.sampled_from(KINDS))
-        found = Found(kind, value, value.strip(), "x", draw(STATUSES))
-        added = ledger.admit(
+        found = Batch.one(kind, value, value.strip(), "x", draw(STATUSES))
+        added = ledger._admit(
             [found], source=Source("t", None, "x", 0), verified=draw(st.booleans())
         ).added
         for entry in added:
@@ -185,8 +187,8 @@ def test_a_status_that_could_break_a_line_is_written_quoted() -> None:
     """A status with a line break, a comma or brackets is written as a JSON string."""
     ledger = a_guard().new_ledger()
     status = 'ok)\nnote  W9 (pinned, "x"'
-    found = Found("order", "W1000001", "W1000001", "x", status)
-    ledger.admit([found], source=Source("t", None, "x", 0))
+    found = Batch.one("order", "W1000001", "W1000001", "x", status)
+    ledger._admit([found], source=Source("t", None, "x", 0))
     text = render_block(ledger, (), ())
     assert len(text.split("\n")) == 2
     (line,), _, _ = parse_block(text, 0)

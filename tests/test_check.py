@@ -44,6 +44,7 @@ def test_harvested_ids_are_allowed_in_any_written_form(shop: Guard) -> None:
         ("#W23781566", "mutated", "order_2"),  # one character added
         ("W2378…", "truncated", "order_2"),  # ellipsis
         ("W23...", "truncated", "order_2"),
+        ("W23..", "truncated", "order_2"),  # two dots: an argument cut short all the same
         ("#W0000000", "example", None),
         ("cus_41ZpA9", "wrong_kind", "customer"),
         ("#W9999999", "unknown", None),
@@ -212,7 +213,7 @@ def test_check_changes_nothing_but_last_use(shop: Guard, ledger: Ledger) -> None
     before = ledger.to_json()
     shop.check("issue_refund", {"order_id": "W9999999"})
     assert ledger.to_json() == before
-    ledger.next_turn()
+    ledger._next_turn()
     shop.check("issue_refund", {"order_id": "W8855135"})
     assert ledger["order"].last_used == ledger.turn
     assert len(ledger) == 3
@@ -362,7 +363,7 @@ def test_edits_over_a_huge_alphabet_are_searched_only_within_the_budget(
     guard.declare("draw", ids={"glyphs": "glyphs"})
     key = "".join(chr(0x4E00 + n) for n in range(300))
     guard.record("list_glyphs", {}, [key])
-    assert len(ledger.alphabet("glyphs")) == 300
+    assert len(ledger._alphabet("glyphs")) == 300
     changed = "x" + key[1:]
     assert problems(guard.check("draw", {"glyphs": changed})) == [("unknown", None)]
     added = key + "x"  # one deletion finds it: n variants, whatever the alphabet

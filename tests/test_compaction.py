@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailError, GuardrailUsageError, Ledger, TranscriptError
 from guardrail._audit import SilentLogger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction import compact, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,
@@ -141,7 +141,8 @@ def test_ledger_block_is_designs_format_byte_for_byte() -> None:
         ("customer", "cus_41ZpA9", None),
         ("refund_request", "rfq_77Hn02", "pending_approval"),
     ]:
-        ledger.admit([Found(kind, value, value, "x", status)], source=Source("t", None, "x", 0))
+        batch = Batch.one(kind, value, value, "x", status)
+        ledger._admit([batch], source=Source("t", None, "x", 0))
     ledger["order"].first_seen, ledger["order"].last_used = 12, 37
     ledger.label("order", "damaged_order")
     assert ledger_block(ledger) == (
@@ -158,11 +159,11 @@ def test_ledger_block_reads_back_with_flags_and_quoted_values() -> None:
     guard.add_kind("hotel")
     guard.add_kind("user", pattern=r"u_\d+")
     ledger = guard.new_ledger()
-    ledger.admit(
-        [Found("hotel", "Grand Hotel", "Grand Hotel", "x")], source=Source("t", None, "x", 0)
+    ledger._admit(
+        [Batch.one("hotel", "Grand Hotel", "Grand Hotel", "x")], source=Source("t", None, "x", 0)
     )
-    ledger.admit(
-        [Found("user", "u_7", "u_7", "x", "active")],
+    ledger._admit(
+        [Batch.one("user", "u_7", "u_7", "x", "active")],
         source=Source("t", None, "x", 0),
         verified=False,
     )
@@ -204,7 +205,9 @@ def test_restore_brings_back_entries_a_fresh_ledger_lacks() -> None:
     """Earlier block lines enter a fresh ledger with their role; unplaceable ones are carried."""
     guard = make_guard()
     ledger = guard.new_ledger()
-    ledger.admit([Found("order", "W1000001", "W1000001", "x")], source=Source("t", None, "x", 0))
+    ledger._admit(
+        [Batch.one("order", "W1000001", "W1000001", "x")], source=Source("t", None, "x", 0)
+    )
     ledger.label("order", "damaged_order")
     text = render_block(ledger, [], [])
     fresh = guard.new_ledger()
@@ -1098,7 +1101,7 @@ def test_compaction_never_drops_a_ledger_value(values: list[str], keep: int) -> 
     guard.add_kind("note")
     ledger = guard.new_ledger("conv")
     source = Source("t", None, "x", 0)
-    ledger.admit([Found("note", v, v, "x") for v in values], source=source)
+    ledger._admit([Batch.one("note", v, v, "x") for v in values], source=source)
     out = compact(CONVERSATION, ledger, keep_recent=keep, guard=guard)
     text = context(out.messages)
     lines, _, bad = parse_block(out.report.ledger_block, 0)

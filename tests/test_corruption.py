@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger, Source
 from guardrail.replay._corruption import (
@@ -48,11 +48,11 @@ def _guard() -> Guard:
 def _ledger(guard: Guard, values: dict[str, list[str]]) -> Ledger:
     ledger = guard.new_ledger("t")
     items = [
-        Found(kind, value, guard.kinds[kind].normalize(value), "$")
+        Batch.one(kind, value, guard.kinds[kind].normalize(value), "$")
         for kind, group in values.items()
         for value in group
     ]
-    ledger.admit(items, source=Source("seed", None, "$", 0))
+    ledger._admit(items, source=Source("seed", None, "$", 0))
     return ledger
 
 
@@ -213,7 +213,7 @@ def test_collision_names_another_value_the_conversation_holds() -> None:
     """A variant equal to a ledger value, or to a typed token of the kind's shape, collides."""
     guard = _guard()
     ledger = _ledger(guard, {"flight": ["HAT136", "HAT137"], "payment": ["gift_card_1234567"]})
-    ledger.observe_text("I fly HAT555 tomorrow")
+    ledger._observe_text("I fly HAT555 tomorrow")
     context = _context(guard, "flight", ledger)
     assert collision("HAT137", context) == "ledger role [flight_2]"
     assert collision("HAT555", context) == "typed by the user"

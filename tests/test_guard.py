@@ -28,7 +28,7 @@ from guardrail import (
     Source,
     StoreError,
 )
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 
 from .conftest import ORDERS, shop_guard
 
@@ -267,6 +267,89 @@ def test_each_guard_has_its_own_session_variable() -> None:
         two.check("issue_refund", {"order_id": "W1"})
 
 
+def test_a_silenced_copy_checks_tools_declared_on_the_original_after_it() -> None:
+    """A tool (and kind) declared on the guard after silenced() is known and checked by the copy."""
+    guard = shop_guard()
+    quiet = guard.silenced()
+    guard.add_kind("ticket", pattern=r"T-\d{4}")
+    guard.declare("cancel", ids={"order_id": "order"})
+    guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
+    assert quiet.specs["cancel"] is guard.specs["cancel"] and "ticket" in quiet.kinds
+    ledger = guard.new_ledger("s")
+    quiet.record("search_orders", {}, ORDERS, ledger=ledger)
+    quiet.record("list_tickets", {}, ["T-0001"], ledger=ledger)
+    refused = quiet.check("cancel", {"order_id": "W1234567"}, ledger=ledger)
+    assert not refused.allowed and [f.problem for f in refused.findings] == ["unknown"]
+    assert quiet.check("cancel", {"order_id": "W8855135"}, ledger=ledger).allowed
+    assert ledger.get("ticket", "T-0001") is not None
+
+
+def test_a_guard_checks_tools_declared_on_its_silenced_copy() -> None:
+    """A tool declared (or decorated) on the silenced copy is checked by the original too."""
+    guard = shop_guard()
+    quiet = guard.silenced()
+    quiet.declare("cancel", ids={"order_id": "order"})
+    ran: list[str] = []
+
+    @quiet.tool
+    def close(order_id: Order) -> str:
+        ran.append(order_id)
+        return "closed"
+
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        assert not guard.check("cancel", {"order_id": "W1234567"}).allowed
+        assert guard.check("cancel", {"order_id": "W8855135"}, ledger=ledger).allowed
+        with pytest.raises(IdentifierViolation):
+            guard.enforce("close", {"order_id": "W1234567"})
+        with pytest.raises(IdentifierViolation):
+            close("W1234567")
+        assert close("W8855135") == "closed"
+    assert ran == ["#W8855135"]  # as the ledger spells it
+    with pytest.raises(GuardrailUsageError, match="declared twice"):
+        guard.declare("cancel", ids={"order_id": "item"})  # the copy's name is taken here too
+
+
+def test_a_silenced_copy_shares_the_sessions_and_the_options() -> None:
+    """The copy sees the original's current session, default session and store; same mode."""
+    store = MemoryStore()
+    guard = shop_guard("reprompt", store=store, default_session="d", max_reprompts=5)
+    quiet = guard.silenced()
+    assert quiet.ledger is guard.ledger  # the default session, opened by the copy first
+    with guard.session("s") as ledger:
+        assert quiet.ledger is ledger
+        quiet.record("search_orders", {}, ORDERS)
+    assert store.load("s") is ledger and len(ledger) == 2
+    assert (quiet.mode, quiet.max_reprompts, quiet.store) == ("reprompt", 5, store)
+    assert (quiet.capacity, quiet.default_session) == (guard.capacity, "d")
+
+
+def test_the_guard_options_read_back_and_are_not_reassigned() -> None:
+    """mode, capacity and the other options are read as attributes; assigning one is refused."""
+    store = MemoryStore()
+    guard = Guard(
+        "observe",
+        50,
+        store=store,
+        default_session="d",
+        refuse_undeclared=True,
+        max_reprompts=1,
+        tombstones=7,
+        max_ids_per_call=9,
+    )
+    assert (guard.mode, guard.capacity, guard.store, guard.default_session) == (
+        "observe",
+        50,
+        store,
+        "d",
+    )
+    assert (guard.refuse_undeclared, guard.max_reprompts, guard.tombstones) == (True, 1, 7)
+    assert (guard.max_ids_per_call, Guard(capacity=50).max_ids_per_call) == (9, 5)
+    assert guard.kinds == {} and guard.specs == {}
+    with pytest.raises(AttributeError):
+        guard.mode = "raise"  # type: ignore[misc]
+
+
 def test_labels_and_the_labelling_tool() -> None:
     """Entries get meaningful roles from the program or from the agent's small tool."""
     guard = shop_guard()
@@ -382,7 +465,8 @@ def test_a_ledger_given_for_an_open_session_is_merged_into_it() -> None:
     """session(id, ledger=) while id is open elsewhere keeps one live ledger, which takes it in."""
     guard = shop_guard()
     saved = Ledger.from_json(shop_guard().new_ledger().to_json())
-    saved.admit([Found("order", "W2378156", "W2378156", "p")], source=Source("t", None, "p", 0))
+    batch = Batch.one("order", "W2378156", "W2378156", "p")
+    saved._admit([batch], source=Source("t", None, "p", 0))
     with guard.session("s") as live:
         guard.record("get_order", {}, {"order_id": "W8855135"})
         with guard.session("s", ledger=saved) as inner:
@@ -406,7 +490,7 @@ def test_a_session_that_failed_to_open_can_be_opened_again() -> None:
     guard = shop_guard(store=store)
     with pytest.raises(StoreError), guard.session("s"):
         pass
-    assert guard._live == {}
+    assert guard._sessions._live == {}
     store.fail = False
     with guard.session("s") as ledger:
         assert len(ledger) == 0
@@ -681,7 +765,9 @@ def test_a_failing_normaliser_never_crashes_a_call(fast: bool) -> None:
         return "closed"
 
     if not fast:
-        guard._plans["close"] = dataclasses.replace(guard._plans["close"], fast=None)
+        guard._registry.plans["close"] = dataclasses.replace(
+            guard._registry.plans["close"], fast=None
+        )
     with guard.session("s"):
         guard.record("list_tickets", {}, ["t1"])
         for bad in ("bad!", "what?"):

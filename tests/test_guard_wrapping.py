@@ -259,7 +259,9 @@ def test_allowed_fast_path_decides_and_records_as_the_full_check(
 
         if not fast:  # the full check, which the fast path must agree with
             for name in ("act", "act_async"):
-                guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+                guard._registry.plans[name] = dataclasses.replace(
+                    guard._registry.plans[name], fast=None
+                )
         with capture_logs() as logs, guard.session("s") as ledger:
             guard.observe_user("I am cus_ABC123, order #W7777777")
             guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
@@ -336,8 +338,10 @@ def test_an_id_parameter_left_at_its_default_is_checked(fast: bool) -> None:
     ran: list[str] = []
     tools = _defaults_tools(guard, ran)
     if not fast:
-        for name in list(guard._plans):
-            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+        for name in list(guard._registry.plans):
+            guard._registry.plans[name] = dataclasses.replace(
+                guard._registry.plans[name], fast=None
+            )
     guard.declare("whoami", produces={"id": "customer"}, effect="read")
     with guard.session("s"):
         guard.record("whoami", {}, {"id": "cus_ABC123"})
@@ -421,8 +425,10 @@ def _respelling_guard(fast: bool) -> tuple[Guard, dict[str, Any], list[Any]]:
         return "ok"
 
     if not fast:
-        for name in list(guard._plans):
-            guard._plans[name] = dataclasses.replace(guard._plans[name], fast=None)
+        for name in list(guard._registry.plans):
+            guard._registry.plans[name] = dataclasses.replace(
+                guard._registry.plans[name], fast=None
+            )
     tools = {
         "refund": refund,
         "refund_async": lambda *a, **k: asyncio.run(refund_async(*a, **k)),
@@ -610,7 +616,7 @@ def test_fast_path_and_full_check_agree(arguments: dict[str, Any], read: bool) -
     outcomes = []
     for fast in (True, False):
         guard = _differential_guard(read)
-        plan = guard._plans["act"]
+        plan = guard._registry.plans["act"]
         if not fast:
             plan = dataclasses.replace(plan, fast=None)
         with guard.session("s") as ledger:

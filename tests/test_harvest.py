@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import pytest
 from hypothesis import given, settings
@@ -12,19 +12,41 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import Guard, Id, Rejection
-from guardrail._harvest import MAX_ID_LENGTH, failed, harvest, recordable_batches
+from guardrail._harvest import MAX_ID_LENGTH, Harvest, failed, harvest, recordable
 
 from .conftest import ORDERS, shop_guard
 
 
+class Row(NamedTuple):
+    """One id a harvest found, read back from its batch's columns for comparing."""
+
+    kind: str
+    value: str
+    key: str
+    path: str
+    status: str | None
+
+
+def rows(harvested: Harvest) -> list[Row]:
+    """The ids of a harvest in order, one row each."""
+    found: list[Row] = []
+    for batch in harvested.batches:
+        statuses = batch.statuses or [None] * len(batch.values)
+        found.extend(
+            Row(batch.kind, value, key, batch.path, status)
+            for value, key, status in zip(batch.values, batch.keys, statuses, strict=True)
+        )
+    return found
+
+
 def ids(guard: Guard, tool: str, result: Any) -> list[tuple[str, str]]:
-    return [(f.kind, f.value) for f in harvest(guard.specs[tool], result, guard.kinds).found]
+    return [(f.kind, f.value) for f in rows(harvest(guard.specs[tool], result, guard.kinds))]
 
 
 def test_json_paths_and_status() -> None:
     """Declared paths yield ids verbatim, keyed by the kind's normaliser, with a status."""
     guard = shop_guard()
-    found = harvest(guard.specs["search_orders"], ORDERS, guard.kinds).found
+    found = rows(harvest(guard.specs["search_orders"], ORDERS, guard.kinds))
     assert [(f.value, f.key, f.status, f.path) for f in found] == [
         ("#W8855135", "W8855135", "delivered", "orders[*].order_id"),
         ("#W2378156", "W2378156", "pending", "orders[*].order_id"),
@@ -87,7 +109,7 @@ def test_models_and_dataclasses_are_read_by_their_annotations() -> None:
         ("item", "it_t2"),
     ]
     assert ids(guard, "plain", {"order_id": "W1234567"}) == []
-    assert harvest(guard.specs["plain"], receipt, guard.kinds).found[0].status == "paid"
+    assert rows(harvest(guard.specs["plain"], receipt, guard.kinds))[0].status == "paid"
 
 
 def test_numbers_are_ids_too_but_not_booleans_or_objects() -> None:
@@ -96,7 +118,7 @@ def test_numbers_are_ids_too_but_not_booleans_or_objects() -> None:
     guard.add_kind("ticket", normalize="number")
     guard.declare("t", produces={"[*]": "ticket"})
     result = harvest(guard.specs["t"], [7, 7.0, True, None, {"a": 1}, "8"], guard.kinds)
-    assert [(f.value, f.key) for f in result.found] == [("7", "7"), ("8", "8")]
+    assert [(f.value, f.key) for f in rows(result)] == [("7", "7"), ("8", "8")]
     assert result.problems and "not identifiers" in result.problems[0]
 
 
@@ -105,7 +127,7 @@ def test_examples_empty_and_oversized_values_are_not_recorded() -> None:
     guard = shop_guard()
     result = {"orders": [{"order_id": "#W0000000"}, {"order_id": ""}, {"order_id": "W" * 5000}]}
     found = harvest(guard.specs["search_orders"], result, guard.kinds)
-    assert found.found == []
+    assert rows(found) == []
     assert str(MAX_ID_LENGTH) in found.problems[0]
 
 
@@ -125,16 +147,16 @@ def test_bad_results_never_crash() -> None:
     assert "nested too deeply" in harvest(spec, deep, guard.kinds).problems[0]
     cyclic: dict[str, Any] = {"orders": []}
     cyclic["orders"].append(cyclic)
-    assert harvest(spec, cyclic, guard.kinds).found == []
-    assert harvest(spec, object(), guard.kinds).found == []
-    assert harvest(spec, float("nan"), guard.kinds).found == []
+    assert rows(harvest(spec, cyclic, guard.kinds)) == []
+    assert rows(harvest(spec, object(), guard.kinds)) == []
+    assert rows(harvest(spec, float("nan"), guard.kinds)) == []
 
 
 def test_huge_results_are_harvested_completely() -> None:
     """Forty thousand ids in one result all come out."""
     guard = shop_guard()
     big = {"orders": [{"order_id": f"W{n:07d}"} for n in range(1, 40_001)]}
-    assert len(harvest(guard.specs["search_orders"], json.dumps(big), guard.kinds).found) == 40_000
+    assert len(rows(harvest(guard.specs["search_orders"], json.dumps(big), guard.kinds))) == 40_000
 
 
 order_ids = st.lists(st.from_regex(r"W[1-9]\d{6}", fullmatch=True), max_size=30, unique=True)
@@ -148,7 +170,7 @@ def test_harvest_never_loses_a_declared_id(values: list[str], as_text: bool) -> 
     result: Any = {"orders": [{"order_id": v, "note": "W9999999 in prose"} for v in values]}
     if as_text:
         result = json.dumps(result)
-    found = [f.value for f in harvest(guard.specs["search_orders"], result, guard.kinds).found]
+    found = [f.value for f in rows(harvest(guard.specs["search_orders"], result, guard.kinds))]
     assert found == values
 
 
@@ -244,7 +266,7 @@ def test_a_value_the_normaliser_cannot_read_is_skipped_and_the_rest_recorded() -
     guard.add_kind("ticket", normalize=_picky)
     guard.declare("list_tickets", produces={"[*]": "ticket"}, effect="read")
     result = harvest(guard.specs["list_tickets"], ["t1", "bad!", "t2", "what?", "t3"], guard.kinds)
-    assert [(f.value, f.key) for f in result.found] == [("t1", "T1"), ("t2", "T2"), ("t3", "T3")]
+    assert [(f.value, f.key) for f in rows(result)] == [("t1", "T1"), ("t2", "T2"), ("t3", "T3")]
     assert len(result.problems) == 1
     assert "2 value(s)" in result.problems[0] and "normaliser" in result.problems[0]
 
@@ -311,6 +333,6 @@ def test_fuzz_harvest_never_raises(result: Any) -> None:
     for tool in ("everything", "whole", "search_orders"):
         spec = guard.specs[tool]
         harvested = harvest(spec, result, guard.kinds)
-        assert all(isinstance(found.key, str) and found.key for found in harvested.found)
-        recordable_batches(spec, result, guard.kinds)
+        assert all(isinstance(found.key, str) and found.key for found in rows(harvested))
+        recordable(spec, result, guard.kinds)
     failed(result)

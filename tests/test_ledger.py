@@ -12,20 +12,31 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Kind, Ledger, Source
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 
 SRC = Source("get_order", "call_1", "order_id", 0)
 
 
-def found(kind: str, value: str, *, role: str | None = None, status: str | None = None) -> Found:
-    return Found(kind, value, value, "order_id", status, role)
+def found(kind: str, value: str, *, role: str | None = None, status: str | None = None) -> Batch:
+    return Batch.one(kind, value, value, "order_id", status, role)
+
+
+def test_the_ledger_shows_only_what_a_program_uses() -> None:
+    """Public: reading entries, label/pin/forget/merge, saving, and four attributes; no more."""
+    public = {name for name in dir(Ledger()) if not name.startswith("_")}
+    assert public == {
+        "entries", "get", "roles", "tombstones",
+        "label", "pin", "forget", "merge",
+        "to_json", "from_json", "to_dict", "from_dict",
+        "session_id", "capacity", "turn", "seal_key",
+    }  # fmt: skip
 
 
 def test_default_roles_are_kind_then_numbered() -> None:
     """Roles default to the kind, then kind_2, kind_3 in order seen."""
     ledger = Ledger()
-    added = ledger.admit(
+    added = ledger._admit(
         [found("order", "W1"), found("order", "W2"), found("user", "u1")], source=SRC
     )
     assert [e.role for e in added.added] == ["order", "order_2", "user"]
@@ -41,15 +52,15 @@ def test_role_templates_fill_kind_number_tool_and_status() -> None:
         found("order", "W2", role="{status}_order", status="damaged"),
         found("order", "W3", role="{tool}-{n}"),
     ]
-    roles = [e.role for e in ledger.admit(items, source=SRC).added]
+    roles = [e.role for e in ledger._admit(items, source=SRC).added]
     assert roles == ["damaged_order", "damaged_order_2", "get_order-3"]
 
 
 def test_known_ids_are_refreshed_not_duplicated() -> None:
     """Seeing an id again updates its status and verification, never adds a second entry."""
     ledger = Ledger()
-    ledger.admit([found("order", "W1")], source=SRC, verified=False)
-    again = ledger.admit([found("order", "W1", status="shipped")], source=SRC)
+    ledger._admit([found("order", "W1")], source=SRC, verified=False)
+    again = ledger._admit([found("order", "W1", status="shipped")], source=SRC)
     assert again.added == [] and [e.value for e in again.verified] == ["W1"]
     entry = ledger["order"]
     assert entry.verified and entry.status == "shipped" and len(ledger) == 1
@@ -58,7 +69,7 @@ def test_known_ids_are_refreshed_not_duplicated() -> None:
 def test_relabel_keeps_the_old_role_as_an_alias() -> None:
     """Summaries written with the old role still resolve after a relabel."""
     ledger = Ledger()
-    ledger.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    ledger._admit([found("order", "W1"), found("order", "W2")], source=SRC)
     ledger.label("order_2", "damaged_order")
     assert ledger["damaged_order"] is ledger["order_2"]
     assert ledger["damaged_order"].aliases == ("order_2",)
@@ -74,12 +85,12 @@ def test_relabel_keeps_the_old_role_as_an_alias() -> None:
 def test_eviction_is_by_last_use_not_first_seen() -> None:
     """The order still in use at turn 40 stays; the one untouched since turn 2 goes."""
     ledger = Ledger(capacity=2)
-    ledger.admit([found("order", "W_old_but_used")], source=SRC)
-    ledger.next_turn()
-    ledger.admit([found("order", "W_idle")], source=SRC)
-    ledger.next_turn()
-    ledger.touch(ledger["order"])
-    evicted = ledger.admit([found("order", "W_new")], source=SRC).evicted
+    ledger._admit([found("order", "W_old_but_used")], source=SRC)
+    ledger._next_turn()
+    ledger._admit([found("order", "W_idle")], source=SRC)
+    ledger._next_turn()
+    ledger._touch(ledger["order"])
+    evicted = ledger._admit([found("order", "W_new")], source=SRC).evicted
     assert [e.value for e in evicted] == ["W_idle"]
     assert {e.value for e in ledger} == {"W_old_but_used", "W_new"}
 
@@ -87,11 +98,11 @@ def test_eviction_is_by_last_use_not_first_seen() -> None:
 def test_pinned_entries_stay_and_do_not_count_against_capacity() -> None:
     """A pinned entry is never evicted and leaves the capacity to the others."""
     ledger = Ledger(capacity=1)
-    ledger.admit([found("order", "W1")], source=SRC)
+    ledger._admit([found("order", "W1")], source=SRC)
     ledger.pin("order")
-    assert ledger.admit([found("order", "W2")], source=SRC).evicted == []
+    assert ledger._admit([found("order", "W2")], source=SRC).evicted == []
     assert len(ledger) == 2
-    assert [e.value for e in ledger.admit([found("order", "W3")], source=SRC).evicted] == ["W2"]
+    assert [e.value for e in ledger._admit([found("order", "W3")], source=SRC).evicted] == ["W2"]
     ledger.pin("order", False)
     assert [e.value for e in ledger] == ["W3"]
 
@@ -99,7 +110,7 @@ def test_pinned_entries_stay_and_do_not_count_against_capacity() -> None:
 def test_a_result_larger_than_capacity_is_recorded_before_eviction() -> None:
     """All ids of one result are admitted before any is evicted, so none is half-recorded."""
     ledger = Ledger(capacity=3)
-    result = ledger.admit([found("order", f"W{n}") for n in range(5)], source=SRC)
+    result = ledger._admit([found("order", f"W{n}") for n in range(5)], source=SRC)
     assert len(result.added) == 5 and len(result.evicted) == 2 and len(ledger) == 3
 
 
@@ -107,19 +118,19 @@ def test_tombstones_are_bounded_and_returning_ids_keep_their_role() -> None:
     """Evicted ids leave bounded tombstones; an id that comes back gets its old role."""
     ledger = Ledger(capacity=1, tombstones=2)
     for n in range(4):
-        ledger.admit([found("order", f"W{n}")], source=SRC)
+        ledger._admit([found("order", f"W{n}")], source=SRC)
     assert [t.value for t in ledger.tombstones()] == ["W1", "W2"]
-    tomb = ledger.tombstone("order", "W1")
+    tomb = ledger._tombstone("order", "W1")
     assert tomb is not None and tomb.role == "order_2"
-    assert ledger.admit([found("order", "W1")], source=SRC).added[0].role == "order_2"
-    assert ledger.tombstone("order", "W1") is None
+    assert ledger._admit([found("order", "W1")], source=SRC).added[0].role == "order_2"
+    assert ledger._tombstone("order", "W1") is None
 
 
 def test_roles_of_evicted_ids_are_not_reused() -> None:
     """A role names one id forever: new ids never take a tombstone's role."""
     ledger = Ledger(capacity=1)
-    ledger.admit([found("order", "W1")], source=SRC)
-    ledger.admit([found("order", "W2")], source=SRC)
+    ledger._admit([found("order", "W1")], source=SRC)
+    ledger._admit([found("order", "W2")], source=SRC)
     with pytest.raises(GuardrailUsageError, match="belonged to an evicted id"):
         ledger.label("order_2", "order")
 
@@ -127,38 +138,38 @@ def test_roles_of_evicted_ids_are_not_reused() -> None:
 def test_user_texts_are_bounded_and_matched_as_whole_tokens() -> None:
     """Only the last texts are kept; a value counts as typed only as a whole token."""
     ledger = Ledger()
-    ledger.observe_text("I stay at the Grand Hyatt, room 12.")
-    assert ledger.typed_by_user("Grand Hyatt")
-    assert not ledger.typed_by_user("Grand Hy")
-    assert not ledger.typed_by_user("1")
+    ledger._observe_text("I stay at the Grand Hyatt, room 12.")
+    assert ledger._typed_by_user("Grand Hyatt")
+    assert not ledger._typed_by_user("Grand Hy")
+    assert not ledger._typed_by_user("1")
     for n in range(USER_TEXTS_KEPT):
-        ledger.observe_text(f"text {n}")
-    assert not ledger.typed_by_user("Grand Hyatt")
+        ledger._observe_text(f"text {n}")
+    assert not ledger._typed_by_user("Grand Hyatt")
 
 
 def test_prefix_search_sees_pending_and_merged_keys_but_not_evicted_ones() -> None:
     """Prefix look-ups stay right while keys are added and evicted."""
     ledger = Ledger(capacity=400)
-    ledger.admit([found("order", f"W{n:04d}") for n in range(600)], source=SRC)
-    assert {e.value for e in ledger.keys_with_prefix("order", "W059", limit=20)} == {
+    ledger._admit([found("order", f"W{n:04d}") for n in range(600)], source=SRC)
+    assert {e.value for e in ledger._keys_with_prefix("order", "W059", limit=20)} == {
         f"W059{n}" for n in range(10)
     }
-    assert ledger.keys_with_prefix("order", "W000") == []  # evicted
-    ledger.admit([found("order", "W0001x")], source=SRC)
-    assert [e.value for e in ledger.keys_with_prefix("order", "W0001")] == ["W0001x"]
+    assert ledger._keys_with_prefix("order", "W000") == []  # evicted
+    ledger._admit([found("order", "W0001x")], source=SRC)
+    assert [e.value for e in ledger._keys_with_prefix("order", "W0001")] == ["W0001x"]
 
 
 def test_json_round_trip_is_exact() -> None:
     """A saved ledger loads back equal, and saves to the same text."""
     ledger = Ledger(capacity=2, tombstones=5, session_id="s")
-    ledger.admit([found("order", "W1", status="paid"), found("user", "u1")], source=SRC)
-    ledger.next_turn()
+    ledger._admit([found("order", "W1", status="paid"), found("user", "u1")], source=SRC)
+    ledger._next_turn()
     ledger.label("order", "paid_order")
     ledger.pin("paid_order")
-    ledger.admit([found("order", "W2"), found("order", "W3")], source=SRC, verified=False)
+    ledger._admit([found("order", "W2"), found("order", "W3")], source=SRC, verified=False)
     assert [t.value for t in ledger.tombstones()] == ["u1"]
-    ledger.observe_text("hello W2")
-    ledger.refusals["refund"] = 2
+    ledger._observe_text("hello W2")
+    ledger._refusals["refund"] = 2
     text = ledger.to_json()
     again = Ledger.from_json(text)
     assert again == ledger
@@ -180,8 +191,8 @@ def test_round_trip_property(items: list[tuple[str, str]], capacity: int) -> Non
     ledger = Ledger(capacity=capacity)
     for n, (kind, value) in enumerate(items):
         if n % 3 == 0:
-            ledger.next_turn()
-        ledger.admit([Found(kind, value, value, "p")], source=SRC, verified=n % 2 == 0)
+            ledger._next_turn()
+        ledger._admit([Batch.one(kind, value, value, "p")], source=SRC, verified=n % 2 == 0)
     assert Ledger.from_json(ledger.to_json()).to_json() == ledger.to_json()
 
 
@@ -209,7 +220,7 @@ def test_capacity_must_be_positive() -> None:
 def test_entry_to_dict_is_json_safe() -> None:
     """Entries serialise to plain JSON."""
     ledger = Ledger()
-    ledger.admit([found("order", "W1")], source=SRC)
+    ledger._admit([found("order", "W1")], source=SRC)
     assert json.loads(json.dumps(ledger["order"].to_dict()))["source"]["call_id"] == "call_1"
 
 
@@ -219,7 +230,7 @@ def test_entry_to_dict_is_json_safe() -> None:
 def saved(**changes: Any) -> dict[str, Any]:
     """A saved two-entry ledger (format 2) as a dict, with ``changes`` applied to it."""
     ledger = Ledger(capacity=5, session_id="s")
-    ledger.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    ledger._admit([found("order", "W1"), found("order", "W2")], source=SRC)
     ledger.label("order_2", "second")
     data = ledger.to_dict()
     data.update(changes)
@@ -331,28 +342,28 @@ def test_loading_imports_pydantic_only_when_it_validates() -> None:
 def test_merge_unites_entries_and_keeps_the_stronger_facts() -> None:
     """Verified if either, first seen earliest, last used latest, pinned if either."""
     mine, theirs = Ledger(session_id="s"), Ledger(session_id="s")
-    mine.admit([found("order", "W1", status="paid")], source=SRC, verified=False)
-    theirs.next_turn()
-    theirs.next_turn()
-    theirs.admit([found("order", "W1", status="refunded"), found("order", "W2")], source=SRC)
+    mine._admit([found("order", "W1", status="paid")], source=SRC, verified=False)
+    theirs._next_turn()
+    theirs._next_turn()
+    theirs._admit([found("order", "W1", status="refunded"), found("order", "W2")], source=SRC)
     theirs.pin("order")
-    theirs.refusals["refund"] = 2
-    mine.refusals["refund"] = 1
+    theirs._refusals["refund"] = 2
+    mine._refusals["refund"] = 1
     mine.merge(theirs)
     w1 = mine.get("order", "W1")
     assert w1 is not None
     assert (w1.verified, w1.pinned, w1.first_seen, w1.last_used) == (True, True, 0, 2)
     assert w1.status == "refunded"  # from the copy that used it last
     assert mine.turn == 2
-    assert mine.refusals == {"refund": 2}
+    assert mine._refusals == {"refund": 2}
     assert mine.get("order", "W2") is not None
 
 
 def test_merge_renames_an_entry_whose_role_is_taken() -> None:
     """An id of the other copy whose role names another id here gets a fresh role."""
     mine, theirs = Ledger(), Ledger()
-    mine.admit([found("order", "W1")], source=SRC)
-    theirs.admit([found("order", "W2")], source=SRC)
+    mine._admit([found("order", "W1")], source=SRC)
+    theirs._admit([found("order", "W2")], source=SRC)
     theirs.label("order", "second")
     mine.merge(theirs)
     assert mine["order"].value == "W1"
@@ -366,30 +377,30 @@ def test_merge_renames_an_entry_whose_role_is_taken() -> None:
 def test_merge_keeps_the_seal_key_and_capacity_of_the_ledger_merged_into() -> None:
     """The seal key is this ledger's; entries over capacity are evicted with a tombstone."""
     mine, theirs = Ledger(capacity=2), Ledger(capacity=2)
-    mine.admit([found("order", "W1"), found("order", "W2")], source=SRC)
-    theirs.next_turn()
-    theirs.admit([found("order", "W3")], source=SRC)
+    mine._admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    theirs._next_turn()
+    theirs._admit([found("order", "W3")], source=SRC)
     key = mine.seal_key
     evicted = mine.merge(theirs)
     assert mine.seal_key == key
     assert len(mine) == 2
     assert [entry.value for entry in evicted] == ["W1"]
-    assert mine.tombstone("order", "W1") is not None
+    assert mine._tombstone("order", "W1") is not None
 
 
 def test_merge_drops_tombstones_and_drop_marks_of_live_ids() -> None:
     """An id live in either copy is live in the merge: its tombstone and drop mark go."""
     mine, theirs = Ledger(), Ledger()
-    mine.admit([found("order", "W1"), found("order", "W2")], source=SRC)
+    mine._admit([found("order", "W1"), found("order", "W2")], source=SRC)
     mine.forget("order")
     mine._dropped[("order", "W3")] = Dropped("W3", "order", "W3", "search", 0)
-    theirs.admit([found("order", "W1"), found("order", "W3"), found("order", "W4")], source=SRC)
+    theirs._admit([found("order", "W1"), found("order", "W3"), found("order", "W4")], source=SRC)
     theirs.forget("order_3")
     mine.merge(theirs)
-    assert mine.tombstone("order", "W1") is None
+    assert mine._tombstone("order", "W1") is None
     assert mine.get("order", "W1") is not None
-    assert mine.dropped("order", "W3") is None
-    assert mine.tombstone("order", "W4") is not None
+    assert mine._drop_mark("order", "W3") is None
+    assert mine._tombstone("order", "W4") is not None
 
 
 def content(ledger: Ledger) -> dict[str, Any]:
@@ -416,12 +427,12 @@ def copy_of(ops: list[tuple[str, int]], capacity: int, *, base: Ledger | None = 
     for op, n in ops:
         value = f"W{n}"
         if op == "turn":
-            ledger.next_turn()
+            ledger._next_turn()
         elif op == "user":
-            ledger.observe_text(f"text {n}")
-            ledger.admit([found("order", value)], source=SRC, verified=False)
+            ledger._observe_text(f"text {n}")
+            ledger._admit([found("order", value)], source=SRC, verified=False)
         elif op == "read":
-            ledger.admit([found("order", value, status=f"s{n % 3}")], source=SRC)
+            ledger._admit([found("order", value, status=f"s{n % 3}")], source=SRC)
         elif op == "pin":
             entry = ledger.get("order", value)
             if entry is not None:
@@ -431,7 +442,7 @@ def copy_of(ops: list[tuple[str, int]], capacity: int, *, base: Ledger | None = 
             if entry is not None:
                 ledger.forget(entry.role)
         elif op == "refuse":
-            ledger.refusals[f"t{n % 2}"] = ledger.refusals.get(f"t{n % 2}", 0) + 1
+            ledger._refusals[f"t{n % 2}"] = ledger._refusals.get(f"t{n % 2}", 0) + 1
     return ledger
 
 
@@ -468,7 +479,7 @@ def test_merge_properties(
     for side in (a, b):
         for entry in side:
             kept = ab.get(entry.kind, entry.key)
-            assert kept is not None or ab.tombstone(entry.kind, entry.key) is not None
+            assert kept is not None or ab._tombstone(entry.kind, entry.key) is not None
             if kept is not None:
                 assert kept.verified >= entry.verified
                 assert kept.last_used >= entry.last_used
@@ -498,16 +509,16 @@ def test_an_entry_the_normaliser_cannot_read_is_dropped_on_load() -> None:
     assert [entry.value for entry in ledger] == ["W2"]
     assert "order" not in ledger
     assert ledger.get("order", "W7") is None
-    assert ledger.tombstone("order", "W7") is not None
+    assert ledger._tombstone("order", "W7") is not None
     assert len(ledger) == 1
 
 
 def test_new_ids_beyond_the_limit_are_remembered_as_dropped_not_kept() -> None:
     """One admission adds at most `limit` new ids; the rest become drop marks, in order."""
     ledger = Ledger(capacity=100)
-    ledger.admit([found("order", "W0")], source=SRC)
+    ledger._admit([found("order", "W0")], source=SRC)
     items = [found("order", f"W{n}") for n in range(6)]
-    admitted = ledger.admit(items, source=SRC, limit=2, tool="search")
+    admitted = ledger._admit(items, source=SRC, limit=2, tool="search")
     assert [e.value for e in admitted.added] == ["W1", "W2"]
     assert [(d.value, d.tool, d.turn) for d in admitted.dropped] == [
         ("W3", "search", 0),
@@ -515,18 +526,18 @@ def test_new_ids_beyond_the_limit_are_remembered_as_dropped_not_kept() -> None:
         ("W5", "search", 0),
     ]
     assert {e.value for e in ledger} == {"W0", "W1", "W2"}
-    assert ledger.dropped("order", "W4") is not None
-    assert ledger.dropped("order", "W1") is None
+    assert ledger._drop_mark("order", "W4") is not None
+    assert ledger._drop_mark("order", "W1") is None
     # Seen again in a narrower result, the id enters for real and loses its mark.
-    assert ledger.admit([found("order", "W4")], source=SRC, limit=2).dropped == []
-    assert ledger.get("order", "W4") is not None and ledger.dropped("order", "W4") is None
-    assert [d.value for d in ledger.dropped_marks()] == ["W3", "W5"]
+    assert ledger._admit([found("order", "W4")], source=SRC, limit=2).dropped == []
+    assert ledger.get("order", "W4") is not None and ledger._drop_mark("order", "W4") is None
+    assert [d.value for d in ledger._drop_marks()] == ["W3", "W5"]
 
 
 def test_the_tool_of_a_drop_mark_defaults_to_the_source() -> None:
     """Without tool=, a mark names the tool of the admission's source."""
     ledger = Ledger()
-    dropped = ledger.admit([found("order", "W1")], source=SRC, limit=0).dropped
+    dropped = ledger._admit([found("order", "W1")], source=SRC, limit=0).dropped
     assert [(d.value, d.tool) for d in dropped] == [("W1", "get_order")]
 
 
@@ -534,56 +545,56 @@ def test_the_tool_of_a_drop_mark_defaults_to_the_source() -> None:
 def test_a_bad_limit_is_a_usage_error(limit: object) -> None:
     """The limit is a count of ids."""
     with pytest.raises(GuardrailUsageError, match="limit must be an integer"):
-        Ledger().admit([found("order", "W1")], source=SRC, limit=limit)  # type: ignore[arg-type]
+        Ledger()._admit([found("order", "W1")], source=SRC, limit=limit)  # type: ignore[arg-type]
 
 
 def test_drop_marks_are_bounded_and_never_push_tombstones_out() -> None:
     """Marks are kept apart from tombstones, at most as many as tombstones, oldest out first."""
     ledger = Ledger(capacity=1, tombstones=3)
-    ledger.admit([found("order", "W_a")], source=SRC)
-    ledger.admit([found("order", "W_b")], source=SRC)  # turn 0: W_a is evicted
+    ledger._admit([found("order", "W_a")], source=SRC)
+    ledger._admit([found("order", "W_b")], source=SRC)  # turn 0: W_a is evicted
     flood = [found("order", f"F{n}") for n in range(10)]
-    ledger.admit(flood, source=SRC, limit=0, tool="search")
+    ledger._admit(flood, source=SRC, limit=0, tool="search")
     assert [t.value for t in ledger.tombstones()] == ["W_a"]
-    assert [d.value for d in ledger.dropped_marks()] == ["F7", "F8", "F9"]
+    assert [d.value for d in ledger._drop_marks()] == ["F7", "F8", "F9"]
 
 
 def test_no_marks_are_kept_when_no_tombstones_are() -> None:
     """A ledger that keeps no tombstones keeps no drop marks either."""
     ledger = Ledger(tombstones=0)
-    admitted = ledger.admit([found("order", "W1")], source=SRC, limit=0)
-    assert [d.value for d in admitted.dropped] == ["W1"] and ledger.dropped_marks() == []
+    admitted = ledger._admit([found("order", "W1")], source=SRC, limit=0)
+    assert [d.value for d in admitted.dropped] == ["W1"] and ledger._drop_marks() == []
 
 
 def test_ids_used_in_the_current_turn_are_never_evicted() -> None:
     """From turn 1, eviction spares this turn's ids; what still does not fit is taken back."""
     ledger = Ledger(capacity=3)
-    ledger.next_turn()
-    ledger.admit([found("order", "W_old")], source=SRC)
-    ledger.next_turn()
-    ledger.admit([found("order", "W_now")], source=SRC)
-    ledger.touch(ledger["order"])  # W_old used again this turn
-    admitted = ledger.admit([found("order", f"N{n}") for n in range(3)], source=SRC)
+    ledger._next_turn()
+    ledger._admit([found("order", "W_old")], source=SRC)
+    ledger._next_turn()
+    ledger._admit([found("order", "W_now")], source=SRC)
+    ledger._touch(ledger["order"])  # W_old used again this turn
+    admitted = ledger._admit([found("order", f"N{n}") for n in range(3)], source=SRC)
     assert [e.value for e in admitted.added] == ["N0"]
     assert admitted.evicted == []
     assert [(d.value, d.turn) for d in admitted.dropped] == [("N1", 2), ("N2", 2)]
     assert {e.value for e in ledger} == {"W_old", "W_now", "N0"}
-    assert "order_4" not in ledger and ledger.dropped("order", "N2") is not None
-    ledger.next_turn()  # last turn's ids may go now, least recently used first
-    evicted = ledger.admit([found("order", "N3")], source=SRC).evicted
+    assert "order_4" not in ledger and ledger._drop_mark("order", "N2") is not None
+    ledger._next_turn()  # last turn's ids may go now, least recently used first
+    evicted = ledger._admit([found("order", "N3")], source=SRC).evicted
     assert [e.value for e in evicted] == ["W_now"]  # W_old was used after it
 
 
 def test_an_evicted_id_taken_back_again_keeps_its_tombstone_and_role() -> None:
     """An evicted id that returns but does not fit is remembered as evicted, under its role."""
     ledger = Ledger(capacity=1)
-    ledger.admit([found("order", "W1")], source=SRC)
-    ledger.admit([found("order", "W2")], source=SRC)  # turn 0: W1 evicted as [order]
-    ledger.next_turn()
-    ledger.touch(ledger["order_2"])
-    admitted = ledger.admit([found("order", "W1")], source=SRC)
+    ledger._admit([found("order", "W1")], source=SRC)
+    ledger._admit([found("order", "W2")], source=SRC)  # turn 0: W1 evicted as [order]
+    ledger._next_turn()
+    ledger._touch(ledger["order_2"])
+    admitted = ledger._admit([found("order", "W1")], source=SRC)
     assert admitted.added == [] and [d.value for d in admitted.dropped] == ["W1"]
-    tomb = ledger.tombstone("order", "W1")
+    tomb = ledger._tombstone("order", "W1")
     assert tomb is not None and tomb.role == "order"
     with pytest.raises(GuardrailUsageError, match="belonged to an evicted id"):
         ledger.label("order_2", "order")
@@ -592,10 +603,10 @@ def test_an_evicted_id_taken_back_again_keeps_its_tombstone_and_role() -> None:
 def test_unpinning_in_a_full_turn_evicts_the_least_recently_used_anyway() -> None:
     """Unpinning gives the room back even when every other id was used this turn."""
     ledger = Ledger(capacity=1)
-    ledger.next_turn()
-    ledger.admit([found("order", "W1")], source=SRC)
+    ledger._next_turn()
+    ledger._admit([found("order", "W1")], source=SRC)
     ledger.pin("order")
-    ledger.admit([found("order", "W2")], source=SRC)
+    ledger._admit([found("order", "W2")], source=SRC)
     ledger.pin("order", False)
     assert len(ledger) == 1 and [t.value for t in ledger.tombstones()] == ["W1"]
 
@@ -604,17 +615,17 @@ def test_looking_up_a_value_a_normaliser_cannot_read_finds_nothing() -> None:
     """get and lookup treat a kind whose normaliser raises on the value as holding no entry."""
     kinds = {"link": Kind.build("link", normalize="url")}
     ledger = Ledger(kinds=kinds)
-    ledger.admit([Found("link", "https://a.example", "https://a.example", "p")], source=SRC)
+    ledger._admit([Batch.one("link", "https://a.example", "https://a.example", "p")], source=SRC)
     assert ledger.get("link", "HTTPS://A.example/") is ledger["link"]
     assert ledger.get("link", "http://[x") is None
-    assert ledger.lookup("http://[x") == []
-    assert ledger.key("link", "http://[x") is None
+    assert ledger._lookup("http://[x") == []
+    assert ledger._key("link", "http://[x") is None
 
 
 def test_an_empty_value_is_never_typed_by_the_user() -> None:
     """Nothing (or white space) is no id the user typed, whatever the user wrote."""
     ledger = Ledger()
-    ledger.observe_text("refund it please")
-    assert ledger.typed_by_user("refund")
-    assert not ledger.typed_by_user("")
-    assert not ledger.typed_by_user("  ")
+    ledger._observe_text("refund it please")
+    assert ledger._typed_by_user("refund")
+    assert not ledger._typed_by_user("")
+    assert not ledger._typed_by_user("  ")

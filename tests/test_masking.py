@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction._block import BlockLine
 from guardrail.compaction._masking import Masker, lint
 from guardrail.ledger import Source
@@ -34,8 +34,8 @@ def ledger_of(
             guard.add_kind(kind)
     ledger = guard.new_ledger()
     for kind, value in values:
-        key = ledger.normalize(kind, value)
-        ledger.admit([Found(kind, value, key, "x")], source=SOURCE)
+        key = guard.kinds[kind].normalize(value)
+        ledger._admit([Batch.one(kind, value, key, "x")], source=SOURCE)
     return ledger
 
 
@@ -171,7 +171,7 @@ def reference_spans(
     known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
     for value, key, role, kind_name in known:
         roles.add(role)
-        kind = ledger.kinds[kind_name]
+        kind = ledger._kinds[kind_name]
         for form in (value, key):
             if form.strip():
                 exact.setdefault(form, role)
@@ -185,9 +185,9 @@ def reference_spans(
     found = _search(_pattern(exact, 0), text, exact.__getitem__)
     found += _search(_pattern(folded, re.IGNORECASE), text, lambda f: folded[f.casefold()])
     normalising = [
-        ledger.kinds[name]
+        ledger._kinds[name]
         for name in dict.fromkeys(kind for *_, kind in known)
-        if ledger.kinds[name].normalize is not str.strip
+        if ledger._kinds[name].normalize is not str.strip
     ]
     for match in _TOKEN.finditer(text):
         raw = match.group()
@@ -197,8 +197,8 @@ def reference_spans(
         start = match.start() + len(raw) - len(raw.lstrip(_EDGE))
         for kind in normalising:
             key = kind.normalize(token)
-            entry = ledger.by_kind.get(kind.name, {}).get(key)
-            tomb = None if entry else ledger.tombstone(kind.name, key)
+            entry = ledger._by_kind.get(kind.name, {}).get(key)
+            tomb = None if entry else ledger._tombstone(kind.name, key)
             named = entry.role if entry else tomb.role if tomb else None
             if named is not None:
                 found.append((start, start + len(token), named))
@@ -333,3 +333,14 @@ def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None
     summary, issues = lint("Ask about C\u041eDE1 and http://shop:x2.", masker)
     assert summary == "Ask about [code] and http://shop:x2."
     assert [(issue.problem, issue.action) for issue in issues] == [("near_miss", "scrubbed")]
+
+
+def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
+    """'W10..' in a summary is a short word ending a sentence twice; 'W10...' is an id cut short."""
+    ledger = ledger_of([("order", "W1000001")])
+    masker = Masker(ledger, ())
+    summary, issues = lint("Then W10.. Then W10... done.", masker)
+    assert summary == "Then W10.. Then [order] done."
+    assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
+        ("truncated", "W10...", "scrubbed")
+    ]

@@ -24,7 +24,7 @@ from guardrail import (
     StoreError,
     compact,
 )
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 
 from .conftest import ORDERS, call, result, shop_guard, user
 
@@ -181,7 +181,7 @@ def test_a_single_writer_saves_forget_and_unpin_exactly(tmp_path: Path) -> None:
     with guard.session("s") as ledger:
         assert [entry.role for entry in ledger] == ["order"]
         assert not ledger["order"].pinned
-        assert ledger.tombstone("order", "W2378156") is not None
+        assert ledger._tombstone("order", "W2378156") is not None
 
 
 def test_a_store_save_merges_into_a_row_another_writer_changed(tmp_path: Path) -> None:
@@ -194,9 +194,9 @@ def test_a_store_save_merges_into_a_row_another_writer_changed(tmp_path: Path) -
     mine = store.load("s")
     theirs = store.load("s")
     assert mine is not None and theirs is not None
-    theirs.admit([Found("order", "W2000002", "W2000002", "p")], source=SRC)
+    theirs._admit([Batch.one("order", "W2000002", "W2000002", "p")], source=SRC)
     store.save("s", theirs)
-    mine.admit([Found("order", "W3000003", "W3000003", "p")], source=SRC)
+    mine._admit([Batch.one("order", "W3000003", "W3000003", "p")], source=SRC)
     store.save("s", mine)
     assert stored_keys(path, "s") == {"W1000001", "W2000002", "W3000003"}
     store.close()
@@ -206,10 +206,10 @@ def test_the_memory_store_merges_a_different_ledger_into_the_one_it_holds() -> N
     """MemoryStore.save of another object for a held session merges it in, losing nothing."""
     store = MemoryStore()
     held = Ledger(session_id="s")
-    held.admit([Found("order", "W1", "W1", "p")], source=SRC)
+    held._admit([Batch.one("order", "W1", "W1", "p")], source=SRC)
     store.save("s", held)
     other = Ledger(session_id="s")
-    other.admit([Found("order", "W2", "W2", "p")], source=SRC)
+    other._admit([Batch.one("order", "W2", "W2", "p")], source=SRC)
     store.save("s", other)
     assert store.load("s") is held
     assert {entry.key for entry in held} == {"W1", "W2"}
@@ -244,7 +244,7 @@ def test_the_default_session_persists_every_change(tmp_path: Path) -> None:
     assert ledger["pending_order"].pinned
     assert ledger.get("customer", "cus_ABC123") is not None
     assert second.check("issue_refund", {"order_id": "W2378156"}).allowed
-    assert ledger.tombstone("order", "W8855135") is not None
+    assert ledger._tombstone("order", "W8855135") is not None
 
 
 def test_the_default_session_persists_what_compaction_brings_in(tmp_path: Path) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail._text import has_token, shorten
+import guardrail.replay._agents
+import guardrail.replay._arguments
+import guardrail.replay._lossy
+import guardrail.replay._replay
+from guardrail._text import ARGUMENT_ELLIPSES, ELLIPSES, TOKEN, has_token, is_word_char, shorten
 
 
 def test_short_values_are_shown_whole() -> None:
@@ -74,3 +81,32 @@ def test_has_token_agrees_with_its_definition(text: str, value: str) -> None:
     padded = ("x" + value) * 9 + " " + text  # nine occurrences that are not whole come first
     assert has_token(text, value) == _naive(text, value)
     assert has_token(padded, value) == _naive(padded, value)
+
+
+def test_is_word_char_is_what_re_calls_a_word_character() -> None:
+    """For every code point, is_word_char says what \\w in a regular expression says."""
+    word = re.compile(r"\w")
+    for point in range(sys.maxunicode + 1):
+        char = chr(point)
+        assert is_word_char(char) is (word.match(char) is not None), hex(point)
+
+
+def test_a_token_of_prose_ends_at_spaces_quotes_brackets_and_list_punctuation() -> None:
+    """TOKEN splits prose into the pieces the summary lint judges, one id each at most."""
+    text = 'Refund "#W1234567", (cus_A1) [order_2]; see <a-b.c>, `x=y|z` ok.'
+    assert TOKEN.findall(text) == [
+        "Refund", "#W1234567", "cus_A1", "order_2", "see", "a-b.c", "x=y|z", "ok.",
+    ]  # fmt: skip
+
+
+def test_two_dots_cut_an_argument_short_but_not_prose() -> None:
+    """ARGUMENT_ELLIPSES adds ".." to ELLIPSES: an id never ends so, a sentence may by typo."""
+    assert ELLIPSES == ("…", "...")
+    assert ARGUMENT_ELLIPSES == ("…", "...", "..")
+
+
+def test_the_replay_uses_the_linear_token_search() -> None:
+    """One whole-token search: the replay's copy (quadratic on repeated values) is gone."""
+    for module in (guardrail.replay._replay, guardrail.replay._agents, guardrail.replay._lossy):
+        assert vars(module)["has_token"] is has_token, module.__name__
+    assert "has_token" not in vars(guardrail.replay._arguments)

@@ -188,7 +188,7 @@ def build(shop: Shop, log: AuditLog) -> tuple[Guard, Tools]:
 
 def lossy_summariser(ledger: Ledger) -> LossySummarizer:
     """The seeded lossy summariser, knowing the shop's kinds of id."""
-    return LossySummarizer(seed=LOSSY_SEED, kinds=ledger.kinds)
+    return LossySummarizer(seed=LOSSY_SEED, kinds=ledger._kinds)
 
 
 def plain_summary_context(conversation: Messages, ledger: Ledger) -> Messages:

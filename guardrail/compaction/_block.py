@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail._harvest import Found
+from guardrail._harvest import Batch
 from guardrail.compaction._messages import COMPACTED_HEADER, Repair
 from guardrail.ledger import Ledger, Source
 
@@ -256,14 +256,14 @@ def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True)
         if line.value in evicted or _held(line.value, ledger):
             continue
         kind = _infer_kind(line, ledger)
-        key = _key(kind, line.value, ledger) if kind is not None else None
-        if kind is None or not key or key in ledger.kinds[kind].examples:
+        key = ledger._key(kind, line.value) if kind is not None else None
+        if kind is None or not key or key in ledger._kinds[kind].examples:
             carried.append(line)  # not an id this ledger can hold: kept as text
             continue
         ledger.turn = max(ledger.turn, line.seen or 0, line.last or 0)
-        found = Found(kind, line.value, key, "ledger_block", line.status, line.role)
+        found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
         source = Source("compaction", None, "ledger_block", ledger.turn)
-        for entry in ledger.admit([found], source=source, verified=line.verified).added:
+        for entry in ledger._admit([found], source=source, verified=line.verified).added:
             entry.first_seen = line.seen if line.seen is not None else entry.first_seen
             entry.last_used = line.last if line.last is not None else entry.first_seen
             if line.pinned:
@@ -276,23 +276,13 @@ def _untrusted(line: BlockLine) -> BlockLine:
     return BlockLine(line.role, line.value, status=line.status, verified=False)
 
 
-def _key(kind: str, value: str, ledger: Ledger) -> str | None:
-    """``value`` as the ledger keys it for ``kind``; None where the kind's normaliser fails."""
-    known = ledger.kinds.get(kind)
-    return known.key(value) if known is not None else value.strip()
-
-
 def _held(value: str, ledger: Ledger) -> bool:
     """Whether the ledger holds ``value`` under any kind (a value no kind can read is not held)."""
-    for kind, table in list(ledger.by_kind.items()):
-        key = _key(kind, value, ledger)
-        if key is not None and key in table:
-            return True
-    return False
+    return bool(ledger._lookup(value))
 
 
 def _infer_kind(line: BlockLine, ledger: Ledger) -> str | None:
-    kinds = ledger.kinds
+    kinds = ledger._kinds
     stem = _NUMBERED.sub("", line.role)
     if stem in kinds and kinds[stem].matches(line.value):
         return stem

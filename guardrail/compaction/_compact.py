@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, overload
 from guardrail import _deprecation
 from guardrail._audit import Audit
 from guardrail._guard import Guard, SessionScope
-from guardrail._harvest import Batch, harvest_batches
+from guardrail._harvest import Batch, harvest
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
@@ -211,7 +211,7 @@ def _harvest(
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.value
-            if not fresh and not _news(harvest_batches(spec, value, guard.kinds)[0], ledger, guard):
+            if not fresh and not _news(harvest(spec, value, guard.kinds).batches, ledger, guard):
                 continue
             guard.record(spec.name, call.arguments, value, call_id=call.id, ledger=ledger)
             recorded += 1
@@ -221,11 +221,11 @@ def _harvest(
 def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
     """Whether harvested ids hold anything a ledger in use lacks: a new id or a new status."""
     for batch in batches:
-        table = ledger.by_kind.get(batch.kind, {})
+        table = ledger._by_kind.get(batch.kind, {})
         keys = batch.keys
-        if ledger.kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
+        if ledger._kinds.get(batch.kind) is not guard.kinds.get(batch.kind):
             # The ledger keys this kind its own way: look the values up as it would.
-            kind = ledger.kinds.get(batch.kind)
+            kind = ledger._kinds.get(batch.kind)
             keys = [
                 (kind.key(value) if kind is not None else value.strip()) or ""
                 for value in batch.values
@@ -238,7 +238,7 @@ def _news(batches: Sequence[Batch], ledger: Ledger, guard: Guard) -> bool:
             if entry is None:
                 # Evicted, or dropped as one of too many: known, and no news (a flood is not
                 # recorded again at every compaction).
-                known = ledger.tombstone(batch.kind, found_key) or ledger.dropped(
+                known = ledger._tombstone(batch.kind, found_key) or ledger._drop_mark(
                     batch.kind, found_key
                 )
                 if known is None:
@@ -444,7 +444,7 @@ def _compact(
         out, done = masker.mask(text)
         if done:
             masked.count += len(done)
-            masked.roles.update(named for _, named in done)
+            masked.roles.update(written.role for written in done)
         masked.strings += 1
         masked.chars += len(text)
         return out

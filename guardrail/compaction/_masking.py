@@ -17,21 +17,55 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from guardrail._nearmiss import near_miss
+from guardrail._text import ELLIPSES, TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
-from guardrail.ledger import Entry, Ledger
+from guardrail.ledger import Ledger
 
-_TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>]+")
-_TOKENS = re.compile(f"({_TOKEN.pattern})")  # split: tokens at odd indices
+_TOKENS = re.compile(f"({TOKEN.pattern})")  # split: tokens at odd indices
 _RUN = re.compile(r"\w+")
 _RUNS = re.compile(r"(\w+)")  # split: runs of word characters at odd indices
 _ASCII_RUNS = re.compile(r"(?a)(\w+)")  # the same for ASCII text, half again as fast
 _EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
-_ELLIPSES = ("…", "...")
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
+
+
+class Span(NamedTuple):
+    """Where an identifier is written in a text, and the role that names it.
+
+    A ``[role]`` reference already in the text is a span with the role
+    ``""``: nothing may be masked over it.
+    """
+
+    start: int
+    end: int
+    role: str
+
+
+class Written(NamedTuple):
+    """An identifier as a text wrote it, and the role it was masked by."""
+
+    text: str
+    role: str
+
+
+class _TokenHit(NamedTuple):
+    """A token a normalising kind maps to a known id: the edge punctuation cut off, the role."""
+
+    lead: int
+    trail: int
+    role: str
+
+
+class _Anchored(NamedTuple):
+    """A form of several words, found through its first run of word characters (the anchor)."""
+
+    offset: int  # where the anchor starts in the form
+    form: str
+    role: str
 
 
 @dataclass(frozen=True)
@@ -56,7 +90,7 @@ class Masker:
         exact: dict[str, str] = {}
         folded: dict[str, str] = {}
         self.kind_of: dict[str, str] = {}
-        kinds = ledger.kinds
+        kinds = ledger._kinds
         known = [(e.value, e.key, e.role, e.kind) for e in ledger.entries()]
         known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
         # Kinds whose normaliser does more than trim: they may ignore case, and map other
@@ -102,28 +136,28 @@ class Masker:
         self._encoded: dict[bytes, str] | None = None  # the one-word values as UTF-8
         # What each distinct token of the text is, for the normalising kinds: the
         # punctuation trimmed off each end and the role, or None. Tokens repeat a lot.
-        self._token_roles: dict[str, tuple[int, int, str] | None] = {}
+        self._token_roles: dict[str, _TokenHit | None] = {}
 
-    def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """Non-overlapping ``(start, end, role)`` of identifiers in ``text``, longest first."""
+    def spans(self, text: str) -> list[Span]:
+        """Non-overlapping spans of the identifiers in ``text``, in order; the longest win."""
         pieces = _runs(text)
         return self._spans(text, pieces, self._more_spans(text, pieces))
 
-    def _spans(
-        self, text: str, pieces: list[str], more: list[tuple[int, int, str]]
-    ) -> list[tuple[int, int, str]]:
+    def _spans(self, text: str, pieces: list[str], more: list[Span]) -> list[Span]:
         """:meth:`spans`, given ``_runs(text)`` and the :meth:`_more_spans` of ``text``."""
         found = self._exact.spans(text, pieces)
         if not found and not more:
             return []
         refs = [
-            (m.start(), m.end(), "") for m in ROLE_REF.finditer(text) if m.group(1) in self.roles
+            Span(m.start(), m.end(), "")
+            for m in ROLE_REF.finditer(text)
+            if m.group(1) in self.roles
         ]
         if not refs and not more:
             return found  # one left-to-right pass: already ordered and apart
         return _longest_apart(found + more, refs)
 
-    def _more_spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+    def _more_spans(self, text: str, pieces: list[str]) -> list[Span]:
         """Matches of any case, and of normalised tokens, that the exact matches do not make.
 
         A match with the very span and role of an exact one-word match is left out
@@ -135,7 +169,7 @@ class Masker:
             more = self._folded.spans(text, pieces)
             if more and self._words_only:
                 whole = self._exact.whole
-                more = [s for s in more if whole.get(text[s[0] : s[1]]) != s[2]]
+                more = [s for s in more if whole.get(text[s.start : s.end]) != s.role]
         if self._normalising:
             more += self._normalised_spans(text)
         return more
@@ -157,10 +191,10 @@ class Masker:
             return {role for _, _, role in self.spans(text)}
         return {whole[form] for form in present}
 
-    def mask(self, text: str) -> tuple[str, list[tuple[str, str]]]:
-        """``text`` with every identifier replaced by ``[role]``, and the (written, role) pairs."""
+    def mask(self, text: str) -> tuple[str, list[Written]]:
+        """``text`` with every identifier replaced by ``[role]``, and what was masked by which."""
         runs_of_text: list[str] | None = None
-        more: list[tuple[int, int, str]] = []
+        more: list[Span] = []
         if not self._plain:
             runs_of_text = _runs(text)
             more = self._more_spans(text, runs_of_text)
@@ -176,7 +210,7 @@ class Masker:
             written = list(compress(runs, map(whole.__contains__, runs)))
             if "[" not in text or not self._in_references(text, written):
                 pieces[1::2] = map(self._masked.get, runs, runs)
-                return "".join(pieces), [(word, whole[word]) for word in written]
+                return "".join(pieces), [Written(word, whole[word]) for word in written]
         if runs_of_text is None:
             runs_of_text = _runs(text)
         spans = self._spans(text, runs_of_text, more)
@@ -185,7 +219,7 @@ class Masker:
         out, done, at = [], [], 0
         for start, end, role in spans:
             out += [text[at:start], f"[{role}]"]
-            done.append((text[start:end], role))
+            done.append(Written(text[start:end], role))
             at = end
         out.append(text[at:])
         return "".join(out), done
@@ -195,7 +229,7 @@ class Masker:
         refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
         return bool(refs) and not set(words).isdisjoint(_RUN.findall(" ".join(refs)))
 
-    def _normalised_spans(self, text: str) -> list[tuple[int, int, str]]:
+    def _normalised_spans(self, text: str) -> list[Span]:
         """Tokens that a normalising kind maps to a value (or to an evicted one)."""
         pieces = _TOKENS.split(text)
         tokens = pieces[1::2]
@@ -210,11 +244,10 @@ class Masker:
         for j in hits:
             hit = memo[tokens[j]]
             assert hit is not None
-            lead, trail, role = hit
-            found.append((ends[2 * j] + lead, ends[2 * j + 1] - trail, role))
+            found.append(Span(ends[2 * j] + hit.lead, ends[2 * j + 1] - hit.trail, hit.role))
         return found
 
-    def _token_role(self, raw: str) -> tuple[int, int, str] | None:
+    def _token_role(self, raw: str) -> _TokenHit | None:
         token = raw.strip(_EDGE)
         if not token:
             return None
@@ -223,14 +256,14 @@ class Masker:
             key = kind.key(token)  # a token the normaliser cannot read is no id of the kind
             if key is None:
                 continue
-            entry = ledger.by_kind.get(kind.name, {}).get(key)
-            tomb = None if entry else ledger.tombstone(kind.name, key)
+            entry = ledger._by_kind.get(kind.name, {}).get(key)
+            tomb = None if entry else ledger._tombstone(kind.name, key)
             role = entry.role if entry else tomb.role if tomb else None
             if role is not None:
                 if self._words_only and self._exact.whole.get(token) == role:
                     return None  # the exact match's twin (see _more_spans)
                 lead = len(raw) - len(raw.lstrip(_EDGE))
-                return lead, len(raw) - len(token) - lead, role
+                return _TokenHit(lead, len(raw) - len(token) - lead, role)
         return None
 
 
@@ -253,8 +286,8 @@ class _Forms:
         self.fold = fold
         #: Forms that are one run of word characters, to their role.
         self.whole: dict[str, str]
-        #: Anchor to the longer forms that start with it: (offset of the anchor, form, role).
-        self.anchored: dict[str, list[tuple[int, str, str]]] = {}
+        #: Anchor to the longer forms that start with it.
+        self.anchored: dict[str, list[_Anchored]] = {}
         bare: dict[str, str] = {}  # forms with no word character at all (rare)
         # Most forms are one word: sorted out at C speed, the others one by one.
         one_word = list(map(_RUN.fullmatch, forms))
@@ -265,7 +298,7 @@ class _Forms:
                 if form:
                     bare[form] = role
             else:
-                self.anchored.setdefault(run.group(), []).append((run.start(), form, role))
+                self.anchored.setdefault(run.group(), []).append(_Anchored(run.start(), form, role))
         self.bare = bare
         self._bare = None
         if bare:
@@ -273,7 +306,7 @@ class _Forms:
             alternation = "|".join(re.escape(f) for f in sorted(bare, key=lambda f: (-len(f), f)))
             self._bare = re.compile(f"(?=({alternation}))", re.IGNORECASE if fold else 0)
 
-    def spans(self, text: str, pieces: list[str]) -> list[tuple[int, int, str]]:
+    def spans(self, text: str, pieces: list[str]) -> list[Span]:
         """Leftmost-longest matches in ``text``, apart; ``pieces`` is ``_runs(text)``."""
         runs = pieces[1::2]
         fold = self.fold
@@ -285,7 +318,7 @@ class _Forms:
             return []
         ends = list(accumulate(map(len, pieces)))
         found = [
-            (ends[2 * j], ends[2 * j + 1], whole[keys[j]])
+            Span(ends[2 * j], ends[2 * j + 1], whole[keys[j]])
             for j in hits
             if not fold or len(runs[j]) == len(keys[j])
         ]
@@ -302,33 +335,32 @@ class _Forms:
                 written = text[start:end]
                 if (written.casefold() if fold else written) != form:
                     continue
-                if start and _is_word(text[start - 1]) and _is_word(text[start]):
+                if start and is_word_char(text[start - 1]) and is_word_char(text[start]):
                     continue
-                if end < size and _is_word(form[-1]) and _is_word(text[end]):
+                if end < size and is_word_char(form[-1]) and is_word_char(text[end]):
                     continue
-                found.append((start, end, role))
+                found.append(Span(start, end, role))
         if self._bare is not None:
             roles = self.bare
             for match in self._bare.finditer(text):
                 written = match.group(1)
                 named = roles.get(written.casefold() if fold else written)
                 if named is not None:
-                    found.append((match.start(), match.start() + len(written), named))
+                    found.append(Span(match.start(), match.start() + len(written), named))
         # Left to right; at one place the longest; each match resumes where the last ended.
-        found.sort(key=lambda span: (span[0], -span[1]))
+        found.sort(key=lambda span: (span.start, -span.end))
         apart = []
         resume = 0
         for span in found:
-            if span[0] >= resume:
+            if span.start >= resume:
                 apart.append(span)
-                resume = span[1]
+                resume = span.end
         return apart
 
 
 # ASCII bytes that are not word characters, as spaces; every other byte kept.
 _NOT_WORD = bytes(
-    byte if byte >= 0x80 or chr(byte).isalnum() or byte == ord("_") else ord(" ")
-    for byte in range(256)
+    byte if byte >= 0x80 or is_word_char(chr(byte)) else ord(" ") for byte in range(256)
 )
 
 
@@ -357,24 +389,19 @@ def _words_of(text: str, words: Mapping[str, str], encoded: Mapping[bytes, str])
     return present
 
 
-def _is_word(char: str) -> bool:
-    """``\\w`` for one character (what Python's ``re`` counts as a word character)."""
-    return char.isalnum() or char == "_"
-
-
-def _longest_apart(
-    found: list[tuple[int, int, str]], taken: list[tuple[int, int, str]]
-) -> list[tuple[int, int, str]]:
+def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
     """The longest spans first, each kept only if it overlaps none kept before (nor ``taken``)."""
     chosen = sorted(taken)
-    starts = [span[0] for span in chosen]
-    for span in sorted(found, key=lambda s: (s[0] - s[1], s[0])):
-        at = bisect.bisect_right(starts, span[0])
-        if (at and chosen[at - 1][1] > span[0]) or (at < len(chosen) and chosen[at][0] < span[1]):
+    starts = [span.start for span in chosen]
+    for span in sorted(found, key=lambda s: (s.start - s.end, s.start)):
+        at = bisect.bisect_right(starts, span.start)
+        if (at and chosen[at - 1].end > span.start) or (
+            at < len(chosen) and chosen[at].start < span.end
+        ):
             continue
-        starts.insert(at, span[0])
+        starts.insert(at, span.start)
         chosen.insert(at, span)
-    return [span for span in chosen if span[2]]
+    return [span for span in chosen if span.role]
 
 
 def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
@@ -391,22 +418,22 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     text, found = masker.mask(summary)
     issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
     judge = _Judge(ledger)
-    replacements: list[tuple[int, int, str]] = []
+    replacements: list[Span] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
-    judged: dict[str, tuple[LintIssue | None, int, int]] = {}
-    for match in _TOKEN.finditer(text):
+    judged: dict[str, LintIssue | None] = {}
+    for match in TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        verdict = judged.get(raw)
-        if verdict is None:
-            verdict = judged[raw] = _judge(raw, judge)
-        issue, lead, end = verdict
+        if raw in judged:
+            issue = judged[raw]
+        else:
+            issue = judged[raw] = _judge(raw, judge)
         if issue is not None:
             issues.append(issue)
             if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append((start + lead, start + end, issue.role))
+                replacements.append(_covered(raw, start, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -416,14 +443,25 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     return text, issues
 
 
-def _judge(raw: str, judge: _Judge) -> tuple[LintIssue | None, int, int]:
-    """The issue of one token of a summary (or None), and the span it covers in the token."""
-    stem = next((raw[: -len(e)] for e in _ELLIPSES if raw.endswith(e)), None)
+def _judge(raw: str, judge: _Judge) -> LintIssue | None:
+    """The issue of one token of a summary, or None when it is fine."""
+    stem = next((raw[: -len(e)] for e in ELLIPSES if raw.endswith(e)), None)
     if stem is not None:
-        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True), 0, len(raw)
+        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
+    return judge.token(raw.strip(_EDGE))
+
+
+def _covered(raw: str, start: int, role: str) -> Span:
+    """The span an issue of the token ``raw``, written at ``start``, replaces in the summary.
+
+    A cut-short token whole; any other without the punctuation at its ends,
+    as :func:`_judge` read it.
+    """
+    if raw.endswith(ELLIPSES):
+        return Span(start, start + len(raw), role)
     token = raw.strip(_EDGE)
-    lead = raw.find(token)
-    return judge.token(token), lead, lead + len(token)
+    lead = start + raw.find(token)
+    return Span(lead, lead + len(token), role)
 
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
@@ -434,12 +472,12 @@ class _Judge:
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
-        enforced = [kind for kind in ledger.kinds.values() if kind.enforce]
+        enforced = [kind for kind in ledger._kinds.values() if kind.enforce]
         self.patterned = [kind for kind in enforced if kind.has_pattern]
         self.any_shape = _any_shape(self.patterned)
-        self.held = [kind for kind in enforced if ledger.by_kind.get(kind.name)]
+        self.held = [kind for kind in enforced if ledger._by_kind.get(kind.name)]
         self.ends = {
-            kind.name: {key[-2:] for key in ledger.by_kind[kind.name]} for kind in self.held
+            kind.name: {key[-2:] for key in ledger._by_kind[kind.name]} for kind in self.held
         }
 
     def token(self, token: str) -> LintIssue | None:
@@ -449,7 +487,7 @@ class _Judge:
         if self.any_shape is None or self.any_shape.fullmatch(token):
             shaped = [kind for kind in self.patterned if kind.matches(token)]
         if shaped:
-            if any(_entry(ledger, kind.name, token) for kind in shaped):
+            if any(ledger.get(kind.name, token) for kind in shaped):
                 return None
             near = self._near(token, shaped)
             if near is not None:
@@ -459,14 +497,14 @@ class _Judge:
                 return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
             detail = f"{shaped[0].name}-shaped, not in the ledger"
             return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or any(_entry(ledger, k, token) for k in ledger.by_kind):
+        if not _ID_LIKE.fullmatch(token) or any(ledger.get(k, token) for k in ledger._by_kind):
             return None
         # Not of any kind's shape, yet an edit or a cut away from a ledger value?
         candidates = []
         for kind in self.held:
             key = kind.key(token)
             if key is not None and (
-                ledger.keys_with_prefix(kind.name, key[:2], limit=1)
+                ledger._keys_with_prefix(kind.name, key[:2], limit=1)
                 or key[-2:] in self.ends[kind.name]
             ):
                 candidates.append(kind)
@@ -482,8 +520,7 @@ class _Judge:
             except Exception:  # the normaliser failed on a look-alike of the token: no id
                 continue
             if hit is not None:
-                entry, detail = hit
-                return LintIssue("near_miss", token, entry.role, "scrubbed", detail)
+                return LintIssue("near_miss", token, hit.entry.role, "scrubbed", hit.detail)
         return None
 
     def truncated(self, written: str, stem: str, *, cut: bool) -> LintIssue | None:
@@ -491,11 +528,11 @@ class _Judge:
         if len(stem) < (3 if cut else 4):
             return None
         roles: list[str] = []
-        for name in self.ledger.by_kind:
-            key = _key(self.ledger, name, stem)
+        for name in self.ledger._by_kind:
+            key = self.ledger._key(name, stem)
             if key is None:
                 continue
-            for entry in self.ledger.keys_with_prefix(name, key, limit=3):
+            for entry in self.ledger._keys_with_prefix(name, key, limit=3):
                 if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
                     roles.append(entry.role)
         if len(roles) == 1:
@@ -504,19 +541,6 @@ class _Judge:
             could = " or ".join(f"[{role}]" for role in roles)
             return LintIssue("truncated", written, None, "flagged", f"cut short; could be {could}")
         return None
-
-
-def _key(ledger: Ledger, kind: str, text: str) -> str | None:
-    """``text`` as the ledger keys ``kind``; None where the kind's normaliser cannot read it."""
-    known = ledger.kinds.get(kind)
-    return known.key(text) if known is not None else text.strip()
-
-
-def _entry(ledger: Ledger, kind: str, text: str) -> Entry | None:
-    """:meth:`Ledger.get` for a token of a summary: a token no normaliser reads is no entry."""
-    key = _key(ledger, kind, text)
-    table = ledger.by_kind.get(kind)
-    return None if key is None or table is None else table.get(key)
 
 
 def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:

@@ -40,11 +40,12 @@ from guardrail._check import parse_arguments
 from guardrail._guard import Guard
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
 from guardrail._spec import ToolSpec
+from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token
 from guardrail.compaction._block import BLOCK_HEADER, parse_block
 from guardrail.compaction._messages import content_text, strings
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
-from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
+from guardrail.replay._arguments import Leaf, leaves, with_value
 
 #: ``(messages, tools) -> {"name", "arguments"} | None`` (optionally with ``intent=``).
 Agent: TypeAlias = Callable[..., Any]
@@ -270,15 +271,18 @@ def _text(message: Any) -> str:
     return content_text(content) or ""
 
 
-_TOKEN = re.compile(r"[^\s\"'`,;()\[\]{}<>|=]+")
+#: A token of a tool output or a message as the reference agent reads one: a token of prose
+#: (:data:`~guardrail._text.TOKEN`) that ``|`` and ``=`` end as well, so a value in a table
+#: cell or on a ``key=value`` line is a token of its own. The summary lint judges such a
+#: token whole (what it flags would change with it).
+_TOKEN = re.compile(f"[^{TOKEN_BREAKS}|=]+")
 _TRAILING = ".:!?"
-_ELLIPSES = ("…", "...")
 
 
 def _tokens(text: str) -> Iterator[str]:
     for match in _TOKEN.finditer(text):
         token = match.group()
-        if not token.endswith(_ELLIPSES):
+        if not token.endswith(ELLIPSES):
             token = token.rstrip(_TRAILING)
         if token:
             yield token
@@ -297,7 +301,7 @@ def _verbatim_or_look_alike(wanted: str, text: str) -> str | None:
 
 def _likeness(token: str, wanted: str) -> int | None:
     """1 for one edit or swap away, 2 for a cut-short copy; None when not alike."""
-    for ellipsis in _ELLIPSES:
+    for ellipsis in ELLIPSES:
         if token.endswith(ellipsis):
             stem = token[: -len(ellipsis)]
             return 2 if len(stem) >= 2 and wanted.startswith(stem) else None

@@ -152,22 +152,3 @@ def with_value(arguments: Mapping[str, Any], leaf: Leaf, new: str | None) -> Any
     old = parts[leaf.part]
     parts[leaf.part] = old.replace(old.strip(), new or "")
     return replace(arguments, leaf.at, sep.join(parts))
-
-
-def _word(char: str) -> bool:
-    return char.isalnum() or char == "_"
-
-
-def has_token(text: str, value: str) -> bool:
-    """Whether ``value`` appears in ``text`` as a whole token (not inside a longer id)."""
-    if not value:
-        return False
-    start = text.find(value)
-    while start >= 0:
-        end = start + len(value)
-        if (start == 0 or not _word(text[start - 1])) and (
-            end == len(text) or not _word(text[end])
-        ):
-            return True
-        start = text.find(value, start + 1)
-    return False

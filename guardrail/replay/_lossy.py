@@ -25,6 +25,7 @@ from typing import Any, overload
 from guardrail import _deprecation
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._text import has_token
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,
@@ -39,7 +40,6 @@ from guardrail.compaction._summarize import extractive_summary
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.replay._arguments import has_token
 from guardrail.replay._replay import Compaction
 
 #: What the lossy summarizer may do to one identifier (``keep``: leave it intact).
@@ -375,7 +375,8 @@ def _produced_before(
             spec = guard.specs.get(result.name or "")
             if spec is None or result.error:
                 continue
-            seen.update((f.kind, f.key) for f in harvest(spec, result.value, guard.kinds).found)
+            found = harvest(spec, result.value, guard.kinds).batches
+            seen.update((batch.kind, key) for batch in found for key in batch.keys)
     return out
 
 

@@ -31,12 +31,13 @@ from guardrail import _deprecation
 from guardrail._audit import SilentLogger
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
 from guardrail.compaction._messages import refused, strings
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
-from guardrail.replay._arguments import Leaf, has_token, leaves, with_value
+from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.replay._report import (
     ABSENT,
@@ -257,10 +258,10 @@ class _Run:
             self.outputs.append(message.content)
             if spec is not None and self.turns:
                 try:
-                    found = harvest(spec, message.output, self.guard.kinds).found
+                    found = harvest(spec, message.output, self.guard.kinds).batches
                 except Exception:  # a failing normaliser: record() logged it, nothing produced
                     found = []
-                self.produced.update((item.kind, item.key) for item in found)
+                self.produced.update((batch.kind, key) for batch in found for key in batch.keys)
 
     def _answer(self, message: Message) -> _Pending | None:
         """The open call a result answers: the latest with its id (or, with no id, its name)."""

@@ -160,7 +160,7 @@ class SQLiteStore:
     def _parse(self, session_id: str, text: str, like: Ledger | None = None) -> Ledger:
         """A stored row as a ledger; a row that is not a valid ledger names its session."""
         try:
-            return Ledger.from_json(text, kinds=like.kinds if like is not None else None)
+            return Ledger.from_json(text, kinds=like._kinds if like is not None else None)
         except GuardrailUsageError as exc:
             raise GuardrailUsageError(
                 f"session {session_id!r} in {self.path!r}: {exc}", tool=exc.tool, param=exc.param
