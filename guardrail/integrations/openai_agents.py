@@ -53,6 +53,7 @@ try:
     )
     from agents.items import TResponseInputItem
     from agents.memory import Session, SessionSettings
+    from agents.run_config import CallModelData, ModelInputData
     from agents.tool import set_function_tool_failure_error_function
     from agents.tool_context import ToolContext
 except ImportError as missing:  # pragma: no cover - exercised by simulating the missing module
@@ -66,10 +67,11 @@ from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 
-__all__ = ["GuardedSession", "SessionId", "guard_agent", "guard_tool"]
+__all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
 
-#: Where a run's guardrail session comes from: the run's context in, a session id out.
-SessionId = Callable[[RunContextWrapper[Any]], str]
+#: Where a run's guardrail session comes from: the context object given to ``Runner.run``
+#: (``context=``) in, the conversation's session id out.
+SessionId = Callable[[Any], str]
 
 # What a call carries from its input guardrail to its output guardrail, kept on the
 # SDK's ToolContext (one per call, shared by both guardrails and the tool's invoker).
@@ -120,9 +122,9 @@ class _ToolGuard:
             )
         if session_id is not None and not callable(session_id):
             raise GuardrailUsageError(
-                "session_id is a function of the run's context that returns the conversation "
-                "id (e.g. lambda run: run.context.conversation_id), or None to use the session "
-                "open around Runner.run"
+                "session_id is a function of the context given to Runner.run that returns the "
+                "conversation id (e.g. lambda context: context.conversation_id), or None to use "
+                "the session open around Runner.run"
             )
         self.guard = guard
         self.session_id = session_id
@@ -149,7 +151,7 @@ class _ToolGuard:
             if self.session_id is None:
                 verdict = self.guard.enforce(context.tool_name, arguments)
             else:
-                with self.guard.session(self.session_id(context)):
+                with self.guard.session(self.session_id(context.context)):
                     verdict = self.guard.enforce(context.tool_name, arguments)
         except RepromptLimitExceeded as stop:
             raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
@@ -185,7 +187,7 @@ class _ToolGuard:
                 call_id=context.tool_call_id,
             )
         else:
-            with self.guard.session(self.session_id(context)):
+            with self.guard.session(self.session_id(context.context)):
                 self.guard.record(
                     context.tool_name,
                     arguments,
@@ -208,7 +210,7 @@ class _ToolGuard:
                 for text in texts:
                     self.guard.observe_user(text)
             else:
-                with self.guard.session(self.session_id(context)):
+                with self.guard.session(self.session_id(context.context)):
                     for text in texts:
                         self.guard.observe_user(text)
         return _ALLOW
@@ -436,7 +438,8 @@ def guard_agent(
 
     The ledger is the current session's (``with guard.session(id):`` around
     ``Runner.run``), or, with ``session_id``, the one that function names
-    for the run's context (``lambda run: run.context.conversation_id``).
+    for the context given to ``Runner.run(..., context=...)``
+    (``lambda context: context.conversation_id``).
     """
     tools = _ToolGuard(guard, session_id)
     guarding = _Guarding(tools, allow_unguarded)
@@ -538,3 +541,55 @@ class GuardedSession:
             await self.session.add_items(list(result.messages))
         self.last_report = result.report
         return result.report
+
+
+def compact_model_input(
+    guard: Guard,
+    *,
+    max_items: int = 60,
+    keep_recent: int = 2,
+    summarize: Summarizer | None = None,
+    session_id: SessionId | None = None,
+) -> Callable[[CallModelData[Any]], ModelInputData]:
+    """A ``RunConfig.call_model_input_filter`` that compacts what the model reads, mid-run.
+
+    Before each model call whose input holds more than ``max_items`` items,
+    the input is compacted with :func:`compact` against the conversation's
+    ledger: the model reads the ledger block, a summary of the older turns
+    and the last ``keep_recent`` turns raw, so the ids it copies next come
+    from the block, verbatim. Only the model's input changes: the run's
+    items, its result and a session keep the whole history (compact those
+    with :class:`GuardedSession`). The ledger is the current session's, or
+    the one ``session_id`` names for the context given to ``Runner.run``.
+
+    ``RunConfig(call_model_input_filter=compact_model_input(guard))``.
+    """
+    if not isinstance(max_items, int) or max_items < 1:
+        raise GuardrailUsageError(f"max_items must be a positive integer, not {max_items!r}")
+
+    def compact_input(data: CallModelData[Any]) -> ModelInputData:
+        given = data.model_data
+        if len(given.input) <= max_items:
+            return given
+        if session_id is None:
+            result = compact(
+                given.input,
+                guard.ledger,
+                guard=guard,
+                keep_recent=keep_recent,
+                summarize=summarize,
+                shape="openai_responses",
+            )
+        else:
+            with guard.session(session_id(data.context)) as ledger:
+                result = compact(
+                    given.input,
+                    ledger,
+                    guard=guard,
+                    keep_recent=keep_recent,
+                    summarize=summarize,
+                    shape="openai_responses",
+                )
+        return ModelInputData(input=list(result.messages), instructions=given.instructions)
+
+    return compact_input

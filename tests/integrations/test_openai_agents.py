@@ -37,6 +37,7 @@ from guardrail import Guard, GuardrailUsageError, IdentifierViolation, RepromptL
 from guardrail._reprompt import is_refusal
 from guardrail.integrations.openai_agents import (
     GuardedSession,
+    compact_model_input,
     guard_agent,
     guard_tool,
 )
@@ -296,7 +297,7 @@ def test_session_id_names_the_ledger_from_the_runs_context() -> None:
             [assistant_message("ok")],
         ]
     )
-    agent = guard_agent(tools.agent(model), guard, session_id=lambda run: run.context["conv"])
+    agent = guard_agent(tools.agent(model), guard, session_id=lambda context: context["conv"])
     run(agent, "My order is #W0000001", context={"conv": "from-context"})
     assert tools.refunds == ["#W8855135"]
     with guard.session("from-context") as ledger:
@@ -382,6 +383,49 @@ def test_after_a_compaction_in_the_loop_the_next_call_carries_the_verbatim_id(
     assert session.last_report is not None
     items = asyncio.run(session.get_items())
     assert str(items[0]["content"]).startswith("ID LEDGER")  # type: ignore[typeddict-item]
+    assert tools.refunds == ["#W2378156"]
+
+
+def test_compacting_the_model_input_mid_run_keeps_the_id_verbatim_for_the_retry() -> None:
+    """compact_model_input: after a refusal, the model's next input is compacted, id intact."""
+    guard, tools = shop(), Shop()
+    model = ScriptedModel(
+        [
+            calls(("find_orders", {"customer": "a"}, "c1")),
+            calls(("get_order", {"order_id": "#W8855135"}, "c2")),
+            calls(("refund", {"order_id": "#W2378165"}, "c3")),
+            from_the_ledger_block("order_2", "c4"),
+            [assistant_message("Refunded.")],
+        ]
+    )
+    config = RunConfig(
+        call_model_input_filter=compact_model_input(guard, max_items=4, keep_recent=0)
+    )
+    with guard.session("conv"):
+        result = run(guard_agent(tools.agent(model), guard), "refund it", run_config=config)
+    assert tools.refunds == ["#W2378156"]
+    assert model.calls[0].input == [{"role": "user", "content": "refund it"}]  # short: as is
+    assert len(result.to_input_list()) == 10  # the run's own items are all kept
+
+
+def test_compact_model_input_uses_the_session_its_session_id_names() -> None:
+    """With session_id, the filter compacts against that conversation's ledger."""
+    guard, tools = shop(), Shop()
+    model = ScriptedModel(
+        [
+            calls(("find_orders", {"customer": "a"}, "c1")),
+            calls(("get_order", {"order_id": "#W8855135"}, "c2")),
+            from_the_ledger_block("order_2", "c3"),
+            [assistant_message("Refunded.")],
+        ]
+    )
+    config = RunConfig(
+        call_model_input_filter=compact_model_input(
+            guard, max_items=3, keep_recent=0, session_id=lambda context: context
+        )
+    )
+    agent = guard_agent(tools.agent(model), guard, session_id=lambda context: context)
+    run(agent, "refund it", run_config=config, context="conv-7")
     assert tools.refunds == ["#W2378156"]
 
 
@@ -725,4 +769,4 @@ def test_the_example_runs_offline_and_shows_the_re_prompt() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "refused" in done.stdout
-    assert "refunded #W2378156" in done.stdout
+    assert "refunded 40 on #W2378156" in done.stdout
