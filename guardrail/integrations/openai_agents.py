@@ -219,11 +219,7 @@ class _ToolGuard:
 
     def guards(self, tool: FunctionTool) -> bool:
         """Whether ``tool`` is already guarded by this guard (by this or another ``_ToolGuard``)."""
-        for guardrail in tool.tool_input_guardrails or ():
-            owner = getattr(guardrail.guardrail_function, "__self__", None)
-            if isinstance(owner, _ToolGuard) and owner.guard is self.guard:
-                return True
-        return False
+        return any(_guard_of(item) is self.guard for item in tool.tool_input_guardrails or ())
 
     def wrap(self, tool: FunctionTool) -> FunctionTool:
         """A copy of ``tool`` with this guard's guardrails, run with the ledger's spelling."""
@@ -245,6 +241,12 @@ class _ToolGuard:
             # mark the call failed so that text is never harvested as a result.
             set_function_tool_failure_error_function(guarded, _marking(formatter))
         return guarded
+
+
+def _guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard | None:
+    """The guard whose adapter made ``guardrail`` (None: someone else's guardrail)."""
+    owner = getattr(guardrail.guardrail_function, "__self__", None)
+    return owner.guard if isinstance(owner, _ToolGuard) else None
 
 
 def _invoker(
@@ -444,12 +446,7 @@ def guard_agent(
     tools = _ToolGuard(guard, session_id)
     guarding = _Guarding(tools, allow_unguarded)
     guarded = guarding.agent(agent)
-    if not any(
-        getattr(item.guardrail_function, "__self__", None) is not None
-        and isinstance(item.guardrail_function.__self__, _ToolGuard)  # type: ignore[attr-defined]
-        and item.guardrail_function.__self__.guard is guard  # type: ignore[attr-defined]
-        for item in guarded.input_guardrails
-    ):
+    if not any(_guard_of(item) is guard for item in guarded.input_guardrails):
         guarded.input_guardrails = [tools.observe_guardrail, *guarded.input_guardrails]
     return guarded
 
