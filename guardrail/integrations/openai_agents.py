@@ -203,7 +203,7 @@ class _ToolGuard:
         agent: Agent[Any],
         given: str | list[TResponseInputItem],
     ) -> GuardrailFunctionOutput:
-        """Observe what the user typed at the start of a run (ids of a kind's shape, unverified)."""
+        """Observe the user's new messages as a run starts (ids of a kind's shape, unverified)."""
         texts = _user_texts(given)
         if texts:
             if self.session_id is None:
@@ -276,22 +276,28 @@ def _marking(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any],
 
 
 def _user_texts(given: str | list[TResponseInputItem]) -> list[str]:
-    """The texts of the user's messages in a run's input (a string, or Responses items)."""
+    """The texts of the user's new messages in a run's input: a string, or Responses items.
+
+    In a list, the user messages at its end, after the last item of any other
+    kind: a history passed back in (``result.to_input_list()`` plus the next
+    message) was observed when it was new, and each observation starts a turn.
+    """
     if isinstance(given, str):
         return [given]
     texts: list[str] = []
-    for item in given:
+    for item in reversed(given):
         if not isinstance(item, Mapping) or item.get("role") != "user":
-            continue
+            break
         content = item.get("content")
         if isinstance(content, str):
             texts.append(content)
         elif isinstance(content, list):
             texts.extend(
                 part["text"]
-                for part in content
+                for part in reversed(content)
                 if isinstance(part, Mapping) and isinstance(part.get("text"), str)
             )
+    texts.reverse()
     return texts
 
 
@@ -428,8 +434,8 @@ def guard_agent(
     off to are guarded too (a cycle of handoffs stays a cycle of copies); a
     tool object shared by several agents is guarded once, and a tool this
     guard already guards is left as it is. The copy observes
-    the user's messages at the start of each run (ids typed by the user enter
-    the ledger unverified).
+    the user's new messages at the start of each run (ids typed by the user
+    enter the ledger unverified).
 
     A tool the guardrails cannot reach is a :class:`GuardrailUsageError`,
     not a silent gap: a hosted or built-in tool (web search, code

@@ -477,6 +477,22 @@ def test_an_id_only_the_user_typed_never_reaches_a_write() -> None:
     assert tools.refunds == []
 
 
+def test_only_the_users_new_messages_are_observed_when_a_history_is_passed_back() -> None:
+    """A history passed back in is not observed again; the user's new message is."""
+    guard, tools = shop(), Shop()
+    model = ScriptedModel([[assistant_message("ok")]])
+    history: list[Any] = [
+        {"role": "user", "content": "my order is #W1111111"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "and #W2222222"},
+        {"role": "user", "content": [{"type": "input_text", "text": "also #W3333333"}]},
+    ]
+    with guard.session("conv") as ledger:
+        run(guard_agent(tools.agent(model), guard), history)
+        typed = sorted(entry.value for entry in ledger.entries())
+    assert typed == ["#W2222222", "#W3333333"]
+
+
 @pytest.mark.parametrize("formatter", ["the tool's own", "the SDK's default"])
 def test_an_id_in_a_tool_error_is_never_harvested(formatter: str) -> None:
     """A tool that raises with an id in its message, shown to the model, teaches nothing."""
