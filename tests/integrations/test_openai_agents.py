@@ -719,6 +719,22 @@ def test_guard_tool_guards_one_function_tool_and_refuses_other_tools() -> None:
         guard_tool(WebSearchTool(), guard)  # type: ignore[arg-type]
 
 
+def test_wrong_arguments_are_usage_errors_that_say_what_to_pass() -> None:
+    """A guard that is not a Guard, a session_id that is not a function, a bad max_items."""
+    guard, tools = shop(), Shop()
+    agent = tools.agent(ScriptedModel())
+    with pytest.raises(GuardrailUsageError, match="needs a guardrail Guard"):
+        guard_agent(agent, "guard")  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="takes an agents.Agent"):
+        guard_agent(tools.refund, guard)  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="lambda context"):
+        guard_agent(agent, guard, session_id="conv")  # type: ignore[arg-type]
+    with pytest.raises(GuardrailUsageError, match="max_items"):
+        GuardedSession(SQLiteSession("conv"), guard, max_items=0)
+    with pytest.raises(GuardrailUsageError, match="max_items"):
+        compact_model_input(guard, max_items=0)
+
+
 def test_the_tool_runs_with_the_ledgers_spelling_through_the_context_it_was_given() -> None:
     """A tool taking the ToolContext still gets it, and the respelled id."""
     guard = shop()
