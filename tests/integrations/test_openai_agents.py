@@ -23,10 +23,13 @@ from agents import (
     RunConfig,
     Runner,
     SQLiteSession,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
     WebSearchTool,
     function_tool,
     handoff,
     set_tracing_disabled,
+    tool_input_guardrail,
 )
 from agents.items import TResponseInputItem
 from agents.mcp import MCPServerStdio
@@ -717,6 +720,39 @@ def test_guard_tool_guards_one_function_tool_and_refuses_other_tools() -> None:
     assert guard_tool(guarded, guard) is guarded
     with pytest.raises(GuardrailUsageError, match="function tools only"):
         guard_tool(WebSearchTool(), guard)  # type: ignore[arg-type]
+
+
+def test_the_tools_own_guardrails_still_run_after_the_guards() -> None:
+    """A tool's own input guardrail runs after the guard's check, and can still refuse."""
+    guard, tools = shop(), Shop()
+    checked: list[str] = []
+
+    @tool_input_guardrail
+    def business_hours(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        checked.append(data.context.tool_arguments)
+        return ToolGuardrailFunctionOutput.reject_content("refunds are closed today")
+
+    refund = tools.refund.__copy__()
+    refund.tool_input_guardrails = [business_hours]
+    model = ScriptedModel(
+        [
+            calls(("find_orders", {"customer": "a"}, "c1")),
+            calls(("refund", {"order_id": "#W8855136"}, "c2")),  # the guard refuses first
+            calls(("refund", {"order_id": "#W8855135"}, "c3")),  # the tool's own refuses
+            [assistant_message("ok")],
+        ]
+    )
+    agent = Agent(name="a", model=model, tools=[tools.find_orders, refund])
+    with guard.session("conv"):
+        result = run(guard_agent(agent, guard), "refund")
+    assert checked == ['{"order_id":"#W8855135"}']
+    assert [r.guardrail.get_name() for r in result.tool_input_guardrail_results] == [
+        "guardrail_enforce",
+        "guardrail_enforce",
+        "guardrail_enforce",
+        "business_hours",
+    ]
+    assert tools.refunds == []
 
 
 def test_wrong_arguments_are_usage_errors_that_say_what_to_pass() -> None:
