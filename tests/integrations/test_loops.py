@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -612,3 +615,17 @@ def test_bad_tools_are_usage_errors() -> None:
         Toolbox(guard, {"x": 3})  # type: ignore[dict-item]
     with pytest.raises(GuardrailUsageError, match="mapping of tool name"):
         Toolbox(guard, "get_order")  # type: ignore[arg-type]
+
+
+def test_the_plain_loop_example_runs_offline() -> None:
+    """examples/plain_loop.py: a swapped id refused, the ledger's run once, after a compaction."""
+    example = Path(__file__).resolve().parents[2] / "examples" / "plain_loop.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == [
+        "c2: guardrail refused the call to issue_refund; the tool did not run.",
+        "c3: refunded 40 on #W8855135",
+        "final: Your blender is refunded. (refunds: ['#W8855135'])",
+    ]

@@ -6,8 +6,10 @@ import builtins
 import importlib
 import json
 import re
+import runpy
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -459,3 +461,41 @@ def test_importing_without_the_extra_says_what_to_install(monkeypatch: pytest.Mo
     monkeypatch.delitem(sys.modules, "guardrail.integrations.mcp")
     with pytest.raises(ImportError, match=r"pip install 'guardrail\[mcp\]'"):
         importlib.import_module("guardrail.integrations.mcp")
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
+
+
+def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/mcp_server.py: the swapped id is an isError re-prompt; the right one runs once."""
+    runpy.run_path(str(EXAMPLE), run_name="__main__")  # in this process: mcp is imported already
+    assert capsys.readouterr().out.splitlines() == [
+        'get_order: ok: {"order_id": "#W8855135", "item": "blender"}',
+        "issue_refund: error: guardrail refused the call to issue_refund; the tool did not run.",
+        "issue_refund: ok: refunded 40 on #W8855135",
+        "refunds: ['#W8855135']",
+    ]
+
+
+def test_the_example_server_speaks_stdio_with_the_audit_on() -> None:
+    """Over a real stdio transport, refusals and writes leave the protocol's stdout intact."""
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=[str(EXAMPLE), "--stdio"])
+
+    async def main() -> list[CallToolResult]:
+        async with Client(params) as client:
+            m = meta("over-stdio")
+            return [
+                await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=m),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "#W8855153", "amount": 1}, meta=m
+                ),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=m
+                ),
+            ]
+
+    found, refused, refunded = run(main)
+    assert not found.is_error and refused.is_error and not refunded.is_error
+    assert "close to" in text(refused)
