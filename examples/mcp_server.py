@@ -22,7 +22,7 @@ from mcp.types import TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from guardrail import Guard
-from guardrail.integrations.mcp import SESSION_META_KEY, guard_server
+from guardrail.integrations.mcp import guard_server, session_meta
 
 #: An order id, marked for the guard in the tools' JSON schemas.
 OrderId = Annotated[str, Field(json_schema_extra={"x-guardrail-kind": "order"})]
@@ -68,9 +68,7 @@ async def conversation(server: MCPServer) -> None:
     ]
     async with Client(server) as client:
         for name, arguments in calls:
-            result = await client.call_tool(
-                name, arguments, meta={SESSION_META_KEY: "conversation-42"}
-            )
+            result = await client.call_tool(name, arguments, meta=session_meta("conversation-42"))
             block = result.content[0]
             shown = block.text.splitlines()[0] if isinstance(block, TextContent) else ""
             if shown.startswith("{") and result.structured_content is not None:

@@ -30,12 +30,12 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 try:
     from mcp.server.auth.middleware.auth_context import get_access_token
     from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-    from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+    from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent, Tool
 except ImportError as exc:  # pragma: no cover - tested with the module hidden
     raise ImportError(
         "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
@@ -57,6 +57,7 @@ __all__ = [
     "guarded_call_tool",
     "manifest_from_tools",
     "request_session",
+    "session_meta",
 ]
 
 #: The ``_meta`` key of a ``tools/call`` request naming the conversation it belongs to.
@@ -69,6 +70,16 @@ KIND_KEYWORD = "x-guardrail-kind"
 _MAX_DEPTH = 32
 #: Property names a result or parameter path can spell plainly.
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def session_meta(session_id: str) -> RequestParamsMeta:
+    """The ``_meta`` of a ``tools/call`` that names its conversation for a guarded server.
+
+    ``await client.call_tool(name, arguments, meta=session_meta("conversation-42"))``.
+    """
+    if not isinstance(session_id, str) or not session_id:
+        raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
+    return cast(RequestParamsMeta, {SESSION_META_KEY: session_id})
 
 
 class _CallsTools(Protocol):

@@ -30,12 +30,12 @@ from guardrail.compaction import compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
 from guardrail.integrations.mcp import (
     REFUSAL_META_KEY,
-    SESSION_META_KEY,
     GuardedClientSession,
     declare_tools,
     guard_server,
     guarded_call_tool,
     manifest_from_tools,
+    session_meta,
 )
 
 #: What ``Id("order")`` publishes in a JSON schema, written out by hand.
@@ -82,7 +82,7 @@ def shop_server(refunds: list[str]) -> MCPServer:
 
 
 def meta(session: str) -> Any:
-    return {SESSION_META_KEY: session}
+    return session_meta(session)
 
 
 def text(result: CallToolResult) -> str:
@@ -499,3 +499,10 @@ def test_the_example_server_speaks_stdio_with_the_audit_on() -> None:
     found, refused, refunded = run(main)
     assert not found.is_error and refused.is_error and not refunded.is_error
     assert "close to" in text(refused)
+
+
+def test_session_meta_names_the_conversation_and_refuses_an_empty_id() -> None:
+    """session_meta("c") is the _meta a guarded server reads; an empty id is a usage error."""
+    assert session_meta("c") == {"guardrail/session": "c"}
+    with pytest.raises(GuardrailUsageError, match="non-empty"):
+        session_meta("")
