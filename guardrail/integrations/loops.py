@@ -91,7 +91,7 @@ class _Tool:
     def invalid(self, arguments: Mapping[str, Any]) -> str | None:
         """What is wrong with ``arguments`` for this tool, or None when they are valid."""
         self.compile()
-        if self.validator is None:
+        if self.validator is None or self.validator.is_valid(arguments):
             return None
         error = jsonschema.exceptions.best_match(self.validator.iter_errors(arguments))
         if error is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import importlib.util
 import json
 import re
 import runpy
@@ -506,3 +507,15 @@ def test_session_meta_names_the_conversation_and_refuses_an_empty_id() -> None:
     assert session_meta("c") == {"guardrail/session": "c"}
     with pytest.raises(GuardrailUsageError, match="non-empty"):
         session_meta("")
+
+
+def test_the_benchmark_runs_in_quick_mode() -> None:
+    """benchmarks/integrations_mcp.py measures every case (no timing is asserted)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "integrations_mcp.py"
+    spec = importlib.util.spec_from_file_location("integrations_mcp", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows, ratios = module.measure(quick=True)
+    assert len(rows) == 4 and len(ratios) == 3
+    assert all(value > 0 for _, value in rows)
