@@ -260,19 +260,24 @@ class Toolbox:
         shape, calls = _calls(message, shape)
         answers = self._check(shape, calls)
         for answer in answers:
+            if answer.tool is not None and answer.tool.is_async:
+                raise GuardrailUsageError(
+                    f"{answer.tool.name} is async: answer this message with "
+                    "arun_tool_calls (or Toolbox.arun)",
+                    tool=answer.tool.name,
+                )
+        for answer in answers:
             if answer.tool is not None:
                 try:
-                    if answer.tool.is_async:
-                        raise GuardrailUsageError(
-                            f"{answer.tool.name} is async: answer this message with "
-                            "arun_tool_calls (or Toolbox.arun)",
-                            tool=answer.tool.name,
-                        )
                     answer.result = answer.tool.function(**answer.arguments)
-                except GuardrailUsageError:
-                    raise
                 except Exception as exc:
                     answer.failure = exc
+                if inspect.iscoroutine(answer.result):
+                    answer.result.close()  # a sync function that returned a coroutine
+                    answer.result = None
+                    answer.failure = TypeError(
+                        "the tool returned a coroutine: answer with arun_tool_calls"
+                    )
                 self._record(shape, answer)
         return _messages(shape, answers)
 

@@ -68,6 +68,8 @@ REFUSAL_META_KEY = "guardrail/refusal"
 KIND_KEYWORD = "x-guardrail-kind"
 #: How deep a schema is walked for identifier properties ($refs included).
 _MAX_DEPTH = 32
+#: Unknown tool names looked up in the server's listing at most once each, up to this many.
+_LISTED_KEPT = 1000
 #: Property names a result or parameter path can spell plainly.
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -389,7 +391,12 @@ class GuardMiddleware:
         if not isinstance(name, str) or not isinstance(arguments, Mapping):
             return await call_next(ctx)  # malformed: the SDK answers INVALID_PARAMS
         guard = self.guard
-        if name not in guard.specs and self._list_tools is not None and name not in self._listed:
+        if (
+            name not in guard.specs
+            and self._list_tools is not None
+            and name not in self._listed
+            and len(self._listed) < _LISTED_KEPT  # a client inventing names gains nothing
+        ):
             self._listed.add(name)
             declare_tools(guard, await self._list_tools(), annotated_only=True)
         session_id = self.session(ctx) or guard.default_session

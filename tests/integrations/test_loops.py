@@ -284,18 +284,34 @@ def test_async_tools_of_one_message_run_concurrently() -> None:
     assert json.loads(got[0][1]) == {"order_id": "W8855136"}
 
 
-def test_a_sync_loop_refuses_an_async_tool_with_advice() -> None:
-    """run_tool_calls on an async tool says to use arun_tool_calls."""
+def test_a_sync_loop_refuses_an_async_tool_before_any_tool_runs() -> None:
+    """run_tool_calls on a message with an async tool: advice, and no tool of it ran."""
+    ran: list[str] = []
 
     async def get_order(order_id: str) -> str:
         return order_id
 
-    guard = shop_guard()
+    def search_orders(customer_id: str) -> str:
+        ran.append(customer_id)
+        return "[]"
+
+    guard = greeted(shop_guard())
+    tools = {"get_order": get_order, "search_orders": search_orders}
     with guard.session("s"):
         guard.observe_user("W8855135")
-        message = assistant("openai_chat", ("a", "get_order", {"order_id": "W8855135"}))
+        message = assistant(
+            "openai_chat",
+            ("a", "search_orders", {"customer_id": "cus_41ZpA9"}),
+            ("b", "get_order", {"order_id": "W8855135"}),
+        )
         with pytest.raises(GuardrailUsageError, match="arun_tool_calls"):
-            run_tool_calls(guard, message, {"get_order": get_order})
+            run_tool_calls(guard, message, tools)
+        assert ran == []
+        # A sync callable that hands back a coroutine: an error answer, never awaited.
+        sneaky = {"get_order": lambda order_id: get_order(order_id)}
+        lone = assistant("openai_chat", ("c", "get_order", {"order_id": "W8855135"}))
+        [(_, text, _)] = answers("openai_chat", run_tool_calls(guard, lone, sneaky))
+    assert "returned a coroutine" in text
 
 
 def test_two_conversations_at_once_never_see_each_others_ids() -> None:
