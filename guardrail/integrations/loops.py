@@ -202,6 +202,13 @@ class Toolbox:
             if not callable(function):
                 raise GuardrailUsageError(f"tool {key!r} is not callable: {function!r}", tool=key)
             spec_name, runnable = _unwrapped(guard, function)
+            if spec_name is not None and key is not None and key != spec_name:
+                # Run undecorated under another name, it would meet no spec: unchecked.
+                raise GuardrailUsageError(
+                    f"tool {key!r} is the guarded function declared as {spec_name!r}; "
+                    f"give it that name in tools (or list the function alone)",
+                    tool=key,
+                )
             name = key or spec_name or getattr(function, "__name__", None)
             if not isinstance(name, str) or not name:
                 raise GuardrailUsageError(

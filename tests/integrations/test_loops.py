@@ -584,6 +584,8 @@ def test_a_function_guarded_by_the_decorator_is_checked_once() -> None:
     other = shop_guard()
     with pytest.raises(GuardrailUsageError, match="another Guard"):
         Toolbox(other, [cancel])
+    with pytest.raises(GuardrailUsageError, match="declared as 'cancel'"):
+        Toolbox(guard, {"cancel_order": cancel})  # under another name it would go unchecked
 
 
 def test_server_tools_and_sdk_objects_are_read_as_the_api_sends_them() -> None:
