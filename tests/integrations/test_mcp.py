@@ -36,6 +36,7 @@ from guardrail.integrations.mcp import (
     guard_server,
     guarded_call_tool,
     manifest_from_tools,
+    request_session,
     session_meta,
 )
 
@@ -519,3 +520,43 @@ def test_the_benchmark_runs_in_quick_mode() -> None:
     rows, ratios = module.measure(quick=True)
     assert len(rows) == 4 and len(ratios) == 3
     assert all(value > 0 for _, value in rows)
+
+
+def test_request_session_reads_the_meta_then_the_transport_and_scopes_by_client() -> None:
+    """_meta names the conversation, else the mcp-session-id header; a token prefixes it."""
+    from types import SimpleNamespace
+
+    from mcp.server.auth.middleware.auth_context import auth_context_var
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    def ctx(meta: Any = None, headers: Any = None) -> Any:
+        request = SimpleNamespace(headers=headers) if headers is not None else None
+        return SimpleNamespace(meta=meta, request=request)
+
+    assert request_session(ctx(session_meta("c1"))) == "c1"
+    assert request_session(ctx({}, {"mcp-session-id": "abc"})) == "transport:abc"
+    assert request_session(ctx(session_meta("c1"), {"mcp-session-id": "abc"})) == "c1"
+    assert request_session(ctx({"guardrail/session": ""})) is None
+    assert request_session(ctx()) is None
+    token = AccessToken(token="t", client_id="app", scopes=[], subject="alice")
+    reset = auth_context_var.set(AuthenticatedUser(token))
+    try:
+        assert request_session(ctx(session_meta("c1"))) == "app/alice:c1"
+    finally:
+        auth_context_var.reset(reset)
+
+
+def test_a_custom_session_resolver_decides_the_ledger() -> None:
+    """guard_server(session=...): the resolver's id is the session the call's ids live in."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard, session=lambda ctx: "tenant-7")
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await client.call_tool("get_order", {"order_id": "#W8855135"})
+
+    run(main)
+    with guard.session("tenant-7"):
+        assert guard.ledger.get("order", "#W8855135") is not None
