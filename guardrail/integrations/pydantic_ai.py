@@ -140,27 +140,44 @@ class GuardedToolset(WrapperToolset[Any]):
         tool: ToolsetTool[Any],
     ) -> Any:
         """Check the call, run it with the ledger's spelling of each id, record its result."""
-        guard = self.guard
-        with _conversation(guard, self.session, ctx) as ledger:
-            verdict = guard.enforce(name, tool_args, ledger=ledger)
-            if not verdict.allowed and guard.mode == "reprompt":
-                raise ModelRetry(verdict.message)
-            arguments = _arguments(verdict.arguments, tool_args)
-            call_id = ctx.tool_call_id
+        if self.session is None:
             try:
-                result = await self.wrapped.call_tool(name, arguments, ctx, tool)
-            except (CallDeferred, ApprovalRequired):
-                raise  # the tool did not run: nothing to record
-            except Exception:
-                guard.record(name, arguments, None, error=True, call_id=call_id, ledger=ledger)
-                raise
-            if isinstance(result, Rejection):
-                # A function decorated with @guard.tool too, in reprompt mode, refused the
-                # call itself: the model gets it as a retry, never as a result.
-                raise ModelRetry(str(result))
-            value = result.return_value if isinstance(result, ToolReturn) else result
-            guard.record(name, arguments, value, call_id=call_id, ledger=ledger)
-            return result
+                ledger = self.guard.ledger  # the usual case: a scope is open around the run
+            except GuardrailUsageError:
+                pass
+            else:
+                return await self._guarded(name, tool_args, ctx, tool, ledger)
+        with _conversation(self.guard, self.session, ctx) as ledger:
+            return await self._guarded(name, tool_args, ctx, tool, ledger)
+
+    async def _guarded(
+        self,
+        name: str,
+        tool_args: dict[str, Any],
+        ctx: RunContext[Any],
+        tool: ToolsetTool[Any],
+        ledger: Ledger,
+    ) -> Any:
+        guard = self.guard
+        verdict = guard.enforce(name, tool_args, ledger=ledger)
+        if not verdict.allowed and guard.mode == "reprompt":
+            raise ModelRetry(verdict.message)
+        arguments = _arguments(verdict.arguments, tool_args)
+        call_id = ctx.tool_call_id
+        try:
+            result = await self.wrapped.call_tool(name, arguments, ctx, tool)
+        except (CallDeferred, ApprovalRequired):
+            raise  # the tool did not run: nothing to record
+        except Exception:
+            guard.record(name, arguments, None, error=True, call_id=call_id, ledger=ledger)
+            raise
+        if isinstance(result, Rejection):
+            # A function decorated with @guard.tool too, in reprompt mode, refused the
+            # call itself: the model gets it as a retry, never as a result.
+            raise ModelRetry(str(result))
+        value = result.return_value if isinstance(result, ToolReturn) else result
+        guard.record(name, arguments, value, call_id=call_id, ledger=ledger)
+        return result
 
 
 def _prompt_text(prompt: str | Sequence[Any] | None) -> str:
