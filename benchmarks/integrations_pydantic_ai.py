@@ -25,20 +25,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import RunUsage
+
+from guardrail import Guard
+from guardrail.integrations.pydantic_ai import GuardedToolset, Guardrail
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE))  # the harness of run.py, beside this file
 
 from run import async_runner, interleaved, production_logging  # noqa: E402
-
-from pydantic_ai import Agent, RunContext  # noqa: E402
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart  # noqa: E402
-from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from pydantic_ai.models.test import TestModel  # noqa: E402
-from pydantic_ai.toolsets import FunctionToolset  # noqa: E402
-from pydantic_ai.usage import RunUsage  # noqa: E402
-
-from guardrail import Guard  # noqa: E402
-from guardrail.integrations.pydantic_ai import GuardedToolset, Guardrail  # noqa: E402
 
 CALLS = 20
 ORDER = "#W0000500"

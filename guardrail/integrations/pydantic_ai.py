@@ -216,6 +216,13 @@ class Guardrail(AbstractCapability[Any]):
             raise GuardrailUsageError(
                 f"Guardrail(guard) takes a guardrail Guard, not {type(self.guard).__name__}"
             )
+        if self.defer_loading:
+            # A deferred capability applies only once the model loads it: every call
+            # before that would run unchecked.
+            raise GuardrailUsageError(
+                "Guardrail cannot be deferred (defer_loading=True): it must check every tool "
+                "call from the first; leave defer_loading off"
+            )
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -259,8 +266,9 @@ def guardrail_history_processor(
     """
     if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
         raise GuardrailUsageError(f"max_messages must be a positive integer, not {max_messages!r}")
-    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
-        raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
+    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 1:
+        # The last turn holds the request about to be sent: it is never summarized.
+        raise GuardrailUsageError(f"keep_recent must be an integer >= 1, not {keep_recent!r}")
 
     async def guardrail_compaction(
         ctx: RunContext[Any], messages: list[ModelMessage]

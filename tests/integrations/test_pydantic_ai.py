@@ -345,6 +345,27 @@ def test_guardrail_takes_a_guard() -> None:
         Guardrail("not a guard")  # type: ignore[arg-type]
 
 
+def test_guardrail_cannot_be_deferred() -> None:
+    """defer_loading=True would leave calls unchecked until the model loads it: refused."""
+    with pytest.raises(GuardrailUsageError, match="deferred"):
+        Guardrail(make_guard(), defer_loading=True)
+
+
+def test_a_guarded_toolset_works_without_the_capability() -> None:
+    """GuardedToolset(toolset, guard=...) in toolsets= guards that toolset's calls alone."""
+    guard, shop = make_guard(), Shop()
+    script = scripted(
+        calls(("list_orders", {})),
+        calls(("refund", {"order_id": ONE_OFF})),
+        calls(("refund", {"order_id": SECOND})),
+    )
+    agent = Agent(FunctionModel(script), toolsets=[GuardedToolset(shop.toolset(), guard=guard)])
+    with guard.session("conv-1"):
+        messages = run(agent, "refund").all_messages()
+    assert shop.refunded == [SECOND]
+    assert [part.outcome for part in returns(messages, "refund")] == ["retried", "success"]
+
+
 def test_the_user_prompt_is_observed_so_a_read_may_take_a_typed_id() -> None:
     """The run's prompt is user text: a typed id is unverified until a lookup returns it."""
     guard, shop = make_guard(), Shop()
@@ -383,8 +404,8 @@ def test_the_raw_result_is_recorded_before_serialization() -> None:
 
     @tools.tool_plain
     def find() -> ToolReturn[dict[str, list[str]]]:
-        """Orders, with a note for the model."""
-        return ToolReturn(return_value={"orders": [SECOND]}, content="two orders")
+        """Orders, with a note for the model (which is no result: its id is not harvested)."""
+        return ToolReturn(return_value={"orders": [SECOND]}, content="see also #W7777777")
 
     @tools.tool_plain
     def find_model() -> Found:
@@ -397,6 +418,7 @@ def test_the_raw_result_is_recorded_before_serialization() -> None:
         run(agent, "find")
     assert verified(ledger, SECOND)
     assert verified(ledger, FIRST)
+    assert not verified(ledger, "#W7777777")
 
 
 # -- no tool left out -------------------------------------------------------------------------
@@ -648,7 +670,7 @@ def test_compaction_leaves_a_short_history_alone() -> None:
     assert result.all_messages()[0] is messages[0]
 
 
-@pytest.mark.parametrize(("option", "value"), [("max_messages", 0), ("keep_recent", -1)])
+@pytest.mark.parametrize(("option", "value"), [("max_messages", 0), ("keep_recent", 0)])
 def test_history_processor_options_are_checked(option: str, value: int) -> None:
     """A bad max_messages or keep_recent is a usage error when the processor is built."""
     options: dict[str, Any] = {"max_messages": 5, option: value}
@@ -696,6 +718,34 @@ def test_a_request_split_by_the_cut_keeps_its_kept_parts() -> None:
     assert SECOND in (out[1].parts[0].content or "")
     assert out[2] is history[-1]
     assert verified(ledger, SECOND)
+
+
+def test_a_call_left_without_return_gets_a_failed_return_of_its_own_tool() -> None:
+    """Compaction's repair of a call with no result comes back as that tool's failed return."""
+    history: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("list")]),
+        ModelResponse(
+            parts=[
+                ToolCallPart("list_orders", {}, tool_call_id="a"),
+                ToolCallPart("get_order", {"order_id": SECOND}, tool_call_id="b"),
+            ]
+        ),
+        ModelRequest(parts=[ToolReturnPart("list_orders", {"orders": [SECOND]}, tool_call_id="a")]),
+        ModelResponse(parts=[TextPart("two orders")]),
+        ModelRequest(parts=[UserPromptPart("refund it")]),
+    ]
+    guard = make_guard()
+    processor = guardrail_history_processor(guard, max_messages=2, keep_recent=2)
+    with guard.session("conv-1"):
+        out = asyncio.run(processor(None, history))  # type: ignore[arg-type]
+    repaired = [
+        part
+        for message in out
+        for part in message.parts
+        if isinstance(part, ToolReturnPart) and part.tool_call_id == "b"
+    ]
+    assert [(part.tool_name, part.outcome) for part in repaired] == [("get_order", "failed")]
+    _pairs_whole(out)
 
 
 def test_a_second_compaction_trusts_its_own_sealed_block() -> None:
@@ -756,6 +806,7 @@ def test_the_example_runs_offline() -> None:
     ran = [line for line in done.stdout.splitlines() if line.startswith("refund ran on")]
     assert ran == ["refund ran on #W2378156", "refund ran on #W8855135"]
     assert "model reads the ledger block" in done.stdout
+    assert "guardrail." not in done.stdout  # audit events never print on their own
 
 
 @pytest.fixture(autouse=True)
