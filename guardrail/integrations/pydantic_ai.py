@@ -21,9 +21,9 @@ result.
 
 Which conversation a call belongs to: the ledger of the ``with
 guard.session(...)`` open around ``agent.run`` (or the guard's default
-session); where there is none, the session named by the run's
-``conversation_id``. A ``session=`` callable taking the ``RunContext`` chooses
-otherwise (a session id, or a ledger).
+session). A ``session=`` callable taking the ``RunContext`` chooses otherwise
+(a session id, or a ledger); :func:`conversation_id_session` names the
+session after the run's ``conversation_id``.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ __all__ = [
     "GuardedToolset",
     "Guardrail",
     "SessionChooser",
+    "conversation_id_session",
     "guardrail_history_processor",
 ]
 
@@ -85,12 +86,30 @@ def _conversation(
     try:
         ledger = guard.ledger  # the open `with guard.session(...)`, or the default session
     except GuardrailUsageError:
-        if not ctx.conversation_id:
-            raise
-        with guard.session(ctx.conversation_id) as ledger:
-            yield ledger
-        return
+        raise GuardrailUsageError(_NO_SESSION) from None
     yield ledger
+
+
+_NO_SESSION = (
+    "a guarded Pydantic AI run started outside any session. Run the agent inside "
+    "`async with guard.session(conversation_id):` (or `with`), or give the capability a "
+    "session chooser: Guardrail(guard, session=lambda ctx: ...), e.g. "
+    "session=conversation_id_session where the message history is your own"
+)
+
+
+def conversation_id_session(ctx: RunContext[Any]) -> str:
+    """The run's ``conversation_id`` as its session id: ``Guardrail(guard, session=...)``.
+
+    Pydantic AI takes the ``conversation_id`` from the run's argument or from the
+    message history given to the run, so two runs of one conversation share a
+    ledger with no code at all. Use it only where that history is the program's
+    own: a history sent by a client could name another conversation's id, and
+    with it that conversation's ledger.
+    """
+    if not ctx.conversation_id:
+        raise GuardrailUsageError("this run has no conversation_id to name its session after")
+    return ctx.conversation_id
 
 
 def _arguments(verdict_arguments: Any, given: dict[str, Any]) -> dict[str, Any]:
@@ -199,12 +218,13 @@ class Guardrail(AbstractCapability[Any]):
     refused as the guard's ``refuse_undeclared`` says, never left out.
 
     ``session`` chooses the conversation from the ``RunContext`` (a session
-    id, or a ledger); by default it is the ``with guard.session(...)`` open
-    around the run, else the guard's default session, else the run's
-    ``conversation_id``. With ``observe_user`` (the default) the text of the
-    run's user prompt is observed (``guard.observe_user``) as the run
-    starts, so ids the user typed may be looked up by ``read`` tools; do not
-    observe it yourself as well.
+    id, or a ledger; see :func:`conversation_id_session`); by default it is
+    the ``with guard.session(...)`` open around the run, else the guard's
+    default session, else the run fails with a usage error. With
+    ``observe_user`` (the default) the text of the run's user prompt is
+    observed (``guard.observe_user``) as the run starts, so ids the user
+    typed may be looked up by ``read`` tools; do not observe it yourself as
+    well.
     """
 
     guard: Guard

@@ -45,6 +45,7 @@ from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat
 from guardrail.integrations.pydantic_ai import (
     GuardedToolset,
     Guardrail,
+    conversation_id_session,
     guardrail_history_processor,
 )
 
@@ -285,9 +286,24 @@ def test_two_conversations_at_once_never_see_each_others_ids() -> None:
         assert not verified(ledger, SECOND)
 
 
-def test_without_a_scope_the_run_conversation_id_names_the_session() -> None:
-    """No `with guard.session`: the ids of one run are there in the next run of its conversation."""
+def test_a_run_outside_any_session_is_a_usage_error() -> None:
+    """No scope, no default session, no chooser: the run fails at once, saying what to do."""
     guard, shop = make_guard(), Shop()
+    with pytest.raises(GuardrailUsageError, match="guard.session"):
+        run(agent_for(guard, shop, scripted(calls(("list_orders", {})))), "list")
+
+
+def test_conversation_id_session_names_the_session_after_the_conversation() -> None:
+    """With conversation_id_session, one run's ids are there in the next run of its conversation."""
+    guard, shop = make_guard(), Shop()
+
+    def agent_for(guard: Guard, shop: Shop, script: Script) -> Agent[Any, str]:
+        return Agent(
+            FunctionModel(script),
+            toolsets=[shop.toolset()],
+            capabilities=[Guardrail(guard, session=conversation_id_session)],
+        )
+
     first = run(agent_for(guard, shop, scripted(calls(("list_orders", {})))), "list")
     second = agent_for(guard, shop, scripted(calls(("refund", {"order_id": SECOND}))))
     run(second, "refund the second", message_history=first.all_messages())
@@ -337,6 +353,13 @@ def test_a_session_callable_that_returns_nothing_useful_is_a_usage_error() -> No
     )
     with pytest.raises(GuardrailUsageError, match="session id"):
         run(agent, "list")
+
+
+def test_conversation_id_session_needs_a_conversation_id() -> None:
+    """A context with no conversation_id is a usage error, not a session named None."""
+    ctx: Any = type("Ctx", (), {"conversation_id": None})()
+    with pytest.raises(GuardrailUsageError, match="conversation_id"):
+        conversation_id_session(ctx)
 
 
 def test_guardrail_takes_a_guard() -> None:
