@@ -5,9 +5,10 @@ runs). Two views, each measured in interleaved rounds in one process (the harnes
 ``run.py``), logging set up as a production program would (warnings only):
 
 - an agent run with a scripted ``FunctionModel`` that makes ``CALLS`` tool calls, one
-  per model step, then answers: the agent bare, and with ``Guardrail(guard)``; the
-  difference divided by ``CALLS`` is the adapter's cost per call, inside everything a
-  real run does per step;
+  per model step, then answers: the agent bare, with a capability that does nothing
+  (what Pydantic AI's hooks cost any capability), with a ``GuardedToolset`` in
+  ``toolsets=``, and with ``Guardrail(guard)``; the difference from bare divided by
+  ``CALLS`` is the cost per call, inside everything a real run does per step;
 - one ``call_tool`` of the toolset: the ``FunctionToolset`` bare, and wrapped in a
   ``GuardedToolset`` (check, run, record; the ledger holds 1,000 orders).
 
@@ -22,10 +23,12 @@ import argparse
 import asyncio
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
@@ -78,22 +81,33 @@ async def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     return ModelResponse(parts=[ToolCallPart("refund", {"order_id": ORDER})])
 
 
+@dataclass
+class NoOp(AbstractCapability[Any]):
+    """A capability that does nothing: what Pydantic AI charges for any capability's hooks."""
+
+
 def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]:
-    bare = Agent(FunctionModel(model), toolsets=[toolset()])
-    guarded = Agent(FunctionModel(model), toolsets=[toolset()], capabilities=[Guardrail(guard)])
-    scope = guard.session("bench")
-
-    async def run_bare() -> None:
-        await bare.run("go")
-
-    async def run_guarded() -> None:
-        with scope:
-            await guarded.run("go")
-
-    return {
-        f"agent run, {CALLS} tool calls, bare": async_runner(loop, run_bare),
-        f"agent run, {CALLS} tool calls, Guardrail(guard)": async_runner(loop, run_guarded),
+    agents = {
+        "bare": Agent(FunctionModel(model), toolsets=[toolset()]),
+        "a capability that does nothing": Agent(
+            FunctionModel(model), toolsets=[toolset()], capabilities=[NoOp()]
+        ),
+        "GuardedToolset in toolsets=": Agent(
+            FunctionModel(model), toolsets=[GuardedToolset(toolset(), guard=guard)]
+        ),
+        "Guardrail(guard)": Agent(
+            FunctionModel(model), toolsets=[toolset()], capabilities=[Guardrail(guard)]
+        ),
     }
+    session = guard.session("bench")
+
+    def runner(agent: Agent[Any, str]) -> Any:
+        async def one() -> None:
+            await agent.run("go")
+
+        return async_runner(loop, one, lambda: session)
+
+    return {f"agent run, {CALLS} tool calls, {name}": runner(a) for name, a in agents.items()}
 
 
 def toolset_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]:
@@ -138,18 +152,16 @@ def main() -> None:
     print("|---|---:|")
     for name, samples in {**runs, **calls}.items():
         print(f"| {name} | {statistics.median(samples) * 1e6:,.1f} µs |")
-    (bare_run, guarded_run), (bare_call, guarded_call) = runs.values(), calls.values()
-    per_call = [(g - b) / CALLS for g, b in zip(guarded_run, bare_run, strict=True)]
-    run_ratio = [g / b for g, b in zip(guarded_run, bare_run, strict=True)]
-    call_ratio = [g / b for g, b in zip(guarded_call, bare_call, strict=True)]
+    bare_run, *others = runs.values()
+    bare_call, guarded_call = calls.values()
     print()
-    print(
-        f"adapter cost per tool call inside an agent run: "
-        f"{statistics.median(per_call) * 1e6:,.1f} µs "
-        f"(Pydantic AI's own cost per step: {statistics.median(bare_run) / CALLS * 1e6:,.1f} µs);"
-        f" guarded run / bare run: {statistics.median(run_ratio):.3f}×"
-    )
-    print(f"GuardedToolset.call_tool / bare call_tool: {statistics.median(call_ratio):.2f}×")
+    print(f"Pydantic AI's own cost per step: {statistics.median(bare_run) / CALLS * 1e6:,.1f} µs")
+    for name, samples in zip(list(runs)[1:], others, strict=True):
+        ratio = statistics.median(g / b for g, b in zip(samples, bare_run, strict=True))
+        extra = statistics.median((g - b) / CALLS for g, b in zip(samples, bare_run, strict=True))
+        print(f"{name} / bare: {ratio:.3f}× ({extra * 1e6:,.1f} µs a tool call)")
+    call_ratio = statistics.median(g / b for g, b in zip(guarded_call, bare_call, strict=True))
+    print(f"GuardedToolset.call_tool / bare call_tool: {call_ratio:.2f}×")
 
 
 if __name__ == "__main__":
