@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import statistics
 import sys
 from dataclasses import dataclass
@@ -86,8 +88,8 @@ class NoOp(AbstractCapability[Any]):
     """A capability that does nothing: what Pydantic AI charges for any capability's hooks."""
 
 
-def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]:
-    agents = {
+def agents(guard: Guard) -> dict[str, Agent[Any, str]]:
+    return {
         "bare": Agent(FunctionModel(model), toolsets=[toolset()]),
         "a capability that does nothing": Agent(
             FunctionModel(model), toolsets=[toolset()], capabilities=[NoOp()]
@@ -99,6 +101,9 @@ def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]
             FunctionModel(model), toolsets=[toolset()], capabilities=[Guardrail(guard)]
         ),
     }
+
+
+def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]:
     session = guard.session("bench")
 
     def runner(agent: Agent[Any, str]) -> Any:
@@ -107,7 +112,25 @@ def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]
 
         return async_runner(loop, one, lambda: session)
 
-    return {f"agent run, {CALLS} tool calls, {name}": runner(a) for name, a in agents.items()}
+    return {
+        f"agent run, {CALLS} tool calls, {name}": runner(agent)
+        for name, agent in agents(guard).items()
+    }
+
+
+def call_counts(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, float]:
+    """Python function calls per agent run (cProfile's count), which load does not blur."""
+    counts = {}
+    with guard.session("bench"):
+        for name, agent in agents(guard).items():
+            loop.run_until_complete(agent.run("go"))  # warm
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(3):
+                loop.run_until_complete(agent.run("go"))
+            profile.disable()
+            counts[name] = pstats.Stats(profile).total_calls / 3  # type: ignore[attr-defined]
+    return counts
 
 
 def toolset_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]:
@@ -143,6 +166,7 @@ def main() -> None:
         with production_logging():
             runs = interleaved(agent_cases(loop, guard), rounds=rounds, sample=sample)
             calls = interleaved(toolset_cases(loop, guard), rounds=rounds, sample=sample)
+            counts = call_counts(loop, guard)
     finally:
         loop.close()
     print(f"python benchmarks/integrations_pydantic_ai.py{' --quick' if options.quick else ''}")
@@ -162,6 +186,12 @@ def main() -> None:
         print(f"{name} / bare: {ratio:.3f}× ({extra * 1e6:,.1f} µs a tool call)")
     call_ratio = statistics.median(g / b for g, b in zip(guarded_call, bare_call, strict=True))
     print(f"GuardedToolset.call_tool / bare call_tool: {call_ratio:.2f}×")
+    print()
+    bare_count = counts.pop("bare")
+    print(f"Python function calls per run: bare {bare_count:,.0f}")
+    for name, count in counts.items():
+        extra = count - bare_count
+        print(f"  {name}: +{extra:,.0f} ({extra / CALLS:,.0f} a tool call)")
 
 
 if __name__ == "__main__":
