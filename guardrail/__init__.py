@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
-from guardrail._spec import Id, ToolSpec
+from guardrail._spec import Id, ToolSpec, describe_ids
 from guardrail._verdict import Finding, Rejection, Verdict
 from guardrail.errors import (
     GuardrailError,
@@ -94,6 +94,7 @@ __all__ = [
     "__version__",
     "audit_to_json",
     "compact",
+    "describe_ids",
     "extractive_summary",
     "model_summarizer",
 ]
