@@ -10,6 +10,7 @@ something, the one form ids travel in from any source to a ledger.
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -24,6 +25,9 @@ from guardrail.kinds import Kind, id_text
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
 MAX_ID_LENGTH = 2048
+#: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
+#: runtimes send a tool's return value); a longer one is read as plain text.
+MAX_LITERAL_CHARS = 1_000_000
 
 
 class Batch(NamedTuple):
@@ -141,11 +145,70 @@ def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
             problems.append("result is JSON nested too deeply to parse; nothing harvested")
             return None, None
         except ValueError:
-            return text, text
+            literal = _python_literal(text, problems)
+            if literal is _NOT_LITERAL:
+                return text, text
+            return literal, None
         if isinstance(value, (dict, list)):
             return value, None
         return value, value if isinstance(value, str) else text
     return text, text
+
+
+#: What :func:`_python_literal` returns for a text that is not a plain Python literal.
+_NOT_LITERAL: Any = object()
+#: The expression nodes of a literal made of dicts, lists, strings, numbers, booleans and None.
+_LITERAL_NODES = (
+    ast.Expression,
+    ast.Dict,
+    ast.List,
+    ast.Load,
+    ast.Constant,
+    ast.UnaryOp,
+    ast.USub,
+    ast.UAdd,
+)
+_LITERAL_TYPES = (str, int, float, bool, type(None))
+
+
+def _python_literal(text: str, problems: list[str]) -> Any:
+    """A dict or list written as Python's ``repr`` writes it, or :data:`_NOT_LITERAL`.
+
+    Some runtimes send a tool's return value as ``str(value)``:
+    ``{'order_id': '#W1', 'ok': True}``. It is read like JSON, but never run:
+    the text is parsed, every node checked to be a dict, list, string,
+    number, boolean or None (a call, a name, an attribute, a set, a tuple,
+    bytes or arithmetic make it plain text), and only then evaluated as a
+    literal. Text over :data:`MAX_LITERAL_CHARS` is not parsed.
+    """
+    head = text.lstrip()[:1]
+    if head not in ("{", "["):
+        return _NOT_LITERAL
+    if len(text) > MAX_LITERAL_CHARS:
+        problems.append(
+            f"result is text of over {MAX_LITERAL_CHARS} characters that is not JSON; "
+            "read as plain text"
+        )
+        return _NOT_LITERAL
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+        for node in ast.walk(tree):
+            if not isinstance(node, _LITERAL_NODES) or (
+                isinstance(node, ast.Constant) and not isinstance(node.value, _LITERAL_TYPES)
+            ):
+                return _NOT_LITERAL
+            if isinstance(node, ast.UnaryOp) and not (
+                isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)
+            ):
+                return _NOT_LITERAL
+            if isinstance(node, ast.Dict) and not all(
+                isinstance(key, ast.Constant) and isinstance(key.value, str) for key in node.keys
+            ):
+                return _NOT_LITERAL  # JSON's keys: strings only (no ** unpacking either)
+        value = ast.literal_eval(tree)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        return _NOT_LITERAL
+    return value if isinstance(value, (dict, list)) else _NOT_LITERAL
 
 
 # -- failures that look like results ----------------------------------------------------------

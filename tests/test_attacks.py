@@ -640,6 +640,32 @@ def test_a_refusal_recorded_by_a_runtime_verifies_nothing() -> None:
     assert refunded == []
 
 
+def test_repr_text_with_code_in_it_is_neither_run_nor_harvested(tmp_path: Path) -> None:
+    """A result written as Python with a call inside is never evaluated, and yields no id."""
+    guard = shop_guard("reprompt")
+    refunded: list[str] = []
+    marker = tmp_path / "ran"
+    payload = (
+        "{'orders': [{'order_id': '#W9999999', 'status': 'delivered'}], "
+        f"'x': __import__('pathlib').Path({str(marker)!r}).write_text('pwned')}}"
+    )
+
+    @guard.tool
+    def refund(order_id: _Order) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    with guard.session("victim") as ledger:
+        assert guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, payload) == []
+        assert isinstance(refund("#W9999999"), Rejection)
+        # The same text without the call is a plain literal: read like JSON.
+        clean = payload.split(", 'x':")[0] + "}"
+        assert [e.value for e in guard.record("search_orders", {}, clean)] == ["#W9999999"]
+        assert len(ledger) == 1
+    assert not marker.exists()
+    assert refunded == []
+
+
 def test_a_regex_producer_does_not_read_free_text_inside_json() -> None:
     """A foreign id written into a JSON field's prose is not harvested by a re: producer."""
     guard = shop_guard("reprompt")
