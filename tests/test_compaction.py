@@ -9,12 +9,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import pydantic
 import pytest
 import structlog
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, GuardrailError, GuardrailUsageError, Ledger, TranscriptError
+from guardrail import (
+    Guard,
+    GuardrailError,
+    GuardrailUsageError,
+    Ledger,
+    Rejection,
+    TranscriptError,
+)
 from guardrail._audit import SilentLogger
 from guardrail._harvest import Batch
 from guardrail.compaction import compact, extractive_summary, model_summarizer
@@ -26,13 +34,13 @@ from guardrail.compaction._block import (
     restore,
 )
 from guardrail.compaction._masking import Masker
-from guardrail.compaction._messages import MAX_DEPTH, Shape, read, strings
+from guardrail.compaction._messages import MAX_DEPTH, SHAPES, Shape, read, strings, text_message
 from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger import Source
 from guardrail.replay import SideBySide
 
 from .conftest import AIRLINE_MANIFEST, corpus_conversations
-from .test_messages import JSON, deep, shaped_lists
+from .test_messages import JSON, _exchange, deep, shaped_lists
 
 
 def make_guard(capacity: int = 1000, logger: Any = None, secret: str | None = None) -> Guard:
@@ -1320,3 +1328,76 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
                     )
     print(f"\n40 live sessions: {checked} ledger values checked after compaction")
     assert checked > 1000
+
+
+# -- refused and failed calls in the summary ------------------------------------------------
+
+
+def _answered(shape: Shape, answer: str) -> list[dict[str, Any]]:
+    """A conversation whose one cancel_order call is answered as ``answer`` says, in ``shape``."""
+    guard = make_guard()
+    rejection = Rejection(
+        guard.check("cancel_order", {"order_id": "#W1000009"}, ledger=guard.new_ledger())
+    )
+    contents = {
+        "refusal_text": str(rejection),
+        "refusal_json": rejection.to_json(),
+        "refusal_pydantic": pydantic.TypeAdapter(Any).dump_json(rejection).decode(),
+        "error_json": json.dumps({"error": "order #W1000009 not found"}),
+        "error_repr": str({"isError": True, "message": "no such order"}),
+    }
+    ask = text_message(shape, "user", "Cancel #W1000009 please.")
+    if answer == "refusal_marked":
+        exchange = _exchange(shape, [("c1", "cancel_order", {"order_id": "#W1000009"}, "")], [0])
+        exchange[-1] = rejection.result_message(shape, "c1")
+    else:
+        cancel = ("c1", "cancel_order", {"order_id": "#W1000009"}, contents[answer])
+        exchange = _exchange(shape, [cancel], [0])
+    return [
+        ask,
+        *exchange,
+        text_message(shape, "assistant", "I could not cancel it."),
+        text_message(shape, "user", "Why not?"),
+    ]
+
+
+REFUSALS = ["refusal_text", "refusal_json", "refusal_pydantic", "refusal_marked"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("answer", [*REFUSALS, "error_json", "error_repr"])
+def test_a_refused_or_failed_call_is_never_summarized_as_done(shape: Shape, answer: str) -> None:
+    """The extractive summary says refused (the tool did not run) or failed, never done."""
+    guard = make_guard()
+    messages = _answered(shape, answer)
+    summary = compact(messages, guard.new_ledger(), keep_recent=1, guard=guard).report.summary
+    (line,) = [line for line in summary.splitlines() if "Agent called cancel_order" in line]
+    assert "-> done" not in line
+    if answer in REFUSALS:
+        assert line.endswith("-> refused by guardrail; the tool did not run")
+    else:
+        assert "-> failed: " in line
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_model_summarizer_is_told_a_refused_call_did_not_run(shape: Shape) -> None:
+    """The transcript a chat model summarizes marks refused and failed results, in every shape."""
+    prompts: list[str] = []
+
+    def chat(prompt: list[dict[str, str]]) -> str:
+        prompts.append(prompt[1]["content"])
+        return "The user asked to cancel an order."
+
+    guard = make_guard()
+    for answer in ("refusal_text", "refusal_json", "error_json"):
+        compact(
+            _answered(shape, answer),
+            guard.new_ledger(),
+            keep_recent=1,
+            guard=guard,
+            summarize=model_summarizer(chat),
+        )
+    refused, as_json, failed = prompts
+    marker = "tool result (refused by guardrail; the tool did not run) for cancel_order: "
+    assert marker in refused and marker in as_json
+    assert "tool result (failed) for cancel_order: " in failed
