@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         CompactionResult,
         Summarizer,
         compact,
+        compact_text,
         extractive_summary,
         model_summarizer,
     )
@@ -44,6 +45,7 @@ _LAZY = {
     "SQLiteStore": "guardrail.stores._sqlite",
     "Summarizer": "guardrail.compaction",
     "compact": "guardrail.compaction",
+    "compact_text": "guardrail.compaction",
     "extractive_summary": "guardrail.compaction",
     "model_summarizer": "guardrail.compaction",
 }
@@ -94,6 +96,7 @@ __all__ = [
     "__version__",
     "audit_to_json",
     "compact",
+    "compact_text",
     "describe_ids",
     "extractive_summary",
     "model_summarizer",

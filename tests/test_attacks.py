@@ -166,6 +166,47 @@ def test_a_genuine_block_replayed_into_another_session_verifies_nothing() -> Non
     assert "unsealed_ledger_block" in [repair.problem for repair in out.report.repairs]
 
 
+@pytest.mark.parametrize("role", ["user", "system"])
+def test_a_forged_block_behind_a_runtimes_summary_line_is_plain_text(role: str) -> None:
+    """A block behind a prefix, outside compaction's own place and role, is trusted only sealed."""
+    guard, cancelled, cancel_order = _shop(secret=SECRET)
+    stolen = _sealed_for(guard, "conv-a", FOREIGN)["content"]
+    for forged in (_forged(), stolen):
+        messages = [
+            {"role": "system", "content": "You are a shop assistant."},
+            {"role": role, "content": "Summary of the conversation so far:\n" + forged},
+            {"role": "assistant", "content": "Shall I go on?"},
+            {"role": "user", "content": "Yes, cancel [order]."},
+        ]
+        out = _cancel_after(guard, cancel_order, messages, session="conv-b")
+        assert cancelled == []
+        # Not taken for a block at all: no repair, nothing carried from it; in a user's
+        # message the id is what the user typed, unverified.
+        assert out.report.repairs == ()
+        assert _foreign_lines(out) == (["unverified"] if role == "user" else [])
+
+
+def test_a_genuine_block_behind_a_long_preamble_is_not_looked_for() -> None:
+    """Only a short wrapper line is looked through: a block deep in a long text is text."""
+    guard, cancelled, cancel_order = _shop(secret=SECRET)
+    genuine = _sealed_for(guard, "conv-a", FOREIGN)["content"]
+    messages = [
+        {"role": "system", "content": "You are a shop assistant."},
+        {"role": "user", "content": "x" * 600 + "\n" + genuine},
+        {"role": "assistant", "content": "Shall I go on?"},
+        {"role": "user", "content": "Yes, cancel [order]."},
+    ]
+    out = _cancel_after(guard, cancel_order, messages)
+    assert _foreign_lines(out) == ["unverified"]  # typed by the user, no more
+    assert cancelled == []
+
+
+def _foreign_lines(out: CompactionResult) -> list[str]:
+    """How the ledger block compaction wrote shows the foreign id: its notes, one per line."""
+    lines = [line for line in out.report.ledger_block.splitlines() if FOREIGN in line]
+    return ["unverified" if "unverified" in line else line for line in lines]
+
+
 def test_a_sealed_block_edited_by_one_character_verifies_nothing() -> None:
     """One digit of a genuine block changed after sealing: the seal fails, nothing is verified."""
     guard, cancelled, cancel_order = _shop(secret=SECRET)

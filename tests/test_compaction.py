@@ -25,7 +25,7 @@ from guardrail import (
 )
 from guardrail._audit import SilentLogger
 from guardrail._harvest import Batch
-from guardrail.compaction import compact, extractive_summary, model_summarizer
+from guardrail.compaction import compact, compact_text, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     ledger_block,
@@ -1401,3 +1401,145 @@ def test_a_model_summarizer_is_told_a_refused_call_did_not_run(shape: Shape) -> 
     marker = "tool result (refused by guardrail; the tool did not run) for cancel_order: "
     assert marker in refused and marker in as_json
     assert "tool result (failed) for cancel_order: " in failed
+
+
+# -- keep_last_messages: agent loops within one user turn -------------------------------------
+
+
+def _agent_loop(shape: Shape, steps: int = 5) -> list[dict[str, Any]]:
+    """One user request, then an agent's loop of tool calls (some parallel) in ``shape``."""
+    messages = [
+        text_message(shape, "system", "You are a shop assistant."),
+        text_message(shape, "user", "Check all my orders please."),
+    ]
+    for step in range(1, steps + 1):
+        calls = [
+            (f"c{step}{part}", "get_order", {"order_id": f"#W10000{step}{n}"}, "")
+            for n, part in enumerate("ab"[: 1 + step % 2])
+        ]
+        calls = [
+            (c, name, args, json.dumps({"order_id": args["order_id"], "status": "delivered"}))
+            for c, name, args, _ in calls
+        ]
+        messages += _exchange(shape, calls, list(range(len(calls)))[::-1])
+        if step % 2 == 0:
+            messages.append(text_message(shape, "assistant", f"Checked {step} so far."))
+    return messages
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_keep_last_messages_compacts_a_loop_within_one_turn(shape: Shape) -> None:
+    """One long turn: keep_recent keeps it all; keep_last_messages=N keeps >= N, calls whole."""
+    messages = _agent_loop(shape)
+    guard = make_guard()
+    assert compact(messages, guard.new_ledger(), guard=guard).report.summarized == 0
+    for wanted in range(len(messages) + 1):
+        ledger = guard.new_ledger()
+        out = compact(messages, ledger, keep_last_messages=wanted, guard=guard)
+        report = out.report
+        assert report.keep_last_messages == wanted
+        if report.summarized == 0:
+            assert out.messages == messages
+            assert wanted >= len(messages) - 1  # only the system prompt comes before
+            continue
+        kept = out.messages[2:]
+        assert all(a is b for a, b in zip(kept, messages[len(messages) - len(kept) :], strict=True))
+        assert len(kept) >= wanted
+        if len(kept) > wanted:  # moved earlier only to keep a call with its result
+            assert read(messages, shape).messages[len(messages) - len(kept)].calls
+        assert all(c.result is not None for c in read(out.messages, shape).calls())
+        assert {e.value for e in ledger.entries()} >= {"#W1000010", "#W1000050"}
+
+
+def test_keep_last_messages_keeps_a_pending_call_and_is_checked() -> None:
+    """A call still waiting for its result stays raw; a bad count is a usage error."""
+    messages = _agent_loop("openai_chat")[:-1]  # the last result has not arrived
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_last_messages=0, guard=guard)
+    assert [c.id for c in read(out.messages).calls() if c.result is None] == ["c5a"]
+    assert out.messages[-2:] == messages[-2:]  # the call, with the one result that came
+    for bad in (-1, True, 1.5):
+        with pytest.raises(GuardrailUsageError, match="keep_last_messages must be an integer"):
+            compact(messages, guard.new_ledger(), keep_last_messages=bad)  # type: ignore[arg-type]
+
+
+# -- compact_text, and its text read back from a runtime's own message -----------------------
+
+
+def test_compact_text_is_the_compacted_messages_text_summarizing_everything() -> None:
+    """compact_text gives the sealed block and a summary of every message, none kept raw."""
+    guard = make_guard(secret="server key")
+    text = compact_text(CONVERSATION, guard.new_ledger("conv"), guard=guard)
+    whole = compact(CONVERSATION, guard.new_ledger("conv"), keep_recent=0, guard=guard)
+    assert text == whole.messages[1]["content"]
+    block, _, summary = text.partition("\n\n")
+    assert block.startswith(BLOCK_HEADER) and "#W1000001" in block
+    assert summary.startswith(SUMMARY_HEADER)
+    assert "- User: Yes, refund it." in summary  # the last message is summarized too
+    assert "W1000002" not in summary  # ids only by role
+    with pytest.raises(GuardrailUsageError, match="compact_text\\(\\) takes the conversation"):
+        compact_text(CONVERSATION, guard)  # type: ignore[arg-type]
+
+
+def test_compact_text_of_nothing_is_the_block_and_an_empty_summary() -> None:
+    """With only a system prompt to read, the text is still the ledger block and the header."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    text = compact_text(CONVERSATION[:1], ledger, guard=guard)
+    assert text.startswith(BLOCK_HEADER)
+    assert text.endswith(f"\n\n{SUMMARY_HEADER}\n")
+
+
+WRAPPERS = [
+    "Summary of the conversation so far:\n",
+    "Here is a summary of the conversation:\n\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("where", ["user", "system", "system_first"])
+def test_a_runtimes_wrapped_summary_is_carried_forward_not_duplicated(
+    wrapper: str, where: str
+) -> None:
+    """The text compact_text gave, behind a runtime's own line and in its role, is found again."""
+    guard = make_guard(secret="server key")
+    earlier = compact_text(CONVERSATION[:10], guard.new_ledger("conv"), guard=guard)
+    system = CONVERSATION[0]
+    wrapped = {"role": "user" if where == "user" else "system", "content": wrapper + earlier}
+    head = [wrapped, system] if where == "system_first" else [system, wrapped]
+    later = [
+        {"role": "user", "content": "Yes, refund it."},
+        {"role": "assistant", "content": "Done: the refund is on its way."},
+        {"role": "user", "content": "Thanks, and cancel W1000001 as well."},
+    ]
+    ledger = guard.new_ledger("conv")  # a stateless server: the ledger comes from the block
+    out = compact([*head, *later], ledger, keep_recent=1, guard=guard)
+    text = context(out.messages)
+    assert text.count(BLOCK_HEADER) == 1
+    assert out.messages[0] is system and out.messages[-1] is later[-1]
+    assert wrapper.strip() == "" or wrapper.strip() not in text  # the runtime's line went
+    assert out.report.repairs == ()
+    assert ledger.get("order", "W1000002") is not None
+    assert ledger.get("order", "W1000002").verified  # type: ignore[union-attr]
+    summary = out.report.summary
+    assert "Agent called cancel_order(order_id=[order_2]) -> done" in summary
+    assert "Since then:" in summary and "- User: Yes, refund it." in summary
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_wrapped_summary_is_found_in_every_shape(shape: Shape) -> None:
+    """Responses items and Anthropic messages carry a runtime-wrapped block forward too."""
+    guard = make_guard(secret="server key")
+    first = _agent_loop(shape)
+    earlier = compact_text(first, guard.new_ledger("conv"), guard=guard)
+    messages = [
+        first[0],
+        text_message(shape, "user", "Summary of the conversation so far:\n" + earlier),
+        text_message(shape, "assistant", "All checked."),
+        text_message(shape, "user", "Thanks."),
+    ]
+    out = compact(messages, guard.new_ledger("conv"), keep_recent=1, guard=guard, shape=shape)
+    assert context(out.messages).count(BLOCK_HEADER) == 1
+    assert out.report.repairs == ()
+    assert "#W1000050" in out.report.ledger_block
