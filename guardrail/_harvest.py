@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from itertools import repeat
@@ -26,8 +27,9 @@ from guardrail.kinds import Kind, id_text
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
 MAX_ID_LENGTH = 2048
 #: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
-#: runtimes send a tool's return value); a longer one is read as plain text.
-MAX_LITERAL_CHARS = 1_000_000
+#: runtimes send a tool's return value); a longer one is read as plain text. Reading one
+#: costs tens of times what JSON of its size does, so the bound is well below JSON's none.
+MAX_LITERAL_CHARS = 100_000
 
 
 class Batch(NamedTuple):
@@ -157,32 +159,36 @@ def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
 
 #: What :func:`_python_literal` returns for a text that is not a plain Python literal.
 _NOT_LITERAL: Any = object()
-#: The expression nodes of a literal made of dicts, lists, strings, numbers, booleans and None.
-_LITERAL_NODES = (
-    ast.Expression,
-    ast.Dict,
-    ast.List,
-    ast.Load,
-    ast.Constant,
-    ast.UnaryOp,
-    ast.USub,
-    ast.UAdd,
+#: A quoted string as ``repr`` writes one: no prefix, escapes allowed, no raw line break.
+_STRING = r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"'
+#: The tokens of a dict or list as ``repr`` writes it: strings, numbers, True, False,
+#: None, and runs of brackets, commas, colons and white space. A text is such a literal
+#: when removing them leaves nothing: one pass, no backtracking from token to token.
+_LITERAL_TOKENS = re.compile(
+    rf"{_STRING}"
+    r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?(?![\w.])"
+    r"|(?:True|False|None)(?!\w)"
+    r"|[{}\[\],:\s]+"
 )
-_LITERAL_TYPES = (str, int, float, bool, type(None))
+#: What differs from JSON in such a text: its strings, and the three names.
+_NOT_JSON = re.compile(rf"({_STRING})|True|False|None")
+_NAMES = {"True": "true", "False": "false", "None": "null"}
 
 
 def _python_literal(text: str, problems: list[str]) -> Any:
     """A dict or list written as Python's ``repr`` writes it, or :data:`_NOT_LITERAL`.
 
     Some runtimes send a tool's return value as ``str(value)``:
-    ``{'order_id': '#W1', 'ok': True}``. It is read like JSON, but never run:
-    the text is parsed, every node checked to be a dict, list, string,
-    number, boolean or None (a call, a name, an attribute, a set, a tuple,
-    bytes or arithmetic make it plain text), and only then evaluated as a
-    literal. Text over :data:`MAX_LITERAL_CHARS` is not parsed.
+    ``{'order_id': '#W1', 'ok': True}``. It is read like JSON, and nothing in
+    it is ever run: the text must consist of quoted strings, numbers,
+    ``True``, ``False``, ``None``, brackets, commas and colons only (a call,
+    any other name, a tuple, bytes or arithmetic make it plain text); it is
+    then rewritten as JSON and parsed as JSON, so a set, a key that is not a
+    string or deep nesting fail as they would there. A string with a
+    backslash escape is read by :func:`ast.literal_eval`, that one string
+    token alone. Text over :data:`MAX_LITERAL_CHARS` is not read.
     """
-    head = text.lstrip()[:1]
-    if head not in ("{", "["):
+    if text.lstrip()[:1] not in ("{", "["):
         return _NOT_LITERAL
     if len(text) > MAX_LITERAL_CHARS:
         problems.append(
@@ -190,25 +196,26 @@ def _python_literal(text: str, problems: list[str]) -> Any:
             "read as plain text"
         )
         return _NOT_LITERAL
+    if _LITERAL_TOKENS.sub("", text):
+        return _NOT_LITERAL  # something no such literal holds: a call, a name, a tuple...
     try:
-        tree = ast.parse(text.strip(), mode="eval")
-        for node in ast.walk(tree):
-            if not isinstance(node, _LITERAL_NODES) or (
-                isinstance(node, ast.Constant) and not isinstance(node.value, _LITERAL_TYPES)
-            ):
-                return _NOT_LITERAL
-            if isinstance(node, ast.UnaryOp) and not (
-                isinstance(node.operand, ast.Constant) and type(node.operand.value) in (int, float)
-            ):
-                return _NOT_LITERAL
-            if isinstance(node, ast.Dict) and not all(
-                isinstance(key, ast.Constant) and isinstance(key.value, str) for key in node.keys
-            ):
-                return _NOT_LITERAL  # JSON's keys: strings only (no ** unpacking either)
-        value = ast.literal_eval(tree)
-    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
+        value = json.loads(_NOT_JSON.sub(_as_json, text))
+    except (ValueError, SyntaxError, RecursionError, MemoryError):
         return _NOT_LITERAL
     return value if isinstance(value, (dict, list)) else _NOT_LITERAL
+
+
+def _as_json(match: re.Match[str]) -> str:
+    """One string or name of a Python literal, written as JSON."""
+    token = match.group()
+    if match.group(1) is None:
+        return _NAMES[token]
+    if "\\" in token:
+        return json.dumps(ast.literal_eval(token), ensure_ascii=False)  # one string token
+    if token[0] == '"':
+        return token  # no escape and no double quote inside: already JSON
+    body = token[1:-1]
+    return f'"{body}"' if '"' not in body else json.dumps(body, ensure_ascii=False)
 
 
 # -- failures that look like results ----------------------------------------------------------

@@ -16,6 +16,7 @@ from guardrail._harvest import (
     MAX_ID_LENGTH,
     MAX_LITERAL_CHARS,
     Harvest,
+    _decode,
     failed,
     harvest,
     recordable,
@@ -251,6 +252,20 @@ def test_a_python_repr_result_is_harvested_like_json() -> None:
     assert ids(guard, "list_orders", listed) == [("order", "#W8855135")]
 
 
+def test_a_python_repr_reads_back_to_the_value_it_was_written_from() -> None:
+    """Quotes, escapes, non-ASCII text, names inside strings and floats survive the reading."""
+    value = {
+        "orders": [{"order_id": "#W8855135"}],
+        "notes": ["it's", 'say "hi"', "both ' and \"", "tab\there", "caf\u00e9 \U0001f600"],
+        "text": "None of them is True",
+        "numbers": [0, -3, 1.5, 1e-05, 2.5e300, -0.0],
+        "flags": [True, False, None],
+        "nested": {"a": [], "b": {}},
+    }
+    text = str(value)
+    assert _decode(text, []) == (value, None)
+
+
 def test_a_python_repr_error_is_a_failure() -> None:
     """An error mapping sent as repr text is a failure, as its JSON would be."""
     assert failed(str({"error": "order #W9999999 not found", "order_id": "#W9999999"}))
@@ -270,7 +285,9 @@ def test_a_python_repr_error_is_a_failure() -> None:
         "{'orders': [{'order_id': '#W8855135'}], **other}",
         "{'orders': [{'order_id': '#W8855135'}], 'x': nan}",
         "{'orders': [{'order_id': '#W8855135'}] if True else []}",
-        "{'orders': [{'order_id': '#W8855135'}], 'x': " + "[" * 500 + "]" * 500 + "}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': " + "[" * 40_000 + "]" * 40_000 + "}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': 'unterminated}",
+        "{'orders': [{'order_id': f'#W8855135'}]}",
     ],
 )
 def test_text_that_is_more_than_a_plain_literal_is_not_read_as_one(text: str) -> None:
