@@ -28,7 +28,7 @@ from guardrail.kinds import Kind, id_text
 MAX_ID_LENGTH = 2048
 #: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
 #: runtimes send a tool's return value); a longer one is read as plain text. Reading one
-#: costs tens of times what JSON of its size does, so the bound is well below JSON's none.
+#: costs ten times or more what JSON of its size does, so the bound is well below any for JSON.
 MAX_LITERAL_CHARS = 100_000
 
 
