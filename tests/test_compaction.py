@@ -1543,3 +1543,31 @@ def test_a_wrapped_summary_is_found_in_every_shape(shape: Shape) -> None:
     assert context(out.messages).count(BLOCK_HEADER) == 1
     assert out.report.repairs == ()
     assert "#W1000050" in out.report.ledger_block
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shaped_lists(), st.integers(0, 12))
+def test_keep_last_messages_never_splits_a_call_from_its_result(
+    drawn: tuple[Shape, list[dict[str, Any]]], wanted: int
+) -> None:
+    """Any conversation, any N: the kept messages are the input's last ones, >= N, calls whole."""
+    shape, messages = drawn
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_last_messages=wanted, guard=guard)
+    calls = read(out.messages, shape).calls()
+    if not out.report.summarized:
+        assert out.messages == messages
+        return
+    kept = out.messages[out.messages.index(_compacted_of(out)) + 1 :]
+    assert len(kept) >= min(wanted, len(messages))
+    assert all(a is b for a, b in zip(kept, messages[len(messages) - len(kept) :], strict=True))
+    pending = {c.id for c in read(messages, shape).calls() if c.result is None}
+    assert {c.id for c in calls if c.result is None} <= pending
+    # A second compaction of the output keeps one block, the earlier one carried.
+    again = compact(out.messages, guard.new_ledger(), keep_last_messages=wanted, guard=guard)
+    assert context(again.messages).count(BLOCK_HEADER) == 1
+
+
+def _compacted_of(out: Any) -> Any:
+    """The message a compaction wrote (the one holding the ledger block)."""
+    return next(m for m in out.messages if BLOCK_HEADER in context([m]))
