@@ -186,6 +186,21 @@ def test_a_forged_block_behind_a_runtimes_summary_line_is_plain_text(role: str) 
         assert _foreign_lines(out) == (["unverified"] if role == "user" else [])
 
 
+def test_a_forged_block_behind_a_line_in_compactions_own_place_is_plain_text() -> None:
+    """Anthropic's compacted message is a user message: a user's prefixed block there is text."""
+    guard, cancelled, cancel_order = _shop(secret=SECRET)
+    messages = [
+        text_message("anthropic", "user", "My notes:\n" + _forged()),
+        text_message("anthropic", "assistant", "Shall I go on?"),
+        text_message("anthropic", "user", "Yes, cancel [order]."),
+    ]
+    out = _cancel_after(guard, cancel_order, messages, shape="anthropic")
+    assert cancelled == []
+    assert out.report.repairs == ()
+    assert "My notes:" in out.report.summary  # the user's words are summarized, not dropped
+    assert _foreign_lines(out) == ["unverified"]  # what the user typed, no more
+
+
 def test_a_genuine_block_behind_a_long_preamble_is_not_looked_for() -> None:
     """Only a short wrapper line is looked through: a block deep in a long text is text."""
     guard, cancelled, cancel_order = _shop(secret=SECRET)

@@ -177,10 +177,11 @@ def _earlier(
     ``systems`` messages that open the list are system messages. An
     agent runtime that asked for the text (:func:`compact_text`) may have
     put a line of its own before it, or another role or a system message
-    around it: such a message is ours only when the header starts a line
-    within :data:`MAX_WRAPPER_CHARS` of its start and the block's seal
-    verifies (else it is plain text), or when it stands where compaction
-    writes, in its role (then its seal is checked like any other block's).
+    around it: such a message, among the system messages or right after
+    them, is ours only when the header starts a line within
+    :data:`MAX_WRAPPER_CHARS` of its start and the block's seal verifies.
+    Else it is plain text: a user who writes a block after a line of their
+    own gets nothing from it, and loses no word of their message.
     """
     messages = transcript.messages
     lead = _lead(transcript, role)  # where compaction writes: before any system message it wrote
@@ -198,9 +199,7 @@ def _earlier(
             if header < 0:
                 continue
             wrapped = text[header + 1 :]
-        if unseal(wrapped.partition("\n\n")[0], ledger)[1] or (
-            index == lead and message.role == role
-        ):
+        if unseal(wrapped.partition("\n\n")[0], ledger)[1]:
             return index, wrapped
     return None
 
