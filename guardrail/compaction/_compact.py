@@ -381,7 +381,9 @@ def compact(
     an earlier compacted message is recognised in that role only, and
     trusted only when its seal verifies with the ledger's key (else its
     lines come back unverified, with an ``unsealed_ledger_block`` repair in
-    the report). ``tokens`` counts the tokens of a text (default: tiktoken
+    the report); the text of :func:`compact_text`, which a runtime may have
+    put behind a line of its own in any role, is recognised only sealed.
+    ``tokens`` counts the tokens of a text (default: tiktoken
     where installed, else chars/4). A list with nothing to summarize comes
     back as it is, but for the error results put in for unanswered calls
     (listed in the report's ``repairs``).
