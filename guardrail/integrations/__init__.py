@@ -1,5 +1,9 @@
-"""Adapters that put guardrail around the tool calls of agent runtimes, one optional extra each.
+"""Adapters for agent runtimes, each a thin layer over the same core.
 
+- :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
+  (no extra).
+- :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
+- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
 - :mod:`guardrail.integrations.openai_agents`: the OpenAI Agents SDK
   (``pip install 'guardrail[openai-agents]'``).
 """
