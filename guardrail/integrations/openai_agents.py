@@ -482,10 +482,11 @@ class GuardedSession:
     Wraps any session (``SQLiteSession``, a Redis or database one): reads
     and writes go to it. After ``add_items`` leaves more than ``max_items``
     items, the history is rebuilt as the ledger block, a summary of the older
-    turns and the last ``keep_recent`` turns raw, and stored in place of the
-    old one. The ledger is the guard's session named by this session's
-    ``session_id``: run the agent inside ``with guard.session(session.session_id):``
-    so the tools check against the same one.
+    turns and the last ``keep_recent`` turns raw (or the last
+    ``keep_last_messages`` items), and stored in place of the old one. The
+    ledger is the guard's session named by this session's ``session_id``:
+    run the agent inside ``with guard.session(session.session_id):`` so the
+    tools check against the same one.
     """
 
     def __init__(
@@ -495,6 +496,7 @@ class GuardedSession:
         *,
         max_items: int = 60,
         keep_recent: int = 2,
+        keep_last_messages: int | None = None,
         summarize: Summarizer | None = None,
     ) -> None:
         if not isinstance(max_items, int) or max_items < 1:
@@ -503,6 +505,7 @@ class GuardedSession:
         self.guard = guard
         self.max_items = max_items
         self.keep_recent = keep_recent
+        self.keep_last_messages = keep_last_messages
         self.summarize = summarize
         self.session_id: str = session.session_id
         self.session_settings: SessionSettings | None = getattr(session, "session_settings", None)
@@ -536,6 +539,7 @@ class GuardedSession:
                 ledger,
                 guard=self.guard,
                 keep_recent=self.keep_recent,
+                keep_last_messages=self.keep_last_messages,
                 summarize=self.summarize,
                 shape="openai_responses",
             )
@@ -551,6 +555,7 @@ def compact_model_input(
     *,
     max_items: int = 60,
     keep_recent: int = 2,
+    keep_last_messages: int | None = None,
     summarize: Summarizer | None = None,
     session_id: SessionId | None = None,
 ) -> Callable[[CallModelData[Any]], ModelInputData]:
@@ -559,8 +564,9 @@ def compact_model_input(
     Before each model call whose input holds more than ``max_items`` items,
     the input is compacted with :func:`compact` against the conversation's
     ledger: the model reads the ledger block, a summary of the older turns
-    and the last ``keep_recent`` turns raw, so the ids it copies next come
-    from the block, verbatim. Only the model's input changes: the run's
+    and the last ``keep_recent`` turns raw (or, with ``keep_last_messages``,
+    the last that many items: a run's loop of tool calls is one long turn), so
+    the ids it copies next come from the block, verbatim. Only the model's input changes: the run's
     items, its result and a session keep the whole history (compact those
     with :class:`GuardedSession`). The ledger is the current session's, or
     the one ``session_id`` names for the context given to ``Runner.run``.
@@ -580,6 +586,7 @@ def compact_model_input(
                 guard.ledger,
                 guard=guard,
                 keep_recent=keep_recent,
+                keep_last_messages=keep_last_messages,
                 summarize=summarize,
                 shape="openai_responses",
             )
@@ -590,6 +597,7 @@ def compact_model_input(
                     ledger,
                     guard=guard,
                     keep_recent=keep_recent,
+                    keep_last_messages=keep_last_messages,
                     summarize=summarize,
                     shape="openai_responses",
                 )

@@ -402,9 +402,9 @@ def test_compacting_the_model_input_mid_run_keeps_the_id_verbatim_for_the_retry(
             [assistant_message("Refunded.")],
         ]
     )
-    config = RunConfig(
-        call_model_input_filter=compact_model_input(guard, max_items=4, keep_recent=0)
-    )
+    # One long turn: the last two items stay raw, the rest is the block and the summary.
+    compacting = compact_model_input(guard, max_items=4, keep_last_messages=2)
+    config = RunConfig(call_model_input_filter=compacting)
     with guard.session("conv"):
         result = run(guard_agent(tools.agent(model), guard), "refund it", run_config=config)
     assert tools.refunds == ["#W2378156"]
