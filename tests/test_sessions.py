@@ -283,7 +283,7 @@ def test_an_async_store_serves_async_scopes() -> None:
                         and guard.check("issue_refund", {"order_id": "W8855135"}).allowed
                     )
 
-            assert await asyncio.gather(second(), second()) == [True, True]
+            assert list(await asyncio.gather(second(), second())) == [True, True]
         assert stored_ids(memory, "s") == {"#W8855135", "#W2378156"}
         assert await guard.ledger_for_async("s") is ledger
         await guard.end_session_async("s")
