@@ -153,7 +153,7 @@ def test_records_and_meta_round_trip(store: Store) -> None:
 
 
 def test_a_record_of_any_shape_comes_back_as_written(store: Store) -> None:
-    """A store checks nothing: odd records come back as they were written, for the guard to judge."""
+    """A store checks nothing: odd records come back as written, for the guard to judge."""
     odd = [
         {**live("W1"), "verified": "yes", "extra": 1},
         {"kind": "order", "key": "W2", "state": "haunted", "turn": 1},
