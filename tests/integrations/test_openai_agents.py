@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from agents import (
     Agent,
     AgentsException,
@@ -815,15 +816,19 @@ def test_importing_without_the_sdk_says_which_extra_to_install(
         import guardrail.integrations.openai_agents  # noqa: F401
 
 
-def test_a_guarded_run_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_guarded_run_prints_nothing(
+    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Audit events never reach stdout (an MCP stdio server's channel) on their own."""
+    # As a program that never configured structlog (another test in this process may have).
+    monkeypatch.setattr(structlog, "is_configured", lambda: False)
     guard, tools = shop(), Shop()
     model = ScriptedModel(
         [calls(("refund", {"order_id": "#W9999999"}, "c1")), [assistant_message("ok")]]
     )
     with guard.session("conv"):
         run(guard_agent(tools.agent(model), guard), "hi", run_config=RunConfig())
-    assert capsys.readouterr().out == ""
+    assert capfd.readouterr().out == ""
 
 
 def test_the_example_runs_offline_and_shows_the_re_prompt(
