@@ -77,7 +77,7 @@ def from_chat(chat: Sequence[dict[str, Any]], origin: dict[int, BaseMessage]) ->
 def tail_start(messages: Sequence[BaseMessage], keep: int) -> int:
     """Where the last ``keep`` messages start, moved back so no tool result loses its call."""
     start = max(0, len(messages) - keep)
-    while start > 0 and isinstance(messages[start], ToolMessage):
+    while 0 < start < len(messages) and isinstance(messages[start], ToolMessage):
         start -= 1
     return start
 

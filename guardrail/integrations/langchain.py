@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState
-    from langchain_core.messages import AnyMessage, RemoveMessage, ToolMessage
+    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
     from langgraph.config import get_config
@@ -317,7 +317,7 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return len(messages) >= limit
         return count_tokens_approximately(messages) >= limit
 
-    def _compacted(self, messages: Sequence[AnyMessage], ledger: Ledger) -> dict[str, Any] | None:
+    def _compacted(self, messages: Sequence[BaseMessage], ledger: Ledger) -> dict[str, Any] | None:
         start = tail_start(messages, self.keep_last_messages)
         if start == 0:
             return None
