@@ -114,7 +114,7 @@ QUICK = Sizes(
     slow_rounds=2,
     naive_rounds=1,
 )
-GROUPS = ("sync", "async", "refused", "harvest", "memory", "compaction")
+GROUPS = ("sync", "async", "refused", "harvest", "memory", "compaction", "integrations")
 
 
 # -- results --------------------------------------------------------------------------------
@@ -951,6 +951,16 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
 # -- output ---------------------------------------------------------------------------------
 
 
+# -- the integrations -----------------------------------------------------------------------
+
+
+def bench_integrations(sizes: Sizes, report: Report, rng: random.Random) -> None:
+    """Each runtime adapter's overhead beside the runtime's own: ``integrations_*.py`` here."""
+    sys.path.insert(0, str(HERE))
+    for path in sorted(HERE.glob("integrations_*.py")):
+        importlib.import_module(path.stem).bench(sizes, report, rng)
+
+
 def machine() -> list[str]:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
@@ -966,8 +976,9 @@ def machine() -> list[str]:
     versions = {
         name: importlib.metadata.version(name) for name in ("wrapt", "pydantic", "structlog")
     }
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        versions["langchain-core"] = importlib.metadata.version("langchain-core")
+    for optional in ("langchain-core", "langchain", "langgraph"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[optional] = importlib.metadata.version(optional)
     commit = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
@@ -1125,6 +1136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "harvest": bench_harvest,
                     "memory": bench_memory,
                     "compaction": bench_compaction,
+                    "integrations": bench_integrations,
                 }[group](sizes, report, rng)
     command = "python benchmarks/run.py" + (" --quick" if options.quick else "")
     if set(groups) != set(GROUPS):

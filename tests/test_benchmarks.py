@@ -34,6 +34,8 @@ EXPECTED_ROWS = (
     "compaction",
     "| ids recorded per second, parsing included |",
     "| guard's own work (guarded − wrapt) / wrapt's own cost (wrapt − bare) |",
+    "| GuardrailMiddleware around tool.invoke |",
+    "| create_agent run, GuardrailMiddleware |",
 )
 
 

@@ -60,8 +60,8 @@ __all__ = [
     "thread_id",
 ]
 
-#: What names a run's conversation: the run's config in, a session id (or None) out.
 SessionOf = Callable[[RunnableConfig], "str | None"]
+"""What names a run's conversation: the run's config in, a session id (or None) out."""
 
 _ToolResponse = ToolMessage | Command[Any]
 
@@ -87,10 +87,10 @@ class _Sessions:
         self.guard = guard
         self.session: SessionOf = session if session is not None else thread_id
 
-    def of(self, config: RunnableConfig | None) -> str:
-        """The session id of a run with ``config`` (the run's own when None)."""
+    def of(self, config: RunnableConfig | None, runtime: Runtime[Any] | None = None) -> str:
+        """The session id of a run with ``config`` (else the run's own, read where it runs)."""
         if config is None:
-            config = get_config()
+            config = _run_config(runtime)
         found = self.session(config)
         if found:
             return found
@@ -102,6 +102,21 @@ class _Sessions:
             "with config={'configurable': {'thread_id': conversation_id}}, or pass session= "
             "to the middleware, or build the Guard with default_session="
         )
+
+
+def _run_config(runtime: Runtime[Any] | None) -> RunnableConfig:
+    """The config of the run a hook belongs to.
+
+    LangGraph keeps it in a context variable; an async hook on Python 3.10
+    cannot read that, and gets the thread id from the runtime's execution
+    info instead (set where the agent has a checkpointer).
+    """
+    try:
+        return get_config()
+    except RuntimeError:
+        info = runtime.execution_info if runtime is not None else None
+        thread = info.thread_id if info is not None else None
+        return {"configurable": {"thread_id": thread}} if thread else {}
 
 
 class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -142,23 +157,23 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
 
     def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Read what the user just said into the ledger (unverified) as the run starts."""
-        self._observe_user(state["messages"])
+        self._observe_user(state["messages"], runtime)
         return None
 
     async def abefore_agent(
         self, state: AgentState[Any], runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
         """As :meth:`before_agent`, for ``ainvoke`` and ``astream``."""
-        self._observe_user(state["messages"])
+        self._observe_user(state["messages"], runtime)
         return None
 
-    def _observe_user(self, messages: Sequence[AnyMessage]) -> None:
+    def _observe_user(self, messages: Sequence[AnyMessage], runtime: Runtime[Any]) -> None:
         if not self._observe:
             return
         texts = new_user_texts(messages)
         if not texts:
             return
-        with self.guard.session(self._sessions.of(None)) as ledger:
+        with self.guard.session(self._sessions.of(None, runtime)) as ledger:
             for text in texts:
                 self.guard.observe_user(text, ledger=ledger)
 
@@ -298,7 +313,7 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = state["messages"]
         if not self._due(messages):
             return None
-        with self.guard.session(self._sessions.of(None)) as ledger:
+        with self.guard.session(self._sessions.of(None, runtime)) as ledger:
             return self._compacted(messages, ledger)
 
     async def abefore_model(
@@ -308,7 +323,7 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         messages = state["messages"]
         if not self._due(messages):
             return None
-        async with self.guard.session(self._sessions.of(None)) as ledger:
+        async with self.guard.session(self._sessions.of(None, runtime)) as ledger:
             return self._compacted(messages, ledger)
 
     def _due(self, messages: Sequence[AnyMessage]) -> bool:

@@ -497,6 +497,18 @@ def test_thread_id_reads_the_config() -> None:
     assert thread_id({}) is None
 
 
+def test_a_hook_that_cannot_read_the_run_config_takes_the_thread_from_the_runtime() -> None:
+    """Where the run's config is out of reach (async hooks on 3.10), the runtime names it."""
+    from langgraph.runtime import ExecutionInfo, Runtime
+
+    from guardrail.integrations.langchain import _run_config
+
+    info = ExecutionInfo(checkpoint_id="c", checkpoint_ns="", task_id="t", thread_id="t7")
+    assert _run_config(Runtime(execution_info=info)) == {"configurable": {"thread_id": "t7"}}
+    assert _run_config(Runtime()) == {}
+    assert _run_config(None) == {}
+
+
 def test_only_the_users_new_messages_are_observed() -> None:
     """Each run reads the user messages after the model's last reply, once, and no block."""
     shop = Shop()
