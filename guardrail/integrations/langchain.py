@@ -39,7 +39,7 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
     ) from missing
 
 from guardrail._verdict import Rejection, Verdict
-from guardrail.compaction import DEFAULT_KEEP_RECENT, Summarizer, compact
+from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._langchain_messages import (
     from_chat,
@@ -57,11 +57,15 @@ __all__ = [
     "GuardrailCompactionMiddleware",
     "GuardrailMiddleware",
     "SessionOf",
+    "Trigger",
     "thread_id",
 ]
 
 SessionOf = Callable[[RunnableConfig], "str | None"]
 """What names a run's conversation: the run's config in, a session id (or None) out."""
+
+Trigger = tuple[Literal["messages", "tokens"], int]
+"""When to compact: ``("messages", n)``, n messages or more; ``("tokens", n)``, n tokens or more."""
 
 _ToolResponse = ToolMessage | Command[Any]
 
@@ -224,7 +228,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         if not verdict.allowed:
             if self.guard.mode == "observe":
                 return request, None  # runs as the model wrote it; the record learns nothing
-            return request, refusal_message(verdict, call["id"])
+            return request, _refusal_message(verdict, call["id"])
         arguments = verdict.arguments
         if arguments is not None and arguments is not call["args"]:
             request = request.override(tool_call={**call, "args": dict(arguments)})
@@ -247,7 +251,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
 
 
-def refusal_message(verdict: Verdict, call_id: str | None) -> ToolMessage:
+def _refusal_message(verdict: Verdict, call_id: str | None) -> ToolMessage:
     """The tool message a refused call answers with: the re-prompt, ``status="error"``."""
     return ToolMessage(
         content=verdict.message,
@@ -256,9 +260,6 @@ def refusal_message(verdict: Verdict, call_id: str | None) -> ToolMessage:
         status="error",
         artifact=Rejection(verdict).to_dict(),
     )
-
-
-Trigger = tuple[Literal["messages", "tokens"], int]
 
 
 class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
@@ -284,7 +285,7 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         guard: Guard,
         *,
         trigger: Trigger = ("messages", 40),
-        keep_last_messages: int = 2 * DEFAULT_KEEP_RECENT + 2,
+        keep_last_messages: int = 6,
         summarize: Summarizer | None = None,
         role: Literal["system", "user"] = "system",
         session: SessionOf | None = None,
