@@ -245,8 +245,43 @@ def test_two_conversations_at_once_never_see_each_others_ids() -> None:
     assert shop.refunds == ["#W8855135"]
 
 
+def ledger_value(messages: Sequence[BaseMessage], role: str) -> str:
+    """The value of ``role`` in the ID LEDGER block of a context, as a model copies it."""
+    block = next(m.text for m in messages if m.text.startswith(BLOCK_HEADER))
+    return next(row.split()[1] for row in block.splitlines() if row.startswith(f"{role} "))
+
+
 def test_the_verbatim_id_survives_a_compaction_in_the_middle_of_the_loop() -> None:
-    """After compaction drops the search result, the next call copies the id from the block."""
+    """In one run: search, compaction drops the result, the refund copies the id from the block."""
+    shop = Shop()
+    contexts: list[list[BaseMessage]] = []
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        contexts.append(list(messages))
+        if len(contexts) == 1:
+            return calls(call("search_orders", customer_id="cus_41ZpA9"))
+        if len(contexts) == 2:  # the search result has been compacted away by now
+            return calls(call("refund", order_id=ledger_value(messages, "order_2")))
+        return AIMessage("done")
+
+    compaction = GuardrailCompactionMiddleware(
+        shop.guard, trigger=("messages", 3), keep_last_messages=0
+    )
+    messages = run(
+        shop.agent(script, middleware=[compaction]), "Refund my second order, I am cus_41ZpA9"
+    )
+    assert shop.refunds == ["#W2378156"]
+    compacted = contexts[1]
+    assert isinstance(compacted[0], SystemMessage)
+    assert compacted[0].text.startswith(BLOCK_HEADER)
+    assert not any(isinstance(m, ToolMessage) for m in compacted)  # the search result is gone
+    assert "#W2378156" not in compacted[0].text.split("SUMMARY", 1)[1]  # the summary names roles
+    assert len(contexts) == 3
+    assert messages[-1].text == "done"
+
+
+def test_the_verbatim_id_survives_compaction_across_runs_of_a_thread() -> None:
+    """With a checkpointer, the next run of the thread refunds from the compacted history."""
     shop = Shop()
     contexts: list[list[BaseMessage]] = []
 
@@ -256,10 +291,7 @@ def test_the_verbatim_id_survives_a_compaction_in_the_middle_of_the_loop() -> No
         if isinstance(last, HumanMessage) and "again" not in last.text:
             return calls(call("search_orders", customer_id="cus_41ZpA9"))
         if isinstance(last, HumanMessage):
-            # Only the compacted context is left: read the id from the ledger block, verbatim.
-            block = next(m.text for m in messages if m.text.startswith(BLOCK_HEADER))
-            line = next(row for row in block.splitlines() if row.startswith("order_2 "))
-            return calls(call("refund", order_id=line.split()[1]))
+            return calls(call("refund", order_id=ledger_value(messages, "order_2")))
         return AIMessage("done")
 
     compaction = GuardrailCompactionMiddleware(
@@ -274,11 +306,7 @@ def test_the_verbatim_id_survives_a_compaction_in_the_middle_of_the_loop() -> No
     run(agent, "Which orders do I have?, I am cus_41ZpA9", thread="c")
     messages = run(agent, "Refund the second one again", thread="c")
     assert shop.refunds == ["#W2378156"]
-    compacted = contexts[-2]
-    assert isinstance(compacted[0], SystemMessage)
-    assert compacted[0].text.startswith(BLOCK_HEADER)
-    assert not any(isinstance(m, ToolMessage) for m in compacted)  # the search result is gone
-    assert "#W2378156" not in compacted[0].text.split("SUMMARY", 1)[1]  # the summary names roles
+    assert not any(isinstance(m, ToolMessage) for m in contexts[-2])
     assert tool_messages(messages, "refund")[-1].status == "success"
 
 
