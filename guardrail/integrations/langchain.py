@@ -123,6 +123,12 @@ def _run_config(runtime: Runtime[Any] | None) -> RunnableConfig:
         return {"configurable": {"thread_id": thread}} if thread else {}
 
 
+def _tool_config(request: ToolCallRequest) -> RunnableConfig | None:
+    """The config of the run a tool call belongs to (None: read it where the call runs)."""
+    config: RunnableConfig | None = getattr(request.runtime, "config", None)
+    return config
+
+
 class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Checks every tool call of a LangChain agent against the conversation's ledger.
 
@@ -189,7 +195,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], _ToolResponse],
     ) -> _ToolResponse:
         """Check the call, run it with the ledger's spelling of each id, record the result."""
-        with self.guard.session(self._sessions.of(request.runtime.config)) as ledger:
+        with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
             request, refusal = self._before(request, ledger)
             if refusal is not None:
                 return refusal
@@ -207,7 +213,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ToolCallRequest], Awaitable[_ToolResponse]],
     ) -> _ToolResponse:
         """As :meth:`wrap_tool_call`, for async tools and ``ainvoke``."""
-        async with self.guard.session(self._sessions.of(request.runtime.config)) as ledger:
+        async with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
             request, refusal = self._before(request, ledger)
             if refusal is not None:
                 return refusal

@@ -563,6 +563,23 @@ def test_a_hook_that_cannot_read_the_run_config_takes_the_thread_from_the_runtim
     assert _run_config(None) == {}
 
 
+def test_a_tool_call_outside_a_graph_uses_the_default_session() -> None:
+    """A request with no runtime (a tool node driven by hand) takes the guard's default session."""
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+
+    shop = Shop(default_session="direct")
+    middleware = GuardrailMiddleware(shop.guard)
+    refund_call = call("refund", order_id="#W8855135")
+    request = ToolCallRequest(tool_call=refund_call, tool=None, state={}, runtime=None)  # type: ignore[arg-type]
+    with capture_logs() as events:
+        answer = middleware.wrap_tool_call(
+            request, lambda req: ToolMessage("ran", tool_call_id="x")
+        )
+    assert isinstance(answer, ToolMessage) and answer.status == "error"  # refused: unknown id
+    checked = [e for e in events if e["event"] == "guardrail.call_checked"]
+    assert [(e["session"], e["outcome"]) for e in checked] == [("direct", "refused")]
+
+
 def test_only_the_users_new_messages_are_observed() -> None:
     """Each run reads the user messages after the model's last reply, once, and no block."""
     shop = Shop()
