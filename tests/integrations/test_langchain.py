@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import importlib
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.messages import (
@@ -814,3 +817,54 @@ def test_the_example_runs_offline() -> None:
     assert done.returncode == 0, done.stderr
     assert "refused" in done.stdout
     assert "refunded #W2378156" in done.stdout
+
+
+# -- the property ---------------------------------------------------------------------------
+
+# What a model may send as an order id: one a search returned, one it mutated or cut, one the
+# user typed, or one it made up.
+_ORDER_PICKS = st.sampled_from(
+    ["#W8855135", "W2378156", "#W2378157", "#W237815", "#W5555001", "#W1234567", "#W0000000"]
+)
+_ACTIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("search"), st.sampled_from(sorted(ORDERS))),
+        st.tuples(st.just("refund"), _ORDER_PICKS),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(actions=_ACTIONS)
+def test_no_script_gets_a_refund_onto_an_order_no_search_had_returned(
+    actions: list[tuple[str, str]],
+) -> None:
+    """Whatever a model sends, every refund that runs is of an order a search returned before."""
+    shop = Shop(max_reprompts=100)
+    returned: set[str] = set()  # the orders the searches so far showed the model
+    refunds: list[tuple[str, bool]] = []
+    turn = iter(actions)
+
+    @tool
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        refunds.append((order_id, order_id in returned))
+        return f"refunded {order_id}"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if (
+            isinstance(last, ToolMessage)
+            and last.name == "search_orders"
+            and last.status != "error"
+        ):
+            returned.update(o["order_id"] for o in json.loads(last.text)["orders"])
+        name, value = next(turn, ("done", ""))
+        if name == "search":
+            return calls(call("search_orders", customer_id=value))
+        return calls(call("refund", order_id=value)) if name == "refund" else AIMessage("done")
+
+    text = "I am cus_41ZpA9, my wife is cus_77Hn02; my order is #W5555001"
+    run(shop.agent(script, tools=[shop.tools[0], refund]), text, thread="property")
+    assert all(known for _, known in refunds), refunds
