@@ -954,11 +954,16 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
 # -- the integrations -----------------------------------------------------------------------
 
 
+#: The adapters' benchmarks that add their sections to this report, each a module beside this
+#: file with ``bench(sizes, report, rng)``; the others run on their own (see README.md).
+INTEGRATION_BENCHMARKS = ("integrations_langchain",)
+
+
 def bench_integrations(sizes: Sizes, report: Report, rng: random.Random) -> None:
-    """Each runtime adapter's overhead beside the runtime's own: ``integrations_*.py`` here."""
+    """Runtime adapters' overhead beside the runtime's own (:data:`INTEGRATION_BENCHMARKS`)."""
     sys.path.insert(0, str(HERE))
-    for path in sorted(HERE.glob("integrations_*.py")):
-        importlib.import_module(path.stem).bench(sizes, report, rng)
+    for name in INTEGRATION_BENCHMARKS:
+        importlib.import_module(name).bench(sizes, report, rng)
 
 
 def machine() -> list[str]:

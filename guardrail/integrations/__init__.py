@@ -1,5 +1,9 @@
-"""Adapters for agent runtimes, each an optional extra over the same public core.
+"""Adapters for agent runtimes, each a thin layer over the same core.
 
+- :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
+  (no extra).
+- :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
+- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
   (``pip install 'guardrail[langchain]'``).
 """
