@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck docs unit bench bench-quick clean
+.PHONY: demo test test-quick lint typecheck docs unit bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ unit: $(STAMP)
 	$(BIN)/pytest -q
 
 test: lint typecheck docs unit
+
+# The suite without the tests marked slow (fuzzing, long property runs, the corpus replays),
+# stopping at the first failure: the loop while editing. `make test`, and CI, run them all.
+test-quick: $(STAMP)
+	$(BIN)/pytest -q -m "not slow" -x
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
