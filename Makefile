@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick lint typecheck docs unit bench bench-quick clean
+.PHONY: demo test test-quick lint typecheck docs unit bench bench-save bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,8 +37,13 @@ test: lint typecheck docs unit
 test-quick: $(STAMP)
 	$(BIN)/pytest -q -m "not slow" -x
 
+# The full run writes its table and plot to benchmarks/results/local/, which git ignores;
+# bench-save writes the tracked benchmarks/results/ the README quotes.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+bench-save: $(STAMP)
+	$(BIN)/python benchmarks/run.py --save
 
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/run.py --quick

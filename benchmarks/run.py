@@ -1,8 +1,10 @@
 """What the guard costs, measured in one process run against the floor and the peers.
 
 Run ``python benchmarks/run.py`` for the full table (it also writes
-``benchmarks/results/latest.md`` and ``scaling.png``), or ``--quick`` to run
-every benchmark with tiny sizes, only to check that the harness works.
+``latest.md`` and ``scaling.png`` to ``benchmarks/results/local/``, which git
+ignores; ``--save`` writes them to the tracked ``benchmarks/results/`` instead,
+for a run meant to be published), or ``--quick`` to run every benchmark with
+tiny sizes, only to check that the harness works.
 
 A plain ``timeit``-style harness rather than pytest-benchmark: every case is
 measured in the same process, in interleaved rounds (round *r* runs every
@@ -48,7 +50,8 @@ from guardrail.compaction import compact
 from guardrail.ledger import Source
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = HERE / "results"  # the published table and plot, tracked
+LOCAL = RESULTS / "local"  # a run's own, git-ignored: a run on a laptop changes nothing
 ALPHABET = string.ascii_letters + string.digits
 CUSTOMER, ORDER = "customer", "order"
 
@@ -1082,18 +1085,26 @@ def plot(report: Report, path: Path) -> str:
     return f"plot written to {path}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str], Path | None]:
+    """The options, the groups to run and the folder the results go to (None: printed only)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness runs")
     parser.add_argument(
         "--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}"
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="folder for latest.md and scaling.png (default: benchmarks/results on a full run "
-        "of every group; nothing written in quick mode)",
+        help="folder for latest.md and scaling.png (default: benchmarks/results/local, "
+        "git-ignored, on a full run of every group; nothing written in quick mode)",
+    )
+    where.add_argument(
+        "--save",
+        action="store_true",
+        help="write to the tracked benchmarks/results (latest.md, scaling.png) that the "
+        "README quotes: a full run of every group only",
     )
     parser.add_argument("--seed", type=int, default=1234)
     options = parser.parse_args(argv)
@@ -1101,10 +1112,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         parser.error(f"unknown group(s) {unknown}; choose from {', '.join(GROUPS)}")
-    sizes = QUICK if options.quick else FULL
-    out = options.out
-    if out is None and not options.quick and set(groups) == set(GROUPS):
+    full = not options.quick and set(groups) == set(GROUPS)
+    if options.save and not full:
+        parser.error(
+            "--save replaces the published results: run every group at full size "
+            "(drop --quick and --only), or write elsewhere with --out"
+        )
+    out: Path | None = options.out
+    if options.save:
         out = RESULTS
+    elif out is None and full:
+        out = LOCAL
+    return options, groups, out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, groups, out = parse(argv)
+    sizes = QUICK if options.quick else FULL
     rng = random.Random(options.seed)
     report = Report()
     started = time.perf_counter()
@@ -1135,7 +1159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "latest.md").write_text(text, encoding="utf-8")
+        print(f"table written to {out / 'latest.md'}", file=sys.stderr)
         print(plot(report, out / "scaling.png"), file=sys.stderr)
+        if out == LOCAL:
+            print("(--save writes the published benchmarks/results/ instead)", file=sys.stderr)
     return 0
 
 
