@@ -981,8 +981,10 @@ def machine() -> list[str]:
         ).stdout.strip()
     return [
         f"- CPU: {cpu} ({os.cpu_count()} logical CPUs)",
-        f"- Python: {platform.python_implementation()} {platform.python_version()}"
-        f" on {platform.system()}",
+        (
+            f"- Python: {platform.python_implementation()} {platform.python_version()}"
+            f" on {platform.system()}"
+        ),
         "- "
         + ", ".join(f"{name} {version}" for name, version in versions.items())
         + f" (wrapt {wrapt_kind})",
@@ -999,9 +1001,11 @@ def render(report: Report, command: str, quick: bool) -> str:
         ]
     lines += [f"Command: `{command}`", "", *machine(), ""]
     lines += [
-        "Median, min and max over interleaved rounds; a ratio is the median of the per-round "
-        "ratios of the two cases. structlog is configured as in production (filtering below "
-        "WARNING, JSON to a sink).",
+        (
+            "Median, min and max over interleaved rounds; a ratio is the median of the per-round "
+            "ratios of the two cases. structlog is configured as in production (filtering below "
+            "WARNING, JSON to a sink)."
+        ),
         "",
     ]
     for section in report.sections:

@@ -76,9 +76,11 @@ class RepromptLimitExceeded(IdentifierViolation):
         super().__init__(verdict)
         self.limit = limit
         self.args = (
-            f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} in a row; "
-            "stopping instead of re-prompting again. Look the identifiers up with a tool "
-            "or ask the user.)",
+            (
+                f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} in a row; "
+                "stopping instead of re-prompting again. Look the identifiers up with a tool "
+                "or ask the user.)"
+            ),
         )
 
 
