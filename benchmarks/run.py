@@ -270,7 +270,7 @@ def production_logging() -> Iterator[None]:
     the null device so the terminal is not flooded, as a log file would be.
     """
     saved = structlog.get_config()
-    with open(os.devnull, "w") as sink:
+    with Path(os.devnull).open("w") as sink:
         structlog.configure(
             processors=[
                 structlog.processors.add_log_level,
@@ -956,7 +956,7 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
 def machine() -> list[str]:
     cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+    with contextlib.suppress(OSError), Path("/proc/cpuinfo").open() as info:
         for line in info:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -69,7 +70,7 @@ def expand(traces: Any) -> list[Any]:
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:
                 raise GuardrailUsageError(
-                    f"no trace files match {item!r} (relative to {os.getcwd()})"
+                    f"no trace files match {item!r} (relative to {Path.cwd()})"
                 )
             expanded.extend(matches)
         else:
