@@ -595,8 +595,11 @@ def naive_nearest(value: str, keys: Sequence[str], limit: int = 2) -> str | None
 
 
 def mutate(value: str, rng: random.Random) -> str:
-    """One character dropped near the end: found only by the last class of variant the
-    near-miss search tries (a character put back), after every other one."""
+    """One character dropped near the end.
+
+    The near-miss search finds it only with the last class of variant it tries (a character
+    put back), after every other one.
+    """
     position = len(value) - 2 - rng.randrange(2)
     while value[position] == value[position + 1]:  # else it reads as cut short, not mutated
         position -= 1

@@ -152,8 +152,10 @@ def test_corpus_availability_after_compaction(corpus_report: dict[str, Any]) -> 
 def test_corpus_agent_diff_is_empty_with_guardrail_and_not_with_a_plain_summary(
     corpus_report: dict[str, Any],
 ) -> None:
-    """The reference agent carries every ledger id after guardrail's compaction, not after a
-    plain summary's, and the guard refuses the plain summary's calls that carry a mutated id."""
+    """The reference agent keeps every ledger id after guardrail's compaction, not a summary's.
+
+    And the guard refuses the plain summary's calls that carry a mutated id.
+    """
     agent = corpus_report["total"]["agent"]
     recorded = agent["uncompacted_vs_recording"]
     assert recorded["calls"] == 1164

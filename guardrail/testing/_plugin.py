@@ -61,8 +61,11 @@ class GuardrailReplay(Protocol):
 
 
 def expand(traces: Any) -> list[Any]:
-    """Trace sources with glob patterns expanded (sorted); a pattern that matches nothing is
-    an error, so a moved folder fails the test instead of passing on zero traces."""
+    """Trace sources with glob patterns expanded (sorted).
+
+    A pattern that matches nothing is an error, so a moved folder fails the test instead of
+    passing on zero traces.
+    """
     items = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
     expanded: list[Any] = []
     for item in items:
