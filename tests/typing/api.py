@@ -58,6 +58,7 @@ from guardrail.replay import (
     strategies,
     trace_from_messages,
 )
+from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written
 from guardrail.testing import GuardrailReplay
 
 Order = Annotated[str, Id("order")]
@@ -186,7 +187,13 @@ assert_type(ledger.get("order", "W1000001"), Entry | None)
 assert_type(ledger.roles, dict[str, str])
 ledger.lookup("W1000001")  # type: ignore[attr-defined]  # internal now
 assert_type(ledger.pin("order"), Entry)
-assert_type(MemoryStore().load("conv-1"), Ledger | None)
+assert_type(MemoryStore().load("conv-1"), Snapshot | None)
+assert_type(MemoryStore().apply("conv-1", Change(0)), Written)
+assert_type(guard.check("refund", {"order_id": "W1"}, session="conv-1"), Verdict)
+assert_type(guard.ledger_for("conv-1"), Ledger)
+guard.end_session("conv-1", delete=True)
+assert_type(guard.expire_sessions(3600), list[str])
+Guard(store=ThreadedAsyncStore(MemoryStore()), max_cached_sessions=100)
 Ledger.from_json(ledger)  # type: ignore[arg-type]
 
 # -- compaction -------------------------------------------------------------------------------

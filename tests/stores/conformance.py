@@ -1,0 +1,463 @@
+"""The tests every store passes: import them into a store's test module with a factory fixture.
+
+A store's test module does::
+
+    from .conformance import *  # noqa: F403  (the suite)
+
+    @pytest.fixture
+    def store_factory(tmp_path) -> StoreFactory:
+        return StoreFactory(functools.partial(SQLiteStore, tmp_path / "s.sqlite3"))
+
+``StoreFactory.build`` makes a new store over the same data each time it is
+called; it must pickle when ``processes`` is true, for the tests that run
+workers in other processes (each rebuilds its store from it).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from guardrail import GuardrailError, IdentifierViolation, Ledger
+from guardrail.stores import Change, Snapshot, Store
+from tests.conftest import ORDERS, shop_guard
+
+__all__ = [
+    "StoreFactory",
+    "live",
+    "store",
+    "test_a_change_is_all_or_nothing",
+    "test_a_concurrent_removal_wins_over_an_older_use",
+    "test_a_deleted_session_reads_as_new",
+    "test_a_guard_reads_every_ledger_field_back",
+    "test_a_guard_sees_what_another_guard_wrote_since",
+    "test_a_killed_writer_leaves_all_or_none_of_a_result",
+    "test_a_later_use_wins_over_a_concurrent_removal",
+    "test_a_missing_session_loads_as_none",
+    "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
+    "test_a_record_of_any_shape_comes_back_as_written",
+    "test_a_writer_that_saw_a_row_replaces_it",
+    "test_changes_since_gives_only_other_writers_rows",
+    "test_concurrent_writers_merge_one_entry",
+    "test_eight_processes_serving_interleaved_turns_lose_nothing",
+    "test_expire_deletes_only_idle_sessions",
+    "test_records_and_meta_round_trip",
+    "test_threads_writing_one_session_lose_nothing",
+    "test_two_processes_with_two_threads_each_on_one_session_lose_nothing",
+    "test_versions_count_writes",
+]
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """Builds stores over the same data; ``processes``: whether another process sees it too."""
+
+    build: Callable[[], Store]
+    processes: bool = True
+
+    def __call__(self) -> Store:
+        return self.build()
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> Iterator[Store]:
+    """One store from the module's factory, closed after the test."""
+    built = store_factory()
+    yield built
+    built.close()
+
+
+def live(key: str, *, turn: int = 0, kind: str = "order", **fields: Any) -> dict[str, Any]:
+    """A live record as a ledger writes it (an entry's fields plus state and turn)."""
+    record: dict[str, Any] = {
+        "kind": kind,
+        "key": key,
+        "state": "live",
+        "turn": turn,
+        "value": key,
+        "role": f"{kind}_{key}",
+        "aliases": [],
+        "source": {"tool": "get_order", "call_id": "c1", "path": "order_id", "turn": turn},
+        "first_seen": turn,
+        "last_used": turn,
+        "verified": True,
+        "status": None,
+        "pinned": False,
+        "epoch": 1,
+    }
+    record.update(fields)
+    if "turn" in fields or "last_used" not in fields:
+        record["last_used"] = record["turn"]
+    return record
+
+
+def meta(**fields: Any) -> dict[str, Any]:
+    """A session meta as a ledger writes it."""
+    data: dict[str, Any] = {
+        "capacity": 1000,
+        "tombstone_capacity": 1000,
+        "seal_key": "ab" * 32,
+        "turn": 0,
+        "epoch": 1,
+        "kinds": ["order"],
+        "counters": {"order": 1},
+        "user_texts": [],
+        "refusals": {},
+    }
+    data.update(fields)
+    return data
+
+
+def by_key(snapshot: Snapshot | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """A snapshot's records by (kind, key), as plain dicts."""
+    assert snapshot is not None
+    return {(r["kind"], r["key"]): dict(r) for r in snapshot.records}
+
+
+def test_a_missing_session_loads_as_none(store: Store) -> None:
+    """A session never written loads as None and has no changes."""
+    assert store.load("nobody") is None
+    assert store.changes_since("nobody", 0) is None
+
+
+def test_records_and_meta_round_trip(store: Store) -> None:
+    """Every field of every record state and of the meta comes back as written."""
+    records = [
+        live("W1", turn=2, pinned=True, aliases=["old"], status="pending", verified=False),
+        {"kind": "order", "key": "W2", "state": "evicted", "turn": 3, "value": "#W2", "role": "o2"},
+        {
+            "kind": "item",
+            "key": "it_1",
+            "state": "dropped",
+            "turn": 1,
+            "value": "it_1",
+            "tool": "search",
+        },
+        {"kind": "order", "key": "W3", "state": "gone", "turn": 4},
+    ]
+    written = meta(turn=4, user_texts=["refund W1 ü"], refusals={"refund": 2})
+    version = store.apply("s", Change(0, records, written)).version
+    loaded = store.load("s")
+    assert loaded is not None and loaded.complete and loaded.version == version
+    assert by_key(loaded) == {(r["kind"], r["key"]): r for r in records}
+    assert dict(loaded.meta or {}) == written
+
+
+def test_a_record_of_any_shape_comes_back_as_written(store: Store) -> None:
+    """A store checks nothing: odd records come back as written, for the guard to judge."""
+    odd = [
+        {**live("W1"), "verified": "yes", "extra": 1},
+        {"kind": "order", "key": "W2", "state": "haunted", "turn": 1},
+        {**live("W3"), "source": {"tool": "t"}},
+    ]
+    store.apply("s", Change(0, odd, meta()))
+    assert by_key(store.load("s")) == {(r["kind"], r["key"]): r for r in odd}
+
+
+def test_versions_count_writes(store: Store) -> None:
+    """Each write adds one to the version and says whether the writer was up to date."""
+    first = store.apply("s", Change(0, [live("W1")], meta()))
+    assert first.alone  # it created the session
+    second = store.apply("s", Change(first.version, [live("W2")]))
+    assert second == (first.version + 1, True)
+    assert store.changes_since("s", second.version) is None
+    assert store.load("s").version == second.version  # type: ignore[union-attr]
+    third = store.apply("s", Change(first.version, [live("W3")]))  # missed the second write
+    assert third == (second.version + 1, False)
+
+
+def test_changes_since_gives_only_other_writers_rows(store: Store) -> None:
+    """changes_since a version returns the rows written after it, and the meta only if changed."""
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
+    store.apply("s", Change(base, [live("W2", turn=1)]))
+    delta = store.changes_since("s", base)
+    assert delta is not None and not delta.complete and delta.meta is None
+    assert set(by_key(delta)) == {("order", "W2")}
+    latest = store.apply("s", Change(delta.version, (), meta(turn=5))).version
+    delta = store.changes_since("s", delta.version)
+    assert delta is not None and delta.version == latest and delta.meta is not None
+    assert delta.meta["turn"] == 5 and not delta.records
+
+
+def test_concurrent_writers_merge_one_entry(store: Store) -> None:
+    """Two writers unaware of each other: one entry, verified, latest use, pinned, both names."""
+    base = store.apply("s", Change(0, [], meta())).version
+    store.apply("s", Change(base, [live("W1", turn=1, verified=False, role="typed")]))
+    store.apply("s", Change(base, [live("W1", turn=3, pinned=True, role="order", value="#W1")]))
+    record = by_key(store.load("s"))["order", "W1"]
+    assert record["verified"] and record["value"] == "#W1" and record["pinned"]
+    assert (record["turn"], record["last_used"], record["first_seen"]) == (3, 3, 1)
+    assert (record["role"], record["aliases"]) == ("typed", ["order"])
+
+
+def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
+    """A writer up to date with a row replaces it: unpinning and forgetting persist."""
+    base = store.apply("s", Change(0, [live("W1", pinned=True)], meta())).version
+    now = store.apply("s", Change(base, [live("W1", pinned=False)])).version
+    assert not by_key(store.load("s"))["order", "W1"]["pinned"]
+    store.apply("s", Change(now, [{"kind": "order", "key": "W1", "state": "gone", "turn": 0}]))
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "gone"
+
+
+def test_a_concurrent_removal_wins_over_an_older_use(store: Store) -> None:
+    """A tombstone written concurrently beats a live copy used no later than it."""
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta())).version
+    tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
+    store.apply("s", Change(base, [tomb]))
+    store.apply("s", Change(base, [live("W1", turn=2, pinned=True)]))  # never saw the eviction
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "evicted"
+
+
+def test_a_later_use_wins_over_a_concurrent_removal(store: Store) -> None:
+    """A live copy used after a concurrent eviction comes back (it was seen again)."""
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta())).version
+    tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
+    store.apply("s", Change(base, [tomb]))
+    store.apply("s", Change(base, [live("W1", turn=5)]))
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "live"
+
+
+def test_a_deleted_session_reads_as_new(store: Store) -> None:
+    """After delete: load is None, and a reader holding an old version gets a complete snapshot."""
+    old = store.apply("s", Change(0, [live("W1")], meta())).version
+    store.delete("s")
+    assert store.load("s") is None
+    gone = store.changes_since("s", old)
+    assert gone is not None and gone.complete and not gone.records and gone.version == 0
+    store.apply("s", Change(0, [live("W9")], meta()))
+    again = store.changes_since("s", old)
+    assert again is not None and again.complete and set(by_key(again)) == {("order", "W9")}
+
+
+def test_expire_deletes_only_idle_sessions(store: Store) -> None:
+    """expire(max_idle) deletes the sessions no one wrote for that long, and returns their ids."""
+    store.apply("old", Change(0, [live("W1")], meta()))
+    time.sleep(0.3)
+    store.apply("new", Change(0, [live("W2")], meta()))
+    assert store.expire(3600) == []
+    assert store.expire(0.25) == ["old"]
+    assert store.load("old") is None and store.load("new") is not None
+
+
+def test_a_change_is_all_or_nothing(store: Store) -> None:
+    """A change that cannot be written leaves none of its records behind."""
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
+    bad = live("W3", value=object())  # cannot be stored as JSON
+    with pytest.raises(Exception):  # noqa: B017  (the store's own error, any kind)
+        store.apply("s", Change(base, [live("W2"), bad]))
+    assert set(by_key(store.load("s"))) == {("order", "W1")}
+    assert store.changes_since("s", base) is None
+
+
+def test_threads_writing_one_session_lose_nothing(store_factory: StoreFactory) -> None:
+    """Eight threads (each with its own store) writing one session at once keep every record."""
+    stores = [store_factory() for _ in range(8)]
+    stores[0].apply("s", Change(0, [], meta()))
+
+    def write(n: int) -> None:
+        for i in range(25):
+            stores[n].apply("s", Change(0, [live(f"W{n}_{i}", turn=i)]))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(by_key(stores[0].load("s"))) == 200
+    for built in stores:
+        built.close()
+
+
+# -- through a guard ---------------------------------------------------------------------------
+
+
+def canonical(ledger: Ledger) -> dict[str, Any]:
+    """Everything a ledger holds, in a form that ignores the order of equally recent entries."""
+    data = ledger.to_dict()
+    data["entries"] = sorted(data["entries"], key=lambda e: (e["kind"], e["key"]))
+    for entry in data["entries"]:
+        entry["aliases"] = sorted(entry["aliases"])
+    data["tombstones"] = sorted(data["tombstones"], key=lambda t: (t["kind"], t["key"]))
+    data["dropped"] = sorted(data["dropped"], key=lambda d: (d["kind"], d["key"]))
+    data["kinds"] = sorted(data["kinds"])
+    return data
+
+
+def test_a_guard_reads_every_ledger_field_back(store_factory: StoreFactory) -> None:
+    """Typed, verified, labelled, pinned, forgotten, dropped, refused: another guard reads all."""
+    writer = shop_guard("reprompt", store=store_factory(), max_ids_per_call=2, tombstones=5)
+    with writer.session("s") as ledger:
+        writer.observe_user("I am cus_ABC123, about #W7777777")
+        writer.record("search_orders", {}, ORDERS, call_id="c1")
+        writer.label("order_2", "pending_order")
+        writer.pin("pending_order")
+        writer.forget("order")
+        flood = {"orders": [{"order_id": f"W55{n:05d}"} for n in range(6)]}
+        writer.record("search_orders", {}, flood, call_id="c2")
+        writer.enforce("issue_refund", {"order_id": "W1231231"})
+        expected = canonical(ledger)
+    assert expected["tombstones"] and expected["dropped"] and expected["refusals"]
+    reader = shop_guard("reprompt", store=store_factory(), max_ids_per_call=2, tombstones=5)
+    with reader.session("s") as loaded:
+        assert canonical(loaded) == expected
+        assert loaded.seal_key == ledger.seal_key
+        assert loaded["pending_order"].aliases == ("order_2",)
+
+
+def test_a_guard_sees_what_another_guard_wrote_since(store_factory: StoreFactory) -> None:
+    """A session cached by one guard picks up the ids another guard recorded, at the next scope."""
+    one, two = shop_guard(store=store_factory()), shop_guard(store=store_factory())
+    with one.session("s"):
+        one.record("get_order", {}, {"order_id": "W1000001"})
+    with two.session("s"):
+        two.record("get_order", {}, {"order_id": "W2000002"})
+        two.forget("order")
+    with one.session("s") as ledger:
+        assert one.check("issue_refund", {"order_id": "W2000002"}).allowed
+        with pytest.raises(IdentifierViolation):
+            one.enforce("issue_refund", {"order_id": "W1000001"})  # forgotten by the other
+        assert ledger._tombstone("order", "W1000001") is not None
+
+
+def test_a_record_a_guard_cannot_read_is_refused_with_its_session_named(
+    store_factory: StoreFactory,
+) -> None:
+    """A stored entry whose fields are wrong stops the session from opening: no smaller ledger."""
+    store = store_factory()
+    bad = live("W1234567", value="#W1234567", verified="yes")
+    store.apply("s", Change(0, [bad], meta()))
+    guard = shop_guard(store=store_factory())
+    with pytest.raises(Exception, match=r"session 's'.*verified: expected a boolean") as info:
+        guard.session("s").__enter__()
+    assert isinstance(info.value, GuardrailError)
+    assert guard.cached_sessions() == []
+
+
+def _serve(factory: StoreFactory, worker: int, workers: int, sessions: int, turns: int) -> None:
+    """One worker process: its share of every conversation's turns, a session opened per call."""
+    guard = shop_guard(store=factory(), max_ids_per_call=10)
+    for turn in range(turns):
+        for conversation in range(sessions):
+            if (conversation + turn) % workers != worker:
+                continue
+            session = f"conv-{conversation}"
+            order = f"W1{conversation:02d}{turn:04d}"
+            guard.record(
+                "get_order", {}, {"order_id": order}, call_id=f"w{worker}t{turn}", session=session
+            )
+            guard.check("issue_refund", {"order_id": order}, session=session)
+
+
+def test_eight_processes_serving_interleaved_turns_lose_nothing(
+    store_factory: StoreFactory,
+) -> None:
+    """8 processes, 100 conversations: each id recorded is in its ledger once, with its source."""
+    if not store_factory.processes:
+        pytest.skip("this store is not shared between processes")
+    workers, sessions, turns = 8, 100, 6
+    context = multiprocessing.get_context("fork")
+    procs = [
+        context.Process(target=_serve, args=(store_factory, w, workers, sessions, turns))
+        for w in range(workers)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=120)
+        assert proc.exitcode == 0
+    guard = shop_guard(store=store_factory())
+    for conversation in range(sessions):
+        with guard.session(f"conv-{conversation}") as ledger:
+            entries = ledger.entries()
+            assert len(entries) == turns and len({e.role for e in entries}) == turns
+            for entry in entries:
+                turn = int(entry.key[4:])
+                assert entry.key == f"W1{conversation:02d}{turn:04d}" and entry.verified
+                worker = (conversation + turn) % workers
+                assert (entry.source.tool, entry.source.call_id) == (
+                    "get_order",
+                    f"w{worker}t{turn}",
+                )
+
+
+def _flood(factory: StoreFactory, started: Any) -> None:
+    """Record 400-id results into one session until killed."""
+    guard = shop_guard(store=factory(), capacity=1_000_000, max_ids_per_call=1000)
+    for n in range(10_000):
+        orders = {"orders": [{"order_id": f"W{n + 100:03d}{i:04d}"} for i in range(400)]}
+        guard.record("search_orders", {}, orders, call_id=f"r{n}", session="s")
+        started.set()
+
+
+def test_a_killed_writer_leaves_all_or_none_of_a_result(store_factory: StoreFactory) -> None:
+    """SIGKILL mid-record: each result is stored whole or not at all; the next writer goes on."""
+    if not store_factory.processes:
+        pytest.skip("this store is not shared between processes")
+    context = multiprocessing.get_context("fork")
+    started = context.Event()
+    proc = context.Process(target=_flood, args=(store_factory, started))
+    proc.start()
+    assert started.wait(timeout=60)
+    time.sleep(random.uniform(0.05, 0.4))
+    assert proc.pid is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(timeout=30)
+    store = store_factory()
+    snapshot = store.load("s")
+    assert snapshot is not None
+    per_result: dict[str, int] = {}
+    for record in snapshot.records:
+        if record["state"] == "live":
+            call = record["source"]["call_id"]
+            per_result[call] = per_result.get(call, 0) + 1
+    assert per_result and set(per_result.values()) == {400}
+    following = shop_guard(store=store_factory(), capacity=1_000_000)
+    following.record("get_order", {}, {"order_id": "W9999999"}, session="s")
+    with following.session("s") as ledger:
+        assert len(ledger) == 400 * len(per_result) + 1
+    store.close()
+
+
+def _two_threads(factory: StoreFactory, prefix: str) -> None:
+    """One process of the next test: two threads, one guard, both in session "s" at once."""
+    guard = shop_guard(store=factory())
+    barrier = threading.Barrier(2)
+
+    def thread(name: str) -> None:
+        with guard.session("s"):
+            barrier.wait(timeout=30)
+            for n in range(40):
+                guard.record("get_order", {}, {"order_id": f"W{prefix}{name}{n:04d}"})
+
+    threads = [threading.Thread(target=thread, args=(t,)) for t in "12"]
+    for running in threads:
+        running.start()
+    for running in threads:
+        running.join()
+
+
+def test_two_processes_with_two_threads_each_on_one_session_lose_nothing(
+    store_factory: StoreFactory,
+) -> None:
+    """Two processes, two threads each, one session at once: all 160 ids are stored."""
+    if not store_factory.processes:
+        pytest.skip("this store is not shared between processes")
+    context = multiprocessing.get_context("fork")
+    procs = [context.Process(target=_two_threads, args=(store_factory, p)) for p in ("11", "22")]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    guard = shop_guard(store=store_factory())
+    with guard.session("s") as ledger:
+        assert len(ledger) == 160
