@@ -1,8 +1,10 @@
 """What the guard costs, measured in one process run against the floor and the peers.
 
 Run ``python benchmarks/run.py`` for the full table (it also writes
-``benchmarks/results/latest.md`` and ``scaling.png``), or ``--quick`` to run
-every benchmark with tiny sizes, only to check that the harness works.
+``latest.md`` and ``scaling.png`` to ``benchmarks/results/local/``, which git
+ignores; ``--save`` writes them to the tracked ``benchmarks/results/`` instead,
+for a run meant to be published), or ``--quick`` to run every benchmark with
+tiny sizes, only to check that the harness works.
 
 A plain ``timeit``-style harness rather than pytest-benchmark: every case is
 measured in the same process, in interleaved rounds (round *r* runs every
@@ -48,7 +50,8 @@ from guardrail.compaction import compact
 from guardrail.ledger import Source
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+RESULTS = HERE / "results"  # the published table and plot, tracked
+LOCAL = RESULTS / "local"  # a run's own, git-ignored: a run on a laptop changes nothing
 ALPHABET = string.ascii_letters + string.digits
 CUSTOMER, ORDER = "customer", "order"
 
@@ -271,7 +274,7 @@ def production_logging() -> Iterator[None]:
     the null device so the terminal is not flooded, as a log file would be.
     """
     saved = structlog.get_config()
-    with open(os.devnull, "w") as sink:
+    with Path(os.devnull).open("w") as sink:
         structlog.configure(
             processors=[
                 structlog.processors.add_log_level,
@@ -596,8 +599,11 @@ def naive_nearest(value: str, keys: Sequence[str], limit: int = 2) -> str | None
 
 
 def mutate(value: str, rng: random.Random) -> str:
-    """One character dropped near the end: found only by the last class of variant the
-    near-miss search tries (a character put back), after every other one."""
+    """One character dropped near the end.
+
+    The near-miss search finds it only with the last class of variant it tries (a character
+    put back), after every other one.
+    """
     position = len(value) - 2 - rng.randrange(2)
     while value[position] == value[position + 1]:  # else it reads as cut short, not mutated
         position -= 1
@@ -1101,7 +1107,7 @@ def bench_integrations(sizes: Sizes, report: Report, rng: random.Random) -> None
 
 def machine() -> list[str]:
     cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+    with contextlib.suppress(OSError), Path("/proc/cpuinfo").open() as info:
         for line in info:
             if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
@@ -1127,8 +1133,10 @@ def machine() -> list[str]:
         ).stdout.strip()
     return [
         f"- CPU: {cpu} ({os.cpu_count()} logical CPUs)",
-        f"- Python: {platform.python_implementation()} {platform.python_version()}"
-        f" on {platform.system()}",
+        (
+            f"- Python: {platform.python_implementation()} {platform.python_version()}"
+            f" on {platform.system()}"
+        ),
         "- "
         + ", ".join(f"{name} {version}" for name, version in versions.items())
         + f" (wrapt {wrapt_kind})",
@@ -1145,9 +1153,11 @@ def render(report: Report, command: str, quick: bool) -> str:
         ]
     lines += [f"Command: `{command}`", "", *machine(), ""]
     lines += [
-        "Median, min and max over interleaved rounds; a ratio is the median of the per-round "
-        "ratios of the two cases. structlog is configured as in production (filtering below "
-        "WARNING, JSON to a sink).",
+        (
+            "Median, min and max over interleaved rounds; a ratio is the median of the per-round "
+            "ratios of the two cases. structlog is configured as in production (filtering below "
+            "WARNING, JSON to a sink)."
+        ),
         "",
     ]
     for section in report.sections:
@@ -1231,18 +1241,26 @@ def plot(report: Report, path: Path) -> str:
     return f"plot written to {path}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[str], Path | None]:
+    """The options, the groups to run and the folder the results go to (None: printed only)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: check the harness runs")
     parser.add_argument(
         "--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}"
     )
-    parser.add_argument(
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="folder for latest.md and scaling.png (default: benchmarks/results on a full run "
-        "of every group; nothing written in quick mode)",
+        help="folder for latest.md and scaling.png (default: benchmarks/results/local, "
+        "git-ignored, on a full run of every group; nothing written in quick mode)",
+    )
+    where.add_argument(
+        "--save",
+        action="store_true",
+        help="write to the tracked benchmarks/results (latest.md, scaling.png) that the "
+        "README quotes: a full run of every group only",
     )
     parser.add_argument("--seed", type=int, default=1234)
     options = parser.parse_args(argv)
@@ -1250,10 +1268,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         parser.error(f"unknown group(s) {unknown}; choose from {', '.join(GROUPS)}")
-    sizes = QUICK if options.quick else FULL
-    out = options.out
-    if out is None and not options.quick and set(groups) == set(GROUPS):
+    full = not options.quick and set(groups) == set(GROUPS)
+    if options.save and not full:
+        parser.error(
+            "--save replaces the published results: run every group at full size "
+            "(drop --quick and --only), or write elsewhere with --out"
+        )
+    out: Path | None = options.out
+    if options.save:
         out = RESULTS
+    elif out is None and full:
+        out = LOCAL
+    return options, groups, out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    options, groups, out = parse(argv)
+    sizes = QUICK if options.quick else FULL
     rng = random.Random(options.seed)
     report = Report()
     started = time.perf_counter()
@@ -1286,7 +1317,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         (out / "latest.md").write_text(text, encoding="utf-8")
+        print(f"table written to {out / 'latest.md'}", file=sys.stderr)
         print(plot(report, out / "scaling.png"), file=sys.stderr)
+        if out == LOCAL:
+            print("(--save writes the published benchmarks/results/ instead)", file=sys.stderr)
     return 0
 
 

@@ -160,7 +160,7 @@ def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
 #: What :func:`_python_literal` returns for a text that is not a plain Python literal.
 _NOT_LITERAL: Any = object()
 #: A quoted string as ``repr`` writes one: no prefix, escapes allowed, no raw line break.
-_STRING = r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"'
+_STRING = "|".join((r"'(?:[^'\\\n]|\\.)*'", r'"(?:[^"\\\n]|\\.)*"'))
 #: The tokens of a dict or list as ``repr`` writes it: strings, numbers, True, False,
 #: None, and runs of brackets, commas, colons and white space. A text is such a literal
 #: when removing them leaves nothing: one pass, no backtracking from token to token.

@@ -73,7 +73,7 @@ class KeyIndex:
         fresh = list(keys)
         if fresh:
             self.alphabet.update("".join(fresh))
-            self.longest = max(self.longest, max(map(len, fresh)))
+            self.longest = max(self.longest, *map(len, fresh))
             self.pending.extend(fresh)
 
     def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:

@@ -167,7 +167,7 @@ def _parse(raw: bytes, path: FilePath, where: str) -> Any:
             raise ManifestError(f"not valid TOML: {exc}", where=where) from None
     try:
         return json.loads(raw, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as exc:
+    except _DuplicateKeyError as exc:
         raise ManifestError(
             f"names {exc.key!r} twice in one object; JSON would silently keep the last one, "
             "so remove or rename one of them",
@@ -178,7 +178,7 @@ def _parse(raw: bytes, path: FilePath, where: str) -> Any:
         raise ManifestError(f"not valid JSON: {exc}{hint}", where=where) from None
 
 
-class _DuplicateKey(ValueError):
+class _DuplicateKeyError(ValueError):
     def __init__(self, key: str) -> None:
         super().__init__(key)
         self.key = key
@@ -189,7 +189,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for key, value in pairs:
         if key in data:
-            raise _DuplicateKey(key)
+            raise _DuplicateKeyError(key)
         data[key] = value
     return data
 

@@ -280,9 +280,10 @@ def _with(node: Any, changes: Iterable[tuple[Any, Any]]) -> Any:
         clone = copy.copy(node)
         for key, new in updated.items():
             object.__setattr__(clone, key, new)
-        return clone
     except Exception:  # an object that cannot be copied keeps the value given
         return node
+    else:
+        return clone
 
 
 def _with_items(node: list[Any] | tuple[Any, ...], changes: Iterable[tuple[int, Any]]) -> Any:

@@ -134,8 +134,9 @@ class Verdict:
 
 
 class _Serializer:
-    """``Rejection.__pydantic_serializer__``: built on first use, so importing guardrail
-    does not import pydantic.
+    """``Rejection.__pydantic_serializer__``, built on first use.
+
+    Built then, so importing guardrail does not import pydantic.
 
     pydantic serialises a value typed ``Any`` (a tool's return in most agent
     frameworks) by asking its class for this attribute; without it, a

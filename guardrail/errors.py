@@ -79,9 +79,11 @@ class RepromptLimitExceeded(IdentifierViolation):
         super().__init__(verdict)
         self.limit = limit
         self.args = (
-            f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} this turn; "
-            "stopping instead of re-prompting again. Look the identifiers up with a tool "
-            "or ask the user.)",
+            (
+                f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} this turn; "
+                "stopping instead of re-prompting again. Look the identifiers up with a tool "
+                "or ask the user.)"
+            ),
         )
 
 

@@ -287,8 +287,7 @@ def _keys(normalize: Normalizer, values: Iterable[str]) -> frozenset[str]:
 def _scanning_pattern(pattern: str) -> str:
     """The pattern for finding ids inside prose: anchors dropped, word edges required."""
     body = pattern
-    if body.startswith("^"):
-        body = body[1:]
+    body = body.removeprefix("^")
     if body.endswith("$") and not body.endswith("\\$"):
         body = body[:-1]
     return rf"(?<![\w])(?:{body})(?![\w])"

@@ -1,11 +1,14 @@
-"""Shared fixtures: a small shop guard, the path of the real traces, the corpus side by side."""
+"""Shared fixtures: a small shop guard, the path of the real traces, the corpus replayed once."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,9 @@ import pytest
 import structlog
 
 from guardrail import Guard, Ledger
-from guardrail.replay import SideBySide, side_by_side
+from guardrail.cli import _main as cli
+from guardrail.replay import ReplayReport, SideBySide, side_by_side
+from guardrail.replay._replay import replay
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO / "corpus"
@@ -54,6 +59,64 @@ def corpus_side_by_side() -> SideBySide:
     )
     guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=quiet)
     return side_by_side(corpus_conversations(), guard, keep_recent=range(5))
+
+
+#: The agent the README's replay command asks for its call on each context.
+REFERENCE_AGENT = "guardrail.replay:reference_agent"
+
+#: The README's replay command: every trace and corruption class, a compaction (guardrail's and
+#: a plain summary's, keep_recent 0) before each of the 1,164 recorded calls, and the reference
+#: agent asked on each context.
+CORPUS_REPLAY = (
+    "replay",
+    str(AIRLINE_TRACES),
+    "--manifest",
+    str(AIRLINE_MANIFEST),
+    "--compact",
+    "--keep-recent",
+    "0",
+    "--agent",
+    REFERENCE_AGENT,
+)
+
+
+@dataclass(frozen=True)
+class CorpusReplay:
+    """One run of the README's replay command: its exit code, its tables and its report."""
+
+    code: int
+    printed: str  # the tables, 100 characters wide
+    report: ReplayReport  # the report the command printed; --json prints report.to_json()
+
+
+@contextlib.contextmanager
+def reports_kept() -> Iterator[list[ReplayReport]]:
+    """While open, each report the replay command builds is also appended to the list given."""
+    reports: list[ReplayReport] = []
+
+    def keep(*args: Any, **options: Any) -> ReplayReport:
+        report = replay(*args, **options)
+        reports.append(report)
+        return report
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "replay", keep)
+        yield reports
+
+
+@pytest.fixture(scope="session")
+def corpus_replay() -> CorpusReplay:
+    """The README's replay command over the whole corpus, run once, in process, for the suite.
+
+    The sweep takes ten seconds or more; the command-line, replay and README tests all assert
+    on this one run. The report is the object the command built and printed.
+    """
+    need_corpus()
+    out = io.StringIO()
+    with reports_kept() as reports, contextlib.redirect_stdout(out):
+        code = cli.main([*CORPUS_REPLAY, "--width", "100", "--no-progress"])
+    (report,) = reports
+    return CorpusReplay(code=code, printed=out.getvalue(), report=report)
 
 
 def shop_guard(mode: str = "raise", **options: object) -> Guard:

@@ -715,7 +715,7 @@ def test_repr_text_with_code_in_it_is_neither_run_nor_harvested(tmp_path: Path) 
         assert guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, payload) == []
         assert isinstance(refund("#W9999999"), Rejection)
         # The same text without the call is a plain literal: read like JSON.
-        clean = payload.split(", 'x':")[0] + "}"
+        clean = payload.split(", 'x':", maxsplit=1)[0] + "}"
         assert [e.value for e in guard.record("search_orders", {}, clean)] == ["#W9999999"]
         assert len(ledger) == 1
     assert not marker.exists()

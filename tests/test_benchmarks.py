@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +84,56 @@ def test_quick_mode_writes_results(quick_run: tuple[str, Path]) -> None:
     assert (out / "latest.md").read_text(encoding="utf-8").startswith("# guardrail benchmarks")
     if importlib.util.find_spec("matplotlib") is not None:
         assert (out / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def harness() -> Iterator[Any]:
+    """benchmarks/run.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_run", RUN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_a_full_run_writes_to_the_ignored_local_folder_unless_saved(harness: Any) -> None:
+    """A full run writes benchmarks/results/local/, which git ignores; --save the tracked files."""
+    _, groups, out = harness.parse([])
+    assert set(groups) == set(harness.GROUPS)
+    assert out == REPO / "benchmarks" / "results" / "local"
+    _, _, saved = harness.parse(["--save"])
+    assert saved == REPO / "benchmarks" / "results"
+    ignored = subprocess.run(
+        ["git", "-C", str(REPO), "check-ignore", "-q", str(out / "latest.md")], check=False
+    )
+    assert ignored.returncode == 0, "benchmarks/results/local/ must be git-ignored"
+    tracked = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--error-unmatch", str(saved / "latest.md")],
+        capture_output=True,
+        check=False,
+    )
+    assert tracked.returncode == 0, "benchmarks/results/latest.md must stay tracked"
+
+
+def test_quick_partial_and_explicit_runs_choose_their_folder(harness: Any) -> None:
+    """Quick and partial runs write nothing unless --out names a folder; --out is used as given."""
+    assert harness.parse(["--quick"])[2] is None
+    assert harness.parse(["--only", "sync,refused"])[2] is None
+    assert harness.parse(["--quick", "--out", "elsewhere"])[2] == Path("elsewhere")
+
+
+@pytest.mark.parametrize(
+    "argv", [["--save", "--quick"], ["--save", "--only", "sync"], ["--save", "--out", "x"]]
+)
+def test_save_refuses_a_run_that_is_not_the_full_one(
+    harness: Any, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--save with --quick, --only or --out stops with a usage error before anything runs."""
+    with pytest.raises(SystemExit) as stopped:
+        harness.parse(argv)
+    assert stopped.value.code == 2
+    assert "--save" in capsys.readouterr().err

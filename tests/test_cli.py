@@ -16,7 +16,17 @@ from guardrail.cli._main import USAGE_ERROR, main
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
-from .conftest import REPO, call, need_corpus, needs_corpus, result, user
+from .conftest import (
+    CORPUS_REPLAY,
+    REFERENCE_AGENT,
+    REPO,
+    CorpusReplay,
+    call,
+    needs_corpus,
+    reports_kept,
+    result,
+    user,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -52,28 +62,10 @@ def _small_trace(tmp_path: Path, extra: list[dict[str, Any]] | None = None) -> P
     return path
 
 
-REFERENCE_AGENT = "guardrail.replay:reference_agent"
-
-
 @pytest.fixture(scope="module")
-def corpus_report() -> dict[str, Any]:
-    """The JSON report of the whole corpus, run once for the module (about ten seconds).
-
-    The full sweep: every trace, every corruption class, a compaction (guardrail's and a plain
-    summary's, keep_recent 0) before each of the 1,164 recorded calls, and the reference agent
-    asked on each context.
-    """
-    command = [sys.executable, "-m", "guardrail", "replay", str(need_corpus())]
-    command += ["--manifest", str(MANIFEST)]
-    options = ["--compact", "--keep-recent", "0", "--agent", REFERENCE_AGENT]
-    capture = subprocess.run(
-        [*command, *options, "--json", "--no-progress"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert capture.returncode == 0, capture.stderr
-    data: dict[str, Any] = json.loads(capture.stdout)
+def corpus_report(corpus_replay: CorpusReplay) -> dict[str, Any]:
+    """The JSON report of the README's command on the whole corpus (the suite's one run)."""
+    data: dict[str, Any] = json.loads(corpus_replay.report.to_json())
     return data
 
 
@@ -160,8 +152,10 @@ def test_corpus_availability_after_compaction(corpus_report: dict[str, Any]) -> 
 def test_corpus_agent_diff_is_empty_with_guardrail_and_not_with_a_plain_summary(
     corpus_report: dict[str, Any],
 ) -> None:
-    """The reference agent carries every ledger id after guardrail's compaction, not after a
-    plain summary's, and the guard refuses the plain summary's calls that carry a mutated id."""
+    """The reference agent keeps every ledger id after guardrail's compaction, not a summary's.
+
+    And the guard refuses the plain summary's calls that carry a mutated id.
+    """
     agent = corpus_report["total"]["agent"]
     recorded = agent["uncompacted_vs_recording"]
     assert recorded["calls"] == 1164
@@ -187,6 +181,21 @@ def test_corpus_in_process_text_tables(capsys: pytest.CaptureFixture[str]) -> No
     assert "(seed 7)" in out
     assert "Detection" in out
     assert "False refusals" in out
+
+
+def test_json_prints_the_report_the_command_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json prints the report the tables would show, exactly as its to_json() writes it."""
+    path = _small_trace(tmp_path)
+    with reports_kept() as reports:
+        code, out, err = _run(
+            capsys, "replay", path, "--manifest", MANIFEST, "--agent", REFERENCE_AGENT, "--json"
+        )
+    assert code == 0, err
+    (report,) = reports
+    assert out == report.to_json() + "\n"
+    assert json.loads(out)["settings"]["agent"] == REFERENCE_AGENT
 
 
 def test_malformed_lines_and_unknown_tools_are_counted(
@@ -427,10 +436,10 @@ def test_console_script_runs_the_demo() -> None:
 
 
 @needs_corpus
-def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+def test_readme_numbers_are_what_the_command_prints(corpus_replay: CorpusReplay) -> None:
     """Every line of the README's replay output is printed, as is, by the command it shows.
 
-    The full sweep with compaction and the reference agent, in process (about ten seconds).
+    The full sweep with compaction and the reference agent, in process: the suite's one run.
     """
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
@@ -439,21 +448,8 @@ def test_readme_numbers_are_what_the_command_prints(capsys: pytest.CaptureFixtur
     command = section[section.index("```sh\n") : section.index("```text\n")]
     for option in ("--compact", "--keep-recent 0", f"--agent {REFERENCE_AGENT}"):
         assert option in command
-    code, out, _ = _run(
-        capsys,
-        "replay",
-        TAU,
-        "--manifest",
-        MANIFEST,
-        "--compact",
-        "--keep-recent",
-        "0",
-        "--agent",
-        REFERENCE_AGENT,
-        "--width",
-        "100",
-        "--no-progress",
-    )
+        assert option.split()[0] in CORPUS_REPLAY  # and the run asserted on is that command
+    code, out = corpus_replay.code, corpus_replay.printed
     assert code == 0
     printed = {line.rstrip() for line in out.splitlines()}
     assert len(expected) > 40

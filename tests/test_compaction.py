@@ -39,7 +39,7 @@ from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger import Source
 from guardrail.replay import SideBySide
 
-from .conftest import AIRLINE_MANIFEST, corpus_conversations
+from .conftest import AIRLINE_MANIFEST, corpus_conversations, needs_corpus
 from .test_messages import JSON, _exchange, deep, shaped_lists
 
 
@@ -1266,6 +1266,7 @@ def corpus() -> list[list[dict[str, Any]]]:
     return corpus_conversations()
 
 
+@needs_corpus
 def test_corpus_identifiers_stay_available_after_compaction(
     corpus_side_by_side: SideBySide,
 ) -> None:
@@ -1292,6 +1293,7 @@ def test_corpus_identifiers_stay_available_after_compaction(
     assert found.plain < found.required
 
 
+@needs_corpus
 def test_corpus_live_sessions_lose_nothing_either() -> None:
     """Compacting with a live session's ledger (nothing re-recorded) keeps every id too.
 

@@ -105,7 +105,6 @@ def test_the_story_is_printed_in_order() -> None:
 
 def test_the_context_step_can_be_replaced() -> None:
     """A context step that keeps the conversation whole leads straight to the right refund."""
-
     given: list[Ledger] = []
 
     def keep(conversation: list[dict[str, Any]], ledger: Ledger) -> list[dict[str, Any]]:

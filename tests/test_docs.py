@@ -182,14 +182,16 @@ def _sources() -> Iterator[Path]:
 def test_no_page_and_no_code_cites_the_internal_design_notes() -> None:
     """The docs explain the project in its own words: no DESIGN.md, no ../shared, anywhere."""
     this = Path(__file__).resolve()
-    found = []
+    found: list[str] = []
     for path in _sources():
         if path.resolve() in (this, DOCS / "_tooling" / "hooks.py"):
             continue  # the patterns themselves
         name = path.relative_to(REPO).as_posix()
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if DESIGN_NOTES.search(line):
-                found.append(f"{name}: {line.strip()}")
+        found += (
+            f"{name}: {line.strip()}"
+            for line in path.read_text(encoding="utf-8").splitlines()
+            if DESIGN_NOTES.search(line)
+        )
     assert found == []
 
 

@@ -24,10 +24,7 @@ PUBLIC = {
 
 
 def _modules() -> list[str]:
-    found = ["guardrail"]
-    for info in pkgutil.walk_packages(guardrail.__path__, "guardrail."):
-        found.append(info.name)
-    return found
+    return ["guardrail", *(i.name for i in pkgutil.walk_packages(guardrail.__path__, "guardrail."))]
 
 
 def test_only_what_users_import_is_public() -> None:

@@ -24,7 +24,7 @@ from guardrail.replay import (
 )
 from guardrail.replay._lossy import PLAIN_HEADER
 
-from .conftest import AIRLINE_MANIFEST, need_corpus
+from .conftest import AIRLINE_MANIFEST, need_corpus, needs_corpus
 
 ORDERS = [f"W{1000000 + n}" for n in range(40)]
 
@@ -199,6 +199,7 @@ def test_strategies_plug_into_replay() -> None:
     assert (plain.ids, plain.present) == (1, 0)
 
 
+@needs_corpus
 def test_strategies_on_corpus_traces_through_replay() -> None:
     """Through replay on 30 recorded conversations, guardrail keeps every id the context had."""
     traces = need_corpus()

@@ -31,7 +31,7 @@ from guardrail.compaction._messages import (
 )
 from guardrail.errors import TranscriptError
 
-from .conftest import corpus_conversations
+from .conftest import corpus_conversations, needs_corpus
 
 
 def _args(order: str) -> str:
@@ -758,6 +758,7 @@ def test_read_then_write_gives_the_same_list_in_every_shape(
 # -- the corpus -----------------------------------------------------------------------------
 
 
+@needs_corpus
 def test_every_corpus_trace_round_trips_and_pairs() -> None:
     """All 200 recorded conversations read, pair every call with its result and write back."""
     reused = 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import REPO
+from .conftest import REPO, needs_corpus
 
 
 def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -64,6 +64,7 @@ def test_compaction_example_runs_and_prints_what_it_says(
     assert _blocks(section, "text")[0].strip() == COMPACTED_EXAMPLE  # the README quotes it
 
 
+@needs_corpus
 def test_compaction_side_by_side_table_is_what_the_command_prints(
     corpus_side_by_side: Any,
 ) -> None:

@@ -25,7 +25,7 @@ from guardrail.replay import (
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 from .conftest import AIRLINE_TRACES as TAU
-from .conftest import call, needs_corpus, result, user
+from .conftest import CorpusReplay, call, needs_corpus, result, user
 
 SHOP: dict[str, Any] = {
     "kinds": {
@@ -533,9 +533,9 @@ def test_assert_detection() -> None:
 
 
 @needs_corpus
-def test_corpus_replay() -> None:
+def test_corpus_replay(corpus_replay: CorpusReplay) -> None:
     """On the tau-airline corpus: one expected false refusal, four refused invented ids."""
-    report = replay(TAU, Guard.from_manifest(MANIFEST))
+    report = corpus_replay.report  # the suite's one replay of the corpus, with compaction
     total = report.total
     assert (total.traces, total.calls) == (200, 1164)
     assert total.refused == 5

@@ -9,7 +9,9 @@ import pytest
 
 from guardrail import Finding, Guard
 
-from .conftest import AIRLINE_MANIFEST, corpus_traces
+from .conftest import AIRLINE_MANIFEST, corpus_traces, needs_corpus
+
+pytestmark = needs_corpus
 
 INVENTED = {"credit_card_7334", "credit_card_5634230"}
 

@@ -60,9 +60,11 @@ def public_modules() -> list[str]:
     import guardrail
 
     names = ["guardrail"]
-    for info in pkgutil.walk_packages(guardrail.__path__, "guardrail."):
-        if not any(part.startswith("_") for part in info.name.split(".")):
-            names.append(info.name)
+    names += (
+        info.name
+        for info in pkgutil.walk_packages(guardrail.__path__, "guardrail.")
+        if not any(part.startswith("_") for part in info.name.split("."))
+    )
     return sorted(names)
 
 

@@ -383,6 +383,7 @@ class GuardMiddleware:
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
+        """Check a ``tools/call`` request before the server runs it; pass others through."""
         if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params if isinstance(ctx.params, Mapping) else {}

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from guardrail._check import parse_arguments
@@ -526,8 +526,9 @@ def load_agent(spec: str) -> Agent:
         raise GuardrailUsageError(
             f"--agent takes module:callable (e.g. guardrail.replay:reference_agent), not {spec!r}"
         )
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    here = str(Path.cwd())
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -492,11 +492,11 @@ class ReplayReport:
         reasons = [GENUINE] if allow_expected else list(REASONS)
         lines = [f"{bad} call(s) that succeeded in the recording would be refused:"]
         for reason in reasons:
-            for example in total.false_refusal_examples.get(reason, []):
-                lines.append(
-                    f"  {example.trace} ({example.path}, message {example.message}) "
-                    f"{example.tool}: {example.describe()} [{reason}]"
-                )
+            lines += (
+                f"  {example.trace} ({example.path}, message {example.message}) "
+                f"{example.tool}: {example.describe()} [{reason}]"
+                for example in total.false_refusal_examples.get(reason, [])
+            )
         raise AssertionError("\n".join(lines))
 
     def assert_detection(self, at_least: float = 0.99, *, classes: Sequence[str] = CLASSES) -> None:

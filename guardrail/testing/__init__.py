@@ -18,7 +18,7 @@ __all__ = ["GuardrailReplay", "strategies"]
 
 
 def __getattr__(name: str) -> Any:
-    import guardrail.replay as replay
+    from guardrail import replay
 
     new = replay._RENAMED.get(name, name)  # a name that moved and was respelled: the new one
     if new in replay.__all__:

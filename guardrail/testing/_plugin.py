@@ -19,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
@@ -60,8 +61,11 @@ class GuardrailReplay(Protocol):
 
 
 def expand(traces: Any) -> list[Any]:
-    """Trace sources with glob patterns expanded (sorted); a pattern that matches nothing is
-    an error, so a moved folder fails the test instead of passing on zero traces."""
+    """Trace sources with glob patterns expanded (sorted).
+
+    A pattern that matches nothing is an error, so a moved folder fails the test instead of
+    passing on zero traces.
+    """
     items = [traces] if isinstance(traces, (str, os.PathLike)) else list(traces)
     expanded: list[Any] = []
     for item in items:
@@ -69,7 +73,7 @@ def expand(traces: Any) -> list[Any]:
             matches = sorted(glob.glob(item, recursive=True))
             if not matches:
                 raise GuardrailUsageError(
-                    f"no trace files match {item!r} (relative to {os.getcwd()})"
+                    f"no trace files match {item!r} (relative to {Path.cwd()})"
                 )
             expanded.extend(matches)
         else:
