@@ -126,9 +126,11 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
         ),
     ]
     section.notes = [
-        "The ids are in a session ledger of 1,000 entries; structlog filters below WARNING. "
-        "The middleware's cost is the check, the run of the handler, and the record of its "
-        "result, inside `with guard.session(thread_id)`."
+        (
+            "The ids are in a session ledger of 1,000 entries; structlog filters below WARNING. "
+            "The middleware's cost is the check, the run of the handler, and the record of its "
+            "result, inside `with guard.session(thread_id)`."
+        )
     ]
     report.sections.append(section)
 
@@ -173,8 +175,10 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
         ("what the middleware adds to a run (one call)", f"{extra * 1e3:.2f} ms"),
     ]
     runs_section.notes = [
-        "A run pays for the check and record of its call, and for the `before_agent` hook "
-        "that reads the user's message: LangGraph runs a hook as a node of its own."
+        (
+            "A run pays for the check and record of its call, and for the `before_agent` hook "
+            "that reads the user's message: LangGraph runs a hook as a node of its own."
+        )
     ]
     report.sections.append(runs_section)
 

@@ -795,7 +795,7 @@ def test_importing_without_langchain_says_what_to_install(monkeypatch: pytest.Mo
     real_import = builtins.__import__
 
     def hide_langchain(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name.split(".")[0] in ("langchain", "langchain_core", "langgraph"):
+        if name.split(".", maxsplit=1)[0] in ("langchain", "langchain_core", "langgraph"):
             raise ModuleNotFoundError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
