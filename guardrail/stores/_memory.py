@@ -1,39 +1,121 @@
-"""The in-memory store: live ledger objects, shared by every scope of a session."""
+"""The in-memory store: sessions as JSON records in this process (the default)."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+from dataclasses import dataclass, field
 
-from guardrail.ledger import Ledger
+from guardrail.stores._protocol import (
+    Change,
+    Meta,
+    Record,
+    Snapshot,
+    first_version,
+    merge_meta,
+    merge_record,
+)
+
+
+@dataclass(slots=True)
+class _Session:
+    created: int
+    version: int
+    written: float  # time.monotonic() of the last write
+    meta: tuple[int, str] | None = None  # (version, JSON)
+    rows: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
 
 
 class MemoryStore:
-    """Ledgers kept as live objects in this process (the default).
+    """Sessions kept in this process, as the records any store keeps (the default store).
 
-    Two scopes of the same session id, in any thread or task, share one
-    ledger object. Saving a different ledger object for a held session (one
-    passed as ``ledger=``, or a second guard's) merges it into the held one.
+    Records are held as JSON text, so what a guard reads back is a copy
+    that nothing else changes, and a session costs about what its JSON
+    does. Several guards sharing one MemoryStore merge their writes as
+    they would over SQLite. It is lost when the process ends.
     """
 
     def __init__(self) -> None:
-        self._ledgers: dict[str, Ledger] = {}
+        self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
-    def load(self, session_id: str) -> Ledger | None:
-        return self._ledgers.get(session_id)
-
-    def save(self, session_id: str, ledger: Ledger) -> None:
+    def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None."""
         with self._lock:
-            held = self._ledgers.setdefault(session_id, ledger)
-        if held is not ledger:
-            held.merge(ledger)
+            held = self._sessions.get(session_id)
+            if held is None:
+                return None
+            return self._snapshot(held, 0, complete=True)
+
+    def apply(self, session_id: str, change: Change) -> int:
+        """Write ``change`` atomically, merging rows written since ``change.base``."""
+        # Every record as text before anything is written: a bad one changes nothing.
+        texts = [
+            ((r["kind"], r["key"]), r, json.dumps(r, ensure_ascii=False)) for r in change.records
+        ]
+        meta_text = None if change.meta is None else json.dumps(change.meta, ensure_ascii=False)
+        with self._lock:
+            held = self._sessions.get(session_id)
+            if held is None:
+                start = first_version()
+                held = self._sessions[session_id] = _Session(start - 1, start - 1, 0.0)
+            version = held.version + 1
+            rows = held.rows
+            for name, record, text in texts:
+                row = rows.get(name)
+                if row is not None and row[0] > change.base:
+                    merged = merge_record(json.loads(row[1]), record, concurrent=True)
+                    text = json.dumps(merged, ensure_ascii=False)
+                rows[name] = (version, text)
+            if change.meta is not None and meta_text is not None:
+                if held.meta is not None and held.meta[0] > change.base:
+                    merged_meta = merge_meta(json.loads(held.meta[1]), change.meta, concurrent=True)
+                    meta_text = json.dumps(merged_meta, ensure_ascii=False)
+                held.meta = (version, meta_text)
+            held.version = version
+            held.written = time.monotonic()
+            return version
+
+    def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """None if the session is still at ``version``; else what was written since."""
+        with self._lock:
+            held = self._sessions.get(session_id)
+            if held is None:
+                return None if version == 0 else Snapshot(0)
+            if held.version == version:
+                return None
+            if held.created >= version:  # started (again) after that version
+                return self._snapshot(held, 0, complete=True)
+            return self._snapshot(held, version, complete=False)
 
     def delete(self, session_id: str) -> None:
+        """Forget a session."""
         with self._lock:
-            self._ledgers.pop(session_id, None)
+            self._sessions.pop(session_id, None)
+
+    def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
+        cutoff = time.monotonic() - max_idle
+        with self._lock:
+            idle = [sid for sid, held in self._sessions.items() if held.written <= cutoff]
+            for sid in idle:
+                del self._sessions[sid]
+        return idle
+
+    def close(self) -> None:
+        """Nothing to close: the sessions stay until the store is dropped."""
 
     def __len__(self) -> int:
-        return len(self._ledgers)
+        return len(self._sessions)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._ledgers
+        return session_id in self._sessions
+
+    @staticmethod
+    def _snapshot(held: _Session, since: int, *, complete: bool) -> Snapshot:
+        records: list[Record] = [json.loads(text) for v, text in held.rows.values() if v > since]
+        meta: Meta | None = None
+        if held.meta is not None and held.meta[0] > since:
+            meta = json.loads(held.meta[1])
+        return Snapshot(held.version, records, meta, complete)

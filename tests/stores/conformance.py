@@ -1,0 +1,250 @@
+"""The tests every store passes: import them into a store's test module with a factory fixture.
+
+A store's test module does::
+
+    from .conformance import *  # noqa: F403  (the suite)
+
+    @pytest.fixture
+    def store_factory(tmp_path) -> StoreFactory:
+        return StoreFactory(functools.partial(SQLiteStore, tmp_path / "s.sqlite3"))
+
+``StoreFactory.build`` makes a new store over the same data each time it is
+called; it must pickle when ``processes`` is true, for the tests that run
+workers in other processes (each rebuilds its store from it).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from guardrail.stores import Change, Snapshot, Store
+
+__all__ = [
+    "StoreFactory",
+    "live",
+    "store",
+    "test_a_change_is_all_or_nothing",
+    "test_a_concurrent_removal_wins_over_an_older_use",
+    "test_a_deleted_session_reads_as_new",
+    "test_a_later_use_wins_over_a_concurrent_removal",
+    "test_a_missing_session_loads_as_none",
+    "test_a_writer_that_saw_a_row_replaces_it",
+    "test_changes_since_gives_only_other_writers_rows",
+    "test_concurrent_writers_merge_one_entry",
+    "test_expire_deletes_only_idle_sessions",
+    "test_records_and_meta_round_trip",
+    "test_threads_writing_one_session_lose_nothing",
+    "test_versions_count_writes",
+]
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """Builds stores over the same data; ``processes``: whether another process sees it too."""
+
+    build: Callable[[], Store]
+    processes: bool = True
+
+    def __call__(self) -> Store:
+        return self.build()
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory) -> Iterator[Store]:
+    """One store from the module's factory, closed after the test."""
+    built = store_factory()
+    yield built
+    built.close()
+
+
+def live(key: str, *, turn: int = 0, kind: str = "order", **fields: Any) -> dict[str, Any]:
+    """A live record as a ledger writes it (an entry's fields plus state and turn)."""
+    record: dict[str, Any] = {
+        "kind": kind,
+        "key": key,
+        "state": "live",
+        "turn": turn,
+        "value": key,
+        "role": f"{kind}_{key}",
+        "aliases": [],
+        "source": {"tool": "get_order", "call_id": "c1", "path": "order_id", "turn": turn},
+        "first_seen": turn,
+        "last_used": turn,
+        "verified": True,
+        "status": None,
+        "pinned": False,
+        "epoch": 1,
+    }
+    record.update(fields)
+    if "turn" in fields or "last_used" not in fields:
+        record["last_used"] = record["turn"]
+    return record
+
+
+def meta(**fields: Any) -> dict[str, Any]:
+    """A session meta as a ledger writes it."""
+    data: dict[str, Any] = {
+        "capacity": 1000,
+        "tombstone_capacity": 1000,
+        "seal_key": "ab" * 32,
+        "turn": 0,
+        "epoch": 1,
+        "kinds": ["order"],
+        "counters": {"order": 1},
+        "user_texts": [],
+        "refusals": {},
+    }
+    data.update(fields)
+    return data
+
+
+def by_key(snapshot: Snapshot | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """A snapshot's records by (kind, key), as plain dicts."""
+    assert snapshot is not None
+    return {(r["kind"], r["key"]): dict(r) for r in snapshot.records}
+
+
+def test_a_missing_session_loads_as_none(store: Store) -> None:
+    """A session never written loads as None and has no changes."""
+    assert store.load("nobody") is None
+    assert store.changes_since("nobody", 0) is None
+
+
+def test_records_and_meta_round_trip(store: Store) -> None:
+    """Every field of every record state and of the meta comes back as written."""
+    records = [
+        live("W1", turn=2, pinned=True, aliases=["old"], status="pending", verified=False),
+        {"kind": "order", "key": "W2", "state": "evicted", "turn": 3, "value": "#W2", "role": "o2"},
+        {
+            "kind": "item",
+            "key": "it_1",
+            "state": "dropped",
+            "turn": 1,
+            "value": "it_1",
+            "tool": "search",
+        },
+        {"kind": "order", "key": "W3", "state": "gone", "turn": 4},
+    ]
+    written = meta(turn=4, user_texts=["refund W1 ü"], refusals={"refund": 2})
+    version = store.apply("s", Change(0, records, written))
+    loaded = store.load("s")
+    assert loaded is not None and loaded.complete and loaded.version == version
+    assert by_key(loaded) == {(r["kind"], r["key"]): r for r in records}
+    assert dict(loaded.meta or {}) == written
+
+
+def test_versions_count_writes(store: Store) -> None:
+    """A write by a writer that is up to date gives base + 1; nothing new reads as None."""
+    first = store.apply("s", Change(0, [live("W1")], meta()))
+    second = store.apply("s", Change(first, [live("W2")]))
+    assert second == first + 1
+    assert store.changes_since("s", second) is None
+    assert store.load("s").version == second  # type: ignore[union-attr]
+
+
+def test_changes_since_gives_only_other_writers_rows(store: Store) -> None:
+    """changes_since a version returns the rows written after it, and the meta only if changed."""
+    base = store.apply("s", Change(0, [live("W1")], meta()))
+    store.apply("s", Change(base, [live("W2", turn=1)]))
+    delta = store.changes_since("s", base)
+    assert delta is not None and not delta.complete and delta.meta is None
+    assert set(by_key(delta)) == {("order", "W2")}
+    latest = store.apply("s", Change(delta.version, (), meta(turn=5)))
+    delta = store.changes_since("s", delta.version)
+    assert delta is not None and delta.version == latest and delta.meta is not None
+    assert delta.meta["turn"] == 5 and not delta.records
+
+
+def test_concurrent_writers_merge_one_entry(store: Store) -> None:
+    """Two writers unaware of each other: one entry, verified, latest use, pinned, both names."""
+    base = store.apply("s", Change(0, [], meta()))
+    store.apply("s", Change(base, [live("W1", turn=1, verified=False, role="typed")]))
+    store.apply("s", Change(base, [live("W1", turn=3, pinned=True, role="order", value="#W1")]))
+    record = by_key(store.load("s"))["order", "W1"]
+    assert record["verified"] and record["value"] == "#W1" and record["pinned"]
+    assert (record["turn"], record["last_used"], record["first_seen"]) == (3, 3, 1)
+    assert (record["role"], record["aliases"]) == ("typed", ["order"])
+
+
+def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
+    """A writer up to date with a row replaces it: unpinning and forgetting persist."""
+    base = store.apply("s", Change(0, [live("W1", pinned=True)], meta()))
+    now = store.apply("s", Change(base, [live("W1", pinned=False)]))
+    assert not by_key(store.load("s"))["order", "W1"]["pinned"]
+    store.apply("s", Change(now, [{"kind": "order", "key": "W1", "state": "gone", "turn": 0}]))
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "gone"
+
+
+def test_a_concurrent_removal_wins_over_an_older_use(store: Store) -> None:
+    """A tombstone written concurrently beats a live copy used no later than it."""
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta()))
+    tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
+    store.apply("s", Change(base, [tomb]))
+    store.apply("s", Change(base, [live("W1", turn=2, pinned=True)]))  # never saw the eviction
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "evicted"
+
+
+def test_a_later_use_wins_over_a_concurrent_removal(store: Store) -> None:
+    """A live copy used after a concurrent eviction comes back (it was seen again)."""
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta()))
+    tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
+    store.apply("s", Change(base, [tomb]))
+    store.apply("s", Change(base, [live("W1", turn=5)]))
+    assert by_key(store.load("s"))["order", "W1"]["state"] == "live"
+
+
+def test_a_deleted_session_reads_as_new(store: Store) -> None:
+    """After delete: load is None, and a reader holding an old version gets a complete snapshot."""
+    old = store.apply("s", Change(0, [live("W1")], meta()))
+    store.delete("s")
+    assert store.load("s") is None
+    gone = store.changes_since("s", old)
+    assert gone is not None and gone.complete and not gone.records and gone.version == 0
+    store.apply("s", Change(0, [live("W9")], meta()))
+    again = store.changes_since("s", old)
+    assert again is not None and again.complete and set(by_key(again)) == {("order", "W9")}
+
+
+def test_expire_deletes_only_idle_sessions(store: Store) -> None:
+    """expire(max_idle) deletes the sessions no one wrote for that long, and returns their ids."""
+    store.apply("old", Change(0, [live("W1")], meta()))
+    time.sleep(0.3)
+    store.apply("new", Change(0, [live("W2")], meta()))
+    assert store.expire(3600) == []
+    assert store.expire(0.25) == ["old"]
+    assert store.load("old") is None and store.load("new") is not None
+
+
+def test_a_change_is_all_or_nothing(store: Store) -> None:
+    """A change that cannot be written leaves none of its records behind."""
+    base = store.apply("s", Change(0, [live("W1")], meta()))
+    bad = live("W3", value=object())  # cannot be stored as JSON
+    with pytest.raises(Exception):  # noqa: B017  (the store's own error, any kind)
+        store.apply("s", Change(base, [live("W2"), bad]))
+    assert set(by_key(store.load("s"))) == {("order", "W1")}
+    assert store.changes_since("s", base) is None
+
+
+def test_threads_writing_one_session_lose_nothing(store_factory: StoreFactory) -> None:
+    """Eight threads (each with its own store) writing one session at once keep every record."""
+    stores = [store_factory() for _ in range(8)]
+    stores[0].apply("s", Change(0, [], meta()))
+
+    def write(n: int) -> None:
+        for i in range(25):
+            stores[n].apply("s", Change(0, [live(f"W{n}_{i}", turn=i)]))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(by_key(stores[0].load("s"))) == 200
+    for built in stores:
+        built.close()
