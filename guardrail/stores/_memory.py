@@ -12,6 +12,7 @@ from guardrail.stores._protocol import (
     Meta,
     Record,
     Snapshot,
+    Written,
     first_version,
     merge_meta,
     merge_record,
@@ -48,7 +49,7 @@ class MemoryStore:
                 return None
             return self._snapshot(held, 0, complete=True)
 
-    def apply(self, session_id: str, change: Change) -> int:
+    def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
         # Every record as text before anything is written: a bad one changes nothing.
         texts = [
@@ -60,6 +61,9 @@ class MemoryStore:
             if held is None:
                 start = first_version()
                 held = self._sessions[session_id] = _Session(start - 1, start - 1, 0.0)
+                alone = True
+            else:
+                alone = held.version == change.base
             version = held.version + 1
             rows = held.rows
             for name, record, text in texts:
@@ -75,7 +79,7 @@ class MemoryStore:
                 held.meta = (version, meta_text)
             held.version = version
             held.written = time.monotonic()
-            return version
+            return Written(version, alone)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""

@@ -35,7 +35,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 #: One id's state in one session: a JSON-safe mapping with at least ``kind``, ``key``,
 #: ``state`` and ``turn`` (see the module docstring for the fields of each state).
@@ -68,6 +68,18 @@ class Change:
         return bool(self.records) or self.meta is not None
 
 
+class Written(NamedTuple):
+    """What :meth:`Store.apply` did: the session's new version, and whether it was alone.
+
+    ``alone`` is True when no one else wrote the session since the
+    change's ``base`` (a write that creates the session is alone): the
+    writer's ledger is then exactly what the store holds, at ``version``.
+    """
+
+    version: int
+    alone: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     """A session as a store holds it, or what changed in it since a version.
@@ -93,8 +105,8 @@ class Store(Protocol):
     ``load`` returns the whole session or None. ``apply`` writes one
     :class:`Change` atomically, merging rows other writers wrote since
     ``change.base`` (:func:`merge_record`, :func:`merge_meta`), and returns
-    the session's new version: ``change.base + 1`` exactly when no one
-    else wrote the session since ``base``. ``changes_since`` is the cheap
+    the session's new version and whether anyone else wrote it since
+    ``base`` (:class:`Written`). ``changes_since`` is the cheap
     check a cached session makes before each use: None when the session is
     still at ``version``. ``delete`` forgets a session; ``expire`` deletes
     the sessions no one wrote for ``max_idle`` seconds and returns their ids.
@@ -104,7 +116,7 @@ class Store(Protocol):
 
     def load(self, session_id: str) -> Snapshot | None: ...
 
-    def apply(self, session_id: str, change: Change) -> int: ...
+    def apply(self, session_id: str, change: Change) -> Written: ...
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None: ...
 
@@ -121,7 +133,7 @@ class AsyncStore(Protocol):
 
     async def load(self, session_id: str) -> Snapshot | None: ...
 
-    async def apply(self, session_id: str, change: Change) -> int: ...
+    async def apply(self, session_id: str, change: Change) -> Written: ...
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None: ...
 
@@ -141,7 +153,7 @@ class ThreadedAsyncStore:
     async def load(self, session_id: str) -> Snapshot | None:
         return await asyncio.to_thread(self.store.load, session_id)
 
-    async def apply(self, session_id: str, change: Change) -> int:
+    async def apply(self, session_id: str, change: Change) -> Written:
         return await asyncio.to_thread(self.store.apply, session_id, change)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:

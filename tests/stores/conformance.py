@@ -132,7 +132,7 @@ def test_records_and_meta_round_trip(store: Store) -> None:
         {"kind": "order", "key": "W3", "state": "gone", "turn": 4},
     ]
     written = meta(turn=4, user_texts=["refund W1 ü"], refusals={"refund": 2})
-    version = store.apply("s", Change(0, records, written))
+    version = store.apply("s", Change(0, records, written)).version
     loaded = store.load("s")
     assert loaded is not None and loaded.complete and loaded.version == version
     assert by_key(loaded) == {(r["kind"], r["key"]): r for r in records}
@@ -140,22 +140,25 @@ def test_records_and_meta_round_trip(store: Store) -> None:
 
 
 def test_versions_count_writes(store: Store) -> None:
-    """A write by a writer that is up to date gives base + 1; nothing new reads as None."""
+    """Each write adds one to the version and says whether the writer was up to date."""
     first = store.apply("s", Change(0, [live("W1")], meta()))
-    second = store.apply("s", Change(first, [live("W2")]))
-    assert second == first + 1
-    assert store.changes_since("s", second) is None
-    assert store.load("s").version == second  # type: ignore[union-attr]
+    assert first.alone  # it created the session
+    second = store.apply("s", Change(first.version, [live("W2")]))
+    assert second == (first.version + 1, True)
+    assert store.changes_since("s", second.version) is None
+    assert store.load("s").version == second.version  # type: ignore[union-attr]
+    third = store.apply("s", Change(first.version, [live("W3")]))  # missed the second write
+    assert third == (second.version + 1, False)
 
 
 def test_changes_since_gives_only_other_writers_rows(store: Store) -> None:
     """changes_since a version returns the rows written after it, and the meta only if changed."""
-    base = store.apply("s", Change(0, [live("W1")], meta()))
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
     store.apply("s", Change(base, [live("W2", turn=1)]))
     delta = store.changes_since("s", base)
     assert delta is not None and not delta.complete and delta.meta is None
     assert set(by_key(delta)) == {("order", "W2")}
-    latest = store.apply("s", Change(delta.version, (), meta(turn=5)))
+    latest = store.apply("s", Change(delta.version, (), meta(turn=5))).version
     delta = store.changes_since("s", delta.version)
     assert delta is not None and delta.version == latest and delta.meta is not None
     assert delta.meta["turn"] == 5 and not delta.records
@@ -163,7 +166,7 @@ def test_changes_since_gives_only_other_writers_rows(store: Store) -> None:
 
 def test_concurrent_writers_merge_one_entry(store: Store) -> None:
     """Two writers unaware of each other: one entry, verified, latest use, pinned, both names."""
-    base = store.apply("s", Change(0, [], meta()))
+    base = store.apply("s", Change(0, [], meta())).version
     store.apply("s", Change(base, [live("W1", turn=1, verified=False, role="typed")]))
     store.apply("s", Change(base, [live("W1", turn=3, pinned=True, role="order", value="#W1")]))
     record = by_key(store.load("s"))["order", "W1"]
@@ -174,8 +177,8 @@ def test_concurrent_writers_merge_one_entry(store: Store) -> None:
 
 def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
     """A writer up to date with a row replaces it: unpinning and forgetting persist."""
-    base = store.apply("s", Change(0, [live("W1", pinned=True)], meta()))
-    now = store.apply("s", Change(base, [live("W1", pinned=False)]))
+    base = store.apply("s", Change(0, [live("W1", pinned=True)], meta())).version
+    now = store.apply("s", Change(base, [live("W1", pinned=False)])).version
     assert not by_key(store.load("s"))["order", "W1"]["pinned"]
     store.apply("s", Change(now, [{"kind": "order", "key": "W1", "state": "gone", "turn": 0}]))
     assert by_key(store.load("s"))["order", "W1"]["state"] == "gone"
@@ -183,7 +186,7 @@ def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
 
 def test_a_concurrent_removal_wins_over_an_older_use(store: Store) -> None:
     """A tombstone written concurrently beats a live copy used no later than it."""
-    base = store.apply("s", Change(0, [live("W1", turn=2)], meta()))
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta())).version
     tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
     store.apply("s", Change(base, [tomb]))
     store.apply("s", Change(base, [live("W1", turn=2, pinned=True)]))  # never saw the eviction
@@ -192,7 +195,7 @@ def test_a_concurrent_removal_wins_over_an_older_use(store: Store) -> None:
 
 def test_a_later_use_wins_over_a_concurrent_removal(store: Store) -> None:
     """A live copy used after a concurrent eviction comes back (it was seen again)."""
-    base = store.apply("s", Change(0, [live("W1", turn=2)], meta()))
+    base = store.apply("s", Change(0, [live("W1", turn=2)], meta())).version
     tomb = {"kind": "order", "key": "W1", "state": "evicted", "turn": 2, "value": "W1", "role": "o"}
     store.apply("s", Change(base, [tomb]))
     store.apply("s", Change(base, [live("W1", turn=5)]))
@@ -201,7 +204,7 @@ def test_a_later_use_wins_over_a_concurrent_removal(store: Store) -> None:
 
 def test_a_deleted_session_reads_as_new(store: Store) -> None:
     """After delete: load is None, and a reader holding an old version gets a complete snapshot."""
-    old = store.apply("s", Change(0, [live("W1")], meta()))
+    old = store.apply("s", Change(0, [live("W1")], meta())).version
     store.delete("s")
     assert store.load("s") is None
     gone = store.changes_since("s", old)
@@ -223,7 +226,7 @@ def test_expire_deletes_only_idle_sessions(store: Store) -> None:
 
 def test_a_change_is_all_or_nothing(store: Store) -> None:
     """A change that cannot be written leaves none of its records behind."""
-    base = store.apply("s", Change(0, [live("W1")], meta()))
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
     bad = live("W3", value=object())  # cannot be stored as JSON
     with pytest.raises(Exception):  # noqa: B017  (the store's own error, any kind)
         store.apply("s", Change(base, [live("W2"), bad]))
