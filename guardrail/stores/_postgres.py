@@ -5,7 +5,8 @@ first use with ``CREATE ... IF NOT EXISTS``:
 
 - ``sessions``: ``session_id``, ``version``, ``created``, ``written`` (the
   time of the last write), ``meta`` (JSON text) and ``meta_version``;
-- ``records``: ``(session_id, kind, key)`` -> ``version`` and ``record`` (JSON text);
+- ``records``: ``(session_id, name)`` -> ``version`` and ``record`` (JSON text), where
+  ``name`` is ``[kind, key]`` as JSON;
 - ``merge_record(held, new)`` and ``merge_meta(held, new)``: the protocol's merge
   rule (:func:`~guardrail.stores.merge_record`, :func:`~guardrail.stores.merge_meta`)
   in SQL.
@@ -25,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot
+from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written
 
 try:
     import psycopg
@@ -51,11 +52,10 @@ CREATE TABLE IF NOT EXISTS {schema}.sessions (
 );
 CREATE TABLE IF NOT EXISTS {schema}.records (
     session_id text NOT NULL,
-    kind text NOT NULL,
-    key text NOT NULL,
+    name text NOT NULL,
     version bigint NOT NULL,
     record text NOT NULL,
-    PRIMARY KEY (session_id, kind, key)
+    PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS records_by_version ON {schema}.records (session_id, version);
 CREATE OR REPLACE FUNCTION {schema}.merge_record(held_text text, new_text text) RETURNS text
@@ -175,18 +175,18 @@ WITH clock AS (SELECT {now} AS now), session AS (
                     ELSE excluded.meta END,
         meta_version = CASE WHEN excluded.meta IS NULL THEN held.meta_version
                             ELSE held.version + 1 END
-    RETURNING version
+    RETURNING version, xmax = 0 AS inserted
 ), written AS (
-    INSERT INTO {schema}.records AS held (session_id, kind, key, version, record)
-    SELECT %(sid)s, kind, key, (SELECT version FROM session), record
-    FROM unnest(%(kinds)s::text[], %(keys)s::text[], %(records)s::text[]) AS t(kind, key, record)
-    ON CONFLICT (session_id, kind, key) DO UPDATE SET
+    INSERT INTO {schema}.records AS held (session_id, name, version, record)
+    SELECT %(sid)s, name, (SELECT version FROM session), record
+    FROM unnest(%(names)s::text[], %(records)s::text[]) AS t(name, record)
+    ON CONFLICT (session_id, name) DO UPDATE SET
         record = CASE WHEN held.version > %(base)s
                       THEN {schema}.merge_record(held.record, excluded.record)
                       ELSE excluded.record END,
         version = excluded.version
 )
-SELECT version FROM session
+SELECT version, inserted OR version = %(base)s + 1 FROM session
 """
 
 # One snapshot of the session row and, unless the reader is up to date, the rows written
@@ -248,12 +248,12 @@ class _PostgresBase:
         """The apply statement's parameters: every record as JSON before anything is sent."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
-        kinds, keys, texts = [], [], []
+        names, texts = [], []
         for record in change.records:
-            kinds.append(record["kind"])
-            keys.append(record["key"])
+            # [kind, key] as JSON: one name per id, in ASCII (a text column holds no NUL).
+            names.append(json.dumps([record["kind"], record["key"]]))
             texts.append(json.dumps(record, separators=(",", ":")))
-        if len(set(zip(kinds, keys, strict=True))) != len(kinds):
+        if len(set(names)) != len(names):
             raise GuardrailUsageError(
                 "a change holds at most one record per (kind, key); merge them before applying"
             )
@@ -262,8 +262,7 @@ class _PostgresBase:
             "sid": session_id,
             "base": change.base,
             "meta": meta,
-            "kinds": kinds,
-            "keys": keys,
+            "names": names,
             "records": texts,
         }
 
@@ -322,6 +321,7 @@ class _PostgresBase:
             (
                 pg_errors.UntranslatableCharacter,
                 pg_errors.InvalidTextRepresentation,
+                psycopg.DataError,
                 pg_errors.DataException,
             ),
         ):
@@ -388,10 +388,12 @@ class PostgresStore(_PostgresBase):
         """The whole session, or None."""
         return self.changes_since(session_id, 0)
 
-    def apply(self, session_id: str, change: Change) -> int:
+    def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         try:
             params = self._params(session_id, change)
+        except GuardrailUsageError:
+            raise
         except (TypeError, ValueError, KeyError) as exc:
             raise StoreError(
                 f"{self._where()}: session {session_id!r} was not written: a record or the meta "
@@ -399,7 +401,7 @@ class PostgresStore(_PostgresBase):
                 session_id=session_id,
             ) from exc
         rows = self._run("written", session_id, "apply", params)
-        return int(rows[0][0])
+        return Written(int(rows[0][0]), bool(rows[0][1]))
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
@@ -510,10 +512,12 @@ class AsyncPostgresStore(_PostgresBase):
         """The whole session, or None."""
         return await self.changes_since(session_id, 0)
 
-    async def apply(self, session_id: str, change: Change) -> int:
+    async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         try:
             params = self._params(session_id, change)
+        except GuardrailUsageError:
+            raise
         except (TypeError, ValueError, KeyError) as exc:
             raise StoreError(
                 f"{self._where()}: session {session_id!r} was not written: a record or the meta "
@@ -521,7 +525,7 @@ class AsyncPostgresStore(_PostgresBase):
                 session_id=session_id,
             ) from exc
         rows = await self._run("written", session_id, "apply", params)
-        return int(rows[0][0])
+        return Written(int(rows[0][0]), bool(rows[0][1]))
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""

@@ -26,7 +26,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._protocol import Change, Meta, Record, Snapshot, merge_meta, merge_record
+from guardrail.stores._protocol import (
+    Change,
+    Meta,
+    Record,
+    Snapshot,
+    Written,
+    merge_meta,
+    merge_record,
+)
 
 try:
     import redis
@@ -69,8 +77,8 @@ end
 
 # KEYS: session hash, records hash, versions zset.
 # ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), then name, record pairs.
-# Returns {version} when written, or {held version, {name, held row, ...}} when rows at
-# stake were written after base (the meta's name there is '').
+# Returns {version, 1 if no one else wrote since base else 0} when written, or {held version,
+# {name, held row, ...}} when rows at stake were written after base (the meta's name: '').
 _APPLY = (
     _LUA_HELPERS
     + """
@@ -99,7 +107,9 @@ local time = redis.call('TIME')
 local now = string.format('%d', time[1] * 1000000 + time[2])
 local fields = {'written', now}
 local new
+local alone = 1
 if version then
+  if version ~= base then alone = 0 end
   new = string.format('%d', version + 1)
 else
   new = now
@@ -127,7 +137,7 @@ for i = 4, #ARGV, 2000 do
 end
 redis.call('HSET', s, unpack(fields))
 refresh(tonumber(ARGV[2]))
-return {new}
+return {new, alone}
 """
 )
 
@@ -228,6 +238,8 @@ class _RedisBase:
         try:
             records = {self._name(record): record for record in change.records}
             args = self._args(change.base, records, change.meta)
+        except GuardrailUsageError:
+            raise
         except (TypeError, ValueError, KeyError) as exc:
             raise StoreError(
                 f"{self._where()}: session {session_id!r} was not written: a record or the meta "
@@ -383,18 +395,18 @@ class RedisStore(_RedisBase):
         """The whole session, or None."""
         return self.changes_since(session_id, 0)
 
-    def apply(self, session_id: str, change: Change) -> int:
+    def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         keys = self._keys(session_id)
         records, args = self._encode(session_id, change)
         meta = change.meta
-        for _ in range(_MAX_ATTEMPTS):
+        for attempt in range(_MAX_ATTEMPTS):
             try:
                 reply = self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
-            if len(reply) == 1:
-                return int(reply[0])
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, records, reply[1])
             args = self._args(int(reply[0]), records, meta)
         raise StoreError(
@@ -480,18 +492,18 @@ class AsyncRedisStore(_RedisBase):
         """The whole session, or None."""
         return await self.changes_since(session_id, 0)
 
-    async def apply(self, session_id: str, change: Change) -> int:
+    async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         keys = self._keys(session_id)
         records, args = self._encode(session_id, change)
         meta = change.meta
-        for _ in range(_MAX_ATTEMPTS):
+        for attempt in range(_MAX_ATTEMPTS):
             try:
                 reply = await self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
-            if len(reply) == 1:
-                return int(reply[0])
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, records, reply[1])
             args = self._args(int(reply[0]), records, meta)
         raise StoreError(

@@ -2,17 +2,246 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
+from collections.abc import Iterator
+from typing import Any
 
+import psycopg
+import psycopg_pool
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psycopg import sql
 
-from guardrail.stores._postgres import PostgresStore
+from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores import Change, Snapshot, merge_meta, merge_record
+from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 
 from .conformance import *  # noqa: F403  (the suite)
-from .conformance import StoreFactory
+from .conformance import StoreFactory, live, meta
 
 
 @pytest.fixture
 def store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
     """Stores with pools of their own, one schema: the same sessions, in any process."""
     return StoreFactory(functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema))
+
+
+@pytest.fixture
+def pg(postgres_dsn: str, postgres_schema: str) -> Iterator[PostgresStore]:
+    """A PostgresStore on this test's schema."""
+    store = PostgresStore(postgres_dsn, schema=postgres_schema)
+    yield store
+    store.close()
+
+
+def admin(dsn: str) -> psycopg.Connection[Any]:
+    """A connection of the test's own, to look at and tamper with the tables."""
+    return psycopg.connect(dsn, autocommit=True)
+
+
+# -- the merge rule in SQL is the merge rule -----------------------------------------------------
+
+names = st.sampled_from(["order", "order_2", "typed", "pending_order", "x"])
+turns = st.integers(min_value=0, max_value=6)
+statuses = st.one_of(st.none(), st.sampled_from(["", "pending", "refunded", "Zürich", "b"]))
+
+
+@st.composite
+def records(draw: st.DrawFn) -> dict[str, Any]:
+    """A record of any state, as ledgers write them, with fields that collide often."""
+    state = draw(st.sampled_from(["live", "evicted", "gone", "dropped"]))
+    turn = draw(turns)
+    if state != "live":
+        return {"kind": "order", "key": "W1", "state": state, "turn": turn, "value": "W1"}
+    return live(
+        "W1",
+        turn=turn,
+        value=draw(st.sampled_from(["W1", "#W1"])),
+        role=draw(names),
+        aliases=draw(st.lists(names, max_size=3, unique=True)),
+        first_seen=draw(st.integers(0, turn)),
+        verified=draw(st.booleans()),
+        status=draw(statuses),
+        pinned=draw(st.booleans()),
+        epoch=draw(st.integers(0, 4)),
+        source={"tool": draw(st.sampled_from(["a", "b"])), "call_id": None, "path": "$", "turn": 0},
+    )
+
+
+@st.composite
+def metas(draw: st.DrawFn) -> dict[str, Any]:
+    """A session meta with counters, texts and kinds that overlap between two writers."""
+    words = st.sampled_from(["refund W1", "hello", "ü", "x", "y", "z"])
+    return meta(
+        turn=draw(turns),
+        epoch=draw(turns),
+        kinds=draw(st.lists(st.sampled_from(["order", "item", "user"]), max_size=4)),
+        counters=draw(st.dictionaries(st.sampled_from(["order", "item"]), st.integers(0, 9))),
+        user_texts=draw(st.lists(words, max_size=20)),
+        refusals=draw(st.dictionaries(st.sampled_from(["refund", "get"]), st.integers(0, 3))),
+    )
+
+
+def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: str) -> None:
+    """merge_record and merge_meta in SQL give what the protocol's Python functions give."""
+    pg.load("warm-up")  # creates the schema and its functions
+    query = sql.SQL(
+        "SELECT {schema}.merge_record(h, n), {schema}.merge_meta(hm, nm)"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+        " WITH ORDINALITY AS t(h, n, hm, nm, i) ORDER BY i"
+    ).format(schema=sql.Identifier(pg.schema))
+    with admin(postgres_dsn) as conn:
+
+        @settings(max_examples=30, deadline=None)
+        @given(st.lists(st.tuples(records(), records(), metas(), metas()), min_size=1, max_size=8))
+        def same(cases: list[tuple[Any, Any, Any, Any]]) -> None:
+            columns = [[json.dumps(case[i]) for case in cases] for i in range(4)]
+            rows = conn.execute(query, columns).fetchall()
+            for (held, new, held_meta, new_meta), (merged, merged_meta) in zip(
+                cases, rows, strict=True
+            ):
+                assert json.loads(merged) == merge_record(held, new, concurrent=True)
+                assert json.loads(merged_meta) == merge_meta(held_meta, new_meta, concurrent=True)
+
+        same()
+
+
+# -- the server going away, and what it holds going bad ------------------------------------------
+
+
+def test_a_dropped_schema_is_an_error_not_an_empty_session(
+    pg: PostgresStore, postgres_dsn: str
+) -> None:
+    """Dropping the schema under an open store: load raises StoreError, never reads as new."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(pg.schema)))
+    with pytest.raises(StoreError, match=r"PostgresStore at 127\.0\.0\.1:5432.*schema") as caught:
+        pg.load("s")
+    assert caught.value.session_id == "s"
+    with pytest.raises(StoreError, match="gone"):
+        pg.apply("s", Change(0, [live("W2")], meta()))
+
+
+def test_a_killed_connection_is_an_error_then_the_pool_recovers(postgres_dsn: str) -> None:
+    """A backend terminated under the store: that call raises StoreError, the next one works."""
+    schema_store = PostgresStore(postgres_dsn, schema="guardrail_kill_test", max_connections=1)
+    try:
+        schema_store.apply("s", Change(0, [live("W1")], meta()))
+        with schema_store.pool.connection() as conn:
+            pid = conn.info.backend_pid
+        with admin(postgres_dsn) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StoreError, match="not reachable or the connection was lost"):
+            schema_store.load("s")
+        loaded = schema_store.load("s")
+        assert loaded is not None and {r["key"] for r in loaded.records} == {"W1"}
+    finally:
+        schema_store.delete("s")
+        schema_store.close()
+        with admin(postgres_dsn) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS guardrail_kill_test CASCADE")
+
+
+def test_an_unreachable_server_is_an_error_naming_the_store() -> None:
+    """A closed port: every call is a StoreError naming the store and what to check."""
+    store = PostgresStore("host=127.0.0.1 port=1 dbname=test connect_timeout=1", timeout=1)
+    try:
+        with pytest.raises(StoreError, match=r"PostgresStore at 127\.0\.0\.1:1/test"):
+            store.load("s")
+    finally:
+        store.close()
+
+
+def test_a_garbage_row_is_an_error_naming_the_session(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A record or meta that is not a JSON object: StoreError naming the session, not a skip."""
+    pg.apply("s", Change(0, [live("W1"), live("W2")], meta()))
+    table = sql.Identifier(pg.schema, "records")
+    with admin(postgres_dsn) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {} SET record = 'not json' WHERE name LIKE '%W2%'").format(table)
+        )
+    with pytest.raises(StoreError, match=r"session 's' holds bad data: a record is not JSON"):
+        pg.load("s")
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET record = '[1]' WHERE name LIKE '%W2%'").format(table))
+        conn.execute(
+            sql.SQL("UPDATE {} SET meta = '\"x\"'").format(sql.Identifier(pg.schema, "sessions"))
+        )
+    with pytest.raises(StoreError, match="holds bad data"):
+        pg.load("s")
+
+
+def test_a_value_postgres_cannot_hold_writes_nothing(pg: PostgresStore) -> None:
+    """A NUL in a value is stored escaped, and the change is whole or absent."""
+    version = pg.apply("s", Change(0, [live("W\x001", value="W\x001")], meta())).version
+    loaded = pg.load("s")
+    assert loaded is not None and loaded.version == version
+    assert [r["value"] for r in loaded.records] == ["W\x001"]
+
+
+def test_a_change_naming_one_id_twice_is_refused(pg: PostgresStore) -> None:
+    """Two records for one (kind, key) in one change is a usage error, nothing written."""
+    with pytest.raises(GuardrailUsageError, match="at most one record"):
+        pg.apply("s", Change(0, [live("W1"), live("W1", turn=2)], meta()))
+    assert pg.load("s") is None
+
+
+def test_an_existing_pool_is_used_and_left_open(postgres_dsn: str, postgres_schema: str) -> None:
+    """A store on the program's own pool (not autocommit) works, and close() leaves the pool."""
+    with psycopg_pool.ConnectionPool(postgres_dsn, min_size=1, max_size=2, open=True) as pool:
+        store = PostgresStore(pool, schema=postgres_schema)
+        written = store.apply("s", Change(0, [live("W1")], meta()))
+        assert store.changes_since("s", written.version) is None
+        store.close()
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    with pytest.raises(GuardrailUsageError, match="connection string or a psycopg_pool"):
+        PostgresStore(42, schema=postgres_schema)  # type: ignore[arg-type]
+
+
+def test_one_statement_per_check_and_per_record(postgres_dsn: str, postgres_schema: str) -> None:
+    """On autocommit connections, checking an up-to-date session and a record: a statement each."""
+    statements: list[str] = []
+
+    class Counting(psycopg.Connection[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            statements.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    with psycopg_pool.ConnectionPool(
+        postgres_dsn, connection_class=Counting, kwargs={"autocommit": True}, open=True
+    ) as pool:
+        store = PostgresStore(pool, schema=postgres_schema)
+        store.load("warm-up")
+        statements.clear()
+        version = store.apply("s", Change(0, [live(f"W{n}") for n in range(50)], meta())).version
+        assert len(statements) == 1
+        statements.clear()
+        assert store.changes_since("s", version) is None
+        assert len(statements) == 1
+
+
+# -- asyncio ----------------------------------------------------------------------------------
+
+
+def test_async_store_and_sync_store_share_sessions(postgres_dsn: str, postgres_schema: str) -> None:
+    """An AsyncPostgresStore writes what a PostgresStore on the same schema reads, and back."""
+
+    async def scenario() -> Snapshot | None:
+        store = AsyncPostgresStore(postgres_dsn, schema=postgres_schema)
+        try:
+            written = await store.apply("s", Change(0, [live("W1")], meta()))
+            assert written.alone
+            sync = PostgresStore(postgres_dsn, schema=postgres_schema)
+            sync.apply("s", Change(written.version, [live("W2")]))
+            sync.close()
+            return await store.changes_since("s", written.version)
+        finally:
+            await store.close()
+
+    delta = asyncio.run(scenario())
+    assert delta is not None and [r["key"] for r in delta.records] == ["W2"]
