@@ -21,6 +21,7 @@ from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
+from .proxy import Proxy
 
 
 @pytest.fixture
@@ -126,24 +127,46 @@ def test_a_dropped_schema_is_an_error_not_an_empty_session(
         pg.apply("s", Change(0, [live("W2")], meta()))
 
 
-def test_a_killed_connection_is_an_error_then_the_pool_recovers(postgres_dsn: str) -> None:
+def test_a_killed_connection_is_an_error_then_the_pool_recovers(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
     """A backend terminated under the store: that call raises StoreError, the next one works."""
-    schema_store = PostgresStore(postgres_dsn, schema="guardrail_kill_test", max_connections=1)
+    store = PostgresStore(postgres_dsn, schema=postgres_schema, max_connections=1)
     try:
-        schema_store.apply("s", Change(0, [live("W1")], meta()))
-        with schema_store.pool.connection() as conn:
+        store.apply("s", Change(0, [live("W1")], meta()))
+        with store.pool.connection() as conn:
             pid = conn.info.backend_pid
         with admin(postgres_dsn) as other:
             other.execute("SELECT pg_terminate_backend(%s)", (pid,))
         with pytest.raises(StoreError, match="not reachable or the connection was lost"):
-            schema_store.load("s")
-        loaded = schema_store.load("s")
+            store.load("s")
+        loaded = store.load("s")
         assert loaded is not None and {r["key"] for r in loaded.records} == {"W1"}
     finally:
-        schema_store.delete("s")
-        schema_store.close()
-        with admin(postgres_dsn) as conn:
-            conn.execute("DROP SCHEMA IF EXISTS guardrail_kill_test CASCADE")
+        store.close()
+
+
+def test_a_server_that_goes_away_is_an_error_not_an_empty_session(
+    postgres_schema: str, pg: PostgresStore
+) -> None:
+    """PostgreSQL stops answering mid-conversation: StoreError on read and write, never None."""
+    with Proxy("127.0.0.1", 5432) as proxy:
+        store = PostgresStore(
+            f"host=127.0.0.1 port={proxy.port} dbname=test connect_timeout=1",
+            schema=postgres_schema,
+            timeout=1,
+        )
+        version = store.apply("s", Change(0, [live("W1")], meta())).version
+        proxy.stop()
+        with pytest.raises(StoreError, match=rf"PostgresStore at 127\.0\.0\.1:{proxy.port}/test"):
+            store.changes_since("s", version)
+        with pytest.raises(StoreError, match="not reachable"):
+            store.load("s")
+        with pytest.raises(StoreError, match="not reachable"):
+            store.apply("s", Change(version, [live("W2")]))
+        store.close()
+    held = pg.load("s")
+    assert held is not None and [r["key"] for r in held.records] == ["W1"]
 
 
 def test_an_unreachable_server_is_an_error_naming_the_store() -> None:
