@@ -85,6 +85,7 @@ class Guard:
         logger: Any = None,
         secret: bytes | str | None = None,
         max_ids_per_call: int | None = None,
+        max_cached_sessions: int = 1024,
     ) -> None:
         if mode not in MODES:
             raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -96,6 +97,11 @@ class Guard:
             raise GuardrailUsageError(
                 f"max_ids_per_call must be a positive integer (or None for a tenth of the "
                 f"capacity), not {max_ids_per_call!r}"
+            )
+        if type(max_cached_sessions) is not int or max_cached_sessions < 1:
+            raise GuardrailUsageError(
+                f"max_cached_sessions is how many sessions to keep as live ledgers (>= 1), "
+                f"not {max_cached_sessions!r}"
             )
         if not isinstance(max_reprompts, int) or max_reprompts < 0:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
@@ -115,6 +121,7 @@ class Guard:
             tombstones=tombstones,
             secret=secret,
             default_session=default_session,
+            max_cached=max_cached_sessions,
         )
         options = Options(mode, max_reprompts, refuse_undeclared, max_ids_per_call)
         self._engine = Engine(self._registry, audit, options, self._save_default)
@@ -351,14 +358,54 @@ class Guard:
         and saved as each ends. ``ledger=`` starts the session from a saved
         one (merged into the live one if the session is open already).
         """
-        if not isinstance(session_id, str) or not session_id:
-            raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
+        _check_session_id(session_id)
         return SessionScope(self, session_id, ledger)
 
     @property
     def ledger(self) -> Ledger:
         """The current session's ledger."""
         return self._sessions.current()
+
+    def ledger_for(self, session_id: str) -> Ledger:
+        """The live ledger of a session, up to date with the store, without opening a scope.
+
+        The ledger stays cached; what changes in it is written when a scope
+        of the session ends, when it leaves the cache, or at
+        :meth:`end_session`. To change a session outside a ``with`` block,
+        pass ``session=`` to :meth:`check`, :meth:`enforce`, :meth:`record`
+        or :meth:`observe_user` instead: each such call is a scope of its own.
+        """
+        _check_session_id(session_id)
+        return self._sessions.ledger_for(session_id)
+
+    def end_session(self, session_id: str, *, delete: bool = False) -> None:
+        """A conversation is over: write its ledger and drop it from the cache.
+
+        ``delete=True`` deletes it from the store as well. A session still
+        open in a ``with guard.session(...)`` block is a usage error.
+        """
+        _check_session_id(session_id)
+        self._sessions.end(session_id, delete=delete)
+
+    def expire_sessions(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds, from the store and cache.
+
+        Returns their ids. Run it now and then (a cron job, a background
+        task): sessions are never deleted behind a program's back.
+        """
+        if isinstance(max_idle, bool) or not isinstance(max_idle, (int, float)) or max_idle < 0:
+            raise GuardrailUsageError(f"max_idle is a number of seconds >= 0, not {max_idle!r}")
+        expired = self._sessions.store.expire(float(max_idle))
+        for session_id in expired:
+            try:
+                self._sessions.end(session_id, delete=False)
+            except GuardrailUsageError:
+                continue  # open in a scope right now: its next write starts it anew
+        return expired
+
+    def cached_sessions(self) -> list[str]:
+        """The ids of the sessions this guard holds as live ledgers, least recently used first."""
+        return self._sessions.cached()
 
     def _save_default(self, ledger: Ledger) -> None:
         """Save the default session after a change to it: no scope's end will."""
@@ -370,31 +417,51 @@ class Guard:
 
     # -- the conversation -----------------------------------------------------------------
 
-    def observe_user(self, text: str, *, ledger: Ledger | None = None) -> list[Entry]:
+    def observe_user(
+        self, text: str, *, ledger: Ledger | None = None, session: str | None = None
+    ) -> list[Entry]:
         """Start a turn with what the user typed: ids of a kind's shape enter, unverified.
 
         Every method that works on "the current session" also takes
         ``ledger=`` to work on that ledger instead (replaying a transcript,
-        say).
+        say), or ``session=`` to work on that session as a scope of its own
+        (``with guard.session(session): ...`` around the one call: a hook
+        called once per message needs no ``with`` block).
         """
         if not isinstance(text, str):
             raise GuardrailUsageError(
                 f"observe_user takes the user's text, not {type(text).__name__}"
             )
+        if session is not None:
+            with self.session(session) as scoped:
+                return self._engine.observe_user(text, self._given(ledger, scoped))
         return self._engine.observe_user(text, self._ledger(ledger))
 
     def check(
-        self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        *,
+        ledger: Ledger | None = None,
+        session: str | None = None,
     ) -> Verdict:
         """Check one call without running anything; only last-use times change when allowed.
 
         The verdict's ``arguments`` are the ones to run the tool with: each
         identifier as the ledger spells it.
         """
+        if session is not None:
+            with self.session(session) as scoped:
+                return self._engine.check(name, arguments, self._given(ledger, scoped))
         return self._engine.check(name, arguments, self._ledger(ledger))
 
     def enforce(
-        self, name: str, arguments: Mapping[str, Any] | str, *, ledger: Ledger | None = None
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        *,
+        ledger: Ledger | None = None,
+        session: str | None = None,
     ) -> Verdict:
         """Check a call about to run, the way the guard's mode says.
 
@@ -406,6 +473,9 @@ class Guard:
         ``verdict.arguments`` (each identifier as the ledger spells it),
         then call :meth:`record`.
         """
+        if session is not None:
+            with self.session(session) as scoped:
+                return self._engine.enforce(name, arguments, self._given(ledger, scoped))
         return self._engine.enforce(name, arguments, self._ledger(ledger))
 
     def record(
@@ -417,6 +487,7 @@ class Guard:
         *,
         call_id: str | None = None,
         ledger: Ledger | None = None,
+        session: str | None = None,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
@@ -429,6 +500,10 @@ class Guard:
         in success's clothing (see :func:`guardrail._harvest.failed`: an error
         mapping or its JSON text, a refusal's text, a :class:`Rejection`).
         """
+        if session is not None:
+            with self.session(session) as scoped:
+                target = self._given(ledger, scoped)
+                return self._engine.record(name, arguments, result, error, call_id, target)
         return self._engine.record(name, arguments, result, error, call_id, self._ledger(ledger))
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
@@ -459,3 +534,15 @@ class Guard:
     def _ledger(self, given: Ledger | None) -> Ledger:
         """``ledger=`` where given, else the current session's."""
         return given if given is not None else self._sessions.current()
+
+    @staticmethod
+    def _given(given: Ledger | None, scoped: Ledger) -> Ledger:
+        """The scope's ledger for a ``session=`` call; ``ledger=`` as well is a usage error."""
+        if given is not None:
+            raise GuardrailUsageError("pass ledger= or session=, not both")
+        return scoped
+
+
+def _check_session_id(session_id: object) -> None:
+    if not isinstance(session_id, str) or not session_id:
+        raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")

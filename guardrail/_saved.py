@@ -230,3 +230,120 @@ def _usage_error(exc: ValidationError) -> GuardrailUsageError:
 def _shown(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- the records a store keeps (see guardrail.stores) --------------------------------------------
+
+
+@_strict
+class LiveRecord(TypedDict):
+    kind: str
+    key: str
+    state: Literal["live"]
+    turn: Count
+    value: str
+    role: str
+    aliases: list[str]
+    source: SavedSource
+    first_seen: Count
+    last_used: Count
+    verified: bool
+    status: str | None
+    pinned: bool
+    epoch: Count
+
+
+@_strict
+class EvictedRecord(TypedDict):
+    kind: str
+    key: str
+    state: Literal["evicted"]
+    turn: Count
+    value: str
+    role: str
+
+
+@_strict
+class DroppedRecord(TypedDict):
+    kind: str
+    key: str
+    state: Literal["dropped"]
+    turn: Count
+    value: str
+    tool: str
+
+
+@_strict
+class GoneRecord(TypedDict):
+    kind: str
+    key: str
+    state: Literal["gone"]
+    turn: Count
+
+
+@_strict
+class SavedMeta(TypedDict):
+    capacity: Annotated[int, Field(ge=1)]
+    tombstone_capacity: Count
+    seal_key: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+    turn: Count
+    epoch: Count
+    kinds: list[str]
+    counters: dict[str, Count]
+    user_texts: list[str]
+    refusals: dict[str, Count]
+
+
+StoredRecord = Union[LiveRecord, EvictedRecord, DroppedRecord, GoneRecord]  # noqa: UP007
+
+_RECORDS: TypeAdapter[list[StoredRecord]] = TypeAdapter(
+    list[Annotated[StoredRecord, Field(discriminator="state")]]
+)
+_META: TypeAdapter[SavedMeta] = TypeAdapter(SavedMeta)
+
+
+def validate_records(records: Any) -> list[StoredRecord]:
+    """A store's records, each checked; a bad one is an error naming its id and field."""
+    try:
+        return _RECORDS.validate_python(records if isinstance(records, list) else list(records))
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        loc = tuple(first["loc"])
+        raw = records[loc[0]] if loc and isinstance(loc[0], int) else None
+        name = (
+            f"record {raw.get('kind')!r} {raw.get('key')!r}"
+            if isinstance(raw, Mapping)
+            else "a record"
+        )
+        if first["type"] == "union_tag_invalid":
+            problem = "state: expected 'live', 'evicted', 'dropped' or 'gone'"
+            problem += f", not {_shown(raw.get('state') if isinstance(raw, Mapping) else raw)}"
+        elif first["type"] == "union_tag_not_found":
+            problem = "state: missing"
+        elif not loc[1:]:
+            problem = "expected an object"
+        else:
+            problem = _field_problem(first, tuple(loc[2:]))
+        raise GuardrailUsageError(f"{name}: {problem}") from None
+
+
+def validate_meta(meta: Any) -> SavedMeta:
+    """A store's session meta, checked; a bad field is an error naming it."""
+    try:
+        return _META.validate_python(dict(meta) if isinstance(meta, Mapping) else meta)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        raise GuardrailUsageError(f"meta: {_field_problem(first, tuple(first['loc']))}") from None
+
+
+def _field_problem(error: Any, loc: tuple[int | str, ...]) -> str:
+    """``field: what was wrong, not what was there`` for one pydantic error."""
+    kind = error["type"]
+    problem = _EXPECTED.get(kind)
+    if problem is None:
+        problem = error["msg"][0].lower() + error["msg"][1:]
+        if "ge" in error.get("ctx", {}):
+            problem = f"must be >= {error['ctx']['ge']}"
+    if kind not in ("missing", "extra_forbidden"):
+        problem += f", not {_shown(error['input'])}"
+    return f"{where(loc)}: {problem}"

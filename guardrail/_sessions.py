@@ -1,14 +1,19 @@
-"""Sessions: which ledger is current, the ledgers open in some scope, the store, new ledgers.
+"""Sessions: which ledger is current, the sessions cached as live ledgers, the store, new ledgers.
 
 One :class:`Sessions` per guard (shared by its :meth:`~guardrail.Guard.silenced`
 copies): a ``ContextVar`` holds the ledger of the innermost
-``with guard.session(id)`` of the running thread or task; scopes of one
-session id open at the same time share one live ledger, read from the store
-by the first and saved as each ends; a guard built with ``default_session``
-has one ledger current wherever no scope is. New ledgers get the guard's
-capacity and kinds, and a seal key derived from its ``secret`` where it has
-one. Nothing here logs: the scope reports a failed save through its guard's
-audit.
+``with guard.session(id)`` of the running thread or task. Each session a
+guard uses stays cached as one live ledger (scopes of one id open at the
+same time share it), up to ``max_cached`` sessions, the least recently used
+going first once no scope holds them. Opening a cached session asks the
+store only what changed since (``changes_since``: nothing, usually); each
+scope's end writes only what changed in it (the ledger's journal, one
+atomic :class:`~guardrail.stores.Change`). A session the store cannot read
+is an error, never an empty ledger: the guard fails closed. A guard built
+with ``default_session`` has one ledger current wherever no scope is. New
+ledgers get the guard's capacity and kinds, and a seal key derived from its
+``secret`` where it has one. Nothing here logs: the scope reports a failed
+save through its guard's audit.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import contextvars
 import hashlib
 import hmac
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from guardrail import _journal
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
@@ -29,19 +36,20 @@ if TYPE_CHECKING:
     from guardrail._guard import Guard
 
 
-class _Live:
-    """A session open in one guard: its one ledger, and how many scopes hold it."""
+class _Cached:
+    """A session cached in one guard: its live ledger, the store version it caught up with."""
 
-    __slots__ = ("ledger", "lock", "scopes")
+    __slots__ = ("ledger", "lock", "scopes", "version")
 
     def __init__(self) -> None:
         self.ledger: Ledger | None = None
-        self.lock = threading.Lock()  # held while the ledger is read from the store
+        self.version = 0
+        self.lock = threading.Lock()  # held while the ledger is read, refreshed or written
         self.scopes = 0
 
 
 class Sessions:
-    """The current ledger, the sessions open in some scope, and the ledgers a guard makes.
+    """The current ledger, the cached sessions, and the ledgers a guard makes.
 
     ``kinds`` is the registry's own mapping (changed in place as kinds are
     declared), so every ledger normalises with the kinds declared so far.
@@ -56,12 +64,14 @@ class Sessions:
         tombstones: int | None,
         secret: bytes | None,
         default_session: str | None,
+        max_cached: int = 1024,
     ) -> None:
         self.store = store
         self.kinds = kinds
         self.capacity = capacity
         self.tombstones = tombstones
         self.default_session = default_session
+        self.max_cached = max_cached
         self._secret = secret
         #: The ledger of the innermost open scope, per thread and task: one variable per
         #: guard, so two guards' sessions never see each other's ledgers.
@@ -69,7 +79,8 @@ class Sessions:
             "guardrail.session", default=None
         )
         self._open_lock = threading.Lock()
-        self._live: dict[str, _Live] = {}  # sessions open in some scope, by id
+        #: Cached sessions by id, least recently opened first.
+        self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._default: Ledger | None = None
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
@@ -91,57 +102,169 @@ class Sessions:
             ledger.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
         return ledger
 
+    # -- opening and closing ------------------------------------------------------------------
+
     def open(self, session_id: str, given: Ledger | None) -> Ledger:
-        """The live ledger of ``session_id``, read from the store by its first scope only.
+        """The live ledger of ``session_id``, brought up to date with the store.
 
         Every ``open`` is paired with a :meth:`release` (which :meth:`close` does).
         """
         with self._open_lock:
-            live = self._live.get(session_id)
-            if live is None:
-                live = self._live[session_id] = _Live()
-            live.scopes += 1
+            cached = self._cache.get(session_id)
+            if cached is None:
+                cached = self._cache[session_id] = _Cached()
+            else:
+                self._cache.move_to_end(session_id)
+            cached.scopes += 1
         try:
-            with live.lock:
-                if live.ledger is None:
-                    live.ledger = self._load(session_id, given)
-                elif given is not None and given is not live.ledger:
-                    live.ledger.merge(given)  # open already: one ledger, which only grows
-                return live.ledger
+            with cached.lock:
+                if cached.ledger is None:
+                    cached.ledger = self._load(session_id, given, cached)
+                else:
+                    self._refresh(session_id, cached)
+                    if given is not None and given is not cached.ledger:
+                        cached.ledger.merge(given)  # one ledger, which only grows
+                return cached.ledger
         except BaseException:
             self.release(session_id)
             raise
 
-    def _load(self, session_id: str, given: Ledger | None) -> Ledger:
-        """A session's ledger as a scope starts: ``given``, the stored one, or a new one."""
-        ledger = given if given is not None else self.store.load(session_id)
-        if ledger is None:
-            return self.new_ledger(session_id)
-        if ledger._kinds is not self.kinds:  # keyed by this guard's normalisers from now on
-            ledger._use_kinds(self.kinds)
-        ledger.session_id = session_id
+    def _load(self, session_id: str, given: Ledger | None, cached: _Cached) -> Ledger:
+        """A session's ledger as it is first used here: the stored one, ``given``, or a new one."""
+        snapshot = self.store.load(session_id)
+        if snapshot is None:
+            if given is None:
+                ledger = self.new_ledger(session_id)
+                _journal.follow(ledger, all_of_it=False)
+                return ledger
+            ledger = given  # the store has nothing: the given ledger is the session, all unwritten
+            if ledger._kinds is not self.kinds:  # keyed by this guard's normalisers from now on
+                ledger._use_kinds(self.kinds)
+            ledger.session_id = session_id
+            _journal.follow(ledger, all_of_it=True)
+            return ledger
+        records, meta = _journal.checked(snapshot, session_id, self.store)
+        ledger = self.new_ledger(session_id)
+        _journal.follow(ledger, all_of_it=False)
+        _journal.fill(ledger, records, meta)
+        cached.version = snapshot.version
+        if given is not None:
+            ledger.merge(given)
         return ledger
 
+    def _refresh(self, session_id: str, cached: _Cached) -> None:
+        """Fold in what other writers wrote since the cached ledger last caught up."""
+        delta = self.store.changes_since(session_id, cached.version)
+        if delta is None:
+            return
+        ledger = cached.ledger
+        assert ledger is not None
+        records, meta = _journal.checked(delta, session_id, self.store)
+        if delta.complete and cached.scopes == 1 and not ledger._journal:
+            # Deleted or started anew elsewhere, and no one here holds unwritten changes.
+            fresh = self.new_ledger(session_id)
+            _journal.follow(fresh, all_of_it=False)
+            _journal.fill(fresh, records, meta)
+            cached.ledger = fresh
+        else:
+            _journal.absorb(ledger, records, meta)
+        cached.version = delta.version
+
     def release(self, session_id: str) -> None:
-        """One scope of ``session_id`` ended: the last one lets the live ledger go."""
+        """One scope of ``session_id`` ended; sessions over the cache bound are let go."""
         with self._open_lock:
-            live = self._live.get(session_id)
-            if live is not None:
-                live.scopes -= 1
-                if live.scopes <= 0:
-                    del self._live[session_id]
+            cached = self._cache.get(session_id)
+            if cached is None:
+                return
+            cached.scopes -= 1
+            if cached.scopes <= 0 and cached.ledger is None:  # never loaded (the store failed)
+                del self._cache[session_id]
+            over = len(self._cache) - self.max_cached
+            victims = []
+            if over > 0:
+                for sid, held in self._cache.items():
+                    if held.scopes <= 0 and held.ledger is not self._default:
+                        victims.append((sid, held))
+                        if len(victims) == over:
+                            break
+        for sid, held in victims:
+            self._let_go(sid, held)
+
+    def _let_go(self, session_id: str, cached: _Cached) -> None:
+        """Drop a session from the cache, written first: if the write fails it stays cached."""
+        try:
+            self._write(session_id, cached)
+        except Exception:
+            return  # kept, unwritten changes and all; the next scope's end writes them
+        with self._open_lock:
+            if cached.scopes <= 0 and self._cache.get(session_id) is cached:
+                del self._cache[session_id]
 
     def close(self, session_id: str, ledger: Ledger) -> None:
-        """Save a session as one of its scopes ends, then release it (even if the save fails)."""
+        """Write what a scope changed as it ends, then release it (even if the write fails)."""
         try:
-            self.store.save(session_id, ledger)
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.ledger is ledger:
+                self._write(session_id, cached)
         finally:
             self.release(session_id)
 
+    def _write(self, session_id: str, cached: _Cached) -> None:
+        """Write a cached ledger's unwritten changes as one Change; on failure none is lost."""
+        with cached.lock:
+            ledger = cached.ledger
+            if ledger is None:
+                return
+            change, names = _journal.take(ledger, cached.version)
+            if not change:
+                return
+            try:
+                written = self.store.apply(session_id, change)
+            except BaseException:
+                _journal.undo(ledger, names)
+                raise
+            _journal.written(ledger, change)
+            if written.alone:  # no one else wrote: the ledger is the session
+                cached.version = written.version
+
     def save_default(self, ledger: Ledger) -> None:
-        """Save the default session after a change to it (no scope's end will); else nothing."""
+        """Write the default session after a change to it (no scope's end will); else nothing."""
         if ledger is self._default and self.default_session is not None:
-            self.store.save(self.default_session, ledger)
+            cached = self._cache.get(self.default_session)
+            if cached is not None:
+                self._write(self.default_session, cached)
+
+    # -- handles without a scope -----------------------------------------------------------
+
+    def ledger_for(self, session_id: str) -> Ledger:
+        """The cached live ledger of a session, up to date with the store."""
+        ledger = self.open(session_id, None)
+        self.release(session_id)
+        return ledger
+
+    def end(self, session_id: str, *, delete: bool) -> None:
+        """Write a session and drop it from the cache; ``delete``: from the store too."""
+        with self._open_lock:
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.scopes > 0:
+                raise GuardrailUsageError(
+                    f"session {session_id!r} is still open in a `with guard.session(...)` "
+                    "block; end it after the block"
+                )
+        if cached is not None and not delete:
+            self._write(session_id, cached)
+        if delete:
+            self.store.delete(session_id)
+        with self._open_lock:
+            if self._cache.get(session_id) is cached:
+                self._cache.pop(session_id, None)
+            if cached is not None and cached.ledger is self._default:
+                self._default = None
+
+    def cached(self) -> list[str]:
+        """The ids of the sessions cached now, least recently used first."""
+        with self._open_lock:
+            return list(self._cache)
 
     def current(self) -> Ledger:
         """The ledger of the innermost open scope, else the default session's."""
@@ -156,7 +279,7 @@ class Sessions:
             )
         if self._default is None:
             # Opened as a scope that never ends: one live ledger, shared with any
-            # `with guard.session(default_session)`, saved after each change.
+            # `with guard.session(default_session)`, written after each change.
             self._default = self.open(self.default_session, None)
         return self._default
 
@@ -165,7 +288,7 @@ class SessionScope:
     """``with guard.session(id) as ledger`` (or ``async with``): makes a ledger current.
 
     Scopes of one session id open at the same time (threads, tasks) share
-    one ledger object. Each scope saves it to the guard's store as it ends;
+    one ledger object. Each scope writes what changed to the guard's store as it ends;
     if the save fails while the block is already leaving by an exception,
     that exception goes on (the failure is logged and added as a note),
     else the :class:`~guardrail.errors.StoreError` is raised.

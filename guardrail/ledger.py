@@ -212,6 +212,11 @@ class Ledger:
         #: The key that seals the ledger blocks compaction writes for this ledger. It is
         #: saved with the ledger and never shown to a model.
         self.seal_key: bytes = secrets.token_bytes(32)
+        #: The (kind, key) of every id changed since the guard last wrote the ledger to its
+        #: store; None while no store keeps it (see guardrail._journal).
+        self._journal: set[tuple[str, str]] | None = None
+        #: The meta as last written to the store, to write it again only when it changed.
+        self._written_meta: dict[str, Any] | None = None
 
     # -- reading --------------------------------------------------------------------------
 
@@ -328,6 +333,8 @@ class Ledger:
             with self._lock:
                 entry.epoch = self._epoch
                 entry.last_used = self.turn
+                if self._journal is not None:
+                    self._journal.add((entry.kind, entry.key))
                 table = self._by_kind[entry.kind]
                 if table.pop(entry.key, None) is entry:
                     table[entry.key] = entry
@@ -392,8 +399,10 @@ class Ledger:
                             entry.verified = True
                             entry.source = where
                             upgraded.append(entry)
-                        if status is not None:
+                        if status is not None and status != entry.status:
                             entry.status = status
+                            if self._journal is not None:
+                                self._journal.add((kind, key))
                         self._touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
@@ -442,6 +451,10 @@ class Ledger:
                 self._epoch += 1
                 for entry in added:
                     entry.epoch = self._epoch
+            journal = self._journal
+            if journal is not None:
+                journal.update([(entry.kind, entry.key) for entry in added])
+                journal.update([(entry.kind, entry.key) for entry in upgraded])
             evicted = self._evict_over_capacity()
             taken = self._take_back(added, revived)
             dropped = self._mark_dropped(taken, skipped, tool, source)
@@ -466,6 +479,7 @@ class Ledger:
             entry.aliases = (*entry.aliases, entry.role)
             entry.role = new_role
             self._roles[new_role] = entry
+            self._changed(entry.kind, entry.key)
             return entry
 
     def pin(self, role: str, pinned: bool = True) -> Entry:
@@ -480,6 +494,7 @@ class Ledger:
             if entry.pinned != pinned:
                 entry.pinned = pinned
                 self._pinned += 1 if pinned else -1
+                self._changed(entry.kind, entry.key)
                 self._evict_over_capacity()
                 self._evict_over_capacity(spare_current=False)
             return entry
@@ -530,6 +545,11 @@ class Ledger:
             if not self._role_taken(role):
                 return role
 
+    def _changed(self, kind: str, key: str) -> None:
+        """Note that the id ``(kind, key)`` changed, for the next write to the store."""
+        if self._journal is not None:
+            self._journal.add((kind, key))
+
     def _role_taken(self, role: str) -> bool:
         return role in self._roles or role in self._tomb_roles
 
@@ -559,6 +579,7 @@ class Ledger:
         self._index[entry.kind].stale += 1  # the key stays in the index until a rebuild
         self._size -= 1
         self._pinned -= entry.pinned
+        self._changed(entry.kind, entry.key)
         if self._tombstone_capacity:
             self._add_tombstone(
                 Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
@@ -619,6 +640,7 @@ class Ledger:
             del self._roles[entry.role]
             self._index[entry.kind].stale += 1
             self._size -= 1
+            self._changed(entry.kind, entry.key)
             taken.append(entry)
         taken.reverse()
         for entry in taken:  # oldest first, as they were remembered
@@ -651,10 +673,13 @@ class Ledger:
         )
         keep = self._tombstone_capacity
         marks = self._dropped
+        journal = self._journal
         for mark in dropped[-keep:] if keep else ():
             where = (mark.kind, mark.key)
             marks.pop(where, None)  # named again: the newest mark, last to go
             marks[where] = mark
+            if journal is not None:
+                journal.add(where)
         while len(marks) > keep:
             del marks[next(iter(marks))]
         return dropped
@@ -929,7 +954,12 @@ class Ledger:
                     changed.add(entry.kind)
                 elif self._combine(mine, entry):
                     changed.add(entry.kind)
+                self._changed(entry.kind, entry.key)
             self._merge_marks(their_tombs, their_drops)
+            for tomb in their_tombs:
+                self._changed(tomb.kind, tomb.key)
+            for drop in their_drops:
+                self._changed(drop.kind, drop.key)
             for text in their_texts:
                 if text not in self._user_texts:
                     self._user_texts.append(text)

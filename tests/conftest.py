@@ -123,3 +123,11 @@ def result(call_id: str, output: Any, *, error: bool = False) -> dict[str, Any]:
     """The tool message answering ``call_id``; an output that is not text is written as JSON."""
     text = output if isinstance(output, str) else json.dumps(output)
     return {"role": "tool", "tool_call_id": call_id, "content": text, "error": error}
+
+
+def stored_ids(store: Any, session_id: str) -> set[str]:
+    """The values of the live entries a store holds for a session (empty if none)."""
+    snapshot = store.load(session_id)
+    if snapshot is None:
+        return set()
+    return {r["value"] for r in snapshot.records if r["state"] == "live"}

@@ -24,7 +24,7 @@ from guardrail import (
     StoreError,
     compact,
 )
-from guardrail._harvest import Batch
+from guardrail.stores import Change, Written
 
 from .conftest import ORDERS, call, result, shop_guard, user
 
@@ -84,14 +84,14 @@ def orders(prefix: str, count: int) -> list[dict[str, Any]]:
 
 
 def stored_keys(path: Path, session_id: str) -> set[str]:
-    """The order keys the file holds for a session, read by a store of its own."""
+    """The keys of the live entries the file holds for a session, read by a store of its own."""
     store = SQLiteStore(path)
     try:
-        ledger = store.load(session_id)
+        snapshot = store.load(session_id)
     finally:
         store.close()
-    assert ledger is not None
-    return {entry.key for entry in ledger}
+    assert snapshot is not None
+    return {r["key"] for r in snapshot.records if r["state"] == "live"}
 
 
 def test_two_threads_on_one_session_keep_all_their_ids(tmp_path: Path) -> None:
@@ -122,8 +122,9 @@ def test_concurrent_scopes_of_one_session_share_one_live_ledger(tmp_path: Path) 
         assert first is second
         guard.record("search_orders", {}, ORDERS)
     with guard.session("s") as later:
-        assert later is not first  # reopened from the file once every scope had ended
-        assert len(later) == 2
+        assert later is first  # cached between scopes
+    with shop_guard(store=SQLiteStore(tmp_path / "s.sqlite3")).session("s") as elsewhere:
+        assert len(elsewhere) == 2 and elsewhere is not first
 
 
 def test_two_guards_on_one_file_merge_on_save(tmp_path: Path) -> None:
@@ -184,50 +185,19 @@ def test_a_single_writer_saves_forget_and_unpin_exactly(tmp_path: Path) -> None:
         assert ledger._tombstone("order", "W2378156") is not None
 
 
-def test_a_store_save_merges_into_a_row_another_writer_changed(tmp_path: Path) -> None:
-    """SQLiteStore.save of a ledger read before another writer saved keeps both writers' ids."""
-    path = tmp_path / "s.sqlite3"
-    store = SQLiteStore(path)
-    guard = shop_guard(store=store)
-    with guard.session("s"):
-        guard.record("get_order", {}, {"order_id": "W1000001"})
-    mine = store.load("s")
-    theirs = store.load("s")
-    assert mine is not None and theirs is not None
-    theirs._admit([Batch.one("order", "W2000002", "W2000002", "p")], source=SRC)
-    store.save("s", theirs)
-    mine._admit([Batch.one("order", "W3000003", "W3000003", "p")], source=SRC)
-    store.save("s", mine)
-    assert stored_keys(path, "s") == {"W1000001", "W2000002", "W3000003"}
-    store.close()
-
-
-def test_the_memory_store_merges_a_different_ledger_into_the_one_it_holds() -> None:
-    """MemoryStore.save of another object for a held session merges it in, losing nothing."""
-    store = MemoryStore()
-    held = Ledger(session_id="s")
-    held._admit([Batch.one("order", "W1", "W1", "p")], source=SRC)
-    store.save("s", held)
-    other = Ledger(session_id="s")
-    other._admit([Batch.one("order", "W2", "W2", "p")], source=SRC)
-    store.save("s", other)
-    assert store.load("s") is held
-    assert {entry.key for entry in held} == {"W1", "W2"}
-
-
 # -- the default session ----------------------------------------------------------------------
 
 
 class CountingStore(MemoryStore):
-    """A memory store that counts its saves."""
+    """A memory store that counts its writes."""
 
     def __init__(self) -> None:
         super().__init__()
         self.saves = 0
 
-    def save(self, session_id: str, ledger: Ledger) -> None:
+    def apply(self, session_id: str, change: Change) -> Written:
         self.saves += 1
-        super().save(session_id, ledger)
+        return super().apply(session_id, change)
 
 
 def test_the_default_session_persists_every_change(tmp_path: Path) -> None:
@@ -388,36 +358,70 @@ def test_a_failed_save_never_hides_the_original_exception(tmp_path: Path, run_as
     assert "locked" in event["error"]
 
 
-def test_a_bad_stored_row_names_its_session_and_file(tmp_path: Path) -> None:
-    """A row that is not a valid ledger is a usage error saying which session and file."""
+def test_a_bad_stored_record_names_its_session_store_and_field(tmp_path: Path) -> None:
+    """A stored record that is not an entry's is a usage error naming session, file and field."""
     path = tmp_path / "s.sqlite3"
-    store = SQLiteStore(path)
+    guard = shop_guard(store=SQLiteStore(path))
+    with guard.session("conv-9"):
+        guard.record("search_orders", {}, ORDERS)
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute(
-            "INSERT INTO guardrail_sessions (session_id, ledger) VALUES (?, ?)",
-            ("conv-9", '{"format": 2}'),
-        )
-    with pytest.raises(GuardrailUsageError, match=r"session 'conv-9' in .*s\.sqlite3.*session_id"):
-        store.load("conv-9")
-    store.close()
+        db.execute("UPDATE guardrail_record SET record = json_set(record, '$.pinned', 'yes')")
+    other = shop_guard(store=SQLiteStore(path))
+    with (
+        pytest.raises(
+            GuardrailUsageError,
+            match=r"session 'conv-9' in SQLiteStore\('.*s\.sqlite3'\).*pinned: expected a boolean",
+        ),
+        other.session("conv-9"),
+    ):
+        pass
+    assert other.cached_sessions() == []
 
 
-def test_a_file_written_before_row_versions_is_upgraded(tmp_path: Path) -> None:
-    """A session table without the version column gains it, and its rows still load."""
-    path = tmp_path / "old.sqlite3"
+def old_file(path: Path, rows: dict[str, str]) -> None:
+    """A database as earlier versions wrote it: one JSON ledger per session."""
     with closing(sqlite3.connect(path)) as db, db:
         db.execute(
             "CREATE TABLE guardrail_sessions (session_id TEXT PRIMARY KEY, ledger TEXT NOT NULL,"
-            " updated REAL NOT NULL DEFAULT (julianday('now')))"
+            " updated REAL NOT NULL DEFAULT (julianday('now')),"
+            " version INTEGER NOT NULL DEFAULT 0)"
         )
-        db.execute(
-            "INSERT INTO guardrail_sessions (session_id, ledger) VALUES (?, ?)",
-            ("s", Ledger(session_id="s").to_json()),
-        )
-    guard = shop_guard(store=SQLiteStore(path))
-    with guard.session("s"):
+        for session_id, text in rows.items():
+            db.execute(
+                "INSERT INTO guardrail_sessions (session_id, ledger) VALUES (?, ?)",
+                (session_id, text),
+            )
+
+
+def test_a_file_of_the_one_row_per_session_format_is_converted(tmp_path: Path) -> None:
+    """Sessions saved as one JSON row each by an earlier version load, every field intact."""
+    path = tmp_path / "old.sqlite3"
+    guard = shop_guard()
+    with guard.session("s") as ledger:
+        guard.observe_user("I am cus_ABC123")
         guard.record("search_orders", {}, ORDERS)
-    assert len(stored_keys(path, "s")) == 2
+        guard.label("order_2", "pending_order")
+        guard.pin("pending_order")
+        guard.forget("order")
+    old_file(path, {"s": ledger.to_json()})
+    resumed = shop_guard(store=SQLiteStore(path))
+    with resumed.session("s") as loaded:
+        assert loaded == ledger and loaded.seal_key == ledger.seal_key
+    with closing(sqlite3.connect(path)) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "guardrail_sessions" not in tables
+
+
+def test_an_old_file_with_a_bad_row_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """A bad row in an old file stops the conversion, naming its session; nothing changes."""
+    path = tmp_path / "old.sqlite3"
+    old_file(path, {"good": Ledger(session_id="good").to_json(), "bad": '{"format": 2}'})
+    with pytest.raises(GuardrailUsageError, match=r"session 'bad' .*earlier version"):
+        SQLiteStore(path)
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT count(*) FROM guardrail_sessions").fetchone() == (2,)
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    assert "guardrail_session" not in tables
 
 
 def test_a_default_session_that_cannot_be_saved_says_so(tmp_path: Path) -> None:

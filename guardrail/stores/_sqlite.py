@@ -2,35 +2,70 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
-import weakref
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from guardrail import _deprecation
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.ledger import Ledger
+from guardrail.stores._protocol import (
+    Change,
+    Meta,
+    Record,
+    Snapshot,
+    Written,
+    first_version,
+    merge_meta,
+    merge_record,
+)
 
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
+_OLD_DEFAULT = "guardrail-sessions.sqlite3"
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS guardrail_session ("
+    " session_id TEXT PRIMARY KEY, created INTEGER NOT NULL, version INTEGER NOT NULL,"
+    " meta TEXT, meta_version INTEGER NOT NULL DEFAULT 0, written REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS guardrail_record ("
+    " session_id TEXT NOT NULL, kind TEXT NOT NULL, key TEXT NOT NULL,"
+    " version INTEGER NOT NULL, record TEXT NOT NULL,"
+    " PRIMARY KEY (session_id, kind, key)) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS guardrail_record_version ON guardrail_record (session_id, version)",
+    "CREATE INDEX IF NOT EXISTS guardrail_session_written ON guardrail_session (written)",
+)
 
 
 class SQLiteStore:
-    """Ledgers saved as JSON rows in one SQLite file (``":memory:"`` for a private database).
+    """Sessions in one SQLite file: a row per identifier, written in WAL mode.
 
-    A ledger is read when a session opens and written when a scope ends.
-    Saving never loses what another writer saved: in one write transaction
-    the row is read back, and if someone else wrote it since this ledger
-    was read, the two are merged (:meth:`Ledger.merge`) before writing.
-    So several processes (or guards) serving one conversation at once lose
-    no entry, though two of them naming new ids at the same moment may see
-    one of those ids renamed (``order_3`` becomes ``order_4``, say). With no
-    other writer the row is simply replaced, so forgetting and unpinning
-    persist. A file deleted or replaced while the store is open, or a
-    database locked past ``timeout`` seconds, is a :class:`StoreError`.
+    ``path`` is the database file (``":memory:"`` for a private database
+    that lives as long as the store). Each write is one transaction: all of
+    a scope's changes (a result's ids and the evictions they caused) or
+    none, so a process killed mid-write leaves the session as it was. Any
+    number of threads, guards and processes of one machine may share the
+    file; rows written since a writer last read are merged, not overwritten
+    (see :func:`~guardrail.stores.merge_record`). A file deleted or replaced
+    while the store is open, or locked past ``timeout`` seconds, is a
+    :class:`StoreError`. A file written by an earlier version (one JSON row
+    per session) is converted the first time it is opened.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str] = "guardrail-sessions.sqlite3", *, timeout: float = 5.0
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
+        if path is None:
+            _deprecation.warn(
+                f"SQLiteStore() with no path writes {_OLD_DEFAULT!r} in the working directory; "
+                "pass the path (SQLiteStore('sessions.sqlite3'), or ':memory:'). The default "
+                "goes in the next release",
+                stacklevel=1,
+            )
+            path = _OLD_DEFAULT
+        if not isinstance(path, (str, os.PathLike)):
+            raise GuardrailUsageError(
+                f"path is the database file (a str or os.PathLike), not {type(path).__name__}"
+            )
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
             raise GuardrailUsageError(
                 f"timeout is how many seconds to wait for a locked database (>= 0), not {timeout!r}"
@@ -38,24 +73,16 @@ class SQLiteStore:
         self.path = os.fspath(path)
         self.timeout = float(timeout)
         self._lock = threading.Lock()
-        #: id(ledger) -> {session id: the row version that ledger was read from or wrote}.
-        self._versions: dict[int, dict[str, int]] = {}
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
             )
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS guardrail_sessions ("
-                " session_id TEXT PRIMARY KEY, ledger TEXT NOT NULL,"
-                " updated REAL NOT NULL DEFAULT (julianday('now')),"
-                " version INTEGER NOT NULL DEFAULT 0)"
-            )
-            columns = {row[1] for row in self._db.execute("PRAGMA table_info(guardrail_sessions)")}
-            if "version" not in columns:  # a file written before versions were kept
-                self._db.execute(
-                    "ALTER TABLE guardrail_sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0"
-                )
+            self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints, atomic always
+            with self._transaction():
+                for statement in _SCHEMA:
+                    self._db.execute(statement)
+                self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(
                 f"cannot open the session database {self.path!r}: {exc}; check the path and "
@@ -63,117 +90,239 @@ class SQLiteStore:
             ) from exc
         self._identity = self._stat()
 
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
     # -- the protocol -------------------------------------------------------------------------
 
-    def load(self, session_id: str) -> Ledger | None:
-        """The saved ledger of ``session_id``, checked field by field, or None."""
+    def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None."""
         with self._lock:
             self._check_file(session_id, "load")
             try:
-                row = self._db.execute(
-                    "SELECT ledger, version FROM guardrail_sessions WHERE session_id = ?",
-                    (session_id,),
-                ).fetchone()
+                with self._transaction(write=False):
+                    head = self._head(session_id)
+                    if head is None:
+                        return None
+                    return self._read(session_id, head, 0, complete=True)
             except sqlite3.Error as exc:
                 raise self._failed("load", session_id, exc) from exc
-        if row is None:
-            return None
-        ledger = self._parse(session_id, row[0])
-        with self._lock:
-            self._remember(ledger, session_id, row[1])
-        return ledger
 
-    def save(self, session_id: str, ledger: Ledger) -> None:
-        """Write ``ledger``, merged with the saved row if another writer changed it since."""
-        text = ledger.to_json()  # before the write lock: the longest step holds no one up
+    def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` in one transaction, merging rows written since ``change.base``."""
+        # Every record as text before the transaction: a bad one changes nothing.
+        rows = [(r["kind"], r["key"], json.dumps(r, ensure_ascii=False)) for r in change.records]
+        meta_text = None if change.meta is None else json.dumps(change.meta, ensure_ascii=False)
         with self._lock:
-            self._check_file(session_id, "save")
-            seen = self._versions.get(id(ledger), {}).get(session_id)
+            self._check_file(session_id, "write")
             try:
-                version, merged = self._write(session_id, ledger, text, seen)
+                with self._transaction():
+                    return self._apply(session_id, change, rows, meta_text)
             except sqlite3.Error as exc:
-                raise self._failed("save", session_id, exc) from exc
-            if merged:
-                # The row now holds more than this ledger: its next save must merge again.
-                self._versions.get(id(ledger), {}).pop(session_id, None)
-            else:
-                self._remember(ledger, session_id, version)
+                raise self._failed("write", session_id, exc) from exc
+
+    def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """None if the session is still at ``version``; else what was written since."""
+        with self._lock:
+            self._check_file(session_id, "read")
+            try:
+                head = self._head(session_id)  # the usual answer: one indexed look-up
+                if head is None:
+                    return None if version == 0 else Snapshot(0)
+                if head[1] == version:
+                    return None
+                with self._transaction(write=False):
+                    head = self._head(session_id)
+                    if head is None:
+                        return Snapshot(0)
+                    if head[0] >= version:  # started (again) after that version
+                        return self._read(session_id, head, 0, complete=True)
+                    return self._read(session_id, head, version, complete=False)
+            except sqlite3.Error as exc:
+                raise self._failed("read", session_id, exc) from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
         with self._lock:
             self._check_file(session_id, "delete")
             try:
-                self._db.execute(
-                    "DELETE FROM guardrail_sessions WHERE session_id = ?", (session_id,)
-                )
+                with self._transaction():
+                    self._delete(session_id)
             except sqlite3.Error as exc:
                 raise self._failed("delete", session_id, exc) from exc
+
+    def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
+        cutoff = time.time() - max_idle
+        with self._lock:
+            self._check_file("*", "expire")
+            try:
+                with self._transaction():
+                    idle = [
+                        row[0]
+                        for row in self._db.execute(
+                            "SELECT session_id FROM guardrail_session WHERE written <= ?"
+                            " ORDER BY written",
+                            (cutoff,),
+                        )
+                    ]
+                    for session_id in idle:
+                        self._delete(session_id)
+            except sqlite3.Error as exc:
+                raise self._failed("expire", "*", exc) from exc
+        return idle
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
             self._db.close()
 
+    def stored_bytes(self) -> int:
+        """The size of the database file and its write-ahead log, in bytes (0 for ":memory:")."""
+        if self.path in _PRIVATE:
+            return 0
+        return sum(
+            os.path.getsize(name)
+            for name in (self.path, self.path + "-wal")
+            if os.path.exists(name)
+        )
+
     # -- internals ----------------------------------------------------------------------------
 
-    def _write(
-        self, session_id: str, ledger: Ledger, text: str, seen: int | None
-    ) -> tuple[int, bool]:
-        """One write transaction: the row's new version, and whether it was merged."""
+    @contextmanager
+    def _transaction(self, *, write: bool = True) -> Iterator[None]:
+        """One transaction; a write one takes the write lock first, so no one writes in between."""
         db = self._db
-        db.execute("BEGIN IMMEDIATE")  # the write lock first: nobody writes between read and write
+        db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         try:
-            row = db.execute(
-                "SELECT version FROM guardrail_sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            merged = False
-            if row is None:
-                version = 1
-                db.execute(
-                    "INSERT INTO guardrail_sessions (session_id, ledger, version) VALUES (?, ?, ?)",
-                    (session_id, text, version),
-                )
-            else:
-                version = row[0] + 1
-                if row[0] != seen:  # written by someone else since this ledger was read
-                    (stored_text,) = db.execute(
-                        "SELECT ledger FROM guardrail_sessions WHERE session_id = ?",
-                        (session_id,),
-                    ).fetchone()
-                    stored = self._parse(session_id, stored_text, ledger)
-                    stored.merge(ledger)
-                    text = stored.to_json()
-                    merged = True
-                db.execute(
-                    "UPDATE guardrail_sessions SET ledger = ?, version = ?,"
-                    " updated = julianday('now') WHERE session_id = ?",
-                    (text, version, session_id),
-                )
-            db.execute("COMMIT")
+            yield
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
-        return version, merged
+        db.execute("COMMIT")
 
-    def _parse(self, session_id: str, text: str, like: Ledger | None = None) -> Ledger:
-        """A stored row as a ledger; a row that is not a valid ledger names its session."""
-        try:
-            return Ledger.from_json(text, kinds=like._kinds if like is not None else None)
-        except GuardrailUsageError as exc:
-            raise GuardrailUsageError(
-                f"session {session_id!r} in {self.path!r}: {exc}", tool=exc.tool, param=exc.param
-            ) from None
+    def _head(self, session_id: str) -> tuple[int, int] | None:
+        """``(created, version)`` of a session, or None."""
+        row = self._db.execute(
+            "SELECT created, version FROM guardrail_session WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return None if row is None else (row[0], row[1])
 
-    def _remember(self, ledger: Ledger, session_id: str, version: int) -> None:
-        """Note the row version ``ledger`` matches, forgotten when the ledger is."""
-        key = id(ledger)
-        versions = self._versions.get(key)
-        if versions is None:
-            versions = self._versions[key] = {}
-            weakref.finalize(ledger, self._versions.pop, key, None)
-        versions[session_id] = version
+    def _read(
+        self, session_id: str, head: tuple[int, int], since: int, *, complete: bool
+    ) -> Snapshot:
+        db = self._db
+        records: list[Record] = [
+            json.loads(text)
+            for (text,) in db.execute(
+                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                (session_id, since),
+            )
+        ]
+        meta_text, meta_version = db.execute(
+            "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        meta: Meta | None = None
+        if meta_text is not None and meta_version > since:
+            meta = json.loads(meta_text)
+        return Snapshot(head[1], records, meta, complete)
+
+    def _apply(
+        self,
+        session_id: str,
+        change: Change,
+        rows: list[tuple[str, str, str]],
+        meta_text: str | None,
+    ) -> Written:
+        db = self._db
+        head = self._head(session_id)
+        if head is None:
+            created = first_version() - 1
+            version = created + 1
+            alone = True
+            db.execute(
+                "INSERT INTO guardrail_session (session_id, created, version, written)"
+                " VALUES (?, ?, ?, ?)",
+                (session_id, created, created, time.time()),
+            )
+        else:
+            version = head[1] + 1
+            alone = head[1] == change.base
+        if not alone:  # rows someone else wrote since the writer's base: merged, not replaced
+            newer = {
+                (kind, key): text
+                for kind, key, text in db.execute(
+                    "SELECT kind, key, record FROM guardrail_record"
+                    " WHERE session_id = ? AND version > ?",
+                    (session_id, change.base),
+                )
+            }
+            if newer:
+                by_name = {(r["kind"], r["key"]): r for r in change.records}
+                merged_rows = []
+                for kind, key, text in rows:
+                    held = newer.get((kind, key))
+                    if held is not None:
+                        merged = merge_record(json.loads(held), by_name[kind, key], concurrent=True)
+                        text = json.dumps(merged, ensure_ascii=False)
+                    merged_rows.append((kind, key, text))
+                rows = merged_rows
+        db.executemany(
+            "INSERT OR REPLACE INTO guardrail_record (session_id, kind, key, version, record)"
+            " VALUES (?, ?, ?, ?, ?)",
+            [(session_id, kind, key, version, text) for kind, key, text in rows],
+        )
+        if change.meta is not None and meta_text is not None:
+            held_meta = db.execute(
+                "SELECT meta FROM guardrail_session WHERE session_id = ? AND meta_version > ?",
+                (session_id, change.base),
+            ).fetchone()
+            if held_meta is not None and held_meta[0] is not None:
+                merged_meta = merge_meta(json.loads(held_meta[0]), change.meta, concurrent=True)
+                meta_text = json.dumps(merged_meta, ensure_ascii=False)
+            db.execute(
+                "UPDATE guardrail_session SET meta = ?, meta_version = ? WHERE session_id = ?",
+                (meta_text, version, session_id),
+            )
+        db.execute(
+            "UPDATE guardrail_session SET version = ?, written = ? WHERE session_id = ?",
+            (version, time.time(), session_id),
+        )
+        return Written(version, alone)
+
+    def _delete(self, session_id: str) -> None:
+        self._db.execute("DELETE FROM guardrail_record WHERE session_id = ?", (session_id,))
+        self._db.execute("DELETE FROM guardrail_session WHERE session_id = ?", (session_id,))
+
+    def _migrate(self) -> None:
+        """Convert the one-JSON-row-per-session table of earlier versions, once, then drop it."""
+        db = self._db
+        old = db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'guardrail_sessions'"
+        ).fetchone()
+        if old is None:
+            return
+        from guardrail import _journal  # the ledger's own conversion: only for old files
+        from guardrail.ledger import Ledger
+
+        for session_id, text in db.execute(
+            "SELECT session_id, ledger FROM guardrail_sessions"
+        ).fetchall():
+            try:
+                ledger = Ledger.from_json(text)
+            except GuardrailUsageError as exc:
+                raise GuardrailUsageError(
+                    f"session {session_id!r} in {self.path!r} (a file of an earlier version, "
+                    f"being converted) is not a saved ledger: {exc}. Delete that row "
+                    "(DELETE FROM guardrail_sessions WHERE session_id = ...) or fix it, "
+                    "then open the store again; nothing was converted"
+                ) from None
+            records = [_journal.record_of(ledger, name) for name in _journal.everything(ledger)]
+            rows = [(r["kind"], r["key"], json.dumps(r, ensure_ascii=False)) for r in records]
+            meta = json.dumps(_journal.meta_of(ledger), ensure_ascii=False)
+            self._apply(session_id, Change(0, records, _journal.meta_of(ledger)), rows, meta)
+        db.execute("DROP TABLE guardrail_sessions")
 
     def _stat(self) -> tuple[int, int] | None:
         """The file's device and inode, or None for a private database or a missing file."""
@@ -194,15 +343,15 @@ class SQLiteStore:
             return
         what = "deleted" if now is None else "replaced by another file"
         raise StoreError(
-            f"session {session_id!r} was not {action}d: the database {self.path!r} was {what} "
-            "while the store was open, and writing to it would lose the session. Restore the "
-            "file or open a new SQLiteStore on the path, then save the ledger again "
-            "(store.save(session_id, ledger)).",
+            f"session {session_id!r} could not {action}: the database {self.path!r} was {what} "
+            "while the store was open, and using it would lose the session. Restore the file, "
+            "or open a new SQLiteStore on the path; the guard's cached ledgers keep what "
+            "was not written, and the next scope's end writes it.",
             session_id=session_id,
         )
 
     def _failed(self, action: str, session_id: str, exc: sqlite3.Error) -> StoreError:
-        """A database error as a StoreError that names the session and says what to do."""
+        """A database error as a StoreError that names the store and session and says what to do."""
         if "locked" in str(exc) or "busy" in str(exc):
             advice = (
                 f"the database {self.path!r} stayed locked by another connection for "
@@ -212,5 +361,5 @@ class SQLiteStore:
         else:
             advice = f"the database {self.path!r} failed: {exc}; check the file and its disk"
         return StoreError(
-            f"session {session_id!r} was not {action}d: {advice}", session_id=session_id
+            f"session {session_id!r} could not {action}: {advice}", session_id=session_id
         )
