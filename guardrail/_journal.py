@@ -13,7 +13,7 @@ silently smaller ledger.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from guardrail._index import KeyIndex
@@ -175,14 +175,28 @@ def fill(ledger: Ledger, records: Sequence[Record], meta: Meta | None) -> None:
         )
         # Every entry's own role first, then aliases where free: an alias never takes a
         # name that is another entry's role, whichever entry comes first.
+        placed: list[tuple[Entry, Record]] = []
+        keys: dict[str, list[str]] = {}
+        sources: dict[tuple[Any, ...], Source] = {}  # one per call and path, as admission shares
         for record in entries:
-            _put(ledger, {**record, "aliases": []})
-        for record in entries:
-            entry = ledger._by_kind[record["kind"]][record["key"]]
+            entry = _entry(record, sources)
+            kind = entry.kind
+            _kind(ledger, kind)
+            if ledger._role_taken(entry.role):
+                entry.role = ledger._new_role(kind, entry.key, None, entry.status, entry.source)
+            ledger._by_kind[kind][entry.key] = entry
+            ledger._roles[entry.role] = entry
+            keys.setdefault(kind, []).append(entry.key)
+            placed.append((entry, record))
+        for entry, record in placed:
             free = [name for name in record["aliases"] if not ledger._role_taken(name)]
-            entry.aliases = (*entry.aliases, *free)
-            for name in free:
-                ledger._roles[name] = entry
+            if free:
+                entry.aliases = tuple(free)
+                for name in free:
+                    ledger._roles[name] = entry
+        for kind, added in keys.items():
+            ledger._index[kind].add(added)
+        ledger._count()
         marks = sorted((r for r in records if r["state"] != "live"), key=lambda r: r["turn"])
         for record in marks:
             _put(ledger, record)
@@ -206,7 +220,7 @@ def absorb(ledger: Ledger, records: Iterable[Record], meta: Meta | None) -> None
     with ledger._lock:
         journal = ledger._journal if ledger._journal is not None else set()
         kinds: set[str] = set()
-        for theirs in records:
+        for theirs in _keyed(ledger, records):
             name = (theirs["kind"], theirs["key"])
             if name in journal:
                 mine = record_of(ledger, name)
@@ -229,6 +243,24 @@ def absorb(ledger: Ledger, records: Iterable[Record], meta: Meta | None) -> None
                 ledger._written_meta = meta_of(ledger)
         _settle(ledger, kinds)
         ledger._evict_over_capacity(spare_current=False)
+
+
+def _keyed(ledger: Ledger, records: Iterable[Record]) -> Iterator[Record]:
+    """Records under the key the ledger's normaliser makes of their value.
+
+    The normaliser is authoritative: a stored key that is not what it makes
+    of the stored value would vouch for an id nobody saw. A live record
+    whose value it cannot read is left out.
+    """
+    for record in records:
+        if record["state"] != "live":
+            yield record
+            continue
+        key = ledger._key(record["kind"], record["value"])
+        if key == record["key"]:
+            yield record
+        elif key is not None:
+            yield {**record, "key": key}
 
 
 def _kind(ledger: Ledger, kind: str) -> None:
@@ -268,20 +300,7 @@ def _put(ledger: Ledger, record: Record) -> None:
     state = record["state"]
     kind, key = record["kind"], record["key"]
     if state == "live":
-        source = record["source"]
-        entry = object.__new__(Entry)
-        entry.value = record["value"]
-        entry.kind = kind
-        entry.key = key
-        entry.role = record["role"]
-        entry.aliases = tuple(record["aliases"])
-        entry.source = Source(source["tool"], source["call_id"], source["path"], source["turn"])
-        entry.first_seen = record["first_seen"]
-        entry.last_used = record["last_used"]
-        entry.verified = record["verified"]
-        entry.status = record["status"]
-        entry.pinned = record["pinned"]
-        entry.epoch = record["epoch"]
+        entry = _entry(record)
         ledger._adopt(entry)  # a role another id holds here gives this one a fresh role
     elif state == "evicted":
         if ledger._tombstone_capacity:
@@ -294,6 +313,31 @@ def _put(ledger: Ledger, record: Record) -> None:
         )
         while len(ledger._dropped) > ledger._tombstone_capacity:
             del ledger._dropped[next(iter(ledger._dropped))]
+
+
+def _entry(record: Record, sources: dict[tuple[Any, ...], Source] | None = None) -> Entry:
+    """A checked live record as an entry of no ledger yet; ``sources`` shares equal sources."""
+    raw = record["source"]
+    origin = (raw["tool"], raw["call_id"], raw["path"], raw["turn"])
+    source = sources.get(origin) if sources is not None else None
+    if source is None:
+        source = Source(*origin)
+        if sources is not None:
+            sources[origin] = source
+    entry = object.__new__(Entry)
+    entry.value = record["value"]
+    entry.kind = record["kind"]
+    entry.key = record["key"]
+    entry.role = record["role"]
+    entry.aliases = tuple(record["aliases"])
+    entry.source = source
+    entry.first_seen = record["first_seen"]
+    entry.last_used = record["last_used"]
+    entry.verified = record["verified"]
+    entry.status = record["status"]
+    entry.pinned = record["pinned"]
+    entry.epoch = record["epoch"]
+    return entry
 
 
 def _settle(ledger: Ledger, kinds: set[str]) -> None:

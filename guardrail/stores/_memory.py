@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 
+from guardrail.stores._json import decode, decode_all, encode
 from guardrail.stores._protocol import (
     Change,
     Meta,
@@ -52,10 +52,8 @@ class MemoryStore:
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
         # Every record as text before anything is written: a bad one changes nothing.
-        texts = [
-            ((r["kind"], r["key"]), r, json.dumps(r, ensure_ascii=False)) for r in change.records
-        ]
-        meta_text = None if change.meta is None else json.dumps(change.meta, ensure_ascii=False)
+        texts = [((r["kind"], r["key"]), r, encode(r)) for r in change.records]
+        meta_text = None if change.meta is None else encode(change.meta)
         with self._lock:
             held = self._sessions.get(session_id)
             if held is None:
@@ -69,13 +67,13 @@ class MemoryStore:
             for name, record, text in texts:
                 row = rows.get(name)
                 if row is not None and row[0] > change.base:
-                    merged = merge_record(json.loads(row[1]), record, concurrent=True)
-                    text = json.dumps(merged, ensure_ascii=False)
+                    merged = merge_record(decode(row[1]), record, concurrent=True)
+                    text = encode(merged)
                 rows[name] = (version, text)
             if change.meta is not None and meta_text is not None:
                 if held.meta is not None and held.meta[0] > change.base:
-                    merged_meta = merge_meta(json.loads(held.meta[1]), change.meta, concurrent=True)
-                    meta_text = json.dumps(merged_meta, ensure_ascii=False)
+                    merged_meta = merge_meta(decode(held.meta[1]), change.meta, concurrent=True)
+                    meta_text = encode(merged_meta)
                 held.meta = (version, meta_text)
             held.version = version
             held.written = time.monotonic()
@@ -118,8 +116,8 @@ class MemoryStore:
 
     @staticmethod
     def _snapshot(held: _Session, since: int, *, complete: bool) -> Snapshot:
-        records: list[Record] = [json.loads(text) for v, text in held.rows.values() if v > since]
+        records: list[Record] = decode_all([text for v, text in held.rows.values() if v > since])
         meta: Meta | None = None
         if held.meta is not None and held.meta[0] > since:
-            meta = json.loads(held.meta[1])
+            meta = decode(held.meta[1])
         return Snapshot(held.version, records, meta, complete)

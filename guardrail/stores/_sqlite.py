@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -12,6 +11,7 @@ from contextlib import contextmanager
 
 from guardrail import _deprecation
 from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._json import decode, decode_all, encode
 from guardrail.stores._protocol import (
     Change,
     Meta,
@@ -111,8 +111,8 @@ class SQLiteStore:
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
         # Every record as text before the transaction: a bad one changes nothing.
-        rows = [(r["kind"], r["key"], json.dumps(r, ensure_ascii=False)) for r in change.records]
-        meta_text = None if change.meta is None else json.dumps(change.meta, ensure_ascii=False)
+        rows = [(r["kind"], r["key"], encode(r)) for r in change.records]
+        meta_text = None if change.meta is None else encode(change.meta)
         with self._lock:
             self._check_file(session_id, "write")
             try:
@@ -213,19 +213,21 @@ class SQLiteStore:
         self, session_id: str, head: tuple[int, int], since: int, *, complete: bool
     ) -> Snapshot:
         db = self._db
-        records: list[Record] = [
-            json.loads(text)
-            for (text,) in db.execute(
-                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                (session_id, since),
-            )
-        ]
+        records: list[Record] = decode_all(
+            [
+                text
+                for (text,) in db.execute(
+                    "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                    (session_id, since),
+                )
+            ]
+        )
         meta_text, meta_version = db.execute(
             "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (session_id,)
         ).fetchone()
         meta: Meta | None = None
         if meta_text is not None and meta_version > since:
-            meta = json.loads(meta_text)
+            meta = decode(meta_text)
         return Snapshot(head[1], records, meta, complete)
 
     def _apply(
@@ -264,8 +266,8 @@ class SQLiteStore:
                 for kind, key, text in rows:
                     held = newer.get((kind, key))
                     if held is not None:
-                        merged = merge_record(json.loads(held), by_name[kind, key], concurrent=True)
-                        text = json.dumps(merged, ensure_ascii=False)
+                        merged = merge_record(decode(held), by_name[kind, key], concurrent=True)
+                        text = encode(merged)
                     merged_rows.append((kind, key, text))
                 rows = merged_rows
         db.executemany(
@@ -279,8 +281,8 @@ class SQLiteStore:
                 (session_id, change.base),
             ).fetchone()
             if held_meta is not None and held_meta[0] is not None:
-                merged_meta = merge_meta(json.loads(held_meta[0]), change.meta, concurrent=True)
-                meta_text = json.dumps(merged_meta, ensure_ascii=False)
+                merged_meta = merge_meta(decode(held_meta[0]), change.meta, concurrent=True)
+                meta_text = encode(merged_meta)
             db.execute(
                 "UPDATE guardrail_session SET meta = ?, meta_version = ? WHERE session_id = ?",
                 (meta_text, version, session_id),
@@ -319,8 +321,8 @@ class SQLiteStore:
                     "then open the store again; nothing was converted"
                 ) from None
             records = [_journal.record_of(ledger, name) for name in _journal.everything(ledger)]
-            rows = [(r["kind"], r["key"], json.dumps(r, ensure_ascii=False)) for r in records]
-            meta = json.dumps(_journal.meta_of(ledger), ensure_ascii=False)
+            rows = [(r["kind"], r["key"], encode(r)) for r in records]
+            meta = encode(_journal.meta_of(ledger))
             self._apply(session_id, Change(0, records, _journal.meta_of(ledger)), rows, meta)
         db.execute("DROP TABLE guardrail_sessions")
 

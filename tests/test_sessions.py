@@ -1,0 +1,263 @@
+"""Sessions: cached live ledgers, written as they change, refreshed from the store, fail closed."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import warnings
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from guardrail import (
+    GuardrailUsageError,
+    IdentifierViolation,
+    MemoryStore,
+    SQLiteStore,
+    StoreError,
+)
+from guardrail.stores import Change, Snapshot, Written
+
+from .conftest import ORDERS, shop_guard, stored_ids
+
+
+class FlakyStore(MemoryStore):
+    """A memory store whose reads or writes can be made to fail, and that counts its calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_reads = self.fail_writes = False
+        self.writes = self.reads = 0
+
+    def load(self, session_id: str) -> Snapshot | None:
+        self.reads += 1
+        if self.fail_reads:
+            raise StoreError("the store is down", session_id=session_id)
+        return super().load(session_id)
+
+    def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        self.reads += 1
+        if self.fail_reads:
+            raise StoreError("the store is down", session_id=session_id)
+        return super().changes_since(session_id, version)
+
+    def apply(self, session_id: str, change: Change) -> Written:
+        self.writes += 1
+        if self.fail_writes:
+            raise StoreError("the store is down", session_id=session_id)
+        return super().apply(session_id, change)
+
+
+def test_a_session_stays_cached_and_an_allowed_call_writes_nothing() -> None:
+    """Reopening a cached session reads nothing but the version; a repeated check writes nothing."""
+    store = FlakyStore()
+    guard = shop_guard(store=store)
+    guard.record("search_orders", {}, ORDERS, session="s")
+    guard.check("issue_refund", {"order_id": "W8855135"}, session="s")
+    before = (store.reads, store.writes)
+    for _ in range(5):
+        assert guard.check("issue_refund", {"order_id": "W8855135"}, session="s").allowed
+    assert (store.reads - before[0], store.writes - before[1]) == (5, 0)
+    assert store.load("s") is not None
+
+
+def test_session_handles_work_without_a_with_block() -> None:
+    """observe_user, record, check and enforce take session=; each call is a scope of its own."""
+    store = MemoryStore()
+    guard = shop_guard(store=store)
+    guard.observe_user("I am cus_ABC123", session="s")
+    guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS, session="s")
+    assert guard.enforce("issue_refund", {"order_id": "W8855135"}, session="s").allowed
+    assert not guard.check("issue_refund", {"order_id": "W8855135"}, session="other").allowed
+    assert stored_ids(store, "s") == {"cus_ABC123", "#W8855135", "#W2378156"}
+    with pytest.raises(GuardrailUsageError, match="not both"):
+        guard.check("issue_refund", {}, session="s", ledger=guard.new_ledger())
+
+
+def test_ledger_for_is_the_live_ledger_of_the_session() -> None:
+    """ledger_for(id) is the object a scope of that session works on, up to date."""
+    guard = shop_guard()
+    guard.record("search_orders", {}, ORDERS, session="s")
+    ledger = guard.ledger_for("s")
+    with guard.session("s") as scoped:
+        assert scoped is ledger and len(ledger) == 2
+    with pytest.raises(GuardrailUsageError, match="session id"):
+        guard.ledger_for("")
+
+
+def test_the_cache_keeps_at_most_max_cached_sessions_and_loses_nothing() -> None:
+    """Past the bound the least recently used session leaves the cache, written first."""
+    store = MemoryStore()
+    guard = shop_guard(store=store, max_cached_sessions=2)
+    for n in range(1, 4):
+        guard.record("get_order", {}, {"order_id": f"W100000{n}"}, session=f"s{n}")
+    assert guard.cached_sessions() == ["s2", "s3"]
+    # A change made through ledger_for (no scope's end writes it) is written as it leaves.
+    guard.ledger_for("s2").pin("order")
+    guard.record("get_order", {}, {"order_id": "W1000004"}, session="s4")
+    guard.record("get_order", {}, {"order_id": "W1000005"}, session="s5")
+    assert "s2" not in guard.cached_sessions()
+    snapshot = store.load("s2")
+    assert snapshot is not None and [r["pinned"] for r in snapshot.records] == [True]
+    fresh = shop_guard(store=store)
+    with fresh.session("s1"):
+        assert fresh.check("issue_refund", {"order_id": "W1000001"}).allowed
+
+
+def test_a_session_that_cannot_be_written_stays_cached() -> None:
+    """A session the store refuses to take is kept in the cache, unwritten changes and all."""
+    store = FlakyStore()
+    guard = shop_guard(store=store, max_cached_sessions=1)
+    guard.record("get_order", {}, {"order_id": "W1000001"}, session="s1")
+    guard.ledger_for("s1").pin("order")
+    store.fail_writes = True
+    with pytest.raises(StoreError):
+        guard.record("get_order", {}, {"order_id": "W1000002"}, session="s2")
+    assert guard.cached_sessions() == ["s1", "s2"]
+    store.fail_writes = False
+    guard.check("issue_refund", {"order_id": "W1000002"}, session="s2")  # writes s2, lets s1 go
+    assert guard.cached_sessions() == ["s2"]
+    assert stored_ids(store, "s2") == {"W1000002"}
+    assert [r["pinned"] for r in store.load("s1").records] == [True]  # type: ignore[union-attr]
+
+
+def test_a_failed_write_loses_no_id() -> None:
+    """Ids recorded in a scope whose write failed are written by the next scope's end."""
+    store = FlakyStore()
+    guard = shop_guard(store=store)
+    guard.record("get_order", {}, {"order_id": "W1000001"}, session="s")
+    store.fail_writes = True
+    with pytest.raises(StoreError):
+        guard.record("get_order", {}, {"order_id": "W1000002"}, session="s")
+    store.fail_writes = False
+    guard.check("issue_refund", {"order_id": "W1000002"}, session="s")
+    assert stored_ids(store, "s") == {"W1000001", "W1000002"}
+
+
+def test_a_store_that_cannot_be_read_fails_closed() -> None:
+    """A cached session whose store cannot say what changed raises: no check on a stale ledger."""
+    store = FlakyStore()
+    guard = shop_guard(store=store)
+    checked = []
+    guard.record("search_orders", {}, ORDERS, session="s")
+    store.fail_reads = True
+    with pytest.raises(StoreError, match="down"), guard.session("s"):
+        checked.append(guard.enforce("issue_refund", {"order_id": "W8855135"}))
+    with pytest.raises(StoreError, match="down"):
+        guard.enforce("issue_refund", {"order_id": "W8855135"}, session="new")
+    assert checked == []
+    store.fail_reads = False
+    assert guard.enforce("issue_refund", {"order_id": "W8855135"}, session="s").allowed
+
+
+def test_end_session_writes_and_lets_go_and_can_delete() -> None:
+    """end_session writes the ledger and drops it from the cache; delete=True forgets it too."""
+    store = MemoryStore()
+    guard = shop_guard(store=store)
+    guard.record("search_orders", {}, ORDERS, session="s")
+    guard.ledger_for("s").label("order", "first_order")
+    guard.end_session("s")
+    assert guard.cached_sessions() == []
+    assert any(r["role"] == "first_order" for r in store.load("s").records)  # type: ignore[union-attr]
+    guard.end_session("s", delete=True)
+    assert store.load("s") is None
+    with guard.session("s"), pytest.raises(GuardrailUsageError, match="still open"):
+        guard.end_session("s")
+
+
+def test_expire_sessions_deletes_idle_ones_from_store_and_cache() -> None:
+    """expire_sessions(max_idle) deletes sessions no one wrote for that long, cached or not."""
+    store = MemoryStore()
+    guard = shop_guard(store=store)
+    guard.record("search_orders", {}, ORDERS, session="s")
+    assert guard.expire_sessions(3600) == []
+    assert guard.expire_sessions(0) == ["s"]
+    assert guard.cached_sessions() == [] and store.load("s") is None
+    with pytest.raises(GuardrailUsageError, match="max_idle"):
+        guard.expire_sessions(-1)
+
+
+def test_max_cached_sessions_is_checked() -> None:
+    """max_cached_sessions must be a positive integer."""
+    with pytest.raises(GuardrailUsageError, match="max_cached_sessions"):
+        shop_guard(max_cached_sessions=0)
+
+
+def test_a_sqlite_store_without_a_path_is_deprecated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLiteStore() still works for a release, with a warning naming the file it writes."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(DeprecationWarning, match="guardrail-sessions.sqlite3"):
+        store = SQLiteStore()
+    store.close()
+    assert (tmp_path / "guardrail-sessions.sqlite3").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SQLiteStore(":memory:").close()
+    with pytest.raises(GuardrailUsageError, match="path"):
+        SQLiteStore(3)  # type: ignore[arg-type]
+
+
+def test_a_deleted_database_fails_closed_when_a_cached_session_opens(tmp_path: Path) -> None:
+    """The file of a cached session deleted: the next scope raises StoreError, not an old ledger."""
+    path = tmp_path / "s.sqlite3"
+    guard = shop_guard(store=SQLiteStore(path))
+    guard.record("search_orders", {}, ORDERS, session="s")
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        name.unlink(missing_ok=True)
+    with pytest.raises(StoreError, match="deleted"):
+        guard.check("issue_refund", {"order_id": "W8855135"}, session="s")
+
+
+# -- an attacker who can write the store while a worker has the session cached -----------------
+
+
+def _forge(path: Path, session_id: str, record: dict[str, object]) -> None:
+    """Write one record row straight into the file, stamped as the newest write."""
+    with closing(sqlite3.connect(path)) as db, db:
+        (version,) = db.execute(
+            "SELECT version FROM guardrail_session WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        db.execute(
+            "INSERT OR REPLACE INTO guardrail_record VALUES (?, ?, ?, ?, ?)",
+            (session_id, record["kind"], record["key"], version + 1, json.dumps(record)),
+        )
+        db.execute(
+            "UPDATE guardrail_session SET version = ? WHERE session_id = ?",
+            (version + 1, session_id),
+        )
+
+
+def _live(store: SQLiteStore, session_id: str, value: str) -> dict[str, object]:
+    snapshot = store.load(session_id)
+    assert snapshot is not None
+    [record] = [r for r in snapshot.records if r.get("value") == value]
+    return dict(record)
+
+
+def test_a_key_written_into_the_store_cannot_vouch_for_another_id(tmp_path: Path) -> None:
+    """A record refreshed into a cached ledger is keyed by its value, not by its stored key."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    guard = shop_guard(store=store)
+    guard.record("get_order", {}, {"order_id": "#W8855135"}, session="s")
+    forged = _live(store, "s", "#W8855135")
+    forged["key"] = "W6666666"  # the verified entry of W8855135, claimed under another key
+    _forge(path, "s", forged)
+    with pytest.raises(IdentifierViolation):
+        guard.enforce("issue_refund", {"order_id": "W6666666"}, session="s")
+
+
+def test_a_typed_id_stays_unverified_through_a_refresh(tmp_path: Path) -> None:
+    """A record written as verified "yes" is refused when refreshed: nothing is allowed on it."""
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteStore(path)
+    guard = shop_guard(store=store)
+    guard.observe_user("refund #W7777777", session="s")
+    forged = _live(store, "s", "#W7777777")
+    forged["verified"] = "yes"
+    _forge(path, "s", forged)
+    with pytest.raises(GuardrailUsageError, match="verified: expected a boolean"):
+        guard.check("issue_refund", {"order_id": "W7777777"}, session="s")
