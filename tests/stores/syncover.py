@@ -48,6 +48,8 @@ class SyncOverAsync:
         return self._run(self.store.expire(max_idle))
 
     def close(self) -> None:
+        if self._loop.is_closed():
+            return
         try:
             self._run(self.store.close())
         finally:

@@ -96,7 +96,7 @@ def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: st
     ).format(schema=sql.Identifier(pg.schema))
     with admin(postgres_dsn) as conn:
 
-        @settings(max_examples=30, deadline=None)
+        @settings(max_examples=20, deadline=None)
         @given(st.lists(st.tuples(records(), records(), metas(), metas()), min_size=1, max_size=8))
         def same(cases: list[tuple[Any, Any, Any, Any]]) -> None:
             columns = [[json.dumps(case[i]) for case in cases] for i in range(4)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,7 +15,21 @@ from .syncover import SyncOverAsync
 
 
 @pytest.fixture
-def store_factory(redis_url: str, redis_prefix: str) -> StoreFactory:
-    """Async stores, each on a loop thread of its own behind the sync protocol; one prefix."""
-    build = functools.partial(AsyncRedisStore.from_url, redis_url, prefix=redis_prefix)
-    return StoreFactory(functools.partial(SyncOverAsync, build))
+def store_factory(redis_url: str, redis_prefix: str) -> Iterator[StoreFactory]:
+    """Async stores, each on a loop thread of its own behind the sync protocol, closed after.
+
+    The suite's tests with worker processes run on the sync store: these stores run
+    threads, which a forked worker must not inherit, and they keep the same data.
+    """
+    built: list[SyncOverAsync] = []
+
+    def build() -> SyncOverAsync:
+        store = SyncOverAsync(
+            functools.partial(AsyncRedisStore.from_url, redis_url, prefix=redis_prefix)
+        )
+        built.append(store)
+        return store
+
+    yield StoreFactory(build, processes=False)
+    for store in built:
+        store.close()
