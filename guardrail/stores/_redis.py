@@ -187,11 +187,6 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _glob(text: str) -> str:
-    """``text`` with Redis glob characters escaped."""
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
 class _RedisBase:
     """What the sync and the asyncio store share: keys, arguments, merging, parsing, errors."""
 
@@ -199,10 +194,12 @@ class _RedisBase:
     _owns_client: bool
 
     def __init__(self, prefix: str, ttl: float | None) -> None:
-        if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
+            # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
+            # prefix's sessions, one with braces would cut the hash tag short.
             raise GuardrailUsageError(
-                f"prefix must be a non-empty string without '{{' or '}}', not {prefix!r}: "
-                "it names the hash tag that keeps a session's keys on one cluster node"
+                f"prefix must be a non-empty name without any of {{ }} : * ? [ ] \\, not "
+                f"{prefix!r}: it starts every key of the store's sessions, inside their hash tag"
             )
         if ttl is not None and (
             isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
@@ -435,7 +432,7 @@ class RedisStore(_RedisBase):
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         gone = []
         try:
-            for key in self._client.scan_iter(match=f"{{{_glob(self.prefix)}:*}}:s", count=1000):
+            for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
                 if self._expire(keys=self._keys(session_id), args=(max_idle,)):
                     gone.append(session_id)
@@ -532,9 +529,7 @@ class AsyncRedisStore(_RedisBase):
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         gone = []
         try:
-            async for key in self._client.scan_iter(
-                match=f"{{{_glob(self.prefix)}:*}}:s", count=1000
-            ):
+            async for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
                 if await self._expire(keys=self._keys(session_id), args=(max_idle,)):
                     gone.append(session_id)

@@ -170,14 +170,36 @@ def test_a_change_naming_one_id_twice_is_refused(client: redis.Redis, redis_pref
 
 def test_bad_options_are_refused_with_what_to_pass(client: redis.Redis) -> None:
     """A prefix with braces, a ttl of zero, an asyncio client: usage errors saying what to pass."""
-    with pytest.raises(GuardrailUsageError, match="hash tag"):
-        RedisStore(client, prefix="a{b}")
+    for prefix in ("a{b}", "app:guardrail", "", "x*"):
+        with pytest.raises(GuardrailUsageError, match="hash tag"):
+            RedisStore(client, prefix=prefix)
     with pytest.raises(GuardrailUsageError, match="ttl"):
         RedisStore(client, ttl=0)
     with pytest.raises(GuardrailUsageError, match="AsyncRedisStore"):
         RedisStore(redis.asyncio.Redis())  # type: ignore[arg-type]
     with pytest.raises(GuardrailUsageError, match="use RedisStore"):
         AsyncRedisStore(client)  # type: ignore[arg-type]
+
+
+def test_a_client_that_decodes_responses_works_the_same(redis_url: str, redis_prefix: str) -> None:
+    """A client built with decode_responses=True reads and merges what a bytes client wrote."""
+    text = redis.Redis.from_url(redis_url, decode_responses=True)
+    raw = RedisStore.from_url(redis_url, prefix=redis_prefix)
+    try:
+        store = RedisStore(text, prefix=redis_prefix)
+        base = raw.apply("s", Change(0, [live("W1", role="typed")], meta())).version
+        raw.apply("s", Change(base, [live("W1", turn=1, pinned=True), live("W2")], meta(turn=1)))
+        assert not store.apply("s", Change(base, [live("W1", turn=2)], meta(turn=2))).alone
+        loaded = store.load("s")
+        assert loaded is not None and loaded.meta is not None and loaded.meta["turn"] == 2
+        records = {r["key"]: r for r in loaded.records}
+        assert (
+            records["W1"]["pinned"] and records["W1"]["turn"] == 2 and set(records) == {"W1", "W2"}
+        )
+        assert store.expire(3600) == []
+    finally:
+        text.close()
+        raw.close()
 
 
 def test_a_client_passed_in_stays_open(client: redis.Redis, redis_prefix: str) -> None:
