@@ -160,7 +160,10 @@ $$;
 _NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 _APPLY = """
-WITH clock AS (SELECT {now} AS now), session AS (
+WITH clock AS (SELECT {now} AS now), durability AS (
+    -- For this transaction only: whether its commit waits for the WAL to reach the disk.
+    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true)
+), session AS (
     INSERT INTO {schema}.sessions AS held
         (session_id, version, created, meta, meta_version)
     SELECT %(sid)s, now, now - 1, %(meta)s::text,
@@ -186,7 +189,7 @@ WITH clock AS (SELECT {now} AS now), session AS (
                       ELSE excluded.record END,
         version = excluded.version
 )
-SELECT version, inserted OR version = %(base)s + 1 FROM session
+SELECT version, inserted OR version = %(base)s + 1 FROM session, durability
 """
 
 # One snapshot of the session row and, unless the reader is up to date, the rows written
@@ -225,6 +228,7 @@ class _PostgresBase:
                 f"psycopg_pool.{pool_class.__name__}, not {type(target).__name__}"
             )
         self.schema = schema
+        self.synchronous_commit = True
         self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
@@ -243,8 +247,9 @@ class _PostgresBase:
         }
         self._lock_key = f"guardrail:{schema}"
 
-    @staticmethod
-    def _params(session_id: str, change: Change) -> dict[str, Any]:
+    synchronous_commit: bool
+
+    def _params(self, session_id: str, change: Change) -> dict[str, Any]:
         """The apply statement's parameters: every record as JSON before anything is sent."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
@@ -260,6 +265,7 @@ class _PostgresBase:
         meta = None if change.meta is None else json.dumps(change.meta, separators=(",", ":"))
         return {
             "sid": session_id,
+            "synchronous_commit": "on" if self.synchronous_commit else "off",
             "base": change.base,
             "meta": meta,
             "names": names,
@@ -358,6 +364,13 @@ class PostgresStore(_PostgresBase):
     protocol's rule, never overwritten. A server that cannot be reached, a
     schema dropped under the store, or a row holding something the store
     did not write is a :class:`~guardrail.errors.StoreError`.
+
+    Each write commits durably (PostgreSQL's ``synchronous_commit``), which
+    costs a WAL flush per record. ``synchronous_commit=False`` lets this
+    store's commits return before the flush: a crash of the server may then
+    lose the last fraction of a second of writes (never half of one), as
+    Redis's default persistence would, and the ids they held are refused
+    until looked up again.
     """
 
     def __init__(
@@ -365,10 +378,12 @@ class PostgresStore(_PostgresBase):
         pool: str | psycopg_pool.ConnectionPool[Any],
         *,
         schema: str = "guardrail",
+        synchronous_commit: bool = True,
         max_connections: int = 4,
         timeout: float = 10.0,
     ) -> None:
         super().__init__(pool, schema, psycopg_pool.ConnectionPool)
+        self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
             pool = psycopg_pool.ConnectionPool(
@@ -489,10 +504,12 @@ class AsyncPostgresStore(_PostgresBase):
         pool: str | psycopg_pool.AsyncConnectionPool[Any],
         *,
         schema: str = "guardrail",
+        synchronous_commit: bool = True,
         max_connections: int = 4,
         timeout: float = 10.0,
     ) -> None:
         super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool)
+        self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
             pool = psycopg_pool.AsyncConnectionPool(

@@ -213,6 +213,23 @@ def test_a_change_naming_one_id_twice_is_refused(pg: PostgresStore) -> None:
     assert pg.load("s") is None
 
 
+def test_commits_without_a_wal_flush_only_when_asked(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """synchronous_commit=False applies to the store's own commits, not to its connections."""
+    for durable in (True, False):
+        store = PostgresStore(
+            postgres_dsn, schema=postgres_schema, synchronous_commit=durable, max_connections=1
+        )
+        try:
+            written = store.apply(f"s{durable}", Change(0, [live("W1")], meta()))
+            assert store.changes_since(f"s{durable}", written.version) is None
+            with store.pool.connection() as conn:
+                assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        finally:
+            store.close()
+
+
 def test_an_existing_pool_is_used_and_left_open(postgres_dsn: str, postgres_schema: str) -> None:
     """A store on the program's own pool (not autocommit) works, and close() leaves the pool."""
     with psycopg_pool.ConnectionPool(postgres_dsn, min_size=1, max_size=2, open=True) as pool:
