@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
@@ -30,7 +30,7 @@ from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger
-from guardrail.stores import MemoryStore, Store
+from guardrail.stores import AsyncStore, MemoryStore, Store
 
 __all__ = ["MODES", "Guard", "Mode", "SessionScope"]
 
@@ -76,7 +76,7 @@ class Guard:
         mode: Mode = "raise",
         capacity: int = DEFAULT_CAPACITY,
         *,
-        store: Store | None = None,
+        store: Store | AsyncStore | None = None,
         default_session: str | None = None,
         redact: bytes | str | None = None,
         refuse_undeclared: bool = False,
@@ -123,6 +123,12 @@ class Guard:
             default_session=default_session,
             max_cached=max_cached_sessions,
         )
+        if self._sessions.is_async and default_session is not None:
+            raise GuardrailUsageError(
+                "default_session needs a synchronous store (a change outside any scope is "
+                "written at once, with no coroutine to wait in); with an asynchronous store, "
+                "open each conversation with `async with guard.session(id)`"
+            )
         options = Options(mode, max_reprompts, refuse_undeclared, max_ids_per_call)
         self._engine = Engine(self._registry, audit, options, self._save_default)
 
@@ -164,7 +170,7 @@ class Guard:
         return self._sessions.default_session
 
     @property
-    def store(self) -> Store:
+    def store(self) -> Store | AsyncStore:
         """Where sessions' ledgers are kept between scopes."""
         return self._sessions.store
 
@@ -387,15 +393,37 @@ class Guard:
         _check_session_id(session_id)
         self._sessions.end(session_id, delete=delete)
 
+    async def ledger_for_async(self, session_id: str) -> Ledger:
+        """:meth:`ledger_for` for a guard whose store is an asynchronous one (``AsyncStore``)."""
+        _check_session_id(session_id)
+        return await self._sessions.ledger_for_async(session_id)
+
+    async def end_session_async(self, session_id: str, *, delete: bool = False) -> None:
+        """:meth:`end_session` for a guard whose store is an asynchronous one (``AsyncStore``)."""
+        _check_session_id(session_id)
+        await self._sessions.end_async(session_id, delete=delete)
+
+    async def expire_sessions_async(self, max_idle: float) -> list[str]:
+        """:meth:`expire_sessions` for a guard with an asynchronous store (``AsyncStore``)."""
+        _check_idle(max_idle)
+        if not self._sessions.is_async:
+            return self.expire_sessions(max_idle)
+        expired = await cast(AsyncStore, self._sessions.store).expire(float(max_idle))
+        for session_id in expired:
+            try:
+                await self._sessions.end_async(session_id, delete=False)
+            except GuardrailUsageError:
+                continue
+        return expired
+
     def expire_sessions(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds, from the store and cache.
 
         Returns their ids. Run it now and then (a cron job, a background
         task): sessions are never deleted behind a program's back.
         """
-        if isinstance(max_idle, bool) or not isinstance(max_idle, (int, float)) or max_idle < 0:
-            raise GuardrailUsageError(f"max_idle is a number of seconds >= 0, not {max_idle!r}")
-        expired = self._sessions.store.expire(float(max_idle))
+        _check_idle(max_idle)
+        expired = self._sessions.sync_store().expire(float(max_idle))
         for session_id in expired:
             try:
                 self._sessions.end(session_id, delete=False)
@@ -541,6 +569,11 @@ class Guard:
         if given is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
         return scoped
+
+
+def _check_idle(max_idle: object) -> None:
+    if isinstance(max_idle, bool) or not isinstance(max_idle, (int, float)) or max_idle < 0:
+        raise GuardrailUsageError(f"max_idle is a number of seconds >= 0, not {max_idle!r}")
 
 
 def _check_session_id(session_id: object) -> None:

@@ -111,11 +111,13 @@ def follow(ledger: Ledger, *, all_of_it: bool) -> None:
             ledger._journal = set()
         if all_of_it:
             ledger._journal.update(everything(ledger))
-            ledger._written_meta = None
+            _wrote_meta(ledger, None)
 
 
 def take(ledger: Ledger, base: int) -> tuple[Change, set[Key]]:
     """The unwritten changes as one Change, and the journal they came from (for :func:`undo`)."""
+    if not ledger._journal and ledger._written_mark == _mark(ledger):
+        return Change(base), set()  # the allowed path's usual case: nothing to write
     with ledger._lock:
         names = ledger._journal or set()
         ledger._journal = set()
@@ -137,7 +139,24 @@ def undo(ledger: Ledger, names: set[Key]) -> None:
 def written(ledger: Ledger, change: Change) -> None:
     """A write succeeded: its meta is what the store holds now."""
     if change.meta is not None:
-        ledger._written_meta = dict(change.meta)
+        _wrote_meta(ledger, dict(change.meta))
+
+
+def _mark(ledger: Ledger) -> tuple[Any, ...]:
+    """The meta fields that change without an id changing: turn, epoch, refusals."""
+    return (ledger.turn, ledger._epoch, tuple(ledger._refusals.items()))
+
+
+def _wrote_meta(ledger: Ledger, meta: dict[str, Any] | None) -> None:
+    """Note the meta the store holds for this ledger now (None: unknown, write it).
+
+    The mark comes from the meta written, not from the ledger, which another
+    thread may have changed since.
+    """
+    ledger._written_meta = meta
+    ledger._written_mark = (
+        None if meta is None else (meta["turn"], meta["epoch"], tuple(meta["refusals"].items()))
+    )
 
 
 # -- reading records back ------------------------------------------------------------------------
@@ -203,7 +222,7 @@ def fill(ledger: Ledger, records: Sequence[Record], meta: Meta | None) -> None:
         _settle(ledger, {record["kind"] for record in entries})
         if ledger._journal is not None:
             ledger._journal.clear()
-        ledger._written_meta = meta_of(ledger) if meta is not None else None
+        _wrote_meta(ledger, meta_of(ledger) if meta is not None else None)
     # The normaliser is authoritative: a key that is not what it makes of the value is re-keyed.
     ledger._use_kinds(ledger._kinds)
     with ledger._lock:
@@ -240,7 +259,7 @@ def absorb(ledger: Ledger, records: Iterable[Record], meta: Meta | None) -> None
             for kind in meta["kinds"]:
                 _kind(ledger, kind)
             if not changed:
-                ledger._written_meta = meta_of(ledger)
+                _wrote_meta(ledger, meta_of(ledger))
         _settle(ledger, kinds)
         ledger._evict_over_capacity(spare_current=False)
 

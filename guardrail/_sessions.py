@@ -18,19 +18,21 @@ save through its guard's audit.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import hmac
+import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from guardrail import _journal
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.stores import Store
+from guardrail.stores import AsyncStore, Change, Snapshot, Store, Written
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
@@ -39,13 +41,20 @@ if TYPE_CHECKING:
 class _Cached:
     """A session cached in one guard: its live ledger, the store version it caught up with."""
 
-    __slots__ = ("ledger", "lock", "scopes", "version")
+    __slots__ = ("_async_lock", "ledger", "lock", "scopes", "version")
 
     def __init__(self) -> None:
         self.ledger: Ledger | None = None
         self.version = 0
         self.lock = threading.Lock()  # held while the ledger is read, refreshed or written
+        self._async_lock: asyncio.Lock | None = None  # the same, with an asynchronous store
         self.scopes = 0
+
+    def async_lock(self) -> asyncio.Lock:
+        """The lock an asynchronous store's reads and writes of this session hold."""
+        if self._async_lock is None:
+            self._async_lock = asyncio.Lock()
+        return self._async_lock
 
 
 class Sessions:
@@ -58,7 +67,7 @@ class Sessions:
     def __init__(
         self,
         *,
-        store: Store,
+        store: Store | AsyncStore,
         kinds: Mapping[str, Kind],
         capacity: int,
         tombstones: int | None,
@@ -72,6 +81,8 @@ class Sessions:
         self.tombstones = tombstones
         self.default_session = default_session
         self.max_cached = max_cached
+        #: Whether the store's methods are coroutines (an AsyncStore): scopes must be async.
+        self.is_async = inspect.iscoroutinefunction(getattr(store, "load", None))
         self._secret = secret
         #: The ledger of the innermost open scope, per thread and task: one variable per
         #: guard, so two guards' sessions never see each other's ledgers.
@@ -109,6 +120,42 @@ class Sessions:
 
         Every ``open`` is paired with a :meth:`release` (which :meth:`close` does).
         """
+        store = self.sync_store()
+        cached = self._hold(session_id)
+        try:
+            with cached.lock:
+                if cached.ledger is None:
+                    snapshot = store.load(session_id)
+                    cached.ledger = self._loaded(session_id, given, cached, snapshot)
+                else:
+                    delta = store.changes_since(session_id, cached.version)
+                    self._refreshed(session_id, cached, delta, given)
+                return cached.ledger
+        except BaseException:
+            self.release(session_id)
+            raise
+
+    async def open_async(self, session_id: str, given: Ledger | None) -> Ledger:
+        """:meth:`open` awaiting an asynchronous store; paired with :meth:`close_async`."""
+        if not self.is_async:
+            return self.open(session_id, given)
+        cached = self._hold(session_id)
+        try:
+            async with cached.async_lock():
+                store = cast(AsyncStore, self.store)
+                if cached.ledger is None:
+                    snapshot = await store.load(session_id)
+                    cached.ledger = self._loaded(session_id, given, cached, snapshot)
+                else:
+                    delta = await store.changes_since(session_id, cached.version)
+                    self._refreshed(session_id, cached, delta, given)
+                return cached.ledger
+        except BaseException:
+            await self._release_async(session_id)
+            raise
+
+    def _hold(self, session_id: str) -> _Cached:
+        """The cache entry of a session, one more scope holding it, most recently used."""
         with self._open_lock:
             cached = self._cache.get(session_id)
             if cached is None:
@@ -116,22 +163,12 @@ class Sessions:
             else:
                 self._cache.move_to_end(session_id)
             cached.scopes += 1
-        try:
-            with cached.lock:
-                if cached.ledger is None:
-                    cached.ledger = self._load(session_id, given, cached)
-                else:
-                    self._refresh(session_id, cached)
-                    if given is not None and given is not cached.ledger:
-                        cached.ledger.merge(given)  # one ledger, which only grows
-                return cached.ledger
-        except BaseException:
-            self.release(session_id)
-            raise
+        return cached
 
-    def _load(self, session_id: str, given: Ledger | None, cached: _Cached) -> Ledger:
+    def _loaded(
+        self, session_id: str, given: Ledger | None, cached: _Cached, snapshot: Snapshot | None
+    ) -> Ledger:
         """A session's ledger as it is first used here: the stored one, ``given``, or a new one."""
-        snapshot = self.store.load(session_id)
         if snapshot is None:
             if given is None:
                 ledger = self.new_ledger(session_id)
@@ -152,50 +189,64 @@ class Sessions:
             ledger.merge(given)
         return ledger
 
-    def _refresh(self, session_id: str, cached: _Cached) -> None:
-        """Fold in what other writers wrote since the cached ledger last caught up."""
-        delta = self.store.changes_since(session_id, cached.version)
-        if delta is None:
-            return
+    def _refreshed(
+        self, session_id: str, cached: _Cached, delta: Snapshot | None, given: Ledger | None
+    ) -> None:
+        """Fold into the cached ledger what other writers wrote since it last caught up."""
         ledger = cached.ledger
         assert ledger is not None
-        records, meta = _journal.checked(delta, session_id, self.store)
-        if delta.complete and cached.scopes == 1 and not ledger._journal:
-            # Deleted or started anew elsewhere, and no one here holds unwritten changes.
-            fresh = self.new_ledger(session_id)
-            _journal.follow(fresh, all_of_it=False)
-            _journal.fill(fresh, records, meta)
-            cached.ledger = fresh
-        else:
-            _journal.absorb(ledger, records, meta)
-        cached.version = delta.version
+        if delta is not None:
+            records, meta = _journal.checked(delta, session_id, self.store)
+            if delta.complete and cached.scopes == 1 and not ledger._journal:
+                # Deleted or started anew elsewhere, and no one here holds unwritten changes.
+                fresh = self.new_ledger(session_id)
+                _journal.follow(fresh, all_of_it=False)
+                _journal.fill(fresh, records, meta)
+                cached.ledger = ledger = fresh
+            else:
+                _journal.absorb(ledger, records, meta)
+            cached.version = delta.version
+        if given is not None and given is not ledger:
+            ledger.merge(given)  # one ledger, which only grows
 
     def release(self, session_id: str) -> None:
         """One scope of ``session_id`` ended; sessions over the cache bound are let go."""
+        for sid, held in self._unhold(session_id):
+            try:
+                self._write(sid, held)
+            except Exception:
+                continue  # kept, unwritten changes and all; the next scope's end writes them
+            self._forget(sid, held)
+
+    async def _release_async(self, session_id: str) -> None:
+        for sid, held in self._unhold(session_id):
+            try:
+                await self._write_async(sid, held)
+            except Exception:
+                continue
+            self._forget(sid, held)
+
+    def _unhold(self, session_id: str) -> list[tuple[str, _Cached]]:
+        """One scope fewer; the sessions to let go (written first) to stay within the bound."""
         with self._open_lock:
             cached = self._cache.get(session_id)
             if cached is None:
-                return
+                return []
             cached.scopes -= 1
             if cached.scopes <= 0 and cached.ledger is None:  # never loaded (the store failed)
                 del self._cache[session_id]
             over = len(self._cache) - self.max_cached
-            victims = []
+            victims: list[tuple[str, _Cached]] = []
             if over > 0:
                 for sid, held in self._cache.items():
                     if held.scopes <= 0 and held.ledger is not self._default:
                         victims.append((sid, held))
                         if len(victims) == over:
                             break
-        for sid, held in victims:
-            self._let_go(sid, held)
+        return victims
 
-    def _let_go(self, session_id: str, cached: _Cached) -> None:
-        """Drop a session from the cache, written first: if the write fails it stays cached."""
-        try:
-            self._write(session_id, cached)
-        except Exception:
-            return  # kept, unwritten changes and all; the next scope's end writes them
+    def _forget(self, session_id: str, cached: _Cached) -> None:
+        """Drop a written session from the cache, unless a scope took it up meanwhile."""
         with self._open_lock:
             if cached.scopes <= 0 and self._cache.get(session_id) is cached:
                 del self._cache[session_id]
@@ -209,8 +260,21 @@ class Sessions:
         finally:
             self.release(session_id)
 
+    async def close_async(self, session_id: str, ledger: Ledger) -> None:
+        """:meth:`close` awaiting an :class:`~guardrail.stores.AsyncStore`."""
+        if not self.is_async:
+            self.close(session_id, ledger)
+            return
+        try:
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.ledger is ledger:
+                await self._write_async(session_id, cached)
+        finally:
+            await self._release_async(session_id)
+
     def _write(self, session_id: str, cached: _Cached) -> None:
         """Write a cached ledger's unwritten changes as one Change; on failure none is lost."""
+        store = self.sync_store()
         with cached.lock:
             ledger = cached.ledger
             if ledger is None:
@@ -219,13 +283,42 @@ class Sessions:
             if not change:
                 return
             try:
-                written = self.store.apply(session_id, change)
+                written = store.apply(session_id, change)
             except BaseException:
                 _journal.undo(ledger, names)
                 raise
-            _journal.written(ledger, change)
-            if written.alone:  # no one else wrote: the ledger is the session
-                cached.version = written.version
+            self._wrote(cached, ledger, change, written)
+
+    async def _write_async(self, session_id: str, cached: _Cached) -> None:
+        async with cached.async_lock():
+            ledger = cached.ledger
+            if ledger is None:
+                return
+            change, names = _journal.take(ledger, cached.version)
+            if not change:
+                return
+            try:
+                written = await cast(AsyncStore, self.store).apply(session_id, change)
+            except BaseException:
+                _journal.undo(ledger, names)
+                raise
+            self._wrote(cached, ledger, change, written)
+
+    @staticmethod
+    def _wrote(cached: _Cached, ledger: Ledger, change: Change, written: Written) -> None:
+        _journal.written(ledger, change)
+        if written.alone:  # no one else wrote: the ledger is the session
+            cached.version = written.version
+
+    def sync_store(self) -> Store:
+        """The store, for a synchronous call: a usage error if it is an asynchronous one."""
+        if self.is_async:
+            raise GuardrailUsageError(
+                "this guard's store is asynchronous: open sessions with `async with "
+                "guard.session(id)` (and use ledger_for_async, end_session_async, "
+                "expire_sessions_async); a synchronous call cannot wait for it"
+            )
+        return cast(Store, self.store)
 
     def save_default(self, ledger: Ledger) -> None:
         """Write the default session after a change to it (no scope's end will); else nothing."""
@@ -242,8 +335,35 @@ class Sessions:
         self.release(session_id)
         return ledger
 
+    async def ledger_for_async(self, session_id: str) -> Ledger:
+        """:meth:`ledger_for` awaiting an :class:`~guardrail.stores.AsyncStore`."""
+        ledger = await self.open_async(session_id, None)
+        await self._release_async(session_id)
+        return ledger
+
     def end(self, session_id: str, *, delete: bool) -> None:
         """Write a session and drop it from the cache; ``delete``: from the store too."""
+        store = self.sync_store()
+        cached = self._ending(session_id)
+        if cached is not None and not delete:
+            self._write(session_id, cached)
+        if delete:
+            store.delete(session_id)
+        self._ended(session_id, cached)
+
+    async def end_async(self, session_id: str, *, delete: bool) -> None:
+        """:meth:`end` awaiting an :class:`~guardrail.stores.AsyncStore`."""
+        if not self.is_async:
+            self.end(session_id, delete=delete)
+            return
+        cached = self._ending(session_id)
+        if cached is not None and not delete:
+            await self._write_async(session_id, cached)
+        if delete:
+            await cast(AsyncStore, self.store).delete(session_id)
+        self._ended(session_id, cached)
+
+    def _ending(self, session_id: str) -> _Cached | None:
         with self._open_lock:
             cached = self._cache.get(session_id)
             if cached is not None and cached.scopes > 0:
@@ -251,10 +371,9 @@ class Sessions:
                     f"session {session_id!r} is still open in a `with guard.session(...)` "
                     "block; end it after the block"
                 )
-        if cached is not None and not delete:
-            self._write(session_id, cached)
-        if delete:
-            self.store.delete(session_id)
+        return cached
+
+    def _ended(self, session_id: str, cached: _Cached | None) -> None:
         with self._open_lock:
             if self._cache.get(session_id) is cached:
                 self._cache.pop(session_id, None)
@@ -317,17 +436,28 @@ class SessionScope:
         try:
             self._sessions.close(self.session_id, ledger)
         except Exception as failure:  # never hide the exception the block ends by
-            self._guard.audit.session_not_saved(self.session_id, failure)
-            if exc is None:
-                raise
-            add_note = getattr(exc, "add_note", None)  # Python 3.11+
-            if add_note is not None:
-                add_note(f"guardrail: session {self.session_id!r} was not saved: {failure}")
+            self._not_saved(failure, exc)
 
     async def __aenter__(self) -> Ledger:
-        return self.__enter__()
+        ledger = await self._sessions.open_async(self.session_id, self._given)
+        self._tokens.append((self._sessions.var.set(ledger), ledger))
+        return ledger
 
     async def __aexit__(
         self, exc_type: object, exc: BaseException | None, traceback: object
     ) -> None:
-        self.__exit__(exc_type, exc, traceback)
+        token, ledger = self._tokens.pop()
+        self._sessions.var.reset(token)
+        try:
+            await self._sessions.close_async(self.session_id, ledger)
+        except Exception as failure:
+            self._not_saved(failure, exc)
+
+    def _not_saved(self, failure: Exception, exc: BaseException | None) -> None:
+        """A failed write: raised, unless the block already ends by an exception (noted on it)."""
+        self._guard.audit.session_not_saved(self.session_id, failure)
+        if exc is None:
+            raise failure
+        add_note = getattr(exc, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(f"guardrail: session {self.session_id!r} was not saved: {failure}")

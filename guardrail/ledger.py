@@ -217,6 +217,8 @@ class Ledger:
         self._journal: set[tuple[str, str]] | None = None
         #: The meta as last written to the store, to write it again only when it changed.
         self._written_meta: dict[str, Any] | None = None
+        #: What the meta's changing fields were when written: a cheap "nothing changed".
+        self._written_mark: tuple[Any, ...] | None = None
 
     # -- reading --------------------------------------------------------------------------
 

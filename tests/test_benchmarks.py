@@ -33,6 +33,10 @@ EXPECTED_ROWS = (
     "| 20 sessions × 5 entries, per session |",
     "compaction",
     "| ids recorded per second, parsing included |",
+    "| MemoryStore, ledger 100: allowed call, session opened per call |",
+    "| SQLiteStore (file), ledger 100: record of 1 new id, session per call |",
+    "| SQLiteStore (file), ledger 100: stored bytes per entry |",
+    "finished sessions × 5 ids, MemoryStore + cache of 1,024 |",
     "| guard's own work (guarded − wrapt) / wrapt's own cost (wrapt − bare) |",
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import warnings
@@ -17,7 +18,7 @@ from guardrail import (
     SQLiteStore,
     StoreError,
 )
-from guardrail.stores import Change, Snapshot, Written
+from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written
 
 from .conftest import ORDERS, shop_guard, stored_ids
 
@@ -261,3 +262,69 @@ def test_a_typed_id_stays_unverified_through_a_refresh(tmp_path: Path) -> None:
     _forge(path, "s", forged)
     with pytest.raises(GuardrailUsageError, match="verified: expected a boolean"):
         guard.check("issue_refund", {"order_id": "W7777777"}, session="s")
+
+
+# -- an asynchronous store ----------------------------------------------------------------------
+
+
+def test_an_async_store_serves_async_scopes() -> None:
+    """With an AsyncStore, `async with` reads and writes through it; tasks share one ledger."""
+    memory = MemoryStore()
+    guard = shop_guard(store=ThreadedAsyncStore(memory))
+
+    async def conversation() -> None:
+        async with guard.session("s") as ledger:
+            guard.record("search_orders", {}, ORDERS)
+
+            async def second() -> bool:
+                async with guard.session("s") as same:
+                    return (
+                        same is ledger
+                        and guard.check("issue_refund", {"order_id": "W8855135"}).allowed
+                    )
+
+            assert list(await asyncio.gather(second(), second())) == [True, True]
+        assert stored_ids(memory, "s") == {"#W8855135", "#W2378156"}
+        assert await guard.ledger_for_async("s") is ledger
+        await guard.end_session_async("s")
+        assert guard.cached_sessions() == []
+        other = shop_guard(store=ThreadedAsyncStore(memory))
+        async with other.session("s"):
+            assert other.check("issue_refund", {"order_id": "W2378156"}).allowed
+        assert await other.expire_sessions_async(0) == ["s"]
+        assert memory.load("s") is None
+
+    asyncio.run(conversation())
+
+
+def test_an_async_store_refuses_synchronous_use() -> None:
+    """A synchronous scope or handle on an async store is a usage error saying what to use."""
+    guard = shop_guard(store=ThreadedAsyncStore(MemoryStore()))
+    with pytest.raises(GuardrailUsageError, match="async with"), guard.session("s"):
+        pass
+    with pytest.raises(GuardrailUsageError, match="asynchronous"):
+        guard.check("issue_refund", {"order_id": "W1"}, session="s")
+    with pytest.raises(GuardrailUsageError, match="default_session"):
+        shop_guard(store=ThreadedAsyncStore(MemoryStore()), default_session="d")
+
+
+def test_an_async_store_that_fails_fails_closed_and_loses_nothing() -> None:
+    """An async store's failed write keeps the changes; its failed read stops the scope."""
+    flaky = FlakyStore()
+    guard = shop_guard(store=ThreadedAsyncStore(flaky))
+
+    async def conversation() -> None:
+        flaky.fail_writes = True
+        with pytest.raises(StoreError):
+            async with guard.session("s"):
+                guard.record("get_order", {}, {"order_id": "W1000001"})
+        flaky.fail_writes = False
+        async with guard.session("s"):
+            pass
+        assert stored_ids(flaky, "s") == {"W1000001"}
+        flaky.fail_reads = True
+        with pytest.raises(StoreError):
+            async with guard.session("s"):
+                raise AssertionError("the scope ran on a ledger the store could not confirm")
+
+    asyncio.run(conversation())
