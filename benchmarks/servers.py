@@ -348,3 +348,78 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# -- rows for run.py's stores group -----------------------------------------------------------
+
+
+class ServerStores:
+    """Redis and PostgreSQL stores for ``run.py``'s stores group, where the servers answer.
+
+    Each on a prefix or schema of this run's own, dropped by :meth:`close`
+    with every store made. A server that does not answer is left out, named in
+    :attr:`missing`.
+    """
+
+    def __init__(self) -> None:
+        run = uuid.uuid4().hex[:10]
+        self.prefix, self.schema = f"guardrail-bench-{run}", f"guardrail_bench_{run}"
+        self.made: list[Store] = []
+        self.missing: list[str] = []
+        self._factories: dict[str, Callable[[], Store]] = {}
+        if self._answers("Redis"):
+            self._factories["RedisStore"] = lambda: self._keep(redis_store(self.prefix))
+        if self._answers("PostgreSQL"):
+            self._factories["PostgresStore"] = lambda: self._keep(postgres_store(self.schema))
+
+    def _answers(self, name: str) -> bool:
+        try:
+            if name == "Redis":
+                import redis
+
+                redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1).ping()
+            else:
+                import psycopg
+
+                psycopg.connect(POSTGRES_DSN, connect_timeout=2).close()
+        except Exception as exc:  # an absent server or client: that store is left out
+            self.missing.append(f"{name} ({type(exc).__name__})")
+            return False
+        return True
+
+    def _keep(self, store: Store) -> Store:
+        self.made.append(store)
+        return store
+
+    def factories(self) -> dict[str, Callable[[], Store]]:
+        return dict(self._factories)
+
+    def stored_bytes(self, store: Store, session_id: str) -> float | None:
+        """What the server holds for one session, or None for a store not made here.
+
+        Redis: ``MEMORY USAGE`` of the session's keys. PostgreSQL: the session's share
+        (by rows) of the records table with its indexes, after a vacuum.
+        """
+        from guardrail.stores import PostgresStore, RedisStore
+
+        if isinstance(store, RedisStore):
+            return float(redis_bytes(self.prefix, session_id))
+        if isinstance(store, PostgresStore):
+            import psycopg
+
+            total = postgres_bytes(self.schema, session_id)
+            with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+                counts = conn.execute(
+                    f"SELECT count(*) FILTER (WHERE session_id = %s), count(*) "
+                    f'FROM "{self.schema}".records',
+                    (session_id,),
+                ).fetchone()
+            assert counts is not None
+            return total * counts[0] / max(1, counts[1])
+        return None
+
+    def close(self) -> None:
+        for store in self.made:
+            store.close()
+        drop_redis(self.prefix)
+        drop_postgres(self.schema)
