@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -285,3 +287,14 @@ def test_async_store_and_sync_store_share_sessions(postgres_dsn: str, postgres_s
 
     delta = asyncio.run(scenario())
     assert delta is not None and [r["key"] for r in delta.records] == ["W2"]
+
+
+def test_without_the_extra_the_import_says_what_to_install() -> None:
+    """With psycopg missing, importing PostgresStore names the extra to install."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "try:\n    from guardrail.stores import PostgresStore\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'guardrail[postgres]'" in out.stdout
