@@ -250,21 +250,30 @@ class _RedisBase:
         return records, args
 
     def _merged(
-        self, session_id: str, change: Change, records: dict[str, Record], stake: Sequence[Any]
+        self,
+        session_id: str,
+        change: Change,
+        originals: Mapping[str, Record],
+        sending: tuple[dict[str, Record], Meta | None],
+        stake: Sequence[Any],
     ) -> tuple[dict[str, Record], Meta | None]:
-        """The change's records and meta, merged with the rows another writer wrote meanwhile."""
-        meta = change.meta
-        merged = dict(records)
+        """What to send again: rows at stake merged anew with the change's own, the rest kept.
+
+        A row at stake is merged with the record the change brought, not with what
+        an earlier attempt merged: the held row already holds what should survive of
+        the rows before it (a writer that replaced one had seen it).
+        """
+        records, meta = dict(sending[0]), sending[1]
         for i in range(0, len(stake), 2):
             name, row = _text(stake[i]), stake[i + 1]
             if name == "":
                 held_meta = self._parse(session_id, row, "the meta")
-                assert meta is not None  # the script asks about the meta only when it is sent
-                meta = merge_meta(held_meta, meta, concurrent=True)
+                assert change.meta is not None  # the script asks about the meta only when sent
+                meta = merge_meta(held_meta, change.meta, concurrent=True)
             else:
                 held = self._parse(session_id, row, f"record {name!r}")
-                merged[name] = merge_record(held, merged[name], concurrent=True)
-        return merged, meta
+                records[name] = merge_record(held, originals[name], concurrent=True)
+        return records, meta
 
     def _args(self, base: int, records: Mapping[str, Record], meta: Meta | None) -> list[str]:
         args = [str(base), str(self._ttl_ms), ""]
@@ -395,8 +404,8 @@ class RedisStore(_RedisBase):
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         keys = self._keys(session_id)
-        records, args = self._encode(session_id, change)
-        meta = change.meta
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
         for attempt in range(_MAX_ATTEMPTS):
             try:
                 reply = self._apply(keys=keys, args=args)
@@ -404,7 +413,7 @@ class RedisStore(_RedisBase):
                 raise self._failed("written", session_id, exc) from exc
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, records, reply[1])
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
             args = self._args(int(reply[0]), records, meta)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "
@@ -492,8 +501,8 @@ class AsyncRedisStore(_RedisBase):
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
         keys = self._keys(session_id)
-        records, args = self._encode(session_id, change)
-        meta = change.meta
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
         for attempt in range(_MAX_ATTEMPTS):
             try:
                 reply = await self._apply(keys=keys, args=args)
@@ -501,7 +510,7 @@ class AsyncRedisStore(_RedisBase):
                 raise self._failed("written", session_id, exc) from exc
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, records, reply[1])
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
             args = self._args(int(reply[0]), records, meta)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "

@@ -6,7 +6,7 @@ import asyncio
 import functools
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -14,11 +14,11 @@ import redis
 from redis.crc import key_slot
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores import Change
+from guardrail.stores import Change, MemoryStore
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
 
 from .conformance import *  # noqa: F403  (the suite)
-from .conformance import StoreFactory, live, meta
+from .conformance import StoreFactory, by_key, live, meta
 from .proxy import Proxy
 
 
@@ -70,6 +70,43 @@ def test_a_check_and_a_record_are_one_round_trip_each(
     assert not third.alone and len(counting.commands) == 2
     merged = {r["key"]: r for r in store.load("s").records}["W2"]  # type: ignore[union-attr]
     assert merged["pinned"] and merged["status"] == "pending" and merged["turn"] == 3
+
+
+def test_a_write_that_meets_two_writers_in_turn_ends_as_the_memory_store_does(
+    client: redis.Redis, redis_prefix: str
+) -> None:
+    """A writer merged once, then raced again by one who saw the first: same rows as in memory."""
+
+    def play(store: Any, between: Callable[[], None]) -> dict[str, Any]:
+        base = store.apply("s", Change(0, [live("W1")], meta())).version
+        seen = store.apply("s", Change(base, [live("W1", pinned=True)], meta(counters={"o": 5})))
+
+        def third() -> None:  # saw the pinned row, and unpins it
+            store.apply("s", Change(seen.version, [live("W1", turn=1)], meta(counters={"o": 7})))
+
+        between(third)
+        store.apply("s", Change(base, [live("W1", turn=2, role="other")], meta(turn=2)))
+        loaded = store.load("s")
+        return {"records": by_key(loaded), "meta": dict(loaded.meta)}
+
+    expected = play(MemoryStore(), lambda third: third())
+    store = RedisStore(client, prefix=redis_prefix)
+    script = store._apply
+    calls = []
+
+    def once_then_third(third: Callable[[], None]) -> None:
+        def apply(**kwargs: Any) -> Any:
+            reply = script(**kwargs)
+            calls.append(reply)
+            if len(calls) == 1:  # the last writer's first attempt met the second writer
+                third()
+            return reply
+
+        store._apply = apply  # type: ignore[assignment]
+
+    assert play(store, once_then_third) == expected
+    # The last write: met the second writer; the third wrote; met it too; then written.
+    assert [isinstance(reply[1], list) for reply in calls] == [True, False, True, False]
 
 
 def test_a_sessions_keys_share_one_cluster_slot(redis_prefix: str, client: redis.Redis) -> None:
