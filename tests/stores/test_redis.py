@@ -77,7 +77,7 @@ def test_a_write_that_meets_two_writers_in_turn_ends_as_the_memory_store_does(
 ) -> None:
     """A writer merged once, then raced again by one who saw the first: same rows as in memory."""
 
-    def play(store: Any, between: Callable[[], None]) -> dict[str, Any]:
+    def play(store: Any, between: Callable[[Callable[[], None]], None]) -> dict[str, Any]:
         base = store.apply("s", Change(0, [live("W1")], meta())).version
         seen = store.apply("s", Change(base, [live("W1", pinned=True)], meta(counters={"o": 5})))
 
@@ -89,7 +89,10 @@ def test_a_write_that_meets_two_writers_in_turn_ends_as_the_memory_store_does(
         loaded = store.load("s")
         return {"records": by_key(loaded), "meta": dict(loaded.meta)}
 
-    expected = play(MemoryStore(), lambda third: third())
+    def at_once(third: Callable[[], None]) -> None:
+        third()
+
+    expected = play(MemoryStore(), at_once)
     store = RedisStore(client, prefix=redis_prefix)
     script = store._apply
     calls = []
