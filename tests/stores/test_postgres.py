@@ -23,6 +23,7 @@ from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
+from .differential import metas, records, same_as_memory
 from .proxy import Proxy
 
 
@@ -46,46 +47,6 @@ def admin(dsn: str) -> psycopg.Connection[Any]:
 
 
 # -- the merge rule in SQL is the merge rule -----------------------------------------------------
-
-names = st.sampled_from(["order", "order_2", "typed", "pending_order", "x"])
-turns = st.integers(min_value=0, max_value=6)
-statuses = st.one_of(st.none(), st.sampled_from(["", "pending", "refunded", "Zürich", "b"]))
-
-
-@st.composite
-def records(draw: st.DrawFn) -> dict[str, Any]:
-    """A record of any state, as ledgers write them, with fields that collide often."""
-    state = draw(st.sampled_from(["live", "evicted", "gone", "dropped"]))
-    turn = draw(turns)
-    if state != "live":
-        return {"kind": "order", "key": "W1", "state": state, "turn": turn, "value": "W1"}
-    return live(
-        "W1",
-        turn=turn,
-        value=draw(st.sampled_from(["W1", "#W1"])),
-        role=draw(names),
-        aliases=draw(st.lists(names, max_size=3, unique=True)),
-        first_seen=draw(st.integers(0, turn)),
-        verified=draw(st.booleans()),
-        status=draw(statuses),
-        pinned=draw(st.booleans()),
-        epoch=draw(st.integers(0, 4)),
-        source={"tool": draw(st.sampled_from(["a", "b"])), "call_id": None, "path": "$", "turn": 0},
-    )
-
-
-@st.composite
-def metas(draw: st.DrawFn) -> dict[str, Any]:
-    """A session meta with counters, texts and kinds that overlap between two writers."""
-    words = st.sampled_from(["refund W1", "hello", "ü", "x", "y", "z"])
-    return meta(
-        turn=draw(turns),
-        epoch=draw(turns),
-        kinds=draw(st.lists(st.sampled_from(["order", "item", "user"]), max_size=4)),
-        counters=draw(st.dictionaries(st.sampled_from(["order", "item"]), st.integers(0, 9))),
-        user_texts=draw(st.lists(words, max_size=20)),
-        refusals=draw(st.dictionaries(st.sampled_from(["refund", "get"]), st.integers(0, 3))),
-    )
 
 
 def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: str) -> None:
@@ -298,3 +259,8 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'guardrail[postgres]'" in out.stdout
+
+
+def test_any_sequence_of_writes_ends_as_in_memory(pg: PostgresStore) -> None:
+    """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
+    same_as_memory(pg)

@@ -19,6 +19,7 @@ from guardrail.stores._redis import AsyncRedisStore, RedisStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta
+from .differential import same_as_memory
 from .proxy import Proxy
 
 
@@ -277,3 +278,8 @@ def test_async_store_and_sync_store_share_sessions(redis_url: str, redis_prefix:
             await store.close()
 
     assert asyncio.run(scenario()) == ["W2"]
+
+
+def test_any_sequence_of_writes_ends_as_in_memory(client: redis.Redis, redis_prefix: str) -> None:
+    """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
+    same_as_memory(RedisStore(client, prefix=redis_prefix))
