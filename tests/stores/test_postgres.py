@@ -49,6 +49,14 @@ def admin(dsn: str) -> psycopg.Connection[Any]:
 # -- the merge rule in SQL is the merge rule -----------------------------------------------------
 
 
+# The pool's maintenance thread draws from the random module while Hypothesis generates
+# data, which Hypothesis reports as a strategy using random: not so here.
+pool_uses_random = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning"
+)
+
+
+@pool_uses_random
 def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: str) -> None:
     """merge_record and merge_meta in SQL give what the protocol's Python functions give."""
     pg.load("warm-up")  # creates the schema and its functions
@@ -261,6 +269,7 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
     assert "pip install 'guardrail[postgres]'" in out.stdout
 
 
+@pool_uses_random
 def test_any_sequence_of_writes_ends_as_in_memory(pg: PostgresStore) -> None:
     """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
     same_as_memory(pg)
