@@ -199,6 +199,7 @@ def fill(ledger: Ledger, records: Sequence[Record], meta: Meta | None) -> None:
         sources: dict[tuple[Any, ...], Source] = {}  # one per call and path, as admission shares
         for record in entries:
             entry = _entry(record, sources)
+            entry.aliases = ()  # given below, where free
             kind = entry.kind
             _kind(ledger, kind)
             if ledger._role_taken(entry.role):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from guardrail.stores._json import decode, decode_all, encode
 from guardrail.stores._protocol import (
@@ -17,6 +18,60 @@ from guardrail.stores._protocol import (
     merge_meta,
     merge_record,
 )
+
+#: The fields of each record state after kind, key, state and turn, in the order a packed
+#: record lists them; a record with other fields is kept as a JSON object instead.
+_FIELDS = {
+    "live": (
+        "value",
+        "role",
+        "aliases",
+        "source",
+        "first_seen",
+        "last_used",
+        "verified",
+        "status",
+        "pinned",
+        "epoch",
+    ),
+    "evicted": ("value", "role"),
+    "dropped": ("value", "tool"),
+    "gone": (),
+}
+_SOURCE = ("tool", "call_id", "path", "turn")
+_SETS = {state: {"kind", "key", "state", "turn", *names} for state, names in _FIELDS.items()}
+
+
+def _pack(record: Record) -> str:
+    """A record as short JSON: its values in a fixed order, without the field names.
+
+    Most of a record's text is its field names; an ended conversation held in
+    memory costs about a third as much without them. A record of any other
+    shape (the store checks nothing) is kept whole, as a JSON object.
+    """
+    state = record.get("state")
+    if not isinstance(state, str) or state not in _FIELDS or record.keys() != _SETS[state]:
+        return encode(record)
+    names = _FIELDS[state]
+    values = [state, record["kind"], record["key"], record["turn"]]
+    values += [record[name] for name in names]
+    if state == "live":
+        source = record["source"]
+        if isinstance(source, dict) and source.keys() == set(_SOURCE):
+            values[7] = [source[name] for name in _SOURCE]
+    return encode(values)
+
+
+def _unpack(value: Any) -> Record:
+    """A record as :func:`_pack` kept it (one decoded JSON value)."""
+    if isinstance(value, dict):
+        return value
+    state = value[0]
+    record = {"kind": value[1], "key": value[2], "state": state, "turn": value[3]}
+    record.update(zip(_FIELDS[state], value[4:], strict=True))
+    if state == "live" and isinstance(record["source"], list):
+        record["source"] = dict(zip(_SOURCE, record["source"], strict=True))
+    return record
 
 
 @dataclass(slots=True)
@@ -31,10 +86,11 @@ class _Session:
 class MemoryStore:
     """Sessions kept in this process, as the records any store keeps (the default store).
 
-    Records are held as JSON text, so what a guard reads back is a copy
-    that nothing else changes, and a session costs about what its JSON
-    does. Several guards sharing one MemoryStore merge their writes as
-    they would over SQLite. It is lost when the process ends.
+    Records are held as short JSON text (their values without the field
+    names), so what a guard reads back is a copy that nothing else changes,
+    and an ended conversation costs about what that text does. Several
+    guards sharing one MemoryStore merge their writes as they would over
+    SQLite. It is lost when the process ends.
     """
 
     def __init__(self) -> None:
@@ -52,7 +108,7 @@ class MemoryStore:
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
         # Every record as text before anything is written: a bad one changes nothing.
-        texts = [((r["kind"], r["key"]), r, encode(r)) for r in change.records]
+        texts = [((r["kind"], r["key"]), r, _pack(r)) for r in change.records]
         meta_text = None if change.meta is None else encode(change.meta)
         with self._lock:
             held = self._sessions.get(session_id)
@@ -67,8 +123,8 @@ class MemoryStore:
             for name, record, text in texts:
                 row = rows.get(name)
                 if row is not None and row[0] > change.base:
-                    merged = merge_record(decode(row[1]), record, concurrent=True)
-                    text = encode(merged)
+                    merged = merge_record(_unpack(decode(row[1])), record, concurrent=True)
+                    text = _pack(merged)
                 rows[name] = (version, text)
             if change.meta is not None and meta_text is not None:
                 if held.meta is not None and held.meta[0] > change.base:
@@ -108,6 +164,9 @@ class MemoryStore:
     def close(self) -> None:
         """Nothing to close: the sessions stay until the store is dropped."""
 
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._sessions)} sessions)"
+
     def __len__(self) -> int:
         return len(self._sessions)
 
@@ -116,7 +175,8 @@ class MemoryStore:
 
     @staticmethod
     def _snapshot(held: _Session, since: int, *, complete: bool) -> Snapshot:
-        records: list[Record] = decode_all([text for v, text in held.rows.values() if v > since])
+        rows = decode_all([text for v, text in held.rows.values() if v > since])
+        records = [_unpack(row) for row in rows]
         meta: Meta | None = None
         if held.meta is not None and held.meta[0] > since:
             meta = decode(held.meta[1])

@@ -44,6 +44,7 @@ __all__ = [
     "test_a_later_use_wins_over_a_concurrent_removal",
     "test_a_missing_session_loads_as_none",
     "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
+    "test_a_record_of_any_shape_comes_back_as_written",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
     "test_concurrent_writers_merge_one_entry",
@@ -149,6 +150,17 @@ def test_records_and_meta_round_trip(store: Store) -> None:
     assert loaded is not None and loaded.complete and loaded.version == version
     assert by_key(loaded) == {(r["kind"], r["key"]): r for r in records}
     assert dict(loaded.meta or {}) == written
+
+
+def test_a_record_of_any_shape_comes_back_as_written(store: Store) -> None:
+    """A store checks nothing: odd records come back as written, for the guard to judge."""
+    odd = [
+        {**live("W1"), "verified": "yes", "extra": 1},
+        {"kind": "order", "key": "W2", "state": "haunted", "turn": 1},
+        {**live("W3"), "source": {"tool": "t"}},
+    ]
+    store.apply("s", Change(0, odd, meta()))
+    assert by_key(store.load("s")) == {(r["kind"], r["key"]): r for r in odd}
 
 
 def test_versions_count_writes(store: Store) -> None:
