@@ -20,6 +20,7 @@ statement too. Both are one round trip on an autocommit connection.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from collections.abc import Sequence
@@ -524,6 +525,7 @@ class AsyncPostgresStore(_PostgresBase):
         self.pool = pool
         self._ready = False
         self._opened = not self._owns_pool
+        self._ready_lock = asyncio.Lock()  # bound to a loop at first use, not here
 
     async def load(self, session_id: str) -> Snapshot | None:
         """The whole session, or None."""
@@ -583,19 +585,24 @@ class AsyncPostgresStore(_PostgresBase):
         """Open the store's own pool and create the schema, tables and functions, once."""
         if self._ready:
             return
-        try:
-            if not self._opened:
-                self._opened = True
-                await self.pool.open()
-            async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
-                await conn.execute(self._sql["schema"])
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise StoreError(
-                f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
-                f"{exc}; check the connection string and that the user may create them"
-            ) from exc
-        self._ready = True
+        async with self._ready_lock:  # tasks starting at once: one opens, the others wait
+            if self._ready:
+                return
+            try:
+                if not self._opened:
+                    self._opened = True
+                    await self.pool.open()
+                async with self.pool.connection() as conn, conn.transaction():
+                    await conn.execute(
+                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
+                    )
+                    await conn.execute(self._sql["schema"])
+            except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+                raise StoreError(
+                    f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
+                    f"{exc}; check the connection string and that the user may create them"
+                ) from exc
+            self._ready = True
 
     async def _run(
         self, action: str, session_id: str, statement: str, params: dict[str, Any]

@@ -101,3 +101,18 @@ def test_an_unreachable_async_server_is_an_error_not_an_empty_session() -> None:
                 await store.close()
 
     asyncio.run(main())
+
+
+def test_tasks_first_using_a_postgres_store_at_once_open_it_once(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Ten tasks make a new AsyncPostgresStore's first calls at once: all are served."""
+
+    async def main() -> list[object]:
+        store = AsyncPostgresStore(postgres_dsn, schema=postgres_schema)
+        try:
+            return await asyncio.gather(*(store.load(f"s{n}") for n in range(10)))
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == [None] * 10
