@@ -17,6 +17,8 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import assert_type
 
+import redis.asyncio
+
 import guardrail
 from guardrail import (
     CompactionReport,
@@ -58,6 +60,7 @@ from guardrail.replay import (
     strategies,
     trace_from_messages,
 )
+from guardrail.stores import AsyncRedisStore, PostgresStore, RedisStore, Snapshot
 from guardrail.testing import GuardrailReplay
 
 Order = Annotated[str, Id("order")]
@@ -186,7 +189,13 @@ assert_type(ledger.get("order", "W1000001"), Entry | None)
 assert_type(ledger.roles, dict[str, str])
 ledger.lookup("W1000001")  # type: ignore[attr-defined]  # internal now
 assert_type(ledger.pin("order"), Entry)
-assert_type(MemoryStore().load("conv-1"), Ledger | None)
+assert_type(MemoryStore().load("conv-1"), Snapshot | None)
+assert_type(RedisStore.from_url("redis://localhost:6379/0", prefix="app", ttl=3600.0), RedisStore)
+assert_type(
+    PostgresStore("dbname=app", schema="guardrail", synchronous_commit=False), PostgresStore
+)
+Guard(store=AsyncRedisStore.from_url("redis://localhost:6379/0"))
+RedisStore(redis.asyncio.Redis())  # type: ignore[arg-type]  # the asyncio client: AsyncRedisStore
 Ledger.from_json(ledger)  # type: ignore[arg-type]
 
 # -- compaction -------------------------------------------------------------------------------
