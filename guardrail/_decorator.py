@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The attribute of a guarded function holding its :class:`GuardedTool`.
+GUARDED_ATTRIBUTE = "__guardrail_tool__"
+
 
 class GuardedTool:
     """One decorated tool: its spec and argument positions, and the halves of a call.
@@ -262,6 +265,9 @@ def wrap(tool: GuardedTool, function: F) -> F:
 
         wrapper = guarded
     functools.update_wrapper(wrapper, target)
+    # Runtimes that check and record calls themselves (guardrail.integrations.loops) run
+    # the function underneath instead, so a call is never checked twice.
+    wrapper.__dict__[GUARDED_ATTRIBUTE] = tool
     if isinstance(function, classmethod):
         return cast(F, classmethod(wrapper))
     if isinstance(function, staticmethod):

@@ -14,6 +14,7 @@ PUBLIC = {
     "guardrail.cli",
     "guardrail.compaction",
     "guardrail.errors",
+    "guardrail.integrations",
     "guardrail.kinds",
     "guardrail.ledger",
     "guardrail.replay",

@@ -60,7 +60,15 @@ from guardrail.replay import (
     strategies,
     trace_from_messages,
 )
-from guardrail.stores import AsyncRedisStore, PostgresStore, RedisStore, Snapshot
+from guardrail.stores import (
+    AsyncRedisStore,
+    Change,
+    PostgresStore,
+    RedisStore,
+    Snapshot,
+    ThreadedAsyncStore,
+    Written,
+)
 from guardrail.testing import GuardrailReplay
 
 Order = Annotated[str, Id("order")]
@@ -190,6 +198,12 @@ assert_type(ledger.roles, dict[str, str])
 ledger.lookup("W1000001")  # type: ignore[attr-defined]  # internal now
 assert_type(ledger.pin("order"), Entry)
 assert_type(MemoryStore().load("conv-1"), Snapshot | None)
+assert_type(MemoryStore().apply("conv-1", Change(0)), Written)
+assert_type(guard.check("refund", {"order_id": "W1"}, session="conv-1"), Verdict)
+assert_type(guard.ledger_for("conv-1"), Ledger)
+guard.end_session("conv-1", delete=True)
+assert_type(guard.expire_sessions(3600), list[str])
+Guard(store=ThreadedAsyncStore(MemoryStore()), max_cached_sessions=100)
 assert_type(RedisStore.from_url("redis://localhost:6379/0", prefix="app", ttl=3600.0), RedisStore)
 assert_type(
     PostgresStore("dbname=app", schema="guardrail", synchronous_commit=False), PostgresStore

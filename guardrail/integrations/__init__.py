@@ -1,0 +1,6 @@
+"""Adapters for agent runtimes, each a thin layer over the same core.
+
+- :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
+  (no extra).
+- :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
+"""

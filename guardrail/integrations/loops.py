@@ -1,0 +1,535 @@
+"""Guarded tool calls for a hand-written loop over the OpenAI or Anthropic APIs.
+
+A loop that calls a model's API itself gets back an assistant message with
+tool calls and owes the model one result per call. :func:`run_tool_calls`
+(and :func:`arun_tool_calls`, for async tools) answers them all::
+
+    messages.extend(run_tool_calls(guard, reply, tools, session=conversation_id))
+
+It reads the calls of an OpenAI chat completion message, of the output items
+of an OpenAI Responses call (``function_call`` items) or of an Anthropic
+message (``tool_use`` blocks). For each call, in order: it parses the
+arguments, validates them against the tool's input schema (from the
+function's signature, or one given), checks them with the guard, and only
+then runs the tools, with each identifier as the ledger spells it, and
+records what each returned. It returns the results in the message's own
+shape: ``role: "tool"`` messages, ``function_call_output`` items, or one
+Anthropic ``user`` message of ``tool_result`` blocks. Every call is answered
+exactly once, whatever happens to it; a refusal and a failure are marked as
+errors where the shape can say so (Anthropic's ``is_error``, Responses'
+``status: "incomplete"``) and nothing in them is ever harvested.
+
+Every call of the message is checked before any runs: the model wrote them
+all at once, so none of them may lean on an id another of them is about to
+return, and in ``raise`` mode the refusal of one call raises before a single
+tool of the message ran (nothing half-done to undo).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import types
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import jsonschema
+import jsonschema.exceptions
+import jsonschema.validators
+
+from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
+from guardrail._reprompt import is_refusal
+from guardrail._verdict import Rejection, Verdict
+from guardrail.compaction._messages import Call, Shape, read, result_message
+from guardrail.errors import GuardrailUsageError
+
+if TYPE_CHECKING:
+    from guardrail._guard import Guard
+
+__all__ = ["Toolbox", "arun_tool_calls", "run_tool_calls"]
+
+#: The types of Responses output items this loop answers; the API runs the others itself.
+_RESPONSES_CALLS = frozenset({"function_call"})
+#: Anthropic blocks this loop answers (``server_tool_use`` blocks are run by the API).
+_ANTHROPIC_CALLS = frozenset({"tool_use"})
+#: Marks a tool given ``schemas={name: None}``: run without validating its arguments.
+_NO_SCHEMA = object()
+
+
+@dataclass
+class _Tool:
+    """One tool of a toolbox: its name, the function to run, and its compiled input schema."""
+
+    name: str
+    function: Callable[..., Any]
+    is_async: bool
+    schema: Any  # a JSON schema, _NO_SCHEMA, or None: not built yet (from the signature)
+    validator: jsonschema.protocols.Validator | None = None
+    compiled: bool = False
+
+    def compile(self) -> None:
+        """Build the argument validator once: from the schema given, else the signature."""
+        if self.compiled:
+            return
+        schema = self.schema
+        if schema is None:
+            schema = _signature_schema(self.name, self.function)
+        if schema is not _NO_SCHEMA:
+            cls = jsonschema.validators.validator_for(schema)
+            try:
+                cls.check_schema(schema)
+            except jsonschema.exceptions.SchemaError as exc:
+                raise GuardrailUsageError(
+                    f"the input schema of {self.name} is not a valid JSON schema: {exc.message}",
+                    tool=self.name,
+                ) from None
+            self.validator = cls(schema)
+        self.compiled = True
+
+    def invalid(self, arguments: Mapping[str, Any]) -> str | None:
+        """What is wrong with ``arguments`` for this tool, or None when they are valid."""
+        self.compile()
+        if self.validator is None or self.validator.is_valid(arguments):
+            return None
+        error = jsonschema.exceptions.best_match(self.validator.iter_errors(arguments))
+        if error is None:
+            return None
+        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.path)
+        return f"{where.lstrip('.')}: {error.message}" if where else error.message
+
+
+def _signature_schema(name: str, function: Callable[..., Any]) -> Any:
+    """The JSON schema of a function's parameters, built by pydantic from its signature."""
+    import pydantic
+
+    try:
+        return pydantic.TypeAdapter(cast(Any, function)).json_schema()
+    except Exception as exc:  # an annotation pydantic cannot describe
+        raise GuardrailUsageError(
+            f"cannot build an input schema for {name} from its signature "
+            f"({type(exc).__name__}: {exc}); pass schemas={{{name!r}: schema}}, or "
+            f"schemas={{{name!r}: None}} to run it without validating its arguments",
+            tool=name,
+        ) from None
+
+
+def _schemas(given: Mapping[str, Any] | Iterable[Any] | None) -> dict[str, Any]:
+    """Input schemas by tool name, from a mapping or from the tool definitions sent to an API.
+
+    A definition may be in OpenAI chat form (``{"type": "function", "function":
+    {"name", "parameters"}}``), Responses form (``{"type": "function", "name",
+    "parameters"}``) or Anthropic form (``{"name", "input_schema"}``).
+    """
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        return {name: _NO_SCHEMA if schema is None else schema for name, schema in given.items()}
+    found: dict[str, Any] = {}
+    for definition in given:
+        spec = definition.get("function", definition) if isinstance(definition, Mapping) else None
+        name = spec.get("name") if isinstance(spec, Mapping) else None
+        if not isinstance(spec, Mapping) or not isinstance(name, str):
+            raise GuardrailUsageError(
+                "schemas= takes a mapping of tool name to JSON schema, or the tool definitions "
+                f"you send to the API (each with a name); got {definition!r}"
+            )
+        schema = spec.get("parameters", spec.get("input_schema"))
+        found[name] = _NO_SCHEMA if schema is None else schema
+    return found
+
+
+def _unwrapped(guard: Guard, function: Callable[..., Any]) -> tuple[str | None, Callable[..., Any]]:
+    """The spec name and the function under ``@guard.tool`` (so a call is checked once).
+
+    ``(None, function)`` for a function the decorator did not wrap.
+    """
+    bound = function.__self__ if inspect.ismethod(function) else None
+    plain = function.__func__ if inspect.ismethod(function) else function
+    tool = getattr(plain, "__dict__", {}).get(GUARDED_ATTRIBUTE)
+    if not isinstance(tool, GuardedTool):
+        return None, function
+    if tool.engine.registry is not guard._registry:
+        raise GuardrailUsageError(
+            f"{tool.name} is guarded by another Guard; give the loop the guard that declared it",
+            tool=tool.name,
+        )
+    target: Callable[..., Any] = getattr(plain, "__wrapped__")  # noqa: B009
+    return tool.name, types.MethodType(target, bound) if bound is not None else target
+
+
+class Toolbox:
+    """The tools a loop may run, by name, each with the input schema its arguments must match.
+
+    ``tools`` is a mapping of name to function, or a list of functions (named
+    by ``__name__``, or by the name ``@guard.tool`` gave them). A function
+    decorated with ``@guard.tool`` of this guard is run undecorated: the
+    toolbox checks and records the call itself, once, with its call id.
+
+    ``schemas`` gives input schemas, by name or as the tool definitions you
+    send to the API; a tool without one is validated against the schema
+    pydantic builds from its signature (``None`` as a tool's schema turns
+    validation off for it). Schemas are compiled on first use and kept:
+    build the toolbox once and pass it to every :func:`run_tool_calls`.
+
+    Every tool that is not declared to a guard built with
+    ``refuse_undeclared=True`` is a usage error here, before any call: it
+    could never run.
+    """
+
+    def __init__(
+        self,
+        guard: Guard,
+        tools: Mapping[str, Callable[..., Any]] | Sequence[Callable[..., Any]],
+        *,
+        schemas: Mapping[str, Any] | Iterable[Any] | None = None,
+    ) -> None:
+        self.guard = guard
+        given = _schemas(schemas)
+        pairs: list[tuple[str | None, Callable[..., Any]]]
+        if isinstance(tools, Mapping):
+            pairs = list(tools.items())
+        elif isinstance(tools, Sequence) and not isinstance(tools, (str, bytes)):
+            pairs = [(None, function) for function in tools]
+        else:
+            raise GuardrailUsageError(
+                "tools is a mapping of tool name to function, or a list of functions; "
+                f"not {type(tools).__name__}"
+            )
+        self._tools: dict[str, _Tool] = {}
+        for key, function in pairs:
+            if not callable(function):
+                raise GuardrailUsageError(f"tool {key!r} is not callable: {function!r}", tool=key)
+            spec_name, runnable = _unwrapped(guard, function)
+            if spec_name is not None and key is not None and key != spec_name:
+                # Run undecorated under another name, it would meet no spec: unchecked.
+                raise GuardrailUsageError(
+                    f"tool {key!r} is the guarded function declared as {spec_name!r}; "
+                    f"give it that name in tools (or list the function alone)",
+                    tool=key,
+                )
+            name = key or spec_name or getattr(function, "__name__", None)
+            if not isinstance(name, str) or not name:
+                raise GuardrailUsageError(
+                    f"{function!r} has no name; pass the tools as a mapping of name to function"
+                )
+            if name in self._tools:
+                raise GuardrailUsageError(f"two tools are named {name!r}", tool=name)
+            if guard.refuse_undeclared and name not in guard.specs:
+                raise GuardrailUsageError(
+                    f"{name} is not declared to the guard, which refuses undeclared tools: every "
+                    "call of it would be refused. Declare it (guard.declare or @guard.tool), "
+                    "or leave it out of the tools",
+                    tool=name,
+                )
+            is_async = inspect.iscoroutinefunction(runnable) or inspect.iscoroutinefunction(
+                getattr(runnable, "__call__", None)  # noqa: B004 - an async callable object
+            )
+            self._tools[name] = _Tool(name, runnable, is_async, given.pop(name, None))
+        if given:
+            raise GuardrailUsageError(
+                f"schemas= names tools that are not in tools: {', '.join(sorted(given))}"
+            )
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the tools, in the order given."""
+        return list(self._tools)
+
+    def compile(self) -> Toolbox:
+        """Build every tool's validator now (else each on first use); returns the toolbox."""
+        for tool in self._tools.values():
+            tool.compile()
+        return self
+
+    def run(
+        self, message: Any, *, session: str | None = None, shape: Shape | None = None
+    ) -> list[dict[str, Any]]:
+        """Answer every tool call of ``message``; see :func:`run_tool_calls`."""
+        if session is not None:
+            with self.guard.session(session):
+                return self._run(message, shape)
+        return self._run(message, shape)
+
+    async def arun(
+        self, message: Any, *, session: str | None = None, shape: Shape | None = None
+    ) -> list[dict[str, Any]]:
+        """Answer every tool call of ``message``; see :func:`arun_tool_calls`."""
+        if session is not None:
+            async with self.guard.session(session):
+                return await self._arun(message, shape)
+        return await self._arun(message, shape)
+
+    # -- the three steps: check every call, run, record -----------------------------------
+
+    def _run(self, message: Any, shape: Shape | None) -> list[dict[str, Any]]:
+        shape, calls = _calls(message, shape)
+        answers = self._check(shape, calls)
+        for answer in answers:
+            if answer.tool is not None and answer.tool.is_async:
+                raise GuardrailUsageError(
+                    f"{answer.tool.name} is async: answer this message with "
+                    "arun_tool_calls (or Toolbox.arun)",
+                    tool=answer.tool.name,
+                )
+        for answer in answers:
+            if answer.tool is not None:
+                try:
+                    answer.result = answer.tool.function(**answer.arguments)
+                except Exception as exc:
+                    answer.failure = exc
+                if inspect.iscoroutine(answer.result):
+                    answer.result.close()  # a sync function that returned a coroutine
+                    answer.result = None
+                    answer.failure = TypeError(
+                        "the tool returned a coroutine: answer with arun_tool_calls"
+                    )
+                self._record(shape, answer)
+        return _messages(shape, answers)
+
+    async def _arun(self, message: Any, shape: Shape | None) -> list[dict[str, Any]]:
+        shape, calls = _calls(message, shape)
+        answers = self._check(shape, calls)
+        running = [answer for answer in answers if answer.tool is not None]
+
+        async def run(answer: _Answer) -> None:
+            assert answer.tool is not None
+            try:
+                result = answer.tool.function(**answer.arguments)
+                if inspect.isawaitable(result):
+                    result = await result
+                answer.result = result
+            except Exception as exc:
+                answer.failure = exc
+
+        # The calls of one message run at once, as the model asked; each is recorded in the
+        # order the model wrote it, so roles are numbered the same way on every run.
+        await asyncio.gather(*(run(answer) for answer in running))
+        for answer in running:
+            self._record(shape, answer)
+        return _messages(shape, answers)
+
+    def _check(self, shape: Shape, calls: list[Call]) -> list[_Answer]:
+        """Every call's answer-to-be, each checked (this may raise, before any tool runs)."""
+        guard = self.guard
+        guard.ledger  # noqa: B018 - outside any session: a usage error before anything runs
+        answers = []
+        for call in calls:
+            answer = _Answer(call)
+            answers.append(answer)
+            tool = self._tools.get(call.name)
+            if tool is None:
+                known = ", ".join(self._tools) or "none"
+                answer.text = (
+                    f"there is no tool named {call.name!r}; the tools are: {known}. "
+                    "The call did not run."
+                )
+                continue
+            arguments = call.arguments
+            if arguments is None:
+                arguments = {}
+            if not isinstance(arguments, Mapping):
+                answer.text = (
+                    f"the arguments of {call.name} are not a JSON object ({_shorten(arguments)}); "
+                    "the tool did not run. Call it again with its arguments as one JSON object."
+                )
+                continue
+            problem = tool.invalid(arguments)
+            if problem is not None:
+                answer.text = (
+                    f"invalid arguments for {call.name}: {problem}. The tool did not run; call "
+                    "it again with arguments that match its parameters."
+                )
+                continue
+            verdict = guard.enforce(call.name, arguments)
+            answer.verdict = verdict
+            if not verdict.allowed and guard.mode != "observe":
+                answer.refusal = Rejection(verdict).result_message(shape, call.id)
+                continue
+            answer.tool = tool
+            answer.arguments = dict(
+                verdict.arguments if verdict.arguments is not None else arguments
+            )
+        return answers
+
+    def _record(self, shape: Shape, answer: _Answer) -> None:
+        """Record what one call returned (a failure records nothing) and write its text."""
+        name, call_id = answer.call.name, answer.call.id
+        if answer.failure is not None:
+            exc = answer.failure
+            answer.text = f"{name} failed: {type(exc).__name__}: {exc}"
+            self.guard.record(name, answer.arguments, None, error=True, call_id=call_id)
+            return
+        result = answer.result
+        answer.text = _result_text(result)
+        answer.ok = not (isinstance(result, Rejection) or is_refusal(answer.text))
+        self.guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+
+
+@dataclass(eq=False)
+class _Answer:
+    """What happens to one call: refused, failed, not run (``text`` says why), or its result."""
+
+    call: Call
+    tool: _Tool | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    refusal: dict[str, Any] | None = None
+    result: Any = None
+    failure: Exception | None = None
+    text: str = ""
+    ok: bool = False
+
+
+def _calls(message: Any, shape: Shape | None) -> tuple[Shape, list[Call]]:
+    """The shape of ``message`` and the calls in it this loop answers, in order."""
+    if hasattr(message, "model_dump") and not isinstance(message, Mapping):
+        message = message.model_dump(mode="json", exclude_none=True)  # an SDK's object
+    if isinstance(message, Mapping) and isinstance(message.get("output"), list):
+        message = message["output"]  # a whole Responses response
+    items: list[Any]
+    if isinstance(message, Mapping):
+        items = [message]
+        if shape is None:
+            shape = _shape_of(message)
+    elif isinstance(message, Sequence) and not isinstance(message, (str, bytes)):
+        items = list(message)
+        shape = shape or "openai_responses"
+    else:
+        raise GuardrailUsageError(
+            "pass the assistant message (OpenAI chat or Anthropic) or the Responses output "
+            f"items, as the API returned them; not {type(message).__name__}"
+        )
+    transcript = read(items, shape)
+    calls = []
+    for call in transcript.calls():
+        raw = transcript.messages[call.index].raw
+        if shape == "openai_responses" and raw.get("type") not in _RESPONSES_CALLS:
+            continue
+        if shape == "anthropic" and not _anthropic_call(raw, call.id):
+            continue
+        calls.append(call)
+    return shape, calls
+
+
+def _shape_of(message: Mapping[str, Any]) -> Shape:
+    """The shape of one assistant message (or one Responses item)."""
+    if "tool_calls" in message:
+        return "openai_chat"
+    if "role" not in message and isinstance(message.get("type"), str):
+        return "openai_responses"  # a single output item
+    content = message.get("content")
+    if isinstance(content, list) and any(
+        isinstance(block, Mapping) and block.get("type") in ("tool_use", "text", "thinking")
+        for block in content
+    ):
+        return "anthropic"
+    return "openai_chat"
+
+
+def _anthropic_call(raw: Mapping[str, Any], call_id: str) -> bool:
+    """Whether ``call_id`` is a ``tool_use`` block of the message (not a server tool's)."""
+    return any(
+        isinstance(block, Mapping)
+        and block.get("type") in _ANTHROPIC_CALLS
+        and block.get("id") == call_id
+        for block in raw.get("content") or ()
+    )
+
+
+def _result_text(result: Any) -> str:
+    """A tool's result as the text a model reads: text as it is, anything else as JSON."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, Rejection):
+        return str(result)
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return json.dumps(to_jsonable_python(result), ensure_ascii=False)
+    except Exception:  # not JSON-like: its text
+        return str(result)
+
+
+def _shorten(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _messages(shape: Shape, answers: list[_Answer]) -> list[dict[str, Any]]:
+    """The answers in ``shape``: one message (or item) per call; Anthropic's in one message."""
+    out = [
+        answer.refusal
+        if answer.refusal is not None
+        else result_message(shape, answer.call.id, answer.text, error=not answer.ok)
+        for answer in answers
+    ]
+    if shape == "anthropic" and out:
+        blocks = [block for message in out for block in message["content"]]
+        return [{"role": "user", "content": blocks}]
+    return out
+
+
+def _toolbox(
+    guard: Guard,
+    tools: Toolbox | Mapping[str, Callable[..., Any]] | Sequence[Callable[..., Any]],
+    schemas: Mapping[str, Any] | Iterable[Any] | None,
+) -> Toolbox:
+    if isinstance(tools, Toolbox):
+        if tools.guard is not guard:
+            raise GuardrailUsageError("this toolbox was built for another guard")
+        if schemas is not None:
+            raise GuardrailUsageError("give schemas= to the Toolbox, not to each run")
+        return tools
+    return Toolbox(guard, tools, schemas=schemas)
+
+
+def run_tool_calls(
+    guard: Guard,
+    message: Any,
+    tools: Toolbox | Mapping[str, Callable[..., Any]] | Sequence[Callable[..., Any]],
+    *,
+    session: str | None = None,
+    shape: Shape | None = None,
+    schemas: Mapping[str, Any] | Iterable[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the tool calls of an assistant message, guarded; return the messages answering them.
+
+    ``message`` is an OpenAI chat completion message (``{"role": "assistant",
+    "tool_calls": [...]}``), the output items of a Responses call (or the
+    response), or an Anthropic message (``tool_use`` blocks); dicts, or the
+    SDKs' objects. ``tools`` maps names to functions (or is a list of
+    functions, or a :class:`Toolbox`). ``session`` opens that conversation's
+    session for the calls (else the current one is used). ``shape`` forces
+    the reading where a message is ambiguous.
+
+    Returns, in the message's shape and in the order of the calls, one answer
+    per call: the tool's result (text as it is, anything else as JSON), or an
+    error: no such tool, arguments that are not an object or do not match the
+    tool's schema, the guard's refusal (``reprompt`` mode), or the exception
+    the tool raised (recorded as a failure). In ``raise`` mode a refusal
+    raises :class:`~guardrail.IdentifierViolation`, and
+    :class:`~guardrail.RepromptLimitExceeded` ends a loop that keeps sending
+    bad ids; both are raised before any tool of the message ran. An async
+    tool needs :func:`arun_tool_calls`.
+    """
+    return _toolbox(guard, tools, schemas).run(message, session=session, shape=shape)
+
+
+async def arun_tool_calls(
+    guard: Guard,
+    message: Any,
+    tools: Toolbox | Mapping[str, Callable[..., Any]] | Sequence[Callable[..., Any]],
+    *,
+    session: str | None = None,
+    shape: Shape | None = None,
+    schemas: Mapping[str, Any] | Iterable[Any] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`run_tool_calls` for async loops: the calls of one message run concurrently.
+
+    Sync tools run in the event loop's thread, one after another (wrap a
+    blocking one in ``asyncio.to_thread`` yourself); async tools are awaited
+    together. The results are recorded, and returned, in the order of the calls.
+    """
+    return await _toolbox(guard, tools, schemas).arun(message, session=session, shape=shape)

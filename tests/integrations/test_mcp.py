@@ -1,0 +1,562 @@
+"""MCP: a guarded server (middleware) and a guarded client, over the SDK's in-memory transport."""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import importlib.util
+import json
+import re
+import runpy
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import pytest
+import structlog
+from pydantic import BaseModel, Field
+from structlog.testing import capture_logs
+
+pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install 'guardrail[mcp]'")
+
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
+
+from guardrail import Guard
+from guardrail.compaction import compact
+from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.integrations.mcp import (
+    REFUSAL_META_KEY,
+    GuardedClientSession,
+    declare_tools,
+    guard_server,
+    guarded_call_tool,
+    manifest_from_tools,
+    request_session,
+    session_meta,
+)
+
+#: What ``Id("order")`` publishes in a JSON schema, written out by hand.
+OrderId = Annotated[str, Field(json_schema_extra={"x-guardrail-kind": "order"})]
+ORDERS = {"#W8855135": 40, "#W8855136": 99}
+
+
+class Order(BaseModel):
+    order_id: OrderId
+    total: int
+
+
+def guard_for(mode: str = "reprompt", **options: Any) -> Guard:
+    guard = Guard(mode=mode, **options)  # type: ignore[arg-type]
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    return guard
+
+
+def shop_server(refunds: list[str]) -> MCPServer:
+    """A shop: an async read returning an Order, a write that appends to ``refunds``."""
+    server = MCPServer("shop", log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    async def get_order(order_id: OrderId) -> Order:
+        """Look an order up."""
+        order_id = "#" + order_id.lstrip("#")  # the shop reads W8855135 as #W8855135
+        if order_id not in ORDERS:
+            raise ToolError(f"no order {order_id}; the customer's other order is #W8855136")
+        await anyio.sleep(0)
+        return Order(order_id=order_id, total=ORDERS[order_id])
+
+    @server.tool()
+    def issue_refund(order_id: OrderId, amount: int) -> str:
+        """Refund an order."""
+        refunds.append("#" + order_id.lstrip("#"))  # the record it lands on
+        return f"refunded {amount} on {order_id}"
+
+    @server.tool()
+    def ping() -> str:
+        """No identifiers at all."""
+        return "pong"
+
+    return server
+
+
+def meta(session: str) -> Any:
+    return session_meta(session)
+
+
+def text(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def run(main: Callable[[], Awaitable[Any]]) -> Any:
+    return anyio.run(main)
+
+
+# -- the server side ----------------------------------------------------------------------------
+
+
+def test_a_guarded_server_refuses_a_one_character_off_id_then_runs_the_ledger_value_once() -> None:
+    """The model's mutated id gets an isError re-prompt; the retry runs once, on the right order."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            m = meta("conv-1")
+            looked = await client.call_tool("get_order", {"order_id": "W8855135"}, meta=m)
+            wrong = await client.call_tool(
+                "issue_refund", {"order_id": "#W8855153", "amount": 40}, meta=m
+            )
+            right = await client.call_tool(
+                "issue_refund", {"order_id": "W8855135", "amount": 40}, meta=m
+            )
+            return [looked, wrong, right]
+
+    looked, wrong, right = run(main)
+    assert not looked.is_error and looked.structured_content == {
+        "order_id": "#W8855135",
+        "total": 40,
+    }
+    assert wrong.is_error and text(wrong).startswith("guardrail refused the call to issue_refund")
+    assert (
+        wrong.meta is not None
+        and wrong.meta[REFUSAL_META_KEY]["findings"][0]["problem"] == "mutated"
+    )
+    assert (
+        not right.is_error and text(right) == "refunded 40 on W8855135"
+    )  # as the ledger spells it
+    assert refunds == ["#W8855135"]
+
+
+def test_parallel_calls_and_two_conversations_at_once_never_cross() -> None:
+    """Concurrent calls of two conversations: each writes only the order its own lookup returned."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard)
+    results: dict[str, CallToolResult] = {}
+
+    async def conversation(client: Client, session: str, mine: str, theirs: str) -> None:
+        await client.call_tool("get_order", {"order_id": mine}, meta=meta(session))
+        results[f"{session}-theirs"] = await client.call_tool(
+            "issue_refund", {"order_id": theirs, "amount": 1}, meta=meta(session)
+        )
+        results[f"{session}-mine"] = await client.call_tool(
+            "issue_refund", {"order_id": mine, "amount": 1}, meta=meta(session)
+        )
+
+    async def main() -> None:
+        async with Client(server) as one, Client(server) as two, anyio.create_task_group() as tasks:
+            tasks.start_soon(conversation, one, "a", "#W8855135", "#W8855136")
+            tasks.start_soon(conversation, two, "b", "#W8855136", "#W8855135")
+
+    run(main)
+    assert results["a-theirs"].is_error and results["b-theirs"].is_error
+    assert not results["a-mine"].is_error and not results["b-mine"].is_error
+    assert sorted(refunds) == ["#W8855135", "#W8855136"]
+
+
+def test_raise_mode_and_the_reprompt_limit_answer_with_an_error_result_not_a_lost_exception() -> (
+    None
+):
+    """On a server, raise mode and RepromptLimitExceeded become isError results with their text."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for("reprompt", max_reprompts=1)
+    guard_server(server, guard)
+    raising = shop_server(refunds)
+    guard_server(raising, guard_for("raise"))
+
+    async def main() -> list[CallToolResult]:
+        bad = {"order_id": "#W0000001", "amount": 1}
+        async with Client(server) as client, Client(raising) as other:
+            first = await client.call_tool("issue_refund", bad, meta=meta("s"))
+            second = await client.call_tool("issue_refund", bad, meta=meta("s"))
+            raised = await other.call_tool("issue_refund", bad, meta=meta("s"))
+            return [first, second, raised]
+
+    first, second, raised = run(main)
+    assert all(result.is_error for result in (first, second, raised))
+    assert "refusals of issue_refund in a row" in text(second)
+    assert text(raised).startswith("guardrail refused the call to issue_refund")
+    assert refunds == []
+
+
+def test_a_request_that_names_no_conversation_is_refused_unless_the_guard_has_a_default() -> None:
+    """No _meta session and no default_session: refused; a stdio-style default session works."""
+    refunds: list[str] = []
+    server = shop_server(refunds)
+    guard_server(server, guard_for())
+    single = shop_server(refunds)
+    guard_server(single, guard_for(default_session="stdio"))
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client, Client(single) as other:
+            return [
+                await client.call_tool("get_order", {"order_id": "#W8855135"}),
+                await other.call_tool("get_order", {"order_id": "#W8855135"}),
+            ]
+
+    nameless, defaulted = run(main)
+    assert nameless.is_error and "names no conversation" in text(nameless)
+    assert not defaulted.is_error
+
+
+def test_a_read_may_introduce_an_unknown_id_but_not_a_near_miss_and_a_write_never() -> None:
+    """Server policy: an unseen id enters through a read; a near miss or a write is refused."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard)
+    strict = shop_server(refunds)
+    guard_server(strict, guard_for(), reads_introduce_ids=False)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client, Client(strict) as other:
+            m = meta("s")
+            return [
+                await client.call_tool(
+                    "issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=m
+                ),
+                await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=m),
+                await client.call_tool("get_order", {"order_id": "#W8855153"}, meta=m),
+                await other.call_tool("get_order", {"order_id": "#W8855135"}, meta=m),
+            ]
+
+    unknown_write, read, near_miss, strict_read = run(main)
+    assert unknown_write.is_error and read.is_error is False
+    assert near_miss.is_error and "close to" in text(near_miss)
+    assert strict_read.is_error
+    assert refunds == []
+
+
+def test_ids_in_a_tool_error_never_verify_on_the_server() -> None:
+    """A ToolError naming another order: recorded as a failure, that order stays refused."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard)
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client:
+            m = meta("s")
+            failed = await client.call_tool("get_order", {"order_id": "#W1234567"}, meta=m)
+            assert failed.is_error and "#W8855136" in text(failed)
+            return await client.call_tool(
+                "issue_refund", {"order_id": "#W8855136", "amount": 1}, meta=m
+            )
+
+    assert run(main).is_error
+    assert refunds == []
+
+
+def test_undeclared_tools_meet_the_guards_policy() -> None:
+    """A tool with no identifier schema stays undeclared: refused under refuse_undeclared."""
+    refunds: list[str] = []
+    server, strict = shop_server(refunds), guard_for(refuse_undeclared=True)
+    guard_server(server, strict)
+    lenient = shop_server(refunds)
+    guard_server(lenient, guard_for())
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client, Client(lenient) as other:
+            return [
+                await client.call_tool("ping", {}, meta=meta("s")),
+                await other.call_tool("ping", {}, meta=meta("s")),
+            ]
+
+    with capture_logs() as logs:
+        refused, allowed = run(main)
+    assert refused.is_error and "ping" in text(refused)
+    assert "issue_refund" in strict.specs and "ping" not in strict.specs
+    assert not allowed.is_error and text(allowed) == "pong"
+    assert any(event["event"] == "guardrail.undeclared_tool" for event in logs)
+
+
+def test_the_audit_never_writes_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
+    """Refusals and allowed writes log nothing on stdout (a stdio server's protocol owns it)."""
+    structlog.reset_defaults()  # as a program that never configured structlog (capture_logs does)
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=meta("s"))
+            await client.call_tool(
+                "issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=meta("s")
+            )
+            await client.call_tool(
+                "issue_refund", {"order_id": "#W0000009", "amount": 1}, meta=meta("s")
+            )
+
+    run(main)
+    assert capfd.readouterr().out == ""
+    assert refunds == ["#W8855135"]
+
+
+def test_guard_server_takes_a_server_once() -> None:
+    """Guarding twice, or something that is no server, is a usage error."""
+    server = shop_server([])
+    guard_server(server, guard_for())
+    with pytest.raises(GuardrailUsageError, match="guarded already"):
+        guard_server(server, guard_for())
+    with pytest.raises(GuardrailUsageError, match="MCPServer"):
+        guard_server(object(), guard_for())
+
+
+# -- the client side ----------------------------------------------------------------------------
+
+
+def test_a_refused_call_never_reaches_the_server() -> None:
+    """guarded_call_tool: the refusal is an isError result made here; the server ran nothing."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client, guard.session("host"):
+            guard.observe_user("refund W8855135 please")
+            wrong = await guarded_call_tool(
+                client, guard, "issue_refund", {"order_id": "W8855135", "amount": 1}
+            )
+            found = await guarded_call_tool(client, guard, "get_order", {"order_id": "W8855135"})
+            right = await guarded_call_tool(
+                client, guard, "issue_refund", {"order_id": "W8855135", "amount": 1}
+            )
+            return [wrong, found, right]
+
+    declare_tools(guard, run(lambda: _listing(server)))
+    wrong, found, right = run(main)
+    assert wrong.is_error and "typed by the user" in text(wrong)
+    assert wrong.meta is not None and wrong.meta[REFUSAL_META_KEY]["error"] == "identifier_refused"
+    assert not found.is_error and not right.is_error
+    assert refunds == ["#W8855135"]  # the ledger's spelling was sent, once
+
+
+async def _listing(server: MCPServer) -> list[Tool]:
+    async with Client(server) as client:
+        return (await client.list_tools()).tools
+
+
+def test_the_client_raises_in_raise_mode_and_records_error_results_as_failures() -> None:
+    """raise mode raises IdentifierViolation; an isError result from the server verifies nothing."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for("raise")
+    declare_tools(guard, run(lambda: _listing(server)))
+
+    async def main() -> None:
+        async with Client(server) as client, guard.session("host"):
+            guard.observe_user("order W1234567")
+            failed = await guarded_call_tool(client, guard, "get_order", {"order_id": "W1234567"})
+            assert failed.is_error
+            assert guard.ledger.get("order", "#W8855136") is None
+            with pytest.raises(IdentifierViolation):
+                await guarded_call_tool(
+                    client, guard, "issue_refund", {"order_id": "#W8855136", "amount": 1}
+                )
+
+    run(main)
+    assert refunds == []
+
+
+def test_a_guarded_client_session_declares_listed_tools_and_survives_a_compaction() -> None:
+    """GuardedClientSession: list_tools declares; after compact() the next call carries the id."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Refund my order W8855135."}]
+
+    async def call(
+        session: GuardedClientSession, call_id: str, name: str, arguments: dict[str, Any]
+    ) -> None:
+        function = {"name": name, "arguments": json.dumps(arguments)}
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+            }
+        )
+        result = await session.call_tool(name, arguments)
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": text(result)})
+
+    async def main() -> str:
+        async with Client(server) as client:
+            session = GuardedClientSession(client, guard, session="host")
+            listing = await session.list_tools()
+            assert {tool.name for tool in listing.tools} == {"get_order", "issue_refund", "ping"}
+            async with guard.session("host"):
+                guard.observe_user("Refund my order W8855135.")
+            await call(session, "c1", "get_order", {"order_id": "W8855135"})
+            for n in range(3):
+                messages.append({"role": "user", "content": f"still there? {n}"})
+                messages.append({"role": "assistant", "content": "Yes, looking into it."})
+            async with guard.session("host"):
+                compacted = compact(messages, guard.ledger, guard=guard, keep_recent=1).messages
+            # the scripted model copies the order id out of the compacted context's ledger block
+            block = compacted[0]["content"]
+            order = re.search(r"#?W\d{7}", block.partition("\n\n")[0]).group()  # type: ignore[union-attr]
+            await call(session, "c2", "issue_refund", {"order_id": order, "amount": 40})
+            return order
+
+    assert run(main) == "W8855135"  # verbatim, as the ledger holds it
+    assert refunds == ["#W8855135"]
+    assert (
+        guard.specs["get_order"].effect == "read" and guard.specs["issue_refund"].effect == "write"
+    )
+
+
+def test_a_manifest_reads_kinds_from_nested_schemas_and_the_read_only_hint() -> None:
+    """x-guardrail-kind under $defs, arrays, maps and anyOf become paths; readOnlyHint, a read."""
+    kind = {"type": "string", "x-guardrail-kind": "order"}
+    tool = Tool(
+        name="search",
+        input_schema={
+            "type": "object",
+            "properties": {
+                "ids": {"type": "array", "items": kind},
+                "maybe": {"anyOf": [{"x-guardrail-kind": ["order", "item"]}, {"type": "null"}]},
+            },
+        },
+        output_schema={
+            "type": "object",
+            "$defs": {"Line": {"type": "object", "properties": {"order_id": kind}}},
+            "properties": {
+                "lines": {"type": "array", "items": {"$ref": "#/$defs/Line"}},
+                "by_id": {
+                    "type": "object",
+                    "additionalProperties": {"x-guardrail-kind": "item"},
+                },
+            },
+        },
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    manifest = manifest_from_tools([tool, {"name": "plain", "inputSchema": {"type": "object"}}])
+    assert manifest["tools"]["search"] == {
+        "effect": "read",
+        "ids": {"ids[*]": "order", "maybe": ["order", "item"]},
+        "produces": {"lines[*].order_id": "order", "by_id.*": "item"},
+    }
+    assert manifest["tools"]["plain"] == {"effect": "write"}
+    guard = guard_for()
+    guard.add_kind("item")
+    assert declare_tools(guard, [tool], annotated_only=True) == ["search"]
+    assert declare_tools(guard, [tool]) == []  # known already: nothing declared twice
+    with pytest.raises(GuardrailUsageError, match="mcp.types.Tool"):
+        manifest_from_tools([3])  # type: ignore[list-item]
+    several = {"name": "x", "outputSchema": {"x-guardrail-kind": ["order", "item"]}}
+    with pytest.raises(GuardrailUsageError, match="several kinds"):
+        manifest_from_tools([several])
+
+
+def test_importing_without_the_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the mcp package missing, the import error names the extra to install."""
+    real_import = builtins.__import__
+
+    def without_mcp(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "mcp" or name.startswith("mcp."):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_mcp)
+    monkeypatch.delitem(sys.modules, "guardrail.integrations.mcp")
+    with pytest.raises(ImportError, match=r"pip install 'guardrail\[mcp\]'"):
+        importlib.import_module("guardrail.integrations.mcp")
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
+
+
+def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/mcp_server.py: the swapped id is an isError re-prompt; the right one runs once."""
+    runpy.run_path(str(EXAMPLE), run_name="__main__")  # in this process: mcp is imported already
+    assert capsys.readouterr().out.splitlines() == [
+        'get_order: ok: {"order_id": "#W8855135", "item": "blender"}',
+        "issue_refund: error: guardrail refused the call to issue_refund; the tool did not run.",
+        "issue_refund: ok: refunded 40 on #W8855135",
+        "refunds: ['#W8855135']",
+    ]
+
+
+def test_the_example_server_speaks_stdio_with_the_audit_on() -> None:
+    """Over a real stdio transport, refusals and writes leave the protocol's stdout intact."""
+    from mcp import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=[str(EXAMPLE), "--stdio"])
+
+    async def main() -> list[CallToolResult]:
+        async with Client(params) as client:
+            m = meta("over-stdio")
+            return [
+                await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=m),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "#W8855153", "amount": 1}, meta=m
+                ),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=m
+                ),
+            ]
+
+    found, refused, refunded = run(main)
+    assert not found.is_error and refused.is_error and not refunded.is_error
+    assert "close to" in text(refused)
+
+
+def test_session_meta_names_the_conversation_and_refuses_an_empty_id() -> None:
+    """session_meta("c") is the _meta a guarded server reads; an empty id is a usage error."""
+    assert session_meta("c") == {"guardrail/session": "c"}
+    with pytest.raises(GuardrailUsageError, match="non-empty"):
+        session_meta("")
+
+
+def test_the_benchmark_runs_in_quick_mode() -> None:
+    """benchmarks/integrations_mcp.py measures every case (no timing is asserted)."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "integrations_mcp.py"
+    spec = importlib.util.spec_from_file_location("integrations_mcp", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows, ratios = module.measure(quick=True)
+    assert len(rows) == 4 and len(ratios) == 3
+    assert all(value > 0 for _, value in rows)
+
+
+def test_request_session_reads_the_meta_then_the_transport_and_scopes_by_client() -> None:
+    """_meta names the conversation, else the mcp-session-id header; a token prefixes it."""
+    from types import SimpleNamespace
+
+    from mcp.server.auth.middleware.auth_context import auth_context_var
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    def ctx(meta: Any = None, headers: Any = None) -> Any:
+        request = SimpleNamespace(headers=headers) if headers is not None else None
+        return SimpleNamespace(meta=meta, request=request)
+
+    assert request_session(ctx(session_meta("c1"))) == "c1"
+    assert request_session(ctx({}, {"mcp-session-id": "abc"})) == "transport:abc"
+    assert request_session(ctx(session_meta("c1"), {"mcp-session-id": "abc"})) == "c1"
+    assert request_session(ctx({"guardrail/session": ""})) is None
+    assert request_session(ctx()) is None
+    token = AccessToken(token="t", client_id="app", scopes=[], subject="alice")
+    reset = auth_context_var.set(AuthenticatedUser(token))
+    try:
+        assert request_session(ctx(session_meta("c1"))) == "app/alice:c1"
+    finally:
+        auth_context_var.reset(reset)
+
+
+def test_a_custom_session_resolver_decides_the_ledger() -> None:
+    """guard_server(session=...): the resolver's id is the session the call's ids live in."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for()
+    guard_server(server, guard, session=lambda ctx: "tenant-7")
+
+    async def main() -> None:
+        async with Client(server) as client:
+            await client.call_tool("get_order", {"order_id": "#W8855135"})
+
+    run(main)
+    with guard.session("tenant-7"):
+        assert guard.ledger.get("order", "#W8855135") is not None
