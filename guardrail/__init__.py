@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
-from guardrail._spec import Id, ToolSpec
+from guardrail._spec import Id, ToolSpec, describe_ids
 from guardrail._verdict import Finding, Rejection, Verdict
 from guardrail.errors import (
     GuardrailError,
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         CompactionResult,
         Summarizer,
         compact,
+        compact_text,
         extractive_summary,
         model_summarizer,
     )
@@ -44,6 +45,7 @@ _LAZY = {
     "SQLiteStore": "guardrail.stores._sqlite",
     "Summarizer": "guardrail.compaction",
     "compact": "guardrail.compaction",
+    "compact_text": "guardrail.compaction",
     "extractive_summary": "guardrail.compaction",
     "model_summarizer": "guardrail.compaction",
 }
@@ -94,6 +96,8 @@ __all__ = [
     "__version__",
     "audit_to_json",
     "compact",
+    "compact_text",
+    "describe_ids",
     "extractive_summary",
     "model_summarizer",
 ]

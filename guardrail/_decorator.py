@@ -106,11 +106,8 @@ class GuardedTool:
         if plan is None or plan.fast is None or plan.spec is not self.spec:
             return None
         admitted = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
-        if admitted is not None:
-            if ledger._refusals:
-                ledger._refusals.pop(self.name, None)
-            if self.levels[self.allowed_level]:
-                self.engine.log_allowed(plan, ledger, admitted[0])
+        if admitted is not None and self.levels[self.allowed_level]:
+            self.engine.log_allowed(plan, ledger, admitted[0])
         return admitted
 
     def respell(

@@ -2,7 +2,7 @@
 
 It holds no session: every method takes the ledger to work on. Checks run
 in the guard's mode (refusals raise, re-prompt, or are only logged in
-observe mode; re-prompts of one tool are counted per ledger; undeclared
+observe mode; refusals of one tool are counted per turn of a ledger; undeclared
 tools are refused or warned about once); records bring in the ids a
 successful result declares, the ids a successful call vouches for first,
 never more new ids per call than ``max_ids_per_call``. After a change to a
@@ -117,8 +117,8 @@ class Engine:
         verdict = self.verdict(name, arguments, ledger)
         session = ledger.session_id
         if verdict.allowed:
-            if ledger._refusals:
-                ledger._refusals.pop(name, None)
+            # An allowed call does not reset the count: a model that sends one good and one
+            # bad call of a tool at every step would otherwise be re-prompted for ever.
             self.audit.call_checked(
                 session,
                 verdict,

@@ -43,8 +43,9 @@ class Guard:
     ``mode`` decides what a refusal does: ``"raise"`` raises
     :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool and
     returns a :class:`Rejection` whose text tells the model what to do
-    (after ``max_reprompts`` refusals of one tool in a row it raises
-    :class:`RepromptLimitExceeded`); ``"observe"`` runs the tool and logs
+    (after ``max_reprompts`` refusals of one tool in one turn it raises
+    :class:`RepromptLimitExceeded`; a turn starts at each :meth:`observe_user`,
+    and an allowed call of the tool does not reset the count); ``"observe"`` runs the tool and logs
     ``outcome="would_refuse"``, but learns nothing from that call (no
     confirmation, no mints, no harvest of its result). ``capacity`` bounds
     each session's ledger. ``redact`` (a key) logs keyed hashes instead of
@@ -156,7 +157,7 @@ class Guard:
 
     @property
     def max_reprompts(self) -> int:
-        """Refusals of one tool in a row that re-prompt before ``RepromptLimitExceeded``."""
+        """Refusals of one tool in one turn that re-prompt before ``RepromptLimitExceeded``."""
         return self._engine.options.max_reprompts
 
     @property

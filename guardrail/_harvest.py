@@ -10,7 +10,9 @@ something, the one form ids travel in from any source to a ledger.
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from itertools import repeat
@@ -24,6 +26,10 @@ from guardrail.kinds import Kind, id_text
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
 MAX_ID_LENGTH = 2048
+#: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
+#: runtimes send a tool's return value); a longer one is read as plain text. Reading one
+#: costs ten times or more what JSON of its size does, so the bound is well below any for JSON.
+MAX_LITERAL_CHARS = 100_000
 
 
 class Batch(NamedTuple):
@@ -141,11 +147,75 @@ def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
             problems.append("result is JSON nested too deeply to parse; nothing harvested")
             return None, None
         except ValueError:
-            return text, text
+            literal = _python_literal(text, problems)
+            if literal is _NOT_LITERAL:
+                return text, text
+            return literal, None
         if isinstance(value, (dict, list)):
             return value, None
         return value, value if isinstance(value, str) else text
     return text, text
+
+
+#: What :func:`_python_literal` returns for a text that is not a plain Python literal.
+_NOT_LITERAL: Any = object()
+#: A quoted string as ``repr`` writes one: no prefix, escapes allowed, no raw line break.
+_STRING = r"'(?:[^'\\\n]|\\.)*'" r'|"(?:[^"\\\n]|\\.)*"'
+#: The tokens of a dict or list as ``repr`` writes it: strings, numbers, True, False,
+#: None, and runs of brackets, commas, colons and white space. A text is such a literal
+#: when removing them leaves nothing: one pass, no backtracking from token to token.
+_LITERAL_TOKENS = re.compile(
+    rf"{_STRING}"
+    r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?(?![\w.])"
+    r"|(?:True|False|None)(?!\w)"
+    r"|[{}\[\],:\s]+"
+)
+#: What differs from JSON in such a text: its strings, and the three names.
+_NOT_JSON = re.compile(rf"({_STRING})|True|False|None")
+_NAMES = {"True": "true", "False": "false", "None": "null"}
+
+
+def _python_literal(text: str, problems: list[str]) -> Any:
+    """A dict or list written as Python's ``repr`` writes it, or :data:`_NOT_LITERAL`.
+
+    Some runtimes send a tool's return value as ``str(value)``:
+    ``{'order_id': '#W1', 'ok': True}``. It is read like JSON, and nothing in
+    it is ever run: the text must consist of quoted strings, numbers,
+    ``True``, ``False``, ``None``, brackets, commas and colons only (a call,
+    any other name, a tuple, bytes or arithmetic make it plain text); it is
+    then rewritten as JSON and parsed as JSON, so a set, a key that is not a
+    string or deep nesting fail as they would there. A string with a
+    backslash escape is read by :func:`ast.literal_eval`, that one string
+    token alone. Text over :data:`MAX_LITERAL_CHARS` is not read.
+    """
+    if text.lstrip()[:1] not in ("{", "["):
+        return _NOT_LITERAL
+    if len(text) > MAX_LITERAL_CHARS:
+        problems.append(
+            f"result is text of over {MAX_LITERAL_CHARS} characters that is not JSON; "
+            "read as plain text"
+        )
+        return _NOT_LITERAL
+    if _LITERAL_TOKENS.sub("", text):
+        return _NOT_LITERAL  # something no such literal holds: a call, a name, a tuple...
+    try:
+        value = json.loads(_NOT_JSON.sub(_as_json, text))
+    except (ValueError, SyntaxError, RecursionError, MemoryError):
+        return _NOT_LITERAL
+    return value if isinstance(value, (dict, list)) else _NOT_LITERAL
+
+
+def _as_json(match: re.Match[str]) -> str:
+    """One string or name of a Python literal, written as JSON."""
+    token = match.group()
+    if match.group(1) is None:
+        return _NAMES[token]
+    if "\\" in token:
+        return json.dumps(ast.literal_eval(token), ensure_ascii=False)  # one string token
+    if token[0] == '"':
+        return token  # no escape and no double quote inside: already JSON
+    body = token[1:-1]
+    return f'"{body}"' if '"' not in body else json.dumps(body, ensure_ascii=False)
 
 
 # -- failures that look like results ----------------------------------------------------------

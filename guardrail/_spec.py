@@ -15,10 +15,14 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, Union, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast, get_args, get_origin
 
 from guardrail._paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 from guardrail.errors import GuardrailUsageError
+
+if TYPE_CHECKING:
+    from pydantic import GetJsonSchemaHandler
+    from pydantic_core import CoreSchema
 
 Effect = Literal["read", "write"]
 EFFECTS: tuple[str, ...] = ("read", "write")
@@ -38,6 +42,14 @@ class Id:
     ``status`` the key beside the id holding its status. A parameter left at
     a default other than None is checked as if the default were passed,
     unless ``default_ok=True`` says the default is a known-good id.
+
+    In a JSON schema pydantic writes (a tool's parameters, as agent
+    frameworks send them to a model), an identifier says how to fill it:
+    its ``description`` tells the model to copy the value exactly from a
+    tool result or the ID LEDGER (after a description of its own, if it
+    has one) and ``x-guardrail-kind`` names its kinds. Where a framework
+    sets a field's description afterwards, :func:`describe_ids` puts the
+    instruction back.
     """
 
     kinds: tuple[str, ...]
@@ -65,6 +77,81 @@ class Id:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "default_ok", default_ok)
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> dict[str, Any]:
+        """The schema of the annotated type, with the instruction and the kind added."""
+        json_schema = handler.resolve_ref_schema(handler(schema))
+        json_schema[KIND_KEY] = self.kinds[0] if len(self.kinds) == 1 else list(self.kinds)
+        if self.sep:
+            json_schema[SEP_KEY] = self.sep
+        _describe(json_schema)
+        return json_schema
+
+
+#: The JSON schema key naming an identifier's kind (a list where it accepts several).
+KIND_KEY = "x-guardrail-kind"
+#: The JSON schema key holding the separator of an identifier parameter that packs several.
+SEP_KEY = "x-guardrail-sep"
+#: What every identifier's description tells the model; also how an added one is known.
+ID_INSTRUCTION = "copy the value exactly from a tool result or the ID LEDGER, never from memory"
+
+
+def id_description(kinds: Sequence[str], sep: str | None = None) -> str:
+    """The instruction an identifier's JSON schema carries, naming its kinds."""
+    text = f"Identifier ({' or '.join(kinds)}): {ID_INSTRUCTION}."
+    if sep:
+        text += f" Several are separated by {sep!r}."
+    return text
+
+
+def _describe(node: dict[str, Any]) -> None:
+    """Add the instruction to the description of one identifier schema, after the user's own."""
+    kinds = node.get(KIND_KEY)
+    if isinstance(kinds, str):
+        kinds = [kinds]
+    if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
+        return
+    sep = node.get(SEP_KEY)
+    ours = id_description(kinds, sep if isinstance(sep, str) else None)
+    own = node.get("description")
+    if not isinstance(own, str) or not own.strip():
+        node["description"] = ours
+    elif ID_INSTRUCTION not in own:
+        own = own.rstrip()
+        node["description"] = f"{own}{'' if own.endswith(('.', '!', '?')) else '.'} {ours}"
+
+
+def describe_ids(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of a JSON schema in which every identifier's description says how to fill it.
+
+    pydantic writes the instruction when it builds a schema from
+    ``Annotated[str, Id(...)]``, but a field description set afterwards (as
+    frameworks do with a docstring's ``Args:``) replaces it; the
+    ``x-guardrail-kind`` stays. This puts the instruction back after that
+    description, everywhere in the schema (nested objects, list items,
+    ``$defs``), and leaves everything else as it was. Call it on a tool's
+    parameter schema before it goes to the model; calling it twice adds
+    nothing.
+    """
+    if not isinstance(schema, Mapping):
+        raise GuardrailUsageError(
+            f"describe_ids takes a JSON schema (a mapping), not {type(schema).__name__}"
+        )
+    return cast("dict[str, Any]", _described(schema))
+
+
+def _described(value: Any) -> Any:
+    """:func:`describe_ids` on any JSON value: mappings and lists copied, the rest as is."""
+    if isinstance(value, Mapping):
+        node = {key: _described(item) for key, item in value.items()}
+        if KIND_KEY in node:
+            _describe(node)
+        return node
+    if isinstance(value, list):
+        return [_described(item) for item in value]
+    return value
 
 
 @dataclass(frozen=True)

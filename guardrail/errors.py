@@ -70,13 +70,16 @@ class IdentifierViolation(GuardrailError):
 
 
 class RepromptLimitExceeded(IdentifierViolation):
-    """The model was re-prompted ``limit`` times for one tool and still sent bad identifiers."""
+    """The model was re-prompted ``limit`` times for one tool in one turn and still sent bad ids.
+
+    A turn starts with each user message (``guard.observe_user``), which starts the count again.
+    """
 
     def __init__(self, verdict: Verdict, *, limit: int):
         super().__init__(verdict)
         self.limit = limit
         self.args = (
-            f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} in a row; "
+            f"{verdict.message}\n(guardrail: {limit} refusals of {verdict.tool} this turn; "
             "stopping instead of re-prompting again. Look the identifiers up with a tool "
             "or ask the user.)",
         )

@@ -205,7 +205,7 @@ class Ledger:
         self._size = 0
         self._pinned = 0  # pinned entries do not count against the capacity
         self._user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
-        #: Consecutive refusals per tool, for bounding re-prompts.
+        #: Refusals per tool in the current turn, for bounding re-prompts (a new turn clears it).
         self._refusals: dict[str, int] = {}
         self._kinds: Mapping[str, Kind] = kinds or {}
         self._lock = threading.RLock()
@@ -319,8 +319,12 @@ class Ledger:
     # -- changing -------------------------------------------------------------------------
 
     def _next_turn(self) -> int:
-        """Start a new turn (a user message and everything up to the next one)."""
+        """Start a new turn (a user message and everything up to the next one).
+
+        The re-prompt counts start again: the user has spoken since the refusals.
+        """
         self.turn += 1
+        self._refusals.clear()
         self._epoch += 1
         return self.turn
 
@@ -931,8 +935,9 @@ class Ledger:
         if either pinned it, and the names of both where free. An entry of
         ``other`` whose role names another id here gets a fresh role.
         Tombstones and drop marks are united (minus ids live in either) and
-        bounded; user texts are united in order; turn, counters and refusals
-        take the larger; the seal key and capacities stay this ledger's.
+        bounded; user texts are united in order; turn and counters take the
+        larger, refusals those of the later turn (the larger of each where the
+        turn is the same); the seal key and capacities stay this ledger's.
         Then, as after any admission, the least recently used entries over
         capacity are evicted: they are returned.
         """
@@ -967,8 +972,12 @@ class Ledger:
                     self._user_texts.append(text)
             for name, number in their_counters.items():
                 self._counters[name] = max(number, self._counters.get(name, 0))
-            for tool, count in their_refusals.items():
-                self._refusals[tool] = max(count, self._refusals.get(tool, 0))
+            # Refusals are counted per turn: a later turn's counts replace an earlier one's.
+            if their_turn > self.turn:
+                self._refusals = their_refusals
+            elif their_turn == self.turn:
+                for tool, count in their_refusals.items():
+                    self._refusals[tool] = max(count, self._refusals.get(tool, 0))
             self.turn = max(self.turn, their_turn)
             self._epoch = max(self._epoch, their_epoch)
             for kind in changed:

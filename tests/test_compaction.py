@@ -9,15 +9,23 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+import pydantic
 import pytest
 import structlog
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, GuardrailError, GuardrailUsageError, Ledger, TranscriptError
+from guardrail import (
+    Guard,
+    GuardrailError,
+    GuardrailUsageError,
+    Ledger,
+    Rejection,
+    TranscriptError,
+)
 from guardrail._audit import SilentLogger
 from guardrail._harvest import Batch
-from guardrail.compaction import compact, extractive_summary, model_summarizer
+from guardrail.compaction import compact, compact_text, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     ledger_block,
@@ -26,13 +34,13 @@ from guardrail.compaction._block import (
     restore,
 )
 from guardrail.compaction._masking import Masker
-from guardrail.compaction._messages import MAX_DEPTH, Shape, read, strings
+from guardrail.compaction._messages import MAX_DEPTH, SHAPES, Shape, read, strings, text_message
 from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger import Source
 from guardrail.replay import SideBySide
 
 from .conftest import AIRLINE_MANIFEST, corpus_conversations
-from .test_messages import JSON, deep, shaped_lists
+from .test_messages import JSON, _exchange, deep, shaped_lists
 
 
 def make_guard(capacity: int = 1000, logger: Any = None, secret: str | None = None) -> Guard:
@@ -1320,3 +1328,246 @@ def test_corpus_live_sessions_lose_nothing_either() -> None:
                     )
     print(f"\n40 live sessions: {checked} ledger values checked after compaction")
     assert checked > 1000
+
+
+# -- refused and failed calls in the summary ------------------------------------------------
+
+
+def _answered(shape: Shape, answer: str) -> list[dict[str, Any]]:
+    """A conversation whose one cancel_order call is answered as ``answer`` says, in ``shape``."""
+    guard = make_guard()
+    rejection = Rejection(
+        guard.check("cancel_order", {"order_id": "#W1000009"}, ledger=guard.new_ledger())
+    )
+    contents = {
+        "refusal_text": str(rejection),
+        "refusal_json": rejection.to_json(),
+        "refusal_pydantic": pydantic.TypeAdapter(Any).dump_json(rejection).decode(),
+        "error_json": json.dumps({"error": "order #W1000009 not found"}),
+        "error_repr": str({"isError": True, "message": "no such order"}),
+    }
+    ask = text_message(shape, "user", "Cancel #W1000009 please.")
+    if answer == "refusal_marked":
+        exchange = _exchange(shape, [("c1", "cancel_order", {"order_id": "#W1000009"}, "")], [0])
+        exchange[-1] = rejection.result_message(shape, "c1")
+    else:
+        cancel = ("c1", "cancel_order", {"order_id": "#W1000009"}, contents[answer])
+        exchange = _exchange(shape, [cancel], [0])
+    return [
+        ask,
+        *exchange,
+        text_message(shape, "assistant", "I could not cancel it."),
+        text_message(shape, "user", "Why not?"),
+    ]
+
+
+REFUSALS = ["refusal_text", "refusal_json", "refusal_pydantic", "refusal_marked"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("answer", [*REFUSALS, "error_json", "error_repr"])
+def test_a_refused_or_failed_call_is_never_summarized_as_done(shape: Shape, answer: str) -> None:
+    """The extractive summary says refused (the tool did not run) or failed, never done."""
+    guard = make_guard()
+    messages = _answered(shape, answer)
+    summary = compact(messages, guard.new_ledger(), keep_recent=1, guard=guard).report.summary
+    (line,) = [line for line in summary.splitlines() if "Agent called cancel_order" in line]
+    assert "-> done" not in line
+    if answer in REFUSALS:
+        assert line.endswith("-> refused by guardrail; the tool did not run")
+    else:
+        assert "-> failed: " in line
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_model_summarizer_is_told_a_refused_call_did_not_run(shape: Shape) -> None:
+    """The transcript a chat model summarizes marks refused and failed results, in every shape."""
+    prompts: list[str] = []
+
+    def chat(prompt: list[dict[str, str]]) -> str:
+        prompts.append(prompt[1]["content"])
+        return "The user asked to cancel an order."
+
+    guard = make_guard()
+    for answer in ("refusal_text", "refusal_json", "error_json"):
+        compact(
+            _answered(shape, answer),
+            guard.new_ledger(),
+            keep_recent=1,
+            guard=guard,
+            summarize=model_summarizer(chat),
+        )
+    refused, as_json, failed = prompts
+    marker = "tool result (refused by guardrail; the tool did not run) for cancel_order: "
+    assert marker in refused and marker in as_json
+    assert "tool result (failed) for cancel_order: " in failed
+
+
+# -- keep_last_messages: agent loops within one user turn -------------------------------------
+
+
+def _agent_loop(shape: Shape, steps: int = 5) -> list[dict[str, Any]]:
+    """One user request, then an agent's loop of tool calls (some parallel) in ``shape``."""
+    messages = [
+        text_message(shape, "system", "You are a shop assistant."),
+        text_message(shape, "user", "Check all my orders please."),
+    ]
+    for step in range(1, steps + 1):
+        calls = [
+            (f"c{step}{part}", "get_order", {"order_id": f"#W10000{step}{n}"}, "")
+            for n, part in enumerate("ab"[: 1 + step % 2])
+        ]
+        calls = [
+            (c, name, args, json.dumps({"order_id": args["order_id"], "status": "delivered"}))
+            for c, name, args, _ in calls
+        ]
+        messages += _exchange(shape, calls, list(range(len(calls)))[::-1])
+        if step % 2 == 0:
+            messages.append(text_message(shape, "assistant", f"Checked {step} so far."))
+    return messages
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_keep_last_messages_compacts_a_loop_within_one_turn(shape: Shape) -> None:
+    """One long turn: keep_recent keeps it all; keep_last_messages=N keeps >= N, calls whole."""
+    messages = _agent_loop(shape)
+    guard = make_guard()
+    assert compact(messages, guard.new_ledger(), guard=guard).report.summarized == 0
+    for wanted in range(len(messages) + 1):
+        ledger = guard.new_ledger()
+        out = compact(messages, ledger, keep_last_messages=wanted, guard=guard)
+        report = out.report
+        assert report.keep_last_messages == wanted
+        if report.summarized == 0:
+            assert out.messages == messages
+            assert wanted >= len(messages) - 1  # only the system prompt comes before
+            continue
+        kept = out.messages[2:]
+        assert all(a is b for a, b in zip(kept, messages[len(messages) - len(kept) :], strict=True))
+        assert len(kept) >= wanted
+        if len(kept) > wanted:  # moved earlier only to keep a call with its result
+            assert read(messages, shape).messages[len(messages) - len(kept)].calls
+        assert all(c.result is not None for c in read(out.messages, shape).calls())
+        assert {e.value for e in ledger.entries()} >= {"#W1000010", "#W1000050"}
+
+
+def test_keep_last_messages_keeps_a_pending_call_and_is_checked() -> None:
+    """A call still waiting for its result stays raw; a bad count is a usage error."""
+    messages = _agent_loop("openai_chat")[:-1]  # the last result has not arrived
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_last_messages=0, guard=guard)
+    assert [c.id for c in read(out.messages).calls() if c.result is None] == ["c5a"]
+    assert out.messages[-2:] == messages[-2:]  # the call, with the one result that came
+    for bad in (-1, True, 1.5):
+        with pytest.raises(GuardrailUsageError, match="keep_last_messages must be an integer"):
+            compact(messages, guard.new_ledger(), keep_last_messages=bad)  # type: ignore[arg-type]
+
+
+# -- compact_text, and its text read back from a runtime's own message -----------------------
+
+
+def test_compact_text_is_the_compacted_messages_text_summarizing_everything() -> None:
+    """compact_text gives the sealed block and a summary of every message, none kept raw."""
+    guard = make_guard(secret="server key")
+    text = compact_text(CONVERSATION, guard.new_ledger("conv"), guard=guard)
+    whole = compact(CONVERSATION, guard.new_ledger("conv"), keep_recent=0, guard=guard)
+    assert text == whole.messages[1]["content"]
+    block, _, summary = text.partition("\n\n")
+    assert block.startswith(BLOCK_HEADER) and "#W1000001" in block
+    assert summary.startswith(SUMMARY_HEADER)
+    assert "- User: Yes, refund it." in summary  # the last message is summarized too
+    assert "W1000002" not in summary  # ids only by role
+    with pytest.raises(GuardrailUsageError, match="compact_text\\(\\) takes the conversation"):
+        compact_text(CONVERSATION, guard)  # type: ignore[arg-type]
+
+
+def test_compact_text_of_nothing_is_the_block_and_an_empty_summary() -> None:
+    """With only a system prompt to read, the text is still the ledger block and the header."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    text = compact_text(CONVERSATION[:1], ledger, guard=guard)
+    assert text.startswith(BLOCK_HEADER)
+    assert text.endswith(f"\n\n{SUMMARY_HEADER}\n")
+
+
+WRAPPERS = [
+    "Summary of the conversation so far:\n",
+    "Here is a summary of the conversation:\n\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("where", ["user", "system", "system_first"])
+def test_a_runtimes_wrapped_summary_is_carried_forward_not_duplicated(
+    wrapper: str, where: str
+) -> None:
+    """The text compact_text gave, behind a runtime's own line and in its role, is found again."""
+    guard = make_guard(secret="server key")
+    earlier = compact_text(CONVERSATION[:10], guard.new_ledger("conv"), guard=guard)
+    system = CONVERSATION[0]
+    wrapped = {"role": "user" if where == "user" else "system", "content": wrapper + earlier}
+    head = [wrapped, system] if where == "system_first" else [system, wrapped]
+    later = [
+        {"role": "user", "content": "Yes, refund it."},
+        {"role": "assistant", "content": "Done: the refund is on its way."},
+        {"role": "user", "content": "Thanks, and cancel W1000001 as well."},
+    ]
+    ledger = guard.new_ledger("conv")  # a stateless server: the ledger comes from the block
+    out = compact([*head, *later], ledger, keep_recent=1, guard=guard)
+    text = context(out.messages)
+    assert text.count(BLOCK_HEADER) == 1
+    assert out.messages[0] is system and out.messages[-1] is later[-1]
+    assert wrapper.strip() == "" or wrapper.strip() not in text  # the runtime's line went
+    assert out.report.repairs == ()
+    assert ledger.get("order", "W1000002") is not None
+    assert ledger.get("order", "W1000002").verified  # type: ignore[union-attr]
+    summary = out.report.summary
+    assert "Agent called cancel_order(order_id=[order_2]) -> done" in summary
+    assert "Since then:" in summary and "- User: Yes, refund it." in summary
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_wrapped_summary_is_found_in_every_shape(shape: Shape) -> None:
+    """Responses items and Anthropic messages carry a runtime-wrapped block forward too."""
+    guard = make_guard(secret="server key")
+    first = _agent_loop(shape)
+    earlier = compact_text(first, guard.new_ledger("conv"), guard=guard)
+    messages = [
+        first[0],
+        text_message(shape, "user", "Summary of the conversation so far:\n" + earlier),
+        text_message(shape, "assistant", "All checked."),
+        text_message(shape, "user", "Thanks."),
+    ]
+    out = compact(messages, guard.new_ledger("conv"), keep_recent=1, guard=guard, shape=shape)
+    assert context(out.messages).count(BLOCK_HEADER) == 1
+    assert out.report.repairs == ()
+    assert "#W1000050" in out.report.ledger_block
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shaped_lists(), st.integers(0, 12))
+def test_keep_last_messages_never_splits_a_call_from_its_result(
+    drawn: tuple[Shape, list[dict[str, Any]]], wanted: int
+) -> None:
+    """Any conversation, any N: the kept messages are the input's last ones, >= N, calls whole."""
+    shape, messages = drawn
+    guard = make_guard()
+    out = compact(messages, guard.new_ledger(), keep_last_messages=wanted, guard=guard)
+    calls = read(out.messages, shape).calls()
+    if not out.report.summarized:
+        assert out.messages == messages
+        return
+    kept = out.messages[out.messages.index(_compacted_of(out)) + 1 :]
+    assert len(kept) >= min(wanted, len(messages))
+    assert all(a is b for a, b in zip(kept, messages[len(messages) - len(kept) :], strict=True))
+    pending = {c.id for c in read(messages, shape).calls() if c.result is None}
+    assert {c.id for c in calls if c.result is None} <= pending
+    # A second compaction of the output keeps one block, the earlier one carried.
+    again = compact(out.messages, guard.new_ledger(), keep_last_messages=wanted, guard=guard)
+    assert context(again.messages).count(BLOCK_HEADER) == 1
+
+
+def _compacted_of(out: Any) -> Any:
+    """The message a compaction wrote (the one holding the ledger block)."""
+    return next(m for m in out.messages if BLOCK_HEADER in context([m]))

@@ -132,15 +132,92 @@ def test_reprompt_mode_returns_a_rejection_and_bounds_retries() -> None:
         tools["search"]("cus_41ZpA9")
         first = tools["refund"]("#W8855136")
         assert isinstance(first, Rejection)
-        assert not first
+        assert first  # a Rejection is truthy: `result or default` keeps it
         assert str(first) == first.verdict.message
         assert first.to_dict()["findings"][0]["problem"] == "mutated"
         assert isinstance(tools["refund"]("#W8855137"), Rejection)
         with pytest.raises(RepromptLimitExceeded, match="2 refusals of issue_refund"):
             tools["refund"]("#W8855138")
-        tools["refund"]("#W8855135")  # an allowed call resets the count
+        tools["refund"]("#W8855135")  # an allowed call runs, and does not reset the count
+        with pytest.raises(RepromptLimitExceeded):
+            tools["refund"]("#W8855136")
+        guard.observe_user("Try again please.")  # a new user turn starts the count again
         assert isinstance(tools["refund"]("#W8855136"), Rejection)
     assert tools["refunds"] == ["#W8855135"]
+
+
+def _parallel_steps(step: Any, *, steps: int = 10) -> tuple[int, BaseException | None]:
+    """Run model steps until one raises: each step is one good and one bad call of a tool."""
+    for number in range(1, steps + 1):
+        try:
+            step(number)
+        except RepromptLimitExceeded as stop:
+            return number, stop
+    return steps, None
+
+
+@pytest.mark.parametrize("order", ["good_first", "bad_first"])
+def test_parallel_good_and_bad_calls_of_a_tool_meet_the_limit(order: str) -> None:
+    """A good and a bad call of one tool per step: at most max_reprompts re-prompts, then raise."""
+    guard, tools = build("reprompt", max_reprompts=2)
+    refusals: list[Rejection] = []
+
+    def step(number: int) -> None:
+        calls = ["#W8855135", f"#W885513{5 + number}"]
+        for order_id in calls if order == "good_first" else calls[::-1]:
+            result = tools["refund"](order_id)
+            if isinstance(result, Rejection):
+                refusals.append(result)
+
+    with guard.session("s"):
+        guard.observe_user("I am cus_41ZpA9")
+        tools["search"]("cus_41ZpA9")
+        stopped_at, stop = _parallel_steps(step)
+    assert isinstance(stop, RepromptLimitExceeded) and stop.limit == 2
+    assert (stopped_at, len(refusals)) == (3, 2)
+
+
+def test_parallel_async_calls_meet_the_limit_and_a_new_turn_resets_it() -> None:
+    """The same with async tools gathered per step; observe_user starts a fresh count."""
+    guard, tools = build("reprompt", max_reprompts=1)
+
+    async def step(number: int) -> list[Any]:
+        both = await asyncio.gather(
+            tools["refund_async"]("#W8855135"),
+            tools["refund_async"](f"#W885513{5 + number}"),
+            return_exceptions=True,
+        )
+        return list(both)
+
+    async def conversation() -> list[list[Any]]:
+        steps = []
+        async with guard.session("s"):
+            guard.observe_user("I am cus_41ZpA9")
+            tools["search"]("cus_41ZpA9")
+            steps.append(await step(1))
+            steps.append(await step(2))
+            guard.observe_user("That was wrong, try again.")
+            steps.append(await step(3))
+        return steps
+
+    first, second, after_new_turn = asyncio.run(conversation())
+    assert first[0] == "ok" and isinstance(first[1], Rejection)
+    assert second[0] == "ok" and isinstance(second[1], RepromptLimitExceeded)
+    assert after_new_turn[0] == "ok" and isinstance(after_new_turn[1], Rejection)
+
+
+def test_refusals_are_counted_per_tool_and_through_enforce() -> None:
+    """guard.enforce (what runtimes call) counts per tool: one tool's refusals spare another."""
+    guard = shop_guard("reprompt", max_reprompts=1)
+    with guard.session("s"):
+        guard.record("search_orders", {"customer_id": "cus_41ZpA9"}, ORDERS)
+        assert not guard.enforce("issue_refund", {"order_id": "#W1111111"}).allowed
+        assert guard.enforce("issue_refund", {"order_id": "#W8855135"}).allowed
+        assert not guard.enforce("get_order", {"order_id": "#W1111111"}).allowed
+        with pytest.raises(RepromptLimitExceeded, match="issue_refund"):
+            guard.enforce("issue_refund", {"order_id": "#W1111111"})
+        guard.observe_user("again")
+        assert not guard.enforce("issue_refund", {"order_id": "#W1111111"}).allowed
 
 
 def test_observe_mode_runs_the_tool_and_logs() -> None:

@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import Guard, Id, Rejection
-from guardrail._harvest import MAX_ID_LENGTH, Harvest, failed, harvest, recordable
+from guardrail._harvest import (
+    MAX_ID_LENGTH,
+    MAX_LITERAL_CHARS,
+    Harvest,
+    _decode,
+    failed,
+    harvest,
+    recordable,
+)
 
 from .conftest import ORDERS, shop_guard
 
@@ -230,6 +238,72 @@ def test_a_rejection_is_a_failure() -> None:
     assert failed(rejection)
     assert failed(rejection.to_dict())
     assert failed(str(rejection))
+
+
+def test_a_python_repr_result_is_harvested_like_json() -> None:
+    """str(dict) text, as some runtimes send a return value, yields the declared ids."""
+    guard = shop_guard()
+    as_repr = str({"orders": [{"order_id": "#W8855135", "status": "delivered", "n": -1.5}]})
+    assert as_repr.startswith("{'orders'")
+    assert ids(guard, "search_orders", as_repr) == [("order", "#W8855135")]
+    assert ids(guard, "search_orders", f"  {as_repr}\n") == [("order", "#W8855135")]
+    listed = str([{"order_id": "#W8855135", "ok": True, "note": None}])
+    guard.declare("list_orders", produces={"[*].order_id": "order"}, effect="read")
+    assert ids(guard, "list_orders", listed) == [("order", "#W8855135")]
+
+
+def test_a_python_repr_reads_back_to_the_value_it_was_written_from() -> None:
+    """Quotes, escapes, non-ASCII text, names inside strings and floats survive the reading."""
+    value = {
+        "orders": [{"order_id": "#W8855135"}],
+        "notes": ["it's", 'say "hi"', "both ' and \"", "tab\there", "caf\u00e9 \U0001f600"],
+        "text": "None of them is True",
+        "numbers": [0, -3, 1.5, 1e-05, 2.5e300, -0.0],
+        "flags": [True, False, None],
+        "nested": {"a": [], "b": {}},
+    }
+    text = str(value)
+    assert _decode(text, []) == (value, None)
+
+
+def test_a_python_repr_error_is_a_failure() -> None:
+    """An error mapping sent as repr text is a failure, as its JSON would be."""
+    assert failed(str({"error": "order #W9999999 not found", "order_id": "#W9999999"}))
+    assert not failed(str({"order_id": "#W8855135", "ok": True}))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{'orders': [{'order_id': '#W8855135'}], 'x': __import__('os').getcwd()}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': {1, 2}}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': (1, 2)}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': b'bytes'}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': 2 ** 1000}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': -True}",
+        "{'orders': [{'order_id': '#W8855135'}], 1: 'int key'}",
+        "{'orders': [{'order_id': '#W8855135'}], **other}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': nan}",
+        "{'orders': [{'order_id': '#W8855135'}] if True else []}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': " + "[" * 40_000 + "]" * 40_000 + "}",
+        "{'orders': [{'order_id': '#W8855135'}], 'x': 'unterminated}",
+        "{'orders': [{'order_id': f'#W8855135'}]}",
+    ],
+)
+def test_text_that_is_more_than_a_plain_literal_is_not_read_as_one(text: str) -> None:
+    """Calls, names, sets, tuples, bytes, arithmetic, odd keys or deep nesting: plain text."""
+    guard = shop_guard()
+    assert ids(guard, "search_orders", text) == []
+
+
+def test_a_python_literal_over_the_size_bound_is_not_parsed() -> None:
+    """Repr text over MAX_LITERAL_CHARS is plain text, and the harvest says so."""
+    guard = shop_guard()
+    padding = "x" * MAX_LITERAL_CHARS
+    text = str({"orders": [{"order_id": "#W8855135"}], "pad": padding})
+    harvested = harvest(guard.specs["search_orders"], text, guard.kinds)
+    assert rows(harvested) == []
+    assert any("not JSON" in problem for problem in harvested.problems)
 
 
 def test_regex_producers_read_plain_text_only() -> None:

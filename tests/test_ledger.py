@@ -359,6 +359,23 @@ def test_merge_unites_entries_and_keeps_the_stronger_facts() -> None:
     assert mine.get("order", "W2") is not None
 
 
+def test_merge_takes_the_refusals_of_the_later_turn() -> None:
+    """Refusals count per turn: an older turn's counts never raise a newer turn's."""
+    mine, theirs = Ledger(session_id="s"), Ledger(session_id="s")
+    theirs._refusals["refund"] = 3
+    mine._next_turn()
+    mine._refusals["cancel"] = 1
+    mine.merge(theirs)
+    assert mine._refusals == {"cancel": 1}
+    same = Ledger(session_id="s")
+    same._next_turn()
+    same._refusals.update(cancel=2, refund=1)
+    mine.merge(same)
+    assert mine._refusals == {"cancel": 2, "refund": 1}
+    mine._next_turn()
+    assert mine._refusals == {}
+
+
 def test_merge_renames_an_entry_whose_role_is_taken() -> None:
     """An id of the other copy whose role names another id here gets a fresh role."""
     mine, theirs = Ledger(), Ledger()

@@ -344,3 +344,26 @@ def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
     assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
         ("truncated", "W10...", "scrubbed")
     ]
+
+
+def test_the_lint_reads_key_value_tokens_as_the_value_they_name() -> None:
+    """order_id=#W… or order:W… in a summary: the value is judged, scrubbed or flagged."""
+    guard = Guard()
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    ledger = guard.new_ledger()
+    for value in ("#W8855135", "#W2378156"):
+        key = guard.kinds["order"].key(value) or value
+        ledger._admit([Batch.one("order", value, key, "x")], source=SOURCE)
+    masker = Masker(ledger, ())
+    summary, issues = lint(
+        "Refunded order_id=#W2378157, then (order:W885513...) and ref=#W9999999 at 10:30.",
+        masker,
+    )
+    assert summary == (
+        "Refunded order_id=[order_2], then (order:[order]) and ref=#W9999999 at 10:30."
+    )
+    assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
+        ("near_miss", "#W2378157", "scrubbed"),
+        ("truncated", "W885513...", "scrubbed"),
+        ("unknown", "#W9999999", "flagged"),
+    ]

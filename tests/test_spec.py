@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Optional, TypedDict
+from typing import Annotated, Any, Optional, TypedDict, cast
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, TypeAdapter, validate_call
 
-from guardrail import Guard, GuardrailUsageError, Id
+from guardrail import Guard, GuardrailUsageError, Id, describe_ids
 from guardrail._spec import annotation_ids, param_specs, producers, signature_ids
 
 from .conftest import shop_guard
@@ -258,3 +258,83 @@ def test_the_same_tool_declared_again_is_no_second_tool() -> None:
     with pytest.raises(GuardrailUsageError, match="declared twice"):
         make("customer")  # the same function, checking another kind: a second tool
     assert guard.specs["cancel"].params[0].kinds == ("order",)
+
+
+# -- the JSON schema an Id publishes ------------------------------------------------------
+
+ORDER_DESCRIPTION = (
+    "Identifier (order): copy the value exactly from a tool result or the ID LEDGER, "
+    "never from memory."
+)
+
+
+def test_an_id_publishes_its_instruction_and_kind_in_json_schema() -> None:
+    """TypeAdapter(Annotated[str, Id("order")]) gives the instruction and x-guardrail-kind."""
+    schema = TypeAdapter(Annotated[str, Id("order")]).json_schema()
+    assert schema == {
+        "type": "string",
+        "description": ORDER_DESCRIPTION,
+        "x-guardrail-kind": "order",
+    }
+
+
+def test_list_items_several_kinds_and_a_separator_are_published() -> None:
+    """list[Annotated[str, Id(...)]] describes each item; kinds listed, the separator named."""
+    schema = TypeAdapter(list[Annotated[str, Id(["order", "customer"], sep=",")]]).json_schema()
+    item = schema["items"]
+    assert schema["type"] == "array"
+    assert item["x-guardrail-kind"] == ["order", "customer"]
+    assert item["x-guardrail-sep"] == ","
+    assert item["description"].startswith("Identifier (order or customer): copy the value exactly")
+    assert item["description"].endswith("Several are separated by ','.")
+
+
+def test_a_functions_parameters_keep_their_own_description_first() -> None:
+    """validate_call's schema: a parameter's Field(description=) comes first, then the rule."""
+
+    @validate_call
+    def refund(
+        order_id: Annotated[str, Id("order"), Field(description="The order to refund")],
+        lines: list[Annotated[str, Id("item")]],
+        note: str = "",
+        other: Annotated[str, Field(description="Another one?"), Id("order")] = "",
+    ) -> None:
+        """Refund an order."""
+
+    properties = TypeAdapter(cast(Any, refund)).json_schema()["properties"]
+    assert properties["order_id"]["description"] == f"The order to refund. {ORDER_DESCRIPTION}"
+    assert properties["other"]["description"] == f"Another one? {ORDER_DESCRIPTION}"
+    assert properties["order_id"]["x-guardrail-kind"] == "order"
+    assert properties["lines"]["items"]["x-guardrail-kind"] == "item"
+    assert "description" not in properties["note"]
+
+
+def test_describe_ids_restores_the_rule_a_field_description_replaced() -> None:
+    """A field description set by a framework (from a docstring) is kept, the rule appended."""
+
+    class RefundArgs(BaseModel):
+        order_id: Annotated[str, Id("order")] = Field(description="The order to refund")
+        order: Order
+        maybe: Annotated[str, Id("order")] | None = None
+
+    raw = RefundArgs.model_json_schema()
+    # pydantic writes the field's own description over the one the Id gave its type.
+    assert raw["properties"]["order_id"]["description"] == "The order to refund"
+    described = describe_ids(raw)
+    assert described["properties"]["order_id"]["description"] == (
+        f"The order to refund. {ORDER_DESCRIPTION}"
+    )
+    nested = described["$defs"]["Line"]["properties"]["item_id"]
+    assert nested["x-guardrail-kind"] == "item"
+    assert "copy the value exactly" in nested["description"]
+    assert described["properties"]["maybe"]["anyOf"][0]["description"] == ORDER_DESCRIPTION
+    assert describe_ids(described) == described  # twice adds nothing
+    assert raw["properties"]["order_id"]["description"] == "The order to refund"  # not changed
+
+
+def test_describe_ids_leaves_other_schemas_alone_and_refuses_non_schemas() -> None:
+    """Nodes without x-guardrail-kind are copied unchanged; a non-mapping is a usage error."""
+    schema = {"type": "object", "properties": {"q": {"type": "string", "description": "x"}}}
+    assert describe_ids(schema) == schema
+    with pytest.raises(GuardrailUsageError, match="takes a JSON schema"):
+        describe_ids([schema])  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ from guardrail.compaction._compact import (
     CompactionResult,
     choose_cut,
     compact,
+    compact_text,
 )
 from guardrail.compaction._masking import LintIssue
 from guardrail.compaction._summarize import (
@@ -36,6 +37,7 @@ __all__ = [
     "Summarizer",
     "choose_cut",
     "compact",
+    "compact_text",
     "extractive_summary",
     "ledger_block",
     "model_summarizer",

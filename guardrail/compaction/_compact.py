@@ -105,6 +105,7 @@ class CompactionReport:
     summary: str
     lint: tuple[LintIssue, ...] = ()
     repairs: tuple[Repair, ...] = ()
+    keep_last_messages: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe fields."""
@@ -161,13 +162,70 @@ def _lead(transcript: Transcript, role: str) -> int:
     return count
 
 
-def choose_cut(transcript: Transcript, start: int, keep_recent: int) -> int:
+#: How long a runtime's text before a compacted message's block may be (its own
+#: "Summary of the conversation so far:" line); a longer one is not looked through.
+MAX_WRAPPER_CHARS = 500
+
+
+def _earlier(
+    transcript: Transcript, systems: int, role: str, ledger: Ledger
+) -> tuple[int, str] | None:
+    """The earlier compacted message, as its index and its text from the block's header on.
+
+    Where compaction wrote it: first after the system messages, in its
+    role, starting with the header (its seal is checked by the caller). The
+    ``systems`` messages that open the list are system messages. An
+    agent runtime that asked for the text (:func:`compact_text`) may have
+    put a line of its own before it, or another role or a system message
+    around it: such a message, among the system messages or right after
+    them, is ours only when the header starts a line within
+    :data:`MAX_WRAPPER_CHARS` of its start and the block's seal verifies.
+    Else it is plain text: a user who writes a block after a line of their
+    own gets nothing from it, and loses no word of their message.
+    """
+    messages = transcript.messages
+    lead = _lead(transcript, role)  # where compaction writes: before any system message it wrote
+    if lead < len(messages) and _is_compacted(messages[lead], role):
+        return lead, messages[lead].text
+    for index in range(min(systems + 1, len(messages))):
+        message = messages[index]
+        if message.calls or message.results:
+            continue
+        text = message.text
+        if text.startswith(BLOCK_HEADER + "\n"):
+            wrapped = text  # the text as compaction wrote it, in another role or place
+        else:
+            header = text.find("\n" + BLOCK_HEADER + "\n", 0, MAX_WRAPPER_CHARS + 1)
+            if header < 0:
+                continue
+            wrapped = text[header + 1 :]
+        if unseal(wrapped.partition("\n\n")[0], ledger)[1]:
+            return index, wrapped
+    return None
+
+
+def choose_cut(
+    transcript: Transcript,
+    start: int,
+    keep_recent: int,
+    *,
+    keep_last_messages: int | None = None,
+) -> int:
     """Index of the first message kept raw: the last ``keep_recent`` turns from ``start`` on.
 
     The cut moves earlier, to a turn's start, until no call before it has
-    its result (or its pending result) after it.
+    its result (or its pending result) after it. With ``keep_last_messages``
+    the last that many messages are kept instead, whatever the turns: the
+    cut moves earlier only to the message making a call whose result would
+    be left after it, so an agent's long loop within one user turn can be
+    compacted too.
     """
     messages = transcript.messages
+    if keep_last_messages is not None:
+        cut = max(start, len(messages) - keep_last_messages)
+        while (at := _first_open_call(messages, start, cut)) is not None:
+            cut = at  # the message that made the call: it stays with its result
+        return cut
     turns = transcript.turns(start)
     if keep_recent == 0:
         cut = len(messages)
@@ -262,6 +320,7 @@ def compact(
     *,
     summarize: Summarizer | None = None,
     keep_recent: int = DEFAULT_KEEP_RECENT,
+    keep_last_messages: int | None = None,
     guard: Guard | None = None,
     shape: Shape | None = None,
     role: str | None = None,
@@ -277,6 +336,7 @@ def compact(
     *,
     summarize: Summarizer | None = None,
     keep_recent: int = DEFAULT_KEEP_RECENT,
+    keep_last_messages: int | None = None,
     guard: Guard | None = None,
     shape: Shape | None = None,
     role: str | None = None,
@@ -297,6 +357,7 @@ def compact(
     *,
     summarize: Summarizer | None = None,
     keep_recent: int = DEFAULT_KEEP_RECENT,
+    keep_last_messages: int | None = None,
     guard: Guard | None = None,
     shape: Shape | None = None,
     role: str | None = None,
@@ -311,12 +372,18 @@ def compact(
     tool results with (without it, nothing is harvested) and the audit
     events; a ledger of the guard's default session is saved after.
     ``summarize`` is any ``(messages, roles) -> str``; the default is the
-    extractive summarizer (bounded by ``summary_chars``). ``role`` is the
+    extractive summarizer (bounded by ``summary_chars``).
+    ``keep_last_messages`` keeps the last that many messages raw instead of
+    the last ``keep_recent`` turns (the cut still never leaves a call's
+    result after it): for an agent's long loop of tool calls within one
+    user turn, which turns would keep whole. ``role`` is the
     role of the compacted message (``system``, or ``user`` for Anthropic);
     an earlier compacted message is recognised in that role only, and
     trusted only when its seal verifies with the ledger's key (else its
     lines come back unverified, with an ``unsealed_ledger_block`` repair in
-    the report). ``tokens`` counts the tokens of a text (default: tiktoken
+    the report); the text of :func:`compact_text`, which a runtime may have
+    put behind a line of its own in any role, is recognised only sealed.
+    ``tokens`` counts the tokens of a text (default: tiktoken
     where installed, else chars/4). A list with nothing to summarize comes
     back as it is, but for the error results put in for unanswered calls
     (listed in the report's ``repairs``).
@@ -326,9 +393,12 @@ def compact(
     by position, and a :class:`Guard` or ``guard.session(id)`` in the
     ledger's place.
     """
-    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 0:
-        raise GuardrailUsageError(f"keep_recent must be an integer >= 0, not {keep_recent!r}")
-    options = _Options(summarize, keep_recent, shape, role, summary_chars, tokens)
+    _check_count("keep_recent", keep_recent)
+    if keep_last_messages is not None:
+        _check_count("keep_last_messages", keep_last_messages)
+    options = _Options(
+        summarize, keep_recent, keep_last_messages, shape, role, summary_chars, tokens
+    )
     given: object = ledger
     try:
         if isinstance(given, Ledger):
@@ -367,6 +437,53 @@ def compact(
     )
 
 
+def compact_text(
+    messages: Sequence[Any],
+    ledger: Ledger,
+    *,
+    summarize: Summarizer | None = None,
+    guard: Guard | None = None,
+    shape: Shape | None = None,
+    role: str | None = None,
+    summary_chars: int = DEFAULT_SUMMARY_CHARS,
+    tokens: Callable[[str], int] | None = None,
+) -> str:
+    """The ledger block and a summary of ``messages``, as the one text a runtime's hook returns.
+
+    For agent runtimes whose summarization hook takes the messages to
+    summarize and must return a string (the runtime keeps the recent
+    messages itself): every message after the leading system messages is
+    summarized, none is kept raw. The text is what :func:`compact` writes in
+    its compacted message: the sealed ID LEDGER block, then
+    :data:`SUMMARY_HEADER` and the summary. A runtime may put a line of its
+    own before it and send it in any role; the next compaction finds it
+    there when its seal verifies, and carries it forward instead of adding
+    a second block. The options are :func:`compact`'s.
+    """
+    if not isinstance(ledger, Ledger):
+        raise GuardrailUsageError(
+            "compact_text() takes the conversation's Ledger: guard.ledger, the one "
+            f"`with guard.session(id) as ledger` gives, or guard.new_ledger(); "
+            f"not {type(ledger).__name__}"
+        )
+    options = _Options(summarize, 0, None, shape, role, summary_chars, tokens, whole=True)
+    try:
+        report = _compact(messages, ledger, guard, options).report
+    except RecursionError:
+        fault = nesting_fault(messages)
+        if fault is None:
+            raise
+        raise fault from None
+    if guard is not None:
+        guard._save_default(ledger)
+    return f"{report.ledger_block}\n\n{SUMMARY_HEADER}\n{report.summary}"
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise GuardrailUsageError(f"{name} must be an integer >= 0, not {value!r}")
+
+
 def _one_guard(given: Guard, guard: Guard | None) -> Guard:
     """The guard of a deprecated call: the one given in the ledger's place, and no other."""
     if guard is not None and guard is not given:
@@ -380,39 +497,47 @@ def _one_guard(given: Guard, guard: Guard | None) -> Guard:
 class _Options(NamedTuple):
     summarize: Summarizer | None
     keep_recent: int
+    keep_last_messages: int | None
     shape: Shape | None
     role: str | None
     summary_chars: int
     tokens: Callable[[str], int] | None
+    #: Summarize every message after the leading system messages, keeping none raw
+    #: (:func:`compact_text`, whose caller keeps the recent messages itself).
+    whole: bool = False
 
 
 def _compact(
     messages: Sequence[M], ledger: Ledger, guard: Guard | None, options: _Options
 ) -> CompactionResult[M]:
-    summarize, keep_recent, shape, role, summary_chars, tokens = options
+    summarize, keep_recent, keep_last, shape, role, summary_chars, tokens, whole = options
     transcript = read(messages, shape)
     shape = transcript.shape
     fresh = len(ledger) == 0 and ledger.turn == 0 and not ledger.tombstones()
     repairs = list(transcript.repairs)
     role = role or default_role(shape)
     block_role = read_role(shape, role)
-    lead = _lead(transcript, block_role)
-    earlier = transcript.messages[lead] if lead < len(transcript.messages) else None
-    earlier = earlier if earlier is not None and _is_compacted(earlier, block_role) else None
-    start = lead + (earlier is not None)
+    lead = 0  # the system messages that open the list stay first
+    while lead < len(transcript.messages) and transcript.messages[lead].role == "system":
+        lead += 1
+    found = _earlier(transcript, lead, block_role, ledger)
+    at, earlier_text = found if found is not None else (None, "")
+    # The earlier message is usually the first after the system messages; a runtime that
+    # wrapped it in a system message of its own leaves it among them.
+    start = lead + (at == lead)
     carried: list[BlockLine] = []
     evicted: list[str] = []
     earlier_summary = ""
-    if earlier is not None:
-        block, _, rest = earlier.text.partition("\n\n")
+    if at is not None:
+        block, _, rest = earlier_text.partition("\n\n")
         body, sealed = unseal(block, ledger)
-        lines, evicted, unreadable = parse_block(body, lead)
+        lines, evicted, unreadable = parse_block(body, at)
         repairs += unreadable
         if not sealed:
             repairs.append(
                 Repair(
                     "unsealed_ledger_block",
-                    lead,
+                    at,
                     "the ledger block's seal is missing, or it was not sealed by this "
                     f"ledger's key for this session; its {len(lines)} line(s) were read "
                     "as unverified",
@@ -420,7 +545,10 @@ def _compact(
             )
         carried = restore(lines, ledger, trusted=sealed)
         earlier_summary = rest.partition(SUMMARY_HEADER)[2].strip("\n")
-    cut = choose_cut(transcript, start, keep_recent)
+    if whole:
+        cut = len(transcript.messages)
+    else:
+        cut = choose_cut(transcript, start, keep_recent, keep_last_messages=keep_last)
     harvested = 0
     if guard is not None:
         # A ledger in use saw the recent turns already (or sees them raw): only the part
@@ -430,9 +558,9 @@ def _compact(
     count, label = _counter(tokens)
     originals = write(transcript)
     audit = guard.audit if guard is not None else Audit()
-    if cut == start and earlier is None:
+    if cut == start and at is None and not whole:
         unchanged = _unchanged(
-            messages, originals, ledger, shape, keep_recent, harvested, repairs, count, label
+            messages, originals, ledger, shape, options, harvested, repairs, count, label
         )
         audit.compacted(ledger.session_id, unchanged.report)
         return unchanged
@@ -466,7 +594,8 @@ def _compact(
     summary, issues = lint(summary.strip("\n"), masker)
     block = seal(render_block(ledger, carried, evicted), ledger)
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
-    output = [*originals[:lead], compacted, *originals[cut:]]
+    kept = [message for index, message in enumerate(originals[:lead]) if index != at]
+    output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
     identifiers_before, tokens_before = _before(originals, start, cut, left, masker, masked, count)
     after = _all_text(output)
@@ -490,6 +619,7 @@ def _compact(
         summary=summary,
         lint=tuple(issues),
         repairs=tuple(repairs),
+        keep_last_messages=keep_last,
     )
     audit.compacted(ledger.session_id, report)
     return CompactionResult(output, report)
@@ -500,7 +630,7 @@ def _unchanged(
     originals: list[Any],
     ledger: Ledger,
     shape: str,
-    keep_recent: int,
+    options: _Options,
     harvested: int,
     repairs: list[Repair],
     count: Callable[[str], int],
@@ -511,7 +641,7 @@ def _unchanged(
     size = count(text)
     report = CompactionReport(
         shape=shape,
-        keep_recent=keep_recent,
+        keep_recent=options.keep_recent,
         messages_before=len(messages),
         messages_after=len(originals),
         summarized=0,
@@ -528,6 +658,7 @@ def _unchanged(
         ledger_block="",
         summary="",
         repairs=tuple(repairs),
+        keep_last_messages=options.keep_last_messages,
     )
     return CompactionResult(originals, report)
 

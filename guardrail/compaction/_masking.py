@@ -426,14 +426,15 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        if raw in judged:
-            issue = judged[raw]
-        else:
-            issue = judged[raw] = _judge(raw, judge)
-        if issue is not None:
-            issues.append(issue)
-            if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append(_covered(raw, start, issue.role))
+        for at, piece in _pieces(raw, judged, judge):
+            if piece in judged:
+                issue = judged[piece]
+            else:
+                issue = judged[piece] = _judge(piece, judge)
+            if issue is not None:
+                issues.append(issue)
+                if issue.action == "scrubbed" and issue.role is not None:
+                    replacements.append(_covered(piece, start + at, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -441,6 +442,31 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         if role not in masker.roles and role not in ledger:
             issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
     return text, issues
+
+
+#: What joins a name to its value in a token of a summary: ``order_id=#W1``, ``order:W1``.
+_PAIR = re.compile(r"[=:]")
+
+
+def _pieces(raw: str, judged: dict[str, LintIssue | None], judge: _Judge) -> list[tuple[int, str]]:
+    """What of one token to judge, each with its offset: the token, or its ``key=value`` parts.
+
+    A token that is fine whole but holds ``=`` or ``:`` is judged part by part,
+    so ``order_id=#W2378157`` is read as the value it names. (Known values
+    were masked before, so no ledger value is split here.)
+    """
+    if _PAIR.search(raw) is None:
+        return [(0, raw)]
+    if raw not in judged:
+        judged[raw] = _judge(raw, judge)
+    if judged[raw] is not None:
+        return [(0, raw)]
+    pieces, at = [], 0
+    for part in _PAIR.split(raw):
+        if part.strip(_EDGE):
+            pieces.append((at, part))
+        at += len(part) + 1
+    return pieces
 
 
 def _judge(raw: str, judge: _Judge) -> LintIssue | None:

@@ -14,7 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from guardrail.compaction._messages import Call, Message, read
+from guardrail._harvest import failed
+from guardrail.compaction._messages import Call, Message, Result, read, refused
 from guardrail.errors import GuardrailUsageError
 
 #: The first line of a summary in a compacted context, right after the ledger block.
@@ -178,13 +179,24 @@ def _value_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
+#: How a summary says a call was refused: it never ran, so it must never read as done.
+REFUSED_OUTCOME = "refused by guardrail; the tool did not run"
+
+
 def _outcome(call: Call, width: int) -> str:
     result = call.result
     if result is None:
         return " (no result yet)"
-    if result.error or result.text.lstrip().startswith("Error"):
+    if refused(result.text, result.data):
+        return f" -> {REFUSED_OUTCOME}"
+    if _failed(result):
         return f" -> failed: {_clip(result.text, width)}"
     return " -> done"
+
+
+def _failed(result: Result) -> bool:
+    """A result marked as an error, or an error in success's clothing (``{"error": ...}``)."""
+    return result.error or result.text.lstrip().startswith("Error") or failed(result.value)
 
 
 # -- a chat model as summarizer -------------------------------------------------------------
@@ -201,15 +213,17 @@ def render(messages: Sequence[Any]) -> str:
 
 def _render_one(message: Message) -> list[str]:
     out = []
-    if message.text.strip():
-        who = "tool result" if message.role == "tool" else message.role
-        out.append(f"{who}: {message.text.strip()}")
+    if message.text.strip() and message.role != "tool":  # a tool message's text is its result
+        out.append(f"{message.role}: {message.text.strip()}")
     for call in message.calls:
         out.append(f"assistant called {call.name}({_value_text(call.arguments)})")
     for result in message.results:
-        if message.role != "tool":
-            flag = " (error)" if result.error else ""
-            out.append(f"tool result{flag} for {result.name}: {result.text.strip()}")
+        if refused(result.text, result.data):
+            flag = f" ({REFUSED_OUTCOME})"
+        else:
+            flag = " (failed)" if _failed(result) else ""
+        name = result.name or (result.call.name if result.call is not None else "a tool")
+        out.append(f"tool result{flag} for {name}: {result.text.strip()}")
     return out
 
 

@@ -3,4 +3,5 @@
 - :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
   (no extra).
 - :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
+- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
 """

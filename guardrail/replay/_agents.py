@@ -39,7 +39,7 @@ from typing import Any, TypeAlias
 from guardrail._check import parse_arguments
 from guardrail._guard import Guard
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
-from guardrail._spec import ToolSpec
+from guardrail._spec import ToolSpec, id_description
 from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token
 from guardrail.compaction._block import BLOCK_HEADER, parse_block
 from guardrail.compaction._messages import content_text, strings
@@ -157,14 +157,11 @@ def tool_definitions(guard: Guard) -> list[dict[str, Any]]:
 def _tool(spec: ToolSpec) -> dict[str, Any]:
     properties: dict[str, Any] = {}
     for param in spec.params:
-        kinds = " or ".join(param.kinds)
+        # What an Id() annotation publishes in a pydantic schema: one wording everywhere.
         leaf: dict[str, Any] = {
             "type": "string",
-            "description": f"identifier ({kinds}): copy it exactly from a tool result or the "
-            "ID LEDGER, never from memory",
+            "description": id_description(param.kinds, param.sep),
         }
-        if param.sep:
-            leaf["description"] += f"; several separated by {param.sep!r}"
         steps = list(param.path.steps)
         if not steps or steps[0][0] != KEY:
             continue  # a path that does not start with an argument name has no property
