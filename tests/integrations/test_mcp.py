@@ -181,7 +181,7 @@ def test_raise_mode_and_the_reprompt_limit_answer_with_an_error_result_not_a_los
 
     first, second, raised = run(main)
     assert all(result.is_error for result in (first, second, raised))
-    assert "refusals of issue_refund in a row" in text(second)
+    assert "refusals of issue_refund this turn" in text(second)
     assert text(raised).startswith("guardrail refused the call to issue_refund")
     assert refunds == []
 
