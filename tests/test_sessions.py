@@ -18,7 +18,7 @@ from guardrail import (
     SQLiteStore,
     StoreError,
 )
-from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written
+from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written, merge_meta
 
 from .conftest import ORDERS, shop_guard, stored_ids
 
@@ -177,6 +177,24 @@ def test_expire_sessions_deletes_idle_ones_from_store_and_cache() -> None:
     assert guard.cached_sessions() == [] and store.load("s") is None
     with pytest.raises(GuardrailUsageError, match="max_idle"):
         guard.expire_sessions(-1)
+
+
+def test_concurrent_meta_keeps_the_later_turns_refusals() -> None:
+    """Re-prompt counts merge as a ledger's do: the later turn's, else the larger of each."""
+    held = {
+        "turn": 3,
+        "epoch": 1,
+        "counters": {},
+        "user_texts": [],
+        "kinds": [],
+        "refusals": {"refund": 2, "cancel": 1},
+    }
+    same_turn = merge_meta(held, {**held, "refusals": {"refund": 1, "ship": 1}}, concurrent=True)
+    assert same_turn["refusals"] == {"refund": 2, "cancel": 1, "ship": 1}
+    later = merge_meta(held, {**held, "turn": 4, "refusals": {}}, concurrent=True)
+    assert later["refusals"] == {} and later["turn"] == 4
+    earlier = merge_meta(held, {**held, "turn": 2, "refusals": {"ship": 3}}, concurrent=True)
+    assert earlier["refusals"] == held["refusals"]
 
 
 def test_max_cached_sessions_is_checked() -> None:

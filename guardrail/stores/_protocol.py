@@ -244,8 +244,9 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
 
     Not ``concurrent``: ``new``. Else turn, epoch and counters take the
     larger; the user's texts are united in order (the newest kept); the
-    kinds are united; refusals are the writer's; capacities and the seal
-    key stay the held ones (the first writer's).
+    kinds are united; re-prompt counts are those of the later turn (the
+    larger of each on a tie); capacities and the seal key stay the held
+    ones (the first writer's).
     """
     if held is None or not concurrent:
         return new
@@ -260,5 +261,12 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     texts += [text for text in new["user_texts"] if text not in texts]
     merged["user_texts"] = texts[-USER_TEXTS_KEPT:]
     merged["kinds"] = list(dict.fromkeys([*held["kinds"], *new["kinds"]]))
-    merged["refusals"] = dict(new["refusals"])
+    # Re-prompt counts start again each turn: those of the later turn, else the larger of each.
+    if new["turn"] > held["turn"]:
+        merged["refusals"] = dict(new["refusals"])
+    elif new["turn"] == held["turn"]:
+        refusals = dict(held["refusals"])
+        for tool, count in new["refusals"].items():
+            refusals[tool] = max(count, refusals.get(tool, 0))
+        merged["refusals"] = refusals
     return merged
