@@ -152,7 +152,19 @@ BEGIN
         'counters', counters,
         'user_texts', texts,
         'kinds', kinds,
-        'refusals', new->'refusals'))::text;
+        -- Re-prompt counts start again each turn: the later turn's, else the larger of each.
+        'refusals', CASE
+            WHEN (new->'turn')::numeric > (held->'turn')::numeric THEN new->'refusals'
+            WHEN (new->'turn')::numeric < (held->'turn')::numeric THEN held->'refusals'
+            ELSE (SELECT coalesce(jsonb_object_agg(tool, count), '{{}}'::jsonb) FROM (
+                SELECT coalesce(h.key, n.key) AS tool,
+                       CASE WHEN n.key IS NULL THEN h.value
+                            WHEN h.key IS NULL THEN n.value
+                            ELSE to_jsonb(greatest(n.value::numeric, h.value::numeric)) END
+                           AS count
+                FROM jsonb_each(held->'refusals') AS h
+                FULL JOIN jsonb_each(new->'refusals') AS n ON h.key = n.key) AS joined)
+            END))::text;
 END
 $$;
 """
