@@ -4,4 +4,6 @@
   (no extra).
 - :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
 - :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
+- :mod:`guardrail.integrations.openai_agents`: the OpenAI Agents SDK
+  (``pip install 'guardrail[openai-agents]'``).
 """
