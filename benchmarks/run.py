@@ -118,7 +118,7 @@ QUICK = Sizes(
     store_ledgers=(100,),
     finished_sessions=100,
 )
-GROUPS = ("sync", "async", "refused", "harvest", "memory", "compaction", "stores")
+GROUPS = ("sync", "async", "refused", "harvest", "memory", "compaction", "stores", "integrations")
 
 
 # -- results --------------------------------------------------------------------------------
@@ -1105,6 +1105,21 @@ def bench_compaction(sizes: Sizes, report: Report, rng: random.Random) -> None:
 # -- output ---------------------------------------------------------------------------------
 
 
+# -- the integrations -----------------------------------------------------------------------
+
+
+#: The adapters' benchmarks that add their sections to this report, each a module beside this
+#: file with ``bench(sizes, report, rng)``; the others run on their own (see README.md).
+INTEGRATION_BENCHMARKS = ("integrations_langchain",)
+
+
+def bench_integrations(sizes: Sizes, report: Report, rng: random.Random) -> None:
+    """Runtime adapters' overhead beside the runtime's own (:data:`INTEGRATION_BENCHMARKS`)."""
+    sys.path.insert(0, str(HERE))
+    for name in INTEGRATION_BENCHMARKS:
+        importlib.import_module(name).bench(sizes, report, rng)
+
+
 def machine() -> list[str]:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
@@ -1120,8 +1135,9 @@ def machine() -> list[str]:
     versions = {
         name: importlib.metadata.version(name) for name in ("wrapt", "pydantic", "structlog")
     }
-    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-        versions["langchain-core"] = importlib.metadata.version("langchain-core")
+    for optional in ("langchain-core", "langchain", "langgraph"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[optional] = importlib.metadata.version(optional)
     commit = ""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(
@@ -1280,6 +1296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "memory": bench_memory,
                     "compaction": bench_compaction,
                     "stores": bench_stores,
+                    "integrations": bench_integrations,
                 }[group](sizes, report, rng)
     command = "python benchmarks/run.py" + (" --quick" if options.quick else "")
     if set(groups) != set(GROUPS):

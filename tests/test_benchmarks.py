@@ -38,6 +38,8 @@ EXPECTED_ROWS = (
     "| SQLiteStore (file), ledger 100: stored bytes per entry |",
     "finished sessions × 5 ids, MemoryStore + cache of 1,024 |",
     "| guard's own work (guarded − wrapt) / wrapt's own cost (wrapt − bare) |",
+    "| GuardrailMiddleware around tool.invoke |",
+    "| create_agent run, GuardrailMiddleware |",
 )
 
 

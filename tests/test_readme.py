@@ -73,3 +73,25 @@ def test_compaction_side_by_side_table_is_what_the_command_prints(
     assert "keep_recent=range(5)" in command
     table = _blocks(section, "text")[1]
     assert table.rstrip("\n") == corpus_side_by_side.table()
+
+
+def test_readme_runtime_table_names_what_each_adapter_exports() -> None:
+    """Every adapter name the README's runtime table tells users to write is exported."""
+    import importlib
+
+    table = _section("Where agents run")
+    expected = {
+        "langchain": ["GuardrailMiddleware", "GuardrailCompactionMiddleware"],
+        "pydantic_ai": ["Guardrail", "guardrail_history_processor"],
+        "openai_agents": ["guard_agent", "GuardedSession", "compact_model_input"],
+        "mcp": ["guard_server", "guarded_call_tool"],
+        "loops": ["run_tool_calls"],
+    }
+    for module, names in expected.items():
+        adapter = importlib.import_module(f"guardrail.integrations.{module}")
+        for name in names:
+            assert name in table, name
+            assert name in adapter.__all__, (module, name)
+    for example in ("langchain_agent", "pydantic_ai_agent", "openai_agents_agent", "mcp_server"):
+        assert f"{example}.py" in table
+        assert (REPO / "examples" / f"{example}.py").is_file()

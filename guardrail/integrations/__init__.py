@@ -6,4 +6,6 @@
 - :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
 - :mod:`guardrail.integrations.openai_agents`: the OpenAI Agents SDK
   (``pip install 'guardrail[openai-agents]'``).
+- :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
+  (``pip install 'guardrail[langchain]'``).
 """

@@ -1,0 +1,125 @@
+"""LangChain messages to and from the OpenAI chat dicts compaction reads, and tool results.
+
+Private to :mod:`guardrail.integrations.langchain`; imports LangChain, so it
+is only imported from there (after the extra's import check).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    AnyMessage,
+    BaseMessage,
+    HumanMessage,
+    ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+from langgraph.types import Command
+
+from guardrail.compaction import BLOCK_HEADER
+
+__all__ = ["from_chat", "new_user_texts", "tail_start", "to_chat", "tool_result"]
+
+
+def to_chat(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any]], dict[int, BaseMessage]]:
+    """The messages as OpenAI chat dicts, and each dict's message (by the dict's ``id()``).
+
+    A tool message marked ``status="error"`` carries ``"error": True``, the
+    flag compaction reads a failure by in this shape (chat completions has no
+    field of its own), so the text of an error is never harvested. A tool
+    message's ``artifact`` goes along as ``"result"``, the value compaction
+    harvests in place of the text, as the middleware records it.
+    """
+    chat: list[dict[str, Any]] = []
+    origin: dict[int, BaseMessage] = {}
+    for message in messages:
+        converted = convert_to_openai_messages(message)
+        for item in converted if isinstance(converted, list) else [converted]:
+            if isinstance(message, ToolMessage):
+                if message.status == "error":
+                    item["error"] = True
+                if message.artifact is not None:
+                    item["result"] = message.artifact
+            chat.append(item)
+            origin[id(item)] = message
+    return chat, origin
+
+
+def from_chat(chat: Sequence[dict[str, Any]], origin: dict[int, BaseMessage]) -> list[BaseMessage]:
+    """Compacted chat dicts back as LangChain messages: the kept ones are the very messages given.
+
+    Compaction returns the messages it keeps as the objects it was given,
+    so each is found by identity and its LangChain message (id, metadata,
+    status) comes back untouched. What compaction wrote (the ledger block
+    and summary, an error result for an unanswered call) is converted; a
+    tool result it wrote is always an error.
+    """
+    out: list[BaseMessage] = []
+    seen: set[int] = set()
+    for item in chat:
+        original = origin.get(id(item))
+        if original is not None:
+            if id(original) not in seen:  # one message read as several dicts comes back once
+                seen.add(id(original))
+                out.append(original)
+            continue
+        (message,) = convert_to_messages([item])
+        if isinstance(message, ToolMessage):
+            message.status = "error"
+        out.append(message)
+    return out
+
+
+def tail_start(messages: Sequence[BaseMessage], keep: int) -> int:
+    """Where the last ``keep`` messages start, moved back so no tool result loses its call."""
+    start = max(0, len(messages) - keep)
+    while 0 < start < len(messages) and isinstance(messages[start], ToolMessage):
+        start -= 1
+    return start
+
+
+def new_user_texts(messages: Sequence[AnyMessage]) -> list[str]:
+    """The text of the user messages after the model's last message: what the user just said.
+
+    Earlier user messages were seen when their run started. A ledger block
+    compaction wrote in the user's role is not the user's text.
+    """
+    texts: list[str] = []
+    for message in reversed(messages):
+        if isinstance(message, AIMessage):
+            break
+        if isinstance(message, HumanMessage):
+            text = message.text
+            if text and not text.lstrip().startswith(BLOCK_HEADER):
+                texts.append(text)
+    texts.reverse()
+    return texts
+
+
+def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any, bool] | None:
+    """What a tool call returned, and whether it failed; None when no result answers the call.
+
+    The ``artifact`` where the tool gave one (the raw value, beside the text
+    for the model), else the content: its text, read as JSON by the record.
+    A ``Command`` answers with the tool message in its update, if any.
+    """
+    message: ToolMessage | None = None
+    if isinstance(response, ToolMessage):
+        message = response
+    else:
+        update = response.update
+        found = update.get("messages", ()) if isinstance(update, dict) else ()
+        for item in found if isinstance(found, (list, tuple)) else ():
+            if isinstance(item, ToolMessage) and item.tool_call_id == call_id:
+                message = item
+    if message is None:
+        return None
+    error = message.status == "error"
+    if message.artifact is not None:
+        return message.artifact, error
+    content = message.content
+    return (content if isinstance(content, str) else message.text), error
