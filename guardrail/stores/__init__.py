@@ -1,4 +1,4 @@
-"""Where sessions live between calls: in memory (the default) or in SQLite.
+"""Where sessions live between calls: in memory (the default), SQLite, Redis or PostgreSQL.
 
 A store keeps each session as one record per identifier and a little meta
 (see :class:`Store`); the guard keeps the sessions it uses cached as live
@@ -7,6 +7,7 @@ ledgers and writes only what changed.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from guardrail.stores._memory import MemoryStore
@@ -25,24 +26,38 @@ from guardrail.stores._protocol import (
 )
 
 if TYPE_CHECKING:
+    from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
+    from guardrail.stores._redis import AsyncRedisStore, RedisStore
     from guardrail.stores._sqlite import SQLiteStore
+
+#: Stores imported on first use: sqlite3 is a C extension ``import guardrail`` need not load,
+#: and the server stores need their client, an optional extra.
+_LAZY = {
+    "SQLiteStore": "guardrail.stores._sqlite",
+    "RedisStore": "guardrail.stores._redis",
+    "AsyncRedisStore": "guardrail.stores._redis",
+    "PostgresStore": "guardrail.stores._postgres",
+    "AsyncPostgresStore": "guardrail.stores._postgres",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # SQLiteStore on first use: sqlite3 is a C extension ``import guardrail`` need not load.
-    if name != "SQLiteStore":
+    module = _LAZY.get(name)
+    if module is None:
         raise AttributeError(f"module 'guardrail.stores' has no attribute {name!r}")
-    from guardrail.stores._sqlite import SQLiteStore
-
-    return SQLiteStore
+    return getattr(importlib.import_module(module), name)
 
 
 __all__ = [
+    "AsyncPostgresStore",
+    "AsyncRedisStore",
     "AsyncStore",
     "Change",
     "MemoryStore",
     "Meta",
+    "PostgresStore",
     "Record",
+    "RedisStore",
     "SQLiteStore",
     "Snapshot",
     "Store",

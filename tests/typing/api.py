@@ -17,6 +17,8 @@ if sys.version_info >= (3, 11):
 else:
     from typing_extensions import assert_type
 
+import redis.asyncio
+
 import guardrail
 from guardrail import (
     CompactionReport,
@@ -58,7 +60,15 @@ from guardrail.replay import (
     strategies,
     trace_from_messages,
 )
-from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written
+from guardrail.stores import (
+    AsyncRedisStore,
+    Change,
+    PostgresStore,
+    RedisStore,
+    Snapshot,
+    ThreadedAsyncStore,
+    Written,
+)
 from guardrail.testing import GuardrailReplay
 
 Order = Annotated[str, Id("order")]
@@ -194,6 +204,12 @@ assert_type(guard.ledger_for("conv-1"), Ledger)
 guard.end_session("conv-1", delete=True)
 assert_type(guard.expire_sessions(3600), list[str])
 Guard(store=ThreadedAsyncStore(MemoryStore()), max_cached_sessions=100)
+assert_type(RedisStore.from_url("redis://localhost:6379/0", prefix="app", ttl=3600.0), RedisStore)
+assert_type(
+    PostgresStore("dbname=app", schema="guardrail", synchronous_commit=False), PostgresStore
+)
+Guard(store=AsyncRedisStore.from_url("redis://localhost:6379/0"))
+RedisStore(redis.asyncio.Redis())  # type: ignore[arg-type]  # the asyncio client: AsyncRedisStore
 Ledger.from_json(ledger)  # type: ignore[arg-type]
 
 # -- compaction -------------------------------------------------------------------------------

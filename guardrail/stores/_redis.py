@@ -1,0 +1,555 @@
+"""Redis stores: sessions shared by every worker process that reaches one Redis server.
+
+Each session is three keys under one hash tag, ``{prefix:session}``, so a
+Redis Cluster keeps them on one node and a script may touch all three:
+
+- ``{prefix:session}:s``, a hash: ``version``, ``created``, ``written``
+  (server time of the last write, in microseconds), ``meta`` (JSON) and
+  ``meta_version``;
+- ``{prefix:session}:r``, a hash of record name -> record JSON;
+- ``{prefix:session}:z``, a sorted set of record name -> the version that wrote it,
+  so "what changed since version v" is one range read.
+
+Writes and reads are Lua scripts, each one atomic and one round trip. A
+write whose records (or meta) another writer changed since the writer's
+base version is not applied: the script returns the rows at stake, the
+store merges them with :func:`~guardrail.stores.merge_record` (the one merge
+rule every store follows) and sends the merged change again, based on the
+version it just saw. So a record costs one round trip, and two when it
+meets a concurrent writer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._protocol import (
+    Change,
+    Meta,
+    Record,
+    Snapshot,
+    Written,
+    merge_meta,
+    merge_record,
+)
+
+try:
+    import redis
+    import redis.asyncio
+except ImportError as exc:  # pragma: no cover - exercised by a test with redis hidden
+    raise ImportError(
+        f"RedisStore needs the redis client ({exc}): pip install 'guardrail[redis]'"
+    ) from exc
+
+if TYPE_CHECKING:
+    from redis.commands.core import AsyncScript, Script
+
+_SyncClient = Union["redis.Redis", "redis.RedisCluster"]
+_AsyncClient = Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"]
+
+# Lua numbers are doubles: versions (microseconds since 1970, about 2**51) stay exact, and
+# string.format('%d') writes them back without the exponent tostring() would use.
+_LUA_HELPERS = """
+local function number(value, what)
+  local n = tonumber(value)
+  if value and not n then
+    return redis.error_reply('guardrail: ' .. what .. ' of ' .. KEYS[1] .. ' is not a number')
+  end
+  return n
+end
+local function hmget(key, names)
+  local out = {}
+  for i = 1, #names, 1000 do
+    local part = redis.call('HMGET', key, unpack(names, i, math.min(i + 999, #names)))
+    for j = 1, #part do out[#out + 1] = part[j] end
+  end
+  return out
+end
+local function refresh(ttl)
+  if ttl > 0 then
+    for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
+  end
+end
+"""
+
+# KEYS: session hash, records hash, versions zset.
+# ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), then name, record pairs.
+# Returns {version, 1 if no one else wrote since base else 0} when written, or {held version,
+# {name, held row, ...}} when rows at stake were written after base (the meta's name: '').
+_APPLY = (
+    _LUA_HELPERS
+    + """
+local s, r, z = KEYS[1], KEYS[2], KEYS[3]
+local base = tonumber(ARGV[1])
+local meta = ARGV[3]
+local held = redis.call('HMGET', s, 'version', 'meta_version')
+local version = number(held[1], 'version')
+if type(version) == 'table' then return version end
+if version and version > base then
+  local stake = {}
+  for i = 4, #ARGV, 2 do
+    local at = redis.call('ZSCORE', z, ARGV[i])
+    if at and tonumber(at) > base then
+      stake[#stake + 1] = ARGV[i]
+      stake[#stake + 1] = redis.call('HGET', r, ARGV[i])
+    end
+  end
+  if meta ~= '' and held[2] and tonumber(held[2]) > base then
+    stake[#stake + 1] = ''
+    stake[#stake + 1] = redis.call('HGET', s, 'meta')
+  end
+  if #stake > 0 then return {held[1], stake} end
+end
+local time = redis.call('TIME')
+local now = string.format('%d', time[1] * 1000000 + time[2])
+local fields = {'written', now}
+local new
+local alone = 1
+if version then
+  if version ~= base then alone = 0 end
+  new = string.format('%d', version + 1)
+else
+  new = now
+  fields[#fields + 1] = 'created'
+  fields[#fields + 1] = string.format('%d', tonumber(now) - 1)
+end
+fields[#fields + 1] = 'version'
+fields[#fields + 1] = new
+if meta ~= '' then
+  fields[#fields + 1] = 'meta'
+  fields[#fields + 1] = meta
+  fields[#fields + 1] = 'meta_version'
+  fields[#fields + 1] = new
+end
+for i = 4, #ARGV, 2000 do
+  local rows, scores = {}, {}
+  for j = i, math.min(i + 1998, #ARGV - 1), 2 do
+    rows[#rows + 1] = ARGV[j]
+    rows[#rows + 1] = ARGV[j + 1]
+    scores[#scores + 1] = new
+    scores[#scores + 1] = ARGV[j]
+  end
+  redis.call('HSET', r, unpack(rows))
+  redis.call('ZADD', z, unpack(scores))
+end
+redis.call('HSET', s, unpack(fields))
+refresh(tonumber(ARGV[2]))
+return {new, alone}
+"""
+)
+
+# KEYS as above. ARGV: the version the reader holds (0: none), ttl in ms.
+# Returns {'0'} for a missing session, {version} when still at that version, else
+# {version, complete (1 or 0), meta or nil, {record, ...}}.
+_CHANGES = (
+    _LUA_HELPERS
+    + """
+local s, r, z = KEYS[1], KEYS[2], KEYS[3]
+local held = redis.call('HMGET', s, 'version', 'created', 'meta', 'meta_version')
+if not held[1] then return {'0'} end
+local since = tonumber(ARGV[1])
+local version = number(held[1], 'version')
+if type(version) == 'table' then return version end
+refresh(tonumber(ARGV[2]))
+if version == since then return {held[1]} end
+local created = number(held[2] or 'none', 'created')
+if type(created) == 'table' then return created end
+local complete = created >= since
+local rows
+if complete then
+  rows = redis.call('HVALS', r)
+else
+  rows = hmget(r, redis.call('ZRANGEBYSCORE', z, '(' .. ARGV[1], '+inf'))
+end
+local meta = false
+if held[3] and (complete or (tonumber(held[4]) or 0) > since) then meta = held[3] end
+return {held[1], complete and 1 or 0, meta, rows}
+"""
+)
+
+# KEYS as above. ARGV: seconds of idleness. Deletes the session if no one wrote it since.
+_EXPIRE = """
+local written = tonumber(redis.call('HGET', KEYS[1], 'written'))
+if not written then return 0 end
+local time = redis.call('TIME')
+if time[1] * 1000000 + time[2] - written < tonumber(ARGV[1]) * 1000000 then return 0 end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+return 1
+"""
+
+_MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+class _RedisBase:
+    """What the sync and the asyncio store share: keys, arguments, merging, parsing, errors."""
+
+    _client: Any
+    _owns_client: bool
+
+    def __init__(self, prefix: str, ttl: float | None) -> None:
+        if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
+            # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
+            # prefix's sessions, one with braces would cut the hash tag short.
+            raise GuardrailUsageError(
+                f"prefix must be a non-empty name without any of {{ }} : * ? [ ] \\, not "
+                f"{prefix!r}: it starts every key of the store's sessions, inside their hash tag"
+            )
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
+        ):
+            raise GuardrailUsageError(
+                f"ttl is how many seconds an unused session is kept (> 0), or None, not {ttl!r}"
+            )
+        self.prefix = prefix
+        self.ttl = ttl
+        self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+
+    # -- keys and arguments ---------------------------------------------------------------
+
+    def _keys(self, session_id: str) -> tuple[str, str, str]:
+        """The session hash, records hash and versions set of ``session_id``, one hash tag."""
+        if not isinstance(session_id, str):
+            raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
+        tag = f"{{{self.prefix}:{session_id}}}"
+        return (f"{tag}:s", f"{tag}:r", f"{tag}:z")
+
+    def _session_of(self, key: bytes | str) -> str:
+        """The session id a session hash key names."""
+        return _text(key)[len(self.prefix) + 2 : -3]
+
+    @staticmethod
+    def _name(record: Record) -> str:
+        """A record's field name: its kind and key, length-prefixed so no two collide."""
+        kind, key = record["kind"], record["key"]
+        return f"{len(kind)}:{kind}{key}"
+
+    def _encode(self, session_id: str, change: Change) -> tuple[dict[str, Record], list[str]]:
+        """The change's records by name, and the script's arguments: nothing sent if one is bad."""
+        try:
+            records = {self._name(record): record for record in change.records}
+            args = self._args(change.base, records, change.meta)
+        except GuardrailUsageError:
+            raise
+        except (TypeError, ValueError, KeyError) as exc:
+            raise StoreError(
+                f"{self._where()}: session {session_id!r} was not written: a record or the meta "
+                f"cannot be stored as JSON ({exc}); nothing of the change was written",
+                session_id=session_id,
+            ) from exc
+        if len(records) != len(change.records):
+            raise GuardrailUsageError(
+                "a change holds at most one record per (kind, key); merge them before applying"
+            )
+        return records, args
+
+    def _merged(
+        self,
+        session_id: str,
+        change: Change,
+        originals: Mapping[str, Record],
+        sending: tuple[dict[str, Record], Meta | None],
+        stake: Sequence[Any],
+    ) -> tuple[dict[str, Record], Meta | None]:
+        """What to send again: rows at stake merged anew with the change's own, the rest kept.
+
+        A row at stake is merged with the record the change brought, not with what
+        an earlier attempt merged: the held row already holds what should survive of
+        the rows before it (a writer that replaced one had seen it).
+        """
+        records, meta = dict(sending[0]), sending[1]
+        for i in range(0, len(stake), 2):
+            name, row = _text(stake[i]), stake[i + 1]
+            if name == "":
+                held_meta = self._parse(session_id, row, "the meta")
+                assert change.meta is not None  # the script asks about the meta only when sent
+                meta = merge_meta(held_meta, change.meta, concurrent=True)
+            else:
+                held = self._parse(session_id, row, f"record {name!r}")
+                records[name] = merge_record(held, originals[name], concurrent=True)
+        return records, meta
+
+    def _args(self, base: int, records: Mapping[str, Record], meta: Meta | None) -> list[str]:
+        args = [str(base), str(self._ttl_ms), ""]
+        if meta is not None:
+            args[2] = json.dumps(meta, separators=(",", ":"))
+        for name, record in records.items():
+            args += (name, json.dumps(record, separators=(",", ":")))
+        return args
+
+    # -- replies --------------------------------------------------------------------------
+
+    def _parse(self, session_id: str, row: bytes | str | None, what: str) -> dict[str, Any]:
+        """A stored JSON object; anything else is a StoreError naming the session."""
+        if row is None:
+            raise self._corrupt(session_id, f"{what} is missing from the records hash")
+        try:
+            value = json.loads(row)
+        except ValueError as exc:
+            raise self._corrupt(session_id, f"{what} is not JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
+        return value
+
+    def _snapshot(self, session_id: str, reply: Sequence[Any], since: int) -> Snapshot | None:
+        """A changes script's reply as the protocol's answer to changes_since(since)."""
+        version = int(reply[0])
+        if version == 0:
+            return None if since == 0 else Snapshot(0)
+        if len(reply) == 1:
+            return None
+        complete, meta_row, rows = bool(reply[1]), reply[2], reply[3]
+        records = [self._parse(session_id, row, "a record") for row in rows]
+        meta = None if meta_row is None else self._parse(session_id, meta_row, "the meta")
+        return Snapshot(version, records, meta, complete)
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        """The store as a message names it: its class, server and prefix."""
+        pool = getattr(self._client, "connection_pool", None)
+        options = getattr(pool, "connection_kwargs", {}) if pool is not None else {}
+        if "path" in options:
+            server = f"unix:{options['path']}"
+        elif "host" in options:
+            server = f"{options['host']}:{options.get('port', 6379)}/{options.get('db', 0)}"
+        else:
+            server = "its Redis server"
+        return f"{type(self).__name__} at {server} (prefix {self.prefix!r})"
+
+    def _failed(self, action: str, session_id: str | None, exc: Exception) -> StoreError:
+        """A Redis error as a StoreError that names the store, the session and what to do."""
+        what = "sessions" if session_id is None else f"session {session_id!r}"
+        if isinstance(exc, redis.ResponseError) and "guardrail:" in str(exc):
+            advice = (
+                f"the stored session is damaged: {exc}; delete it (store.delete(session_id)) "
+                "or restore it from a backup"
+            )
+        elif isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            advice = (
+                f"Redis is not reachable: {exc}; check that the server is running and "
+                "reachable, then retry (the ledger in memory is intact)"
+            )
+        else:
+            advice = f"Redis failed: {exc}; retry, and check the server's log"
+        return StoreError(
+            f"{self._where()}: {what} was not {action}: {advice}", session_id=session_id
+        )
+
+    def _corrupt(self, session_id: str, problem: str) -> StoreError:
+        return StoreError(
+            f"{self._where()}: session {session_id!r} holds bad data: {problem}. Delete the "
+            "session (store.delete(session_id)) or restore it from a backup",
+            session_id=session_id,
+        )
+
+
+class RedisStore(_RedisBase):
+    """Sessions in Redis, shared by every worker process and machine that reaches it.
+
+    Built from a ``redis.Redis`` (or ``redis.RedisCluster``) client, or from
+    a URL with :meth:`from_url`. Each session's keys share the hash tag
+    ``{prefix:session_id}``, so they stay on one node of a cluster. With
+    ``ttl``, Redis drops a session no one used for ``ttl`` seconds (each
+    read or write starts the count again). Every change is applied
+    atomically by a script: a check of a cached, up-to-date session is one
+    round trip, a record one (two when another worker wrote the same ids
+    meanwhile: their rows are merged, never overwritten). A server that
+    cannot be reached, or a session holding data that is not what the store
+    wrote, is a :class:`~guardrail.errors.StoreError`.
+    """
+
+    def __init__(
+        self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+    ) -> None:
+        super().__init__(prefix, ttl)
+        if isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
+            raise GuardrailUsageError(
+                "RedisStore takes a redis.Redis client; for a redis.asyncio client use "
+                "AsyncRedisStore"
+            )
+        self._client = client
+        self._owns_client = False
+        self._apply: Script = client.register_script(_APPLY)
+        self._changes: Script = client.register_script(_CHANGES)
+        self._expire: Script = client.register_script(_EXPIRE)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+    ) -> RedisStore:
+        """A store with a client of its own for ``url`` (``redis://host:6379/0``), closed by close.
+
+        ``options`` go to ``redis.Redis.from_url`` (``socket_timeout=``, say).
+        """
+        store = cls(redis.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store._owns_client = True
+        return store
+
+    @property
+    def client(self) -> _SyncClient:
+        """The Redis client the store uses."""
+        return self._client  # type: ignore[no-any-return]
+
+    def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None."""
+        return self.changes_since(session_id, 0)
+
+    def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
+        keys = self._keys(session_id)
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
+        for attempt in range(_MAX_ATTEMPTS):
+            try:
+                reply = self._apply(keys=keys, args=args)
+            except redis.RedisError as exc:
+                raise self._failed("written", session_id, exc) from exc
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
+            args = self._args(int(reply[0]), records, meta)
+        raise StoreError(
+            f"{self._where()}: session {session_id!r} was not written: other writers changed "
+            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
+            session_id=session_id,
+        )
+
+    def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """None if the session is still at ``version``; else what was written since."""
+        keys = self._keys(session_id)
+        try:
+            reply = self._changes(keys=keys, args=(version, self._ttl_ms))
+        except redis.RedisError as exc:
+            raise self._failed("read", session_id, exc) from exc
+        return self._snapshot(session_id, reply, version)
+
+    def delete(self, session_id: str) -> None:
+        """Forget a session."""
+        try:
+            self._client.delete(*self._keys(session_id))
+        except redis.RedisError as exc:
+            raise self._failed("deleted", session_id, exc) from exc
+
+    def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
+        gone = []
+        try:
+            for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
+                session_id = self._session_of(key)
+                if self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                    gone.append(session_id)
+        except redis.RedisError as exc:
+            raise self._failed("expired", None, exc) from exc
+        return gone
+
+    def close(self) -> None:
+        """Close the client if the store made it (from_url); a client passed in stays open."""
+        if self._owns_client:
+            self._client.close()
+
+    def __repr__(self) -> str:
+        return f"<{self._where()}>"
+
+
+class AsyncRedisStore(_RedisBase):
+    """:class:`RedisStore` for asyncio, on a ``redis.asyncio.Redis`` client; the same keys.
+
+    A sync and an async store with the same prefix on one server share
+    their sessions.
+    """
+
+    def __init__(
+        self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+    ) -> None:
+        super().__init__(prefix, ttl)
+        if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
+            raise GuardrailUsageError(
+                "AsyncRedisStore takes a redis.asyncio.Redis client; for a redis.Redis client "
+                "use RedisStore"
+            )
+        self._client = client
+        self._owns_client = False
+        self._apply: AsyncScript = client.register_script(_APPLY)
+        self._changes: AsyncScript = client.register_script(_CHANGES)
+        self._expire: AsyncScript = client.register_script(_EXPIRE)
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+    ) -> AsyncRedisStore:
+        """A store with an asyncio client of its own for ``url``, closed by close()."""
+        store = cls(redis.asyncio.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store._owns_client = True
+        return store
+
+    @property
+    def client(self) -> _AsyncClient:
+        """The Redis client the store uses."""
+        return self._client  # type: ignore[no-any-return]
+
+    async def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None."""
+        return await self.changes_since(session_id, 0)
+
+    async def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
+        keys = self._keys(session_id)
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
+        for attempt in range(_MAX_ATTEMPTS):
+            try:
+                reply = await self._apply(keys=keys, args=args)
+            except redis.RedisError as exc:
+                raise self._failed("written", session_id, exc) from exc
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
+            args = self._args(int(reply[0]), records, meta)
+        raise StoreError(
+            f"{self._where()}: session {session_id!r} was not written: other writers changed "
+            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
+            session_id=session_id,
+        )
+
+    async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """None if the session is still at ``version``; else what was written since."""
+        keys = self._keys(session_id)
+        try:
+            reply = await self._changes(keys=keys, args=(version, self._ttl_ms))
+        except redis.RedisError as exc:
+            raise self._failed("read", session_id, exc) from exc
+        return self._snapshot(session_id, reply, version)
+
+    async def delete(self, session_id: str) -> None:
+        """Forget a session."""
+        try:
+            await self._client.delete(*self._keys(session_id))
+        except redis.RedisError as exc:
+            raise self._failed("deleted", session_id, exc) from exc
+
+    async def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
+        gone = []
+        try:
+            async for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
+                session_id = self._session_of(key)
+                if await self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                    gone.append(session_id)
+        except redis.RedisError as exc:
+            raise self._failed("expired", None, exc) from exc
+        return gone
+
+    async def close(self) -> None:
+        """Close the client if the store made it (from_url); a client passed in stays open."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    def __repr__(self) -> str:
+        return f"<{self._where()}>"

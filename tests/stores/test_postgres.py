@@ -1,0 +1,275 @@
+"""PostgresStore: the store conformance suite on a real PostgreSQL, and what only it has."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import psycopg_pool
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from psycopg import sql
+
+from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores import Change, Snapshot, merge_meta, merge_record
+from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
+
+from .conformance import *  # noqa: F403  (the suite)
+from .conformance import StoreFactory, live, meta
+from .differential import metas, records, same_as_memory
+from .proxy import Proxy
+
+
+@pytest.fixture
+def store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
+    """Stores with pools of their own, one schema: the same sessions, in any process."""
+    return StoreFactory(functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema))
+
+
+@pytest.fixture
+def pg(postgres_dsn: str, postgres_schema: str) -> Iterator[PostgresStore]:
+    """A PostgresStore on this test's schema."""
+    store = PostgresStore(postgres_dsn, schema=postgres_schema)
+    yield store
+    store.close()
+
+
+def admin(dsn: str) -> psycopg.Connection[Any]:
+    """A connection of the test's own, to look at and tamper with the tables."""
+    return psycopg.connect(dsn, autocommit=True)
+
+
+# -- the merge rule in SQL is the merge rule -----------------------------------------------------
+
+
+# The pool's maintenance thread draws from the random module while Hypothesis generates
+# data, which Hypothesis reports as a strategy using random: not so here.
+pool_uses_random = pytest.mark.filterwarnings(
+    "ignore:Do not use the `random` module:hypothesis.errors.HypothesisDeprecationWarning"
+)
+
+
+@pool_uses_random
+def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: str) -> None:
+    """merge_record and merge_meta in SQL give what the protocol's Python functions give."""
+    pg.load("warm-up")  # creates the schema and its functions
+    query = sql.SQL(
+        "SELECT {schema}.merge_record(h, n), {schema}.merge_meta(hm, nm)"
+        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
+        " WITH ORDINALITY AS t(h, n, hm, nm, i) ORDER BY i"
+    ).format(schema=sql.Identifier(pg.schema))
+    with admin(postgres_dsn) as conn:
+
+        @settings(max_examples=20, deadline=None)
+        @given(st.lists(st.tuples(records(), records(), metas(), metas()), min_size=1, max_size=8))
+        def same(cases: list[tuple[Any, Any, Any, Any]]) -> None:
+            columns = [[json.dumps(case[i]) for case in cases] for i in range(4)]
+            rows = conn.execute(query, columns).fetchall()
+            for (held, new, held_meta, new_meta), (merged, merged_meta) in zip(
+                cases, rows, strict=True
+            ):
+                assert json.loads(merged) == merge_record(held, new, concurrent=True)
+                assert json.loads(merged_meta) == merge_meta(held_meta, new_meta, concurrent=True)
+
+        same()
+
+
+# -- the server going away, and what it holds going bad ------------------------------------------
+
+
+def test_a_dropped_schema_is_an_error_not_an_empty_session(
+    pg: PostgresStore, postgres_dsn: str
+) -> None:
+    """Dropping the schema under an open store: load raises StoreError, never reads as new."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(pg.schema)))
+    with pytest.raises(StoreError, match=r"PostgresStore at 127\.0\.0\.1:5432.*schema") as caught:
+        pg.load("s")
+    assert caught.value.session_id == "s"
+    with pytest.raises(StoreError, match="gone"):
+        pg.apply("s", Change(0, [live("W2")], meta()))
+
+
+def test_a_killed_connection_is_an_error_then_the_pool_recovers(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A backend terminated under the store: that call raises StoreError, the next one works."""
+    store = PostgresStore(postgres_dsn, schema=postgres_schema, max_connections=1)
+    try:
+        store.apply("s", Change(0, [live("W1")], meta()))
+        with store.pool.connection() as conn:
+            pid = conn.info.backend_pid
+        with admin(postgres_dsn) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(StoreError, match="not reachable or the connection was lost"):
+            store.load("s")
+        loaded = store.load("s")
+        assert loaded is not None and {r["key"] for r in loaded.records} == {"W1"}
+    finally:
+        store.close()
+
+
+def test_a_server_that_goes_away_is_an_error_not_an_empty_session(
+    postgres_schema: str, pg: PostgresStore
+) -> None:
+    """PostgreSQL stops answering mid-conversation: StoreError on read and write, never None."""
+    with Proxy("127.0.0.1", 5432) as proxy:
+        store = PostgresStore(
+            f"host=127.0.0.1 port={proxy.port} dbname=test connect_timeout=1",
+            schema=postgres_schema,
+            timeout=1,
+        )
+        version = store.apply("s", Change(0, [live("W1")], meta())).version
+        proxy.stop()
+        with pytest.raises(StoreError, match=rf"PostgresStore at 127\.0\.0\.1:{proxy.port}/test"):
+            store.changes_since("s", version)
+        with pytest.raises(StoreError, match="not reachable"):
+            store.load("s")
+        with pytest.raises(StoreError, match="not reachable"):
+            store.apply("s", Change(version, [live("W2")]))
+        store.close()
+    held = pg.load("s")
+    assert held is not None and [r["key"] for r in held.records] == ["W1"]
+
+
+def test_an_unreachable_server_is_an_error_naming_the_store() -> None:
+    """A closed port: every call is a StoreError naming the store and what to check."""
+    store = PostgresStore("host=127.0.0.1 port=1 dbname=test connect_timeout=1", timeout=1)
+    try:
+        with pytest.raises(StoreError, match=r"PostgresStore at 127\.0\.0\.1:1/test"):
+            store.load("s")
+    finally:
+        store.close()
+
+
+def test_a_garbage_row_is_an_error_naming_the_session(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A record or meta that is not a JSON object: StoreError naming the session, not a skip."""
+    pg.apply("s", Change(0, [live("W1"), live("W2")], meta()))
+    table = sql.Identifier(pg.schema, "records")
+    with admin(postgres_dsn) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {} SET record = 'not json' WHERE name LIKE '%W2%'").format(table)
+        )
+    with pytest.raises(StoreError, match=r"session 's' holds bad data: a record is not JSON"):
+        pg.load("s")
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET record = '[1]' WHERE name LIKE '%W2%'").format(table))
+        conn.execute(
+            sql.SQL("UPDATE {} SET meta = '\"x\"'").format(sql.Identifier(pg.schema, "sessions"))
+        )
+    with pytest.raises(StoreError, match="holds bad data"):
+        pg.load("s")
+
+
+def test_a_value_postgres_cannot_hold_writes_nothing(pg: PostgresStore) -> None:
+    """A NUL in a value is stored escaped, and the change is whole or absent."""
+    version = pg.apply("s", Change(0, [live("W\x001", value="W\x001")], meta())).version
+    loaded = pg.load("s")
+    assert loaded is not None and loaded.version == version
+    assert [r["value"] for r in loaded.records] == ["W\x001"]
+
+
+def test_a_change_naming_one_id_twice_is_refused(pg: PostgresStore) -> None:
+    """Two records for one (kind, key) in one change is a usage error, nothing written."""
+    with pytest.raises(GuardrailUsageError, match="at most one record"):
+        pg.apply("s", Change(0, [live("W1"), live("W1", turn=2)], meta()))
+    assert pg.load("s") is None
+
+
+def test_commits_without_a_wal_flush_only_when_asked(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """synchronous_commit=False applies to the store's own commits, not to its connections."""
+    for durable in (True, False):
+        store = PostgresStore(
+            postgres_dsn, schema=postgres_schema, synchronous_commit=durable, max_connections=1
+        )
+        try:
+            written = store.apply(f"s{durable}", Change(0, [live("W1")], meta()))
+            assert store.changes_since(f"s{durable}", written.version) is None
+            with store.pool.connection() as conn:
+                assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        finally:
+            store.close()
+
+
+def test_an_existing_pool_is_used_and_left_open(postgres_dsn: str, postgres_schema: str) -> None:
+    """A store on the program's own pool (not autocommit) works, and close() leaves the pool."""
+    with psycopg_pool.ConnectionPool(postgres_dsn, min_size=1, max_size=2, open=True) as pool:
+        store = PostgresStore(pool, schema=postgres_schema)
+        written = store.apply("s", Change(0, [live("W1")], meta()))
+        assert store.changes_since("s", written.version) is None
+        store.close()
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    with pytest.raises(GuardrailUsageError, match="connection string or a psycopg_pool"):
+        PostgresStore(42, schema=postgres_schema)  # type: ignore[arg-type]
+
+
+def test_one_statement_per_check_and_per_record(postgres_dsn: str, postgres_schema: str) -> None:
+    """On autocommit connections, checking an up-to-date session and a record: a statement each."""
+    statements: list[str] = []
+
+    class Counting(psycopg.Connection[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+            statements.append(str(query))
+            return super().execute(query, params, **kwargs)
+
+    with psycopg_pool.ConnectionPool(
+        postgres_dsn, connection_class=Counting, kwargs={"autocommit": True}, open=True
+    ) as pool:
+        store = PostgresStore(pool, schema=postgres_schema)
+        store.load("warm-up")
+        statements.clear()
+        version = store.apply("s", Change(0, [live(f"W{n}") for n in range(50)], meta())).version
+        assert len(statements) == 1
+        statements.clear()
+        assert store.changes_since("s", version) is None
+        assert len(statements) == 1
+
+
+# -- asyncio ----------------------------------------------------------------------------------
+
+
+def test_async_store_and_sync_store_share_sessions(postgres_dsn: str, postgres_schema: str) -> None:
+    """An AsyncPostgresStore writes what a PostgresStore on the same schema reads, and back."""
+
+    async def scenario() -> Snapshot | None:
+        store = AsyncPostgresStore(postgres_dsn, schema=postgres_schema)
+        try:
+            written = await store.apply("s", Change(0, [live("W1")], meta()))
+            assert written.alone
+            sync = PostgresStore(postgres_dsn, schema=postgres_schema)
+            sync.apply("s", Change(written.version, [live("W2")]))
+            sync.close()
+            return await store.changes_since("s", written.version)
+        finally:
+            await store.close()
+
+    delta = asyncio.run(scenario())
+    assert delta is not None and [r["key"] for r in delta.records] == ["W2"]
+
+
+def test_without_the_extra_the_import_says_what_to_install() -> None:
+    """With psycopg missing, importing PostgresStore names the extra to install."""
+    code = (
+        "import sys; sys.modules['psycopg'] = None\n"
+        "try:\n    from guardrail.stores import PostgresStore\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'guardrail[postgres]'" in out.stdout
+
+
+@pool_uses_random
+def test_any_sequence_of_writes_ends_as_in_memory(pg: PostgresStore) -> None:
+    """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
+    same_as_memory(pg)
