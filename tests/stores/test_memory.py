@@ -14,4 +14,4 @@ from .conformance import StoreFactory
 def store_factory() -> StoreFactory:
     """Every store of a test is the same MemoryStore: memory is not shared between processes."""
     shared = MemoryStore()
-    return StoreFactory(lambda: shared, processes=False)
+    return StoreFactory(lambda: shared)

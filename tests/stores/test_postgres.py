@@ -23,6 +23,7 @@ from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
+from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 from .differential import metas, records, same_as_memory
 from .proxy import Proxy
 

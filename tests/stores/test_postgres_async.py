@@ -30,6 +30,6 @@ def store_factory(postgres_dsn: str, postgres_schema: str) -> Iterator[StoreFact
         built.append(store)
         return store
 
-    yield StoreFactory(build, processes=False)
+    yield StoreFactory(build)
     for store in built:
         store.close()

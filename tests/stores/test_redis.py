@@ -19,6 +19,7 @@ from guardrail.stores._redis import AsyncRedisStore, RedisStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta
+from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 from .differential import same_as_memory
 from .proxy import Proxy
 

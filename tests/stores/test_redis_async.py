@@ -30,6 +30,6 @@ def store_factory(redis_url: str, redis_prefix: str) -> Iterator[StoreFactory]:
         built.append(store)
         return store
 
-    yield StoreFactory(build, processes=False)
+    yield StoreFactory(build)
     for store in built:
         store.close()

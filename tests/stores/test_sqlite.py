@@ -11,6 +11,7 @@ from guardrail.stores import SQLiteStore
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory
+from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 
 
 @pytest.fixture
