@@ -96,3 +96,15 @@ def test_readme_runtime_table_names_what_each_adapter_exports() -> None:
     for example in ("langchain_agent", "pydantic_ai_agent", "openai_agents_agent", "mcp_server"):
         assert f"{example}.py" in table
         assert (REPO / "examples" / f"{example}.py").is_file()
+
+
+def test_readme_store_lines_build_stores_guardrail_exports() -> None:
+    """Each store the README picks in one line is exported by guardrail.stores under that name."""
+    import guardrail.stores
+
+    section = _section("Stores: where sessions live between calls")
+    for name in ("SQLiteStore", "RedisStore", "PostgresStore", "AsyncRedisStore"):
+        assert f"{name}" in section
+        assert name in guardrail.stores.__all__
+        assert getattr(guardrail.stores, name).__name__ == name
+    assert callable(guardrail.stores.RedisStore.from_url)
