@@ -18,7 +18,6 @@ save through its guard's audit.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import hashlib
 import hmac
@@ -35,6 +34,8 @@ from guardrail.ledger import Ledger
 from guardrail.stores import AsyncStore, Change, Snapshot, Store, Written
 
 if TYPE_CHECKING:
+    import asyncio
+
     from guardrail._guard import Guard
 
 
@@ -53,6 +54,8 @@ class _Cached:
     def async_lock(self) -> asyncio.Lock:
         """The lock an asynchronous store's reads and writes of this session hold."""
         if self._async_lock is None:
+            import asyncio  # here, not at import: a program without asyncio never loads it
+
             self._async_lock = asyncio.Lock()
         return self._async_lock
 

@@ -67,6 +67,16 @@ def test_import_guardrail_loads_no_heavy_dependency() -> None:
     assert loaded("import guardrail") == []
 
 
+def test_import_guardrail_loads_neither_asyncio_nor_sqlite() -> None:
+    """asyncio and sqlite3 load with the first async session or SQLite store, not at import."""
+    script = "import sys, guardrail; print(sorted({'asyncio', 'sqlite3'} & set(sys.modules)))"
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
 def test_guarded_calls_load_no_heavy_dependency() -> None:
     """A guard, a decorated tool, allowed and refused calls: still none of them."""
     assert loaded(GUARDED_CALLS) == []

@@ -31,11 +31,12 @@ a silently smaller ledger.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+
+_T = TypeVar("_T")
 
 #: One id's state in one session: a JSON-safe mapping with at least ``kind``, ``key``,
 #: ``state`` and ``turn`` (see the module docstring for the fields of each state).
@@ -144,6 +145,13 @@ class AsyncStore(Protocol):
     async def close(self) -> None: ...
 
 
+async def _in_thread(function: Callable[..., _T], *args: Any) -> _T:
+    """``function(*args)`` in a worker thread, awaited."""
+    import asyncio  # here, not at import: `import guardrail` does not load asyncio
+
+    return await asyncio.to_thread(function, *args)
+
+
 class ThreadedAsyncStore:
     """A synchronous :class:`Store` used from asyncio: each call runs in a worker thread."""
 
@@ -151,22 +159,22 @@ class ThreadedAsyncStore:
         self.store = store
 
     async def load(self, session_id: str) -> Snapshot | None:
-        return await asyncio.to_thread(self.store.load, session_id)
+        return await _in_thread(self.store.load, session_id)
 
     async def apply(self, session_id: str, change: Change) -> Written:
-        return await asyncio.to_thread(self.store.apply, session_id, change)
+        return await _in_thread(self.store.apply, session_id, change)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
-        return await asyncio.to_thread(self.store.changes_since, session_id, version)
+        return await _in_thread(self.store.changes_since, session_id, version)
 
     async def delete(self, session_id: str) -> None:
-        await asyncio.to_thread(self.store.delete, session_id)
+        await _in_thread(self.store.delete, session_id)
 
     async def expire(self, max_idle: float) -> list[str]:
-        return await asyncio.to_thread(self.store.expire, max_idle)
+        return await _in_thread(self.store.expire, max_idle)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self.store.close)
+        await _in_thread(self.store.close)
 
 
 def first_version() -> int:
