@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written
+from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written, damaged
 
 try:
     import psycopg
@@ -357,11 +357,7 @@ class _PostgresBase:
         )
 
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
-        return StoreError(
-            f"{self._where()}: session {session_id!r} holds bad data: {problem}. Delete the "
-            "session (store.delete(session_id)) or restore it from a backup",
-            session_id=session_id,
-        )
+        return damaged(self._where(), session_id, problem)
 
 
 class PostgresStore(_PostgresBase):

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from guardrail.errors import StoreError
+
 _T = TypeVar("_T")
 
 #: One id's state in one session: a JSON-safe mapping with at least ``kind``, ``key``,
@@ -278,3 +280,12 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
             refusals[tool] = max(count, refusals.get(tool, 0))
         merged["refusals"] = refusals
     return merged
+
+
+def damaged(where: str, session_id: str, problem: str) -> StoreError:
+    """The error for a session whose stored data a server store cannot read, saying what to do."""
+    return StoreError(
+        f"{where}: session {session_id!r} holds bad data: {problem}. Delete the session "
+        "(store.delete(session_id)) or restore it from a backup",
+        session_id=session_id,
+    )

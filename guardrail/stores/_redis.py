@@ -32,6 +32,7 @@ from guardrail.stores._protocol import (
     Record,
     Snapshot,
     Written,
+    damaged,
     merge_meta,
     merge_record,
 )
@@ -343,11 +344,7 @@ class _RedisBase:
         )
 
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
-        return StoreError(
-            f"{self._where()}: session {session_id!r} holds bad data: {problem}. Delete the "
-            "session (store.delete(session_id)) or restore it from a backup",
-            session_id=session_id,
-        )
+        return damaged(self._where(), session_id, problem)
 
 
 class RedisStore(_RedisBase):
