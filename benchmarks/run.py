@@ -48,6 +48,7 @@ from guardrail import Guard, Id, Ledger
 from guardrail._harvest import Batch
 from guardrail.compaction import compact
 from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"  # the published table and plot, tracked
@@ -322,7 +323,7 @@ def fill(guard: Guard, customers: Sequence[str], orders: Sequence[str]) -> Ledge
         Batch(CUSTOMER, "orders[*]", None, list(customers), list(customers), None),
         Batch(ORDER, "orders[*]", None, list(orders), list(orders), None),
     ]
-    ledger._admit(found, source=source)
+    state_of(ledger).admit(found, source=source)
     return ledger
 
 
@@ -653,7 +654,7 @@ def bench_refused(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
     def grow() -> None:
         batch = next(batches)
-        ledger._admit(
+        state_of(ledger).admit(
             [Batch(ORDER, "orders[*]", None, batch, batch, None)],
             source=Source("t", None, "orders[*]", 0),
         )
@@ -818,7 +819,7 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
         def build(found: list[Batch] = found) -> Ledger:
             ledger = guard.new_ledger("memory")
-            ledger._admit(found, source=source)
+            state_of(ledger).admit(found, source=source)
             # One refusal, so the lazily built near-miss index is counted too.
             guard.check("refund", {"customer_id": "x", "order_id": "ord_0"}, ledger=ledger)
             return ledger
@@ -836,7 +837,7 @@ def bench_memory(sizes: Sizes, report: Report, rng: random.Random) -> None:
     def sessions() -> None:
         for i, found in enumerate(found_sets):
             with many.session(f"conversation-{i}") as ledger:
-                ledger._admit(found, source=source)
+                state_of(ledger).admit(found, source=source)
 
     used, _ = _traced(sessions)
     rows.append(Row(f"{count:,} sessions × {each} entries, per session", [used / count], unit="KB"))

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from guardrail import Guard
 from guardrail._harvest import Batch
 from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
 from guardrail.stores import MemoryStore, Store
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -99,7 +100,7 @@ def fill(guard: Guard, session_id: str, orders: Sequence[str]) -> None:
     """A session holding ``orders``, written to the guard's store as one change."""
     source = Source("list_orders", None, "orders[*]", 0)
     with guard.session(session_id) as ledger:
-        ledger._admit(
+        state_of(ledger).admit(
             [Batch("order", "orders[*]", None, list(orders), list(orders), None)], source=source
         )
 

@@ -6,8 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
+from guardrail._reprompt import Rejection
 from guardrail._spec import Id, ToolSpec, describe_ids
-from guardrail._verdict import Finding, Rejection, Verdict
+from guardrail._verdict import Finding, Verdict
 from guardrail.errors import (
     GuardrailError,
     GuardrailUsageError,

@@ -53,9 +53,8 @@ from guardrail._text import shorten
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
+    from guardrail._entry import Dropped, Entry
     from guardrail._verdict import Finding, Verdict
-    from guardrail.compaction import CompactionReport
-    from guardrail.ledger import Dropped, Entry
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 T = TypeVar("T")
@@ -445,30 +444,14 @@ class Audit:
                 value=self.value(entry.value),
             )
 
-    def compacted(self, session: str | None, report: CompactionReport) -> None:
-        """``guardrail.compacted``: one per compaction, with its counts (no values, no text)."""
+    def compacted(self, session: str | None, **fields: Any) -> None:
+        """``guardrail.compaction``'s event: one per compaction, with the counts it hands in.
+
+        The fields are plain, JSON-safe values (no identifier, no text): the
+        audit knows nothing of the compaction's report type.
+        """
         if self.enabled(INFO):
-            self.emit(
-                INFO,
-                "guardrail.compacted",
-                session=session,
-                shape=report.shape,
-                keep_recent=report.keep_recent,
-                messages_before=report.messages_before,
-                messages_after=report.messages_after,
-                summarised=report.summarized,  # the event key keeps its name: log queries use it
-                identifiers_before=report.identifiers_before,
-                identifiers_after=report.identifiers_after,
-                ledger_entries=report.ledger_entries,
-                harvested=report.harvested,
-                masked=report.masked,
-                scrubbed=report.scrubbed,
-                flagged=report.flagged,
-                tokens_before=report.tokens_before,
-                tokens_after=report.tokens_after,
-                repairs=[repair.problem for repair in listed(report.repairs)],
-                **omitted(len(report.repairs)),
-            )
+            self.emit(INFO, "guardrail.compacted", session=session, **fields)
 
     def undeclared_tool(self, session: str | None, tool: str) -> None:
         """``guardrail.undeclared_tool``: a tool the guard does not know ran unchecked (once)."""

@@ -11,7 +11,6 @@ value that is refused, and :mod:`guardrail._reprompt` words the refusal.
 
 from __future__ import annotations
 
-import json
 import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,8 @@ from guardrail._spec import ParamSpec, ToolSpec
 from guardrail._text import ARGUMENT_ELLIPSES
 from guardrail._verdict import Finding, Problem, TypedId, Verdict
 from guardrail.kinds import Kind, id_text
-from guardrail.ledger import Entry, Ledger
+from guardrail.ledger import Entry
+from guardrail.ledger._state import LedgerState
 
 # -- the compiled plan for one tool ---------------------------------------------------------
 
@@ -159,7 +159,7 @@ def allowed_entries(
     read: bool,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    ledger: Ledger,
+    state: LedgerState,
 ) -> AllowedCall | None:
     """The entries a call uses when every identifier argument is allowed outright, else None.
 
@@ -172,7 +172,7 @@ def allowed_entries(
     normaliser that fails, which the full check reports as a malformed
     value.
     """
-    by_kind = ledger._by_kind
+    by_kind = state.tables
     used: list[Entry] = []
     respelled: Respellings | None = None
     try:
@@ -206,30 +206,30 @@ def allowed_entries(
                 respelled.append(Respelling(name, position, entry.value))
     except Exception:  # a user normaliser failed, or gave a key no table can hold
         return None
-    epoch = ledger._epoch
+    epoch = state.epoch
     for entry in used:
         if entry.epoch != epoch:
-            ledger._touch(entry)
+            state.touch(entry)
     return used, respelled
 
 
 def check_arguments(
     plan: CheckPlan,
     arguments: Mapping[str, Any],
-    ledger: Ledger,
+    state: LedgerState,
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call.
 
     The verdict's ``arguments`` give each identifier its ledger spelling.
     """
     if plan.fast is not None:
-        allowed = allowed_entries(plan.fast, plan.read, (), arguments, ledger)
+        allowed = allowed_entries(plan.fast, plan.read, (), arguments, state)
         if allowed is not None:
             used_fast, respelled = allowed
             if respelled is not None:
                 arguments = {**arguments, **{name: value for name, _, value in respelled}}
             return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
-    by_kind = ledger._by_kind
+    by_kind = state.tables
     read = plan.read
     used: list[Entry] = []
     typed: list[TypedId] = []
@@ -266,7 +266,7 @@ def check_arguments(
                     if type(value) is str and value != entry.value:
                         spellings.setdefault(index, {})[value] = entry.value
                     continue
-            outcome = _classify(plan, param, value, text, ledger)
+            outcome = _classify(plan, param, value, text, state)
             if isinstance(outcome, TypedId):
                 typed.append(outcome)
             else:
@@ -281,7 +281,7 @@ def check_arguments(
             arguments=arguments,
         )
     for entry in used:
-        ledger._touch(entry)
+        state.touch(entry)
     return Verdict(
         tool=plan.spec.name,
         allowed=True,
@@ -346,7 +346,7 @@ def _classify(
     param: _ParamPlan,
     value: Any,
     text: str | None,
-    ledger: Ledger,
+    state: LedgerState,
 ) -> Finding | TypedId:
     """The finding for one value that was not allowed outright, or the id the user typed.
 
@@ -380,37 +380,37 @@ def _classify(
         if key in kind.examples:
             return finding("example", kind, detail="placeholder from a tool description")
     for kind, key in keys:
-        entry = ledger._by_kind.get(kind.name, {}).get(key)
+        entry = state.tables.get(kind.name, {}).get(key)
         if entry is not None:  # present, but unverified and the tool writes
             return finding("unverified", kind, entry.role, "typed by the user, never looked up")
     typed: bool | None = None  # searched once, for the first kind whose shape it has
     for kind, key in keys:
         if not kind.has_pattern or kind.matches(text):
-            typed = ledger._typed_by_user(text) if typed is None else typed
+            typed = state.typed_by_user(text) if typed is None else typed
             if not typed:
                 continue
             if plan.read:
                 return TypedId(kind.name, text, key)
             return finding("unverified", kind, None, "typed by the user, never looked up")
     for kind, key in keys:
-        dropped = ledger._drop_mark(kind.name, key)
+        dropped = state.drop_mark(kind.name, key)
         if dropped is not None:
             return finding("evicted", kind, None, dropped_detail(dropped.tool, dropped.turn))
-        tomb = ledger._tombstone(kind.name, key)
+        tomb = state.tombstone(kind.name, key)
         if tomb is not None:
             return finding("evicted", kind, tomb.role, f"evicted at turn {tomb.evicted_turn}")
-    for other in ledger._lookup(text, exclude={kind.name for kind in param.kinds}):
+    for other in state.lookup(text, exclude={kind.name for kind in param.kinds}):
         wanted = " or ".join(repr(k.name) for k in param.kinds)
         detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
         return finding("wrong_kind", first, other.role, detail)
     # Only a value within reach of a kind's keys is searched: a megabyte id costs no search.
-    near = [(kind, key) for kind, key in keys if within_reach(kind, key, ledger)]
+    near = [(kind, key) for kind, key in keys if within_reach(kind, key, state)]
     for kind, key in near:
-        cut = _truncated(kind, key, ledger)
+        cut = _truncated(kind, key, state)
         if cut is not None:
             return finding("truncated", kind, cut.role, cut.detail)
     for kind, key in near:
-        close = near_miss(kind, key, ledger)
+        close = near_miss(kind, key, state)
         if close is not None:
             return finding("mutated", kind, close.entry.role, close.detail)
     return finding("unknown", first, None, "appears in no tool result")
@@ -449,16 +449,16 @@ class _Cut(NamedTuple):
     detail: str
 
 
-def _truncated(kind: Kind, key: str, ledger: Ledger) -> _Cut | None:
+def _truncated(kind: Kind, key: str, state: LedgerState) -> _Cut | None:
     stem = key
     for ellipsis in ARGUMENT_ELLIPSES:
         if stem.endswith(ellipsis):
             stem = stem[: -len(ellipsis)].rstrip()
-            matches = ledger._keys_with_prefix(kind.name, stem) if stem else []
+            matches = state.keys_with_prefix(kind.name, stem) if stem else []
             return _Cut(_most_recent(matches), "ends in an ellipsis")
     if len(stem) < 2:
         return None
-    matches = ledger._keys_with_prefix(kind.name, stem)
+    matches = state.keys_with_prefix(kind.name, stem)
     if not matches:
         return None
     return _Cut(_most_recent(matches), "a prefix of a ledger value")
@@ -503,16 +503,3 @@ def malformed_arguments(plan: CheckPlan, arguments: object) -> Verdict:
         findings=(finding,),
         message=reprompt(plan.spec.name, [finding], read=plan.read, lookups=plan.lookups),
     )
-
-
-def parse_arguments(arguments: object) -> Mapping[str, Any] | None:
-    """Arguments as a mapping; a JSON object given as text is parsed. None when neither."""
-    if isinstance(arguments, Mapping):
-        return arguments
-    if isinstance(arguments, (str, bytes, bytearray)):
-        try:
-            parsed = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return None
-        return parsed if isinstance(parsed, dict) else None
-    return None

@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from guardrail._check import AllowedCall, Respelling, Respellings, allowed_entries
 from guardrail._harvest import OPAQUE_TYPES, opaque
+from guardrail._reprompt import Rejection
 from guardrail._spec import ToolSpec
-from guardrail._verdict import Rejection, Verdict
-from guardrail.ledger import Entry, Ledger
+from guardrail._verdict import Verdict
+from guardrail.ledger import Entry
+from guardrail.ledger._state import LedgerState
 
 if TYPE_CHECKING:
     from guardrail._engine import Engine
@@ -37,7 +39,7 @@ class GuardedTool:
 
     What a call needs is resolved once, here: the ``engine`` that checks and
     records (and its compiled plans and audit levels), ``session`` (the
-    ledger of the innermost open scope, or None: the cheap look-up every
+    ledger state of the innermost open scope, or None: the cheap look-up every
     call makes) and ``current`` (the full resolution, with the default
     session and the error outside any). ``leading`` holds the defaults of
     the function's positional-only parameters (``inspect.Parameter.empty``
@@ -65,8 +67,8 @@ class GuardedTool:
         spec: ToolSpec,
         engine: Engine,
         *,
-        session: Callable[[], Ledger | None],
-        current: Callable[[], Ledger],
+        session: Callable[[], LedgerState | None],
+        current: Callable[[], LedgerState],
         leading: tuple[Any, ...] = (),
     ) -> None:
         self.engine = engine
@@ -96,7 +98,7 @@ class GuardedTool:
         return arguments
 
     def admit(
-        self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> AllowedCall | None:
         """The allowed path: the entries a call uses when each id is allowed outright, else None.
 
@@ -105,9 +107,9 @@ class GuardedTool:
         plan = self.plans.get(self.name)
         if plan is None or plan.fast is None or plan.spec is not self.spec:
             return None
-        admitted = allowed_entries(plan.fast, plan.read, args, kwargs, ledger)
+        admitted = allowed_entries(plan.fast, plan.read, args, kwargs, state)
         if admitted is not None and self.levels[self.allowed_level]:
-            self.engine.log_allowed(plan, ledger, admitted[0])
+            self.engine.log_allowed(plan, state, admitted[0])
         return admitted
 
     def respell(
@@ -153,24 +155,24 @@ class GuardedTool:
         ]
 
     def enforce(
-        self, ledger: Ledger, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[dict[str, Any], Verdict]:
         """The full check in the guard's mode (which may raise), for any other call."""
         arguments = self.bind(args, kwargs)
-        return arguments, self.engine.enforce(self.name, arguments, ledger)
+        return arguments, self.engine.enforce(self.name, arguments, state)
 
     def record(
-        self, ledger: Ledger, arguments: Mapping[str, Any], verdict: Verdict, result: Any
+        self, state: LedgerState, arguments: Mapping[str, Any], verdict: Verdict, result: Any
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
         plan = self.plans[self.name]
         if verdict.allowed and verdict.arguments is not None:
             arguments = verdict.arguments  # what the tool ran with
-        self.engine.record_call(plan, arguments, result, False, None, ledger, verdict)
+        self.engine.record_call(plan, arguments, result, state, verdict=verdict)
 
     def settle(
         self,
-        ledger: Ledger,
+        state: LedgerState,
         used: list[Entry],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
@@ -188,10 +190,10 @@ class GuardedTool:
             and opaque(result)
         ):
             if self.levels[logging.DEBUG]:
-                self.engine.log_nothing_recorded(ledger, self.name)
+                self.engine.log_nothing_recorded(state, self.name)
             return
         verdict = Verdict(self.name, True, used=tuple(used))
-        self.engine.record_call(plan, self.bind(args, kwargs), result, False, None, ledger, verdict)
+        self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
 
 
 def wrap(tool: GuardedTool, function: F) -> F:
@@ -212,52 +214,52 @@ def wrap(tool: GuardedTool, function: F) -> F:
     if inspect.iscoroutinefunction(target):
 
         async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            ledger = session()
-            if ledger is None:
-                ledger = current()
-            admitted = tool.admit(ledger, args, kwargs)
+            state = session()
+            if state is None:
+                state = current()
+            admitted = tool.admit(state, args, kwargs)
             if admitted is not None:
                 used, respelled = admitted
                 if respelled is not None:
                     args, kwargs = tool.respell(respelled, args, kwargs)
                 result = await target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.settle(ledger, used, args, kwargs, result)
+                    tool.settle(state, used, args, kwargs, result)
                 return result
-            arguments, verdict = tool.enforce(ledger, args, kwargs)
+            arguments, verdict = tool.enforce(state, args, kwargs)
             if not verdict.allowed:
                 if engine.mode == "reprompt":
                     return Rejection(verdict)
             elif verdict.arguments is not arguments:
                 args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
             result = await target(*args, **kwargs)
-            tool.record(ledger, arguments, verdict, result)
+            tool.record(state, arguments, verdict, result)
             return result
 
         wrapper = guarded_async
     else:
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            ledger = session()
-            if ledger is None:
-                ledger = current()
-            admitted = tool.admit(ledger, args, kwargs)
+            state = session()
+            if state is None:
+                state = current()
+            admitted = tool.admit(state, args, kwargs)
             if admitted is not None:
                 used, respelled = admitted
                 if respelled is not None:
                     args, kwargs = tool.respell(respelled, args, kwargs)
                 result = target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.settle(ledger, used, args, kwargs, result)
+                    tool.settle(state, used, args, kwargs, result)
                 return result
-            arguments, verdict = tool.enforce(ledger, args, kwargs)
+            arguments, verdict = tool.enforce(state, args, kwargs)
             if not verdict.allowed:
                 if engine.mode == "reprompt":
                     return Rejection(verdict)
             elif verdict.arguments is not arguments:
                 args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
             result = target(*args, **kwargs)
-            tool.record(ledger, arguments, verdict, result)
+            tool.record(state, arguments, verdict, result)
             return result
 
         wrapper = guarded

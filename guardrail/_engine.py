@@ -5,27 +5,22 @@ in the guard's mode (refusals raise, re-prompt, or are only logged in
 observe mode; refusals of one tool are counted per turn of a ledger; undeclared
 tools are refused or warned about once); records bring in the ids a
 successful result declares, the ids a successful call vouches for first,
-never more new ids per call than ``max_ids_per_call``. After a change to a
-ledger it calls ``on_change`` (the guard saves its default session there).
-Every decision is an event of its :class:`~guardrail._audit.Audit`.
+never more new ids per call than ``max_ids_per_call``. It works on a
+ledger's state (:class:`~guardrail.ledger._state.LedgerState`); after a
+change it asks the state to persist it (the default session writes
+itself). Every decision is an event of its :class:`~guardrail._audit.Audit`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from guardrail._audit import Audit
-from guardrail._check import (
-    CheckPlan,
-    check_arguments,
-    malformed_arguments,
-    parse_arguments,
-    undeclared_verdict,
-)
+from guardrail._check import CheckPlan, check_arguments, malformed_arguments, undeclared_verdict
 from guardrail._harvest import (
     Batch,
     Harvest,
@@ -34,11 +29,13 @@ from guardrail._harvest import (
     unreadable_problem,
     yields_nothing,
 )
+from guardrail._messages import parse_arguments
 from guardrail._registry import Registry
 from guardrail._spec import ParamSpec, ToolSpec
 from guardrail._verdict import Verdict
 from guardrail.errors import IdentifierViolation, RepromptLimitExceeded
-from guardrail.ledger import Entry, Ledger, Source
+from guardrail.ledger import Entry, Source
+from guardrail.ledger._state import LedgerState
 
 Mode = Literal["raise", "reprompt", "observe"]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
@@ -69,7 +66,6 @@ class Engine:
         registry: Registry,
         audit: Audit,
         options: Options,
-        on_change: Callable[[Ledger], None],
     ) -> None:
         self.registry = registry
         #: The registry's plans (the same mapping), read by every call.
@@ -78,33 +74,32 @@ class Engine:
         self.options = options
         self.mode: Mode = options.mode
         self.max_ids_per_call = options.max_ids_per_call
-        self._on_change = on_change
         #: Unknown tool names already warned about (bounded), and the lock that makes it once.
         self._undeclared_seen: set[str] = set()
         self._undeclared_lock = threading.Lock()
 
     # -- the check ------------------------------------------------------------------------
 
-    def verdict(self, name: str, arguments: Any, ledger: Ledger) -> Verdict:
+    def verdict(self, name: str, arguments: Any, state: LedgerState) -> Verdict:
         """The verdict on one call, logged nowhere; an allowed call touches its entries."""
         plan = self.plans.get(name)
         if plan is None:
             if self.options.refuse_undeclared:
                 return undeclared_verdict(name)
             if self.registry.has_writes and name not in self._undeclared_seen:
-                self._warn_undeclared(name, ledger)
+                self._warn_undeclared(name, state)
             given = arguments if type(arguments) is dict else parse_arguments(arguments)
             return Verdict(tool=name, allowed=True, arguments=given)
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
-        return check_arguments(plan, args, ledger)
+        return check_arguments(plan, args, state)
 
-    def check(self, name: str, arguments: Mapping[str, Any] | str, ledger: Ledger) -> Verdict:
+    def check(self, name: str, arguments: Mapping[str, Any] | str, state: LedgerState) -> Verdict:
         """:meth:`verdict`, logged as a check (nothing is counted: no call is about to run)."""
-        verdict = self.verdict(name, arguments, ledger)
+        verdict = self.verdict(name, arguments, state)
         self.audit.call_checked(
-            ledger.session_id,
+            state.session_id,
             verdict,
             effect=self._effect(name),
             mode=self.mode,
@@ -112,10 +107,10 @@ class Engine:
         )
         return verdict
 
-    def enforce(self, name: str, arguments: Any, ledger: Ledger) -> Verdict:
+    def enforce(self, name: str, arguments: Any, state: LedgerState) -> Verdict:
         """Check a call about to run in the engine's mode: log, count re-prompts, maybe raise."""
-        verdict = self.verdict(name, arguments, ledger)
-        session = ledger.session_id
+        verdict = self.verdict(name, arguments, state)
+        session = state.session_id
         if verdict.allowed:
             # An allowed call does not reset the count: a model that sends one good and one
             # bad call of a tool at every step would otherwise be re-prompted for ever.
@@ -133,8 +128,7 @@ class Engine:
                 session, verdict, effect=effect, mode="observe", outcome="would_refuse"
             )
             return verdict
-        count = ledger._refusals.get(name, 0) + 1
-        ledger._refusals[name] = count
+        count = state.reprompts.add(name, state.turn)
         self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome="refused")
         if self.mode == "raise":
             raise IdentifierViolation(verdict)
@@ -144,17 +138,17 @@ class Engine:
             raise RepromptLimitExceeded(verdict, limit=limit)
         return verdict
 
-    def log_allowed(self, plan: CheckPlan, ledger: Ledger, used: list[Entry]) -> None:
+    def log_allowed(self, plan: CheckPlan, state: LedgerState, used: list[Entry]) -> None:
         """The audit event of a call whose ids were all allowed outright."""
         self.audit.call_checked(
-            ledger.session_id,
+            state.session_id,
             Verdict(plan.spec.name, True, used=tuple(used)),
             effect=plan.spec.effect,
             mode=self.mode,
             outcome="allowed",
         )
 
-    def _warn_undeclared(self, name: str, ledger: Ledger) -> None:
+    def _warn_undeclared(self, name: str, state: LedgerState) -> None:
         """Warn once per unknown tool name: a guard with write tools lets it run unchecked."""
         if not self.audit.levels[logging.WARNING]:
             return  # nothing would be seen: a silenced copy must not use up the warning
@@ -162,7 +156,7 @@ class Engine:
             if name in self._undeclared_seen or len(self._undeclared_seen) >= _UNDECLARED_KEPT:
                 return
             self._undeclared_seen.add(name)
-        self.audit.undeclared_tool(ledger.session_id, name)
+        self.audit.undeclared_tool(state.session_id, name)
 
     def _allowed_outcome(self, name: str) -> str:
         # A tool the guard does not know declares no ids: allowed, and logged as undeclared.
@@ -179,9 +173,10 @@ class Engine:
         name: str,
         arguments: Mapping[str, Any] | str,
         result: Any,
-        error: bool,
-        call_id: str | None,
-        ledger: Ledger,
+        state: LedgerState,
+        *,
+        error: bool = False,
+        call_id: str | None = None,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
@@ -194,31 +189,34 @@ class Engine:
         args = parse_arguments(arguments) or {}
         # Observe mode lets a call it would refuse run; what that call touched or returned
         # belongs to someone else's record, so it is checked again and then left unrecorded.
-        verdict = self.verdict(name, args, ledger) if self.mode == "observe" else None
-        return self.record_call(plan, args, result, error, call_id, ledger, verdict)
+        verdict = self.verdict(name, args, state) if self.mode == "observe" else None
+        return self.record_call(
+            plan, args, result, state, error=error, call_id=call_id, verdict=verdict
+        )
 
     def record_call(
         self,
         plan: CheckPlan,
         arguments: Mapping[str, Any],
         result: Any,
-        error: bool,
-        call_id: str | None,
-        ledger: Ledger,
-        verdict: Verdict | None,
+        state: LedgerState,
+        *,
+        error: bool = False,
+        call_id: str | None = None,
+        verdict: Verdict | None = None,
     ) -> list[Entry]:
         """Record one call's result, given the verdict it ran under (None: not checked here)."""
         spec = plan.spec
         if error:
             self.audit.ids_recorded(
-                ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+                state.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
             )
             return []
         if verdict is not None and not verdict.allowed:
             # Observe mode ran a call it would have refused: it confirms, mints and
             # harvests nothing (its call_checked event already says would_refuse).
             if self.audit.enabled(logging.DEBUG):
-                self.log_nothing_recorded(ledger, spec.name, call_id)
+                self.log_nothing_recorded(state, spec.name, call_id)
             return []
         try:
             # A failure that came back as a result (an error mapping, a refusal) teaches
@@ -233,29 +231,29 @@ class Engine:
                 harvested = Harvest([], [])
             if harvested is None:
                 self.audit.ids_recorded(
-                    ledger.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+                    state.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
                 )
                 return []
             batches, problems = harvested
             taken = self._taken_ids(spec, arguments, verdict, problems)
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
-            self.log_nothing_recorded(ledger, spec.name, call_id, [problem])
+            self.log_nothing_recorded(state, spec.name, call_id, [problem])
             return []
         if not batches and not taken and not problems:
             if self.audit.enabled(logging.DEBUG):
-                self.log_nothing_recorded(ledger, spec.name, call_id)
+                self.log_nothing_recorded(state, spec.name, call_id)
             return []
-        turn = ledger.turn
+        turn = state.turn
         # The call's own ids first: a result naming more ids than one call may add must not
         # crowd out what the call confirmed or minted.
         batches[:0] = taken
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         limit = self.max_ids_per_call
-        admitted = ledger._admit(batches, source=sources, limit=limit, tool=spec.name)
+        admitted = state.admit(batches, source=sources, limit=limit, tool=spec.name)
         self.audit.ids_recorded(
-            ledger.session_id,
+            state.session_id,
             spec.name,
             call_id=call_id,
             added=admitted.added,
@@ -265,17 +263,21 @@ class Engine:
             dropped=admitted.dropped,
             limit=limit,
         )
-        self.audit.evicted(ledger.session_id, admitted.evicted)
+        self.audit.evicted(state.session_id, admitted.evicted)
         if admitted.added or admitted.verified:
-            self._on_change(ledger)
+            state.persist()
         return admitted.added
 
     def log_nothing_recorded(
-        self, ledger: Ledger, name: str, call_id: str | None = None, problems: Sequence[str] = ()
+        self,
+        state: LedgerState,
+        name: str,
+        call_id: str | None = None,
+        problems: Sequence[str] = (),
     ) -> None:
         """The event of a record that brought nothing in (and why, where something failed)."""
         self.audit.ids_recorded(
-            ledger.session_id,
+            state.session_id,
             name,
             call_id=call_id,
             added=(),
@@ -342,11 +344,11 @@ class Engine:
 
     # -- the conversation -----------------------------------------------------------------
 
-    def observe_user(self, text: str, ledger: Ledger) -> list[Entry]:
+    def observe_user(self, text: str, state: LedgerState) -> list[Entry]:
         """Start a turn with what the user typed: ids of a kind's shape enter, unverified."""
-        with ledger._lock:
-            turn = ledger._next_turn()
-            ledger._observe_text(text)
+        with state.lock:
+            turn = state.next_turn()
+            state.observe_text(text)
             found: list[Batch] = []
             for kind in self.registry.kinds.values():
                 values: list[str] = []
@@ -358,39 +360,39 @@ class Engine:
                         keys.append(key)
                 if values:
                     found.append(Batch(kind.name, "text", None, values, keys, None))
-            admitted = ledger._admit(
+            admitted = state.admit(
                 found,
                 source=Source(_USER, None, "text", turn),
                 verified=False,
                 limit=self.max_ids_per_call,
                 tool=_USER,
             )
-        self.audit.user_observed(ledger.session_id, admitted.added)
-        self.audit.ids_dropped(ledger.session_id, _USER, admitted.dropped, self.max_ids_per_call)
-        self.audit.evicted(ledger.session_id, admitted.evicted)
+        self.audit.user_observed(state.session_id, admitted.added)
+        self.audit.ids_dropped(state.session_id, _USER, admitted.dropped, self.max_ids_per_call)
+        self.audit.evicted(state.session_id, admitted.evicted)
         if admitted.added:
-            self._on_change(ledger)
+            state.persist()
         return admitted.added
 
-    def label(self, role: str, new_role: str, ledger: Ledger) -> Entry:
+    def label(self, role: str, new_role: str, state: LedgerState) -> Entry:
         """Rename an entry's role, logged; the old one stays an alias."""
-        old = ledger[role].role
-        entry = ledger.label(role, new_role)
-        self.audit.relabeled(ledger.session_id, entry, old)
-        self._on_change(ledger)
+        old = state.role(role).role
+        entry = state.label(role, new_role)
+        self.audit.relabeled(state.session_id, entry, old)
+        state.persist()
         return entry
 
-    def pin(self, role: str, pinned: bool, ledger: Ledger) -> Entry:
+    def pin(self, role: str, pinned: bool, state: LedgerState) -> Entry:
         """Keep (or stop keeping) an entry whatever the capacity."""
-        entry = ledger.pin(role, pinned)
-        self._on_change(ledger)
+        entry = state.pin(role, pinned)
+        state.persist()
         return entry
 
-    def forget(self, role: str, ledger: Ledger) -> Entry:
+    def forget(self, role: str, state: LedgerState) -> Entry:
         """Drop an entry now, leaving a tombstone (logged as an eviction)."""
-        entry = ledger.forget(role)
-        self.audit.evicted(ledger.session_id, [entry])
-        self._on_change(ledger)
+        entry = state.forget(role)
+        self.audit.evicted(state.session_id, [entry])
+        state.persist()
         return entry
 
 

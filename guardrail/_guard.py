@@ -17,6 +17,7 @@ options, composes the three, and keeps every public method in one place.
 from __future__ import annotations
 
 import inspect
+import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast, overload
 
@@ -30,6 +31,8 @@ from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, NormalizeSpec
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger
+from guardrail.ledger._ledger import ledger_of, state_of
+from guardrail.ledger._state import LedgerState
 from guardrail.stores import AsyncStore, MemoryStore, Store
 
 __all__ = ["MODES", "Guard", "Mode", "SessionScope"]
@@ -49,10 +52,17 @@ class Guard:
     ``outcome="would_refuse"``, but learns nothing from that call (no
     confirmation, no mints, no harvest of its result). ``capacity`` bounds
     each session's ledger. ``redact`` (a key) logs keyed hashes instead of
-    identifier values. ``secret`` derives each ledger's seal key from its
-    session id, so a server that rebuilds the ledger from the transcript on
-    every request still trusts its own ledger blocks (and a block of one
-    session never verifies in another). ``max_ids_per_call`` bounds the new
+    identifier values. ``secret`` is the key each session's seal key is
+    derived from (an HMAC of the session id): the ledger blocks compaction
+    writes verify in every process built with the same secret (workers
+    sharing a store, a server that rebuilds the ledger from the transcript
+    on every request), and a block of one session never verifies in
+    another. Seal keys are never stored, so reading a store or a saved
+    ledger gives no key. Without ``secret`` the guard draws a random one
+    when built: its blocks verify in this process only. A block that does
+    not verify (another secret, a rotated one, another session) is read as
+    unverified ids, never trusted: rotating the secret is safe, and costs
+    only a look-up again of the ids older blocks carried. ``max_ids_per_call`` bounds the new
     ids one result (or one user message) may add to a ledger (None: a tenth
     of ``capacity``); those beyond it are not kept, and a later use is
     refused with "narrow the search".
@@ -108,7 +118,9 @@ class Guard:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
-        if secret is not None and (not isinstance(secret, bytes) or not secret):
+        if secret is None:
+            secret = secrets.token_bytes(32)  # blocks verify in this process only
+        elif not isinstance(secret, bytes) or not secret:
             raise GuardrailUsageError("secret must be non-empty bytes or text (a server's key)")
         try:
             audit = Audit(logger, redact=redact)
@@ -122,6 +134,7 @@ class Guard:
             tombstones=tombstones,
             secret=secret,
             default_session=default_session,
+            not_saved=audit.session_not_saved,
             max_cached=max_cached_sessions,
         )
         if self._sessions.is_async and default_session is not None:
@@ -131,7 +144,7 @@ class Guard:
                 "open each conversation with `async with guard.session(id)`"
             )
         options = Options(mode, max_reprompts, refuse_undeclared, max_ids_per_call)
-        self._engine = Engine(self._registry, audit, options, self._save_default)
+        self._engine = Engine(self._registry, audit, options)
 
     # -- what the guard was built with ----------------------------------------------------
 
@@ -348,9 +361,7 @@ class Guard:
         quiet = object.__new__(Guard)
         quiet._registry = self._registry
         quiet._sessions = self._sessions
-        quiet._engine = Engine(
-            self._registry, Audit(SilentLogger()), self._engine.options, quiet._save_default
-        )
+        quiet._engine = Engine(self._registry, Audit(SilentLogger()), self._engine.options)
         return quiet
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
@@ -366,12 +377,14 @@ class Guard:
         one (merged into the live one if the session is open already).
         """
         _check_session_id(session_id)
-        return SessionScope(self, session_id, ledger)
+        if ledger is not None:
+            state_of(ledger)  # a usage error now, for anything but a Ledger
+        return SessionScope(self._sessions, session_id, ledger)
 
     @property
     def ledger(self) -> Ledger:
         """The current session's ledger."""
-        return self._sessions.current()
+        return ledger_of(self._sessions.current())
 
     def ledger_for(self, session_id: str) -> Ledger:
         """The live ledger of a session, up to date with the store, without opening a scope.
@@ -435,14 +448,6 @@ class Guard:
     def cached_sessions(self) -> list[str]:
         """The ids of the sessions this guard holds as live ledgers, least recently used first."""
         return self._sessions.cached()
-
-    def _save_default(self, ledger: Ledger) -> None:
-        """Save the default session after a change to it: no scope's end will."""
-        try:
-            self._sessions.save_default(ledger)
-        except Exception as failure:
-            self.audit.session_not_saved(self._sessions.default_session, failure)
-            raise
 
     # -- the conversation -----------------------------------------------------------------
 
@@ -532,8 +537,12 @@ class Guard:
         if session is not None:
             with self.session(session) as scoped:
                 target = self._given(ledger, scoped)
-                return self._engine.record(name, arguments, result, error, call_id, target)
-        return self._engine.record(name, arguments, result, error, call_id, self._ledger(ledger))
+                return self._engine.record(
+                    name, arguments, result, target, error=error, call_id=call_id
+                )
+        return self._engine.record(
+            name, arguments, result, self._ledger(ledger), error=error, call_id=call_id
+        )
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
@@ -560,16 +569,16 @@ class Guard:
 
         return label_identifier
 
-    def _ledger(self, given: Ledger | None) -> Ledger:
-        """``ledger=`` where given, else the current session's."""
-        return given if given is not None else self._sessions.current()
+    def _ledger(self, given: Ledger | None) -> LedgerState:
+        """The state of ``ledger=`` where given, else of the current session's ledger."""
+        return state_of(given) if given is not None else self._sessions.current()
 
     @staticmethod
-    def _given(given: Ledger | None, scoped: Ledger) -> Ledger:
+    def _given(given: Ledger | None, scoped: Ledger) -> LedgerState:
         """The scope's ledger for a ``session=`` call; ``ledger=`` as well is a usage error."""
         if given is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
-        return scoped
+        return state_of(scoped)
 
 
 def _check_idle(max_idle: object) -> None:

@@ -18,8 +18,8 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
+from guardrail._messages import Refusal, is_refusal
 from guardrail._paths import EACH, Path
-from guardrail._reprompt import is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
@@ -224,10 +224,11 @@ def _as_json(match: re.Match[str]) -> str:
 def failed(result: Any) -> bool:
     """Whether a result that came back as a success is an error or a refusal, not a result.
 
-    True for a :class:`~guardrail._decorator.Rejection`; a mapping (or the JSON
-    text of one) whose top-level ``"error"`` is truthy or whose
+    True for a refusal (a :class:`~guardrail._messages.Refusal`, as a
+    ``Rejection`` is); a mapping (or the JSON text of one) whose top-level
+    ``"error"`` is truthy or whose
     ``"is_error"`` or ``"isError"`` is ``true``; and a refusal's text
-    (:func:`guardrail._reprompt.is_refusal`). Nothing is learned from such a
+    (:func:`guardrail._messages.is_refusal`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
     value, text = _decode(result, [])
@@ -251,19 +252,7 @@ def _failed(value: Any, text: str | None) -> bool:
         return is_refusal(value)
     if type(value) in OPAQUE_TYPES or isinstance(value, (list, bytes)):
         return False
-    return isinstance(value, _rejection_type())
-
-
-_REJECTION: list[type] = []
-
-
-def _rejection_type() -> type:
-    """The Rejection class, imported on first use (its module imports this one)."""
-    if not _REJECTION:
-        from guardrail._verdict import Rejection
-
-        _REJECTION.append(Rejection)
-    return _REJECTION[0]
+    return isinstance(value, Refusal)
 
 
 def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:

@@ -16,7 +16,8 @@ from collections.abc import KeysView
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
-from guardrail.ledger import Entry, Ledger
+from guardrail.ledger import Entry
+from guardrail.ledger._state import LedgerState
 
 #: Longest value for which every pair of characters is tried as a swap (beyond it, neighbours).
 _ALL_SWAPS_UP_TO: Final = 32
@@ -119,7 +120,7 @@ class NearMiss(NamedTuple):
     detail: str
 
 
-def near_miss(kind: Kind, key: str, ledger: Ledger) -> NearMiss | None:
+def near_miss(kind: Kind, key: str, state: LedgerState) -> NearMiss | None:
     """A ledger entry of ``kind`` one edit, one swap or only look-alike letters away from ``key``.
 
     The search runs from the query's side: every variant one edit away is
@@ -128,28 +129,28 @@ def near_miss(kind: Kind, key: str, ledger: Ledger) -> NearMiss | None:
     size of the ledger. A value out of :func:`within_reach` is near no key
     and costs nothing.
     """
-    table = ledger._by_kind.get(kind.name)
-    if not table or not within_reach(kind, key, ledger):
+    table = state.tables.get(kind.name)
+    if not table or not within_reach(kind, key, state):
         return None
     folded = kind.key(skeleton(key))
     if folded is not None and folded != key:
         entry = table.get(folded)
         if entry is not None:
             return NearMiss(entry, "look-alike characters (homoglyphs)")
-    hit = _first_variant(key, sorted(ledger._alphabet(kind.name)), table.keys())
+    hit = _first_variant(key, sorted(state.alphabet(kind.name)), table.keys())
     if hit is None:
         return None
     candidate, detail = hit
     return NearMiss(table[candidate], detail)
 
 
-def within_reach(kind: Kind, key: str, ledger: Ledger) -> bool:
+def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
     """Whether ``key`` is short enough to be near a key of ``kind``.
 
     That is no longer than the kind's longest key plus :data:`MARGIN`.
     Beyond it no search runs, so a refusal costs what reading the value costs.
     """
-    return len(key) <= ledger._longest_key(kind.name) + MARGIN
+    return len(key) <= state.longest_key(kind.name) + MARGIN
 
 
 def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:

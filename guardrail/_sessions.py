@@ -24,19 +24,19 @@ import hmac
 import inspect
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
-from guardrail import _journal
+from guardrail import _journal as journal
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.stores import AsyncStore, Change, Snapshot, Store, Written
+from guardrail.ledger._ledger import state_of
+from guardrail.ledger._state import LedgerState
+from guardrail.stores.protocol import AsyncStore, Change, Snapshot, Store, Written
 
 if TYPE_CHECKING:
     import asyncio
-
-    from guardrail._guard import Guard
 
 
 class _Cached:
@@ -74,8 +74,9 @@ class Sessions:
         kinds: Mapping[str, Kind],
         capacity: int,
         tombstones: int | None,
-        secret: bytes | None,
+        secret: bytes,
         default_session: str | None,
+        not_saved: Callable[[str | None, BaseException], None],
         max_cached: int = 1024,
     ) -> None:
         self.store = store
@@ -87,9 +88,11 @@ class Sessions:
         #: Whether the store's methods are coroutines (an AsyncStore): scopes must be async.
         self.is_async = inspect.iscoroutinefunction(getattr(store, "load", None))
         self._secret = secret
-        #: The ledger of the innermost open scope, per thread and task: one variable per
-        #: guard, so two guards' sessions never see each other's ledgers.
-        self.var: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(
+        #: Reports a session whose changes could not be written (the guard's audit).
+        self.not_saved = not_saved
+        #: The state of the innermost open scope's ledger, per thread and task: one variable
+        #: per guard, so two guards' sessions never see each other's ledgers.
+        self.var: contextvars.ContextVar[LedgerState | None] = contextvars.ContextVar(
             "guardrail.session", default=None
         )
         self._open_lock = threading.Lock()
@@ -100,9 +103,9 @@ class Sessions:
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with the guard's capacity and kinds, outside any store.
 
-        With a ``secret``, its seal key is derived from the session id: a
-        ledger rebuilt for the same session verifies its own ledger blocks,
-        and a block of one session never verifies in another.
+        A ledger of a session seals its blocks with a key derived from the
+        guard's secret and the session id (see :meth:`seal`); a ledger of no
+        session keeps the random key of its own it was made with.
         """
         ledger = Ledger(
             capacity=self.capacity,
@@ -110,11 +113,21 @@ class Sessions:
             kinds=self.kinds,
             session_id=session_id,
         )
-        if self._secret is not None:
-            session = (session_id or "").encode("utf-8", "surrogatepass")
-            message = b"guardrail seal\0" + session
-            ledger.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
+        if session_id is not None:
+            self.seal(state_of(ledger), session_id)
         return ledger
+
+    def seal(self, state: LedgerState, session_id: str) -> None:
+        """Make ``state`` the ledger of ``session_id``, with that session's seal key.
+
+        The key is an HMAC of the session id under the guard's secret: the
+        same in every process that shares the secret, different for every
+        session, and never written to a store or a saved ledger. A block
+        sealed in one session never verifies in another.
+        """
+        state.session_id = session_id
+        message = b"guardrail seal\0" + session_id.encode("utf-8", "surrogatepass")
+        state.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
 
     # -- opening and closing ------------------------------------------------------------------
 
@@ -175,18 +188,19 @@ class Sessions:
         if snapshot is None:
             if given is None:
                 ledger = self.new_ledger(session_id)
-                _journal.follow(ledger, all_of_it=False)
+                journal.follow(state_of(ledger), all_of_it=False)
                 return ledger
             ledger = given  # the store has nothing: the given ledger is the session, all unwritten
-            if ledger._kinds is not self.kinds:  # keyed by this guard's normalisers from now on
-                ledger._use_kinds(self.kinds)
-            ledger.session_id = session_id
-            _journal.follow(ledger, all_of_it=True)
+            state = state_of(ledger)
+            if state.kinds is not self.kinds:  # keyed by this guard's normalisers from now on
+                state.use_kinds(self.kinds)
+            self.seal(state, session_id)
+            journal.follow(state, all_of_it=True)
             return ledger
-        records, meta = _journal.checked(snapshot, session_id, self.store)
+        records, meta = journal.checked(snapshot, session_id, self.store)
         ledger = self.new_ledger(session_id)
-        _journal.follow(ledger, all_of_it=False)
-        _journal.fill(ledger, records, meta)
+        journal.follow(state_of(ledger), all_of_it=False)
+        journal.load(state_of(ledger), records, meta)
         cached.version = snapshot.version
         if given is not None:
             ledger.merge(given)
@@ -199,15 +213,15 @@ class Sessions:
         ledger = cached.ledger
         assert ledger is not None
         if delta is not None:
-            records, meta = _journal.checked(delta, session_id, self.store)
-            if delta.complete and cached.scopes == 1 and not ledger._journal:
+            records, meta = journal.checked(delta, session_id, self.store)
+            if delta.complete and cached.scopes == 1 and not journal.unwritten(state_of(ledger)):
                 # Deleted or started anew elsewhere, and no one here holds unwritten changes.
                 fresh = self.new_ledger(session_id)
-                _journal.follow(fresh, all_of_it=False)
-                _journal.fill(fresh, records, meta)
+                journal.follow(state_of(fresh), all_of_it=False)
+                journal.load(state_of(fresh), records, meta)
                 cached.ledger = ledger = fresh
             else:
-                _journal.absorb(ledger, records, meta)
+                journal.catch_up(state_of(ledger), records, meta)
             cached.version = delta.version
         if given is not None and given is not ledger:
             ledger.merge(given)  # one ledger, which only grows
@@ -282,13 +296,14 @@ class Sessions:
             ledger = cached.ledger
             if ledger is None:
                 return
-            change, names = _journal.take(ledger, cached.version)
+            state = state_of(ledger)
+            change, names = journal.take(state, cached.version)
             if not change:
                 return
             try:
                 written = store.apply(session_id, change)
             except BaseException:
-                _journal.undo(ledger, names)
+                journal.undo(state, names)
                 raise
             self._wrote(cached, ledger, change, written)
 
@@ -297,19 +312,20 @@ class Sessions:
             ledger = cached.ledger
             if ledger is None:
                 return
-            change, names = _journal.take(ledger, cached.version)
+            state = state_of(ledger)
+            change, names = journal.take(state, cached.version)
             if not change:
                 return
             try:
                 written = await cast(AsyncStore, self.store).apply(session_id, change)
             except BaseException:
-                _journal.undo(ledger, names)
+                journal.undo(state, names)
                 raise
             self._wrote(cached, ledger, change, written)
 
     @staticmethod
     def _wrote(cached: _Cached, ledger: Ledger, change: Change, written: Written) -> None:
-        _journal.written(ledger, change)
+        journal.written(state_of(ledger), change)
         if written.alone:  # no one else wrote: the ledger is the session
             cached.version = written.version
 
@@ -323,12 +339,17 @@ class Sessions:
             )
         return cast(Store, self.store)
 
-    def save_default(self, ledger: Ledger) -> None:
-        """Write the default session after a change to it (no scope's end will); else nothing."""
-        if ledger is self._default and self.default_session is not None:
-            cached = self._cache.get(self.default_session)
-            if cached is not None:
-                self._write(self.default_session, cached)
+    def _write_default(self) -> None:
+        """Write the default session after a change to it: no scope's end will."""
+        session_id = self.default_session
+        cached = self._cache.get(session_id) if session_id is not None else None
+        if session_id is None or cached is None or cached.ledger is not self._default:
+            return
+        try:
+            self._write(session_id, cached)
+        except Exception as failure:
+            self.not_saved(session_id, failure)
+            raise
 
     # -- handles without a scope -----------------------------------------------------------
 
@@ -380,7 +401,9 @@ class Sessions:
         with self._open_lock:
             if self._cache.get(session_id) is cached:
                 self._cache.pop(session_id, None)
-            if cached is not None and cached.ledger is self._default:
+            default = self._default
+            if default is not None and cached is not None and cached.ledger is default:
+                state_of(default).after_change = None
                 self._default = None
 
     def cached(self) -> list[str]:
@@ -388,22 +411,25 @@ class Sessions:
         with self._open_lock:
             return list(self._cache)
 
-    def current(self) -> Ledger:
-        """The ledger of the innermost open scope, else the default session's."""
-        ledger = self.var.get()
-        if ledger is not None:
-            return ledger
+    def current(self) -> LedgerState:
+        """The ledger state of the innermost open scope, else the default session's."""
+        state = self.var.get()
+        if state is not None:
+            return state
         if self.default_session is None:
             raise GuardrailUsageError(
                 "a guarded call ran outside any session. Wrap each conversation in "
                 "`with guard.session(conversation_id):` (or `async with`), or build the guard "
                 "with Guard(default_session='default') for a single-conversation program."
             )
-        if self._default is None:
+        default = self._default
+        if default is None:
             # Opened as a scope that never ends: one live ledger, shared with any
             # `with guard.session(default_session)`, written after each change.
-            self._default = self.open(self.default_session, None)
-        return self._default
+            default = self.open(self.default_session, None)
+            state_of(default).after_change = self._write_default
+            self._default = default
+        return state_of(default)
 
 
 class SessionScope:
@@ -416,21 +442,15 @@ class SessionScope:
     else the :class:`~guardrail.errors.StoreError` is raised.
     """
 
-    def __init__(self, guard: Guard, session_id: str, ledger: Ledger | None) -> None:
-        self._guard = guard
-        self._sessions = guard._sessions
+    def __init__(self, sessions: Sessions, session_id: str, ledger: Ledger | None) -> None:
+        self._sessions = sessions
         self.session_id = session_id
         self._given = ledger
-        self._tokens: list[tuple[contextvars.Token[Ledger | None], Ledger]] = []
-
-    @property
-    def guard(self) -> Guard:
-        """The guard whose session this is (its kinds and tool specs)."""
-        return self._guard
+        self._tokens: list[tuple[contextvars.Token[LedgerState | None], Ledger]] = []
 
     def __enter__(self) -> Ledger:
         ledger = self._sessions.open(self.session_id, self._given)
-        self._tokens.append((self._sessions.var.set(ledger), ledger))
+        self._tokens.append((self._sessions.var.set(state_of(ledger)), ledger))
         return ledger
 
     def __exit__(self, exc_type: object, exc: BaseException | None, traceback: object) -> None:
@@ -443,7 +463,7 @@ class SessionScope:
 
     async def __aenter__(self) -> Ledger:
         ledger = await self._sessions.open_async(self.session_id, self._given)
-        self._tokens.append((self._sessions.var.set(ledger), ledger))
+        self._tokens.append((self._sessions.var.set(state_of(ledger)), ledger))
         return ledger
 
     async def __aexit__(
@@ -458,7 +478,7 @@ class SessionScope:
 
     def _not_saved(self, failure: Exception, exc: BaseException | None) -> None:
         """A failed write: raised, unless the block already ends by an exception (noted on it)."""
-        self._guard.audit.session_not_saved(self.session_id, failure)
+        self._sessions.not_saved(self.session_id, failure)
         if exc is None:
             raise failure
         add_note = getattr(exc, "add_note", None)  # Python 3.11+

@@ -13,14 +13,13 @@ import pytest
 import structlog
 
 from guardrail import Guard
-from guardrail.compaction._block import BLOCK_HEADER, ledger_block
+from guardrail.compaction import BLOCK_HEADER, ledger_block, ledger_values
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay._agents import (
     Intent,
     anthropic_agent,
     anthropic_messages,
     as_call,
-    ledger_values,
     load_agent,
     openai_agent,
     reference_agent,

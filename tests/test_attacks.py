@@ -32,9 +32,10 @@ from guardrail import (
 )
 from guardrail._audit import SilentLogger
 from guardrail._guard import Mode
+from guardrail._messages import SHAPES, Shape, default_role, text_message
 from guardrail.compaction._block import BLOCK_HEADER
-from guardrail.compaction._messages import SHAPES, Shape, default_role, text_message
 from guardrail.compaction._summarize import SUMMARY_HEADER
+from guardrail.ledger._ledger import state_of
 from guardrail.stores import MemoryStore
 
 from .conftest import ORDERS, shop_guard
@@ -881,7 +882,7 @@ def test_a_flood_cannot_crowd_out_the_id_a_call_minted() -> None:
     with guard.session("s") as ledger:
         guard.record("invite", {"email": "eve@example.com"}, flood)
         assert ledger.get("email", "eve@example.com") is not None
-        assert "order" not in ledger._by_kind or not ledger._by_kind["order"]
+        assert "order" not in state_of(ledger).tables or not state_of(ledger).tables["order"]
         assert guard.check("send_mail", {"to": "eve@example.com"}).allowed
 
 
@@ -915,25 +916,19 @@ def test_a_flood_is_no_news_to_the_next_compaction() -> None:
 
 
 def _plant(path: Path, session_id: str, data: dict[str, Any]) -> None:
-    """Write a saved ledger's entries into the store's rows, as someone with the file could."""
+    """Write a saved ledger's records into the store's rows, as someone with the file could."""
     SQLiteStore(path).close()
-    meta = {
-        name: data[name]
-        for name in ("capacity", "tombstone_capacity", "seal_key", "turn", "epoch", "kinds")
-    }
-    meta.update(counters=data["counters"], user_texts=data["user_texts"], refusals={})
     with closing(sqlite3.connect(path)) as db, db:
         db.execute(
             "INSERT OR REPLACE INTO guardrail_session (session_id, created, version, meta,"
             " meta_version, written) VALUES (?, 1, 2, ?, 2, 0)",
-            (session_id, json.dumps(meta)),
+            (session_id, json.dumps(data["meta"])),
         )
-        for entry in data["entries"]:
-            record = {**entry, "state": "live", "turn": entry["last_used"]}
+        for record in data["records"]:
             db.execute(
                 "INSERT OR REPLACE INTO guardrail_record (session_id, kind, key, version, record)"
                 " VALUES (?, ?, ?, 2, ?)",
-                (session_id, entry["kind"], entry["key"], json.dumps(record)),
+                (session_id, record["kind"], record["key"], json.dumps(record)),
             )
 
 
@@ -942,7 +937,7 @@ def _saved_with_a_typed_id(guard: Guard) -> dict[str, Any]:
     with guard.session("tmp") as ledger:
         guard.observe_user("please refund #W7777777")
         data = ledger.to_dict()
-    assert data["entries"][0]["verified"] is False
+    assert data["records"][0]["verified"] is False
     return data
 
 
@@ -952,7 +947,7 @@ def test_a_verified_flag_written_as_text_never_verifies_a_typed_id(tmp_path: Pat
     guard = shop_guard(store=SQLiteStore(path))
     refund, refunded = _refund_tool(guard)
     data = _saved_with_a_typed_id(guard)
-    data["entries"][0]["verified"] = "false"
+    data["records"][0]["verified"] = "false"
     _plant(path, "victim", data)
 
     def resume() -> None:
@@ -972,7 +967,7 @@ def test_a_saved_key_cannot_vouch_for_an_id_its_value_is_not(tmp_path: Path) -> 
     with guard.session("tmp") as ledger:
         guard.record("get_order", {}, {"order_id": "#W8855135"})
         data = ledger.to_dict()
-    data["entries"][0]["key"] = "W6666666"  # a verified entry that would vouch for W6666666
+    data["records"][0]["key"] = "W6666666"  # a verified entry that would vouch for W6666666
     _plant(path, "victim", data)
     with guard.session("victim"), pytest.raises(IdentifierViolation):
         refund("W6666666")
@@ -986,7 +981,7 @@ def test_a_saved_alias_cannot_take_another_ids_role(tmp_path: Path) -> None:
     with guard.session("tmp") as ledger:
         guard.record("search_orders", {}, ORDERS)
         data = ledger.to_dict()
-    first, second = data["entries"]
+    first, second = data["records"]
     second["aliases"] = [first["role"]]  # "order" would name the second id
     _plant(path, "victim", data)
     with guard.session("victim") as planted:

@@ -20,6 +20,7 @@ from guardrail.compaction._block import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
 
 KINDS = ("order", "hotel", "note")
 
@@ -34,8 +35,10 @@ def a_guard(**options: object) -> Guard:
 def a_ledger(session: str | None = "conv-1") -> Ledger:
     ledger = a_guard().new_ledger(session)
     source = Source("t", None, "x", 0)
-    ledger._admit([Batch.one("order", "W1000001", "W1000001", "x", "delivered")], source=source)
-    ledger._admit(
+    state_of(ledger).admit(
+        [Batch.one("order", "W1000001", "W1000001", "x", "delivered")], source=source
+    )
+    state_of(ledger).admit(
         [Batch.one("hotel", "Grand Hotel", "Grand Hotel", "x")], source=source, verified=False
     )
     return ledger
@@ -47,12 +50,12 @@ def a_ledger(session: str | None = "conv-1") -> Ledger:
 def test_a_sealed_block_ends_with_a_seal_line_no_entry_line_can_be() -> None:
     """The seal is the last line, "(seal <32 hex>)": a role never starts with "("."""
     ledger = a_ledger()
-    block = render_block(ledger, (), ())
-    sealed = seal(block, ledger)
+    block = render_block(state_of(ledger), (), ())
+    sealed = seal(block, state_of(ledger))
     body, _, last = sealed.rpartition("\n")
     assert body == block
     assert last.startswith("(seal ") and last.endswith(")") and len(last) == len("(seal )") + 32
-    assert unseal(sealed, ledger) == (block, True)
+    assert unseal(sealed, state_of(ledger)) == (block, True)
     lines, _, bad = parse_block(sealed, 0)  # the seal line is no entry, nor an unreadable one
     assert bad == []
     assert [line.value for line in lines] == ["W1000001", "Grand Hotel"]
@@ -61,17 +64,18 @@ def test_a_sealed_block_ends_with_a_seal_line_no_entry_line_can_be() -> None:
 def test_a_seal_verifies_only_with_the_key_and_session_it_was_made_for() -> None:
     """Another key, another session id, or no seal line at all: not verified."""
     ledger = a_ledger()
-    block = render_block(ledger, (), ())
-    sealed = seal(block, ledger)
+    block = render_block(state_of(ledger), (), ())
+    sealed = seal(block, state_of(ledger))
     other_key = a_ledger()
-    other_key.session_id = ledger.session_id
+    state_of(other_key).session_id = ledger.session_id
     other_session = Ledger.from_json(ledger.to_json())
-    other_session.session_id = "conv-2"
-    assert not unseal(sealed, other_key)[1]
-    assert not unseal(sealed, other_session)[1]
-    assert unseal(block, ledger) == (block, False)
+    state_of(other_session).session_id = "conv-2"
+    state_of(other_session).seal_key = ledger.seal_key
+    assert not unseal(sealed, state_of(other_key))[1]
+    assert not unseal(sealed, state_of(other_session))[1]
+    assert unseal(block, state_of(ledger)) == (block, False)
     unnamed = a_ledger(None)
-    assert unseal(seal(block, unnamed), unnamed)[1]  # no session id is the empty one
+    assert unseal(seal(block, state_of(unnamed)), state_of(unnamed))[1]
 
 
 def test_a_guard_secret_derives_one_key_per_session() -> None:
@@ -80,10 +84,24 @@ def test_a_guard_secret_derives_one_key_per_session() -> None:
     again = a_guard(secret=b"server key")
     assert guard.new_ledger("a").seal_key == again.new_ledger("a").seal_key
     assert guard.new_ledger("a").seal_key != guard.new_ledger("b").seal_key
-    assert guard.new_ledger().seal_key == guard.new_ledger("").seal_key
     with guard.session("a") as ledger:
         assert ledger.seal_key == again.new_ledger("a").seal_key
-    assert a_guard().new_ledger("a").seal_key != a_guard().new_ledger("a").seal_key  # random
+    rotated = a_guard(secret="the next key")
+    assert rotated.new_ledger("a").seal_key != guard.new_ledger("a").seal_key
+
+
+def test_a_guard_without_a_secret_draws_one_of_its_own() -> None:
+    """No secret: one random secret per guard, so its sessions' keys hold within the guard only."""
+    guard = a_guard()
+    assert guard.new_ledger("a").seal_key == guard.new_ledger("a").seal_key
+    assert a_guard().new_ledger("a").seal_key != guard.new_ledger("a").seal_key
+
+
+def test_ledgers_of_no_session_each_have_a_key_of_their_own() -> None:
+    """A ledger with no session id never shares its key: not two of one guard, secret or not."""
+    for guard in (a_guard(), a_guard(secret="server key")):
+        keys = {guard.new_ledger().seal_key for _ in range(3)} | {Ledger().seal_key}
+        assert len(keys) == 4
 
 
 @pytest.mark.parametrize("secret", [b"", "", 42])
@@ -114,9 +132,11 @@ def ledgers(draw: st.DrawFn) -> Ledger:
             continue
         kind = draw(st.sampled_from(KINDS))
         found = Batch.one(kind, value, value.strip(), "x", draw(STATUSES))
-        added = ledger._admit(
-            [found], source=Source("t", None, "x", 0), verified=draw(st.booleans())
-        ).added
+        added = (
+            state_of(ledger)
+            .admit([found], source=Source("t", None, "x", 0), verified=draw(st.booleans()))
+            .added
+        )
         for entry in added:
             role = draw(ROLES)
             if role not in ledger and not role[0].isdigit():
@@ -132,7 +152,7 @@ def ledgers(draw: st.DrawFn) -> Ledger:
 @given(ledgers())
 def test_every_entry_reads_back_with_its_role_value_and_flags(ledger: Ledger) -> None:
     """render -> parse gives every entry back: role, value, status, verified, pinned, turns."""
-    lines, evicted, bad = parse_block(render_block(ledger, (), ()), 0)
+    lines, evicted, bad = parse_block(render_block(state_of(ledger), (), ()), 0)
     assert (evicted, bad) == ([], [])
     assert len(lines) == len(ledger.entries())
     for line, entry in zip(lines, ledger.entries(), strict=True):
@@ -150,8 +170,8 @@ def test_any_single_change_to_a_sealed_block_fails_the_seal(
     ledger: Ledger, data: st.DataObject
 ) -> None:
     """A character replaced, inserted or deleted anywhere (the seal line too): not verified."""
-    sealed = seal(render_block(ledger, (), ()), ledger)
-    assert unseal(sealed, ledger)[1]
+    sealed = seal(render_block(state_of(ledger), (), ()), state_of(ledger))
+    assert unseal(sealed, state_of(ledger))[1]
     at = data.draw(st.integers(0, len(sealed) - 1))
     how = data.draw(st.sampled_from(["replace", "insert", "delete"]))
     char = data.draw(st.characters(codec="utf-8") | st.sampled_from("0123456789abcdef\n "))
@@ -164,7 +184,7 @@ def test_any_single_change_to_a_sealed_block_fails_the_seal(
     else:
         forged = sealed[:at] + sealed[at + 1 :]
     assert forged != sealed
-    assert not unseal(forged, ledger)[1]
+    assert not unseal(forged, state_of(ledger))[1]
 
 
 @given(st.text(max_size=200))
@@ -188,8 +208,8 @@ def test_a_status_that_could_break_a_line_is_written_quoted() -> None:
     ledger = a_guard().new_ledger()
     status = 'ok)\nnote  W9 (pinned, "x"'
     found = Batch.one("order", "W1000001", "W1000001", "x", status)
-    ledger._admit([found], source=Source("t", None, "x", 0))
-    text = render_block(ledger, (), ())
+    state_of(ledger).admit([found], source=Source("t", None, "x", 0))
+    text = render_block(state_of(ledger), (), ())
     assert len(text.split("\n")) == 2
     (line,), _, _ = parse_block(text, 0)
     assert line.status == status
@@ -199,12 +219,12 @@ def test_restoring_an_untrusted_line_keeps_only_its_value_and_role() -> None:
     """restore(trusted=False): unverified, unpinned, no turns, whatever the line says."""
     ledger = a_guard().new_ledger()
     line = BlockLine("order_7", "W1000007", seen=40, last=41, status="ok", pinned=True)
-    assert restore([line], ledger, trusted=False) == []
+    assert restore([line], state_of(ledger), trusted=False) == []
     entry = ledger["order_7"]
     assert (entry.verified, entry.pinned, entry.first_seen, entry.status) == (False, False, 0, "ok")
     assert ledger.turn == 0
     trusted = a_guard().new_ledger()
-    restore([line], trusted)
+    restore([line], state_of(trusted))
     entry = trusted["order_7"]
     assert (entry.verified, entry.pinned, entry.first_seen, entry.last_used) == (True, True, 40, 41)
     assert len(trusted) == 1
@@ -215,7 +235,7 @@ def test_a_restored_pinned_entry_does_not_count_against_the_capacity() -> None:
     ledger = a_guard(capacity=1).new_ledger()
     pinned = BlockLine("order", "W1000001", pinned=True)
     plain = BlockLine("order_2", "W1000002")
-    restore([pinned, plain], ledger)
+    restore([pinned, plain], state_of(ledger))
     assert [(e.value, e.pinned) for e in ledger.entries()] == [
         ("W1000001", True),
         ("W1000002", False),

@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
 from guardrail._nearmiss import MARGIN
 from guardrail.ledger import USER_TEXTS_KEPT
+from guardrail.ledger._ledger import state_of
 
 from .conftest import ORDERS, shop_guard
 
@@ -213,7 +214,7 @@ def test_check_changes_nothing_but_last_use(shop: Guard, ledger: Ledger) -> None
     before = ledger.to_json()
     shop.check("issue_refund", {"order_id": "W9999999"})
     assert ledger.to_json() == before
-    ledger._next_turn()
+    state_of(ledger).next_turn()
     shop.check("issue_refund", {"order_id": "W8855135"})
     assert ledger["order"].last_used == ledger.turn
     assert len(ledger) == 3
@@ -363,7 +364,7 @@ def test_edits_over_a_huge_alphabet_are_searched_only_within_the_budget(
     guard.declare("draw", ids={"glyphs": "glyphs"})
     key = "".join(chr(0x4E00 + n) for n in range(300))
     guard.record("list_glyphs", {}, [key])
-    assert len(ledger._alphabet("glyphs")) == 300
+    assert len(state_of(ledger).alphabet("glyphs")) == 300
     changed = "x" + key[1:]
     assert problems(guard.check("draw", {"glyphs": changed})) == [("unknown", None)]
     added = key + "x"  # one deletion finds it: n variants, whatever the alphabet

@@ -25,6 +25,7 @@ from guardrail import (
 )
 from guardrail._audit import SilentLogger
 from guardrail._harvest import Batch
+from guardrail._messages import MAX_DEPTH, SHAPES, Shape, read, strings, text_message
 from guardrail.compaction import compact, compact_text, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,
@@ -34,9 +35,9 @@ from guardrail.compaction._block import (
     restore,
 )
 from guardrail.compaction._masking import Masker
-from guardrail.compaction._messages import MAX_DEPTH, SHAPES, Shape, read, strings, text_message
 from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
 from guardrail.replay import SideBySide
 
 from .conftest import AIRLINE_MANIFEST, corpus_conversations, needs_corpus
@@ -150,7 +151,7 @@ def test_ledger_block_is_designs_format_byte_for_byte() -> None:
         ("refund_request", "rfq_77Hn02", "pending_approval"),
     ]:
         batch = Batch.one(kind, value, value, "x", status)
-        ledger._admit([batch], source=Source("t", None, "x", 0))
+        state_of(ledger).admit([batch], source=Source("t", None, "x", 0))
     ledger["order"].first_seen, ledger["order"].last_used = 12, 37
     ledger.label("order", "damaged_order")
     assert ledger_block(ledger) == (
@@ -167,10 +168,10 @@ def test_ledger_block_reads_back_with_flags_and_quoted_values() -> None:
     guard.add_kind("hotel")
     guard.add_kind("user", pattern=r"u_\d+")
     ledger = guard.new_ledger()
-    ledger._admit(
+    state_of(ledger).admit(
         [Batch.one("hotel", "Grand Hotel", "Grand Hotel", "x")], source=Source("t", None, "x", 0)
     )
-    ledger._admit(
+    state_of(ledger).admit(
         [Batch.one("user", "u_7", "u_7", "x", "active")],
         source=Source("t", None, "x", 0),
         verified=False,
@@ -213,14 +214,14 @@ def test_restore_brings_back_entries_a_fresh_ledger_lacks() -> None:
     """Earlier block lines enter a fresh ledger with their role; unplaceable ones are carried."""
     guard = make_guard()
     ledger = guard.new_ledger()
-    ledger._admit(
+    state_of(ledger).admit(
         [Batch.one("order", "W1000001", "W1000001", "x")], source=Source("t", None, "x", 0)
     )
     ledger.label("order", "damaged_order")
-    text = render_block(ledger, [], [])
+    text = render_block(state_of(ledger), [], [])
     fresh = guard.new_ledger()
     lines, _, _ = parse_block(text + '\nmystery           "x y"', 0)
-    carried = restore(lines, fresh)
+    carried = restore(lines, state_of(fresh))
     assert fresh["damaged_order"].value == "W1000001"
     assert [line.value for line in carried] == ["x y"]
 
@@ -311,36 +312,13 @@ def test_a_sessions_ledger_keeps_what_compaction_harvested() -> None:
         assert len(ledger) == 3
 
 
-def test_a_guard_in_the_ledgers_place_still_works_with_a_warning() -> None:
-    """compact(messages, guard) is deprecated: it warns what to write, then uses the session."""
+@pytest.mark.parametrize("given", ["guard", "scope"])
+def test_anything_but_a_ledger_in_the_ledgers_place_is_an_error(given: str) -> None:
+    """compact(messages, guard) or compact(messages, guard.session(id)) says to pass the ledger."""
     guard = make_guard()
-    with (
-        guard.session("conv") as ledger,
-        pytest.warns(DeprecationWarning, match=r"compact\(messages, guard\.ledger, guard=guard\)"),
-    ):
-        compact(CONVERSATION, guard, keep_recent=1)  # type: ignore[call-overload]
-    assert len(ledger) == 3
-
-
-def test_a_session_scope_in_the_ledgers_place_still_works_with_a_warning() -> None:
-    """compact(messages, guard.session(id)) is deprecated: it warns, and keeps the ids."""
-    guard = make_guard()
-    written = r"with guard\.session\(id\) as ledger: compact\(messages, ledger, guard=guard\)"
-    with pytest.warns(DeprecationWarning, match=written):
-        compact(CONVERSATION, guard.session("conv"), keep_recent=1)  # type: ignore[call-overload]
-    with guard.session("conv") as ledger:
-        assert len(ledger) == 3
-
-
-def test_a_guard_in_the_ledgers_place_and_another_as_guard_is_an_error() -> None:
-    """Two different guards in one deprecated call are a usage error, not a silent pick."""
-    guard, other = make_guard(), make_guard()
-    with (
-        guard.session("conv"),
-        pytest.warns(DeprecationWarning, match="is deprecated"),
-        pytest.raises(GuardrailUsageError, match="another as guard="),
-    ):
-        compact(CONVERSATION, guard, guard=other, keep_recent=1)  # type: ignore[call-overload]
+    wrong = guard if given == "guard" else guard.session("conv")
+    with pytest.raises(GuardrailUsageError, match=r"compact\(\) takes the conversation's Ledger"):
+        compact(CONVERSATION, wrong, keep_recent=1)  # type: ignore[call-overload]
 
 
 def test_a_ledger_in_use_is_not_recorded_again() -> None:
@@ -610,15 +588,21 @@ def test_a_server_with_a_secret_trusts_its_own_block_in_a_fresh_ledger() -> None
     assert not any(e.verified for e in other.entries())
 
 
-def test_a_block_keeps_its_seal_key_with_a_saved_ledger() -> None:
-    """A ledger saved and loaded (its seal key with it) still verifies the blocks it sealed."""
-    guard = make_guard()
+def test_a_saved_ledger_verifies_its_blocks_again_in_its_session_only() -> None:
+    """Saved, a ledger keeps no key: back in its session it has the session's; alone, its own."""
+    guard = make_guard(secret="server key")
     ledger = guard.new_ledger("conv")
     once = compact(CONVERSATION, ledger, keep_recent=1, guard=guard)
-    loaded = Ledger.from_json(ledger.to_json(), kinds=guard.kinds)
-    assert loaded.seal_key == ledger.seal_key
-    loaded.session_id = "another"
-    report = compact(once.messages, loaded, keep_recent=1, guard=guard).report
+    alone = Ledger.from_json(ledger.to_json(), kinds=guard.kinds)
+    report = compact(once.messages, alone, keep_recent=1, guard=guard).report
+    assert [r.problem for r in report.repairs] == ["unsealed_ledger_block"]
+    for server in (guard, make_guard(secret="server key")):  # another worker, the same secret
+        loaded = Ledger.from_json(ledger.to_json(), kinds=server.kinds)
+        with server.session("conv", ledger=loaded) as session:
+            report = compact(once.messages, session, keep_recent=1, guard=server).report
+        assert report.repairs == ()
+    with make_guard(secret="rotated").session("conv") as rotated:
+        report = compact(once.messages, rotated, keep_recent=1, guard=guard).report
     assert [r.problem for r in report.repairs] == ["unsealed_ledger_block"]
 
 
@@ -710,11 +694,10 @@ def test_a_block_in_another_role_is_plain_text(shape: Shape) -> None:
 def test_a_block_written_in_a_given_role_is_read_back_in_that_role() -> None:
     """compact(role="developer") writes the block so; read back in that role, it is trusted."""
     guard = make_guard()
-    ledger = guard.new_ledger()
+    ledger = guard.new_ledger("conv")
     once = compact(CONVERSATION, ledger, keep_recent=1, guard=guard, role="developer")
     assert once.messages[1]["role"] == "developer"
-    fresh = guard.new_ledger()
-    fresh.seal_key = ledger.seal_key
+    fresh = guard.new_ledger("conv")
     twice = compact(once.messages, fresh, keep_recent=1, guard=guard, role="developer")
     assert twice.report.repairs == ()
     assert fresh["order_2"].verified
@@ -1082,7 +1065,7 @@ def test_compaction_invariants_over_random_transcripts(
         for entry in ledger.entries():
             assert not whole(entry.value, masked)
     before = context(messages)
-    assert once.report.identifiers_before == len(Masker(ledger, ()).roles_in(before))
+    assert once.report.identifiers_before == len(Masker(state_of(ledger), ()).roles_in(before))
     if once.report.token_estimate == "chars/4":
         assert once.report.tokens_before == math.ceil(len(before) / 4)
     twice = compact(
@@ -1109,7 +1092,7 @@ def test_compaction_never_drops_a_ledger_value(values: list[str], keep: int) -> 
     guard.add_kind("note")
     ledger = guard.new_ledger("conv")
     source = Source("t", None, "x", 0)
-    ledger._admit([Batch.one("note", v, v, "x") for v in values], source=source)
+    state_of(ledger).admit([Batch.one("note", v, v, "x") for v in values], source=source)
     out = compact(CONVERSATION, ledger, keep_recent=keep, guard=guard)
     text = context(out.messages)
     lines, _, bad = parse_block(out.report.ledger_block, 0)

@@ -12,6 +12,7 @@ from guardrail import Guard
 from guardrail._harvest import Batch
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger, Source
+from guardrail.ledger._ledger import state_of
 from guardrail.replay._corruption import (
     ALL_CLASSES,
     CLASSES,
@@ -52,7 +53,7 @@ def _ledger(guard: Guard, values: dict[str, list[str]]) -> Ledger:
         for kind, group in values.items()
         for value in group
     ]
-    ledger._admit(items, source=Source("seed", None, "$", 0))
+    state_of(ledger).admit(items, source=Source("seed", None, "$", 0))
     return ledger
 
 
@@ -213,7 +214,7 @@ def test_collision_names_another_value_the_conversation_holds() -> None:
     """A variant equal to a ledger value, or to a typed token of the kind's shape, collides."""
     guard = _guard()
     ledger = _ledger(guard, {"flight": ["HAT136", "HAT137"], "payment": ["gift_card_1234567"]})
-    ledger._observe_text("I fly HAT555 tomorrow")
+    state_of(ledger).observe_text("I fly HAT555 tomorrow")
     context = _context(guard, "flight", ledger)
     assert collision("HAT137", context) == "ledger role [flight_2]"
     assert collision("HAT555", context) == "typed by the user"

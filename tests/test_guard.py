@@ -29,7 +29,8 @@ from guardrail import (
     StoreError,
 )
 from guardrail._harvest import Batch
-from guardrail.stores import Snapshot
+from guardrail.ledger._ledger import state_of
+from guardrail.stores.protocol import Snapshot
 
 from .conftest import ORDERS, shop_guard, stored_ids
 
@@ -544,13 +545,35 @@ def test_a_ledger_given_for_an_open_session_is_merged_into_it() -> None:
     guard = shop_guard()
     saved = Ledger.from_json(shop_guard().new_ledger().to_json())
     batch = Batch.one("order", "W2378156", "W2378156", "p")
-    saved._admit([batch], source=Source("t", None, "p", 0))
+    state_of(saved).admit([batch], source=Source("t", None, "p", 0))
     with guard.session("s") as live:
         guard.record("get_order", {}, {"order_id": "W8855135"})
         with guard.session("s", ledger=saved) as inner:
             assert inner is live
             assert guard.check("issue_refund", {"order_id": "W2378156"}).allowed
             assert guard.check("issue_refund", {"order_id": "W8855135"}).allowed
+
+
+def test_an_id_forgotten_after_a_copy_was_saved_stays_evicted_when_the_copy_comes_back() -> None:
+    """A forget at a later turn beats the saved copy's older use: the id is refused as evicted."""
+    guard = shop_guard()
+    with guard.session("s") as ledger:
+        guard.record("get_order", {}, {"order_id": "#W1000001"})
+        saved = Ledger.from_json(ledger.to_json())
+        guard.observe_user("forget that order")
+        guard.forget("order")
+    for copy in (saved, Ledger.from_json(saved.to_json())):
+        with guard.session("s", ledger=copy):
+            verdict = guard.check("issue_refund", {"order_id": "#W1000001"})
+            assert not verdict.allowed
+            assert [f.problem for f in verdict.findings] == ["evicted"]
+    # The other way round too: the saved copy merged with the later one, in either order.
+    later = guard.ledger_for("s")
+    for first, second in ((saved, later), (later, saved)):
+        merged = Ledger.from_json(first.to_json(), kinds=guard.kinds)
+        merged.merge(Ledger.from_json(second.to_json(), kinds=guard.kinds))
+        assert merged.get("order", "W1000001") is None
+        assert [t.value for t in merged.tombstones()] == ["#W1000001"]
 
 
 def test_a_session_that_failed_to_open_can_be_opened_again() -> None:

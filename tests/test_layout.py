@@ -19,6 +19,7 @@ PUBLIC = {
     "guardrail.ledger",
     "guardrail.replay",
     "guardrail.stores",
+    "guardrail.stores.protocol",
     "guardrail.testing",
 }
 
@@ -46,15 +47,3 @@ def test_every_public_name_imports(module: str) -> None:
     assert len(set(names)) == len(names)
     for name in names:
         assert hasattr(imported, name), f"{module}.{name}"
-
-
-def test_harness_names_still_import_from_testing_with_a_warning() -> None:
-    """guardrail.testing.side_by_side (and the rest of the harness) warns, then works."""
-    import guardrail.replay
-    import guardrail.testing
-
-    with pytest.warns(DeprecationWarning, match="guardrail.replay.side_by_side"):
-        moved = guardrail.testing.side_by_side
-    assert moved is guardrail.replay.side_by_side
-    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
-        guardrail.testing.nothing  # noqa: B018

@@ -11,8 +11,8 @@ import pytest
 
 from guardrail import Guard, GuardrailUsageError
 from guardrail._audit import SilentLogger
+from guardrail._messages import strings
 from guardrail.compaction import BLOCK_HEADER, compact
-from guardrail.compaction._messages import strings
 from guardrail.replay import (
     FATES,
     LossySummarizer,

@@ -14,6 +14,7 @@ from guardrail._harvest import Batch
 from guardrail.compaction._block import BlockLine
 from guardrail.compaction._masking import Masker, lint
 from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
 
 SOURCE = Source("t", None, "x", 0)
 
@@ -35,12 +36,12 @@ def ledger_of(
     ledger = guard.new_ledger()
     for kind, value in values:
         key = guard.kinds[kind].normalize(value)
-        ledger._admit([Batch.one(kind, value, key, "x")], source=SOURCE)
+        state_of(ledger).admit([Batch.one(kind, value, key, "x")], source=SOURCE)
     return ledger
 
 
 def masked(ledger: Ledger, text: str, carried: Sequence[BlockLine] = ()) -> str:
-    return Masker(ledger, carried).mask(text)[0]
+    return Masker(state_of(ledger), carried).mask(text)[0]
 
 
 # -- behaviours -----------------------------------------------------------------------------
@@ -112,13 +113,13 @@ def test_the_earliest_match_wins_then_the_longest() -> None:
     """Matching goes left to right; at one place the longest value wins."""
     ledger = ledger_of([("x", "ab c"), ("x", "c d"), ("x", "ab"), ("x", "ab c d")])
     assert masked(ledger, "ab c d. ab c. c d. ab") == "[x_4]. [x]. [x_2]. [x_3]"
-    assert Masker(ledger, ()).mask("ab c d")[1] == [("ab c d", "x_4")]
+    assert Masker(state_of(ledger), ()).mask("ab c d")[1] == [("ab c d", "x_4")]
 
 
 def test_identifiers_found_are_reported_with_what_was_written() -> None:
     """mask() returns the written forms it replaced, with their roles, in order."""
     ledger = ledger_of([("order", "W1000001")], kinds={"order": ["strip", "prefix:#"]})
-    text, done = Masker(ledger, ()).mask("#W1000001 and W1000001")
+    text, done = Masker(state_of(ledger), ()).mask("#W1000001 and W1000001")
     assert text == "[order] and [order]"
     assert done == [("#W1000001", "order"), ("W1000001", "order")]
 
@@ -171,7 +172,7 @@ def reference_spans(
     known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
     for value, key, role, kind_name in known:
         roles.add(role)
-        kind = ledger._kinds[kind_name]
+        kind = state_of(ledger).kinds[kind_name]
         for form in (value, key):
             if form.strip():
                 exact.setdefault(form, role)
@@ -185,9 +186,9 @@ def reference_spans(
     found = _search(_pattern(exact, 0), text, exact.__getitem__)
     found += _search(_pattern(folded, re.IGNORECASE), text, lambda f: folded[f.casefold()])
     normalising = [
-        ledger._kinds[name]
+        state_of(ledger).kinds[name]
         for name in dict.fromkeys(kind for *_, kind in known)
-        if ledger._kinds[name].normalize is not str.strip
+        if state_of(ledger).kinds[name].normalize is not str.strip
     ]
     for match in _TOKEN.finditer(text):
         raw = match.group()
@@ -197,8 +198,8 @@ def reference_spans(
         start = match.start() + len(raw) - len(raw.lstrip(_EDGE))
         for kind in normalising:
             key = kind.normalize(token)
-            entry = ledger._by_kind.get(kind.name, {}).get(key)
-            tomb = None if entry else ledger._tombstone(kind.name, key)
+            entry = state_of(ledger).tables.get(kind.name, {}).get(key)
+            tomb = None if entry else state_of(ledger).tombstone(kind.name, key)
             named = entry.role if entry else tomb.role if tomb else None
             if named is not None:
                 found.append((start, start + len(token), named))
@@ -227,7 +228,7 @@ def rebuilt(text: str, spans: list[tuple[int, int, str]]) -> tuple[str, list[tup
 
 def agrees_with_reference(ledger: Ledger, carried: Sequence[BlockLine], text: str) -> None:
     """spans(), roles_in() and mask() all say what the reference's spans say."""
-    masker = Masker(ledger, carried)
+    masker = Masker(state_of(ledger), carried)
     spans = reference_spans(ledger, carried, text)
     assert masker.spans(text) == spans
     assert masker.roles_in(text) == {role for _, _, role in spans}
@@ -325,7 +326,7 @@ def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None
         [("code", "C0DE1"), ("link", "https://shop.example/a1")],
         kinds={"code": _no_latin_o, "link": "url"},
     )
-    masker = Masker(ledger, ())
+    masker = Masker(state_of(ledger), ())
     text = "See C0DE1, CODE1, http://shop:x1 and https://SHOP.example/a1/."
     assert masker.mask(text)[0] == "See [code], CODE1, http://shop:x1 and [link]."
     # A Cyrillic O (U+041E): folded to a Latin one the normaliser refuses, the look-alike is no
@@ -338,7 +339,7 @@ def test_a_normaliser_that_fails_on_a_token_or_its_look_alike_is_no_id() -> None
 def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
     """'W10..' in a summary is a short word ending a sentence twice; 'W10...' is an id cut short."""
     ledger = ledger_of([("order", "W1000001")])
-    masker = Masker(ledger, ())
+    masker = Masker(state_of(ledger), ())
     summary, issues = lint("Then W10.. Then W10... done.", masker)
     assert summary == "Then W10.. Then [order] done."
     assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
@@ -353,8 +354,8 @@ def test_the_lint_reads_key_value_tokens_as_the_value_they_name() -> None:
     ledger = guard.new_ledger()
     for value in ("#W8855135", "#W2378156"):
         key = guard.kinds["order"].key(value) or value
-        ledger._admit([Batch.one("order", value, key, "x")], source=SOURCE)
-    masker = Masker(ledger, ())
+        state_of(ledger).admit([Batch.one("order", value, key, "x")], source=SOURCE)
+    masker = Masker(state_of(ledger), ())
     summary, issues = lint(
         "Refunded order_id=#W2378157, then (order:W885513...) and ref=#W9999999 at 10:30.",
         masker,

@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
 from guardrail._audit import SilentLogger
-from guardrail.compaction._block import BLOCK_HEADER
-from guardrail.compaction._messages import (
+from guardrail._messages import (
     MAX_DEPTH,
     SHAPES,
     Shape,
@@ -29,6 +28,7 @@ from guardrail.compaction._messages import (
     text_message,
     write,
 )
+from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.errors import TranscriptError
 
 from .conftest import corpus_conversations, needs_corpus

@@ -89,26 +89,6 @@ def test_fixture_fails_with_the_report_on_a_false_refusal(pytester: pytest.Pytes
     )
 
 
-def test_a_manifest_in_the_guards_place_still_works_with_a_warning(
-    pytester: pytest.Pytester,
-) -> None:
-    """guardrail_replay(traces, "tools.toml") warns at the user's line, then replays as before."""
-    test = """
-        import pytest
-
-        def test_our_traces(guardrail_replay):
-            with pytest.warns(DeprecationWarning, match="Guard.from_manifest") as seen:
-                report = guardrail_replay("traces/*.jsonl", "tools.toml", capacity=9)
-            assert seen[0].filename == __file__
-            assert report.settings["manifest"] == "tools.toml"
-            assert report.settings["capacity"] == 9
-            report.assert_no_false_refusals()
-        """
-    _project(pytester, _conversation("ord_8F3kQ2xM"), test=test)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-W", "error::DeprecationWarning")
-    result.assert_outcomes(passed=1)
-
-
 def test_the_fixtures_options_are_replays() -> None:
     """GuardrailReplay names replay()'s parameters, so a type checker sees every option."""
     import inspect

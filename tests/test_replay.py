@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger, Rejection
-from guardrail.errors import GuardrailUsageError, ManifestError
+from guardrail.errors import GuardrailUsageError
 from guardrail.replay import (
     CLASSES,
     ReplayReport,
@@ -452,41 +452,18 @@ def test_a_guard_is_replayed_silently_and_left_as_it_was() -> None:
 def test_errors_of_use_are_raised_before_the_run() -> None:
     """A bad manifest, class, limit, guard or trace source raises a usage error."""
     trace = trace_from_messages(opening())
-    with (
-        pytest.warns(DeprecationWarning, match="Guard.from_manifest"),
-        pytest.raises(ManifestError, match="unknown kind"),
-    ):
+    with pytest.raises(GuardrailUsageError, match=r"takes a Guard \(for a manifest file"):
         replay(trace, {"tools": {"t": {"ids": {"x": "nope"}}}})  # type: ignore[arg-type]
     with pytest.raises(GuardrailUsageError, match="garbled"):
         replay(trace, shop(), classes=["garbled"])
     with pytest.raises(GuardrailUsageError, match="limit"):
         replay(trace, shop(), limit=-1)
-    with pytest.raises(GuardrailUsageError, match="capacity"):
-        replay(trace, shop(), capacity=5)
+    with pytest.raises(TypeError, match="capacity"):
+        replay(trace, shop(), capacity=5)  # type: ignore[call-arg]
     with pytest.raises(GuardrailUsageError, match=r"takes a Guard \(for a manifest file"):
         replay(trace, 42)  # type: ignore[arg-type]
     with pytest.raises(GuardrailUsageError, match="int"):
         replay([42], shop())  # type: ignore[list-item]
-
-
-@pytest.mark.parametrize("manifest", ["path", "mapping"])
-def test_a_manifest_in_the_guards_place_still_works_with_a_warning(
-    manifest: str, tmp_path: Path
-) -> None:
-    """replay(traces, manifest) is deprecated: it warns what to write, then replays as before."""
-    trace = trace_from_messages(opening())
-    source: Any = SHOP
-    if manifest == "path":
-        source = tmp_path / "shop.json"
-        source.write_text(json.dumps(SHOP), encoding="utf-8")
-    with pytest.warns(
-        DeprecationWarning, match=r"replay\(traces, Guard\.from_manifest\(manifest, capacity="
-    ) as seen:
-        report = replay(trace, source, capacity=7)
-    assert seen[0].filename == __file__  # the warning points at the call
-    assert report.settings["capacity"] == 7
-    assert report.settings["manifest"] == (str(source) if manifest == "path" else "<mapping>")
-    assert report.total.to_dict() == replay(trace, Guard.from_manifest(SHOP)).total.to_dict()
 
 
 def test_report_serialises_and_renders() -> None:

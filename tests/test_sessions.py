@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import warnings
 from contextlib import closing
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from guardrail import (
     SQLiteStore,
     StoreError,
 )
-from guardrail.stores import Change, Snapshot, ThreadedAsyncStore, Written, merge_meta
+from guardrail.stores import ThreadedAsyncStore
+from guardrail.stores.protocol import Change, Snapshot, Written, merge_meta
 
 from .conftest import ORDERS, shop_guard, stored_ids
 
@@ -203,20 +203,13 @@ def test_max_cached_sessions_is_checked() -> None:
         shop_guard(max_cached_sessions=0)
 
 
-def test_a_sqlite_store_without_a_path_is_deprecated(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """SQLiteStore() still works for a release, with a warning naming the file it writes."""
-    monkeypatch.chdir(tmp_path)
-    with pytest.warns(DeprecationWarning, match="guardrail-sessions.sqlite3"):
-        store = SQLiteStore()
-    store.close()
-    assert (tmp_path / "guardrail-sessions.sqlite3").exists()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        SQLiteStore(":memory:").close()
+def test_a_sqlite_store_needs_its_path() -> None:
+    """SQLiteStore takes the file to write (or ':memory:'); nothing is written by default."""
+    with pytest.raises(TypeError):
+        SQLiteStore()  # type: ignore[call-arg]
     with pytest.raises(GuardrailUsageError, match="path"):
         SQLiteStore(3)  # type: ignore[arg-type]
+    SQLiteStore(":memory:").close()
 
 
 def test_a_deleted_database_fails_closed_when_a_cached_session_opens(tmp_path: Path) -> None:

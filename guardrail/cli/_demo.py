@@ -7,7 +7,7 @@ seeded :class:`~guardrail.replay.LossySummarizer` (the seed is chosen so
 that it mutates the order id, one character off, into another customer's
 order): the guard refuses the refund with a re-prompt, the agent copies the
 id from the ledger, and the refund lands on the right order. Then the same
-conversation is compacted by :func:`~guardrail.compaction._compact.compact`, with
+conversation is compacted by :func:`~guardrail.compaction.compact`, with
 the same summariser: the id is carried verbatim in the ledger block, and
 the refund is right the first time. Everything runs offline, with no model.
 
@@ -33,12 +33,12 @@ from rich.table import Table
 from rich.text import Text
 
 from guardrail._guard import Guard
+from guardrail._reprompt import Rejection
 from guardrail._spec import Id
-from guardrail._verdict import Rejection
-from guardrail.compaction import CompactionReport, compact
+from guardrail.compaction import CompactionReport, compact, ledger_values
 from guardrail.ledger import Ledger
-from guardrail.replay._agents import ledger_values
-from guardrail.replay._lossy import LossySummarizer, plain_compact
+from guardrail.ledger._ledger import state_of
+from guardrail.replay import LossySummarizer, plain_compact
 
 Messages = list[dict[str, Any]]
 #: ``(conversation, ledger) -> the messages the agent sees next``: the seam for compaction.
@@ -188,7 +188,7 @@ def build(shop: Shop, log: AuditLog) -> tuple[Guard, Tools]:
 
 def lossy_summariser(ledger: Ledger) -> LossySummarizer:
     """The seeded lossy summariser, knowing the shop's kinds of id."""
-    return LossySummarizer(seed=LOSSY_SEED, kinds=ledger._kinds)
+    return LossySummarizer(seed=LOSSY_SEED, kinds=state_of(ledger).kinds)
 
 
 def plain_summary_context(conversation: Messages, ledger: Ledger) -> Messages:

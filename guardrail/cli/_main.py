@@ -23,11 +23,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from guardrail import __version__
 from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
-from guardrail.replay._agents import Agent, load_agent
-from guardrail.replay._corruption import ALL_CLASSES
-from guardrail.replay._lossy import LossySummarizer, strategies
-from guardrail.replay._replay import Compaction, replay
-from guardrail.replay._traces import TraceFile, load_trace_file
+from guardrail.replay import (
+    ALL_CLASSES,
+    Agent,
+    Compaction,
+    LossySummarizer,
+    TraceFile,
+    load_agent,
+    load_trace_file,
+    replay,
+    strategies,
+)
 
 #: The exit code of an error of use (argparse uses it for bad options too).
 USAGE_ERROR = 2

@@ -3,23 +3,22 @@
 :func:`compact` keeps identifiers out of the summarizer's reach: it
 harvests them into the ledger, masks them as ``[role]`` in what it
 summarizes, lints the summary, and writes the ledger block, sealed, before
-it. The modules inside are the steps: message shapes, masking and lint, the
-summarizers, the ledger block, and the six steps themselves.
+it. The modules inside are the steps: the cut and the harvest, masking and
+lint, the summarizers, the ledger block, the report, and the six steps
+themselves. The message shapes are the core's (:mod:`guardrail._messages`).
 """
 
-from typing import TYPE_CHECKING
-
-from guardrail._deprecation import renamed_names
-from guardrail.compaction._block import BLOCK_HEADER, ledger_block
+from guardrail.compaction._block import BLOCK_HEADER, ledger_block, ledger_values
 from guardrail.compaction._compact import (
     DEFAULT_KEEP_RECENT,
-    CompactionReport,
-    CompactionResult,
-    choose_cut,
+    CompactOptions,
+    SummaryOptions,
     compact,
     compact_text,
 )
+from guardrail.compaction._cut import choose_cut
 from guardrail.compaction._masking import LintIssue
+from guardrail.compaction._report import CompactionReport, CompactionResult
 from guardrail.compaction._summarize import (
     SUMMARY_HEADER,
     Summarizer,
@@ -31,24 +30,17 @@ __all__ = [
     "BLOCK_HEADER",
     "DEFAULT_KEEP_RECENT",
     "SUMMARY_HEADER",
+    "CompactOptions",
     "CompactionReport",
     "CompactionResult",
     "LintIssue",
     "Summarizer",
+    "SummaryOptions",
     "choose_cut",
     "compact",
     "compact_text",
     "extractive_summary",
     "ledger_block",
+    "ledger_values",
     "model_summarizer",
 ]
-
-#: Old (British) spellings, each still importable for one release with a DeprecationWarning.
-_RENAMED = {"Summariser": "Summarizer", "model_summariser": "model_summarizer"}
-
-if TYPE_CHECKING:
-    # Type checkers see the old names as the new ones; at run time they warn (below).
-    Summariser = Summarizer
-    model_summariser = model_summarizer
-else:
-    __getattr__ = renamed_names(__name__, _RENAMED, globals())

@@ -6,10 +6,11 @@ parentheses the seen and last-used turns when they differ, the status,
 would not read back as one word is written as a JSON string.
 
 Compaction writes the block sealed: a last line ``(seal <hex>)`` holds an
-HMAC-SHA256 (128 bits) of the text above it, keyed with the ledger's
-``seal_key`` and bound to its session id. No entry line can take that form
-(a role never starts with "("). Only a block whose seal verifies is trusted
-when read back; anyone can type the rest.
+HMAC-SHA256 (128 bits) of the text above it, keyed with the ledger's seal
+key (its session's, derived from the guard's secret; never stored) and
+bound to its session id. No entry line can take that form (a role never
+starts with "("). Only a block whose seal verifies is trusted when read
+back; anyone can type the rest.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ import hashlib
 import hmac
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from guardrail._harvest import Batch
-from guardrail.compaction._messages import COMPACTED_HEADER, Repair
+from guardrail._messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.ledger import Ledger, Source
+from guardrail.ledger._ledger import state_of
+from guardrail.ledger._state import LedgerState
 
 #: The first line of every ledger block: ``ID LEDGER (verbatim, do not paraphrase)``.
 BLOCK_HEADER = COMPACTED_HEADER.rstrip("\n")
@@ -57,14 +60,14 @@ class BlockLine:
 
 def ledger_block(ledger: Ledger) -> str:
     """The ledger as the block that opens a compacted context: a line per entry, unsealed."""
-    return render_block(ledger, (), ())
+    return render_block(state_of(ledger), (), ())
 
 
-def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
-    """The block of ``ledger``, with lines ``carried`` from an earlier block and roles evicted."""
+def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
+    """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted."""
     rows = [
         (e.role, _shown(e.value), _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned))
-        for e in ledger.entries()
+        for e in state.entries()
     ]
     rows += [
         (c.role, _shown(c.value), _notes(c.seen, c.last, c.status, c.verified, c.pinned))
@@ -82,7 +85,7 @@ def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence
             role.ljust(role_width) + (value.ljust(value_width) + note if note else value)
             for role, value, note in rows
         ]
-    gone = list(dict.fromkeys([*evicted, *(tomb.role for tomb in ledger.tombstones())]))
+    gone = list(dict.fromkeys([*evicted, *(tomb.role for tomb in state.tombstones.values())]))
     if gone:
         shown = ", ".join(gone[-_EVICTED_SHOWN:])
         more = len(gone) - _EVICTED_SHOWN
@@ -90,13 +93,13 @@ def render_block(ledger: Ledger, carried: Sequence[BlockLine], evicted: Sequence
     return "\n".join(lines)
 
 
-def seal(block: str, ledger: Ledger) -> str:
-    """``block`` with its seal line: only ``ledger`` (its key, its session) can write it."""
-    return f"{block}\n(seal {_mac(block, ledger)})"
+def seal(block: str, state: LedgerState) -> str:
+    """``block`` with its seal line: only this ledger (its key, its session) can write it."""
+    return f"{block}\n(seal {_mac(block, state)})"
 
 
-def unseal(block: str, ledger: Ledger) -> tuple[str, bool]:
-    """The text of ``block`` above its seal line, and whether the seal verifies for ``ledger``.
+def unseal(block: str, state: LedgerState) -> tuple[str, bool]:
+    """The text of ``block`` above its seal line, and whether the seal verifies for this ledger.
 
     A block with no seal line comes back whole, not verified.
     """
@@ -104,19 +107,19 @@ def unseal(block: str, ledger: Ledger) -> tuple[str, bool]:
     match = _SEAL_LINE.fullmatch(last) if newline else None
     if match is None:
         return block, False
-    return body, hmac.compare_digest(match.group(1), _mac(body, ledger))
+    return body, hmac.compare_digest(match.group(1), _mac(body, state))
 
 
-def _mac(text: str, ledger: Ledger) -> str:
+def _mac(text: str, state: LedgerState) -> str:
     """HMAC-SHA256 of ``text`` bound to the session, keyed with the ledger's seal key (128 bits)."""
-    session = (ledger.session_id or "").encode("utf-8", "surrogatepass")
+    session = (state.session_id or "").encode("utf-8", "surrogatepass")
     # The session's length first: no other session and text run together into the same bytes.
     message = b"guardrail ledger block\0%d\0%s%s" % (
         len(session),
         session,
         text.encode("utf-8", "surrogatepass"),
     )
-    return hmac.new(ledger.seal_key, message, hashlib.sha256).hexdigest()[:32]
+    return hmac.new(state.seal_key, message, hashlib.sha256).hexdigest()[:32]
 
 
 def _notes(
@@ -181,6 +184,22 @@ def parse_block(text: str, index: int) -> tuple[list[BlockLine], list[str], list
     return entries, evicted, repairs
 
 
+def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
+    """``{role: value}`` of the first ledger block in ``messages`` (empty when there is none).
+
+    What an agent reads to find the identifier a role names. The block's
+    seal is not checked: this reads what a model would see, and trusts
+    nothing.
+    """
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        text = content_text(content) or ""
+        if text.startswith(BLOCK_HEADER + "\n"):
+            lines, _, _ = parse_block(text.partition("\n\n")[0], index)
+            return {line.role: line.value for line in lines}
+    return {}
+
+
 def _parse_line(line: str) -> BlockLine | None:
     role, _, rest = line.partition(" ")
     rest = rest.lstrip()
@@ -237,7 +256,9 @@ def _parse_note(body: str) -> dict[str, Any] | None:
     return fields
 
 
-def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True) -> list[BlockLine]:
+def restore(
+    lines: Sequence[BlockLine], state: LedgerState, *, trusted: bool = True
+) -> list[BlockLine]:
     """Bring an earlier block's entries the ledger lacks back in; return those it cannot place.
 
     An entry the ledger holds, or remembers as evicted, is left alone (an
@@ -250,24 +271,26 @@ def restore(lines: Sequence[BlockLine], ledger: Ledger, *, trusted: bool = True)
     """
     if not trusted:
         lines = [_untrusted(line) for line in lines]
-    evicted = {tomb.value for tomb in ledger.tombstones()}
+    evicted = {tomb.value for tomb in state.tombstones.values()}
     carried = []
     for line in lines:
-        if line.value in evicted or _held(line.value, ledger):
+        if line.value in evicted or _held(line.value, state):
             continue
-        kind = _infer_kind(line, ledger)
-        key = ledger._key(kind, line.value) if kind is not None else None
-        if kind is None or not key or key in ledger._kinds[kind].examples:
+        kind = _infer_kind(line, state)
+        key = state.key(kind, line.value) if kind is not None else None
+        if kind is None or not key or key in state.kinds[kind].examples:
             carried.append(line)  # not an id this ledger can hold: kept as text
             continue
-        ledger.turn = max(ledger.turn, line.seen or 0, line.last or 0)
+        state.turn = max(state.turn, line.seen or 0, line.last or 0)
         found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
-        source = Source("compaction", None, "ledger_block", ledger.turn)
-        for entry in ledger._admit([found], source=source, verified=line.verified).added:
-            entry.first_seen = line.seen if line.seen is not None else entry.first_seen
-            entry.last_used = line.last if line.last is not None else entry.first_seen
+        source = Source("compaction", None, "ledger_block", state.turn)
+        for entry in state.admit([found], source=source, verified=line.verified).added:
+            seen = line.seen if line.seen is not None else entry.first_seen
+            state.backdate(
+                entry, first_seen=seen, last_used=line.last if line.last is not None else seen
+            )
             if line.pinned:
-                ledger.pin(entry.role)  # through the ledger: pinned entries are counted apart
+                state.pin(entry.role)  # pinned entries are counted apart
     return carried
 
 
@@ -276,13 +299,13 @@ def _untrusted(line: BlockLine) -> BlockLine:
     return BlockLine(line.role, line.value, status=line.status, verified=False)
 
 
-def _held(value: str, ledger: Ledger) -> bool:
+def _held(value: str, state: LedgerState) -> bool:
     """Whether the ledger holds ``value`` under any kind (a value no kind can read is not held)."""
-    return bool(ledger._lookup(value))
+    return bool(state.lookup(value))
 
 
-def _infer_kind(line: BlockLine, ledger: Ledger) -> str | None:
-    kinds = ledger._kinds
+def _infer_kind(line: BlockLine, state: LedgerState) -> str | None:
+    kinds = state.kinds
     stem = _NUMBERED.sub("", line.role)
     if stem in kinds and kinds[stem].matches(line.value):
         return stem

@@ -23,7 +23,7 @@ from guardrail._nearmiss import near_miss
 from guardrail._text import ELLIPSES, TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
-from guardrail.ledger import Ledger
+from guardrail.ledger._state import LedgerState
 
 _TOKENS = re.compile(f"({TOKEN.pattern})")  # split: tokens at odd indices
 _RUN = re.compile(r"\w+")
@@ -85,14 +85,14 @@ class Masker:
     A masker is a snapshot: it knows the ledger as it was when built.
     """
 
-    def __init__(self, ledger: Ledger, carried: Sequence[BlockLine]) -> None:
-        self.ledger = ledger
+    def __init__(self, state: LedgerState, carried: Sequence[BlockLine]) -> None:
+        self.state = state
         exact: dict[str, str] = {}
         folded: dict[str, str] = {}
         self.kind_of: dict[str, str] = {}
-        kinds = ledger._kinds
-        known = [(e.value, e.key, e.role, e.kind) for e in ledger.entries()]
-        known += [(t.value, t.key, t.role, t.kind) for t in ledger.tombstones()]
+        kinds = state.kinds
+        known = [(e.value, e.key, e.role, e.kind) for e in state.entries()]
+        known += [(t.value, t.key, t.role, t.kind) for t in state.tombstones.values()]
         # Kinds whose normaliser does more than trim: they may ignore case, and map other
         # spellings to a value.
         normalising = {
@@ -251,13 +251,13 @@ class Masker:
         token = raw.strip(_EDGE)
         if not token:
             return None
-        ledger = self.ledger
+        state = self.state
         for kind in self._normalising:
             key = kind.key(token)  # a token the normaliser cannot read is no id of the kind
             if key is None:
                 continue
-            entry = ledger._by_kind.get(kind.name, {}).get(key)
-            tomb = None if entry else ledger._tombstone(kind.name, key)
+            entry = state.tables.get(kind.name, {}).get(key)
+            tomb = None if entry else state.tombstone(kind.name, key)
             role = entry.role if entry else tomb.role if tomb else None
             if role is not None:
                 if self._words_only and self._exact.whole.get(token) == role:
@@ -414,10 +414,10 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     hold (or a tool-description example), and a ``[role]`` that does not
     exist are left as written and flagged.
     """
-    ledger = masker.ledger
+    state = masker.state
     text, found = masker.mask(summary)
     issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
-    judge = _Judge(ledger)
+    judge = _Judge(state)
     replacements: list[Span] = []
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
@@ -439,7 +439,7 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
         role = match.group(1)
-        if role not in masker.roles and role not in ledger:
+        if role not in masker.roles and role not in state.roles:
             issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
     return text, issues
 
@@ -496,24 +496,22 @@ _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
 class _Judge:
     """Decides what one token of a summary is, against the ledger (cheap tests first)."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-        enforced = [kind for kind in ledger._kinds.values() if kind.enforce]
+    def __init__(self, state: LedgerState) -> None:
+        self.state = state
+        enforced = [kind for kind in state.kinds.values() if kind.enforce]
         self.patterned = [kind for kind in enforced if kind.has_pattern]
         self.any_shape = _any_shape(self.patterned)
-        self.held = [kind for kind in enforced if ledger._by_kind.get(kind.name)]
-        self.ends = {
-            kind.name: {key[-2:] for key in ledger._by_kind[kind.name]} for kind in self.held
-        }
+        self.held = [kind for kind in enforced if state.tables.get(kind.name)]
+        self.ends = {kind.name: {key[-2:] for key in state.tables[kind.name]} for kind in self.held}
 
     def token(self, token: str) -> LintIssue | None:
         """An issue for a whole token, or None when it is fine (or not an id at all)."""
-        ledger = self.ledger
+        state = self.state
         shaped = []
         if self.any_shape is None or self.any_shape.fullmatch(token):
             shaped = [kind for kind in self.patterned if kind.matches(token)]
         if shaped:
-            if any(ledger.get(kind.name, token) for kind in shaped):
+            if any(state.get(kind.name, token) for kind in shaped):
                 return None
             near = self._near(token, shaped)
             if near is not None:
@@ -523,14 +521,14 @@ class _Judge:
                 return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
             detail = f"{shaped[0].name}-shaped, not in the ledger"
             return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or any(ledger.get(k, token) for k in ledger._by_kind):
+        if not _ID_LIKE.fullmatch(token) or any(state.get(k, token) for k in state.tables):
             return None
         # Not of any kind's shape, yet an edit or a cut away from a ledger value?
         candidates = []
         for kind in self.held:
             key = kind.key(token)
             if key is not None and (
-                ledger._keys_with_prefix(kind.name, key[:2], limit=1)
+                state.keys_with_prefix(kind.name, key[:2], limit=1)
                 or key[-2:] in self.ends[kind.name]
             ):
                 candidates.append(kind)
@@ -542,7 +540,7 @@ class _Judge:
             if key is None:
                 continue
             try:
-                hit = near_miss(kind, key, self.ledger)
+                hit = near_miss(kind, key, self.state)
             except Exception:  # the normaliser failed on a look-alike of the token: no id
                 continue
             if hit is not None:
@@ -554,11 +552,11 @@ class _Judge:
         if len(stem) < (3 if cut else 4):
             return None
         roles: list[str] = []
-        for name in self.ledger._by_kind:
-            key = self.ledger._key(name, stem)
+        for name in self.state.tables:
+            key = self.state.key(name, stem)
             if key is None:
                 continue
-            for entry in self.ledger._keys_with_prefix(name, key, limit=3):
+            for entry in self.state.keys_with_prefix(name, key, limit=3):
                 if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
                     roles.append(entry.role)
         if len(roles) == 1:

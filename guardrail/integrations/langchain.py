@@ -38,7 +38,8 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
         f"pip install 'guardrail[langchain]' ({missing})"
     ) from missing
 
-from guardrail._verdict import Rejection, Verdict
+from guardrail._reprompt import Rejection
+from guardrail._verdict import Verdict
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._langchain_messages import (

@@ -40,9 +40,9 @@ import jsonschema.exceptions
 import jsonschema.validators
 
 from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
-from guardrail._reprompt import is_refusal
-from guardrail._verdict import Rejection, Verdict
-from guardrail.compaction._messages import Call, Shape, read, result_message
+from guardrail._messages import Call, Shape, is_refusal, read, result_message
+from guardrail._reprompt import Rejection
+from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def _unwrapped(guard: Guard, function: Callable[..., Any]) -> tuple[str | None, 
     tool = getattr(plain, "__dict__", {}).get(GUARDED_ATTRIBUTE)
     if not isinstance(tool, GuardedTool):
         return None, function
-    if tool.engine.registry is not guard._registry:
+    if guard.specs.get(tool.name) is not tool.spec:  # declared by another guard
         raise GuardrailUsageError(
             f"{tool.name} is guarded by another Guard; give the loop the guard that declared it",
             tool=tool.name,

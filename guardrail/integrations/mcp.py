@@ -41,7 +41,8 @@ except ImportError as exc:  # pragma: no cover - tested with the module hidden
         "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
     ) from exc
 
-from guardrail._verdict import Rejection, Verdict
+from guardrail._reprompt import Rejection
+from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
 
 if TYPE_CHECKING:
@@ -439,7 +440,7 @@ class GuardMiddleware:
         spec = guard.specs.get(name)
         if spec is None or spec.effect != "read":
             return
-        verdict = guard._engine.verdict(name, arguments, guard.ledger)  # not logged
+        verdict = guard.silenced().check(name, arguments)  # not logged
         if verdict.allowed or not all(f.problem == "unknown" for f in verdict.findings):
             return
         guard.observe_user("\n".join(finding.value for finding in verdict.findings))

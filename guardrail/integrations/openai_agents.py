@@ -63,7 +63,8 @@ except ImportError as missing:  # pragma: no cover - exercised by simulating the
     ) from missing
 
 from guardrail._guard import Guard
-from guardrail._verdict import Rejection, Verdict
+from guardrail._reprompt import Rejection
+from guardrail._verdict import Verdict
 from guardrail.compaction import CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 

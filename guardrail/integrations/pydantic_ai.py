@@ -45,7 +45,7 @@ except ImportError as missing:  # pragma: no cover - exercised with the module h
     ) from missing
 
 from guardrail._guard import Guard
-from guardrail._verdict import Rejection
+from guardrail._reprompt import Rejection
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat

@@ -6,12 +6,11 @@ the plain-summary baseline for compaction, and agents for the decisive test
 (the reference agent, and adapters for OpenAI and Anthropic clients).
 """
 
-from typing import TYPE_CHECKING
-
-from guardrail._deprecation import renamed_names
 from guardrail.replay._agents import (
+    Agent,
     Intent,
     anthropic_agent,
+    load_agent,
     openai_agent,
     reference_agent,
     tool_definitions,
@@ -25,7 +24,7 @@ from guardrail.replay._lossy import (
     side_by_side,
     strategies,
 )
-from guardrail.replay._replay import Compaction, replay
+from guardrail.replay._replay import Compaction, TraceSource, replay
 from guardrail.replay._report import (
     AgentDiff,
     Availability,
@@ -50,6 +49,7 @@ __all__ = [
     "CLASSES",
     "FATES",
     "SAME_KIND",
+    "Agent",
     "AgentDiff",
     "Availability",
     "ClassStats",
@@ -65,8 +65,10 @@ __all__ = [
     "ToolCall",
     "Trace",
     "TraceFile",
+    "TraceSource",
     "anthropic_agent",
     "corrupt",
+    "load_agent",
     "load_trace_file",
     "load_traces",
     "openai_agent",
@@ -78,12 +80,3 @@ __all__ = [
     "tool_definitions",
     "trace_from_messages",
 ]
-
-#: Old (British) spellings, each still importable for one release with a DeprecationWarning.
-_RENAMED = {"LossySummariser": "LossySummarizer"}
-
-if TYPE_CHECKING:
-    # Type checkers see the old name as the new one; at run time it warns (below).
-    LossySummariser = LossySummarizer
-else:
-    __getattr__ = renamed_names(__name__, _RENAMED, globals())

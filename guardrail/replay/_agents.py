@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from guardrail._check import parse_arguments
 from guardrail._guard import Guard
+from guardrail._messages import content_text, parse_arguments, strings
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
 from guardrail._spec import ToolSpec, id_description
 from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token
-from guardrail.compaction._block import BLOCK_HEADER, parse_block
-from guardrail.compaction._messages import content_text, strings
+from guardrail.compaction import ledger_values
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._arguments import Leaf, leaves, with_value
@@ -225,7 +224,7 @@ def reference_agent(
     run. Every identifier value it uses it takes from ``messages``:
 
     1. the value of the role in the ID LEDGER block, when the context has one
-       naming that role (read with :func:`guardrail.compaction._block.parse_block`);
+       naming that role (read with :func:`guardrail.compaction.ledger_values`);
     2. else the recorded value where the context has it verbatim, as a whole
        token;
     3. else the closest look-alike the context has (one character changed,
@@ -250,16 +249,6 @@ def reference_agent(
         value = block.get(slot.role) if slot.role is not None else None
         values.append(value if value is not None else _verbatim_or_look_alike(slot.recorded, text))
     return {"name": intent.tool, "arguments": intent.fill(values)}
-
-
-def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
-    """``{role: value}`` from the first ID LEDGER block in ``messages`` (empty when none)."""
-    for index, message in enumerate(messages):
-        text = _text(message)
-        if text.startswith(BLOCK_HEADER + "\n"):
-            lines, _, _ = parse_block(text.partition("\n\n")[0], index)
-            return {line.role: line.value for line in lines}
-    return {}
 
 
 def _text(message: Any) -> str:

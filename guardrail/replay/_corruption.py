@@ -25,6 +25,7 @@ from typing import Final
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Entry, Ledger
+from guardrail.ledger._ledger import state_of
 
 #: The classes whose detection rate a replay reports, in report order.
 CLASSES: Final[tuple[str, ...]] = (
@@ -164,7 +165,7 @@ def other_kind(value: str, context: Context) -> str | None:
     wanted = {kind.name for kind in context.kinds}
     tables = [
         table
-        for kind, table in sorted(context.ledger._by_kind.items())
+        for kind, table in sorted(state_of(context.ledger).tables.items())
         if kind not in wanted and table
     ]
     if not tables:
@@ -186,7 +187,7 @@ def same_kind(value: str, context: Context) -> str | None:
     others = [
         entry
         for kind in context.kinds
-        for key, entry in sorted(context.ledger._by_kind.get(kind.name, {}).items())
+        for key, entry in sorted(state_of(context.ledger).tables.get(kind.name, {}).items())
         if key not in keys
     ]
     return context.rng.choice(others).value if others else None
@@ -243,6 +244,6 @@ def collision(variant: str, context: Context) -> str | None:
         if entry is not None:
             return f"ledger role [{entry.role}]"
     shaped = any(not kind.has_pattern or kind.matches(variant) for kind in context.kinds)
-    if shaped and context.ledger._typed_by_user(variant):
+    if shaped and state_of(context.ledger).typed_by_user(variant):
         return "typed by the user"
     return None

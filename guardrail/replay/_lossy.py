@@ -20,11 +20,11 @@ import random
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
-from guardrail import _deprecation
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._messages import Shape, default_role, read, strings, text_message, write
 from guardrail._text import has_token
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
@@ -33,14 +33,14 @@ from guardrail.compaction import (
     Summarizer,
     choose_cut,
     compact,
+    extractive_summary,
 )
-from guardrail.compaction._compact import M
-from guardrail.compaction._messages import Shape, default_role, read, strings, text_message, write
-from guardrail.compaction._summarize import extractive_summary
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.replay._replay import Compaction
+
+M = TypeVar("M", bound=Mapping[str, Any])
 
 #: What the lossy summarizer may do to one identifier (``keep``: leave it intact).
 FATES = ("drop", "generalize", "truncate", "mutate", "keep")
@@ -58,11 +58,9 @@ class LossySummarizer:
     what is left of 1 keeps the id intact. ``kinds`` (a guard's kinds)
     says what an identifier looks like; without it, tokens mixing letters
     and digits are taken for ids. ``base`` is the summarizer whose text is
-    spoiled (the extractive one by default). ``generalise=`` still works
-    until the next release, with a ``DeprecationWarning``.
+    spoiled (the extractive one by default).
     """
 
-    @_deprecation.legacy_arguments("LossySummarizer()", renamed={"generalise": "generalize"})
     def __init__(
         self,
         seed: int = 0,
@@ -176,12 +174,6 @@ def plain_compact(
 ) -> CompactionResult[M]: ...
 
 
-@_deprecation.legacy_arguments(
-    "plain_compact()",
-    positional=1,
-    keywords=("summarize", "keep_recent"),
-    renamed={"summarise": "summarize"},
-)
 def plain_compact(
     messages: Sequence[Any],
     *,
@@ -191,9 +183,7 @@ def plain_compact(
 ) -> CompactionResult[Any]:
     """The baseline: the same cut, a summary of the raw older turns, no ledger and no masking.
 
-    Its options are :func:`~guardrail.compact`'s. ``summarise=``, and
-    ``summarize`` and ``keep_recent`` by position, still work until the next
-    release, with a ``DeprecationWarning``.
+    Its options are :func:`~guardrail.compact`'s.
     """
     transcript = read(messages, shape)
     lead = 0
@@ -238,7 +228,6 @@ def plain_compact(
 # -- availability after compaction ----------------------------------------------------------
 
 
-@_deprecation.legacy_arguments("strategies()", renamed={"summarise": "summarize"})
 def strategies(
     guard: Guard,
     *,
@@ -247,13 +236,12 @@ def strategies(
 ) -> dict[str, Compaction]:
     """Both compactions as ``(messages, ledger) -> messages``, for ``replay(compaction=...)``.
 
-    ``"guardrail"`` is :func:`~guardrail.compaction._compact.compact` on the ledger
+    ``"guardrail"`` is :func:`~guardrail.compaction.compact` on the ledger
     given (a copy of the replay's ledger as it stands, which already holds
     every result before the call, so nothing is recorded twice) with
     ``guard``'s specs, its audit events silenced as replay silences its
     own; ``"plain summary"`` is :func:`plain_compact`. Both use
-    ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``);
-    ``summarise=`` still works until the next release, with a warning.
+    ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``).
     """
     lossy = summarize or LossySummarizer(seed=1, kinds=guard.kinds)
     quiet = guard.silenced()
@@ -299,7 +287,6 @@ def _share(part: int, whole: int) -> str:
     return f"({100 * part / whole:.1f}%)" if whole else "-"
 
 
-@_deprecation.legacy_arguments("side_by_side()", renamed={"summarise": "summarize"})
 def side_by_side(
     conversations: Iterable[Sequence[Mapping[str, Any]]],
     guard: Guard,
@@ -316,8 +303,7 @@ def side_by_side(
     with no such argument after it has nothing to measure and is skipped.
     ``compact()`` starts from a fresh ledger of ``guard`` each time (the
     transcript recorded elsewhere); the plain summary has no ledger. Both
-    use ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``);
-    ``summarise=`` still works until the next release, with a warning.
+    use ``summarize`` (default: ``LossySummarizer(seed=1, kinds=guard.kinds)``).
     """
     summarize = summarize or LossySummarizer(seed=1, kinds=guard.kinds)
     guard = guard.silenced()  # thousands of compactions: no audit event each

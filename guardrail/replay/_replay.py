@@ -27,13 +27,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from guardrail import _deprecation
-from guardrail._audit import SilentLogger
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
+from guardrail._messages import refused, strings
 from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
-from guardrail.compaction._messages import refused, strings
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
@@ -66,31 +64,6 @@ from guardrail.replay._traces import (
 #: chat-completions dicts; the ledger is a copy the strategy may change.
 Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Mapping[str, Any]]]
 TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
-#: What ``Guard.from_manifest`` reads: a JSON or TOML file, or the mapping itself.
-Manifest: TypeAlias = "str | os.PathLike[str] | Mapping[str, Any]"
-
-
-def manifest_guard(manifest: Manifest, capacity: int | None) -> tuple[Guard, str]:
-    """A silent guard built from a manifest, and how a report names the manifest.
-
-    For the deprecated ``replay(traces, manifest)``: a bad manifest raises
-    :class:`~guardrail.errors.ManifestError` before anything runs.
-    """
-    options: dict[str, Any] = {"logger": SilentLogger()}
-    if capacity is not None:
-        options["capacity"] = capacity
-    named = os.fspath(manifest) if isinstance(manifest, (str, os.PathLike)) else "<mapping>"
-    return Guard.from_manifest(manifest, **options), named
-
-
-def manifest_deprecated(call: str, capacity: int | None, *, stacklevel: int) -> None:
-    """Warn that ``call`` was given a manifest where it now takes a guard."""
-    built = "Guard.from_manifest(manifest" + (", capacity=...)" if capacity is not None else ")")
-    _deprecation.warn(
-        f"{call}(traces, manifest) is deprecated: write {call}(traces, {built}); "
-        "passing a manifest stops working in the next release",
-        stacklevel=stacklevel + 1,
-    )
 
 
 def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
@@ -520,7 +493,6 @@ def replay(
     limit: int | None = None,
     classes: Sequence[str] = ALL_CLASSES,
     variants: int = 1,
-    capacity: int | None = None,
     examples: int = 10,
     compaction: Compaction | Mapping[str, Compaction] | None = None,
     agent: Agent | None = None,
@@ -559,10 +531,6 @@ def replay(
     ``report.total.agent_recorded`` that call with the recorded one.
     ``tools`` are the OpenAI function tools it is shown (default: derived
     from the guard's specs by :func:`~guardrail.replay._agents.tool_definitions`).
-
-    A manifest (path or mapping) in the guard's place, with ``capacity``
-    for the guard built from it, still works until the next release, with
-    a ``DeprecationWarning``.
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:
@@ -574,20 +542,12 @@ def replay(
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise GuardrailUsageError(f"limit must be an integer >= 0, not {limit!r}")
     given: object = guard
-    if isinstance(given, Guard):
-        if capacity is not None and capacity != given.capacity:
-            raise GuardrailUsageError(
-                "capacity= applies to a manifest; a Guard brings its own (Guard(capacity=...))"
-            )
-        guard, described = given.silenced(), "<guard>"
-    elif isinstance(given, (str, os.PathLike, Mapping)):
-        manifest_deprecated("replay", capacity, stacklevel=1)
-        guard, described = manifest_guard(given, capacity)
-    else:
+    if not isinstance(given, Guard):
         raise GuardrailUsageError(
             "replay() takes a Guard (for a manifest file, Guard.from_manifest(path)), "
             f"not {type(given).__name__}"
         )
+    guard, described = given.silenced(), "<guard>"
     if agent is not None and not callable(agent):
         raise GuardrailUsageError(f"agent must be callable (messages, tools), not {agent!r:.80}")
     asker = (

@@ -25,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from guardrail._check import parse_arguments
-from guardrail.compaction._messages import content_text, refused
+from guardrail._messages import content_text, parse_arguments, refused
 from guardrail.errors import TraceFileError
 
 Role = Literal["system", "user", "assistant", "tool"]

@@ -1,8 +1,8 @@
 """Where sessions live between calls: in memory (the default), SQLite, Redis or PostgreSQL.
 
-A store keeps each session as one record per identifier and a little meta
-(see :class:`Store`); the guard keeps the sessions it uses cached as live
-ledgers and writes only what changed.
+A store keeps each session as one record per identifier and a little meta;
+the guard keeps the sessions it uses cached as live ledgers and writes only
+what changed. Writing a store of one's own: :mod:`guardrail.stores.protocol`.
 """
 
 from __future__ import annotations
@@ -11,19 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from guardrail.stores._memory import MemoryStore
-from guardrail.stores._protocol import (
-    AsyncStore,
-    Change,
-    Meta,
-    Record,
-    Snapshot,
-    Store,
-    ThreadedAsyncStore,
-    Written,
-    first_version,
-    merge_meta,
-    merge_record,
-)
+from guardrail.stores.protocol import AsyncStore, Store, ThreadedAsyncStore
 
 if TYPE_CHECKING:
     from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
@@ -52,18 +40,10 @@ __all__ = [
     "AsyncPostgresStore",
     "AsyncRedisStore",
     "AsyncStore",
-    "Change",
     "MemoryStore",
-    "Meta",
     "PostgresStore",
-    "Record",
     "RedisStore",
     "SQLiteStore",
-    "Snapshot",
     "Store",
     "ThreadedAsyncStore",
-    "Written",
-    "first_version",
-    "merge_meta",
-    "merge_record",
 ]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guardrail.stores._json import decode, decode_all, encode
-from guardrail.stores._protocol import (
+from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,

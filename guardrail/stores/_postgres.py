@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written, damaged
+from guardrail.stores.protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written, damaged
 
 try:
     import psycopg

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._protocol import (
+from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,

@@ -9,10 +9,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from guardrail import _deprecation
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode, decode_all, encode
-from guardrail.stores._protocol import (
+from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,
@@ -24,7 +23,6 @@ from guardrail.stores._protocol import (
 )
 
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
-_OLD_DEFAULT = "guardrail-sessions.sqlite3"
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS guardrail_session ("
     " session_id TEXT PRIMARY KEY, created INTEGER NOT NULL, version INTEGER NOT NULL,"
@@ -53,15 +51,7 @@ class SQLiteStore:
     per session) is converted the first time it is opened.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
-        if path is None:
-            _deprecation.warn(
-                f"SQLiteStore() with no path writes {_OLD_DEFAULT!r} in the working directory; "
-                "pass the path (SQLiteStore('sessions.sqlite3'), or ':memory:'). The default "
-                "goes in the next release",
-                stacklevel=1,
-            )
-            path = _OLD_DEFAULT
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise GuardrailUsageError(
                 f"path is the database file (a str or os.PathLike), not {type(path).__name__}"
@@ -305,8 +295,9 @@ class SQLiteStore:
         ).fetchone()
         if old is None:
             return
-        from guardrail import _journal  # the ledger's own conversion: only for old files
-        from guardrail.ledger import Ledger
+        from guardrail.ledger import Ledger  # the ledger's own conversion: only for old files
+        from guardrail.ledger._ledger import state_of
+        from guardrail.ledger._records import meta_of, records
 
         for session_id, text in db.execute(
             "SELECT session_id, ledger FROM guardrail_sessions"
@@ -320,10 +311,10 @@ class SQLiteStore:
                     "(DELETE FROM guardrail_sessions WHERE session_id = ...) or fix it, "
                     "then open the store again; nothing was converted"
                 ) from None
-            records = [_journal.record_of(ledger, name) for name in _journal.everything(ledger)]
-            rows = [(r["kind"], r["key"], encode(r)) for r in records]
-            meta = encode(_journal.meta_of(ledger))
-            self._apply(session_id, Change(0, records, _journal.meta_of(ledger)), rows, meta)
+            state = state_of(ledger)
+            found, meta = records(state), meta_of(state)
+            rows = [(r["kind"], r["key"], encode(r)) for r in found]
+            self._apply(session_id, Change(0, found, meta), rows, encode(meta))
         db.execute("DROP TABLE guardrail_sessions")
 
     def _stat(self) -> tuple[int, int] | None:

@@ -28,9 +28,7 @@ from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
-    from guardrail.replay._agents import Agent
-    from guardrail.replay._replay import Compaction, TraceSource
-    from guardrail.replay._report import ReplayReport
+    from guardrail.replay import Agent, Compaction, ReplayReport, TraceSource
 
 _PATTERN_CHARS = frozenset("*?[")
 
@@ -51,7 +49,6 @@ class GuardrailReplay(Protocol):
         limit: int | None = ...,
         classes: Sequence[str] = ...,
         variants: int = ...,
-        capacity: int | None = ...,
         examples: int = ...,
         compaction: Compaction | Mapping[str, Compaction] | None = ...,
         agent: Agent | None = ...,
@@ -84,7 +81,7 @@ def expand(traces: Any) -> list[Any]:
 @pytest.fixture
 def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
     """Replay recorded traces through a guard and return the report."""
-    from guardrail.replay._replay import manifest_deprecated, manifest_guard, replay
+    from guardrail.replay import replay
 
     runs = 0
 
@@ -92,16 +89,7 @@ def guardrail_replay(request: pytest.FixtureRequest) -> GuardrailReplay:
         traces: TraceSource | Iterable[TraceSource], guard: Guard, **options: Any
     ) -> ReplayReport:
         nonlocal runs
-        given: object = guard
-        named = None
-        if isinstance(given, (str, os.PathLike, Mapping)):
-            # Deprecated: warned here, so the warning points at the test that passed it.
-            capacity = options.pop("capacity", None)
-            manifest_deprecated("guardrail_replay", capacity, stacklevel=1)
-            guard, named = manifest_guard(given, capacity)
         report = replay(expand(traces), guard, **options)
-        if named is not None:
-            report.settings["manifest"] = named
         runs += 1
         # Shown with the failure of the test (pytest prints captured sections of failed tests).
         title = "guardrail replay" if runs == 1 else f"guardrail replay {runs}"

@@ -38,7 +38,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from agents.tool_context import ToolContext
 
 from guardrail import Guard, GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
-from guardrail._reprompt import is_refusal
+from guardrail._messages import is_refusal
 from guardrail.integrations.openai_agents import (
     GuardedSession,
     compact_model_input,

@@ -7,7 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail.stores import Change, MemoryStore, Store
+from guardrail.stores import MemoryStore, Store
+from guardrail.stores.protocol import Change
 
 from .conformance import by_key, live, meta
 

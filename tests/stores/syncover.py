@@ -7,7 +7,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from guardrail.stores import AsyncStore, Change, Snapshot, Written
+from guardrail.stores import AsyncStore
+from guardrail.stores.protocol import Change, Snapshot, Written
 
 T = TypeVar("T")
 

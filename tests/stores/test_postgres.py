@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores import Change, Snapshot, merge_meta, merge_record
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
+from guardrail.stores.protocol import Change, Snapshot, merge_meta, merge_record
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta

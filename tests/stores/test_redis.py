@@ -14,8 +14,9 @@ import redis
 from redis.crc import key_slot
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores import Change, MemoryStore
+from guardrail.stores import MemoryStore
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
+from guardrail.stores.protocol import Change
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta

@@ -60,15 +60,8 @@ from guardrail.replay import (
     strategies,
     trace_from_messages,
 )
-from guardrail.stores import (
-    AsyncRedisStore,
-    Change,
-    PostgresStore,
-    RedisStore,
-    Snapshot,
-    ThreadedAsyncStore,
-    Written,
-)
+from guardrail.stores import AsyncRedisStore, PostgresStore, RedisStore, ThreadedAsyncStore
+from guardrail.stores.protocol import Change, Snapshot, Written
 from guardrail.testing import GuardrailReplay
 
 Order = Annotated[str, Id("order")]

@@ -1,5 +1,11 @@
 """Message shapes: OpenAI chat completions, OpenAI Responses items, Anthropic messages.
 
+A core module: the check, compaction, the replay harness and the adapters
+all read and write these shapes, and none of them owns them. It also says
+what a refusal looks like in them (:data:`REFUSAL_PREFIX`,
+:data:`REFUSED_ERROR`, :class:`Refusal`) and how tool arguments given as
+text are read (:func:`parse_arguments`).
+
 :func:`read` turns a message list of any of the three shapes into one
 neutral :class:`Transcript` (messages with their text, the tool calls they
 make and the tool results they carry, calls paired with results by id);
@@ -44,9 +50,42 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from guardrail._check import parse_arguments
-from guardrail._reprompt import REFUSED_ERROR, is_refusal
 from guardrail.errors import TranscriptError
+
+#: The ``error`` field of a refusal written as JSON (``Rejection.to_dict()``).
+REFUSED_ERROR = "identifier_refused"
+
+#: How every refusal's text begins, so a refusal sent back as a tool result is known as one.
+REFUSAL_PREFIX = "guardrail refused the call to "
+
+
+def is_refusal(text: str) -> bool:
+    """Whether ``text`` is a refusal's text (a tool result that no tool produced)."""
+    return text.lstrip().startswith(REFUSAL_PREFIX)
+
+
+class Refusal:
+    """What a refused call returns in place of a result (``Rejection`` is one).
+
+    Known by its class wherever a result is read: no tool produced it, so
+    nothing in it is harvested.
+    """
+
+    __slots__ = ()
+
+
+def parse_arguments(arguments: object) -> Mapping[str, Any] | None:
+    """Arguments as a mapping; a JSON object given as text is parsed. None when neither."""
+    if isinstance(arguments, Mapping):
+        return arguments
+    if isinstance(arguments, (str, bytes, bytearray)):
+        try:
+            parsed = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None
+        return parsed if isinstance(parsed, dict) else None
+    return None
+
 
 Shape = Literal["openai_chat", "openai_responses", "anthropic"]
 SHAPES: tuple[str, ...] = ("openai_chat", "openai_responses", "anthropic")
@@ -57,7 +96,6 @@ _MISSING_RESULT = "guardrail: no result was recorded for this call"
 COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
 #: The last line of a sealed ledger block (see ``_block``), for recognising its form.
 _SEAL_LINE = re.compile(r"^\(seal [0-9a-f]{32}\)$", re.MULTILINE)
-#: The ``error`` of ``Rejection.to_dict()``: a refusal sent back as a JSON tool result.
 #: How deep content is walked before it is called absurd, when walking it has failed.
 MAX_DEPTH = 200
 

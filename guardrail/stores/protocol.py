@@ -1,8 +1,16 @@
-"""The store protocol: what a place that keeps sessions between calls must do.
+"""The store protocol, for writing a store: what a place that keeps sessions must do.
+
+A program picks a store from :mod:`guardrail.stores`; this module is for
+the author of a new one: the :class:`Store` (or :class:`AsyncStore`)
+protocol, what a writer sends (:class:`Change`), what a store answers
+(:class:`Snapshot`, :class:`Written`), and the merge rule every store
+follows (:func:`merge_record`, :func:`merge_meta`). The conformance suite
+in guardrail's tests holds a store to all of it.
 
 A store keeps each session as **records**, one per identifier the session
 ever held (``(kind, key)`` is the record's name), plus one **meta** mapping
-(turn, counters, the user's texts, capacities, the seal key). A record says
+(turn, counters, the user's texts, capacities, re-prompt counts). A saved
+ledger (``Ledger.to_json``) is the same records and meta. A record says
 what the session knows of that id now: ``"live"`` (an entry: every field of
 :meth:`~guardrail.ledger.Entry.to_dict`), ``"evicted"`` (a tombstone),
 ``"dropped"`` (a drop mark: a result named it but the ledger did not keep
@@ -32,25 +40,17 @@ a silently smaller ledger.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from guardrail._entry import Record
 from guardrail.errors import StoreError
+from guardrail.ledger._merge import USER_TEXTS_KEPT, Meta, merge_meta, merge_record
 
 _T = TypeVar("_T")
 
-#: One id's state in one session: a JSON-safe mapping with at least ``kind``, ``key``,
-#: ``state`` and ``turn`` (see the module docstring for the fields of each state).
-Record = Mapping[str, Any]
-
-#: A session's meta: ``capacity``, ``tombstone_capacity``, ``seal_key``, ``turn``,
-#: ``epoch``, ``kinds``, ``counters``, ``user_texts``, ``refusals`` (JSON-safe).
-Meta = Mapping[str, Any]
-
 State = Literal["live", "evicted", "dropped", "gone"]
-
-USER_TEXTS_KEPT = 16  # as many as a ledger keeps
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,34 +117,46 @@ class Store(Protocol):
     :class:`~guardrail.errors.StoreError` naming itself and the session.
     """
 
-    def load(self, session_id: str) -> Snapshot | None: ...
+    def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None when the store does not hold it."""
 
-    def apply(self, session_id: str, change: Change) -> Written: ...
+    def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` atomically, merging rows written since ``change.base``."""
 
-    def changes_since(self, session_id: str, version: int) -> Snapshot | None: ...
+    def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """What was written since ``version``; None when the session is still at it."""
 
-    def delete(self, session_id: str) -> None: ...
+    def delete(self, session_id: str) -> None:
+        """Forget a session (waiting for a write to it in progress to end)."""
 
-    def expire(self, max_idle: float) -> list[str]: ...
+    def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the store holds open (its client, connections, files)."""
 
 
 @runtime_checkable
 class AsyncStore(Protocol):
     """:class:`Store` with coroutine methods, for a store with an asyncio client."""
 
-    async def load(self, session_id: str) -> Snapshot | None: ...
+    async def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None when the store does not hold it."""
 
-    async def apply(self, session_id: str, change: Change) -> Written: ...
+    async def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` atomically, merging rows written since ``change.base``."""
 
-    async def changes_since(self, session_id: str, version: int) -> Snapshot | None: ...
+    async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """What was written since ``version``; None when the session is still at it."""
 
-    async def delete(self, session_id: str) -> None: ...
+    async def delete(self, session_id: str) -> None:
+        """Forget a session (waiting for a write to it in progress to end)."""
 
-    async def expire(self, max_idle: float) -> list[str]: ...
+    async def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
 
-    async def close(self) -> None: ...
+    async def close(self) -> None:
+        """Release what the store holds open (its client, connections, files)."""
 
 
 async def _in_thread(function: Callable[..., _T], *args: Any) -> _T:
@@ -161,21 +173,27 @@ class ThreadedAsyncStore:
         self.store = store
 
     async def load(self, session_id: str) -> Snapshot | None:
+        """The whole session, or None when the store does not hold it."""
         return await _in_thread(self.store.load, session_id)
 
     async def apply(self, session_id: str, change: Change) -> Written:
+        """Write ``change`` atomically, merging rows written since ``change.base``."""
         return await _in_thread(self.store.apply, session_id, change)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
+        """What was written since ``version``; None when the session is still at it."""
         return await _in_thread(self.store.changes_since, session_id, version)
 
     async def delete(self, session_id: str) -> None:
+        """Forget a session (waiting for a write to it in progress to end)."""
         await _in_thread(self.store.delete, session_id)
 
     async def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         return await _in_thread(self.store.expire, max_idle)
 
     async def close(self) -> None:
+        """Release what the store holds open (its client, connections, files)."""
         await _in_thread(self.store.close)
 
 
@@ -189,99 +207,6 @@ def first_version() -> int:
     return time.time_ns() // 1000
 
 
-# -- the merge rule ------------------------------------------------------------------------------
-
-_REMOVED = {"evicted": 2, "gone": 1, "dropped": 0}  # ties between marks: the most informative
-
-
-def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Record:
-    """What a store keeps when ``new`` is written over the ``held`` row of the same id.
-
-    Not ``concurrent`` (the writer had seen ``held``): ``new``. Else:
-
-    - two live entries become one: verified if either is (the value and
-      source of the verified copy), first seen at the earlier turn, last
-      used at the later (its status with it), pinned if either is, the
-      held role kept and the other's names added as aliases;
-    - an eviction or removal (``evicted``, ``gone``) wins over a live entry
-      used no later than it; a live entry used later wins over it;
-    - a live entry wins over a drop mark;
-    - between marks, the later turn wins (an eviction over a drop mark on
-      a tie).
-    """
-    if held is None or not concurrent:
-        return new
-    held_live = held["state"] == "live"
-    new_live = new["state"] == "live"
-    if held_live and new_live:
-        return _combine(held, new)
-    if held_live or new_live:
-        live, mark = (held, new) if held_live else (new, held)
-        if mark["state"] != "dropped" and mark["turn"] >= live["turn"]:
-            return mark
-        return live
-    order = (held["turn"], _REMOVED.get(held["state"], 0))
-    return new if (new["turn"], _REMOVED.get(new["state"], 0)) > order else held
-
-
-def _combine(held: Record, new: Record) -> Record:
-    """Two live copies of one entry as one, whichever order they come in (but the role)."""
-    merged = dict(held)
-    if new["verified"] and not held["verified"]:
-        merged["verified"] = True
-        merged["value"] = new["value"]
-        merged["source"] = new["source"]
-    merged["first_seen"] = min(held["first_seen"], new["first_seen"])
-    if _status_order(new) > _status_order(held):
-        merged["status"] = new["status"]
-    merged["last_used"] = merged["turn"] = max(held["turn"], new["turn"])
-    merged["epoch"] = max(held["epoch"], new["epoch"])
-    merged["pinned"] = bool(held["pinned"] or new["pinned"])
-    names = [held["role"], *held["aliases"]]
-    merged["aliases"] = list(held["aliases"]) + [
-        name for name in (new["role"], *new["aliases"]) if name not in names
-    ]
-    return merged
-
-
-def _status_order(record: Record) -> tuple[int, bool, str]:
-    status = record["status"]
-    return (record["turn"], status is not None, status or "")
-
-
-def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
-    """What a store keeps when ``new`` meta is written over ``held``.
-
-    Not ``concurrent``: ``new``. Else turn, epoch and counters take the
-    larger; the user's texts are united in order (the newest kept); the
-    kinds are united; re-prompt counts are those of the later turn (the
-    larger of each on a tie); capacities and the seal key stay the held
-    ones (the first writer's).
-    """
-    if held is None or not concurrent:
-        return new
-    merged = dict(held)
-    merged["turn"] = max(held["turn"], new["turn"])
-    merged["epoch"] = max(held["epoch"], new["epoch"])
-    counters = dict(held["counters"])
-    for name, number in new["counters"].items():
-        counters[name] = max(number, counters.get(name, 0))
-    merged["counters"] = counters
-    texts = list(held["user_texts"])
-    texts += [text for text in new["user_texts"] if text not in texts]
-    merged["user_texts"] = texts[-USER_TEXTS_KEPT:]
-    merged["kinds"] = list(dict.fromkeys([*held["kinds"], *new["kinds"]]))
-    # Re-prompt counts start again each turn: those of the later turn, else the larger of each.
-    if new["turn"] > held["turn"]:
-        merged["refusals"] = dict(new["refusals"])
-    elif new["turn"] == held["turn"]:
-        refusals = dict(held["refusals"])
-        for tool, count in new["refusals"].items():
-            refusals[tool] = max(count, refusals.get(tool, 0))
-        merged["refusals"] = refusals
-    return merged
-
-
 def damaged(where: str, session_id: str, problem: str) -> StoreError:
     """The error for a session whose stored data a server store cannot read, saying what to do."""
     return StoreError(
@@ -289,3 +214,21 @@ def damaged(where: str, session_id: str, problem: str) -> StoreError:
         "(store.delete(session_id)) or restore it from a backup",
         session_id=session_id,
     )
+
+
+__all__ = [
+    "USER_TEXTS_KEPT",
+    "AsyncStore",
+    "Change",
+    "Meta",
+    "Record",
+    "Snapshot",
+    "State",
+    "Store",
+    "ThreadedAsyncStore",
+    "Written",
+    "damaged",
+    "first_version",
+    "merge_meta",
+    "merge_record",
+]

@@ -1,0 +1,121 @@
+"""The merge rule: what survives when two copies of one conversation's ledger meet.
+
+Written once, here, and followed everywhere two copies meet: a ledger
+taking in another copy (``Ledger.merge``), a cached session catching up
+with what other writers stored, and every store merging concurrent writes
+(:mod:`guardrail.stores.protocol` re-exports it for store authors). Each
+id is merged by :func:`merge_record` as a record (see
+:mod:`guardrail._entry`); the session-wide fields by :func:`merge_meta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guardrail._entry import Record
+
+#: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
+#: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is
+#: derived from the guard's secret, never stored.
+Meta = Mapping[str, Any]
+
+#: How many of the user's last texts a ledger keeps (and a merged meta).
+USER_TEXTS_KEPT = 16
+
+_REMOVED = {"evicted": 2, "gone": 1, "dropped": 0}  # ties between marks: the most informative
+
+
+def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Record:
+    """What survives of one id when ``new`` is written over the ``held`` record of it.
+
+    Not ``concurrent`` (the writer had seen ``held``): ``new``. Else the two
+    are copies of one conversation that did not see each other, and the
+    principle is that an id the program let go is refused as evicted:
+
+    - a removal (``evicted``, ``gone``) at a turn no earlier than the other
+      copy's last use of the id wins, whichever copy it is in; a use at a
+      later turn (the id was seen again) wins over an older removal;
+    - a live entry wins over a drop mark (the id was kept, in one copy);
+    - between marks, the later turn wins (on a tie, an eviction over a
+      removal over a drop mark);
+    - two live entries become one: verified if either is (the value and
+      source of the verified copy), first seen at the earlier turn, last
+      used at the later (with that use's status), pinned if either is, the
+      held role kept and the other's names added as aliases.
+
+    The answer does not depend on which copy is ``held`` but for the names
+    of a live entry (whose role stays the held one's).
+    """
+    if held is None or not concurrent:
+        return new
+    held_live = held["state"] == "live"
+    new_live = new["state"] == "live"
+    if held_live and new_live:
+        return _combine(held, new)
+    if held_live or new_live:
+        live, mark = (held, new) if held_live else (new, held)
+        if mark["state"] != "dropped" and mark["turn"] >= live["turn"]:
+            return mark
+        return live
+    order = (held["turn"], _REMOVED.get(held["state"], 0))
+    return new if (new["turn"], _REMOVED.get(new["state"], 0)) > order else held
+
+
+def _combine(held: Record, new: Record) -> Record:
+    """Two live copies of one entry as one, whichever order they come in (but the role)."""
+    merged = dict(held)
+    if new["verified"] and not held["verified"]:
+        merged["verified"] = True
+        merged["value"] = new["value"]
+        merged["source"] = new["source"]
+    merged["first_seen"] = min(held["first_seen"], new["first_seen"])
+    if _status_order(new) > _status_order(held):
+        merged["status"] = new["status"]
+    merged["last_used"] = merged["turn"] = max(held["turn"], new["turn"])
+    merged["epoch"] = max(held["epoch"], new["epoch"])
+    merged["pinned"] = bool(held["pinned"] or new["pinned"])
+    names = [held["role"], *held["aliases"]]
+    merged["aliases"] = list(held["aliases"]) + [
+        name for name in (new["role"], *new["aliases"]) if name not in names
+    ]
+    return merged
+
+
+def _status_order(record: Record) -> tuple[int, bool, str]:
+    status = record["status"]
+    return (record["turn"], status is not None, status or "")
+
+
+def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
+    """What a store keeps when ``new`` meta is written over ``held``.
+
+    Not ``concurrent``: ``new``. Else turn, epoch and counters take the
+    larger; the user's texts are united in order (the newest kept); the
+    kinds are united; re-prompt counts are those of the later turn (the
+    larger of each on a tie); capacities stay the held ones (the first
+    writer's). A ``seal_key`` an earlier version kept in the meta is dropped.
+    """
+    if held is None or not concurrent:
+        return new
+    merged = dict(held)
+    merged.pop("seal_key", None)
+    merged["turn"] = max(held["turn"], new["turn"])
+    merged["epoch"] = max(held["epoch"], new["epoch"])
+    counters = dict(held["counters"])
+    for name, number in new["counters"].items():
+        counters[name] = max(number, counters.get(name, 0))
+    merged["counters"] = counters
+    texts = list(held["user_texts"])
+    texts += [text for text in new["user_texts"] if text not in texts]
+    merged["user_texts"] = texts[-USER_TEXTS_KEPT:]
+    merged["kinds"] = list(dict.fromkeys([*held["kinds"], *new["kinds"]]))
+    # Re-prompt counts start again each turn: those of the later turn, else the larger of each.
+    if new["turn"] > held["turn"]:
+        merged["refusals"] = dict(new["refusals"])
+    elif new["turn"] == held["turn"]:
+        refusals = dict(held["refusals"])
+        for tool, count in new["refusals"].items():
+            refusals[tool] = max(count, refusals.get(tool, 0))
+        merged["refusals"] = refusals
+    return merged

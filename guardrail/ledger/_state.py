@@ -1,0 +1,718 @@
+"""A ledger's state: the id tables, roles, eviction and look-ups, for the modules that run a guard.
+
+:class:`LedgerState` is the working half of a :class:`~guardrail.ledger.Ledger`
+(which wraps it and shows a program only what it uses). It is guardrail's
+own interface, documented here so the check, the engine, compaction and
+the session journal use names, not a class's private members:
+
+- look-ups for the check: :attr:`LedgerState.tables` (kind -> normalised
+  key -> entry), :meth:`~LedgerState.key`, :meth:`~LedgerState.get`,
+  :meth:`~LedgerState.lookup`, :meth:`~LedgerState.tombstone`,
+  :meth:`~LedgerState.drop_mark`, :meth:`~LedgerState.typed_by_user`, and
+  the near-miss aids :meth:`~LedgerState.longest_key`,
+  :meth:`~LedgerState.alphabet`, :meth:`~LedgerState.keys_with_prefix`;
+- changes: :meth:`~LedgerState.touch` (the allowed path),
+  :meth:`~LedgerState.admit` (a result's ids), :meth:`~LedgerState.next_turn`
+  and :meth:`~LedgerState.observe_text` (the user spoke),
+  :meth:`~LedgerState.label`, :meth:`~LedgerState.pin`,
+  :meth:`~LedgerState.forget`, :meth:`~LedgerState.use_kinds`;
+- conversation state beside the tables: :attr:`~LedgerState.reprompts`.
+
+Records, loading and merging are :mod:`guardrail.ledger._records`; the
+store journal is :mod:`guardrail._journal`.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import repeat
+from typing import Any
+
+from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone
+from guardrail._harvest import Batch
+from guardrail._index import KeyIndex
+from guardrail._text import has_token
+from guardrail.errors import GuardrailUsageError
+from guardrail.kinds import Kind
+from guardrail.ledger._merge import USER_TEXTS_KEPT
+
+DEFAULT_CAPACITY = 1000
+ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a store
+
+_allocate = object.__new__
+
+
+class Reprompts:
+    """Refusals per tool in one turn, for bounding re-prompts.
+
+    Conversation state, kept beside the id tables: the counts hold for
+    ``turn`` only, so a new turn starts them again without anyone clearing
+    them. Saved in the session's meta (``refusals``, the counts of the
+    meta's turn) and merged by :func:`~guardrail.stores.protocol.merge_meta`.
+    """
+
+    __slots__ = ("counts", "turn")
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.counts: dict[str, int] = {}
+
+    def add(self, tool: str, turn: int) -> int:
+        """Count one more refusal of ``tool`` in ``turn``; the count so far."""
+        if turn != self.turn:
+            self.turn, self.counts = turn, {}
+        count = self.counts.get(tool, 0) + 1
+        self.counts[tool] = count
+        return count
+
+    def of(self, turn: int) -> dict[str, int]:
+        """The counts of ``turn`` (none for any other turn)."""
+        return dict(self.counts) if turn == self.turn else {}
+
+    def take(self, turn: int, counts: Mapping[str, int]) -> None:
+        """Hold ``counts`` as the counts of ``turn``."""
+        self.turn, self.counts = turn, dict(counts)
+
+
+class LedgerState:
+    """The id tables of one conversation, and what changes them.
+
+    Attributes, read by guardrail's modules (changed only through the
+    methods, the loader and the journal):
+
+    - ``tables``: kind -> normalised key -> entry, each table ordered from
+      least to most recently used (the allowed path reads it directly);
+    - ``roles``: every role and alias -> its entry, in order of first
+      appearance; ``tombstones`` and ``dropped``: ``(kind, key)`` -> the
+      tombstone or drop mark, oldest first, bounded by
+      ``tombstone_capacity``;
+    - ``turn`` and ``epoch`` (bumped at every change of the tables: a use
+      reorders an entry once per epoch), ``counters`` (the numbers default
+      roles took), ``user_texts`` (the last ones), ``reprompts``;
+    - ``kinds`` (the normalisers keys are made with), ``session_id``,
+      ``capacity``, ``seal_key`` (in memory only: see
+      :meth:`guardrail.Guard`'s ``secret``), ``lock`` (held by every
+      change; reads of a table take a snapshot);
+    - ``journal``: the names of the ids changed since the last write to a
+      store, or None while no store keeps this ledger
+      (:mod:`guardrail._journal`); ``after_change``: what to run after
+      a change no scope's end will write (:meth:`persist`);
+    - ``ledger``: the public :class:`~guardrail.ledger.Ledger` wrapping it
+      (typed through :func:`guardrail.ledger._ledger.ledger_of`).
+    """
+
+    def __init__(
+        self,
+        ledger: object,
+        *,
+        capacity: int,
+        tombstones: int | None,
+        kinds: Mapping[str, Kind] | None,
+        session_id: str | None,
+    ) -> None:
+        if not isinstance(capacity, int) or capacity < 1:
+            raise GuardrailUsageError(
+                f"ledger capacity must be a positive integer, not {capacity!r}"
+            )
+        self.ledger = ledger
+        self.capacity = capacity
+        self.tombstone_capacity = capacity if tombstones is None else max(0, tombstones)
+        self.session_id = session_id
+        self.turn = 0
+        self.epoch = 0
+        self.tables: dict[str, dict[str, Entry]] = {}
+        self.roles: dict[str, Entry] = {}
+        self.counters: dict[str, int] = {}
+        self.tombstones: dict[Name, Tombstone] = {}
+        self.tomb_roles: set[str] = set()  # roles evicted ids still hold
+        self.dropped: dict[Name, Dropped] = {}
+        self.index: dict[str, KeyIndex] = {}
+        self.size = 0
+        self.pinned = 0  # pinned entries do not count against the capacity
+        self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
+        self.reprompts = Reprompts()
+        self.kinds: Mapping[str, Kind] = kinds or {}
+        self.lock = threading.RLock()
+        #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
+        self.seal_key: bytes = secrets.token_bytes(32)
+        self.journal: set[Name] | None = None
+        #: Run after a change made outside a scope that would write it: the guard's default
+        #: session writes itself there (None: nothing to do).
+        self.after_change: Callable[[], None] | None = None
+        #: The meta as last written to the store, and a cheap mark of its changing fields.
+        self.written_meta: dict[str, Any] | None = None
+        self.written_mark: tuple[Any, ...] | None = None
+
+    def persist(self) -> None:
+        """After a change: write it where no scope's end will (``after_change``; else nothing)."""
+        hook = self.after_change
+        if hook is not None:
+            hook()
+
+    # -- reading --------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Entries from least to most recently used, kind by kind."""
+        # Snapshots: another thread may be recording while this one reads.
+        for table in list(self.tables.values()):
+            yield from list(table.values())
+
+    def entries(self) -> list[Entry]:
+        """Every entry in order of first appearance (the order a ledger block lists them)."""
+        # The role table is filled as entries arrive; aliases only repeat an entry.
+        with self.lock:
+            return list(dict.fromkeys(self.roles.values()))
+
+    def role(self, name: str) -> Entry:
+        """The entry a role (or an alias) names; a KeyError listing the roles otherwise."""
+        try:
+            return self.roles[name]
+        except KeyError:
+            known = sorted({entry.role: None for entry in self})
+            raise KeyError(f"no ledger role {name!r}; roles: {known}") from None
+
+    def key(self, kind: str, value: str) -> str | None:
+        """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
+        known = self.kinds.get(kind)
+        return known.key(value) if known is not None else value.strip()
+
+    def get(self, kind: str, value: str) -> Entry | None:
+        """The entry of ``kind`` whose value is ``value`` in any written form."""
+        table = self.tables.get(kind)
+        key = None if table is None else self.key(kind, value)
+        return None if key is None or table is None else table.get(key)
+
+    def lookup(self, value: str, *, exclude: Iterable[str] = ()) -> list[Entry]:
+        """Entries of any kind (but those in ``exclude``) that ``value`` names.
+
+        A kind whose normaliser cannot read ``value`` has no entry for it.
+        """
+        found = []
+        for kind, table in list(self.tables.items()):
+            if kind in exclude:
+                continue
+            key = self.key(kind, value)
+            entry = None if key is None else table.get(key)
+            if entry is not None:
+                found.append(entry)
+        return found
+
+    def tombstone(self, kind: str, key: str) -> Tombstone | None:
+        """The tombstone of an evicted ``(kind, key)``, if still remembered."""
+        return self.tombstones.get((kind, key)) if self.tombstones else None
+
+    def drop_mark(self, kind: str, key: str) -> Dropped | None:
+        """The mark of an id a result named but the ledger did not keep, if still remembered."""
+        return self.dropped.get((kind, key)) if self.dropped else None
+
+    def longest_key(self, kind: str) -> int:
+        """The length of the longest key ``kind`` has had (evicted ones included)."""
+        index = self.index.get(kind)
+        return 0 if index is None else index.longest
+
+    def alphabet(self, kind: str) -> frozenset[str]:
+        """Every character seen in ``kind``'s keys (a superset)."""
+        index = self.index.get(kind)
+        if index is None:
+            return frozenset()
+        with self.lock:
+            return frozenset(index.alphabet)
+
+    def keys_with_prefix(self, kind: str, prefix: str, *, limit: int = 8) -> list[Entry]:
+        """Live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
+        index = self.index.get(kind)
+        table = self.tables.get(kind)
+        if index is None or not table:
+            return []
+        with self.lock:
+            return index.with_prefix(prefix, table, limit)
+
+    def typed_by_user(self, value: str) -> bool:
+        """Whether ``value`` appears, as a whole token, in the user texts kept.
+
+        One pass over each text, whatever the value (see :func:`has_token`).
+        """
+        if not value.strip():
+            return False  # nothing typed is no id the user typed
+        return any(has_token(text, value) for text in list(self.user_texts))
+
+    # -- the conversation -----------------------------------------------------------------
+
+    def next_turn(self) -> int:
+        """Start a new turn (a user message and everything up to the next one)."""
+        self.turn += 1
+        self.epoch += 1
+        return self.turn
+
+    def observe_text(self, text: str) -> None:
+        """Keep a user text (bounded) for recognising ids typed with no pattern."""
+        self.user_texts.append(text)
+
+    def touch(self, entry: Entry) -> None:
+        """Mark ``entry`` used now; the allowed path of a check calls this.
+
+        Recency is kept per epoch (the span between two changes of the
+        ledger): eviction happens only when ids are added, so the order
+        among entries used since the last addition cannot matter yet. An
+        entry looked up before a merge replaced it touches its successor.
+        """
+        if entry.epoch != self.epoch:
+            with self.lock:
+                table = self.tables[entry.kind]
+                held = table.pop(entry.key, None)
+                if held is None:
+                    return  # evicted or forgotten since it was looked up
+                table[entry.key] = held
+                held.epoch = self.epoch
+                held.last_used = self.turn
+                if self.journal is not None:
+                    self.journal.add((entry.kind, entry.key))
+
+    def admit(
+        self,
+        batches: Iterable[Batch],
+        *,
+        source: Source | Mapping[str, Source],
+        verified: bool = True,
+        limit: int | None = None,
+        tool: str | None = None,
+    ) -> Admitted:
+        """Record harvested ids: the entries added, verified by this call, and evicted.
+
+        Ids come in :class:`~guardrail._harvest.Batch` columns, in order: a
+        result of tens of thousands of ids is admitted without building an
+        object or calling a helper per id. ``source`` is one Source, or one
+        per declared path. An id already present is refreshed (and verified,
+        when ``verified``); a new one gets a role. All ids are added before
+        any is evicted, so a result is never half-recorded.
+
+        At most ``limit`` new ids are added (None: no bound); each new id
+        beyond it is not kept but remembered as :class:`Dropped`, under
+        ``tool`` (by default the source's tool), so a later use is refused
+        with "narrow the search": one result listing 10,000 ids must not
+        push every real id and its tombstone out. From turn 1 on, eviction
+        spares the ids used in the current turn; new ids that still do not
+        fit are taken out again, newest first, as drop marks too.
+        """
+        if limit is not None and (type(limit) is not int or limit < 0):
+            raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
+        added: list[Entry] = []
+        upgraded: list[Entry] = []
+        skipped: dict[Name, str] = {}  # (kind, key) -> value of new ids beyond limit
+        revived: dict[Name, Tombstone] = {}  # tombstones of evicted ids seen again
+        room = sys.maxsize if limit is None else limit
+        turn = self.turn
+        tables = self.tables
+        roles = self.roles
+        counters = self.counters
+        with self.lock:
+            tomb_roles = self.tomb_roles
+            marks = self.dropped
+            for kind, path, template, values, keys, statuses in batches:
+                where = source if isinstance(source, Source) else source[path]
+                table = tables.get(kind)
+                if table is None:
+                    table = tables[kind] = {}
+                    self.index[kind] = KeyIndex()
+                fresh: list[str] = []  # new keys, for the near-miss index
+                size = len(added)
+                # Default roles with no tombstone to honour: number them here, in a local.
+                plain = not template and not self.tombstones
+                start = number = counters.get(kind, 0)
+                for value, key, status in zip(
+                    values, keys, statuses if statuses is not None else repeat(None), strict=False
+                ):
+                    entry = table.get(key)
+                    if entry is not None:
+                        if verified and not entry.verified:
+                            entry.verified = True
+                            entry.source = where
+                            upgraded.append(entry)
+                        if status is not None and status != entry.status:
+                            entry.status = status
+                            if self.journal is not None:
+                                self.journal.add((kind, key))
+                        self.touch(entry)
+                        continue
+                    if not room:  # beyond what one call may add: remembered, not kept
+                        skipped[(kind, key)] = value
+                        continue
+                    room -= 1
+                    if plain:  # the default role: the kind, then kind_2, kind_3... in order seen
+                        while True:
+                            number += 1
+                            role = kind if number == 1 else f"{kind}_{number}"
+                            if role not in roles and role not in tomb_roles:
+                                break
+                    else:
+                        role = self.new_role(kind, key, template, status, where)
+                    # Fields set directly: the keyword constructor cost twice as much.
+                    entry = _allocate(Entry)
+                    entry.value = value
+                    entry.kind = kind
+                    entry.key = key
+                    entry.role = role
+                    entry.source = where
+                    entry.first_seen = turn
+                    entry.last_used = turn
+                    entry.verified = verified
+                    entry.status = status
+                    entry.pinned = False
+                    entry.aliases = ()
+                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    table[key] = entry
+                    roles[role] = entry
+                    fresh.append(key)
+                    if not plain and self.tombstones:
+                        tomb = self.tombstones.get((kind, key))
+                        if tomb is not None:  # back under its old role (restored if taken back)
+                            revived[(kind, key)] = tomb
+                            self.drop_tombstone((kind, key))
+                    if marks:  # in the ledger for real now: no longer "not kept"
+                        marks.pop((kind, key), None)
+                    added.append(entry)
+                if number != start:
+                    counters[kind] = number
+                if fresh:
+                    self.size += len(added) - size
+                    self.index[kind].add(fresh)
+            if added:
+                self.epoch += 1
+                for entry in added:
+                    entry.epoch = self.epoch
+            journal = self.journal
+            if journal is not None:
+                journal.update([(entry.kind, entry.key) for entry in added])
+                journal.update([(entry.kind, entry.key) for entry in upgraded])
+            evicted = self.evict_over_capacity()
+            taken = self._take_back(added, revived)
+            dropped = self._mark_dropped(taken, skipped, tool, source)
+        return Admitted(added, upgraded, evicted, dropped)
+
+    def backdate(self, entry: Entry, *, first_seen: int, last_used: int) -> None:
+        """Give an entry just admitted the turns an earlier copy of it had (a ledger block's).
+
+        It counts as unused in this epoch, so its next use marks it used now.
+        """
+        with self.lock:
+            entry.first_seen = first_seen
+            entry.last_used = last_used
+            entry.epoch = min(entry.epoch, self.epoch - 1)
+
+    def label(self, role: str, new_role: str) -> Entry:
+        """Rename the entry named ``role`` to ``new_role``; the old name stays an alias."""
+        check_role_name(new_role)
+        with self.lock:
+            entry = self.role(role)
+            if new_role == entry.role:
+                return entry
+            holder = self.roles.get(new_role)
+            if holder is not None and holder is not entry:
+                raise GuardrailUsageError(
+                    f"role {new_role!r} already names {holder.value!r}; pick another name"
+                )
+            if holder is None and new_role in self.tomb_roles:
+                raise GuardrailUsageError(
+                    f"role {new_role!r} belonged to an evicted id; pick another name"
+                )
+            entry.aliases = (*entry.aliases, entry.role)
+            entry.role = new_role
+            self.roles[new_role] = entry
+            self.changed(entry.kind, entry.key)
+            return entry
+
+    def pin(self, role: str, pinned: bool = True) -> Entry:
+        """Keep (or stop keeping) an entry; pinned entries do not count against the capacity.
+
+        Unpinning in a full ledger evicts; if every other entry was used
+        this turn, the least recently used goes all the same: the program
+        asked for the room back.
+        """
+        with self.lock:
+            entry = self.role(role)
+            if entry.pinned != pinned:
+                entry.pinned = pinned
+                self.pinned += 1 if pinned else -1
+                self.changed(entry.kind, entry.key)
+                self.evict_over_capacity()
+                self.evict_over_capacity(spare_current=False)
+            return entry
+
+    def forget(self, role: str) -> Entry:
+        """Drop an entry now, leaving a tombstone (as eviction does)."""
+        with self.lock:
+            entry = self.role(role)
+            self.remove(entry)
+            return entry
+
+    # -- roles ----------------------------------------------------------------------------
+
+    def new_role(
+        self, kind: str, key: str, template: str | None, status: str | None, source: Source
+    ) -> str:
+        """A free role for a new id: its old one if it was evicted, a template's, or the kind's."""
+        tomb = self.tombstones.get((kind, key)) if self.tombstones else None
+        if tomb is not None and tomb.role not in self.roles:
+            # An id that comes back keeps the role summaries already use for it.
+            return tomb.role
+        if template:
+            number = self.counters.get(kind, 0) + 1
+            fields = {"kind": kind, "n": number, "tool": source.tool, "status": status}
+            try:
+                base = template.format_map(_Fields(fields))
+            except (ValueError, IndexError):
+                base = kind
+            base = "".join(c if c in ROLE_CHARS else "_" for c in base) or kind
+            self.counters[kind] = number
+            return self._free_role(base)
+        while True:
+            number = self.counters.get(kind, 0) + 1
+            self.counters[kind] = number
+            role = kind if number == 1 else f"{kind}_{number}"
+            if not self.role_taken(role):
+                return role
+
+    def role_taken(self, role: str) -> bool:
+        """Whether ``role`` names an entry, or an evicted id still remembered."""
+        return role in self.roles or role in self.tomb_roles
+
+    def _free_role(self, base: str) -> str:
+        role, suffix = base, 1
+        while self.role_taken(role):
+            suffix += 1
+            role = f"{base}_{suffix}"
+        return role
+
+    # -- the tables -----------------------------------------------------------------------
+
+    def changed(self, kind: str, key: str) -> None:
+        """Note that the id ``(kind, key)`` changed, for the next write to the store."""
+        if self.journal is not None:
+            self.journal.add((kind, key))
+
+    def table(self, kind: str) -> dict[str, Entry]:
+        """``kind``'s table, made (empty) if the ledger has none yet."""
+        table = self.tables.get(kind)
+        if table is None:
+            table = self.tables[kind] = {}
+            self.index[kind] = KeyIndex()
+        return table
+
+    def insert(self, entry: Entry) -> None:
+        """Put an entry of no ledger in its table, under its role and aliases (free ones)."""
+        self.table(entry.kind)[entry.key] = entry
+        self.roles[entry.role] = entry
+        for alias in entry.aliases:
+            self.roles[alias] = entry
+        self.index[entry.kind].add((entry.key,))
+        self.size += 1
+        self.pinned += entry.pinned
+        if self.tombstones:
+            self.drop_tombstone((entry.kind, entry.key))
+
+    def unlink(self, entry: Entry) -> None:
+        """Take an entry out of its table and the role table, leaving nothing behind."""
+        del self.tables[entry.kind][entry.key]
+        for name in (entry.role, *entry.aliases):
+            if self.roles.get(name) is entry:
+                del self.roles[name]
+        self.index[entry.kind].stale += 1  # the key stays in the index until a rebuild
+        self.size -= 1
+        self.pinned -= entry.pinned
+
+    def remove(self, entry: Entry) -> None:
+        """Evict or forget an entry: out of the tables, leaving a tombstone."""
+        self.unlink(entry)
+        self.changed(entry.kind, entry.key)
+        if self.tombstone_capacity:
+            self.add_tombstone(Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn))
+
+    def add_tombstone(self, tomb: Tombstone) -> None:
+        """Remember an evicted id (the oldest tombstone goes when there are too many)."""
+        self.tombstones[(tomb.kind, tomb.key)] = tomb
+        self.tomb_roles.add(tomb.role)
+        while len(self.tombstones) > self.tombstone_capacity:
+            self.drop_tombstone(next(iter(self.tombstones)))
+
+    def drop_tombstone(self, name: Name) -> None:
+        """Forget the tombstone of ``name``, if there is one (its role is free again)."""
+        tomb = self.tombstones.pop(name, None)
+        if tomb is not None:
+            self.tomb_roles.discard(tomb.role)
+
+    def add_drop_mark(self, mark: Dropped) -> None:
+        """Remember an id not kept, as the newest mark (the oldest go when there are too many)."""
+        where = (mark.kind, mark.key)
+        self.dropped.pop(where, None)  # named again: the newest mark, last to go
+        self.dropped[where] = mark
+        while len(self.dropped) > self.tombstone_capacity:
+            del self.dropped[next(iter(self.dropped))]
+
+    def recount(self) -> None:
+        """Recount the entries and pinned entries after tables were rebuilt."""
+        self.size = sum(len(table) for table in self.tables.values())
+        self.pinned = sum(entry.pinned for entry in self)
+
+    def evict_over_capacity(self, *, spare_current: bool = True) -> list[Entry]:
+        """Evict the least recently used entries until the ledger fits.
+
+        Last use, not first sight: the order still being refunded at turn 40
+        was first seen at turn 12. From turn 1 on (a program that observes
+        the user), entries used in the current turn are spared
+        (``spare_current``): what the conversation works with now never makes
+        room for a result's flood. Each kind's table runs from least to most
+        recently used, so its first unpinned entry is its only candidate.
+        """
+        current = self.turn if spare_current and self.turn > 0 else None
+        evicted: list[Entry] = []
+        while self.size - self.pinned > self.capacity:
+            victim: Entry | None = None
+            for table in self.tables.values():
+                for entry in table.values():
+                    if not entry.pinned:
+                        if entry.last_used != current and (
+                            victim is None or entry.last_used < victim.last_used
+                        ):
+                            victim = entry
+                        break
+            if victim is None:  # every candidate was used this turn (or is pinned)
+                break
+            self.remove(victim)
+            evicted.append(victim)
+        return evicted
+
+    def _take_back(self, added: list[Entry], revived: Mapping[Name, Tombstone]) -> list[Entry]:
+        """Take out of ``added`` (newest first) what still does not fit after eviction.
+
+        The entries go without a new tombstone (they were never kept; the
+        caller marks them dropped); an evicted id that came back gets its
+        old tombstone back, so its role stays its own. Returned oldest first.
+        """
+        taken: list[Entry] = []
+        while added and self.size - self.pinned > self.capacity:
+            entry = added.pop()
+            self.unlink(entry)
+            self.changed(entry.kind, entry.key)
+            taken.append(entry)
+        taken.reverse()
+        for entry in taken:  # oldest first, as they were remembered
+            tomb = revived.get((entry.kind, entry.key))
+            if tomb is not None:
+                self.add_tombstone(tomb)
+        return taken
+
+    def _mark_dropped(
+        self,
+        taken: list[Entry],
+        skipped: dict[Name, str],
+        tool: str | None,
+        source: Source | Mapping[str, Source],
+    ) -> list[Dropped]:
+        """Drop marks for the ids of one admission that were not kept, oldest first.
+
+        Kept apart from tombstones (so a flood never pushes a real
+        tombstone out) and bounded alike: the newest ``tombstone_capacity``.
+        """
+        if not taken and not skipped:
+            return []
+        if tool is None:
+            first = source if isinstance(source, Source) else next(iter(source.values()), None)
+            tool = first.tool if first is not None else "?"
+        turn = self.turn
+        dropped = [Dropped(e.value, e.kind, e.key, tool, turn) for e in taken]
+        dropped.extend(
+            Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
+        )
+        keep = self.tombstone_capacity
+        for mark in dropped[-keep:] if keep else ():
+            self.add_drop_mark(mark)
+            self.changed(mark.kind, mark.key)
+        return dropped
+
+    # -- normalisers ----------------------------------------------------------------------
+
+    def use_kinds(self, kinds: Mapping[str, Kind]) -> None:
+        """Normalise with ``kinds`` from now on, re-keying entries whose key they write otherwise.
+
+        The normaliser is authoritative: a saved key that is not what it makes
+        of the saved value (an older normaliser, or an edited file) would
+        vouch for an id nobody saw. Entries that now share a key become one,
+        the verified (else more recently used) one, keeping the other's roles
+        as aliases; an entry whose value it can no longer read is dropped,
+        leaving a tombstone.
+        """
+        with self.lock:
+            self.kinds = kinds
+            for name, table in list(self.tables.items()):
+                kind = kinds.get(name)
+                if kind is None:
+                    continue
+                keys = [kind.key(entry.value) for entry in table.values()]
+                if all(new == old for new, old in zip(keys, table, strict=True)):
+                    continue
+                self._rekey(name, keys)
+
+    def _rekey(self, kind: str, keys: list[str | None]) -> None:
+        """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
+        table = self.tables[kind]
+        rebuilt: dict[str, Entry] = {}
+        unreadable: list[Entry] = []
+        for entry, key in zip(list(table.values()), keys, strict=True):
+            if key is None:
+                unreadable.append(entry)
+                continue
+            held = rebuilt.get(key)
+            if held is None:
+                entry.key = key
+                rebuilt[key] = entry
+                continue
+            keep, lose = (
+                (held, entry)
+                if (held.verified, held.last_used) >= (entry.verified, entry.last_used)
+                else (entry, held)
+            )
+            keep.key = key
+            keep.first_seen = min(keep.first_seen, lose.first_seen)
+            keep.pinned = keep.pinned or lose.pinned
+            for name in (lose.role, *lose.aliases):
+                if self.roles.get(name) is lose:
+                    self.roles[name] = keep
+                    if name != keep.role and name not in keep.aliases:
+                        keep.aliases = (*keep.aliases, name)
+            rebuilt[key] = keep
+        self.tables[kind] = rebuilt
+        index = self.index[kind] = KeyIndex()
+        index.add(rebuilt)
+        for key in rebuilt:
+            self.drop_tombstone((kind, key))
+            self.dropped.pop((kind, key), None)
+        self.recount()
+        for entry in unreadable:  # gone, as if forgotten; its key may be another entry's now
+            for name in (entry.role, *entry.aliases):
+                if self.roles.get(name) is entry:
+                    del self.roles[name]
+            if self.tombstone_capacity and entry.key not in rebuilt:
+                self.add_tombstone(
+                    Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
+                )
+
+
+class _Fields(dict[str, Any]):
+    def __missing__(self, key: str) -> str:
+        return key
+
+
+def check_role_name(role: str) -> None:
+    """Refuse a role that is not a name of letters, digits, ``_``, ``-`` or ``.``."""
+    if not isinstance(role, str) or not role or not set(role) <= ROLE_CHARS:
+        raise GuardrailUsageError(
+            f"role {role!r} must be a non-empty name of letters, digits, '_', '-' or '.'"
+        )
+    if role[0].isdigit():
+        raise GuardrailUsageError(f"role {role!r} must not start with a digit")
