@@ -91,7 +91,8 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     """What a store keeps when ``new`` meta is written over ``held``.
 
     Not ``concurrent``: ``new``. Else turn, epoch and counters take the
-    larger; the user's texts are united in order (the newest kept); the
+    larger; the user's texts are united in order, each once (the newest
+    kept); the
     kinds are united; re-prompt counts are those of the later turn (the
     larger of each on a tie); capacities stay the held ones (the first
     writer's). A ``seal_key`` an earlier version kept in the meta is dropped.
@@ -106,8 +107,8 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     for name, number in new["counters"].items():
         counters[name] = max(number, counters.get(name, 0))
     merged["counters"] = counters
-    texts = list(held["user_texts"])
-    texts += [text for text in new["user_texts"] if text not in texts]
+    # Each text once: the held ones in their order, then the others' (the newest kept).
+    texts = list(dict.fromkeys([*held["user_texts"], *new["user_texts"]]))
     merged["user_texts"] = texts[-USER_TEXTS_KEPT:]
     merged["kinds"] = list(dict.fromkeys([*held["kinds"], *new["kinds"]]))
     # Re-prompt counts start again each turn: those of the later turn, else the larger of each.

@@ -7,15 +7,18 @@ first use with ``CREATE ... IF NOT EXISTS``:
   time of the last write), ``meta`` (JSON text) and ``meta_version``;
 - ``records``: ``(session_id, name)`` -> ``version`` and ``record`` (JSON text), where
   ``name`` is ``[kind, key]`` as JSON;
-- ``merge_record(held, new)`` and ``merge_meta(held, new)``: the protocol's merge
-  rule (:func:`~guardrail.stores.merge_record`, :func:`~guardrail.stores.merge_meta`)
-  in SQL.
+- ``apply_change(...)``: writes one change, unless a row it would replace (or
+  the meta) was written after the writer's base version.
 
-A change is one statement: an upsert of the session row (which locks it,
-so writers of one session take turns) and ``INSERT ... ON CONFLICT`` of
-its records, merging a held row in SQL when it was written after the
-writer's base version. Reading what changed since a version is one
-statement too. Both are one round trip on an autocommit connection.
+A change is one call of ``apply_change``, which locks the session row (so
+writers of one session take turns) and writes the change only if none of
+its rows is at stake; else it writes nothing and returns the rows at stake,
+which the store merges in Python by the one merge rule
+(:func:`~guardrail.stores.protocol.merge_record`,
+:func:`~guardrail.stores.protocol.merge_meta`) and sends again, based on the
+version it just saw. Reading what changed since a version is one
+statement. So a record costs one round trip on an autocommit connection,
+and two when it meets a concurrent writer, as in the Redis store.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores.protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written, damaged
+from guardrail.stores.protocol import (
+    Change,
+    Meta,
+    Record,
+    Snapshot,
+    Written,
+    damaged,
+    merge_meta,
+    merge_record,
+)
 
 try:
     import psycopg
@@ -39,8 +51,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
         f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): pip install 'guardrail[postgres]'"
     ) from exc
 
-# The merge rule of guardrail.stores.merge_record / merge_meta, statement for statement; a
-# property test holds the two to the same answers. Names compare by code point (COLLATE "C").
+# The merge rule is not here: apply_change refuses a change that would replace a row (or the
+# meta) written after the writer's base, and returns those rows for the store to merge in Python.
 _SCHEMA = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.sessions (
@@ -59,112 +71,59 @@ CREATE TABLE IF NOT EXISTS {schema}.records (
     PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS records_by_version ON {schema}.records (session_id, version);
-CREATE OR REPLACE FUNCTION {schema}.merge_record(held_text text, new_text text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE AS $$
+DROP FUNCTION IF EXISTS {schema}.merge_record(text, text);
+DROP FUNCTION IF EXISTS {schema}.merge_meta(text, text);
+CREATE OR REPLACE FUNCTION {schema}.apply_change(
+    sid text, base bigint, new_meta text, names text[], texts text[], durable boolean
+) RETURNS TABLE (
+    version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
+) LANGUAGE plpgsql AS $$
 DECLARE
-    held jsonb := held_text::jsonb;
-    new jsonb := new_text::jsonb;
-    merged jsonb;
-    live jsonb;
-    mark jsonb;
-    names jsonb;
-    extra jsonb;
+    now bigint := {now};
+    held {schema}.sessions%ROWTYPE;
+    next bigint;
 BEGIN
-    IF held->>'state' = 'live' AND new->>'state' = 'live' THEN
-        merged := held;
-        IF (new->>'verified')::boolean AND NOT (held->>'verified')::boolean THEN
-            merged := merged || jsonb_build_object(
-                'verified', true, 'value', new->'value', 'source', new->'source');
+    -- For this transaction only: whether its commit waits for the WAL to reach the disk.
+    PERFORM set_config('synchronous_commit', CASE WHEN durable THEN 'on' ELSE 'off' END, true);
+    INSERT INTO {schema}.sessions AS s (session_id, version, created, meta, meta_version)
+    VALUES (sid, now, now - 1, new_meta, CASE WHEN new_meta IS NULL THEN 0 ELSE now END)
+    ON CONFLICT (session_id) DO NOTHING;
+    IF FOUND THEN  -- a new session: written alone
+        next := now;
+        alone := true;
+    ELSE
+        SELECT * INTO held FROM {schema}.sessions AS s WHERE s.session_id = sid FOR UPDATE;
+        IF held.version > base THEN
+            SELECT array_agg(r.name), array_agg(r.record) INTO stake_names, stake_records
+            FROM {schema}.records AS r
+            WHERE r.session_id = sid AND r.name = ANY(names) AND r.version > base;
+            IF new_meta IS NOT NULL AND held.meta_version > base THEN
+                stake_meta := held.meta;
+            END IF;
+            IF stake_names IS NOT NULL OR stake_meta IS NOT NULL THEN
+                version := held.version;
+                alone := false;
+                RETURN NEXT;
+                RETURN;
+            END IF;
         END IF;
-        merged := merged || jsonb_build_object(
-            'first_seen', least((held->'first_seen')::numeric, (new->'first_seen')::numeric));
-        IF ROW((new->'turn')::numeric, coalesce(jsonb_typeof(new->'status'), 'null') <> 'null',
-               coalesce(new->>'status', '') COLLATE "C")
-           > ROW((held->'turn')::numeric, coalesce(jsonb_typeof(held->'status'), 'null') <> 'null',
-                 coalesce(held->>'status', '') COLLATE "C") THEN
-            merged := merged || jsonb_build_object('status', new->'status');
-        END IF;
-        merged := merged || jsonb_build_object(
-            'last_used', greatest((held->'turn')::numeric, (new->'turn')::numeric),
-            'turn', greatest((held->'turn')::numeric, (new->'turn')::numeric),
-            'epoch', greatest((held->'epoch')::numeric, (new->'epoch')::numeric),
-            'pinned', (held->>'pinned')::boolean OR (new->>'pinned')::boolean);
-        names := jsonb_build_array(held->'role') || (held->'aliases');
-        SELECT coalesce(jsonb_agg(name ORDER BY position), '[]'::jsonb) INTO extra
-        FROM jsonb_array_elements(jsonb_build_array(new->'role') || (new->'aliases'))
-            WITH ORDINALITY AS named(name, position)
-        WHERE NOT names @> jsonb_build_array(name);
-        RETURN (merged || jsonb_build_object('aliases', (held->'aliases') || extra))::text;
+        next := held.version + 1;
+        alone := held.version = base;
+        UPDATE {schema}.sessions AS s SET
+            version = next,
+            written = clock_timestamp(),
+            meta = coalesce(new_meta, s.meta),
+            meta_version = CASE WHEN new_meta IS NULL THEN s.meta_version ELSE next END
+        WHERE s.session_id = sid;
     END IF;
-    IF held->>'state' = 'live' OR new->>'state' = 'live' THEN
-        IF held->>'state' = 'live' THEN
-            live := held;
-            mark := new;
-        ELSE
-            live := new;
-            mark := held;
-        END IF;
-        IF mark->>'state' <> 'dropped' AND (mark->'turn')::numeric >= (live->'turn')::numeric THEN
-            live := mark;
-        END IF;
-        RETURN CASE WHEN live = held THEN held_text ELSE new_text END;
-    END IF;
-    IF ROW((new->'turn')::numeric, CASE new->>'state' WHEN 'evicted' THEN 2 WHEN 'gone' THEN 1
-                                   ELSE 0 END)
-       > ROW((held->'turn')::numeric, CASE held->>'state' WHEN 'evicted' THEN 2 WHEN 'gone' THEN 1
-                                      ELSE 0 END) THEN
-        RETURN new_text;
-    END IF;
-    RETURN held_text;
-END
-$$;
-CREATE OR REPLACE FUNCTION {schema}.merge_meta(held_text text, new_text text) RETURNS text
-LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE
-    held jsonb := held_text::jsonb;
-    new jsonb := new_text::jsonb;
-    counters jsonb;
-    texts jsonb;
-    kinds jsonb;
-BEGIN
-    SELECT coalesce(jsonb_object_agg(name, number), '{{}}'::jsonb) INTO counters FROM (
-        SELECT coalesce(h.key, n.key) AS name,
-               CASE WHEN n.key IS NULL THEN h.value
-                    ELSE to_jsonb(greatest(n.value::numeric, coalesce(h.value::numeric, 0))) END
-                   AS number
-        FROM jsonb_each(held->'counters') AS h
-        FULL JOIN jsonb_each(new->'counters') AS n ON h.key = n.key) AS joined;
-    SELECT (held->'user_texts') || coalesce(jsonb_agg(text ORDER BY position), '[]'::jsonb)
-        INTO texts
-    FROM jsonb_array_elements(new->'user_texts') WITH ORDINALITY AS typed(text, position)
-    WHERE NOT (held->'user_texts') @> jsonb_build_array(text);
-    SELECT coalesce(jsonb_agg(text ORDER BY position), '[]'::jsonb) INTO texts
-    FROM jsonb_array_elements(texts) WITH ORDINALITY AS typed(text, position)
-    WHERE position > jsonb_array_length(texts) - {kept};
-    SELECT coalesce(jsonb_agg(kind ORDER BY first), '[]'::jsonb) INTO kinds FROM (
-        SELECT kind, min(position) AS first
-        FROM jsonb_array_elements((held->'kinds') || (new->'kinds'))
-            WITH ORDINALITY AS named(kind, position)
-        GROUP BY kind) AS firsts;
-    RETURN (held || jsonb_build_object(
-        'turn', greatest((held->'turn')::numeric, (new->'turn')::numeric),
-        'epoch', greatest((held->'epoch')::numeric, (new->'epoch')::numeric),
-        'counters', counters,
-        'user_texts', texts,
-        'kinds', kinds,
-        -- Re-prompt counts start again each turn: the later turn's, else the larger of each.
-        'refusals', CASE
-            WHEN (new->'turn')::numeric > (held->'turn')::numeric THEN new->'refusals'
-            WHEN (new->'turn')::numeric < (held->'turn')::numeric THEN held->'refusals'
-            ELSE (SELECT coalesce(jsonb_object_agg(tool, count), '{{}}'::jsonb) FROM (
-                SELECT coalesce(h.key, n.key) AS tool,
-                       CASE WHEN n.key IS NULL THEN h.value
-                            WHEN h.key IS NULL THEN n.value
-                            ELSE to_jsonb(greatest(n.value::numeric, h.value::numeric)) END
-                           AS count
-                FROM jsonb_each(held->'refusals') AS h
-                FULL JOIN jsonb_each(new->'refusals') AS n ON h.key = n.key) AS joined)
-            END))::text;
+    INSERT INTO {schema}.records AS r (session_id, name, version, record)
+    SELECT sid, u.name, next, u.record FROM unnest(names, texts) AS u(name, record)
+    ON CONFLICT (session_id, name) DO UPDATE SET record = excluded.record, version = next;
+    version := next;
+    stake_names := NULL;
+    stake_records := NULL;
+    stake_meta := NULL;
+    RETURN NEXT;
 END
 $$;
 """
@@ -173,37 +132,14 @@ $$;
 _NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 _APPLY = """
-WITH clock AS (SELECT {now} AS now), durability AS (
-    -- For this transaction only: whether its commit waits for the WAL to reach the disk.
-    SELECT set_config('synchronous_commit', %(synchronous_commit)s, true)
-), session AS (
-    INSERT INTO {schema}.sessions AS held
-        (session_id, version, created, meta, meta_version)
-    SELECT %(sid)s, now, now - 1, %(meta)s::text,
-           CASE WHEN %(meta)s::text IS NULL THEN 0 ELSE now END
-    FROM clock
-    ON CONFLICT (session_id) DO UPDATE SET
-        version = held.version + 1,
-        written = clock_timestamp(),
-        meta = CASE WHEN excluded.meta IS NULL THEN held.meta
-                    WHEN held.meta_version > %(base)s
-                        THEN {schema}.merge_meta(held.meta, excluded.meta)
-                    ELSE excluded.meta END,
-        meta_version = CASE WHEN excluded.meta IS NULL THEN held.meta_version
-                            ELSE held.version + 1 END
-    RETURNING version, xmax = 0 AS inserted
-), written AS (
-    INSERT INTO {schema}.records AS held (session_id, name, version, record)
-    SELECT %(sid)s, name, (SELECT version FROM session), record
-    FROM unnest(%(names)s::text[], %(records)s::text[]) AS t(name, record)
-    ON CONFLICT (session_id, name) DO UPDATE SET
-        record = CASE WHEN held.version > %(base)s
-                      THEN {schema}.merge_record(held.record, excluded.record)
-                      ELSE excluded.record END,
-        version = excluded.version
+SELECT version, alone, stake_names, stake_records, stake_meta
+FROM {schema}.apply_change(
+    %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s
 )
-SELECT version, inserted OR version = %(base)s + 1 FROM session, durability
 """
+
+#: Rounds of merge-and-retry before a write gives up (each one progresses).
+_MAX_ATTEMPTS = 100
 
 # One snapshot of the session row and, unless the reader is up to date, the rows written
 # since its version (all of them when the session started after that version).
@@ -245,9 +181,7 @@ class _PostgresBase:
         self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
-            key: sql.SQL(text).format(
-                schema=name, now=sql.SQL(_NOW), kept=sql.Literal(USER_TEXTS_KEPT)
-            )
+            key: sql.SQL(text).format(schema=name, now=sql.SQL(_NOW))
             for key, text in (
                 ("schema", _SCHEMA),
                 ("apply", _APPLY),
@@ -262,28 +196,62 @@ class _PostgresBase:
 
     synchronous_commit: bool
 
-    def _params(self, session_id: str, change: Change) -> dict[str, Any]:
-        """The apply statement's parameters: every record as JSON before anything is sent."""
+    def _encode(self, session_id: str, change: Change) -> dict[str, Record]:
+        """The change's records by name (``[kind, key]`` as JSON); nothing is sent if one is bad."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
-        names, texts = [], []
-        for record in change.records:
+        try:
             # [kind, key] as JSON: one name per id, in ASCII (a text column holds no NUL).
-            names.append(json.dumps([record["kind"], record["key"]]))
-            texts.append(json.dumps(record, separators=(",", ":")))
-        if len(set(names)) != len(names):
+            records = {json.dumps([r["kind"], r["key"]]): r for r in change.records}
+            self._params(session_id, change.base, records, change.meta)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise StoreError(
+                f"{self._where()}: session {session_id!r} was not written: a record or the meta "
+                f"cannot be stored as JSON ({exc}); nothing of the change was written",
+                session_id=session_id,
+            ) from exc
+        if len(records) != len(change.records):
             raise GuardrailUsageError(
                 "a change holds at most one record per (kind, key); merge them before applying"
             )
-        meta = None if change.meta is None else json.dumps(change.meta, separators=(",", ":"))
+        return records
+
+    def _params(
+        self, session_id: str, base: int, records: dict[str, Record], meta: Meta | None
+    ) -> dict[str, Any]:
+        """The apply statement's parameters: every record as JSON."""
         return {
             "sid": session_id,
-            "synchronous_commit": "on" if self.synchronous_commit else "off",
-            "base": change.base,
-            "meta": meta,
-            "names": names,
-            "records": texts,
+            "durable": self.synchronous_commit,
+            "base": base,
+            "meta": None if meta is None else json.dumps(meta, separators=(",", ":")),
+            "names": list(records),
+            "records": [json.dumps(record, separators=(",", ":")) for record in records.values()],
         }
+
+    def _merged(
+        self,
+        session_id: str,
+        change: Change,
+        originals: dict[str, Record],
+        sending: tuple[dict[str, Record], Meta | None],
+        stake: tuple[Any, ...],
+    ) -> tuple[dict[str, Record], Meta | None]:
+        """What to send again: rows at stake merged anew with the change's own, the rest kept.
+
+        A row at stake is merged with the record the change brought, not with what
+        an earlier attempt merged: the held row already holds what should survive of
+        the rows before it (a writer that replaced one had seen it).
+        """
+        names, rows, meta_text = stake
+        records, meta = dict(sending[0]), sending[1]
+        for name, row in zip(names or (), rows or (), strict=True):
+            held = self._parse(session_id, row, f"record {name}")
+            records[name] = merge_record(held, originals[name], concurrent=True)
+        if meta_text is not None and change.meta is not None:
+            held_meta = self._parse(session_id, meta_text, "the meta")
+            meta = merge_meta(held_meta, change.meta, concurrent=True)
+        return records, meta
 
     def _snapshot(
         self, session_id: str, rows: Sequence[tuple[Any, ...]], since: int
@@ -359,6 +327,14 @@ class _PostgresBase:
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
         return damaged(self._where(), session_id, problem)
 
+    def _busy(self, session_id: str) -> StoreError:
+        """The error of a change other writers kept putting at stake while it was merged."""
+        return StoreError(
+            f"{self._where()}: session {session_id!r} was not written: other writers changed "
+            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
+            session_id=session_id,
+        )
+
 
 class PostgresStore(_PostgresBase):
     """Sessions in PostgreSQL, one row per identifier, shared by every worker that reaches it.
@@ -414,18 +390,16 @@ class PostgresStore(_PostgresBase):
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        try:
-            params = self._params(session_id, change)
-        except GuardrailUsageError:
-            raise
-        except (TypeError, ValueError, KeyError) as exc:
-            raise StoreError(
-                f"{self._where()}: session {session_id!r} was not written: a record or the meta "
-                f"cannot be stored as JSON ({exc}); nothing of the change was written",
-                session_id=session_id,
-            ) from exc
-        rows = self._run("written", session_id, "apply", params)
-        return Written(int(rows[0][0]), bool(rows[0][1]))
+        originals = self._encode(session_id, change)
+        records, meta, base = originals, change.meta, change.base
+        for attempt in range(_MAX_ATTEMPTS):
+            params = self._params(session_id, base, records, meta)
+            row = self._run("written", session_id, "apply", params)[0]
+            if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
+                return Written(int(row[0]), attempt == 0 and bool(row[1]))
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            base = int(row[0])
+        raise self._busy(session_id)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
@@ -541,18 +515,16 @@ class AsyncPostgresStore(_PostgresBase):
 
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        try:
-            params = self._params(session_id, change)
-        except GuardrailUsageError:
-            raise
-        except (TypeError, ValueError, KeyError) as exc:
-            raise StoreError(
-                f"{self._where()}: session {session_id!r} was not written: a record or the meta "
-                f"cannot be stored as JSON ({exc}); nothing of the change was written",
-                session_id=session_id,
-            ) from exc
-        rows = await self._run("written", session_id, "apply", params)
-        return Written(int(rows[0][0]), bool(rows[0][1]))
+        originals = self._encode(session_id, change)
+        records, meta, base = originals, change.meta, change.base
+        for attempt in range(_MAX_ATTEMPTS):
+            params = self._params(session_id, base, records, meta)
+            row = (await self._run("written", session_id, "apply", params))[0]
+            if row[2] is None and row[4] is None:
+                return Written(int(row[0]), attempt == 0 and bool(row[1]))
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            base = int(row[0])
+        raise self._busy(session_id)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,18 +12,16 @@ from typing import Any
 import psycopg
 import psycopg_pool
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from psycopg import sql
 
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
-from guardrail.stores.protocol import Change, Snapshot, merge_meta, merge_record
+from guardrail.stores.protocol import Change, Snapshot
 
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
-from .differential import metas, records, same_as_memory
+from .differential import same_as_memory
 from .proxy import Proxy
 
 
@@ -47,9 +44,6 @@ def admin(dsn: str) -> psycopg.Connection[Any]:
     return psycopg.connect(dsn, autocommit=True)
 
 
-# -- the merge rule in SQL is the merge rule -----------------------------------------------------
-
-
 # The pool's maintenance thread draws from the random module while Hypothesis generates
 # data, which Hypothesis reports as a strategy using random: not so here.
 pool_uses_random = pytest.mark.filterwarnings(
@@ -57,29 +51,16 @@ pool_uses_random = pytest.mark.filterwarnings(
 )
 
 
-@pool_uses_random
-def test_the_sql_merge_rule_is_the_protocols(pg: PostgresStore, postgres_dsn: str) -> None:
-    """merge_record and merge_meta in SQL give what the protocol's Python functions give."""
-    pg.load("warm-up")  # creates the schema and its functions
-    query = sql.SQL(
-        "SELECT {schema}.merge_record(h, n), {schema}.merge_meta(hm, nm)"
-        " FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[])"
-        " WITH ORDINALITY AS t(h, n, hm, nm, i) ORDER BY i"
-    ).format(schema=sql.Identifier(pg.schema))
+def test_the_store_keeps_no_merge_rule_of_its_own(pg: PostgresStore, postgres_dsn: str) -> None:
+    """The schema has no merge function: rows at stake come back to be merged in Python."""
+    pg.load("warm-up")  # creates the schema and its function
     with admin(postgres_dsn) as conn:
-
-        @settings(max_examples=20, deadline=None)
-        @given(st.lists(st.tuples(records(), records(), metas(), metas()), min_size=1, max_size=8))
-        def same(cases: list[tuple[Any, Any, Any, Any]]) -> None:
-            columns = [[json.dumps(case[i]) for case in cases] for i in range(4)]
-            rows = conn.execute(query, columns).fetchall()
-            for (held, new, held_meta, new_meta), (merged, merged_meta) in zip(
-                cases, rows, strict=True
-            ):
-                assert json.loads(merged) == merge_record(held, new, concurrent=True)
-                assert json.loads(merged_meta) == merge_meta(held_meta, new_meta, concurrent=True)
-
-        same()
+        functions = conn.execute(
+            "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = %s ORDER BY p.proname",
+            (pg.schema,),
+        ).fetchall()
+    assert [name for (name,) in functions] == ["apply_change"]
 
 
 # -- the server going away, and what it holds going bad ------------------------------------------
