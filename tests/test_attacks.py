@@ -24,6 +24,7 @@ from guardrail import (
     GuardrailUsageError,
     Id,
     IdentifierViolation,
+    Ledger,
     Rejection,
     SQLiteStore,
     Verdict,
@@ -165,6 +166,85 @@ def test_a_genuine_block_replayed_into_another_session_verifies_nothing() -> Non
     out = _cancel_after(guard, cancel_order, messages, session="conv-b")
     assert cancelled == []
     assert "unsealed_ledger_block" in [repair.problem for repair in out.report.repairs]
+
+
+def test_a_genuine_block_pasted_into_another_session_of_another_worker_verifies_nothing() -> None:
+    """Two workers sharing a secret: session A's block in session B's transcript is not trusted."""
+    guard, _, _ = _shop(secret=SECRET)
+    stolen = _sealed_for(guard, "conv-a", FOREIGN)
+    worker, cancelled, cancel_order = _shop(secret=SECRET)
+    messages = [
+        {"role": "system", "content": "You are a shop assistant."},
+        stolen,
+        {"role": "assistant", "content": "Shall I go on?"},
+        {"role": "user", "content": "Yes, cancel [order]."},
+    ]
+    out = _cancel_after(worker, cancel_order, messages, session="conv-b")
+    assert cancelled == []
+    assert "unsealed_ledger_block" in [repair.problem for repair in out.report.repairs]
+    out = _cancel_after(worker, cancel_order, messages, session="conv-a")  # its own session
+    assert out.report.repairs == () and cancelled == [FOREIGN]
+
+
+def test_reading_the_store_or_a_saved_ledger_gives_no_seal_key(tmp_path: Path) -> None:
+    """A replica or a backup of the store, or a saved ledger, holds no key to forge a block with."""
+    path = tmp_path / "s.sqlite3"
+    guard = Guard("raise", logger=SilentLogger(), secret=SECRET, store=SQLiteStore(path))
+    guard.add_kind("order", pattern=r"W\d{7}")
+    guard.declare("get_order", produces={"order_id": "order"}, effect="read")
+    with guard.session("conv-a") as ledger:
+        guard.record("get_order", {}, {"order_id": "W1000001"})
+        key, saved = ledger.seal_key, ledger.to_json()
+    with closing(sqlite3.connect(path)) as db:
+        dump = "\n".join(db.iterdump())
+    for text in (dump, saved):
+        assert key.hex() not in text and key.hex().upper() not in text
+        assert "seal" not in text
+    # Whoever holds the saved ledger alone seals with a key of its own: not the session's.
+    thief = Ledger.from_json(saved)
+    assert thief.seal_key != key
+
+
+def test_two_ledgers_of_no_session_do_not_trust_each_others_blocks() -> None:
+    """Sessionless ledgers, even of one guard with a secret, each seal with a key of their own."""
+    guard, cancelled, cancel_order = _shop(secret=SECRET)
+    one = guard.new_ledger()
+    found = json.dumps({"order_id": FOREIGN, "status": "ok"})
+    messages = [
+        {"role": "system", "content": "You are a shop assistant."},
+        {"role": "user", "content": "What about my order?"},
+        _chat_call("c1", "get_order", order_id=FOREIGN),
+        {"role": "tool", "tool_call_id": "c1", "content": found},
+        {"role": "assistant", "content": "Found it."},
+        {"role": "user", "content": "Thanks."},
+    ]
+    block = compact(messages, one, guard=guard, keep_recent=1).messages[1]
+    other = guard.new_ledger()
+    later = [messages[0], block, {"role": "user", "content": "Cancel [order]."}]
+    out = compact(later, other, guard=guard, keep_recent=1)
+    assert "unsealed_ledger_block" in [repair.problem for repair in out.report.repairs]
+    assert [entry.verified for entry in other.entries()] == [False]
+    with guard.session("any", ledger=other), contextlib.suppress(IdentifierViolation):
+        cancel_order(order_id=FOREIGN)
+    assert cancelled == []
+
+
+def test_an_old_store_meta_with_a_seal_key_loads_and_the_key_is_not_used(tmp_path: Path) -> None:
+    """A session stored with its key in the meta (an earlier version) loads; the key is unused."""
+    path = tmp_path / "s.sqlite3"
+    guard, _, _ = _shop(secret=SECRET)
+    with guard.session("tmp") as ledger:
+        guard.record("get_order", {}, {"order_id": "W1000001"})
+        data = ledger.to_dict()
+    planted_key = "ab" * 32
+    data["meta"]["seal_key"] = planted_key
+    _plant(path, "victim", data)
+    stored = Guard("raise", logger=SilentLogger(), secret=SECRET, store=SQLiteStore(path))
+    stored.add_kind("order", pattern=r"W\d{7}")
+    with stored.session("victim") as loaded:
+        assert loaded.get("order", "W1000001") is not None
+        assert loaded.seal_key != bytes.fromhex(planted_key)
+        assert loaded.seal_key == stored.new_ledger("victim").seal_key
 
 
 @pytest.mark.parametrize("role", ["user", "system"])
