@@ -15,9 +15,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/guardrail demo
 
+# The import contracts of pyproject.toml: the core's layers, no cycle (type-only imports
+# included), no feature reaching into another's private modules.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -50,7 +50,7 @@ OPS = st.lists(
                 "label",
                 "flood",
                 "refuse",
-            ]  # noqa: E501
+            ]
         ),
         st.integers(min_value=0, max_value=9),
     ),
