@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import inspect
 import secrets
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast, overload
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
@@ -29,11 +29,14 @@ from guardrail._sessions import Sessions, SessionScope
 from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds import Kind, NormalizeSpec
+from guardrail.kinds import Kind, KindOptions
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger
 from guardrail.ledger._ledger import ledger_of, state_of
 from guardrail.ledger._state import LedgerState
 from guardrail.stores import AsyncStore, MemoryStore, Store
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MODES", "Guard", "Mode", "SessionScope"]
 
@@ -205,25 +208,15 @@ class Guard:
 
     # -- declaring ------------------------------------------------------------------------
 
-    def add_kind(
-        self,
-        name: str,
-        *,
-        pattern: str | None = None,
-        normalize: NormalizeSpec = None,
-        examples: Iterable[str] = (),
-        enforce: bool = True,
-        description: str = "",
-    ) -> Kind:
-        """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
-        return self._registry.add_kind(
-            name,
-            pattern=pattern,
-            normalize=normalize,
-            examples=examples,
-            enforce=enforce,
-            description=description,
-        )
+    def add_kind(self, name: str, /, **options: Unpack[KindOptions]) -> Kind:
+        """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`.
+
+        Args:
+            name: The kind's name (``order``): letters, digits and underscores.
+            **options: See :class:`~guardrail.kinds.KindOptions`: ``pattern``,
+                ``normalize``, ``examples``, ``enforce``, ``description``.
+        """
+        return self._registry.add_kind(name, **options)
 
     def declare(
         self,

@@ -14,8 +14,8 @@ sessions or the audit, so one registry can be shared by several guards
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 from guardrail._check import CheckPlan, compile_plan
 from guardrail._manifest import read_manifest
@@ -34,7 +34,10 @@ from guardrail._spec import (
     signature_ids,
 )
 from guardrail.errors import GuardrailUsageError, ManifestError
-from guardrail.kinds import Kind, NormalizeSpec
+from guardrail.kinds import Kind, KindOptions
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class Registry:
@@ -61,25 +64,9 @@ class Registry:
 
     # -- kinds ----------------------------------------------------------------------------
 
-    def add_kind(
-        self,
-        name: str,
-        *,
-        pattern: str | None = None,
-        normalize: NormalizeSpec = None,
-        examples: Iterable[str] = (),
-        enforce: bool = True,
-        description: str = "",
-    ) -> Kind:
+    def add_kind(self, name: str, /, **options: Unpack[KindOptions]) -> Kind:
         """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
-        kind = Kind.build(
-            name,
-            pattern=pattern,
-            normalize=normalize,
-            examples=examples,
-            enforce=enforce,
-            description=description,
-        )
+        kind = Kind.build(name, **options)
         self.kinds[name] = kind
         self._recompile()
         return kind

@@ -13,6 +13,17 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from guardrail._verdict import Finding, Verdict
 
+__all__ = [
+    "GuardrailError",
+    "GuardrailUsageError",
+    "IdentifierViolation",
+    "ManifestError",
+    "RepromptLimitExceeded",
+    "StoreError",
+    "TraceFileError",
+    "TranscriptError",
+]
+
 
 class GuardrailError(Exception):
     """Root of every exception the library raises."""

@@ -14,13 +14,46 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Context, Decimal, InvalidOperation
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 from urllib.parse import urlsplit
 
 from guardrail.errors import GuardrailUsageError
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = ["Kind", "KindOptions", "NormalizeSpec", "Normalizer", "compile_normalizer", "id_text"]
+
 Normalizer = Callable[[str], str]
+"""A normaliser: an id as written in, its key out (raising, or returning no text, for no id)."""
+
 NormalizeSpec = str | Sequence[str] | Normalizer | None
+"""How a kind normalises: a built-in's name, a list of them in turn, a function, or None."""
+
+
+class KindOptions(TypedDict, total=False):
+    """What a kind is besides its name: the options of ``Guard.add_kind`` and :meth:`Kind.build`.
+
+    Attributes:
+        pattern: A regex of the kind's shape, for recognising ids the user
+            types and for linting summaries (default: none).
+        normalize: How two written forms are one id: a built-in normaliser's
+            name (``"strip"``, ``"upper"``, ``"email"``, ``"url"``,
+            ``"number"``, ``"prefix:#"``...), a list of them applied in
+            turn, or a function (default: trimming white space).
+        examples: Placeholder values quoted in tool descriptions, which a
+            model may copy; they are never valid ids.
+        enforce: False makes the kind advisory: its findings are logged but
+            never refuse a call (default: True).
+        description: What the kind is, in words, for documentation.
+    """
+
+    pattern: str | None
+    normalize: NormalizeSpec
+    examples: Iterable[str]
+    enforce: bool
+    description: str
+
 
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _QUOTES_AND_PUNCTUATION = "\"'`“”‘’.,;:!?()[]{}<>"
@@ -325,17 +358,20 @@ class Kind:
             ) from None
 
     @classmethod
-    def build(
-        cls,
-        name: str,
-        *,
-        pattern: str | None = None,
-        normalize: NormalizeSpec = None,
-        examples: Iterable[str] = (),
-        enforce: bool = True,
-        description: str = "",
-    ) -> Kind:
-        """Validate and compile a kind; a bad name, pattern or normaliser is a usage error."""
+    def build(cls, name: str, /, **options: Unpack[KindOptions]) -> Kind:
+        """Validate and compile a kind; a bad name, option, pattern or normaliser is a usage error.
+
+        Args:
+            name: The kind's name, a letter then letters, digits and
+                underscores (it becomes the default ledger role of its ids).
+            **options: See :class:`KindOptions`.
+        """
+        unknown = sorted(set(options) - KindOptions.__optional_keys__)
+        if unknown:
+            known = ", ".join(sorted(KindOptions.__optional_keys__))
+            raise GuardrailUsageError(f"kind {name!r}: no option {unknown[0]!r} (options: {known})")
+        pattern = options.get("pattern")
+        examples = options.get("examples", ())
         if not isinstance(name, str) or not _KIND_NAME.fullmatch(name):
             raise GuardrailUsageError(
                 f"kind name {name!r} must start with a letter and hold only letters, "
@@ -343,7 +379,7 @@ class Kind:
             )
         if pattern is not None and not isinstance(pattern, str):
             raise GuardrailUsageError(f"kind {name!r}: pattern must be a regex string")
-        normalizer = compile_normalizer(normalize, kind=name)
+        normalizer = compile_normalizer(options.get("normalize"), kind=name)
         if isinstance(examples, str):
             examples = [examples]
         return cls(
@@ -351,8 +387,8 @@ class Kind:
             pattern=pattern,
             normalize=normalizer,
             examples=_keys(normalizer, examples),
-            enforce=enforce,
-            description=description,
+            enforce=options.get("enforce", True),
+            description=options.get("description", ""),
         )
 
     def with_examples(self, examples: Iterable[str]) -> Kind:

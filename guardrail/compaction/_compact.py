@@ -18,9 +18,7 @@ else, is text.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast, overload
-
-from typing_extensions import TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from guardrail._audit import Audit
 from guardrail._messages import (
@@ -59,6 +57,8 @@ from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from guardrail._guard import Guard
 
 #: How many of the last turns ``compact()`` keeps raw unless told otherwise.

@@ -41,6 +41,8 @@ from guardrail.kinds import Kind
 from guardrail.ledger._merge import USER_TEXTS_KEPT
 
 DEFAULT_CAPACITY = 1000
+"""The entries a ledger keeps when no capacity is given (pinned ones apart)."""
+
 ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a store

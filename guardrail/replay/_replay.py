@@ -64,6 +64,7 @@ from guardrail.replay._traces import (
 #: chat-completions dicts; the ledger is a copy the strategy may change.
 Compaction: TypeAlias = Callable[[list[dict[str, Any]], Ledger], Sequence[Mapping[str, Any]]]
 TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
+"""What replay takes as traces: a trace file's path, a loaded file, or one trace."""
 
 
 def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:

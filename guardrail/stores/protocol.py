@@ -51,6 +51,7 @@ from guardrail.ledger._merge import USER_TEXTS_KEPT, Meta, merge_meta, merge_rec
 _T = TypeVar("_T")
 
 State = Literal["live", "evicted", "dropped", "gone"]
+"""The states a record gives an id (see the module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
