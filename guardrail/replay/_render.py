@@ -1,0 +1,325 @@
+"""The replay report as readable tables (rich): what ``ReplayReport.to_text`` prints.
+
+Kept apart from the report's data (:mod:`guardrail.replay._report`): a
+report used for its numbers (``to_dict``, the assertions) never imports
+rich, and the tables read the report as any caller would.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from guardrail.replay._corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
+from guardrail.replay._report import (
+    GENUINE,
+    INVENTED,
+    REASONS,
+    REQUIRED_IDS,
+    UNVERIFIED,
+    ReplayReport,
+    Stats,
+    _n,
+    _pct,
+)
+
+_REASON_TEXT: Final[Mapping[str, str]] = {
+    GENUINE: "a value a tool returned, or one the manifest should know",
+    INVENTED: "appears in no earlier tool output: invented by the model",
+    UNVERIFIED: "typed by the user, never looked up, passed to a write tool",
+}
+
+
+def as_text(report: ReplayReport, *, width: int = 100) -> str:
+    """The report's tables as plain text, ``width`` columns wide, no trailing spaces."""
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False)
+    console.print(Group(*renderables(report)))
+    return "".join(line.rstrip() + "\n" for line in buffer.getvalue().splitlines())
+
+
+def renderables(report: ReplayReport) -> Iterator[Any]:
+    """The report's parts, in order: the heading, then each table."""
+    total = report.total
+    seed = report.settings.get("seed")
+    head = Text(
+        f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
+        f"{_n(total.identifier_arguments)} identifier arguments checked"
+        + (f" (seed {seed})" if seed is not None else ""),
+        style="bold",
+    )
+    yield head
+    yield _files_table(report)
+    yield _false_refusals(report)
+    yield _detection_table(report)
+    yield _availability(report)
+    yield from _agent(report)
+    yield _input_problems(report)
+    if report.seconds:
+        yield Text(f"{report.seconds:.1f} s", style="dim")
+
+
+def _files_table(report: ReplayReport) -> Table:
+
+    table = Table(title="Per trace file", title_justify="left", show_footer=len(report.files) > 1)
+    table.add_column("file", footer="total", overflow="fold")
+    names = ("traces", "calls", "refused", "false refusals", "detected", "unknown tools")
+    for name, footer in zip((*names, "malformed"), _file_cells(report.total), strict=True):
+        table.add_column(name, footer=footer, justify="right")
+    for stats in report.files:
+        _row(table, stats.path, *_file_cells(stats))
+    return table
+
+
+def _false_refusals(report: ReplayReport) -> Table:
+
+    total = report.total
+    counts, failed = total.false_refusals, total.refused_failed
+    title = (
+        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
+        f"{counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified. "
+        f"Refused and failed in the recording too: {sum(failed.values())}"
+        + (
+            " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
+            if failed
+            else ""
+        )
+        + f". No result recorded: {total.refused_no_result}."
+    )
+    table = Table(title=Text(title), title_justify="left")
+    for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
+        table.add_column(name, overflow="fold")
+    for reason in REASONS:
+        for example in total.false_refusal_examples.get(reason, []):
+            _row(
+                table,
+                "succeeded",
+                reason,
+                example.trace,
+                str(example.message),
+                example.tool,
+                example.describe(),
+            )
+    for example in total.refused_failed_examples:
+        _row(
+            table,
+            "failed",
+            example.label,
+            example.trace,
+            str(example.message),
+            example.tool,
+            example.describe(),
+        )
+    if not table.rows:
+        _row(table, "-", "none", "", "", "", "")
+    table.caption = Text("; ".join(f"{r}: {_REASON_TEXT[r]}" for r in REASONS))
+    table.caption_justify = "left"
+    return table
+
+
+def _detection_table(report: ReplayReport) -> Table:
+
+    table = Table(
+        title="Detection: one identifier argument of each allowed call corrupted",
+        title_justify="left",
+    )
+    table.add_column("class")
+    table.add_column("variants", justify="right")
+    table.add_column("refused", justify="right")
+    table.add_column("rate", justify="right")
+    table.add_column("collisions", justify="right")
+    table.add_column("findings")
+    detection = report.total.detection
+    for name in ALL_CLASSES:
+        stats = detection.get(name)
+        if stats is None:
+            continue
+        label = f"{name} (apart)" if name == SAME_KIND else name
+        findings = ", ".join(f"{p} {c}" for p, c in stats.findings.most_common(3))
+        collisions = (
+            f"{stats.collisions} ({stats.collisions_refused} refused)" if stats.collisions else "0"
+        )
+        _row(
+            table,
+            label,
+            _n(stats.variants),
+            _n(stats.refused),
+            _pct(stats.rate),
+            collisions,
+            findings,
+        )
+    table.caption = (
+        f"{SAME_KIND}: {DESCRIPTIONS[SAME_KIND]}, what provenance alone cannot see. "
+        "Collisions: a corruption that names another value the conversation holds, "
+        "counted apart."
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _strategy_rows(
+    report: ReplayReport, table: Table, names: list[str]
+) -> list[tuple[list[str], Stats]]:
+    """Add a strategy table's columns; return its rows to fill, as (leading cells, stats).
+
+    Where there are several files, a file column leads and each file has
+    its rows before the total's; else the rows are the total's alone.
+    """
+    by_file = len(report.files) > 1
+    for name in ["file", *names] if by_file else names:
+        left = name in ("file", "strategy")
+        table.add_column(name, justify="left" if left else "right", overflow="fold")
+    if not by_file:
+        return [([], report.total)]
+    return [*(([stats.path], stats) for stats in report.files), (["total"], report.total)]
+
+
+def _availability(report: ReplayReport) -> Table | Text:
+
+    if not report.total.availability:
+        return Text("Availability after compaction: not measured (no compaction given).")
+    compactions = max(a.compactions for a in report.total.availability.values())
+    table = Table(
+        title=f"Availability after compaction ({_n(compactions)} compactions each, one before "
+        "each recorded call): its identifier arguments still in the context, verbatim",
+        title_justify="left",
+    )
+    names = [
+        *("strategy", "ledger ids", "present", "rate"),
+        *("evicted", "other ids", "present", "rate"),
+    ]
+    for lead, stats in _strategy_rows(report, table, names):
+        for name, avail in stats.availability.items():
+            _row(
+                table,
+                *lead,
+                name,
+                _n(avail.ids),
+                _n(avail.present),
+                _pct(avail.rate),
+                _n(avail.evicted),
+                _n(avail.other_ids),
+                _n(avail.other_present),
+                _pct(avail.other_rate),
+            )
+    absent = max(a.not_in_context for a in report.total.availability.values())
+    table.caption = Text(
+        f"{REQUIRED_IDS[0].upper()}{REQUIRED_IDS[1:]}. Evicted: produced by a tool result "
+        "but evicted since (beyond capacity), not asked. Other ids: in the context but from "
+        "no tool result (typed by the user, or written by the agent), reported apart. In no "
+        f"context before the call (invented): {absent}."
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _agent(report: ReplayReport) -> Iterator[Table | Text]:
+
+    recorded = report.total.agent_recorded
+    if recorded is None:
+        return
+    agent = report.settings.get("agent") or "the agent"
+    yield Text(
+        f"Agent diff ({agent}): asked for its call before each of the "
+        f"{_n(recorded.calls)} recorded calls. On the uncompacted context it made the "
+        f"recorded call {_n(recorded.same)} times; of the recorded ledger ids it changed "
+        f"{_n(recorded.changed)} of {_n(recorded.ids)}, of the other ids "
+        f"{_n(recorded.other_changed)} of {_n(recorded.other_ids)}."
+    )
+    table = Table(
+        title="Its calls on each compacted context against its calls on the uncompacted one",
+        title_justify="left",
+        show_edge=False,
+        pad_edge=False,
+    )
+    names = [
+        *("strategy", "same\ncalls", "ledger\nids", "changed", "other\nids", "changed"),
+        *("refused", "allowed", "incom-\nplete", "no\ncall"),
+    ]
+    for lead, stats in _strategy_rows(report, table, names):
+        for name, diff in stats.agent.items():
+            _row(
+                table,
+                *lead,
+                name,
+                _n(diff.same),
+                _n(diff.ids),
+                _n(diff.changed),
+                _n(diff.other_ids),
+                _n(diff.other_changed),
+                _n(diff.refused),
+                _n(diff.allowed),
+                _n(diff.incomplete),
+                _n(diff.no_call),
+            )
+    table.caption = Text(
+        "Changed: identifier arguments not carried unchanged (another value, left out, or "
+        "no call). A call that differs is refused by the guard, allowed though it carries "
+        "another identifier, incomplete (ids left out: nothing to check), or no call."
+    )
+    table.caption_justify = "left"
+    yield table
+    shown = [
+        (name, example)
+        for name, diff in [("uncompacted", recorded), *report.total.agent.items()]
+        for example in diff.examples[:3]
+    ]
+    if shown:
+        text = Text("Differences (first three per context):")
+        for name, example in shown:
+            text.append(f"\n  {name}: {example.trace} msg {example.message} {example.label}")
+        yield text
+
+
+def _input_problems(report: ReplayReport) -> Text:
+
+    total = report.total
+    parts = [
+        f"malformed lines {total.malformed_lines}",
+        f"malformed messages {total.malformed_messages}",
+        f"unknown tools {sum(total.unknown_tools.values())}"
+        + (
+            " (" + ", ".join(f"{k} {v}" for k, v in total.unknown_tools.most_common(5)) + ")"
+            if total.unknown_tools
+            else ""
+        ),
+        f"unreadable arguments {total.unreadable_arguments}",
+        f"results with no call {total.orphan_results}",
+        f"calls with no result {total.unanswered_calls}",
+        f"advisory id arguments not corrupted {total.advisory_arguments}",
+    ]
+    text = Text("Input: " + "; ".join(parts))
+    for problem in total.malformed[:5]:
+        text.append(f"\n  {problem}")
+    if len(total.malformed) > 5:
+        text.append(f"\n  ... and {len(total.malformed) - 5} more")
+    return text
+
+
+def _row(table: Table, *cells: str) -> None:
+    """Add a row of plain text: identifiers and roles in brackets are not rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
+
+
+def _file_cells(stats: Stats) -> tuple[str, ...]:
+    """The cells of a file's row (or of the total) in the per-file table."""
+    return (
+        _n(stats.traces),
+        _n(stats.calls),
+        _n(stats.refused),
+        f"{stats.genuine_false_refusals} (+{stats.expected_false_refusals} expected)",
+        _pct(_overall(stats)),
+        _n(sum(stats.unknown_tools.values())),
+        _n(len(stats.malformed)),
+    )
+
+
+def _overall(stats: Stats) -> float | None:
+    variants = sum(stats.detection[name].variants for name in CLASSES if name in stats.detection)
+    refused = sum(stats.detection[name].refused for name in CLASSES if name in stats.detection)
+    return refused / variants if variants else None
