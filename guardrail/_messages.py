@@ -1,7 +1,9 @@
 """Message shapes: OpenAI chat completions, OpenAI Responses items, Anthropic messages.
 
 A core module: the check, compaction, the replay harness and the adapters
-all read and write these shapes, and none of them owns them. It also says
+all read and write these shapes, and none of them owns them. Walking a
+message's content (every string of it, mapped or collected) is
+:mod:`guardrail._content`'s. It also says
 what a refusal looks like in them (:data:`REFUSAL_PREFIX`,
 :data:`REFUSED_ERROR`, :class:`Refusal`) and how tool arguments given as
 text are read (:func:`parse_arguments`).
@@ -46,10 +48,11 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from guardrail._content import nesting_fault
 from guardrail.errors import TranscriptError
 
 #: The ``error`` field of a refusal written as JSON (``Rejection.to_dict()``).
@@ -96,8 +99,6 @@ _MISSING_RESULT = "guardrail: no result was recorded for this call"
 COMPACTED_HEADER = "ID LEDGER (verbatim, do not paraphrase)\n"
 #: The last line of a sealed ledger block (see ``_block``), for recognising its form.
 _SEAL_LINE = re.compile(r"^\(seal [0-9a-f]{32}\)$", re.MULTILINE)
-#: How deep content is walked before it is called absurd, when walking it has failed.
-MAX_DEPTH = 200
 
 
 @dataclass(eq=False)
@@ -277,83 +278,6 @@ def refused(text: str, data: Any = None) -> bool:
     if data is None and text.lstrip().startswith("{") and REFUSED_ERROR in text:
         data = _result_value(text)  # JSON text that was not parsed yet (a recorded trace)
     return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
-
-
-def nesting_fault(messages: Any) -> TranscriptError | None:
-    """The error for the first message whose content contains itself or is absurdly deep.
-
-    For the error path only (after walking the messages ran out of stack): a
-    walk with no recursion that finds the message at fault, or None.
-    """
-    if not isinstance(messages, Sequence) or isinstance(messages, (str, bytes)):
-        return None
-    deepest: tuple[int, int] | None = None  # (depth, index)
-    for index, message in enumerate(messages):
-        depth = _depth(message)
-        if depth is None:
-            return TranscriptError(
-                "its content contains itself (a cycle); pass plain JSON-like data", index=index
-            )
-        if depth > MAX_DEPTH and (deepest is None or depth > deepest[0]):
-            deepest = (depth, index)
-    if deepest is None:
-        return None
-    return TranscriptError(
-        f"its content is nested {deepest[0]} levels deep (more than {MAX_DEPTH}); "
-        "flatten it or pass it as text",
-        index=deepest[1],
-    )
-
-
-_END = object()
-
-
-def _depth(value: Any) -> int | None:
-    """How many containers deep ``value`` goes, or None when it contains itself (no recursion).
-
-    A container met twice (shared, not a cycle) is walked once.
-    """
-    if _children(value) is None:
-        return 0
-    heights: dict[int, int] = {}  # id -> height of containers already walked
-    on_path = {id(value)}
-    stack: list[tuple[Any, Iterator[Any], int]] = [(value, iter(_children(value) or ()), 1)]
-    while stack:
-        node, rest, height = stack[-1]
-        child = next(rest, _END)
-        if child is _END:
-            stack.pop()
-            on_path.discard(id(node))
-            heights[id(node)] = height
-            if stack:
-                parent, siblings, tallest = stack[-1]
-                stack[-1] = (parent, siblings, max(tallest, height + 1))
-            continue
-        if id(child) in on_path:
-            return None
-        known = heights.get(id(child))
-        grandchildren = None if known is not None else _children(child)
-        if known is None and grandchildren is None:
-            continue  # a scalar
-        if known is not None:
-            stack[-1] = (node, rest, max(height, known + 1))
-            continue
-        on_path.add(id(child))
-        stack.append((child, iter(grandchildren or ()), 1))
-    return heights[id(value)]
-
-
-def _children(value: Any) -> list[Any] | None:
-    """The items of a container (a mapping's keys and values), or None for anything else."""
-    # Keys too: a tuple key, or a frozenset, can be deep (their text is written by str()).
-    try:
-        if isinstance(value, Mapping):
-            return [*value.keys(), *value.values()]
-        if isinstance(value, (list, tuple, set, frozenset)):
-            return list(value)
-    except Exception:  # a mapping that cannot be walked: not what overflowed
-        return None
-    return None
 
 
 def content_text(content: Any) -> str | None:
@@ -647,113 +571,3 @@ def result_message(shape: Shape, call_id: str, text: str, *, error: bool) -> dic
 def default_role(shape: Shape) -> str:
     """The role a compacted context message takes: Anthropic has no system messages."""
     return "user" if shape == "anthropic" else "system"
-
-
-# -- rewriting text -------------------------------------------------------------------------
-
-# Keys whose string values are structure (roles, types, ids, tool names), never content.
-_STRUCTURE = frozenset(
-    {"role", "type", "id", "call_id", "tool_call_id", "tool_use_id", "name", "status", "is_error"}
-)
-# Keys holding further structure (calls, content blocks) rather than free data.
-_CONTAINERS = frozenset({"tool_calls", "function", "content"})
-# A dict with one of these keys is a message, item, block or call; any other dict is data.
-_SHAPED = frozenset(
-    {"role", "type", "function", "arguments", "input", "tool_call_id", "call_id", "tool_use_id"}
-)
-
-
-def map_text(raw: Any, fn: Callable[[str], str], left: list[str] | None = None) -> Any:
-    """A copy of one message with ``fn`` applied to every string of content, arguments or results.
-
-    Roles, types, call ids and tool names are left alone, so pairing and
-    shape survive; inside arguments and results every string is mapped,
-    dict keys included (ids are sometimes keys). ``left``, when given,
-    receives the strings left alone: with those mapped, they are every
-    string of :func:`strings`, each once.
-    """
-    return _structure(raw, fn, left)
-
-
-def _structure(value: Any, fn: Callable[[str], str], left: list[str] | None) -> Any:
-    if type(value) is dict or isinstance(value, Mapping):
-        if _SHAPED.isdisjoint(value):
-            return _data(value, fn)
-        out: dict[str, Any] = {}
-        if left is not None:
-            left += [key for key in value if isinstance(key, str)]
-        for key, item in value.items():
-            if type(item) is str:  # most of them: a role, a type, an id, or text to map
-                if key in _STRUCTURE:
-                    out[key] = item
-                    if left is not None:
-                        left.append(item)
-                else:
-                    out[key] = fn(item)
-            elif key in _STRUCTURE and not _nested(item):
-                out[key] = item
-                if left is not None:
-                    _collect(item, left)
-            elif key in _CONTAINERS and _nested(item):
-                out[key] = _structure(item, fn, left)
-            else:
-                out[key] = _data(item, fn)
-        return out
-    if isinstance(value, list):
-        return [_structure(item, fn, left) for item in value]
-    return _data(value, fn)
-
-
-def _nested(item: Any) -> bool:
-    """Whether ``item`` is a mapping or a list (None, numbers and lists first: no ABC check)."""
-    kind = type(item)
-    if kind is list or kind is dict:
-        return True
-    if item is None or kind in _SCALARS:
-        return False
-    return isinstance(item, (Mapping, list))
-
-
-def _data(value: Any, fn: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return fn(value)
-    if value is None or type(value) in _SCALARS:
-        return value
-    if type(value) is dict or isinstance(value, Mapping):
-        return {
-            fn(k) if isinstance(k, str) else k: fn(v) if type(v) is str else _data(v, fn)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [fn(item) if type(item) is str else _data(item, fn) for item in value]
-    return value
-
-
-_SCALARS = frozenset({bool, int, float})
-
-
-def strings(value: Any) -> list[str]:
-    """Every string in a message (keys included), for searching a context for a value."""
-    out: list[str] = []
-    _collect(value, out)
-    return out
-
-
-def _collect(value: Any, out: list[str]) -> None:
-    if isinstance(value, str):
-        out.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if isinstance(key, str):
-                out.append(key)
-            if isinstance(item, str):
-                out.append(item)
-            elif isinstance(item, (dict, list, tuple)) or (
-                item is not None and type(item) not in _SCALARS and isinstance(item, Mapping)
-            ):
-                _collect(item, out)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _collect(item, out)
-    elif isinstance(value, Mapping):
-        _collect(dict(value), out)

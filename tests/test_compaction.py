@@ -24,8 +24,9 @@ from guardrail import (
     TranscriptError,
 )
 from guardrail._audit import SilentLogger
+from guardrail._content import MAX_DEPTH, strings
 from guardrail._harvest import Batch
-from guardrail._messages import MAX_DEPTH, SHAPES, Shape, read, strings, text_message
+from guardrail._messages import SHAPES, Shape, read, text_message
 from guardrail.compaction import compact, compact_text, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,

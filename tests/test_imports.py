@@ -102,7 +102,7 @@ def test_each_dependency_loads_with_the_feature_that_needs_it() -> None:
     assert loaded(saved) == ["pydantic", "pydantic_core"]
     report = (
         "from guardrail.replay import ReplayReport\n"
-        "from guardrail.replay._report import Stats\n"
+        "from guardrail.replay._stats import Stats\n"
         "report = ReplayReport(files=[Stats('a')], total=Stats('total'))\n"
         "report.to_dict()\n"
     )

@@ -11,7 +11,7 @@ import pytest
 
 from guardrail import Guard, GuardrailUsageError
 from guardrail._audit import SilentLogger
-from guardrail._messages import strings
+from guardrail._content import strings
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.replay import (
     FATES,

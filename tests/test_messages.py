@@ -14,17 +14,14 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
 from guardrail._audit import SilentLogger
+from guardrail._content import MAX_DEPTH, map_text, nesting_fault, strings
 from guardrail._messages import (
-    MAX_DEPTH,
     SHAPES,
     Shape,
     default_role,
     detect,
-    map_text,
-    nesting_fault,
     read,
     result_message,
-    strings,
     text_message,
     write,
 )

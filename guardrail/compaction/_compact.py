@@ -21,17 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from guardrail._audit import Audit
-from guardrail._messages import (
-    Repair,
-    Shape,
-    default_role,
-    map_text,
-    nesting_fault,
-    read,
-    read_role,
-    text_message,
-    write,
-)
+from guardrail._content import map_text, nesting_fault
+from guardrail._messages import Repair, Shape, default_role, read, read_role, text_message, write
 from guardrail.compaction._block import BlockLine, parse_block, render_block, restore, seal, unseal
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._masking import Masker, lint

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Generic
 
 from guardrail._audit import listed, omitted
-from guardrail._messages import Repair, strings
+from guardrail._content import strings
+from guardrail._messages import Repair
 from guardrail.compaction._masking import LintIssue, Masker
 
 if TYPE_CHECKING:

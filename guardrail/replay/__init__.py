@@ -25,12 +25,12 @@ from guardrail.replay._lossy import (
     strategies,
 )
 from guardrail.replay._replay import Compaction, TraceSource, replay
-from guardrail.replay._report import (
+from guardrail.replay._report import ReplayReport
+from guardrail.replay._stats import (
     AgentDiff,
     Availability,
     ClassStats,
     Example,
-    ReplayReport,
     Stats,
 )
 from guardrail.replay._traces import (

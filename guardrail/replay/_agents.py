@@ -36,8 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
+from guardrail._content import strings
 from guardrail._guard import Guard
-from guardrail._messages import content_text, parse_arguments, strings
+from guardrail._messages import content_text, parse_arguments
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
 from guardrail._spec import ToolSpec, id_description
 from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token

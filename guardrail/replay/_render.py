@@ -9,24 +9,37 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
-from guardrail.replay._report import (
+from guardrail.replay._stats import (
     GENUINE,
     INVENTED,
     REASONS,
     REQUIRED_IDS,
     UNVERIFIED,
-    ReplayReport,
+    Availability,
     Stats,
     _n,
     _pct,
 )
+
+
+class ReplayReport(Protocol):
+    """What the tables read of a report (:class:`guardrail.replay.ReplayReport` is one)."""
+
+    files: list[Stats]
+    total: Stats
+    settings: dict[str, Any]
+    seconds: float
+
+    @property
+    def availability(self) -> dict[str, Availability]: ...
+
 
 _REASON_TEXT: Final[Mapping[str, str]] = {
     GENUINE: "a value a tool returned, or one the manifest should know",

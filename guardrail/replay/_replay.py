@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from guardrail._content import strings
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
-from guardrail._messages import refused, strings
+from guardrail._messages import refused
 from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
 from guardrail.errors import GuardrailUsageError
@@ -37,7 +38,8 @@ from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
 from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
-from guardrail.replay._report import (
+from guardrail.replay._report import ReplayReport
+from guardrail.replay._stats import (
     ABSENT,
     EVICTED,
     GENUINE,
@@ -48,7 +50,6 @@ from guardrail.replay._report import (
     AgentDiff,
     Availability,
     Example,
-    ReplayReport,
     Stats,
 )
 from guardrail.replay._traces import (
@@ -521,7 +522,7 @@ def replay(
     arguments of the call are looked for, verbatim, in what it returns. The
     measured ones are the ledger ids: values an earlier successful tool
     result produced that the ledger still holds; the others are counted
-    apart (see :class:`~guardrail.replay._report.Availability`). The counts
+    apart (see :class:`~guardrail.replay.Availability`). The counts
     land in ``report.availability``; with no compaction it stays empty.
 
     ``agent`` is a callable ``(messages, tools) -> {"name", "arguments"} |
