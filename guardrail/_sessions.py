@@ -32,6 +32,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
+from guardrail.ledger._rekey import use_kinds
 from guardrail.ledger._state import LedgerState
 from guardrail.stores.protocol import AsyncStore, Change, Snapshot, Store, Written
 
@@ -193,7 +194,7 @@ class Sessions:
             ledger = given  # the store has nothing: the given ledger is the session, all unwritten
             state = state_of(ledger)
             if state.kinds is not self.kinds:  # keyed by this guard's normalisers from now on
-                state.use_kinds(self.kinds)
+                use_kinds(state, self.kinds)
             self.seal(state, session_id)
             journal.follow(state, all_of_it=True)
             return ledger

@@ -28,6 +28,7 @@ from guardrail._entry import (
     tombstone_of,
 )
 from guardrail.ledger._merge import Meta, merge_meta, merge_record
+from guardrail.ledger._rekey import use_kinds
 from guardrail.ledger._state import LedgerState, Name
 
 
@@ -143,7 +144,7 @@ def fill(
             _put(state, record)
         _settle(state, {record["kind"] for record in entries})
     # The normaliser is authoritative: a key that is not what it makes of the value is re-keyed.
-    state.use_kinds(state.kinds)
+    use_kinds(state, state.kinds)
     with state.lock:
         state.evict_over_capacity(spare_current=False)
 
@@ -219,7 +220,8 @@ def _keyed(state: LedgerState, found: Iterable[Record]) -> Iterator[Record]:
     The normaliser is authoritative: a stored key that is not what it makes
     of the stored value would vouch for an id nobody saw. A live record
     whose value it cannot read is left out. A kind the ledger has no
-    normaliser for keeps the keys it came with (as :meth:`LedgerState.use_kinds` does).
+    normaliser for keeps the keys it came with (as :func:`~guardrail.ledger._rekey.use_kinds`
+    does).
     """
     kinds = state.kinds
     for record in found:

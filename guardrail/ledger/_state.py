@@ -15,7 +15,8 @@ the session journal use names, not a class's private members:
   :meth:`~LedgerState.admit` (a result's ids), :meth:`~LedgerState.next_turn`
   and :meth:`~LedgerState.observe_text` (the user spoke),
   :meth:`~LedgerState.label`, :meth:`~LedgerState.pin`,
-  :meth:`~LedgerState.forget`, :meth:`~LedgerState.use_kinds`;
+  :meth:`~LedgerState.forget`, and :func:`guardrail.ledger._rekey.use_kinds`
+  (keys under new normalisers);
 - conversation state beside the tables: :attr:`~LedgerState.reprompts`.
 
 Records, loading and merging are :mod:`guardrail.ledger._records`; the
@@ -39,47 +40,16 @@ from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._merge import USER_TEXTS_KEPT
+from guardrail.ledger._reprompts import Reprompts
+from guardrail.ledger._roles import check_role_name, templated
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
 
-ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a store
 
 _allocate = object.__new__
-
-
-class Reprompts:
-    """Refusals per tool in one turn, for bounding re-prompts.
-
-    Conversation state, kept beside the id tables: the counts hold for
-    ``turn`` only, so a new turn starts them again without anyone clearing
-    them. Saved in the session's meta (``refusals``, the counts of the
-    meta's turn) and merged by :func:`~guardrail.stores.protocol.merge_meta`.
-    """
-
-    __slots__ = ("counts", "turn")
-
-    def __init__(self) -> None:
-        self.turn = 0
-        self.counts: dict[str, int] = {}
-
-    def add(self, tool: str, turn: int) -> int:
-        """Count one more refusal of ``tool`` in ``turn``; the count so far."""
-        if turn != self.turn:
-            self.turn, self.counts = turn, {}
-        count = self.counts.get(tool, 0) + 1
-        self.counts[tool] = count
-        return count
-
-    def of(self, turn: int) -> dict[str, int]:
-        """The counts of ``turn`` (none for any other turn)."""
-        return dict(self.counts) if turn == self.turn else {}
-
-    def take(self, turn: int, counts: Mapping[str, int]) -> None:
-        """Hold ``counts`` as the counts of ``turn``."""
-        self.turn, self.counts = turn, dict(counts)
 
 
 class LedgerState:
@@ -465,14 +435,8 @@ class LedgerState:
             return tomb.role
         if template:
             number = self.counters.get(kind, 0) + 1
-            fields = {"kind": kind, "n": number, "tool": source.tool, "status": status}
-            try:
-                base = template.format_map(_Fields(fields))
-            except (ValueError, IndexError):
-                base = kind
-            base = "".join(c if c in ROLE_CHARS else "_" for c in base) or kind
             self.counters[kind] = number
-            return self._free_role(base)
+            return self._free_role(templated(template, kind, number, source.tool, status))
         while True:
             number = self.counters.get(kind, 0) + 1
             self.counters[kind] = number
@@ -636,85 +600,3 @@ class LedgerState:
             self.add_drop_mark(mark)
             self.changed(mark.kind, mark.key)
         return dropped
-
-    # -- normalisers ----------------------------------------------------------------------
-
-    def use_kinds(self, kinds: Mapping[str, Kind]) -> None:
-        """Normalise with ``kinds`` from now on, re-keying entries whose key they write otherwise.
-
-        The normaliser is authoritative: a saved key that is not what it makes
-        of the saved value (an older normaliser, or an edited file) would
-        vouch for an id nobody saw. Entries that now share a key become one,
-        the verified (else more recently used) one, keeping the other's roles
-        as aliases; an entry whose value it can no longer read is dropped,
-        leaving a tombstone.
-        """
-        with self.lock:
-            self.kinds = kinds
-            for name, table in list(self.tables.items()):
-                kind = kinds.get(name)
-                if kind is None:
-                    continue
-                keys = [kind.key(entry.value) for entry in table.values()]
-                if all(new == old for new, old in zip(keys, table, strict=True)):
-                    continue
-                self._rekey(name, keys)
-
-    def _rekey(self, kind: str, keys: list[str | None]) -> None:
-        """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
-        table = self.tables[kind]
-        rebuilt: dict[str, Entry] = {}
-        unreadable: list[Entry] = []
-        for entry, key in zip(list(table.values()), keys, strict=True):
-            if key is None:
-                unreadable.append(entry)
-                continue
-            held = rebuilt.get(key)
-            if held is None:
-                entry.key = key
-                rebuilt[key] = entry
-                continue
-            keep, lose = (
-                (held, entry)
-                if (held.verified, held.last_used) >= (entry.verified, entry.last_used)
-                else (entry, held)
-            )
-            keep.key = key
-            keep.first_seen = min(keep.first_seen, lose.first_seen)
-            keep.pinned = keep.pinned or lose.pinned
-            for name in (lose.role, *lose.aliases):
-                if self.roles.get(name) is lose:
-                    self.roles[name] = keep
-                    if name != keep.role and name not in keep.aliases:
-                        keep.aliases = (*keep.aliases, name)
-            rebuilt[key] = keep
-        self.tables[kind] = rebuilt
-        index = self.index[kind] = KeyIndex()
-        index.add(rebuilt)
-        for key in rebuilt:
-            self.drop_tombstone((kind, key))
-            self.dropped.pop((kind, key), None)
-        self.recount()
-        for entry in unreadable:  # gone, as if forgotten; its key may be another entry's now
-            for name in (entry.role, *entry.aliases):
-                if self.roles.get(name) is entry:
-                    del self.roles[name]
-            if self.tombstone_capacity and entry.key not in rebuilt:
-                self.add_tombstone(
-                    Tombstone(entry.value, entry.kind, entry.key, entry.role, self.turn)
-                )
-
-
-class _Fields(dict[str, Any]):
-    def __missing__(self, key: str) -> str:
-        return key
-
-
-def check_role_name(role: str) -> None:
-    """Refuse a role that is not a name of letters, digits, ``_``, ``-`` or ``.``."""
-    if not isinstance(role, str) or not role or not set(role) <= ROLE_CHARS:
-        raise GuardrailUsageError(
-            f"role {role!r} must be a non-empty name of letters, digits, '_', '-' or '.'"
-        )
-    if role[0].isdigit():
-        raise GuardrailUsageError(f"role {role!r} must not start with a digit")

@@ -1,0 +1,83 @@
+"""Keys under a new normaliser: a ledger's entries re-keyed by the kinds it is given.
+
+The normaliser is authoritative: a saved or stored key that is not what it
+makes of the value would vouch for an id nobody saw. Loading a ledger with
+a guard's kinds, or handing a saved ledger to a guard's session, re-keys it
+here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from guardrail._entry import Entry, Tombstone
+from guardrail._index import KeyIndex
+from guardrail.kinds import Kind
+from guardrail.ledger._state import LedgerState
+
+
+def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
+    """Normalise with ``kinds`` from now on, re-keying entries whose key they write otherwise.
+
+    The normaliser is authoritative: a saved key that is not what it makes
+    of the saved value (an older normaliser, or an edited file) would
+    vouch for an id nobody saw. Entries that now share a key become one,
+    the verified (else more recently used) one, keeping the other's roles
+    as aliases; an entry whose value it can no longer read is dropped,
+    leaving a tombstone.
+    """
+    with state.lock:
+        state.kinds = kinds
+        for name, table in list(state.tables.items()):
+            kind = kinds.get(name)
+            if kind is None:
+                continue
+            keys = [kind.key(entry.value) for entry in table.values()]
+            if all(new == old for new, old in zip(keys, table, strict=True)):
+                continue
+            _rekey(state, name, keys)
+
+
+def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:
+    """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
+    table = state.tables[kind]
+    rebuilt: dict[str, Entry] = {}
+    unreadable: list[Entry] = []
+    for entry, key in zip(list(table.values()), keys, strict=True):
+        if key is None:
+            unreadable.append(entry)
+            continue
+        held = rebuilt.get(key)
+        if held is None:
+            entry.key = key
+            rebuilt[key] = entry
+            continue
+        keep, lose = (
+            (held, entry)
+            if (held.verified, held.last_used) >= (entry.verified, entry.last_used)
+            else (entry, held)
+        )
+        keep.key = key
+        keep.first_seen = min(keep.first_seen, lose.first_seen)
+        keep.pinned = keep.pinned or lose.pinned
+        for name in (lose.role, *lose.aliases):
+            if state.roles.get(name) is lose:
+                state.roles[name] = keep
+                if name != keep.role and name not in keep.aliases:
+                    keep.aliases = (*keep.aliases, name)
+        rebuilt[key] = keep
+    state.tables[kind] = rebuilt
+    index = state.index[kind] = KeyIndex()
+    index.add(rebuilt)
+    for key in rebuilt:
+        state.drop_tombstone((kind, key))
+        state.dropped.pop((kind, key), None)
+    state.recount()
+    for entry in unreadable:  # gone, as if forgotten; its key may be another entry's now
+        for name in (entry.role, *entry.aliases):
+            if state.roles.get(name) is entry:
+                del state.roles[name]
+        if state.tombstone_capacity and entry.key not in rebuilt:
+            state.add_tombstone(
+                Tombstone(entry.value, entry.kind, entry.key, entry.role, state.turn)
+            )
