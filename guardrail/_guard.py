@@ -19,13 +19,13 @@ from __future__ import annotations
 import inspect
 import secrets
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
 from guardrail._engine import MODES, Engine, Mode, Options
 from guardrail._registry import Registry
-from guardrail._sessions import Sessions, SessionScope
+from guardrail._sessions import Sessions, SessionScope, check_session_id
 from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
@@ -46,39 +46,45 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Guard:
     """Checks every identifier argument of every declared tool call against a ledger.
 
-    ``mode`` decides what a refusal does: ``"raise"`` raises
-    :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool and
-    returns a :class:`Rejection` whose text tells the model what to do
-    (after ``max_reprompts`` refusals of one tool in one turn it raises
-    :class:`RepromptLimitExceeded`; a turn starts at each :meth:`observe_user`,
-    and an allowed call of the tool does not reset the count); ``"observe"`` runs the tool and logs
-    ``outcome="would_refuse"``, but learns nothing from that call (no
-    confirmation, no mints, no harvest of its result). ``capacity`` bounds
-    each session's ledger. ``redact`` (a key) logs keyed hashes instead of
-    identifier values. ``secret`` is the key each session's seal key is
-    derived from (an HMAC of the session id): the ledger blocks compaction
-    writes verify in every process built with the same secret (workers
-    sharing a store, a server that rebuilds the ledger from the transcript
-    on every request), and a block of one session never verifies in
-    another. Seal keys are never stored, so reading a store or a saved
-    ledger gives no key. Without ``secret`` the guard draws a random one
-    when built: its blocks verify in this process only. A block that does
-    not verify (another secret, a rotated one, another session) is read as
-    unverified ids, never trusted: rotating the secret is safe, and costs
-    only a look-up again of the ids older blocks carried. ``max_ids_per_call`` bounds the new
-    ids one result (or one user message) may add to a ledger (None: a tenth
-    of ``capacity``); those beyond it are not kept, and a later use is
-    refused with "narrow the search".
+    A tool the guard does not know is allowed by default, and a guard with
+    any ``write`` tool warns once per unknown name
+    (``guardrail.undeclared_tool``); in production set
+    ``refuse_undeclared=True``, so a tool added to the agent but not to the
+    guard never runs unchecked. The options are fixed once the guard is
+    built: they can be read back as attributes, not reassigned.
 
-    A tool the guard does not know is allowed by default
-    (``refuse_undeclared=False``, convenient while declaring tools); a guard
-    with any ``write`` tool then warns once per unknown tool name
-    (``guardrail.undeclared_tool``). In production set
-    ``refuse_undeclared=True``: an undeclared tool is refused like a bad id,
-    so a tool added to the agent but not to the guard never runs unchecked.
-
-    The options are fixed once the guard is built: ``mode``, ``capacity``
-    and the others can be read back as attributes, not reassigned.
+    Args:
+        mode: What a refusal does. ``"raise"`` raises
+            :class:`IdentifierViolation`; ``"reprompt"`` does not run the tool
+            and returns a :class:`Rejection` whose text tells the model what
+            to do (after ``max_reprompts`` refusals of one tool in one turn,
+            :class:`RepromptLimitExceeded`; a turn starts at each
+            :meth:`observe_user`, and an allowed call does not reset the
+            count); ``"observe"`` runs the tool and logs
+            ``outcome="would_refuse"``, but learns nothing from that call.
+        capacity: The most entries each session's ledger keeps.
+        store: Where sessions live between scopes (default: in memory).
+        default_session: A session current wherever no scope is, for a
+            single-conversation program (needs a synchronous store).
+        redact: A key: the audit logs keyed hashes instead of identifiers.
+        refuse_undeclared: Refuse a tool the guard does not know.
+        max_reprompts: Refusals of one tool in one turn before raising.
+        tombstones: How many evicted ids each ledger remembers (None: as
+            many as ``capacity``).
+        logger: Where audit events go (see :mod:`guardrail._audit`).
+        secret: The key each session's seal key is derived from (an HMAC of
+            the session id). Blocks compaction writes verify in every process
+            built with the same secret: give every worker that shares a
+            store, or rebuilds a ledger from the transcript, the same one.
+            Seal keys are never stored, so reading a store or a saved ledger
+            gives no key. Without it the guard draws a random secret: its
+            blocks verify in this process only. A block that does not verify
+            (another secret, a rotated one, another session) comes back as
+            unverified ids, never trusted, so rotating the secret is safe.
+        max_ids_per_call: The most new ids one result (or user message) may
+            add to a ledger (None: a tenth of ``capacity``); a later use of
+            one beyond it is refused with "narrow the search".
+        max_cached_sessions: How many sessions stay cached as live ledgers.
     """
 
     _registry: Registry
@@ -231,9 +237,23 @@ class Guard:
     ) -> ToolSpec:
         """Declare a tool that has no Python function here (remote, MCP, recorded).
 
-        ``verifies`` is as for :meth:`tool`. A name already declared (by the
-        decorator, ``declare`` or a manifest) is a usage error: the second
-        spec would silently replace the first.
+        A name already declared (by the decorator, ``declare`` or a manifest)
+        is a usage error: the second spec would silently replace the first.
+
+        Args:
+            name: The tool's name, as the model calls it.
+            ids: Identifier parameters: a parameter path (``order_id``,
+                ``items[*].id``) to its kind, a list of kinds, or
+                ``{"kind": ..., "sep": ..., "default_ok": ...}``.
+            produces: Result paths (``orders[*].order_id``, ``$``,
+                ``re:PATTERN``) to the kind of the ids they hold (or
+                ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``).
+            mints: Parameters whose values a successful ``write`` brings into
+                existence (they enter the ledger verified).
+            effect: ``"read"`` or ``"write"`` (the default, the strict side).
+            verifies: As for :meth:`tool`.
+            description: The tool's description; ids of a kind's shape quoted
+                in it are placeholders, refused as ``example``.
         """
         return self._registry.declare(
             name,
@@ -295,17 +315,25 @@ class Guard:
 
         Identifier parameters come from ``Annotated[..., Id(kind)]`` in the
         signature and from ``ids=``; result identifiers from the ``Id``
-        fields of the returned type and from ``produces=``. A tool with no
-        ``effect`` is a ``write`` (the strict side). An id parameter left at
-        a default other than None is checked as if the default were passed,
-        unless declared ``Id(kind, default_ok=True)`` (or
-        ``{"kind": ..., "default_ok": True}`` in ``ids=``).
+        fields of the returned type and from ``produces=``. An id parameter
+        left at a default other than None is checked as if the default were
+        passed, unless declared ``Id(kind, default_ok=True)``.
 
-        A successful ``read`` verifies a user-typed id argument only when a
-        declared result field returns it (``verifies=True``, the default;
-        ``False`` is accepted and means the same). ``verifies="on_success"``
-        is for a read that fails for unknown ids: any success confirms every
-        id it took.
+        Args:
+            fn: The function (the bare form, ``@guard.tool``); a method, a
+                class or static method, sync or async.
+            name: The tool's name (default: the function's).
+            ids: Identifier parameters beyond the annotated ones, as for
+                :meth:`declare`.
+            produces: Result paths to kinds, beyond the result type's ``Id``
+                fields, as for :meth:`declare`.
+            mints: Parameters a successful ``write`` brings into existence.
+            effect: ``"read"`` or ``"write"``; a tool with none is a write.
+            verifies: How a successful ``read`` verifies a user-typed id it
+                took: only when a declared result field returns it (``True``,
+                the default; ``False`` means the same), or on any success
+                (``"on_success"``, for a read that fails for unknown ids).
+            description: The tool's description (default: its docstring).
         """
 
         def decorate(function: F) -> F:
@@ -369,7 +397,7 @@ class Guard:
         and saved as each ends. ``ledger=`` starts the session from a saved
         one (merged into the live one if the session is open already).
         """
-        _check_session_id(session_id)
+        check_session_id(session_id)
         if ledger is not None:
             state_of(ledger)  # a usage error now, for anything but a Ledger
         return SessionScope(self._sessions, session_id, ledger)
@@ -388,7 +416,7 @@ class Guard:
         pass ``session=`` to :meth:`check`, :meth:`enforce`, :meth:`record`
         or :meth:`observe_user` instead: each such call is a scope of its own.
         """
-        _check_session_id(session_id)
+        check_session_id(session_id)
         return self._sessions.ledger_for(session_id)
 
     def end_session(self, session_id: str, *, delete: bool = False) -> None:
@@ -397,31 +425,22 @@ class Guard:
         ``delete=True`` deletes it from the store as well. A session still
         open in a ``with guard.session(...)`` block is a usage error.
         """
-        _check_session_id(session_id)
+        check_session_id(session_id)
         self._sessions.end(session_id, delete=delete)
 
     async def ledger_for_async(self, session_id: str) -> Ledger:
         """:meth:`ledger_for` for a guard whose store is an asynchronous one (``AsyncStore``)."""
-        _check_session_id(session_id)
+        check_session_id(session_id)
         return await self._sessions.ledger_for_async(session_id)
 
     async def end_session_async(self, session_id: str, *, delete: bool = False) -> None:
         """:meth:`end_session` for a guard whose store is an asynchronous one (``AsyncStore``)."""
-        _check_session_id(session_id)
+        check_session_id(session_id)
         await self._sessions.end_async(session_id, delete=delete)
 
     async def expire_sessions_async(self, max_idle: float) -> list[str]:
         """:meth:`expire_sessions` for a guard with an asynchronous store (``AsyncStore``)."""
-        _check_idle(max_idle)
-        if not self._sessions.is_async:
-            return self.expire_sessions(max_idle)
-        expired = await cast(AsyncStore, self._sessions.store).expire(float(max_idle))
-        for session_id in expired:
-            try:
-                await self._sessions.end_async(session_id, delete=False)
-            except GuardrailUsageError:
-                continue
-        return expired
+        return await self._sessions.expire_async(max_idle)
 
     def expire_sessions(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds, from the store and cache.
@@ -429,14 +448,7 @@ class Guard:
         Returns their ids. Run it now and then (a cron job, a background
         task): sessions are never deleted behind a program's back.
         """
-        _check_idle(max_idle)
-        expired = self._sessions.sync_store().expire(float(max_idle))
-        for session_id in expired:
-            try:
-                self._sessions.end(session_id, delete=False)
-            except GuardrailUsageError:
-                continue  # open in a scope right now: its next write starts it anew
-        return expired
+        return self._sessions.expire(max_idle)
 
     def cached_sessions(self) -> list[str]:
         """The ids of the sessions this guard holds as live ledgers, least recently used first."""
@@ -523,9 +535,17 @@ class Guard:
         verifies the ids it was given; a success of a ``write`` tool brings
         its ``mints`` into the ledger. In ``observe`` mode the arguments are
         checked again: a call the guard would have refused records nothing.
-        Neither does a failure: ``error=True``, or a result that is an error
-        in success's clothing (see :func:`guardrail._harvest.failed`: an error
-        mapping or its JSON text, a refusal's text, a :class:`Rejection`).
+
+        Args:
+            name: The tool that ran.
+            arguments: What it was called with (a mapping, or JSON text).
+            result: What it returned: any JSON-like value, model or text.
+            error: The call failed: nothing is recorded. So is a result that
+                is an error in success's clothing (an error mapping or its
+                JSON text, a refusal's text, a :class:`Rejection`).
+            call_id: The call's id, kept as the entries' provenance.
+            ledger: Record into this ledger, not the current session's.
+            session: Record into this session, as a scope of its own.
         """
         if session is not None:
             with self.session(session) as scoped:
@@ -572,13 +592,3 @@ class Guard:
         if given is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
         return state_of(scoped)
-
-
-def _check_idle(max_idle: object) -> None:
-    if isinstance(max_idle, bool) or not isinstance(max_idle, (int, float)) or max_idle < 0:
-        raise GuardrailUsageError(f"max_idle is a number of seconds >= 0, not {max_idle!r}")
-
-
-def _check_session_id(session_id: object) -> None:
-    if not isinstance(session_id, str) or not session_id:
-        raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")

@@ -388,6 +388,30 @@ class Sessions:
             await cast(AsyncStore, self.store).delete(session_id)
         self._ended(session_id, cached)
 
+    def expire(self, max_idle: float) -> list[str]:
+        """Delete the sessions no one wrote for ``max_idle`` seconds, from the store and cache."""
+        _check_idle(max_idle)
+        expired = self.sync_store().expire(float(max_idle))
+        for session_id in expired:
+            try:
+                self.end(session_id, delete=False)
+            except GuardrailUsageError:
+                continue  # open in a scope right now: its next write starts it anew
+        return expired
+
+    async def expire_async(self, max_idle: float) -> list[str]:
+        """:meth:`expire` awaiting an :class:`~guardrail.stores.AsyncStore`."""
+        if not self.is_async:
+            return self.expire(max_idle)
+        _check_idle(max_idle)
+        expired = await cast(AsyncStore, self.store).expire(float(max_idle))
+        for session_id in expired:
+            try:
+                await self.end_async(session_id, delete=False)
+            except GuardrailUsageError:
+                continue
+        return expired
+
     def _ending(self, session_id: str) -> _Cached | None:
         with self._open_lock:
             cached = self._cache.get(session_id)
@@ -485,3 +509,14 @@ class SessionScope:
         add_note = getattr(exc, "add_note", None)  # Python 3.11+
         if add_note is not None:
             add_note(f"guardrail: session {self.session_id!r} was not saved: {failure}")
+
+
+def check_session_id(session_id: object) -> None:
+    """Refuse a session id that is not a non-empty string."""
+    if not isinstance(session_id, str) or not session_id:
+        raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
+
+
+def _check_idle(max_idle: object) -> None:
+    if isinstance(max_idle, bool) or not isinstance(max_idle, (int, float)) or max_idle < 0:
+        raise GuardrailUsageError(f"max_idle is a number of seconds >= 0, not {max_idle!r}")

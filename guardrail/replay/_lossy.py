@@ -56,10 +56,18 @@ class LossySummarizer:
     Each distinct identifier meets one fate, the same wherever it appears,
     drawn from ``seed`` and the identifier itself (so runs repeat, and one
     id's fate does not depend on the others). The rates are probabilities;
-    what is left of 1 keeps the id intact. ``kinds`` (a guard's kinds)
-    says what an identifier looks like; without it, tokens mixing letters
-    and digits are taken for ids. ``base`` is the summarizer whose text is
-    spoiled (the extractive one by default).
+    what is left of 1 keeps the id intact.
+
+    Args:
+        seed: Seeds every fate.
+        drop: The share of ids left out of the summary.
+        generalize: The share written as "the reservation", "the order".
+        truncate: The share cut short (``ZFA0…``).
+        mutate: The share with one character changed.
+        kinds: A guard's kinds, saying what an identifier looks like;
+            without them, tokens mixing letters and digits are taken for ids.
+        base: The summarizer whose text is spoiled (the extractive one by
+            default).
     """
 
     def __init__(

@@ -503,36 +503,37 @@ def replay(
 ) -> ReplayReport:
     """Replay recorded traces through a guard and report its cost and what it catches.
 
-    ``traces``: trace file paths (JSONL or JSON, see :mod:`guardrail.replay._traces`),
-    loaded files or traces. ``guard``: the :class:`~guardrail.Guard` to
-    replay them through (its audit events are silenced for the replay); for
-    a manifest file, ``Guard.from_manifest(path)``. ``seed`` makes the
-    corruptions reproducible; ``limit`` replays at most that many traces;
-    ``classes`` picks corruption classes; ``variants`` is the number of
-    variants per class and identifier argument; ``examples`` caps the
-    examples kept per list; ``progress(done, total)`` is called after each
-    trace.
+    Before each recorded call (each model turn), the conversation so far
+    (OpenAI chat-completions dicts) and a copy of the ledger are handed to
+    each compaction strategy, and the identifier arguments of the call are
+    looked for, verbatim, in what it returns: the ledger ids (values an
+    earlier successful tool result produced that the ledger still holds)
+    are measured, the others counted apart (see
+    :class:`~guardrail.replay.Availability`). At the same points an agent,
+    when given, is asked for its call on the uncompacted context and on
+    each compacted one: ``report.total.agent`` compares them, and
+    ``report.total.agent_recorded`` the uncompacted call with the recorded.
 
-    ``compaction`` is the seam for compaction strategies: a callable
-    ``(messages, ledger) -> messages`` (or a mapping of names to them, to
-    compare strategies; :func:`~guardrail.replay.strategies` gives
-    guardrail's and a plain summary's). Before each recorded call (each
-    model turn), the conversation so far (OpenAI chat-completions dicts) and
-    a copy of the ledger are handed to each strategy, and the identifier
-    arguments of the call are looked for, verbatim, in what it returns. The
-    measured ones are the ledger ids: values an earlier successful tool
-    result produced that the ledger still holds; the others are counted
-    apart (see :class:`~guardrail.replay.Availability`). The counts
-    land in ``report.availability``; with no compaction it stays empty.
-
-    ``agent`` is a callable ``(messages, tools) -> {"name", "arguments"} |
-    None`` (see :mod:`guardrail.replay._agents`). At the same points it is
-    asked for its call on the uncompacted context and on each compacted
-    one; ``report.total.agent`` compares the identifier arguments of its
-    calls after compaction with its call on the uncompacted context, and
-    ``report.total.agent_recorded`` that call with the recorded one.
-    ``tools`` are the OpenAI function tools it is shown (default: derived
-    from the guard's specs by :func:`~guardrail.replay._agents.tool_definitions`).
+    Args:
+        traces: Trace file paths (JSONL or JSON, see :func:`load_trace_file`),
+            loaded files or traces.
+        guard: The guard to replay them through (its audit events are
+            silenced for the replay); for a manifest file,
+            ``Guard.from_manifest(path)``.
+        seed: Makes the corruptions reproducible.
+        limit: Replay at most that many traces.
+        classes: The corruption classes to generate (default: all).
+        variants: Variants per class and identifier argument.
+        examples: The most examples kept per list of the report.
+        compaction: A strategy ``(messages, ledger) -> messages``, or a
+            mapping of names to them (:func:`strategies` gives guardrail's
+            and a plain summary's); its counts land in
+            ``report.availability``.
+        agent: ``(messages, tools) -> {"name", "arguments"} | None`` (see
+            :func:`reference_agent`, :func:`openai_agent`).
+        tools: The OpenAI function tools the agent is shown (default:
+            derived from the guard's specs by :func:`tool_definitions`).
+        progress: Called as ``progress(done, total)`` after each trace.
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:
