@@ -4,8 +4,10 @@ The server marks its identifier fields in its tools' schemas
 (``x-guardrail-kind``) and adds one line, ``guard_server(server, guard)``: every
 ``tools/call`` is checked before the tool runs, and a refusal comes back as an
 ``isError`` result the model reads. The client names its conversation in each
-request's ``_meta``. Run ``python examples/mcp_server.py`` for the scripted
-conversation, or ``python examples/mcp_server.py --stdio`` to serve over stdio.
+request's ``_meta``, and forwards the user's message there too: the server takes
+the order id the user typed to a lookup, and would refuse one the model made up.
+Run ``python examples/mcp_server.py`` for the scripted conversation, or
+``python examples/mcp_server.py --stdio`` to serve over stdio.
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def build_server() -> MCPServer:
     return server
 
 
+USER = "My blender order #W8855135 arrived broken, please refund the 40 I paid."
+
+
 async def conversation(server: MCPServer) -> None:
     """A scripted model: a lookup, a refund with two digits swapped, then the right one."""
     calls: list[tuple[str, dict[str, Any]]] = [
@@ -68,7 +73,8 @@ async def conversation(server: MCPServer) -> None:
     ]
     async with Client(server) as client:
         for name, arguments in calls:
-            result = await client.call_tool(name, arguments, meta=session_meta("conversation-42"))
+            meta = session_meta("conversation-42", user_text=USER)
+            result = await client.call_tool(name, arguments, meta=meta)
             block = result.content[0]
             shown = block.text.splitlines()[0] if isinstance(block, TextContent) else ""
             if shown.startswith("{") and result.structured_content is not None:
