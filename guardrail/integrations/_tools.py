@@ -604,6 +604,11 @@ class Bindings:
         self.runtime = runtime
         self._bound: dict[str, Bound] = {}
 
+    def latest(self, name: str) -> Bound | None:
+        """The tool as last bound, while its spec is the guard's (None: bind it first)."""
+        held = self._bound.get(name)
+        return held if held is not None and held.spec is self.guard.specs.get(name) else None
+
     def get(
         self,
         name: str,
