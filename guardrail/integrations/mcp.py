@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REFUSAL_META_KEY",
+    "REPROMPT_LIMIT_ERROR",
     "SESSION_META_KEY",
     "USER_TEXT_META_KEY",
     "GuardMiddleware",
@@ -75,7 +76,7 @@ USER_TEXT_META_KEY = "guardrail/user_text"
 #: The ``_meta`` key of a refusal's result holding ``Rejection.to_dict()`` (the findings).
 REFUSAL_META_KEY = "guardrail/refusal"
 #: The ``error`` of a refusal's ``_meta`` once a conversation's re-prompts ran out this turn.
-LIMIT_ERROR = "reprompt_limit"
+REPROMPT_LIMIT_ERROR = "reprompt_limit"
 #: Unknown tool names looked up in the server's listing at most once each, up to this many.
 _LISTED_KEPT = 1000
 #: The origin of a declaration read from an MCP listing (a namespace follows, where given).
@@ -176,7 +177,7 @@ def manifest_from_tools(
     return {"tools": declared}
 
 
-def qualified(name: str, namespace: str | None) -> str:
+def _qualified(name: str, namespace: str | None) -> str:
     """The name the guard knows a server's tool by: ``namespace/name``, or ``name`` without one."""
     return f"{namespace}/{name}" if namespace else name
 
@@ -212,7 +213,7 @@ def declare_tools(
     for listed, entry in manifest.items():
         if annotated_only and "ids" not in entry and "produces" not in entry:
             continue
-        name = qualified(listed, namespace)
+        name = _qualified(listed, namespace)
         try:
             spec = trial.declare(name, origin=origin, **entry)
         except GuardrailUsageError as exc:
@@ -262,7 +263,7 @@ def _refusal(
     rejection = Rejection(verdict)
     refusal = rejection.to_dict()
     if limit is not None:
-        refusal = {**refusal, "error": LIMIT_ERROR, "limit": limit}
+        refusal = {**refusal, "error": REPROMPT_LIMIT_ERROR, "limit": limit}
     return CallToolResult(
         content=[TextContent(type="text", text=text or rejection.message)],
         is_error=True,
@@ -419,7 +420,7 @@ class GuardedClientSession:
         ):
             self._asked.add(name)
             await self.list_tools()
-        checked_as = qualified(name, self.namespace)
+        checked_as = _qualified(name, self.namespace)
         if name not in self._listed and self._from_another_listing(checked_as):
             return self._not_listed(name, checked_as)
         bound = self._bindings.get(checked_as, self._listed.get(name))
@@ -460,7 +461,7 @@ class GuardedClientSession:
         self._listed = {tool.name: tool.input_schema for tool in tools}
         described = []
         for tool in tools:
-            bound = self._bindings.get(qualified(tool.name, self.namespace), tool.input_schema)
+            bound = self._bindings.get(_qualified(tool.name, self.namespace), tool.input_schema)
             schema = bound.schema
             described.append(
                 tool
@@ -608,7 +609,7 @@ class GuardMiddleware:
         """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""
         limit = self.guard.max_reprompts
         text = f"{refusal_head(name)}\n" + _STOPPED.format(stopped=stopped, limit=limit)
-        refusal = {"error": LIMIT_ERROR, "message": text, "findings": [], "tool": name}
+        refusal = {"error": REPROMPT_LIMIT_ERROR, "message": text, "findings": [], "tool": name}
         return CallToolResult(
             content=[TextContent(type="text", text=text)],
             is_error=True,

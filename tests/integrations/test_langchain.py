@@ -32,9 +32,8 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
-from structlog.testing import capture_logs
-
 from pydantic import BaseModel, Field
+from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, RepromptLimitExceeded
 from guardrail._guard import Mode
@@ -951,7 +950,7 @@ def test_the_tools_the_model_is_given_say_to_copy_ids_exactly() -> None:
     shop = Shop()
     model = ScriptedModel(script=lambda messages: AIMessage("done"))
     agent = create_agent(model, shop.tools, middleware=[GuardrailMiddleware(shop.guard)])
-    agent.invoke({"messages": [HumanMessage("hello")]}, thread("t"))
+    run(agent, "hello")
     given = {tool["function"]["name"]: tool["function"]["parameters"] for tool in model.bound}
     for name, param in (("refund", "order_id"), ("search_orders", "customer_id")):
         assert "copy the value exactly" in given[name]["properties"][param]["description"]

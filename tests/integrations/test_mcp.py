@@ -28,12 +28,13 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from guardrail import Guard
 from guardrail.compaction import compact
-from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations.mcp import (
-    GuardMiddleware,
     REFUSAL_META_KEY,
+    REPROMPT_LIMIT_ERROR,
     USER_TEXT_META_KEY,
     GuardedClientSession,
+    GuardMiddleware,
     declare_tools,
     guard_server,
     guarded_call_tool,
@@ -594,11 +595,33 @@ def lookup_server(refunds: list[str]) -> MCPServer:
     return server
 
 
-def lookup_guard(**options: Any) -> Guard:
+def lookup_guard(verifies: Any = "on_success", **options: Any) -> Guard:
     """A guard whose lookup confirms the id it took on success (it fails for unknown orders)."""
     guard = guard_for(**options)
-    guard.declare("order_total", ids={"order_id": "order"}, effect="read", verifies="on_success")
+    guard.declare("order_total", ids={"order_id": "order"}, effect="read", verifies=verifies)
     return guard
+
+
+def _distance(one: str, other: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(other) + 1))
+    for i, a in enumerate(one, 1):
+        previous, row[0] = row[0], i
+        for j, b in enumerate(other, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (a != b))
+    return row[-1]
+
+
+def far_apart_orders(count: int) -> list[str]:
+    """Made-up order ids, none a near miss of another or of a real order."""
+    found: list[str] = []
+    seed = 1_000_003
+    while len(found) < count:
+        seed = seed * 48271 % 2_147_483_647
+        candidate = f"#W{seed % 10**7:07d}"
+        if all(_distance(candidate, held) >= 4 for held in [*found, *ORDERS]):
+            found.append(candidate)
+    return found
 
 
 @pytest.mark.parametrize("introduce", [True, False])
@@ -634,7 +657,9 @@ def test_only_the_users_forwarded_text_lets_a_lookup_confirm_an_id() -> None:
             m = session_meta("s", user_text="Please refund my order W8855135.")
             return [
                 await client.call_tool("order_total", {"order_id": "#W8855135"}, meta=m),
-                await client.call_tool("issue_refund", {"order_id": "W8855135", "amount": 40}, meta=m),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "W8855135", "amount": 40}, meta=m
+                ),
                 await client.call_tool("order_total", {"order_id": VICTIM}, meta=m),
                 await client.call_tool("issue_refund", {"order_id": VICTIM, "amount": 99}, meta=m),
             ]
@@ -648,27 +673,31 @@ def test_only_the_users_forwarded_text_lets_a_lookup_confirm_an_id() -> None:
 def test_reads_of_made_up_ids_do_not_reset_the_reprompt_limit() -> None:
     """Fifty refused writes between reads of new made-up ids: the limit stops the conversation."""
     refunds: list[str] = []
-    server, guard = lookup_server(refunds), lookup_guard(max_reprompts=2)
+    server, guard = lookup_server(refunds), lookup_guard(verifies=True, max_reprompts=2)
     guard_server(server, guard, reads_introduce_ids=True)
 
     async def main() -> list[CallToolResult]:
         answers = []
         async with Client(server) as client:
             m = meta("s")
-            for n in range(50):
-                invented = f"#W{7000000 + n}"
+            for invented in far_apart_orders(50):
                 await client.call_tool("order_total", {"order_id": invented}, meta=m)
                 answers.append(
-                    await client.call_tool("issue_refund", {"order_id": invented, "amount": 1}, meta=m)
+                    await client.call_tool(
+                        "issue_refund", {"order_id": invented, "amount": 1}, meta=m
+                    )
                 )
             answers.append(await client.call_tool("order_total", {"order_id": "#W8855135"}, meta=m))
         return answers
 
     with capture_logs() as logs:
         answers = run(main)
-    assert all(answer.is_error for answer in answers) and refunds == []
-    assert [e["event"] for e in logs].count("guardrail.reprompt_limit") >= 1
-    stopped = [a for a in answers if a.meta and a.meta[REFUSAL_META_KEY]["error"] == "reprompt_limit"]
+    assert refunds == []
+    assert [e["event"] for e in logs].count("guardrail.reprompt_limit") == 1
+    assert all(answer.is_error for answer in answers)  # the lookup at the end too: stopped
+    stopped = [
+        a for a in answers if a.meta and a.meta[REFUSAL_META_KEY]["error"] == REPROMPT_LIMIT_ERROR
+    ]
     assert len(stopped) == len(answers) - 2  # two re-prompts, then the conversation stops
     assert "stopping instead of re-prompting" in text(answers[-1])
 
@@ -703,8 +732,8 @@ def test_another_servers_tool_of_the_same_name_never_lends_its_spec() -> None:
         """The shop's transfer policy (no identifiers)."""
         return "transfers take two days"
 
-    @bank.tool()
-    def transfer(account: AccountId, amount: int) -> str:  # type: ignore[no-redef]
+    @bank.tool(name="transfer")
+    def bank_transfer(account: AccountId, amount: int) -> str:
         """Move money to an account."""
         transfers.append(account)
         return f"sent {amount} to {account}"
@@ -718,9 +747,10 @@ def test_another_servers_tool_of_the_same_name_never_lends_its_spec() -> None:
             shop_tools = GuardedClientSession(to_shop, guard)
             bank_tools = GuardedClientSession(to_bank, guard)
             await shop_tools.list_tools()
-            for attempt in (bank_tools.list_tools, lambda: bank_tools.call_tool(
-                "transfer", {"account": "acc_6666", "amount": 500}
-            )):
+            for attempt in (
+                bank_tools.list_tools,
+                lambda: bank_tools.call_tool("transfer", {"account": "acc_6666", "amount": 500}),
+            ):
                 try:
                     outcomes.append(await attempt())
                 except GuardrailUsageError as refused:
@@ -733,7 +763,7 @@ def test_another_servers_tool_of_the_same_name_never_lends_its_spec() -> None:
 
 
 def test_two_servers_sharing_a_tool_name_are_each_checked_by_their_own_spec() -> None:
-    """With a namespace per server, the bank's transfer is a write the shop's listing never weakens."""
+    """With a namespace per server, the shop's listing never weakens the bank's transfer."""
     transfers: list[str] = []
     shop, bank = MCPServer("shop", log_level="WARNING"), MCPServer("bank", log_level="WARNING")
 
@@ -747,8 +777,8 @@ def test_two_servers_sharing_a_tool_name_are_each_checked_by_their_own_spec() ->
         """The customer's accounts."""
         return {"accounts": ["acc_1234"]}
 
-    @bank.tool()
-    def transfer(account: AccountId, amount: int) -> str:  # type: ignore[no-redef]
+    @bank.tool(name="transfer")
+    def bank_transfer(account: AccountId, amount: int) -> str:
         """Move money to an account."""
         transfers.append(account)
         return f"sent {amount} to {account}"
@@ -838,3 +868,72 @@ def test_what_the_model_lists_says_to_copy_ids_exactly_on_both_sides() -> None:
     for tools in run(main):
         description = tools[0].input_schema["properties"]["order_id"]["description"]
         assert "copy the value exactly" in description
+
+
+def test_a_host_forwards_the_users_text_only_when_asked() -> None:
+    """forward_user_text sends observe_user's text: the server takes the typed id, no other."""
+    refunds: list[str] = []
+    server, server_guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, server_guard)
+    host = guard_for()
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            quiet = GuardedClientSession(client, host, session="quiet")
+            told = GuardedClientSession(client, host, session="told", forward_user_text=True)
+            for tools in (quiet, told):
+                tools.observe_user("Please refund my order W8855135.")
+            m = meta("s")  # the server's conversation; the host's session is its own
+            return [
+                await quiet.call_tool("order_total", {"order_id": "W8855135"}, meta=m),
+                await told.call_tool("order_total", {"order_id": "W8855135"}, meta=m),
+                await told.call_tool("order_total", {"order_id": VICTIM}, meta=m),
+            ]
+
+    unsent, sent, guessed = run(main)
+    assert unsent.is_error and not sent.is_error and guessed.is_error
+    with host.session("told"):
+        assert host.ledger.get("order", "W8855135") is not None
+
+
+def test_guarded_call_tool_forwards_user_text_in_the_meta_it_sends() -> None:
+    """user_text= joins the caller's own meta; the server reads it as the user's words."""
+    refunds: list[str] = []
+    server, server_guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, server_guard)
+    host = guard_for()
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client, host.session("host"):
+            return await guarded_call_tool(
+                client,
+                host,
+                "order_total",
+                {"order_id": "#W8855135"},
+                user_text="my order #W8855135",
+                meta=meta("s"),
+            )
+
+    assert not run(main).is_error
+    with server_guard.session("s"):
+        entry = server_guard.ledger.get("order", "#W8855135")
+        assert entry is not None and entry.verified  # the lookup confirmed the typed id
+    with pytest.raises(GuardrailUsageError, match="user_text"):
+        session_meta("s", user_text="")
+
+
+def test_the_host_raises_when_its_reprompts_run_out() -> None:
+    """The host's side of the limit: RepromptLimitExceeded, and the server is never called."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for(max_reprompts=1)
+    declare_tools(guard, run(lambda: _listing(server)))
+
+    async def main() -> None:
+        async with Client(server) as client, guard.session("host"):
+            bad = {"order_id": "#W0000001", "amount": 1}
+            assert (await guarded_call_tool(client, guard, "issue_refund", bad)).is_error
+            with pytest.raises(RepromptLimitExceeded):
+                await guarded_call_tool(client, guard, "issue_refund", bad)
+
+    run(main)
+    assert refunds == []

@@ -914,7 +914,7 @@ def test_an_id_annotation_on_a_tool_is_its_declaration() -> None:
 
 
 def test_an_id_declared_by_the_name_the_model_sees_is_checked() -> None:
-    """The schema says orderId (an alias), the guard declares orderId: the invented id is refused."""
+    """The schema says orderId (an alias), the guard declares orderId: an invented id is refused."""
     guard = make_guard()
     guard.declare("refund_by_alias", ids={"orderId": "order"})
     refunded: list[str] = []
