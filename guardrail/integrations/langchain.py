@@ -181,8 +181,9 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self._sessions = _Sessions(guard, session)
         self._observe = observe_user
         self._bindings = Bindings(guard, "LangChain")
-        #: The parameter schema each tool object is sent to the model with (kept with it).
-        self._schemas: dict[int, tuple[BaseTool, dict[str, Any]]] = {}
+        #: Each tool object (kept with it): the parameter schema it is sent to the model
+        #: with, and the model and function that validate and run its arguments.
+        self._schemas: dict[int, tuple[BaseTool, dict[str, Any], Any, Any]] = {}
         #: What the model is given in place of a tool whose ids needed describing.
         self._sent: dict[int, tuple[BaseTool, Bound, dict[str, Any]]] = {}
 
@@ -198,13 +199,12 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._schemas.clear()
                 self._sent.clear()
             parameters = convert_to_openai_tool(tool)["function"].get("parameters") or {}
-            held = self._schemas[id(tool)] = (tool, parameters)
-        schema = tool.args_schema
-        source = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
-        function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
-        return self._bindings.get(
-            name, held[1], source=source, function=function if callable(function) else None
-        )
+            schema = tool.args_schema
+            source = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+            function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+            held = (tool, parameters, source, function if callable(function) else None)
+            self._schemas[id(tool)] = held
+        return self._bindings.get(name, held[1], source=held[2], function=held[3])
 
     def _described(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """The request with every tool's id parameters described for the model."""
