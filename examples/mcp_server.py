@@ -37,8 +37,8 @@ class Order(BaseModel):
     item: str
 
 
-def build_server() -> MCPServer:
-    """The shop's MCP server, guarded."""
+def build_server(*, reads_introduce_ids: bool = False) -> MCPServer:
+    """The shop's MCP server, guarded (the conversation runs the same either way)."""
     server = MCPServer("shop", log_level="WARNING")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -57,7 +57,8 @@ def build_server() -> MCPServer:
 
     guard = Guard(mode="reprompt", refuse_undeclared=True)
     guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
-    guard_server(server, guard)  # the one line: every tool of the server is guarded
+    # The one line: every tool of the server is guarded.
+    guard_server(server, guard, reads_introduce_ids=reads_introduce_ids)
     return server
 
 

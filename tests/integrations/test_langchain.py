@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
 from hypothesis import given, settings
@@ -954,3 +954,43 @@ def test_the_tools_the_model_is_given_say_to_copy_ids_exactly() -> None:
     given = {tool["function"]["name"]: tool["function"]["parameters"] for tool in model.bound}
     for name, param in (("refund", "order_id"), ("search_orders", "customer_id")):
         assert "copy the value exactly" in given[name]["properties"][param]["description"]
+
+
+class FoundOrder(TypedDict):
+    """A lookup's result, its order id marked: the tool's return type declares what it returns."""
+
+    order_id: Annotated[str, Id("order")]
+
+
+def test_a_tools_marked_result_type_declares_the_ids_it_returns() -> None:
+    """No guard.declare at all: the lookup's TypedDict result feeds the marked refund."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    refunds: list[str] = []
+
+    @tool
+    def latest_order() -> FoundOrder:
+        """The customer's latest order."""
+        return {"order_id": "#W8855135"}
+
+    @tool
+    def refund_order(order_id: Annotated[str, Id("order")]) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return "refunded"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("latest_order"))
+        if isinstance(last, ToolMessage) and last.name == "latest_order":
+            return calls(call("refund_order", order_id="#W8855135"))
+        return AIMessage("done")
+
+    model = ScriptedModel(script=script)
+    agent = create_agent(
+        model, [latest_order, refund_order], middleware=[GuardrailMiddleware(guard)]
+    )
+    run(agent, "refund my latest order")
+    assert refunds == ["#W8855135"]
+    assert [p.source for p in guard.specs["latest_order"].produces] == ["order_id"]

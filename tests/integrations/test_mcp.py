@@ -470,9 +470,11 @@ def test_importing_without_the_extra_says_what_to_install(monkeypatch: pytest.Mo
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
 
 
-def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("introduce", [False, True])
+def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str], introduce: bool) -> None:
     """examples/mcp_server.py: the swapped id is an isError re-prompt; the right one runs once."""
-    runpy.run_path(str(EXAMPLE), run_name="__main__")  # in this process: mcp is imported already
+    example = runpy.run_path(str(EXAMPLE))  # in this process: mcp is imported already
+    anyio.run(example["conversation"], example["build_server"](reads_introduce_ids=introduce))
     assert capsys.readouterr().out.splitlines() == [
         'get_order: ok: {"order_id": "#W8855135", "item": "blender"}',
         "issue_refund: error: guardrail refused the call to issue_refund; the tool did not run.",
