@@ -35,6 +35,7 @@ from guardrail._guard import Mode
 from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.compaction._messages import SHAPES, Shape, default_role, text_message
 from guardrail.compaction._summarize import SUMMARY_HEADER
+from guardrail.integrations.loops import run_tool_calls
 from guardrail.stores import MemoryStore
 
 from .conftest import ORDERS, shop_guard
@@ -313,6 +314,112 @@ def test_a_refusal_as_json_read_back_verifies_nothing(shape: Shape) -> None:
     guard, cancelled, cancel_order = _shop("reprompt", produces="findings[*].value")
     refusal = json.dumps(_rejection(guard, cancel_order).to_dict())
     _cancel_after(guard, cancel_order, _refused_then_read_back(shape, refusal), shape=shape)
+    assert cancelled == []
+
+
+def _call_in(shape: Shape, call_id: str, name: str, **arguments: str) -> dict[str, Any]:
+    """An assistant message (or Responses item) making one tool call, in ``shape``."""
+    if shape == "anthropic":
+        use = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+        return {"role": "assistant", "content": [use]}
+    if shape == "openai_responses":
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": json.dumps(arguments),
+        }
+    return _chat_call(call_id, name, **arguments)
+
+
+def _lookup_shop(
+    mode: Mode = "raise", **options: Any
+) -> tuple[Guard, list[str], Any, Callable[..., Any]]:
+    """The shop of ``_shop`` with a lookup that fails for orders that are not the user's.
+
+    The lookup is declared ``verifies="on_success"`` (a success confirms the id it
+    took) and reads ids out of its plain-text answers; it raises for any order.
+    """
+    guard, cancelled, cancel_order = _shop(mode, **options)
+
+    @guard.tool(
+        ids={"order_id": "order"},
+        produces={"re:(W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+    def find_order(order_id: str, detail: bool = False) -> str:
+        raise LookupError(f"{order_id} is not one of your orders; did you mean W7654321?")
+
+    return guard, cancelled, cancel_order, find_order
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("failure", ["raised", "invalid_arguments", "not_in_the_toolbox"])
+def test_a_failed_lookup_answered_by_the_loop_verifies_nothing_on_rebuild(
+    shape: Shape, failure: str
+) -> None:
+    """A stateless rebuild of a transcript run_tool_calls answered reads its failure as one."""
+    guard, cancelled, cancel_order, find_order = _lookup_shop()
+    arguments = {"order_id": FOREIGN}
+    if failure == "invalid_arguments":
+        arguments["detail"] = "yes"  # not a boolean: the tool does not run
+    tools = {} if failure == "not_in_the_toolbox" else {"find_order": find_order}
+    asked = text_message(shape, "user", f"Cancel my order {FOREIGN}.")
+    call = _call_in(shape, "c1", "find_order", **arguments)
+    with guard.session("live"):
+        guard.observe_user(f"Cancel my order {FOREIGN}.")
+        answers = run_tool_calls(guard, call, tools, shape=shape)
+    messages = [
+        asked,
+        call,
+        *answers,
+        text_message(shape, "assistant", "Shall I cancel it?"),
+        text_message(shape, "user", "Yes."),
+    ]
+    _cancel_after(guard, cancel_order, messages, shape=shape)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_error_naming_an_id_answered_by_the_loop_verifies_nothing_in_the_live_ledger(
+    shape: Shape,
+) -> None:
+    """Compacting the live session does not harvest an id out of a failure's error text."""
+    guard, cancelled, cancel_order, find_order = _lookup_shop()
+    named = "W7654321"  # the id the error text names (no tool returned it)
+    call = _call_in(shape, "c1", "find_order", order_id=FOREIGN)
+    with guard.session("live") as ledger:
+        guard.observe_user(f"Cancel my order {FOREIGN}.")
+        answers = run_tool_calls(guard, call, {"find_order": find_order}, shape=shape)
+        assert ledger.get("order", named) is None
+        messages = [
+            text_message(shape, "user", f"Cancel my order {FOREIGN}."),
+            call,
+            *answers,
+            text_message(shape, "assistant", "Shall I cancel the other one?"),
+            text_message(shape, "user", "Yes."),
+        ]
+        compact(messages, ledger, guard=guard, keep_recent=1, shape=shape)
+        with contextlib.suppress(IdentifierViolation):
+            cancel_order(order_id=named)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("status", ["in_progress", "incomplete", "failed"])
+def test_a_responses_output_that_did_not_complete_verifies_nothing_on_rebuild(
+    status: str,
+) -> None:
+    """A lookup's output whose status is not "completed" does not confirm the typed id."""
+    guard, cancelled, cancel_order, _ = _lookup_shop()
+    messages = [
+        text_message("openai_responses", "user", f"Cancel my order {FOREIGN}."),
+        _call_in("openai_responses", "c1", "find_order", order_id=FOREIGN),
+        {"type": "function_call_output", "call_id": "c1", "output": "...", "status": status},
+        text_message("openai_responses", "assistant", "Shall I cancel it?"),
+        text_message("openai_responses", "user", "Yes."),
+    ]
+    _cancel_after(guard, cancel_order, messages, shape="openai_responses")
     assert cancelled == []
 
 

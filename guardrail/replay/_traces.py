@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrail._check import parse_arguments
-from guardrail.compaction._messages import content_text, refused
+from guardrail.compaction._messages import content_text, unsuccessful
 from guardrail.errors import TraceFileError
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -192,10 +192,11 @@ def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
 def _is_error(raw: Mapping[str, Any], text: str) -> bool:
     """Whether a tool message records a failure: a flag where one was kept, else ``Error:``.
 
-    A refusal sent back as the result (its text, or its JSON) is a failure whatever
-    the flags say: no tool produced it.
+    A refusal sent back as the result (its text, or its JSON), and a failure
+    guardrail wrote (its text begins ``guardrail:``), is a failure whatever the
+    flags say: no tool produced it.
     """
-    if refused(text, raw.get("result")):
+    if unsuccessful(text, raw.get("result")):
         return True
     for flag in ("error", "is_error"):
         value = raw.get(flag)

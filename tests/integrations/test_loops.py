@@ -490,7 +490,7 @@ def test_arguments_that_do_not_match_the_signature_are_an_error_answer() -> None
         missing = assistant("openai_chat", ("c", "issue_refund", {"order_id": "#W8855135"}))
         [(_, text2, _)] = answers("openai_chat", run_tool_calls(guard, missing, shop.tools()))
     assert text.startswith(
-        "invalid arguments for issue_refund: amount: 'all' is not of type 'integer'"
+        "guardrail: invalid arguments for issue_refund: amount: 'all' is not of type 'integer'"
     )
     assert "'amount' is a required property" in text2
     assert shop.refunds == []
