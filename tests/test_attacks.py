@@ -869,6 +869,72 @@ def test_an_omitted_id_argument_does_not_run_with_an_unchecked_default() -> None
     assert refunded == []
 
 
+def _variadic_tools(guard: Guard, ran: list[object]) -> dict[str, Callable[[], Any]]:
+    """Write tools whose ids arrive through ``*args`` or ``**kwargs``, each declared its way.
+
+    Each entry declares its tool and calls it with a foreign id, as a runtime would.
+    """
+
+    def star_args() -> None:
+        @guard.tool
+        def cancel_orders(*order_ids: _Order) -> None:
+            ran.extend(order_ids)
+
+        cancel_orders(FOREIGN)
+
+    def star_kwargs() -> None:
+        @guard.tool
+        def cancel_orders(**orders: _Order) -> None:
+            ran.extend(orders.values())
+
+        cancel_orders(first=FOREIGN)
+
+    def star_args_by_ids() -> None:
+        @guard.tool(ids={"order_ids[*]": "order"})
+        def cancel_orders(*order_ids: str) -> None:
+            ran.extend(order_ids)
+
+        cancel_orders(FOREIGN)
+
+    def star_kwargs_by_ids() -> None:
+        @guard.tool(ids={"orders.*": "order"})
+        def cancel_orders(**orders: str) -> None:
+            ran.extend(orders.values())
+
+        cancel_orders(first=FOREIGN)
+
+    return {
+        "*order_ids": star_args,
+        "**orders": star_kwargs,
+        "ids=order_ids[*]": star_args_by_ids,
+        "ids=orders.*": star_kwargs_by_ids,
+    }
+
+
+@pytest.mark.parametrize(
+    ("form", "param"),
+    [
+        ("*order_ids", "order_ids"),
+        ("**orders", "orders"),
+        ("ids=order_ids[*]", "order_ids"),
+        ("ids=orders.*", "orders"),
+    ],
+)
+def test_ids_through_star_args_or_star_star_kwargs_never_run_unchecked(
+    form: str, param: str
+) -> None:
+    """An Id on *args or **kwargs is refused at decoration, not accepted and never checked."""
+    guard = shop_guard("raise")
+    ran: list[object] = []
+    declare_and_call = _variadic_tools(guard, ran)[form]
+    with (
+        guard.session("empty"),
+        pytest.raises(GuardrailUsageError, match=rf"cancel_orders.*{param}"),
+    ):
+        declare_and_call()  # an empty ledger in raise mode: nothing may run
+    assert ran == []
+
+
 def test_a_write_tool_left_undeclared_is_refused_in_production_and_warned_about_otherwise() -> None:
     """A tool added to the agent but not to the guard: refused with the production setting."""
     moved: list[str] = []
