@@ -1,12 +1,40 @@
-"""Records as JSON text and back, fast: the stores' one encoding."""
+"""Records as JSON text and back, fast: the stores' one encoding.
+
+Text from a JSON request may hold a lone surrogate (``"\\ud83d"``, half an
+emoji cut off): a ``str`` holds it, but no UTF-8 codec encodes it, so a
+database driver refuses the whole write. The JSON text written here escapes
+each one (``\\ud83d``, which reads back as the same character), and
+:func:`has_surrogates` tells a store which names and ids it must store
+another way.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
-encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode(value: Any) -> str:
+    """One value as JSON text that any UTF-8 codec encodes: lone surrogates escaped."""
+    text = _encode(value)
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    # A surrogate can only stand inside a JSON string, where its escape means the same.
+    return _SURROGATE.sub(_escaped, text)
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which no UTF-8 codec encodes."""
+    return not text.isascii() and _SURROGATE.search(text) is not None
 
 
 def decode(text: str) -> Any:
