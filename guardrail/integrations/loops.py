@@ -20,7 +20,11 @@ errors where the shape can say so (Anthropic's ``is_error``, Responses'
 ``status: "incomplete"``), and their text says so in every shape (a
 refusal's begins ``guardrail refused``, a failure's ``guardrail:``), so
 guardrail's own readers (compaction, replay) never harvest anything from
-them, in chat completions too, which has no error field.
+them, in chat completions too, which has no error field. A guard with a
+``secret`` seals every successful result on its last line (see
+:meth:`guardrail.Guard.seal_result`), so a server that rebuilds its ledger
+from the transcript a client sends trusts the results it produced, and no
+others.
 
 Every call of the message is checked before any runs: the model wrote them
 all at once, so none of them may lean on an id another of them is about to
@@ -45,6 +49,7 @@ import jsonschema.validators
 from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
 from guardrail._harvest import failed
 from guardrail._reprompt import failure_text, is_refusal
+from guardrail._seal import seal_result
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction._messages import Call, Shape, read, result_message
 from guardrail.errors import GuardrailUsageError
@@ -370,7 +375,17 @@ class Toolbox:
         # An error in success's clothing (a Rejection, a refusal's text, {"error": ...}) is
         # marked as the failure it is, where the shape has a flag for it.
         answer.ok = not (failed(result) or is_refusal(answer.text))
-        self.guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        guard = self.guard
+        guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        if answer.ok and guard.seals_results:
+            # Sealed over the call as the model wrote it: what the transcript will show.
+            answer.text = seal_result(
+                answer.text,
+                guard.ledger,
+                call_id=call_id,
+                tool=name,
+                arguments=answer.call.arguments,
+            )
 
 
 @dataclass(eq=False)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrail._check import parse_arguments
+from guardrail._seal import split_seal
 from guardrail.compaction._messages import content_text, unsuccessful
 from guardrail.errors import TraceFileError
 
@@ -236,6 +237,7 @@ def parse_message(raw: Any) -> tuple[Message | None, list[str]]:
                 problems.append(f"{problem}; the call was skipped")
         return Message(role, text, tool_calls=tuple(calls)), problems
     if role == "tool":
+        text, _ = split_seal(text)  # a server's seal line is not part of the result
         call_id = raw.get("tool_call_id")
         name = raw.get("name")
         return (
