@@ -17,14 +17,14 @@ options, composes the three, and keeps every public method in one place.
 from __future__ import annotations
 
 import inspect
-import secrets
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
 from guardrail._engine import MODES, Engine, Mode, Options
 from guardrail._registry import Registry
+from guardrail._seal import seal_result
 from guardrail._sessions import Sessions, SessionScope, check_session_id
 from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
 from guardrail._verdict import Verdict
@@ -38,7 +38,7 @@ from guardrail.stores import AsyncStore, MemoryStore, Store
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["MODES", "Guard", "Mode", "SessionScope"]
+__all__ = ["MODES", "Guard", "GuardInternals", "Mode", "SessionScope", "internals"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,6 +81,9 @@ class Guard:
             blocks verify in this process only. A block that does not verify
             (another secret, a rotated one, another session) comes back as
             unverified ids, never trusted, so rotating the secret is safe.
+            A guard given a secret also seals the tool results it records,
+            and trusts a result read back from a transcript only when it
+            carries that seal (:meth:`seal_result`).
         max_ids_per_call: The most new ids one result (or user message) may
             add to a ledger (None: a tenth of ``capacity``); a later use of
             one beyond it is refused with "narrow the search".
@@ -127,9 +130,7 @@ class Guard:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
         if isinstance(secret, str):
             secret = secret.encode("utf-8")
-        if secret is None:
-            secret = secrets.token_bytes(32)  # blocks verify in this process only
-        elif not isinstance(secret, bytes) or not secret:
+        if secret is not None and (not isinstance(secret, bytes) or not secret):
             raise GuardrailUsageError("secret must be non-empty bytes or text (a server's key)")
         try:
             audit = Audit(logger, redact=redact)
@@ -191,6 +192,16 @@ class Guard:
     def default_session(self) -> str | None:
         """The session current wherever no ``with guard.session()`` is (None: none)."""
         return self._sessions.default_session
+
+    @property
+    def seals_results(self) -> bool:
+        """Whether the guard seals the tool results it records (it was given a ``secret``).
+
+        Such a guard trusts a tool result read back from a transcript (a
+        compaction rebuilding a ledger) only when it carries its seal; see
+        :meth:`seal_result`.
+        """
+        return self._sessions.has_secret
 
     @property
     def store(self) -> Store | AsyncStore:
@@ -527,6 +538,7 @@ class Guard:
         call_id: str | None = None,
         ledger: Ledger | None = None,
         session: str | None = None,
+        trusted: bool = True,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
@@ -546,16 +558,68 @@ class Guard:
             call_id: The call's id, kept as the entries' provenance.
             ledger: Record into this ledger, not the current session's.
             session: Record into this session, as a scope of its own.
+            trusted: False for a result anyone could have written (a tool
+                message of a transcript a client sent, without the server's
+                seal): its ids enter unverified, as if typed, and nothing else
+                (no confirmation, no mints, no status).
         """
         if session is not None:
             with self.session(session) as scoped:
                 target = self._given(ledger, scoped)
                 return self._engine.record(
-                    name, arguments, result, target, error=error, call_id=call_id
+                    name, arguments, result, target, error=error, call_id=call_id, trusted=trusted
                 )
         return self._engine.record(
-            name, arguments, result, self._ledger(ledger), error=error, call_id=call_id
+            name,
+            arguments,
+            result,
+            self._ledger(ledger),
+            error=error,
+            call_id=call_id,
+            trusted=trusted,
         )
+
+    def seal_result(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        content: str,
+        *,
+        call_id: str,
+        ledger: Ledger | None = None,
+        session: str | None = None,
+    ) -> str:
+        """``content`` with this server's seal on a last line, for a tool result you write.
+
+        A guard with a ``secret`` reads a tool result back from a transcript
+        (when compaction rebuilds a ledger from what a client sent) as the
+        server's own only when it carries the seal: a MAC keyed by the
+        session, over the call id, the tool's ``name``, the call's
+        ``arguments`` as the transcript shows them (the model's, as JSON text
+        or a mapping) and ``content``, exactly. Any other result adds its ids
+        unverified at most. Write the returned text as the content of the
+        message answering ``call_id``; ``run_tool_calls`` seals its answers
+        itself. The session is ``session=`` (its id), ``ledger=``, or the
+        current one. Without a secret there is nothing to seal with, and
+        ``content`` comes back as it is.
+        """
+        if not isinstance(content, str):
+            raise GuardrailUsageError(
+                f"seal_result seals the text of a tool result, not {type(content).__name__}; "
+                "write the result as the text you send, then seal that"
+            )
+        if not isinstance(call_id, str) or not call_id:
+            raise GuardrailUsageError("seal_result needs the call_id the result answers")
+        if not self.seals_results:
+            return content
+        if session is not None:
+            check_session_id(session)
+            if ledger is not None:
+                raise GuardrailUsageError("pass ledger= or session=, not both")
+            target = state_of(self._sessions.new_ledger(session))  # the session's own key
+        else:
+            target = self._ledger(ledger)
+        return seal_result(content, target, call_id=call_id, tool=name, arguments=arguments)
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""
@@ -592,3 +656,23 @@ class Guard:
         if given is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
         return state_of(scoped)
+
+
+class GuardInternals(NamedTuple):
+    """A guard's parts, for the runtime adapters: guardrail's own interface, not a program's.
+
+    ``registry`` declares tools under an origin of the adapter's (a server's
+    listing, a framework's ``Id`` annotations) and says who declared each;
+    ``engine`` runs what a runtime with no program around it needs
+    (``introduce``, ``observe_user_once``, ``stopped``) on a ledger's state;
+    ``sessions`` is the current ledger and the store.
+    """
+
+    registry: Registry
+    engine: Engine
+    sessions: Sessions
+
+
+def internals(guard: Guard) -> GuardInternals:
+    """The parts ``guard`` is composed of (see :class:`GuardInternals`)."""
+    return GuardInternals(guard._registry, guard._engine, guard._sessions)

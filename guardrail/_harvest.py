@@ -18,7 +18,7 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from guardrail._messages import Refusal, is_refusal
+from guardrail._messages import Refusal, is_failure, is_refusal
 from guardrail._paths import EACH, Path
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
@@ -226,9 +226,10 @@ def failed(result: Any) -> bool:
 
     True for a refusal (a :class:`~guardrail._messages.Refusal`, as a
     ``Rejection`` is); a mapping (or the JSON text of one) whose top-level
-    ``"error"`` is truthy or whose
-    ``"is_error"`` or ``"isError"`` is ``true``; and a refusal's text
-    (:func:`guardrail._messages.is_refusal`). Nothing is learned from such a
+    ``"error"`` is truthy or whose ``"is_error"`` or ``"isError"`` is
+    ``true``; a refusal's text (:func:`guardrail._messages.is_refusal`); and
+    the text guardrail writes for a call that failed or never ran
+    (:func:`guardrail._messages.is_failure`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
     value, text = _decode(result, [])
@@ -237,7 +238,7 @@ def failed(result: Any) -> bool:
 
 def _failed(value: Any, text: str | None) -> bool:
     """:func:`failed` for a result already decoded into its value and its text."""
-    if text is not None and is_refusal(text):
+    if text is not None and (is_refusal(text) or is_failure(text)):
         return True
     if isinstance(value, Mapping):
         try:
@@ -249,7 +250,7 @@ def _failed(value: Any, text: str | None) -> bool:
         except Exception:  # an error field that cannot say whether it is set
             return True
     if isinstance(value, str):
-        return is_refusal(value)
+        return is_refusal(value) or is_failure(value)
     if type(value) in OPAQUE_TYPES or isinstance(value, (list, bytes)):
         return False
     return isinstance(value, Refusal)

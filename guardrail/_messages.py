@@ -35,6 +35,11 @@ non-string content          a list of parts, or ``None`` beside tool calls, is
 a call id already open      ``TranscriptError`` (results could not be told apart)
 a refusal sent back         read as a failed result in every shape (its text, or
                             ``Rejection.to_dict()`` as JSON): no tool produced it
+a failure guardrail wrote   read as a failed result in every shape (its text
+                            begins ``guardrail:``): chat completions has no flag
+a result that does not      a failure: Anthropic's ``is_error``, a Responses
+show it succeeded           ``status`` other than ``completed`` (a plain chat
+                            message, with no such field, is a success)
 content that contains       ``TranscriptError`` naming the message (found only
 itself, or nests absurdly   after walking it ran out of stack)
 ==========================  ========================================================
@@ -65,6 +70,42 @@ REFUSAL_PREFIX = "guardrail refused the call to "
 def is_refusal(text: str) -> bool:
     """Whether ``text`` is a refusal's text (a tool result that no tool produced)."""
     return text.lstrip().startswith(REFUSAL_PREFIX)
+
+
+#: How the text of every tool result guardrail writes for a call that failed or never ran
+#: begins (a tool that raised, arguments that did not validate, no such tool, no result).
+#: OpenAI chat completions has no error field, so this text is how guardrail's own readers
+#: know such a result for a failure in that shape; they check it in every shape.
+FAILURE_PREFIX = "guardrail: "
+
+
+def failure_text(detail: str) -> str:
+    """The text of a tool result guardrail writes for a call that failed or did not run."""
+    return f"{FAILURE_PREFIX}{detail}"
+
+
+def is_failure(text: str) -> bool:
+    """Whether ``text`` is one guardrail wrote for a call that failed or never ran."""
+    return text.lstrip().startswith(FAILURE_PREFIX)
+
+
+#: The last line of a tool result a server sealed (see :mod:`guardrail._seal`), as read.
+_RESULT_SEAL = re.compile(r"\n\(result seal ([0-9a-f]{32})\)\Z")
+
+
+def with_seal(content: str, seal: str) -> str:
+    """A tool result's text with a server's seal written on its last line."""
+    return f"{content}\n(result seal {seal})"
+
+
+def split_seal(text: str) -> tuple[str, str | None]:
+    """The text of a result above its seal line, and the seal (None when it has none)."""
+    if not text.endswith(")"):  # the usual case: no seal, nothing to search
+        return text, None
+    match = _RESULT_SEAL.search(text)
+    if match is None:
+        return text, None
+    return text[: match.start()], match.group(1)
 
 
 class Refusal:
@@ -114,7 +155,11 @@ class Call:
 
 @dataclass(eq=False)
 class Result:
-    """One tool result: which call it answers, its text, its JSON value, whether it failed."""
+    """One tool result: which call it answers, its text, its JSON value, whether it failed.
+
+    ``seal`` is the seal a server wrote on its last line (see :mod:`guardrail._seal`),
+    which ``text`` and ``data`` leave out, or None.
+    """
 
     call_id: str
     text: str
@@ -123,6 +168,7 @@ class Result:
     index: int
     name: str | None = None
     call: Call | None = None
+    seal: str | None = None
 
     @property
     def value(self) -> Any:
@@ -280,6 +326,14 @@ def refused(text: str, data: Any = None) -> bool:
     return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
 
 
+def unsuccessful(text: str, data: Any = None) -> bool:
+    """Whether a tool result's text says it is no success: a refusal, or a failure guardrail wrote.
+
+    Read in every shape, whatever its flags say: a runtime may drop a flag, never the text.
+    """
+    return is_failure(text) or refused(text, data)
+
+
 def content_text(content: Any) -> str | None:
     """The text of a content field: a string, the text parts of a list, "" for no content.
 
@@ -349,25 +403,27 @@ def _call_id(value: Any, index: int, what: str) -> str:
 
 def _tool_content(
     content: Any, index: int, repairs: list[Repair], given: Any = None
-) -> tuple[str, Any]:
-    """Text and JSON value of a tool result's content, repairing content that is plain data.
+) -> tuple[str, Any, str | None]:
+    """Text, JSON value and seal of a tool result's content, repairing content that is data.
 
-    Text, a list of parts and ``None`` are read as text. Anything else (a list
-    holding data is data too) is written as JSON (as ``str()`` where it is not
-    JSON) and is the result's value, unless ``given`` (a parsed ``result``) is.
+    Text, a list of parts and ``None`` are read as text, without the seal line a
+    server may have written last. Anything else (a list holding data is data
+    too) is written as JSON (as ``str()`` where it is not JSON) and is the
+    result's value, unless ``given`` (a parsed ``result``) is.
     """
     if type(content) is str:  # the usual case
-        return content, _result_value(content, given)
+        text, seal = split_seal(content)
+        return text, _result_value(text, given), seal
     if content is None or isinstance(content, str) or _parts(content):
-        text = _text(content, index)
-        return text, _result_value(text, given)
+        text, seal = split_seal(_text(content, index))
+        return text, _result_value(text, given), seal
     what = "a list of data" if isinstance(content, list) else f"{type(content).__name__} content"
     repairs.append(Repair("non_string_content", index, f"{what} read as JSON"))
     try:
         text = json.dumps(content, ensure_ascii=False)
     except (TypeError, ValueError):
         text = str(content)
-    return text, content if given is None else given
+    return text, content if given is None else given, None
 
 
 def _parts(content: Any) -> bool:
@@ -381,12 +437,14 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
     role = raw.get("role")
     if role == "tool":
         call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
-        text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
+        text, data, seal = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
-        # Chat has no error field but the corpus's "error"; a result put in for an
-        # unanswered call, and a refusal sent back, are known by their text.
-        error = bool(raw.get("error")) or text == _MISSING_RESULT or refused(text, data)
-        result = Result(call_id, text, data, error, index, name)
+        # Chat has no error field but the corpus's "error"; a refusal sent back, and a
+        # failure guardrail wrote (a result put in for an unanswered call among them), are
+        # known by their text. Any other plain tool message is a success: recorded traces
+        # and other runtimes write their results so.
+        error = bool(raw.get("error")) or unsuccessful(text, data)
+        result = Result(call_id, text, data, error, index, name, seal=seal)
         return Message("tool", text, raw, results=[result])
     if not isinstance(role, str) or role not in _CHAT_ROLES:
         raise TranscriptError(
@@ -444,9 +502,9 @@ def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
             calls.append(Call(call_id, name, block.get("input"), index))
         elif kind == "tool_result":
             call_id = _call_id(block.get("tool_use_id"), index, "a tool_result block")
-            text, data = _tool_content(block.get("content"), index, repairs)
-            error = bool(block.get("is_error")) or refused(text, data)
-            results.append(Result(call_id, text, data, error, index))
+            text, data, seal = _tool_content(block.get("content"), index, repairs)
+            error = bool(block.get("is_error")) or unsuccessful(text, data)
+            results.append(Result(call_id, text, data, error, index, seal=seal))
     return Message(role, "\n".join(texts), raw, calls=calls, results=results)
 
 
@@ -464,10 +522,14 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         raise TranscriptError("a Responses item needs a type or a role", index=index)
     if kind.endswith("_call_output"):
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
-        text, data = _tool_content(raw.get("output"), index, repairs)
-        error = raw.get("status") == "incomplete" or bool(raw.get("is_error"))
-        error = error or refused(text, data)
-        return Message("tool", text, raw, results=[Result(call_id, text, data, error, index)])
+        text, data, seal = _tool_content(raw.get("output"), index, repairs)
+        # Only a finished output shows a success: "in_progress", "incomplete" or a status
+        # this reader does not know does not (an item with no status was written by a
+        # client, as a chat message is).
+        error = raw.get("status") not in (None, "completed") or bool(raw.get("is_error"))
+        error = error or unsuccessful(text, data)
+        result = Result(call_id, text, data, error, index, seal=seal)
+        return Message("tool", text, raw, results=[result])
     if kind.endswith("_call") and "call_id" in raw:
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
         name = raw["name"] if isinstance(raw.get("name"), str) else kind

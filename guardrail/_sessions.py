@@ -22,6 +22,7 @@ import contextvars
 import hashlib
 import hmac
 import inspect
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -75,7 +76,7 @@ class Sessions:
         kinds: Mapping[str, Kind],
         capacity: int,
         tombstones: int | None,
-        secret: bytes,
+        secret: bytes | None,
         default_session: str | None,
         not_saved: Callable[[str | None, BaseException], None],
         max_cached: int = 1024,
@@ -88,7 +89,10 @@ class Sessions:
         self.max_cached = max_cached
         #: Whether the store's methods are coroutines (an AsyncStore): scopes must be async.
         self.is_async = inspect.iscoroutinefunction(getattr(store, "load", None))
-        self._secret = secret
+        #: Whether the guard was given a secret (it seals the results it records); without
+        #: one it draws a random secret, so its seal keys hold in this process only.
+        self.has_secret = secret is not None
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
         #: Reports a session whose changes could not be written (the guard's audit).
         self.not_saved = not_saved
         #: The state of the innermost open scope's ledger, per thread and task: one variable

@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 from guardrail._content import strings
 from guardrail._guard import Guard
 from guardrail._harvest import harvest
-from guardrail._messages import refused
+from guardrail._messages import unsuccessful
 from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
 from guardrail.errors import GuardrailUsageError
@@ -209,7 +209,7 @@ class _Run:
             return
         # A refusal the recording sent back as the result is a failure: no tool ran, and the
         # values it names must not be harvested (a trace built in code may not say so).
-        failed = message.error or refused(message.content, message.result)
+        failed = message.error or unsuccessful(message.content, message.result)
         verdict = pending.verdict
         if verdict is not None and not verdict.allowed:
             reason = pending.reason or GENUINE
