@@ -196,6 +196,25 @@ class GuardedTool:
         self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
 
 
+def guarded(
+    function: F,
+    spec: ToolSpec,
+    signature: inspect.Signature | None,
+    engine: Engine,
+    *,
+    session: Callable[[], LedgerState | None],
+    current: Callable[[], LedgerState],
+) -> F:
+    """``function`` guarded as the tool ``spec`` declares (``signature`` is its own, if any)."""
+    leading = tuple(
+        parameter.default
+        for parameter in (signature.parameters.values() if signature is not None else ())
+        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
+    )
+    tool = GuardedTool(spec, engine, session=session, current=current, leading=leading)
+    return wrap(tool, function)
+
+
 def wrap(tool: GuardedTool, function: F) -> F:
     """The guarded function: sync or async as ``function`` is, methods kept methods.
 

@@ -17,7 +17,7 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from guardrail._audit import Audit
 from guardrail._check import CheckPlan, check_arguments, malformed_arguments, undeclared_verdict
@@ -33,7 +33,7 @@ from guardrail._messages import parse_arguments
 from guardrail._registry import Registry
 from guardrail._spec import ParamSpec, ToolSpec
 from guardrail._verdict import Verdict
-from guardrail.errors import IdentifierViolation, RepromptLimitExceeded
+from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.ledger import Entry, Source
 from guardrail.ledger._state import LedgerState
 
@@ -53,12 +53,35 @@ _UNDECLARED_KEPT = 1000
 
 @dataclass(frozen=True)
 class Options:
-    """How the engine decides and how much one call may add (validated by the guard)."""
+    """How the engine decides and how much one call may add (:meth:`checked` builds them)."""
 
     mode: Mode
     max_reprompts: int
     refuse_undeclared: bool
     max_ids_per_call: int
+
+    @classmethod
+    def checked(
+        cls,
+        mode: object,
+        max_reprompts: object,
+        refuse_undeclared: bool,
+        max_ids_per_call: object,
+        capacity: int,
+    ) -> Options:
+        """The guard's options, checked; ``max_ids_per_call=None``: a tenth of ``capacity``."""
+        if mode not in MODES:
+            raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if max_ids_per_call is None:
+            max_ids_per_call = max(1, capacity // 10)
+        elif type(max_ids_per_call) is not int or max_ids_per_call < 1:
+            raise GuardrailUsageError(
+                f"max_ids_per_call must be a positive integer (or None for a tenth of the "
+                f"capacity), not {max_ids_per_call!r}"
+            )
+        if not isinstance(max_reprompts, int) or max_reprompts < 0:
+            raise GuardrailUsageError("max_reprompts must be an integer >= 0")
+        return cls(cast(Mode, mode), max_reprompts, refuse_undeclared, max_ids_per_call)
 
 
 class Engine:

@@ -16,12 +16,12 @@ options, composes the three, and keeps every public method in one place.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from guardrail._audit import Audit, SilentLogger
-from guardrail._decorator import GuardedTool, wrap
+from guardrail._decorator import guarded
 from guardrail._engine import MODES, Engine, Mode, Options
 from guardrail._registry import Registry
 from guardrail._seal import seal_result
@@ -72,18 +72,15 @@ class Guard:
         tombstones: How many evicted ids each ledger remembers (None: as
             many as ``capacity``).
         logger: Where audit events go (see :mod:`guardrail._audit`).
-        secret: The key each session's seal key is derived from (an HMAC of
-            the session id). Blocks compaction writes verify in every process
-            built with the same secret: give every worker that shares a
-            store, or rebuilds a ledger from the transcript, the same one.
-            Seal keys are never stored, so reading a store or a saved ledger
-            gives no key. Without it the guard draws a random secret: its
-            blocks verify in this process only. A block that does not verify
-            (another secret, a rotated one, another session) comes back as
-            unverified ids, never trusted, so rotating the secret is safe.
-            A guard given a secret also seals the tool results it records,
-            and trusts a result read back from a transcript only when it
-            carries that seal (:meth:`seal_result`).
+        secret: What each session's seal key is derived from (an HMAC of the
+            session id; never stored). Blocks compaction writes verify in
+            every process with the same secret: give every worker that shares
+            a store the same one. Without it the guard draws a random secret
+            (its blocks verify in this process only). A block that does not
+            verify (another or a rotated secret, another session) comes back
+            as unverified ids. A guard given a secret also seals the results
+            it records, and trusts only sealed ones read back
+            (:meth:`seal_result`).
         max_ids_per_call: The most new ids one result (or user message) may
             add to a ledger (None: a tenth of ``capacity``); a later use of
             one beyond it is refused with "narrow the search".
@@ -110,28 +107,11 @@ class Guard:
         max_ids_per_call: int | None = None,
         max_cached_sessions: int = 1024,
     ) -> None:
-        if mode not in MODES:
-            raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
         if not isinstance(capacity, int) or capacity < 1:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
-        if max_ids_per_call is None:
-            max_ids_per_call = max(1, capacity // 10)
-        elif type(max_ids_per_call) is not int or max_ids_per_call < 1:
-            raise GuardrailUsageError(
-                f"max_ids_per_call must be a positive integer (or None for a tenth of the "
-                f"capacity), not {max_ids_per_call!r}"
-            )
-        if type(max_cached_sessions) is not int or max_cached_sessions < 1:
-            raise GuardrailUsageError(
-                f"max_cached_sessions is how many sessions to keep as live ledgers (>= 1), "
-                f"not {max_cached_sessions!r}"
-            )
-        if not isinstance(max_reprompts, int) or max_reprompts < 0:
-            raise GuardrailUsageError("max_reprompts must be an integer >= 0")
-        if isinstance(secret, str):
-            secret = secret.encode("utf-8")
-        if secret is not None and (not isinstance(secret, bytes) or not secret):
-            raise GuardrailUsageError("secret must be non-empty bytes or text (a server's key)")
+        options = Options.checked(
+            mode, max_reprompts, refuse_undeclared, max_ids_per_call, capacity
+        )
         try:
             audit = Audit(logger, redact=redact)
         except ValueError as exc:
@@ -147,13 +127,6 @@ class Guard:
             not_saved=audit.session_not_saved,
             max_cached=max_cached_sessions,
         )
-        if self._sessions.is_async and default_session is not None:
-            raise GuardrailUsageError(
-                "default_session needs a synchronous store (a change outside any scope is "
-                "written at once, with no coroutine to wait in); with an asynchronous store, "
-                "open each conversation with `async with guard.session(id)`"
-            )
-        options = Options(mode, max_reprompts, refuse_undeclared, max_ids_per_call)
         self._engine = Engine(self._registry, audit, options)
 
     # -- what the guard was built with ----------------------------------------------------
@@ -361,20 +334,8 @@ class Guard:
                 verifies=verifies,
                 description=description,
             )
-            leading = tuple(
-                parameter.default
-                for parameter in (signature.parameters.values() if signature is not None else ())
-                if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
-            )
-            sessions = self._sessions
-            tool = GuardedTool(
-                spec,
-                self._engine,
-                session=sessions.var.get,
-                current=sessions.current,
-                leading=leading,
-            )
-            return wrap(tool, function)
+            get, current = self._sessions.var.get, self._sessions.current
+            return guarded(function, spec, signature, self._engine, session=get, current=current)
 
         return decorate(fn) if fn is not None else decorate
 
@@ -383,12 +344,10 @@ class Guard:
     def silenced(self) -> Guard:
         """This guard with its audit events dropped, for replays that check thousands of calls.
 
-        The copy shares this guard's registry, so both always agree on the
-        kinds and tools, whichever of them declares one and whenever (before
-        or after ``silenced()``); it shares the sessions and the store too
-        (one current ledger, one live ledger per session id). Its mode and
-        other options are this guard's. Only its audit differs: it logs
-        nothing, and uses up no once-only warning.
+        The copy shares this guard's registry (kinds and tools, whichever of
+        the two declares one, and whenever), sessions and store, and has its
+        options. Only its audit differs: it logs nothing, and uses up no
+        once-only warning.
         """
         quiet = object.__new__(Guard)
         quiet._registry = self._registry
@@ -482,10 +441,8 @@ class Guard:
             raise GuardrailUsageError(
                 f"observe_user takes the user's text, not {type(text).__name__}"
             )
-        if session is not None:
-            with self.session(session) as scoped:
-                return self._engine.observe_user(text, self._given(ledger, scoped))
-        return self._engine.observe_user(text, self._ledger(ledger))
+        with self._target(ledger, session) as state:
+            return self._engine.observe_user(text, state)
 
     def check(
         self,
@@ -500,10 +457,8 @@ class Guard:
         The verdict's ``arguments`` are the ones to run the tool with: each
         identifier as the ledger spells it.
         """
-        if session is not None:
-            with self.session(session) as scoped:
-                return self._engine.check(name, arguments, self._given(ledger, scoped))
-        return self._engine.check(name, arguments, self._ledger(ledger))
+        with self._target(ledger, session) as state:
+            return self._engine.check(name, arguments, state)
 
     def enforce(
         self,
@@ -523,10 +478,8 @@ class Guard:
         ``verdict.arguments`` (each identifier as the ledger spells it),
         then call :meth:`record`.
         """
-        if session is not None:
-            with self.session(session) as scoped:
-                return self._engine.enforce(name, arguments, self._given(ledger, scoped))
-        return self._engine.enforce(name, arguments, self._ledger(ledger))
+        with self._target(ledger, session) as state:
+            return self._engine.enforce(name, arguments, state)
 
     def record(
         self,
@@ -563,21 +516,10 @@ class Guard:
                 seal): its ids enter unverified, as if typed, and nothing else
                 (no confirmation, no mints, no status).
         """
-        if session is not None:
-            with self.session(session) as scoped:
-                target = self._given(ledger, scoped)
-                return self._engine.record(
-                    name, arguments, result, target, error=error, call_id=call_id, trusted=trusted
-                )
-        return self._engine.record(
-            name,
-            arguments,
-            result,
-            self._ledger(ledger),
-            error=error,
-            call_id=call_id,
-            trusted=trusted,
-        )
+        with self._target(ledger, session) as state:
+            return self._engine.record(
+                name, arguments, result, state, error=error, call_id=call_id, trusted=trusted
+            )
 
     def seal_result(
         self,
@@ -591,27 +533,16 @@ class Guard:
     ) -> str:
         """``content`` with this server's seal on a last line, for a tool result you write.
 
-        A guard with a ``secret`` reads a tool result back from a transcript
-        (when compaction rebuilds a ledger from what a client sent) as the
-        server's own only when it carries the seal: a MAC keyed by the
-        session, over the call id, the tool's ``name``, the call's
-        ``arguments`` as the transcript shows them (the model's, as JSON text
-        or a mapping) and ``content``, exactly. Any other result adds its ids
-        unverified at most. Write the returned text as the content of the
-        message answering ``call_id``; ``run_tool_calls`` seals its answers
-        itself. The session is ``session=`` (its id), ``ledger=``, or the
-        current one. Without a secret there is nothing to seal with, and
-        ``content`` comes back as it is.
+        A guard with a ``secret`` takes a tool result read back from a
+        transcript for its own only when it carries the seal: a MAC keyed by
+        the session (``session=``, ``ledger=``, or the current one) over the
+        call id, ``name``, the ``arguments`` as the transcript shows them and
+        ``content``, exactly (see :mod:`guardrail._seal`). Write the returned
+        text as the message answering ``call_id``; ``run_tool_calls`` seals
+        its answers itself. Without a secret, ``content`` comes back as it is.
         """
-        if not isinstance(content, str):
-            raise GuardrailUsageError(
-                f"seal_result seals the text of a tool result, not {type(content).__name__}; "
-                "write the result as the text you send, then seal that"
-            )
-        if not isinstance(call_id, str) or not call_id:
-            raise GuardrailUsageError("seal_result needs the call_id the result answers")
         if not self.seals_results:
-            return content
+            return seal_result(content, None, call_id=call_id, tool=name, arguments=arguments)
         if session is not None:
             check_session_id(session)
             if ledger is not None:
@@ -650,12 +581,19 @@ class Guard:
         """The state of ``ledger=`` where given, else of the current session's ledger."""
         return state_of(given) if given is not None else self._sessions.current()
 
-    @staticmethod
-    def _given(given: Ledger | None, scoped: Ledger) -> LedgerState:
-        """The scope's ledger for a ``session=`` call; ``ledger=`` as well is a usage error."""
-        if given is not None:
+    @contextlib.contextmanager
+    def _target(self, ledger: Ledger | None, session: str | None) -> Iterator[LedgerState]:
+        """The state a call works on: ``ledger=``'s, else ``session=``'s, else the current one.
+
+        ``session=`` opens a scope of its own around the call; both given is a usage error.
+        """
+        if session is None:
+            yield self._ledger(ledger)
+            return
+        if ledger is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
-        return state_of(scoped)
+        with self.session(session) as scoped:
+            yield state_of(scoped)
 
 
 class GuardInternals(NamedTuple):

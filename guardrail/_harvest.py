@@ -18,8 +18,8 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from guardrail._messages import Refusal, is_failure, is_refusal
 from guardrail._paths import EACH, Path
+from guardrail._result_text import Refusal, is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text

@@ -1,12 +1,11 @@
 """Message shapes: OpenAI chat completions, OpenAI Responses items, Anthropic messages.
 
 A core module: the check, compaction, the replay harness and the adapters
-all read and write these shapes, and none of them owns them. Walking a
-message's content (every string of it, mapped or collected) is
-:mod:`guardrail._content`'s. It also says
-what a refusal looks like in them (:data:`REFUSAL_PREFIX`,
-:data:`REFUSED_ERROR`, :class:`Refusal`) and how tool arguments given as
-text are read (:func:`parse_arguments`).
+all read and write these shapes, and none of them owns them. It also reads
+tool arguments given as text (:func:`parse_arguments`). Walking a message's
+content is :mod:`guardrail._content`'s; what a result's text says of itself
+(a refusal, a failure guardrail wrote, a server's seal) is
+:mod:`guardrail._result_text`'s.
 
 :func:`read` turns a message list of any of the three shapes into one
 neutral :class:`Transcript` (messages with their text, the tool calls they
@@ -58,64 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardrail._content import nesting_fault
+from guardrail._result_text import REFUSED_ERROR, is_failure, is_refusal, split_seal
 from guardrail.errors import TranscriptError
-
-#: The ``error`` field of a refusal written as JSON (``Rejection.to_dict()``).
-REFUSED_ERROR = "identifier_refused"
-
-#: How every refusal's text begins, so a refusal sent back as a tool result is known as one.
-REFUSAL_PREFIX = "guardrail refused the call to "
-
-
-def is_refusal(text: str) -> bool:
-    """Whether ``text`` is a refusal's text (a tool result that no tool produced)."""
-    return text.lstrip().startswith(REFUSAL_PREFIX)
-
-
-#: How the text of every tool result guardrail writes for a call that failed or never ran
-#: begins (a tool that raised, arguments that did not validate, no such tool, no result).
-#: OpenAI chat completions has no error field, so this text is how guardrail's own readers
-#: know such a result for a failure in that shape; they check it in every shape.
-FAILURE_PREFIX = "guardrail: "
-
-
-def failure_text(detail: str) -> str:
-    """The text of a tool result guardrail writes for a call that failed or did not run."""
-    return f"{FAILURE_PREFIX}{detail}"
-
-
-def is_failure(text: str) -> bool:
-    """Whether ``text`` is one guardrail wrote for a call that failed or never ran."""
-    return text.lstrip().startswith(FAILURE_PREFIX)
-
-
-#: The last line of a tool result a server sealed (see :mod:`guardrail._seal`), as read.
-_RESULT_SEAL = re.compile(r"\n\(result seal ([0-9a-f]{32})\)\Z")
-
-
-def with_seal(content: str, seal: str) -> str:
-    """A tool result's text with a server's seal written on its last line."""
-    return f"{content}\n(result seal {seal})"
-
-
-def split_seal(text: str) -> tuple[str, str | None]:
-    """The text of a result above its seal line, and the seal (None when it has none)."""
-    if not text.endswith(")"):  # the usual case: no seal, nothing to search
-        return text, None
-    match = _RESULT_SEAL.search(text)
-    if match is None:
-        return text, None
-    return text[: match.start()], match.group(1)
-
-
-class Refusal:
-    """What a refused call returns in place of a result (``Rejection`` is one).
-
-    Known by its class wherever a result is read: no tool produced it, so
-    nothing in it is harvested.
-    """
-
-    __slots__ = ()
 
 
 def parse_arguments(arguments: object) -> Mapping[str, Any] | None:

@@ -12,7 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from guardrail._messages import REFUSAL_PREFIX, REFUSED_ERROR, Refusal, Shape, result_message
+from guardrail._messages import Shape, result_message
+from guardrail._result_text import REFUSAL_PREFIX, REFUSED_ERROR, Refusal
 from guardrail._text import shorten
 from guardrail._verdict import Finding, Verdict
 

@@ -21,16 +21,31 @@ import hmac
 import json
 from typing import Any
 
-from guardrail._messages import parse_arguments, with_seal
+from guardrail._messages import parse_arguments
+from guardrail._result_text import with_seal
+from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._state import LedgerState
 
 _DOMAIN = b"guardrail tool result"
 
 
 def seal_result(
-    content: str, state: LedgerState, *, call_id: str, tool: str, arguments: Any
+    content: str, state: LedgerState | None, *, call_id: str, tool: str, arguments: Any
 ) -> str:
-    """``content`` with its seal line: only this ledger's key, for this call, can write it."""
+    """``content`` with its seal line: only this ledger's key, for this call, can write it.
+
+    With no ledger to seal with (a guard without a secret), ``content`` as it
+    is, once checked.
+    """
+    if not isinstance(content, str):
+        raise GuardrailUsageError(
+            f"seal_result seals the text of a tool result, not {type(content).__name__}; "
+            "write the result as the text you send, then seal that"
+        )
+    if not isinstance(call_id, str) or not call_id:
+        raise GuardrailUsageError("seal_result needs the call_id the result answers")
+    if state is None:
+        return content
     return with_seal(content, _mac(state, call_id, tool, arguments, content))
 
 

@@ -76,11 +76,20 @@ class Sessions:
         kinds: Mapping[str, Kind],
         capacity: int,
         tombstones: int | None,
-        secret: bytes | None,
+        secret: bytes | str | None,
         default_session: str | None,
         not_saved: Callable[[str | None, BaseException], None],
         max_cached: int = 1024,
     ) -> None:
+        if type(max_cached) is not int or max_cached < 1:
+            raise GuardrailUsageError(
+                f"max_cached_sessions is how many sessions to keep as live ledgers (>= 1), "
+                f"not {max_cached!r}"
+            )
+        if isinstance(secret, str):
+            secret = secret.encode("utf-8")
+        if secret is not None and (not isinstance(secret, bytes) or not secret):
+            raise GuardrailUsageError("secret must be non-empty bytes or text (a server's key)")
         self.store = store
         self.kinds = kinds
         self.capacity = capacity
@@ -89,6 +98,12 @@ class Sessions:
         self.max_cached = max_cached
         #: Whether the store's methods are coroutines (an AsyncStore): scopes must be async.
         self.is_async = inspect.iscoroutinefunction(getattr(store, "load", None))
+        if self.is_async and default_session is not None:
+            raise GuardrailUsageError(
+                "default_session needs a synchronous store (a change outside any scope is "
+                "written at once, with no coroutine to wait in); with an asynchronous store, "
+                "open each conversation with `async with guard.session(id)`"
+            )
         #: Whether the guard was given a secret (it seals the results it records); without
         #: one it draws a random secret, so its seal keys hold in this process only.
         self.has_secret = secret is not None

@@ -20,12 +20,12 @@ from guardrail._messages import (
     Shape,
     default_role,
     detect,
-    failure_text,
     read,
     result_message,
     text_message,
     write,
 )
+from guardrail._result_text import failure_text
 from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.errors import TranscriptError
 

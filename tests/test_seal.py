@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail._messages import SHAPES, Shape, read, result_message, split_seal
+from guardrail._messages import SHAPES, Shape, read, result_message
+from guardrail._result_text import split_seal
 from guardrail._seal import canonical_arguments, seal_result, seal_verifies
 from guardrail.ledger._ledger import state_of
 

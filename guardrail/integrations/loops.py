@@ -48,8 +48,9 @@ import jsonschema.validators
 
 from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
 from guardrail._harvest import failed
-from guardrail._messages import Call, Shape, failure_text, is_refusal, read, result_message
+from guardrail._messages import Call, Shape, read, result_message
 from guardrail._reprompt import Rejection
+from guardrail._result_text import failure_text, is_refusal
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
 

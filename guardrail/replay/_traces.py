@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from guardrail._messages import content_text, parse_arguments, split_seal, unsuccessful
+from guardrail._messages import content_text, parse_arguments, unsuccessful
+from guardrail._result_text import split_seal
 from guardrail.errors import TraceFileError
 
 Role = Literal["system", "user", "assistant", "tool"]

@@ -37,7 +37,7 @@ from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, RepromptLimitExceeded
 from guardrail._guard import Mode
-from guardrail._messages import REFUSAL_PREFIX, REFUSED_ERROR
+from guardrail._result_text import REFUSAL_PREFIX, REFUSED_ERROR
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.integrations.langchain import (
     GuardrailCompactionMiddleware,

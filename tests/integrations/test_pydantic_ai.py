@@ -40,7 +40,7 @@ from guardrail import (
     Ledger,
     RepromptLimitExceeded,
 )
-from guardrail._messages import REFUSAL_PREFIX
+from guardrail._result_text import REFUSAL_PREFIX
 from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat
 from guardrail.integrations.pydantic_ai import (
     GuardedToolset,
