@@ -24,7 +24,7 @@ from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import guarded
 from guardrail._engine import MODES, Engine, Mode, Options
 from guardrail._registry import Registry
-from guardrail._seal import seal_result
+from guardrail._seal import check_sealable, seal_result
 from guardrail._sessions import Sessions, SessionScope, check_session_id
 from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
 from guardrail._verdict import Verdict
@@ -541,8 +541,9 @@ class Guard:
         text as the message answering ``call_id``; ``run_tool_calls`` seals
         its answers itself. Without a secret, ``content`` comes back as it is.
         """
+        check_sealable(content, call_id)
         if not self.seals_results:
-            return seal_result(content, None, call_id=call_id, tool=name, arguments=arguments)
+            return content
         if session is not None:
             check_session_id(session)
             if ledger is not None:

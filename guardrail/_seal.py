@@ -37,6 +37,14 @@ def seal_result(
     With no ledger to seal with (a guard without a secret), ``content`` as it
     is, once checked.
     """
+    check_sealable(content, call_id)
+    if state is None:
+        return content
+    return with_seal(content, _mac(state, call_id, tool, arguments, content))
+
+
+def check_sealable(content: object, call_id: object) -> None:
+    """Refuse content that is not a result's text, and a call id that names no call."""
     if not isinstance(content, str):
         raise GuardrailUsageError(
             f"seal_result seals the text of a tool result, not {type(content).__name__}; "
@@ -44,9 +52,6 @@ def seal_result(
         )
     if not isinstance(call_id, str) or not call_id:
         raise GuardrailUsageError("seal_result needs the call_id the result answers")
-    if state is None:
-        return content
-    return with_seal(content, _mac(state, call_id, tool, arguments, content))
 
 
 def seal_verifies(
