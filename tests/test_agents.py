@@ -325,7 +325,7 @@ def test_load_agent_by_module_and_name(tmp_path: Path, monkeypatch: pytest.Monke
         ("no_colon", "module:callable"),
         ("no_such_module_xyz:agent", "cannot import"),
         ("guardrail.replay:nothing_here", "has no 'nothing_here'"),
-        ("guardrail.replay._agents:BLOCK_HEADER", "not callable"),
+        ("guardrail.replay:FATES", "not callable"),
     ],
 )
 def test_load_agent_errors_say_what_to_give(spec: str, message: str) -> None:
