@@ -19,7 +19,7 @@ conversation's: named by the client in the request's ``_meta``
 (``"guardrail/session"``), else the transport's session id, scoped by the
 authenticated client where there is one (see :func:`request_session`).
 
-Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
+Needs the MCP SDK: ``pip install 'guardrail-ids[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
 configures the root logger to print INFO records to stderr, guardrail's
 included.
@@ -38,7 +38,7 @@ try:
     from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent, Tool
 except ImportError as exc:  # pragma: no cover - tested with the module hidden
     raise ImportError(
-        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
+        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail-ids[mcp]'"
     ) from exc
 
 from guardrail._verdict import Rejection, Verdict
