@@ -284,6 +284,47 @@ def _keys(normalize: Normalizer, values: Iterable[str]) -> frozenset[str]:
     return frozenset(keys)
 
 
+#: Brackets a token keeps when it holds their partner: ``(415) 555-0132``, ``…/Foo_(bar)``.
+_PAIRS: Final = {"(": ")", "[": "]", "{": "}"}
+_PAIRED: Final = {closer: opener for opener, closer in _PAIRS.items()}
+
+
+def trim(token: str) -> str:
+    """``token`` without the quotes and punctuation around it (``"ana@x.io".`` -> ``ana@x.io``).
+
+    A bracket whose partner is inside the token stays, as part of the id
+    (``(415) 555-0132``); one that wraps the whole token goes (``(cus_41ZpA9)``).
+    """
+    start, end = 0, len(token)
+    while start < end:
+        moved = False
+        first = token[start]
+        closer = _PAIRS.get(first)
+        if first in _QUOTES_AND_PUNCTUATION and (
+            closer is None or closer not in token[start + 1 : end - 1]
+        ):
+            start += 1
+            moved = True
+        if start < end:
+            last = token[end - 1]
+            opener = _PAIRED.get(last)
+            if last in _QUOTES_AND_PUNCTUATION and (
+                opener is None or opener not in token[start : end - 1]
+            ):
+                end -= 1
+                moved = True
+        if not moved:
+            break
+    return token[start:end]
+
+
+#: Words of prose: what runs of user text are made of when matched after a normaliser.
+_WORD: Final = re.compile(r"\S+")
+#: The longest run of words, and of characters, read as one written id.
+_RUN_WORDS: Final = 6
+_RUN_CHARS: Final = 256
+
+
 def _scanning_pattern(pattern: str) -> str:
     """The pattern for finding ids inside prose: anchors dropped, word edges required."""
     body = pattern
@@ -384,9 +425,32 @@ class Kind:
         if self._scan is None:
             return
         for match in self._scan.finditer(text):
-            token = match.group(0).strip(_QUOTES_AND_PUNCTUATION)
+            token = trim(match.group(0))
             if token:
                 yield token
+
+    def keys_in(self, text: str, *, words: int = _RUN_WORDS) -> set[str]:
+        """The keys of every run of up to ``words`` words of ``text``, each trimmed first.
+
+        How a value with no pattern is recognised in what the user wrote:
+        ``Ana@Example.com.`` is the e-mail ``ana@example.com`` under the
+        ``email`` normaliser, as a pattern's match would be. The words of a
+        run are joined by one space, however they were spaced. Runs longer
+        than 256 characters, and runs the normaliser cannot read, give no key.
+        """
+        written = _WORD.findall(text)
+        keys: set[str] = set()
+        for first in range(len(written)):
+            run = ""
+            for word in written[first : first + max(1, words)]:
+                run = f"{run} {word}" if run else word  # one space between words, however typed
+                if len(run) > _RUN_CHARS:
+                    break
+                token = trim(run)
+                key = self.key(token) if token else None
+                if key:
+                    keys.add(key)
+        return keys
 
     @property
     def has_pattern(self) -> bool:

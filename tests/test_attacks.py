@@ -1013,3 +1013,50 @@ def test_merging_copies_never_verifies_an_id_only_typed(tmp_path: Path) -> None:
 
 
 # (end of the persistence section)
+
+
+def test_a_value_the_users_words_normalise_to_is_only_ever_user_typed() -> None:
+    """Matching user text after a normaliser makes a value typed, never verified: writes refuse."""
+    guard = Guard(mode="raise")
+    guard.add_kind("email", normalize="email")
+    sent: list[str] = []
+
+    @guard.tool(effect="write")
+    def delete_account(email: Annotated[str, Id("email")]) -> str:
+        sent.append(email)
+        return "deleted"
+
+    with guard.session("s"):
+        guard.observe_user("Delete <Ana@Example.com>, now.")
+        for written in ("ana@example.com", "ANA@EXAMPLE.COM", "ana@examp1e.com", "example.com"):
+            with pytest.raises(IdentifierViolation):
+                delete_account(written)
+    assert sent == []
+
+
+def test_a_long_user_text_is_read_for_keys_once_per_kind_not_per_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keys of the user's words are worked out once per kind and text, then reused."""
+    from guardrail.kinds import Kind
+
+    guard = Guard(mode="reprompt")
+    guard.add_kind("email", normalize="email")
+    guard.declare("find_user", ids={"email": "email"}, effect="read")
+    reads: list[str] = []
+    keys_in = Kind.keys_in
+
+    def counted(self: Kind, text: str, *, words: int = 6) -> set[str]:
+        reads.append(text)
+        return keys_in(self, text, words=words)
+
+    monkeypatch.setattr(Kind, "keys_in", counted)
+    with guard.session("s"):
+        guard.observe_user("word " * 20_000 + "ana@example.com")
+        for number in range(50):
+            assert not guard.check("find_user", {"email": f"x{number}@example.com"}).allowed
+        assert guard.check("find_user", {"email": "ANA@example.com"}).allowed
+        assert len(reads) == 1
+        guard.observe_user("another message")
+        assert not guard.check("find_user", {"email": "y@example.com"}).allowed
+    assert len(reads) == 3  # a new text: both texts read again, once
