@@ -2,7 +2,7 @@
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
-``guardrail.compacted``, ``guardrail.undeclared_tool``)
+``guardrail.compacted``, ``guardrail.undeclared_tool``, ``guardrail.broad_pattern``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value (cut short past 200
 characters), or a keyed hash of all of it where the guard was built with
@@ -481,6 +481,27 @@ class Audit:
                 advice=(
                     "declare the tool to the guard; in production build the guard with "
                     "refuse_undeclared=True so undeclared tools are refused"
+                ),
+            )
+
+    def broad_pattern(self, session: str | None, kind: str, words: Sequence[str]) -> None:
+        """``guardrail.broad_pattern``: a kind's pattern took plain words from user text (once).
+
+        The words are common English words (``close``, ``please``), never
+        identifiers, so they are logged as they are.
+        """
+        if self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.broad_pattern",
+                session=session,
+                kind=kind,
+                words=[shorten(word, 40) for word in listed(words)],
+                **omitted(len(words)),
+                advice=(
+                    "narrow the kind's pattern (a prefix, digits, a length) or use a "
+                    "ready-made kind (like='email', 'uuid', 'url', 'phone', 'iban', "
+                    "'prefixed:cus_'); try it with `guardrail check --kinds-only`"
                 ),
             )
 

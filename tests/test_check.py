@@ -171,9 +171,7 @@ def test_a_refusal_never_names_a_lookup_no_tool_offers(value: str, problem: str)
     guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
     guard.add_kind("customer", pattern=r"cus_\w{6}")
     guard.declare("list_orders", produces={"orders[*].order_id": "order"}, effect="write")
-    guard.declare(
-        "issue_refund", ids={"order_id": "order"}, description="order_id, e.g. #W0000000"
-    )
+    guard.declare("issue_refund", ids={"order_id": "order"}, description="order_id, e.g. #W0000000")
     with guard.session("s"):
         guard.observe_user("I'm cus_41ZpA9")
         guard.record("list_orders", {}, {"orders": [{"order_id": "#W2378156"}]})

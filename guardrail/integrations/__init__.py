@@ -2,8 +2,10 @@
 
 - :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
   (no extra).
-- :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail-ids[mcp]'``).
-- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail-ids[pydantic-ai]'``).
+- :mod:`guardrail.integrations.mcp`: MCP clients and servers
+  (``pip install 'guardrail-ids[mcp]'``).
+- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI
+  (``pip install 'guardrail-ids[pydantic-ai]'``).
 - :mod:`guardrail.integrations.openai_agents`: the OpenAI Agents SDK
   (``pip install 'guardrail-ids[openai-agents]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware

@@ -19,7 +19,9 @@ import structlog
 from pydantic import BaseModel, Field
 from structlog.testing import capture_logs
 
-pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install 'guardrail-ids[mcp]'")
+pytest.importorskip(
+    "mcp", reason="the mcp extra is not installed: pip install 'guardrail-ids[mcp]'"
+)
 
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
