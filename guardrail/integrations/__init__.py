@@ -10,4 +10,6 @@
   (``pip install 'guardrail-ids[openai-agents]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
   (``pip install 'guardrail-ids[langchain]'``).
+- :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
+  (``pip install 'guardrail-ids[otel]'``).
 """
