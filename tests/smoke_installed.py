@@ -15,7 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-
 #: The checks :func:`main` makes (each a group of asserts): where the package imports from,
 #: its metadata and py.typed, a store, the otel extra, compaction, the shipped corpus.
 CHECKS = 6

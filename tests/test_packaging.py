@@ -65,7 +65,7 @@ def test_every_install_line_names_the_distribution() -> None:
 
 @pytest.fixture(scope="module")
 def artefacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The wheel and the sdist, built from this checkout by hatchling (as `python -m build` does)."""
+    """The wheel and the sdist, built from this checkout by hatchling (as `python -m build`)."""
     hatchling = pytest.importorskip("hatchling.builders.wheel")
     from hatchling.builders.sdist import SdistBuilder
 
@@ -115,8 +115,7 @@ def test_the_wheel_metadata_names_the_distribution_its_extras_and_commands(
 def test_the_sdist_is_the_source_the_wheel_and_the_tests_are_built_from(
     artefacts: tuple[Path, Path],
 ) -> None:
-    """The sdist holds the package, the corpus and manifest the wheel takes, the tests and
-    what they read; not CI's scripts, environments or caches."""
+    """The sdist: the package, what the wheel takes from outside it, the tests; no CI, no caches."""
     _, sdist = artefacts
     with tarfile.open(sdist) as archive:
         names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
@@ -138,8 +137,7 @@ def test_the_sdist_is_the_source_the_wheel_and_the_tests_are_built_from(
 
 
 def test_ci_checks_the_built_artefacts_after_the_tests() -> None:
-    """.ci/run runs `make test`, then `make package-check`, whose recipe builds, checks,
-    installs the wheel with an extra in a clean environment and runs the command there."""
+    """.ci/run: make test, then make package-check (build, check, install with an extra, run)."""
     run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     assert run.index("make test\n") < run.index("make package-check\n")
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
