@@ -195,11 +195,15 @@ class Engine:
         error: bool,
         call_id: str | None,
         ledger: Ledger,
+        *,
+        trusted: bool = True,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
         In observe mode the arguments are checked again: a call the engine
-        would have refused records nothing.
+        would have refused records nothing. A result that is not ``trusted``
+        (read from a transcript without the server's seal) adds its ids
+        unverified, and nothing else: no confirmation, no mints, no status.
         """
         plan = self.plans.get(name)
         if plan is None:
@@ -208,7 +212,9 @@ class Engine:
         # Observe mode lets a call it would refuse run; what that call touched or returned
         # belongs to someone else's record, so it is checked again and then left unrecorded.
         verdict = self.verdict(name, args, ledger) if self.mode == "observe" else None
-        return self.record_call(plan, args, result, error, call_id, ledger, verdict)
+        return self.record_call(
+            plan, args, result, error, call_id, ledger, verdict, trusted=trusted
+        )
 
     def record_call(
         self,
@@ -219,6 +225,8 @@ class Engine:
         call_id: str | None,
         ledger: Ledger,
         verdict: Verdict | None,
+        *,
+        trusted: bool = True,
     ) -> list[Entry]:
         """Record one call's result, given the verdict it ran under (None: not checked here)."""
         spec = plan.spec
@@ -250,7 +258,12 @@ class Engine:
                 )
                 return []
             batches, problems = harvested
-            taken = self._taken_ids(spec, arguments, verdict, problems)
+            if trusted:
+                taken = self._taken_ids(spec, arguments, verdict, problems)
+            else:
+                # Anyone could have written it: the ids it names, as if typed, and no more.
+                taken = []
+                batches = [batch._replace(statuses=None) for batch in batches]
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self.log_nothing_recorded(ledger, spec.name, call_id, [problem])
@@ -266,7 +279,9 @@ class Engine:
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         limit = self.max_ids_per_call
-        admitted = ledger._admit(batches, source=sources, limit=limit, tool=spec.name)
+        admitted = ledger._admit(
+            batches, source=sources, verified=trusted, limit=limit, tool=spec.name
+        )
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
