@@ -45,10 +45,10 @@ from guardrail import (
 )
 from guardrail.compaction import LintIssue
 from guardrail.kinds import compile_normalizer, id_text
-from guardrail.replay import SampleCorpus, sample_corpus
 from guardrail.replay import (
     LossySummarizer,
     ReplayReport,
+    SampleCorpus,
     SideBySide,
     Stats,
     Trace,
@@ -58,6 +58,7 @@ from guardrail.replay import (
     plain_compact,
     reference_agent,
     replay,
+    sample_corpus,
     side_by_side,
     strategies,
     trace_from_messages,
