@@ -12,8 +12,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The demo needs guardrail and its runtime dependencies only (seconds), not the development
-# toolchain `make test` installs; a .venv that has the toolchain already just reuses it.
+# The demo needs guardrail and its runtime dependencies only (half a minute on a fresh clone), not
+# the development toolchain `make test` installs; a .venv that has the toolchain reuses it.
 DEMO_STAMP := $(VENV)/.demo-installed
 $(DEMO_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,9 @@ test: lint typecheck docs unit
 
 # The artefacts a user installs, tested as installed: the sdist and the wheel built from it,
 # checked as the package index would (twine, check-wheel-contents), then the wheel installed with
-# an extra and without the dev tools into a clean virtual environment outside the source tree,
-# where the command, the demo and a smoke test (tests/smoke_installed.py) run. A file missing
+# an extra and without the dev tools into a clean virtual environment (build/package-env), where
+# the command, the demo and a smoke test (tests/smoke_installed.py, which checks that it imports
+# the installed package, not the source tree) run. A file missing
 # from the wheel (the corpus, py.typed) fails here, not for a user. CI runs it after `make test`.
 PKG_ENV := build/package-env
 package-check: $(STAMP)
