@@ -112,6 +112,21 @@ def test_the_wheel_metadata_names_the_distribution_its_extras_and_commands(
     assert "guardrail = guardrail.testing._plugin" in entry_points
 
 
+def test_the_wheel_carries_the_project_licence_and_the_corpus_licence(
+    artefacts: tuple[Path, Path],
+) -> None:
+    """The MIT licence of the project and of the shipped corpus travel in the wheel's metadata."""
+    wheel, _ = artefacts
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+        metadata = email.message_from_bytes(archive.read(info))
+        licence = archive.read(info.replace("METADATA", "licenses/LICENSE")).decode()
+    assert metadata["License-Expression"] == "MIT"
+    assert set(metadata.get_all("License-File", [])) == {"LICENSE", "corpus/tau-airline/LICENSE"}
+    assert licence.startswith("MIT License")
+
+
 def test_the_sdist_is_the_source_the_wheel_and_the_tests_are_built_from(
     artefacts: tuple[Path, Path],
 ) -> None:
@@ -123,6 +138,7 @@ def test_the_sdist_is_the_source_the_wheel_and_the_tests_are_built_from(
         "guardrail/py.typed",
         "corpus/tau-airline/traces.jsonl.gz",
         "examples/tau_airline.toml",
+        "LICENSE",
         "tests/conftest.py",
         "tests/smoke_installed.py",
         "docs/index.md",
