@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import guarded
 from guardrail._engine import MODES, Engine, Mode, Options
+from guardrail._patching import Patch
 from guardrail._registry import Registry
 from guardrail._seal import check_sealable, seal_result
 from guardrail._sessions import Sessions, SessionScope, check_session_id
@@ -338,6 +339,42 @@ class Guard:
             return guarded(function, spec, signature, self._engine, session=get, current=current)
 
         return decorate(fn) if fn is not None else decorate
+
+    def patch(
+        self,
+        target: str,
+        /,
+        *,
+        name: str | None = None,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect | None = None,
+        verifies: Verifies = True,
+        description: str | None = None,
+    ) -> Patch:
+        """Guard a tool function of a module you cannot edit, in place; ``undo()`` restores it.
+
+        ``target`` is ``"module:function"`` or ``"module:Class.method"``; the
+        options are :meth:`tool`'s, and so is everything a call does (the
+        function goes through the decorator, and wrapt puts the result in
+        the module). A module not imported yet is patched when it is
+        imported. Code that imported the function by name before the patch
+        keeps the original: patch first.
+        """
+
+        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            return self.tool(
+                name=name,
+                ids=ids,
+                produces=produces,
+                mints=mints,
+                effect=effect,
+                verifies=verifies,
+                description=description,
+            )(function)
+
+        return Patch(target, decorate)
 
     # -- sessions -------------------------------------------------------------------------
 

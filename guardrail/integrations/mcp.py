@@ -22,7 +22,7 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
-Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
+Needs the MCP SDK: ``pip install 'guardrail-ids[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
 configures the root logger to print INFO records to stderr, guardrail's
 included.
@@ -40,7 +40,7 @@ try:
     from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent, Tool
 except ImportError as exc:  # pragma: no cover - tested with the module hidden
     raise ImportError(
-        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
+        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail-ids[mcp]'"
     ) from exc
 
 from guardrail._check import undeclared_verdict

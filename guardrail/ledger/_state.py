@@ -38,10 +38,13 @@ from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds import Kind
+from guardrail.kinds import _RUN_WORDS, Kind
 from guardrail.ledger._merge import USER_TEXTS_KEPT
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
+
+#: Kinds (by run length) whose keys in the user texts are kept worked out.
+_TYPED_KEYS_KEPT = 64
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -108,6 +111,8 @@ class LedgerState:
         self.size = 0
         self.pinned = 0  # pinned entries do not count against the capacity
         self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
+        #: Per (kind, words): the user texts and kind last read, and the keys written in them.
+        self.typed_keys: dict[tuple[str, int], tuple[tuple[str, ...], Kind, frozenset[str]]] = {}
         self.reprompts = Reprompts()
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
@@ -205,14 +210,34 @@ class LedgerState:
         with self.lock:
             return index.with_prefix(prefix, table, limit)
 
-    def typed_by_user(self, value: str) -> bool:
-        """Whether ``value`` appears, as a whole token, in the user texts kept.
+    def typed_by_user(self, value: str, kind: Kind | None = None) -> bool:
+        """Whether the user texts kept hold ``value``: as a whole token, or by ``kind``'s key.
 
-        One pass over each text, whatever the value (see :func:`has_token`).
+        Verbatim is one pass over each text, whatever the value (see
+        :func:`has_token`). With a ``kind``, a run of the user's words that
+        the kind's normaliser reads as the value's key counts too
+        (``Ana@Example.com.`` for ``ana@example.com`` under ``email``), as a
+        pattern's match would: the keys of the kept texts are worked out
+        once per kind and reused until the next user text.
         """
         if not value.strip():
             return False  # nothing typed is no id the user typed
-        return any(has_token(text, value) for text in list(self.user_texts))
+        texts = tuple(self.user_texts)
+        if any(has_token(text, value) for text in texts):
+            return True
+        key = kind.key(value) if kind is not None else None
+        if kind is None or not key:
+            return False
+        words = max(_RUN_WORDS, len(value.split()))
+        cached = self.typed_keys.get((kind.name, words))
+        # The texts are compared by identity first: the same strings, nothing to redo.
+        if cached is None or cached[0] != texts or cached[1] is not kind:
+            keys = frozenset().union(*(kind.keys_in(text, words=words) for text in texts))
+            if len(self.typed_keys) >= _TYPED_KEYS_KEPT:
+                self.typed_keys.clear()
+            cached = (texts, kind, keys)
+            self.typed_keys[kind.name, words] = cached
+        return key in cached[2]
 
     # -- the conversation -----------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from guardrail.replay._lossy import (
 )
 from guardrail.replay._replay import Compaction, TraceSource, replay
 from guardrail.replay._report import ReplayReport
+from guardrail.replay._sample import SampleCorpus, sample_corpus
 from guardrail.replay._stats import (
     AgentDiff,
     Availability,
@@ -60,6 +61,7 @@ __all__ = [
     "Malformed",
     "Message",
     "ReplayReport",
+    "SampleCorpus",
     "SideBySide",
     "Stats",
     "ToolCall",
@@ -75,6 +77,7 @@ __all__ = [
     "plain_compact",
     "reference_agent",
     "replay",
+    "sample_corpus",
     "side_by_side",
     "strategies",
     "tool_definitions",

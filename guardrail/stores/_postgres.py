@@ -49,7 +49,8 @@ try:
     from psycopg import sql
 except ImportError as exc:  # pragma: no cover - exercised by a test with psycopg hidden
     raise ImportError(
-        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): pip install 'guardrail[postgres]'"
+        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): "
+        "pip install 'guardrail-ids[postgres]'"
     ) from exc
 
 # The merge rule is not here: apply_change refuses a change that would replace a row (or the
