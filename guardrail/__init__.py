@@ -8,7 +8,7 @@ from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
 from guardrail._patching import Patch
 from guardrail._reprompt import Rejection
-from guardrail._spec import Id, ToolSpec, describe_ids
+from guardrail._spec import DeclareOptions, Id, ToolOptions, ToolSpec, describe_ids
 from guardrail._verdict import Finding, Verdict
 from guardrail.errors import (
     GuardrailError,
@@ -71,6 +71,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "CompactionReport",
     "CompactionResult",
+    "DeclareOptions",
     "Entry",
     "Finding",
     "Guard",
@@ -92,6 +93,7 @@ __all__ = [
     "StoreError",
     "Summarizer",
     "Tombstone",
+    "ToolOptions",
     "ToolSpec",
     "TraceFileError",
     "TranscriptError",

@@ -27,7 +27,7 @@ from guardrail._patching import Patch
 from guardrail._registry import Registry
 from guardrail._seal import check_sealable, seal_result
 from guardrail._sessions import Sessions, SessionScope, check_session_id
-from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
+from guardrail._spec import DeclareOptions, ToolOptions, ToolSpec, check_options
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, KindOptions
@@ -209,17 +209,7 @@ class Guard:
         """
         return self._registry.add_kind(name, **options)
 
-    def declare(
-        self,
-        name: str,
-        *,
-        ids: Mapping[str, ParamDecl] | None = None,
-        produces: Mapping[str, ProducerDecl] | None = None,
-        mints: Mapping[str, ParamDecl] | None = None,
-        effect: Effect = "write",
-        verifies: Verifies = True,
-        description: str = "",
-    ) -> ToolSpec:
+    def declare(self, name: str, /, **options: Unpack[DeclareOptions]) -> ToolSpec:
         """Declare a tool that has no Python function here (remote, MCP, recorded).
 
         A name already declared (by the decorator, ``declare`` or a manifest)
@@ -227,29 +217,11 @@ class Guard:
 
         Args:
             name: The tool's name, as the model calls it.
-            ids: Identifier parameters: a parameter path (``order_id``,
-                ``items[*].id``) to its kind, a list of kinds, or
-                ``{"kind": ..., "sep": ..., "default_ok": ...}``.
-            produces: Result paths (``orders[*].order_id``, ``$``,
-                ``re:PATTERN``) to the kind of the ids they hold (or
-                ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``).
-            mints: Parameters whose values a successful ``write`` brings into
-                existence (they enter the ledger verified).
-            effect: ``"read"`` or ``"write"`` (the default, the strict side).
-            verifies: As for :meth:`tool`.
-            description: The tool's description; ids of a kind's shape quoted
-                in it are placeholders, refused as ``example``.
+            **options: See :class:`~guardrail.DeclareOptions`: ``ids``,
+                ``produces``, ``mints``, ``effect`` (absent: ``"write"``),
+                ``verifies``, ``description``.
         """
-        return self._registry.declare(
-            name,
-            origin="guard.declare",
-            ids=ids,
-            produces=produces,
-            mints=mints,
-            effect=effect,
-            verifies=verifies,
-            description=description,
-        )
+        return self._registry.declare(name, origin="guard.declare", **options)
 
     @classmethod
     def from_manifest(cls, manifest: str | Any | Mapping[str, Any], **options: Any) -> Guard:
@@ -269,33 +241,9 @@ class Guard:
     def tool(self, fn: F, /) -> F: ...
 
     @overload
-    def tool(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        ids: Mapping[str, ParamDecl] | None = None,
-        produces: Mapping[str, ProducerDecl] | None = None,
-        mints: Mapping[str, ParamDecl] | None = None,
-        effect: Effect | None = None,
-        verifies: Verifies = True,
-        description: str | None = None,
-    ) -> Callable[[F], F]: ...
+    def tool(self, fn: None = None, /, **options: Unpack[ToolOptions]) -> Callable[[F], F]: ...
 
-    def tool(
-        self,
-        fn: F | None = None,
-        /,
-        *,
-        name: str | None = None,
-        ids: Mapping[str, ParamDecl] | None = None,
-        produces: Mapping[str, ProducerDecl] | None = None,
-        mints: Mapping[str, ParamDecl] | None = None,
-        effect: Effect | None = None,
-        verifies: Verifies = True,
-        description: str | None = None,
-    ) -> F | Callable[[F], F]:
+    def tool(self, fn: F | None = None, /, **options: Unpack[ToolOptions]) -> F | Callable[[F], F]:
         """Guard a tool function: check its identifier arguments, run it, record its result.
 
         Identifier parameters come from ``Annotated[..., Id(kind)]`` in the
@@ -307,52 +255,24 @@ class Guard:
         Args:
             fn: The function (the bare form, ``@guard.tool``); a method, a
                 class or static method, sync or async.
-            name: The tool's name (default: the function's).
-            ids: Identifier parameters beyond the annotated ones, as for
-                :meth:`declare`.
-            produces: Result paths to kinds, beyond the result type's ``Id``
-                fields, as for :meth:`declare`.
-            mints: Parameters a successful ``write`` brings into existence.
-            effect: ``"read"`` or ``"write"``; a tool with none is a write.
-            verifies: How a successful ``read`` verifies a user-typed id it
-                took: only when a declared result field returns it (``True``,
-                the default; ``False`` means the same), or on any success
-                (``"on_success"``, for a read that fails for unknown ids).
-            description: The tool's description (default: its docstring).
+            **options: See :class:`~guardrail.ToolOptions`: ``name`` (default:
+                the function's), ``ids`` and ``produces`` beyond the
+                annotated ones, ``mints``, ``effect`` (absent: ``"write"``),
+                ``verifies``, ``description`` (default: the docstring).
         """
+        check_options("tool()", options, ToolOptions.__optional_keys__)
 
         def decorate(function: F) -> F:
             target = (
                 function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
             )
-            spec, signature = self._registry.declare_function(
-                target,
-                name=name,
-                ids=ids,
-                produces=produces,
-                mints=mints,
-                effect=effect or "write",
-                verifies=verifies,
-                description=description,
-            )
+            spec, signature = self._registry.declare_function(target, **options)
             get, current = self._sessions.var.get, self._sessions.current
             return guarded(function, spec, signature, self._engine, session=get, current=current)
 
         return decorate(fn) if fn is not None else decorate
 
-    def patch(
-        self,
-        target: str,
-        /,
-        *,
-        name: str | None = None,
-        ids: Mapping[str, ParamDecl] | None = None,
-        produces: Mapping[str, ProducerDecl] | None = None,
-        mints: Mapping[str, ParamDecl] | None = None,
-        effect: Effect | None = None,
-        verifies: Verifies = True,
-        description: str | None = None,
-    ) -> Patch:
+    def patch(self, target: str, /, **options: Unpack[ToolOptions]) -> Patch:
         """Guard a tool function of a module you cannot edit, in place; ``undo()`` restores it.
 
         ``target`` is ``"module:function"`` or ``"module:Class.method"``; the
@@ -362,19 +282,8 @@ class Guard:
         imported. Code that imported the function by name before the patch
         keeps the original: patch first.
         """
-
-        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
-            return self.tool(
-                name=name,
-                ids=ids,
-                produces=produces,
-                mints=mints,
-                effect=effect,
-                verifies=verifies,
-                description=description,
-            )(function)
-
-        return Patch(target, decorate)
+        check_options("patch()", options, ToolOptions.__optional_keys__)
+        return Patch(target, self.tool(**options))
 
     # -- sessions -------------------------------------------------------------------------
 

@@ -22,13 +22,14 @@ from guardrail._manifest import read_manifest
 from guardrail._spec import (
     EFFECTS,
     ON_SUCCESS,
+    DeclareOptions,
     Effect,
-    ParamDecl,
     ParamSpec,
     Producer,
-    ProducerDecl,
+    ToolOptions,
     ToolSpec,
     Verifies,
+    check_options,
     param_specs,
     producers,
     signature_ids,
@@ -73,28 +74,18 @@ class Registry:
 
     # -- tools ----------------------------------------------------------------------------
 
-    def declare(
-        self,
-        name: str,
-        *,
-        origin: str,
-        ids: Mapping[str, ParamDecl] | None = None,
-        produces: Mapping[str, ProducerDecl] | None = None,
-        mints: Mapping[str, ParamDecl] | None = None,
-        effect: Effect = "write",
-        verifies: Verifies = True,
-        description: str = "",
-    ) -> ToolSpec:
+    def declare(self, name: str, *, origin: str, **options: Unpack[DeclareOptions]) -> ToolSpec:
         """Declare a tool from its keyword declarations; ``origin`` says who declared it."""
+        check_options("declare()", options, DeclareOptions.__optional_keys__)
         self._require_new_name(name, origin)
         spec = self._build_spec(
             name,
-            params=param_specs(ids, tool=name),
-            produced=producers(produces, tool=name),
-            mints=param_specs(mints, tool=name),
-            effect=effect,
-            verifies=verifies,
-            description=description,
+            params=param_specs(options.get("ids"), tool=name),
+            produced=producers(options.get("produces"), tool=name),
+            mints=param_specs(options.get("mints"), tool=name),
+            effect=options.get("effect") or "write",
+            verifies=options.get("verifies", True),
+            description=options.get("description") or "",
         )
         self._register(spec, origin)
         return spec
@@ -129,14 +120,8 @@ class Registry:
     def declare_function(
         self,
         function: Callable[..., Any],
-        *,
-        name: str | None,
-        ids: Mapping[str, ParamDecl] | None,
-        produces: Mapping[str, ProducerDecl] | None,
-        mints: Mapping[str, ParamDecl] | None,
-        effect: str,
-        verifies: Verifies,
-        description: str | None,
+        /,
+        **options: Unpack[ToolOptions],
     ) -> tuple[ToolSpec, inspect.Signature | None]:
         """Declare the tool a decorated function is: its spec from its signature and the options.
 
@@ -145,17 +130,18 @@ class Registry:
         where it has none), from which the decorator reads the positional-only
         defaults.
         """
+        check_options("tool()", options, ToolOptions.__optional_keys__)
         if not callable(function):
             raise GuardrailUsageError(f"@guard.tool decorates a function, not {function!r}")
-        tool_name = name or getattr(function, "__name__", None)
+        tool_name = options.get("name") or getattr(function, "__name__", None)
         if not tool_name:
             raise GuardrailUsageError("this callable has no __name__; pass name=")
         module = getattr(function, "__module__", None) or "?"
         origin = f"{module}.{getattr(function, '__qualname__', tool_name)}"
         self._require_new_name(tool_name, origin)
         sig_params, sig_produced = signature_ids(function)
-        params = [*sig_params, *param_specs(ids, tool=tool_name)]
-        minted = param_specs(mints, tool=tool_name)
+        params = [*sig_params, *param_specs(options.get("ids"), tool=tool_name)]
+        minted = param_specs(options.get("mints"), tool=tool_name)
         try:
             signature = inspect.signature(function)
         except (TypeError, ValueError):
@@ -171,11 +157,11 @@ class Registry:
         spec = self._build_spec(
             tool_name,
             params=params,
-            produced=[*sig_produced, *producers(produces, tool=tool_name)],
+            produced=[*sig_produced, *producers(options.get("produces"), tool=tool_name)],
             mints=minted,
-            effect=effect,
-            verifies=verifies,
-            description=description if description is not None else inspect.getdoc(function) or "",
+            effect=options.get("effect") or "write",
+            verifies=options.get("verifies", True),
+            description=_description(options.get("description"), function),
             positions=at,
             defaults=defaults,
         )
@@ -359,3 +345,8 @@ def _variadic(tool: str, parameter: inspect.Parameter) -> GuardrailUsageError:
         tool=tool,
         param=name,
     )
+
+
+def _description(given: str | None, function: Callable[..., Any]) -> str:
+    """The description given, else the function's docstring (an empty one stays empty)."""
+    return given if given is not None else inspect.getdoc(function) or ""

@@ -15,7 +15,17 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, cast, get_args, get_origin
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+)
 
 from guardrail._paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 from guardrail.errors import GuardrailUsageError
@@ -234,6 +244,60 @@ class ToolSpec:
 
 ParamDecl = str | Sequence[str] | Id | Mapping[str, Any]
 ProducerDecl = str | Id | Mapping[str, Any]
+
+
+class DeclareOptions(TypedDict, total=False):
+    """What a tool is besides its name: the options of ``Guard.declare``, ``tool`` and ``patch``.
+
+    A manifest's tool entry takes the same (as data: no ``Id`` objects).
+
+    Attributes:
+        ids: Identifier parameters: a parameter path (``order_id``,
+            ``items[*].id``) to its kind, a list of kinds, or
+            ``{"kind": ..., "sep": ..., "default_ok": ...}`` (for ``tool``,
+            beyond the ones annotated ``Id`` in the signature).
+        produces: Result paths (``orders[*].order_id``, ``$``,
+            ``re:PATTERN``) to the kind of the ids they hold (or
+            ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``); for
+            ``tool``, beyond the result type's ``Id`` fields.
+        mints: Parameters whose values a successful ``write`` brings into
+            existence (they enter the ledger verified).
+        effect: ``"read"`` or ``"write"``; a tool with none is a write (the
+            strict side).
+        verifies: How a successful ``read`` verifies a user-typed id it took:
+            only when a declared result field returns it (``True``, the
+            default; ``False`` means the same), or on any success
+            (``"on_success"``, for a read that fails for unknown ids).
+        description: The tool's description (default for ``tool``: the
+            function's docstring); ids of a kind's shape quoted in it are
+            placeholders, refused as ``example``.
+    """
+
+    ids: Mapping[str, ParamDecl] | None
+    produces: Mapping[str, ProducerDecl] | None
+    mints: Mapping[str, ParamDecl] | None
+    effect: Effect | None
+    verifies: Verifies
+    description: str | None
+
+
+class ToolOptions(DeclareOptions, total=False):
+    """The options of ``Guard.tool`` and ``Guard.patch``: :class:`DeclareOptions` and ``name``.
+
+    Attributes:
+        name: The tool's name, as the model calls it (default: the
+            function's ``__name__``).
+    """
+
+    name: str | None
+
+
+def check_options(call: str, options: Mapping[str, object], allowed: frozenset[str]) -> None:
+    """Refuse an option ``call`` does not take, naming the ones it does (a ``TypeError``)."""
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        names = ", ".join(sorted(allowed))
+        raise TypeError(f"{call} got an unexpected option {unknown[0]!r}; its options: {names}")
 
 
 def _as_id(decl: object, *, tool: str, where: str) -> Id:

@@ -104,6 +104,32 @@ def test_compact_options_are_written_once() -> None:
     }
 
 
+def test_tool_options_are_written_once() -> None:
+    """declare, tool and patch take one set of options; a misspelt one names the right ones."""
+    assert guardrail.DeclareOptions.__optional_keys__ == {
+        "ids",
+        "produces",
+        "mints",
+        "effect",
+        "verifies",
+        "description",
+    }
+    assert guardrail.ToolOptions.__optional_keys__ == {
+        *guardrail.DeclareOptions.__optional_keys__,
+        "name",
+    }
+    guard = Guard(logger=SilentLogger())
+    misspelt: list[Callable[[], object]] = [
+        lambda: guard.declare("t", efect="read"),  # type: ignore[call-arg]
+        lambda: guard.tool(nmae="t"),  # type: ignore[call-overload]
+        lambda: guard.patch("shop.api:ship", verifes=True),  # type: ignore[call-arg]
+    ]
+    for name, wrong in zip(("declare", "tool", "patch"), misspelt, strict=True):
+        with pytest.raises(TypeError, match=rf"{name}\(\) got an unexpected option .*verifies"):
+            wrong()
+    assert guard.specs == {}
+
+
 def test_the_report_has_one_spelling() -> None:
     """CompactionReport.summarized, and no summarised; the audit event keeps its key."""
     guard = shop()

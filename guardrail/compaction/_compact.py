@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 from guardrail._audit import Audit
 from guardrail._content import map_text, nesting_fault
 from guardrail._messages import Repair, Shape, default_role, read, read_role, text_message, write
+from guardrail._spec import check_options
 from guardrail.compaction._block import BlockLine, parse_block, render_block, restore, seal, unseal
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._masking import Masker, lint
@@ -150,7 +151,7 @@ def compact(
         The compacted messages, in the shape they came in, and the report.
     """
     state = state_of(ledger, "compact()")
-    _check_options("compact()", options, CompactOptions)
+    _check_options("compact()", options, CompactOptions.__optional_keys__)
     try:
         return _compact(messages, state, guard, options, whole=False)
     except RecursionError:
@@ -187,7 +188,7 @@ def compact_text(
         **options: See :class:`SummaryOptions`.
     """
     state = state_of(ledger, "compact_text()")
-    _check_options("compact_text()", options, SummaryOptions)
+    _check_options("compact_text()", options, SummaryOptions.__optional_keys__)
     try:
         report = _compact(messages, state, guard, cast(CompactOptions, options), whole=True).report
     except RecursionError:
@@ -198,12 +199,9 @@ def compact_text(
     return f"{report.ledger_block}\n\n{SUMMARY_HEADER}\n{report.summary}"
 
 
-def _check_options(call: str, options: Mapping[str, Any], known: type) -> None:
+def _check_options(call: str, options: Mapping[str, Any], allowed: frozenset[str]) -> None:
     """Refuse an option the call does not have, and counts that are no counts."""
-    unknown = sorted(set(options) - known.__optional_keys__)  # type: ignore[attr-defined]
-    if unknown:
-        names = ", ".join(sorted(known.__optional_keys__))  # type: ignore[attr-defined]
-        raise TypeError(f"{call} got an unexpected option {unknown[0]!r}; its options: {names}")
+    check_options(call, options, allowed)
     for name in ("keep_recent", "keep_last_messages"):
         value = options.get(name)
         if value is not None and (

@@ -98,6 +98,9 @@ Guard(mode="loud")  # type: ignore[arg-type]
 Guard(capacity="many")  # type: ignore[arg-type]
 Guard(store=object())  # type: ignore[arg-type]
 guard.declare("t", effect="delete")  # type: ignore[arg-type]
+guard.declare("t", efect="read")  # type: ignore[call-arg]
+guard.tool(nmae="ship")  # type: ignore[call-overload]
+guard.patch("shop.api:ship", verifes=True)  # type: ignore[call-arg]
 
 # -- the decorator keeps the function's type --------------------------------------------------
 
