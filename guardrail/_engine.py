@@ -441,8 +441,7 @@ class Engine:
 
         A host that forwards the user's message with every call of a turn starts one turn.
         """
-        kept = state.user_texts
-        if kept and kept[-1] == text:
+        if state.user_texts.last() == text:
             return []
         return self.observe_user(text, state)
 

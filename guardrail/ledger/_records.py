@@ -209,8 +209,7 @@ def take_meta(state: LedgerState, meta: Meta) -> None:
     state.turn = meta["turn"]
     state.epoch = max(state.epoch, meta["epoch"])
     state.counters = dict(meta["counters"])
-    state.user_texts.clear()
-    state.user_texts.extend(meta["user_texts"])
+    state.user_texts.replace(meta["user_texts"])
     state.reprompts.take(meta["turn"], meta["refusals"])
 
 

@@ -17,7 +17,8 @@ the session journal use names, not a class's private members:
   :meth:`~LedgerState.label`, :meth:`~LedgerState.pin`,
   :meth:`~LedgerState.forget`, and :func:`guardrail.ledger._rekey.use_kinds`
   (keys under new normalisers);
-- conversation state beside the tables: :attr:`~LedgerState.reprompts`.
+- conversation state beside the tables: :attr:`~LedgerState.reprompts` and
+  :attr:`~LedgerState.user_texts`.
 
 Records, loading and merging are :mod:`guardrail.ledger._records`; the
 store journal is :mod:`guardrail._journal`.
@@ -28,7 +29,6 @@ from __future__ import annotations
 import secrets
 import sys
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
@@ -36,15 +36,11 @@ from typing import Any
 from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone
 from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
-from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds import _RUN_WORDS, Kind
-from guardrail.ledger._merge import USER_TEXTS_KEPT
+from guardrail.kinds import Kind
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
-
-#: Kinds (by run length) whose keys in the user texts are kept worked out.
-_TYPED_KEYS_KEPT = 64
+from guardrail.ledger._typed import UserTexts
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -69,7 +65,8 @@ class LedgerState:
       ``tombstone_capacity``;
     - ``turn`` and ``epoch`` (bumped at every change of the tables: a use
       reorders an entry once per epoch), ``counters`` (the numbers default
-      roles took), ``user_texts`` (the last ones), ``reprompts``;
+      roles took), ``user_texts`` (the last ones, a
+      :class:`~guardrail.ledger._typed.UserTexts`), ``reprompts``;
     - ``kinds`` (the normalisers keys are made with), ``session_id``,
       ``capacity``, ``seal_key`` (in memory only: see
       :meth:`guardrail.Guard`'s ``secret``), ``lock`` (held by every
@@ -110,9 +107,7 @@ class LedgerState:
         self.index: dict[str, KeyIndex] = {}
         self.size = 0
         self.pinned = 0  # pinned entries do not count against the capacity
-        self.user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
-        #: Per (kind, words): the user texts and kind last read, and the keys written in them.
-        self.typed_keys: dict[tuple[str, int], tuple[tuple[str, ...], Kind, frozenset[str]]] = {}
+        self.user_texts = UserTexts()
         self.reprompts = Reprompts()
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
@@ -211,33 +206,8 @@ class LedgerState:
             return index.with_prefix(prefix, table, limit)
 
     def typed_by_user(self, value: str, kind: Kind | None = None) -> bool:
-        """Whether the user texts kept hold ``value``: as a whole token, or by ``kind``'s key.
-
-        Verbatim is one pass over each text, whatever the value (see
-        :func:`has_token`). With a ``kind``, a run of the user's words that
-        the kind's normaliser reads as the value's key counts too
-        (``Ana@Example.com.`` for ``ana@example.com`` under ``email``), as a
-        pattern's match would: the keys of the kept texts are worked out
-        once per kind and reused until the next user text.
-        """
-        if not value.strip():
-            return False  # nothing typed is no id the user typed
-        texts = tuple(self.user_texts)
-        if any(has_token(text, value) for text in texts):
-            return True
-        key = kind.key(value) if kind is not None else None
-        if kind is None or not key:
-            return False
-        words = max(_RUN_WORDS, len(value.split()))
-        cached = self.typed_keys.get((kind.name, words))
-        # The texts are compared by identity first: the same strings, nothing to redo.
-        if cached is None or cached[0] != texts or cached[1] is not kind:
-            keys = frozenset().union(*(kind.keys_in(text, words=words) for text in texts))
-            if len(self.typed_keys) >= _TYPED_KEYS_KEPT:
-                self.typed_keys.clear()
-            cached = (texts, kind, keys)
-            self.typed_keys[kind.name, words] = cached
-        return key in cached[2]
+        """Whether the user texts kept hold ``value`` (see :meth:`UserTexts.holds`)."""
+        return self.user_texts.holds(value, kind)
 
     # -- the conversation -----------------------------------------------------------------
 
@@ -249,7 +219,7 @@ class LedgerState:
 
     def observe_text(self, text: str) -> None:
         """Keep a user text (bounded) for recognising ids typed with no pattern."""
-        self.user_texts.append(text)
+        self.user_texts.add(text)
 
     def touch(self, entry: Entry) -> None:
         """Mark ``entry`` used now; the allowed path of a check calls this.
