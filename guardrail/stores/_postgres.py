@@ -31,6 +31,16 @@ from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import has_surrogates
+from guardrail.stores._postgres_sql import (
+    APPLY,
+    CHANGES,
+    DELETE_RECORDS,
+    DELETE_SESSIONS,
+    IDLE,
+    LOCK,
+    NOW,
+    SCHEMA,
+)
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -53,118 +63,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
         "pip install 'guardrail-ids[postgres]'"
     ) from exc
 
-# The merge rule is not here: apply_change refuses a change that would replace a row (or the
-# meta) written after the writer's base, and returns those rows for the store to merge in Python.
-_SCHEMA = """
-CREATE SCHEMA IF NOT EXISTS {schema};
-CREATE TABLE IF NOT EXISTS {schema}.sessions (
-    session_id text PRIMARY KEY,
-    version bigint NOT NULL,
-    created bigint NOT NULL,
-    written timestamptz NOT NULL DEFAULT clock_timestamp(),
-    meta text,
-    meta_version bigint NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS {schema}.records (
-    session_id text NOT NULL,
-    name text NOT NULL,
-    version bigint NOT NULL,
-    record text NOT NULL,
-    PRIMARY KEY (session_id, name)
-);
-CREATE INDEX IF NOT EXISTS records_by_version ON {schema}.records (session_id, version);
-DROP FUNCTION IF EXISTS {schema}.merge_record(text, text);
-DROP FUNCTION IF EXISTS {schema}.merge_meta(text, text);
-CREATE OR REPLACE FUNCTION {schema}.apply_change(
-    sid text, base bigint, new_meta text, names text[], texts text[], durable boolean
-) RETURNS TABLE (
-    version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
-) LANGUAGE plpgsql AS $$
-DECLARE
-    now bigint := {now};
-    held {schema}.sessions%ROWTYPE;
-    next bigint;
-BEGIN
-    -- For this transaction only: whether its commit waits for the WAL to reach the disk.
-    PERFORM set_config('synchronous_commit', CASE WHEN durable THEN 'on' ELSE 'off' END, true);
-    INSERT INTO {schema}.sessions AS s (session_id, version, created, meta, meta_version)
-    VALUES (sid, now, now - 1, new_meta, CASE WHEN new_meta IS NULL THEN 0 ELSE now END)
-    ON CONFLICT (session_id) DO NOTHING;
-    IF FOUND THEN  -- a new session: written alone
-        next := now;
-        alone := true;
-    ELSE
-        SELECT * INTO held FROM {schema}.sessions AS s WHERE s.session_id = sid FOR UPDATE;
-        IF held.version > base THEN
-            SELECT array_agg(r.name), array_agg(r.record) INTO stake_names, stake_records
-            FROM {schema}.records AS r
-            WHERE r.session_id = sid AND r.name = ANY(names) AND r.version > base;
-            IF new_meta IS NOT NULL AND held.meta_version > base THEN
-                stake_meta := held.meta;
-            END IF;
-            IF stake_names IS NOT NULL OR stake_meta IS NOT NULL THEN
-                version := held.version;
-                alone := false;
-                RETURN NEXT;
-                RETURN;
-            END IF;
-        END IF;
-        next := held.version + 1;
-        alone := held.version = base;
-        UPDATE {schema}.sessions AS s SET
-            version = next,
-            written = clock_timestamp(),
-            meta = coalesce(new_meta, s.meta),
-            meta_version = CASE WHEN new_meta IS NULL THEN s.meta_version ELSE next END
-        WHERE s.session_id = sid;
-    END IF;
-    INSERT INTO {schema}.records AS r (session_id, name, version, record)
-    SELECT sid, u.name, next, u.record FROM unnest(names, texts) AS u(name, record)
-    ON CONFLICT (session_id, name) DO UPDATE SET record = excluded.record, version = next;
-    version := next;
-    stake_names := NULL;
-    stake_records := NULL;
-    stake_meta := NULL;
-    RETURN NEXT;
-END
-$$;
-"""
-
-# Microseconds since 1970 by the server's clock: a new session's first version.
-_NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
-
-_APPLY = """
-SELECT version, alone, stake_names, stake_records, stake_meta
-FROM {schema}.apply_change(
-    %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s
-)
-"""
-
 #: Rounds of merge-and-retry before a write gives up (each one progresses).
 _MAX_ATTEMPTS = 100
-
-# One snapshot of the session row and, unless the reader is up to date, the rows written
-# since its version (all of them when the session started after that version).
-_CHANGES = """
-SELECT 0, version, created,
-       CASE WHEN version <> %(since)s AND (created >= %(since)s OR meta_version > %(since)s)
-            THEN meta END
-FROM {schema}.sessions WHERE session_id = %(sid)s
-UNION ALL
-SELECT 1, r.version, NULL, r.record
-FROM {schema}.records AS r JOIN {schema}.sessions AS s ON s.session_id = r.session_id
-WHERE r.session_id = %(sid)s AND s.version <> %(since)s
-  AND r.version > CASE WHEN s.created >= %(since)s THEN 0 ELSE %(since)s END
-"""
-
-_LOCK = "SELECT 1 FROM {schema}.sessions WHERE session_id = %(sid)s FOR UPDATE"
-_DELETE_RECORDS = "DELETE FROM {schema}.records WHERE session_id = ANY(%(sids)s)"
-_DELETE_SESSIONS = "DELETE FROM {schema}.sessions WHERE session_id = ANY(%(sids)s)"
-_IDLE = """
-SELECT session_id FROM {schema}.sessions
-WHERE written <= clock_timestamp() - make_interval(secs => %(idle)s)
-ORDER BY session_id FOR UPDATE SKIP LOCKED
-"""
 
 
 class _PostgresBase:
@@ -183,15 +83,15 @@ class _PostgresBase:
         self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
-            key: sql.SQL(text).format(schema=name, now=sql.SQL(_NOW))
+            key: sql.SQL(text).format(schema=name, now=sql.SQL(NOW))
             for key, text in (
-                ("schema", _SCHEMA),
-                ("apply", _APPLY),
-                ("changes", _CHANGES),
-                ("lock", _LOCK),
-                ("delete_records", _DELETE_RECORDS),
-                ("delete_sessions", _DELETE_SESSIONS),
-                ("idle", _IDLE),
+                ("schema", SCHEMA),
+                ("apply", APPLY),
+                ("changes", CHANGES),
+                ("lock", LOCK),
+                ("delete_records", DELETE_RECORDS),
+                ("delete_sessions", DELETE_SESSIONS),
+                ("idle", IDLE),
             )
         }
         self._lock_key = f"guardrail:{schema}"
