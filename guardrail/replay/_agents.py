@@ -27,6 +27,7 @@ client themselves, so this module imports without those packages.
 
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import re
@@ -557,3 +558,34 @@ def as_call(output: Any) -> tuple[str, Any] | None:
         "an agent returns {'name': tool, 'arguments': {...}} or None for no call, not "
         f"{output!r:.200}"
     )
+
+
+def agent_name(agent: Agent) -> str:
+    """How the replay's settings name an agent: ``module:qualname``."""
+    module = getattr(agent, "__module__", None)
+    name = getattr(agent, "__qualname__", None) or type(agent).__name__
+    return f"{module}:{name}" if module else name
+
+
+class Asker:
+    """An agent as the replay asks it: the tools it is shown, and whether it takes an intent."""
+
+    def __init__(self, agent: Agent, tools: list[dict[str, Any]]) -> None:
+        self.agent = agent
+        self.tools = tools
+        self.intent = takes_intent(agent)
+
+    def ask(self, messages: Sequence[Any], intent: Intent, where: str) -> tuple[str, Any] | None:
+        given = [copy.deepcopy(m) for m in messages]  # an agent cannot change the replay
+        try:
+            if self.intent:
+                output = self.agent(given, self.tools, intent=intent)
+            else:
+                output = self.agent(given, self.tools)
+        except GuardrailUsageError:
+            raise
+        except Exception as exc:
+            raise GuardrailUsageError(
+                f"the agent raised {type(exc).__name__} at {where}: {exc}"
+            ) from exc
+        return as_call(output)

@@ -19,7 +19,6 @@ identifier arguments of its calls are compared.
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import time
@@ -35,7 +34,7 @@ from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
-from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
+from guardrail.replay._agents import Agent, Asker, Intent, agent_name, tool_definitions
 from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.replay._report import ReplayReport
@@ -114,7 +113,7 @@ class _Run:
         classes: Sequence[str],
         variants: int,
         compaction: Mapping[str, Compaction],
-        agent: _Asker | None,
+        agent: Asker | None,
     ) -> None:
         self.guard = guard
         self.trace = trace
@@ -449,42 +448,12 @@ def _stats(
     return stats
 
 
-def _agent_name(agent: Agent) -> str:
-    module = getattr(agent, "__module__", None)
-    name = getattr(agent, "__qualname__", None) or type(agent).__name__
-    return f"{module}:{name}" if module else name
-
-
 def _tool(call: tuple[str, Any] | None) -> str | None:
     return None if call is None else call[0]
 
 
 def _name(call: tuple[str, Any] | None) -> str:
     return "no call" if call is None else f"{call[0]}()"
-
-
-class _Asker:
-    """An agent, the tools it is shown, and whether it takes an intent."""
-
-    def __init__(self, agent: Agent, tools: list[dict[str, Any]]) -> None:
-        self.agent = agent
-        self.tools = tools
-        self.intent = takes_intent(agent)
-
-    def ask(self, messages: Sequence[Any], intent: Intent, where: str) -> tuple[str, Any] | None:
-        given = [copy.deepcopy(m) for m in messages]  # an agent cannot change the replay
-        try:
-            if self.intent:
-                output = self.agent(given, self.tools, intent=intent)
-            else:
-                output = self.agent(given, self.tools)
-        except GuardrailUsageError:
-            raise
-        except Exception as exc:
-            raise GuardrailUsageError(
-                f"the agent raised {type(exc).__name__} at {where}: {exc}"
-            ) from exc
-        return as_call(output)
 
 
 def replay(
@@ -556,7 +525,7 @@ def replay(
     asker = (
         None
         if agent is None
-        else _Asker(agent, [dict(t) for t in tools] if tools else tool_definitions(guard))
+        else Asker(agent, [dict(t) for t in tools] if tools else tool_definitions(guard))
     )
     files = _files(traces)
     strategies: dict[str, Compaction] = (
@@ -604,7 +573,7 @@ def replay(
         "variants": variants,
         "capacity": guard.capacity,
         "compaction": list(strategies),
-        "agent": None if agent is None else _agent_name(agent),
+        "agent": None if agent is None else agent_name(agent),
     }
     return ReplayReport(
         files=per_file,
