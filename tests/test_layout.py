@@ -1,9 +1,10 @@
-"""The package's shape: which modules are public, and the names that moved."""
+"""The package's shape: which modules are public, the names they export, how long they grow."""
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +48,18 @@ def test_every_public_name_imports(module: str) -> None:
     assert len(set(names)) == len(names)
     for name in names:
         assert hasattr(imported, name), f"{module}.{name}"
+
+
+#: The most lines a module of the package holds: past it, a module does more than one thing.
+MAX_MODULE_LINES = 600
+
+
+def test_no_module_is_longer_than_a_few_screens() -> None:
+    """Every module of the package is at most MAX_MODULE_LINES lines long (split one that grows)."""
+    root = Path(guardrail.__file__).parent
+    long = {
+        str(path.relative_to(root.parent)): lines
+        for path in sorted(root.rglob("*.py"))
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"

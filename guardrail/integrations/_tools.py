@@ -37,99 +37,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
 from guardrail._guard import internals
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES, Path, Step
-from guardrail._spec import KIND_KEY, SEP_KEY, Id, ToolSpec, annotation_ids, describe_ids, instruct
+from guardrail._spec import Id, ToolSpec, annotation_ids, describe_ids, instruct
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._marks import MAX_DEPTH, follow, kinds_in, marks_in, plain
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
 
 __all__ = ["Bindings", "Bound", "bind", "kinds_in", "marks_in"]
-
-#: How deep a schema is walked for identifier properties ($refs included).
-_MAX_DEPTH = 32
-#: Property names a result or parameter path can spell plainly.
-_PLAIN_FIRST = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_PLAIN_REST = _PLAIN_FIRST | frozenset("0123456789-")
-
-
-def _plain(key: str) -> bool:
-    return bool(key) and key[0] in _PLAIN_FIRST and set(key) <= _PLAIN_REST
-
-
-# -- marks in a JSON schema ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mark:
-    """One property of a schema marked ``x-guardrail-kind``: its path, kinds and separator."""
-
-    path: str
-    kinds: tuple[str, ...]
-    sep: str | None = None
-
-    def declaration(self) -> str | list[str] | dict[str, Any]:
-        """The mark as ``ids=`` takes it: a kind, a list of kinds, or with its separator."""
-        kinds: str | list[str] = self.kinds[0] if len(self.kinds) == 1 else list(self.kinds)
-        return {"kinds": list(self.kinds), "sep": self.sep} if self.sep else kinds
-
-
-def marks_in(schema: Any) -> list[Mark]:
-    """Every property of ``schema`` marked with ``x-guardrail-kind``, by its path.
-
-    Follows local ``$ref``s (pydantic puts nested models in ``$defs``), object
-    properties (``a.b``), array items (``a[*]``), ``additionalProperties``
-    (``a.*``) and ``anyOf``/``oneOf``/``allOf`` branches; the root itself is ``$``.
-    """
-    found: dict[str, Mark] = {}
-
-    def walk(node: Any, path: str, refs: tuple[str, ...]) -> None:
-        if not isinstance(node, Mapping) or len(refs) + path.count(".") > _MAX_DEPTH:
-            return
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/") and ref not in refs:
-            walk(_follow(schema, ref), path, (*refs, ref))
-        kind = node.get(KIND_KEY)
-        kinds: tuple[str, ...] = ()
-        if isinstance(kind, str) and kind:
-            kinds = (kind,)
-        elif isinstance(kind, list) and kind and all(isinstance(k, str) and k for k in kind):
-            kinds = tuple(kind)
-        if kinds:
-            sep = node.get(SEP_KEY)
-            found[path or "$"] = Mark(path or "$", kinds, sep if isinstance(sep, str) else None)
-        for branch in ("anyOf", "oneOf", "allOf"):
-            for option in node.get(branch) or ():
-                walk(option, path, refs)
-        properties = node.get("properties")
-        if isinstance(properties, Mapping):
-            for key, child in properties.items():
-                if isinstance(key, str) and _plain(key):
-                    walk(child, f"{path}.{key}" if path else key, refs)
-        items = node.get("items")
-        if isinstance(items, Mapping):
-            walk(items, f"{path}[*]", refs)
-        extra = node.get("additionalProperties")
-        if isinstance(extra, Mapping):
-            walk(extra, f"{path}.*" if path else "*", refs)
-
-    walk(schema, "", ())
-    return list(found.values())
-
-
-def kinds_in(schema: Any) -> dict[str, str | list[str]]:
-    """Path -> kind (a list where it accepts several) for every marked property of ``schema``."""
-    return {
-        mark.path: mark.kinds[0] if len(mark.kinds) == 1 else list(mark.kinds)
-        for mark in marks_in(schema)
-    }
-
-
-def _follow(root: Any, ref: str) -> Any:
-    target: Any = root
-    for part in ref[2:].split("/"):
-        target = target.get(part) if isinstance(target, Mapping) else None
-    return target
-
 
 # -- the names a runtime accepts for a field ----------------------------------------------------
 
@@ -242,11 +157,11 @@ _Node = _Rename | _Across
 def _schema_node(root: Any, node: Any) -> Any:
     """``node`` with its local ``$ref`` followed (once per level)."""
     seen = 0
-    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < _MAX_DEPTH:
+    while isinstance(node, Mapping) and isinstance(node.get("$ref"), str) and seen < MAX_DEPTH:
         ref = node["$ref"]
         if not ref.startswith("#/"):
             return None
-        node = _follow(root, ref)
+        node = follow(root, ref)
         seen += 1
     return node
 
@@ -336,7 +251,7 @@ def _text(steps: Sequence[Step]) -> str:
     for op, arg in steps:
         if op == KEY:
             key = str(arg)
-            part = key if _plain(key) else f"[{json.dumps(key)}]"
+            part = key if plain(key) else f"[{json.dumps(key)}]"
             text += part if not text or part.startswith("[") else f".{part}"
         elif op == EACH:
             text += "[*]"
