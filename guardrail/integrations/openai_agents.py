@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -68,8 +69,10 @@ except ImportError as missing:  # pragma: no cover - exercised by simulating the
     ) from missing
 
 from guardrail._guard import Guard
+from guardrail._reprompt import failure_text
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import CompactionReport, Summarizer, compact
+from guardrail.compaction._messages import unsuccessful
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -285,6 +288,14 @@ class _ToolGuard:
             # A tool's own failure formatter turns an exception into text the model reads;
             # mark the call failed so that text is never harvested as a result.
             set_function_tool_failure_error_function(guarded, _marking(formatter))
+        if guarded.timeout_error_function is not None:
+            guarded.timeout_error_function = _timed_out(guarded.timeout_error_function)
+        # The tool's own input guardrails may refuse a call too: the tool does not run, and
+        # the model reads their message as the call's output.
+        guarded.tool_input_guardrails[1:] = [
+            item if _guard_of(item) is not None else _marking_rejections(item)
+            for item in guarded.tool_input_guardrails[1:]
+        ]
         return guarded
 
 
@@ -297,17 +308,73 @@ def _guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard
 def _invoker(
     inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    """Run the tool with the ids as the ledger spells them; mark a normal return as a success."""
+    """Run the tool with the ids as the ledger spells them; mark a normal return as a success.
+
+    The text a failure formatter gave in place of a result is marked as a
+    failure (see :func:`_failure`).
+    """
 
     async def invoke(context: ToolContext[Any], arguments: str) -> Any:
         state = context.__dict__
         state.pop(_FAILED, None)
         result = await inner(context, state.get(_REWRITTEN, arguments))
-        if not state.pop(_FAILED, False) and not state.get(_SDK_DEFAULT_FAILURE, False):
-            state[_SUCCEEDED] = True
+        if state.pop(_FAILED, False) or state.get(_SDK_DEFAULT_FAILURE, False):
+            return _failure(context.tool_name, "failed", result)
+        state[_SUCCEEDED] = True
         return result
 
     return invoke
+
+
+def _failure(tool: str, what: str, text: Any) -> Any:
+    """The text the model reads for a call that failed, marked so wherever it is read back.
+
+    The SDK writes its items with no status, so a transcript shows a failure
+    by its text alone: the SDK's own sentences are known as they are (see
+    :mod:`guardrail._failures`); any other text (a tool's formatter, the
+    run's ``tool_error_formatter``, a timeout or a guardrail's message) gets
+    guardrail's failure mark in front, so compaction and replay never read it
+    as the tool's result.
+    """
+    if not isinstance(text, str) or unsuccessful(text):
+        return text
+    return failure_text(f"{tool} {what}: {text}")
+
+
+def _timed_out(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any], Exception], Any]:
+    """A tool's ``timeout_error_function``, its message marked as a failure."""
+
+    def timed_out(context: RunContextWrapper[Any], error: Exception) -> Any:
+        name = getattr(context, "tool_name", None) or "the tool"
+        given = formatter(context, error)
+        if inspect.isawaitable(given):
+
+            async def later() -> Any:
+                return _failure(name, "timed out", await given)
+
+            return later()
+        return _failure(name, "timed out", given)
+
+    return timed_out
+
+
+def _marking_rejections(guardrail: ToolInputGuardrail[Any]) -> ToolInputGuardrail[Any]:
+    """A tool's own input guardrail, its refusal's message marked as a failure."""
+    function = guardrail.guardrail_function
+
+    async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        out = function(data)
+        if inspect.isawaitable(out):
+            out = await out
+        behavior = out.behavior
+        if behavior["type"] == "reject_content":
+            name = data.context.tool_name
+            message = _failure(name, "did not run", behavior["message"])
+            if message is not behavior["message"]:
+                out = dataclasses.replace(out, behavior={**behavior, "message": message})
+        return out
+
+    return ToolInputGuardrail(guardrail_function=check, name=guardrail.get_name())
 
 
 def _marking(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any], Exception], Any]:

@@ -364,6 +364,53 @@ def test_an_id_in_a_tool_error_never_verifies() -> None:
     assert shop.refunds == []
 
 
+def _lookup_shop() -> Shop:
+    """The shop with find_order: a lookup a success confirms, read for ids in its text."""
+    shop = Shop()
+    shop.guard.declare(
+        "find_order",
+        ids={"order_id": "order"},
+        produces={"re:(#W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+    return shop
+
+
+def test_a_tool_error_read_back_by_another_worker_verifies_nothing() -> None:
+    """A lookup's error message (status="error"), rebuilt from the history, confirms nothing.
+
+    Another worker compacts the thread on a fresh ledger: the order the user
+    typed is not confirmed by the failed lookup, and the order its error text
+    names is not harvested.
+    """
+    shop = _lookup_shop()
+
+    @tool
+    def find_order(order_id: str) -> str:
+        """Find one order."""
+        raise ToolException(f"{order_id} is not yours; did you mean #W7654321?")
+
+    find_order.handle_tool_error = True
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            return calls(call("find_order", order_id="#W1234567"))
+        return AIMessage("Shall I refund it?")
+
+    messages = run(shop.agent(script, tools=[*shop.tools, find_order]), "Refund my order #W1234567")
+    assert tool_messages(messages, "find_order")[0].status == "error"
+    worker = _lookup_shop()  # its store has never seen this thread
+    compaction = GuardrailCompactionMiddleware(
+        worker.guard, trigger=("messages", 1), keep_last_messages=0
+    )
+    with worker.guard.session("t1") as ledger:
+        assert compaction._compacted(messages, ledger) is not None
+        assert ledger.get("order", "#W1234567") is not None  # the user's text, read again
+        for order in ("#W1234567", "#W7654321"):
+            assert not worker.guard.check("refund", {"order_id": order}, ledger=ledger).allowed
+
+
 def test_a_tool_that_raises_records_nothing_and_the_error_propagates() -> None:
     """An exception from a tool propagates as LangChain lets it; its call recorded as failed."""
     shop = Shop()

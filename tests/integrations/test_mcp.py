@@ -28,6 +28,7 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from guardrail import Guard
 from guardrail.compaction import compact
+from guardrail.compaction._messages import SHAPES, Shape, result_message, text_message
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations.mcp import (
     REFUSAL_META_KEY,
@@ -361,6 +362,72 @@ def test_the_client_raises_in_raise_mode_and_records_error_results_as_failures()
 
     run(main)
     assert refunds == []
+
+
+def _exchange(
+    shape: Shape, call_id: str, name: str, arguments: dict[str, Any], answer: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """A host's transcript of one call in ``shape``: the call, then its result.
+
+    ``answer`` is the result's text (``"text"``) and the fields the host keeps beside it.
+    """
+    fields = {key: value for key, value in answer.items() if key != "text"}
+    result = result_message(shape, call_id, answer["text"], error=False)
+    if shape == "anthropic":
+        use = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+        block = {**result["content"][0], **fields}
+        return [{"role": "assistant", "content": [use]}, {**result, "content": [block]}]
+    if shape == "openai_responses":
+        call = {"type": "function_call", "call_id": call_id, "name": name,
+                "arguments": json.dumps(arguments)}  # fmt: skip
+        return [call, {**result, **fields}]
+    function = {"name": name, "arguments": json.dumps(arguments)}
+    made = {"id": call_id, "type": "function", "function": function}
+    return [{"role": "assistant", "tool_calls": [made]}, {**result, **fields}]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_is_error_result_kept_in_the_hosts_transcript_verifies_nothing_on_rebuild(
+    shape: Shape,
+) -> None:
+    """A server's isError answer, written down by the host with its flag, is a failure read back.
+
+    The lookup of the order the user typed failed, its text naming another
+    customer's order. A host that rebuilds its ledger from the transcript
+    confirms neither: the flag MCP set is read in every message shape.
+    """
+    server = shop_server([])
+
+    def host_guard() -> Guard:
+        guard = guard_for()
+        guard.declare("get_order", ids={"order_id": "order"}, produces={"re:(#W\\d{7})": "order"},
+                      effect="read", verifies="on_success")  # fmt: skip
+        guard.declare("issue_refund", ids={"order_id": "order"}, effect="write")
+        return guard
+
+    guard = host_guard()
+    asked = {"order_id": "W1234567"}
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client, guard.session("host"):
+            guard.observe_user("Refund my order W1234567.")
+            return await guarded_call_tool(client, guard, "get_order", asked)
+
+    failed = run(main)
+    assert failed.is_error and "#W8855136" in text(failed)
+    answer = {"text": text(failed), "isError": failed.is_error}
+    messages = [
+        text_message(shape, "user", "Refund my order W1234567."),
+        *_exchange(shape, "c1", "get_order", asked, answer),
+        text_message(shape, "assistant", "Shall I refund it?"),
+        text_message(shape, "user", "Yes."),
+    ]
+    worker = host_guard()
+    ledger = worker.new_ledger("host")
+    compact(messages, ledger, guard=worker, keep_recent=1, shape=shape)
+    for order in ("W1234567", "#W8855136"):
+        refund = {"order_id": order, "amount": 1}
+        assert not worker.check("issue_refund", refund, ledger=ledger).allowed
 
 
 def test_a_guarded_client_session_declares_listed_tools_and_survives_a_compaction() -> None:

@@ -600,6 +600,121 @@ def test_a_refusal_in_the_history_is_a_failure_to_compaction(tmp_path: Path) -> 
     assert tools.refunds == []
 
 
+# failures the SDK writes in place of a result, read back from the history
+
+TYPED = "#W1234567"  # the order the user typed: no tool ever confirmed it
+NAMED = "#W7654321"  # the order a failure's text names: no tool ever returned it
+FAILURES = [
+    "raised",
+    "raised, the run's formatter names the error",
+    "raised, the tool's formatter names the error",
+    "timed out",
+    "timed out, its formatter names an order",
+    "refused by the tool's own guardrail",
+]
+
+
+def failing_lookup(failure: str) -> tuple[FunctionTool, RunConfig]:
+    """``find_order``, failing for every order as ``failure`` says, and the run's config."""
+
+    async def find_order(order_id: str) -> str:
+        """Look one order up."""
+        if failure.startswith("timed out"):
+            await asyncio.sleep(5)
+        raise LookupError(f"{order_id} is not one of your orders; did you mean {NAMED}?")
+
+    def names_the_error(context: Any, error: Exception) -> str:
+        return f"lookup failed: {error}"
+
+    def names_an_order(context: Any, error: Exception) -> str:
+        return f"the lookup timed out; {NAMED} was the last order it read"
+
+    @tool_input_guardrail
+    def closed(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        return ToolGuardrailFunctionOutput.reject_content(f"lookups are closed; try {NAMED}")
+
+    config = RunConfig()
+    if failure == "raised, the run's formatter names the error":
+        config = RunConfig(tool_error_formatter=lambda failed: f"lookup failed: {failed.error}")
+    if failure == "raised, the tool's formatter names the error":
+        tool = function_tool(find_order, failure_error_function=names_the_error)
+    elif failure == "timed out":
+        tool = function_tool(find_order, timeout=0.01)
+    elif failure == "timed out, its formatter names an order":
+        tool = function_tool(find_order, timeout=0.01, timeout_error_function=names_an_order)
+    else:
+        tool = function_tool(find_order)
+    if failure == "refused by the tool's own guardrail":
+        tool.tool_input_guardrails = [closed]
+    return tool, config
+
+
+def lookup_guard() -> Guard:
+    """The shop, with ``find_order``: a lookup a success confirms, read for ids in its text."""
+    guard = shop()
+    guard.declare(
+        "find_order",
+        ids={"order_id": "order"},
+        produces={"re:(#W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+    return guard
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_failure_the_sdk_wrote_verifies_nothing_when_another_worker_compacts_it(
+    failure: str, tmp_path: Path
+) -> None:
+    """A worker rebuilding the ledger from a session's items reads the SDK's failures as failures.
+
+    The SDK writes a failed call's output item with no status, as text: a
+    lookup declared on_success must not confirm the order the user typed, and
+    no order the failure's text names may come back verified.
+    """
+    guard, tools = lookup_guard(), Shop()
+    tool, config = failing_lookup(failure)
+    model = ScriptedModel(
+        [calls(("find_order", {"order_id": TYPED}, "c1")), [assistant_message("Refund it?")]]
+    )
+    history = str(tmp_path / "history.db")
+    agent = guard_agent(Agent(name="a", model=model, tools=[tool, tools.refund]), guard)
+    with guard.session("conv") as ledger:
+        run(agent, f"Refund my order {TYPED}", session=SQLiteSession("conv", history),
+            run_config=config)  # fmt: skip
+        assert all(not entry.verified for entry in ledger.entries())
+    worker = lookup_guard()  # another process: the conversation's ledger is not in its store
+    session = GuardedSession(SQLiteSession("conv", history), worker, max_items=1, keep_recent=0)
+    asyncio.run(session.add_items([{"role": "user", "content": "Yes, refund it."}]))
+    assert session.last_report is not None
+    with worker.session("conv") as rebuilt:
+        assert rebuilt.get("order", TYPED) is not None  # the user's text was read again
+        for order in (TYPED, NAMED):
+            assert not worker.check("refund", {"order_id": order}, ledger=rebuilt).allowed
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_a_failure_the_sdk_wrote_is_not_harvested_when_the_model_input_is_compacted(
+    failure: str,
+) -> None:
+    """compact_model_input, mid-run on the live ledger, harvests no id out of a failure's text."""
+    guard, tools = lookup_guard(), Shop()
+    tool, config = failing_lookup(failure)
+    model = ScriptedModel(
+        [
+            calls(("find_order", {"order_id": TYPED}, "c1")),
+            calls(("refund", {"order_id": NAMED}, "c2")),
+            calls(("refund", {"order_id": TYPED}, "c3")),
+            [assistant_message("ok")],
+        ]
+    )
+    config.call_model_input_filter = compact_model_input(guard, max_items=2, keep_recent=0)
+    agent = guard_agent(Agent(name="a", model=model, tools=[tool, tools.refund]), guard)
+    with guard.session("conv"):
+        run(agent, f"Refund my order {TYPED}", run_config=config)
+    assert tools.refunds == []
+
+
 def test_an_undeclared_tool_follows_the_guards_policy() -> None:
     """refuse_undeclared=True refuses a tool the guard does not know; the default runs it."""
     ran: list[str] = []

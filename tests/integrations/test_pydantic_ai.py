@@ -15,11 +15,13 @@ import pytest
 from pydantic import BaseModel, Field
 from pydantic_ai import Agent, ModelRetry, RunContext, ToolOutput
 from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     CompactionPart,
     ModelMessage,
     ModelRequest,
     ModelResponse,
+    RetryPromptPart,
     SystemPromptPart,
     TextPart,
     ThinkingPart,
@@ -565,6 +567,81 @@ def test_an_id_in_a_tool_error_never_verifies() -> None:
     with guard.session("conv-1") as ledger:
         run(agent, "go")
     assert not verified(ledger, SECOND)
+    assert shop.refunded == []
+
+
+TYPED = "#W1234567"  # the order the user typed: no tool ever confirmed it
+NAMED = "#W7654321"  # the order a failure's text names: no tool ever returned it
+
+
+def lookup_guard() -> Guard:
+    """The shop, with find_order: a lookup a success confirms, read for ids in its text."""
+    guard = make_guard()
+    guard.declare(
+        "find_order",
+        ids={"order_id": "order"},
+        produces={"re:(#W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+    return guard
+
+
+def _failed_lookup(failure: str) -> list[ModelMessage]:
+    """The history of a run whose lookup of TYPED failed as ``failure`` says (and names NAMED)."""
+    if failure == "a retry prompt of earlier releases":
+        call = ToolCallPart("find_order", {"order_id": TYPED}, tool_call_id="c1")
+        with pytest.warns(UserWarning, match="RetryPromptPart. is deprecated"):
+            retry = RetryPromptPart(
+                f"not yours; did you mean {NAMED}?", tool_name="find_order", tool_call_id="c1"
+            )
+        return [
+            ModelRequest(parts=[UserPromptPart(f"Refund my order {TYPED}")]),
+            ModelResponse(parts=[call]),
+            ModelRequest(parts=[retry]),
+            ModelResponse(parts=[TextPart("Refund it?")]),
+        ]
+    guard = lookup_guard()
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool_plain
+    def find_order(order_id: str) -> str:
+        """Look one order up."""
+        if failure == "retried":
+            raise ModelRetry(f"{order_id} is not yours; did you mean {NAMED}?")
+        raise ToolFailed(f"{order_id} is not yours; did you mean {NAMED}?")
+
+    script = scripted(calls(("find_order", {"order_id": TYPED})))
+    agent = Agent(FunctionModel(script), toolsets=[tools], capabilities=[Guardrail(guard)])
+    with guard.session("conv-1"):
+        messages = run(agent, f"Refund my order {TYPED}").all_messages()
+    assert [part.outcome for part in returns(messages, "find_order")] == [
+        "retried" if failure == "retried" else "failed"
+    ]
+    return list(messages)
+
+
+@pytest.mark.parametrize("failure", ["retried", "failed", "a retry prompt of earlier releases"])
+def test_a_failed_lookup_read_back_by_another_worker_verifies_nothing(failure: str) -> None:
+    """A retried or failed return, in a history compacted on a fresh ledger, confirms nothing.
+
+    The lookup of the order the user typed failed, its text naming another
+    order; a worker that never saw the conversation rebuilds its ledger from
+    the history, and neither order reaches the write.
+    """
+    history = _failed_lookup(failure)
+    worker, shop = lookup_guard(), Shop()
+    processor = guardrail_history_processor(worker, max_messages=1, keep_recent=1)
+    seen: list[list[ModelMessage]] = []
+
+    def refund_both(messages: list[ModelMessage]) -> ModelResponse:
+        seen.append(messages)
+        return calls(("refund", {"order_id": TYPED}), ("refund", {"order_id": NAMED}))
+
+    agent = agent_for(worker, shop, scripted(refund_both), capabilities=[ProcessHistory(processor)])
+    with worker.session("conv-1"):
+        run(agent, "Yes, refund it.", message_history=history)
+    assert isinstance(seen[0][0].parts[0], CompactionPart)  # the worker rebuilt its ledger
     assert shop.refunded == []
 
 
