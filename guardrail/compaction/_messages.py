@@ -106,6 +106,16 @@ class Result:
         """What a record of this result harvests: its JSON value, else its text."""
         return self.data if self.data is not None else self.text
 
+    @property
+    def text_value(self) -> Any:
+        """What the text alone holds: its JSON value, else the text.
+
+        A value given beside the text (the corpus's ``result``, a LangChain
+        artifact) is left out: a seal covers the text, nothing beside it.
+        """
+        data = _result_value(self.text)
+        return data if data is not None else self.text
+
 
 @dataclass(eq=False)
 class Message:
