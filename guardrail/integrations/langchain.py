@@ -30,6 +30,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
     from langchain.agents.middleware.types import ModelCallResult, ModelResponse
     from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
+    from langchain_core.messages.tool import ToolCall
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
@@ -46,6 +47,7 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
         f"pip install 'guardrail[langchain]' ({missing})"
     ) from missing
 
+from guardrail._seal import seal_result
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
@@ -55,6 +57,7 @@ from guardrail.integrations._langchain_messages import (
     tail_start,
     to_chat,
     tool_result,
+    with_tool_message,
 )
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -278,6 +281,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """Check the call, run it with the ledger's spelling of each id, record the result."""
         with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
+            sent = request.tool_call
             request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
@@ -287,7 +291,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._failed(request, ledger, checked)
                 raise
             self._after(request, response, ledger, checked)
-            return response
+            return self._sealed(sent, response, ledger)
 
     async def awrap_tool_call(
         self,
@@ -296,6 +300,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """As :meth:`wrap_tool_call`, for async tools and ``ainvoke``."""
         async with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
+            sent = request.tool_call
             request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
@@ -305,7 +310,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._failed(request, ledger, checked)
                 raise
             self._after(request, response, ledger, checked)
-            return response
+            return self._sealed(sent, response, ledger)
 
     def _before(
         self, request: ToolCallRequest, ledger: Ledger
@@ -342,6 +347,23 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         result, error = found
         self.guard.record(
             call["name"], checked, result, error=error, call_id=call["id"], ledger=ledger
+        )
+
+    def _sealed(self, call: ToolCall, response: _ToolResponse, ledger: Ledger) -> _ToolResponse:
+        """The response, its tool message's text sealed where the guard seals its results.
+
+        The seal covers the call as the model wrote it (the history keeps
+        that, not the respelled arguments) and the text the model reads; a
+        failed result, and content that is not one text, are left unsealed.
+        """
+        if not self.guard.seals_results or not call["id"]:
+            return response
+        return with_tool_message(
+            response,
+            call["id"],
+            lambda text: seal_result(
+                text, ledger, call_id=call["id"] or "", tool=call["name"], arguments=call["args"]
+            ),
         )
 
     def _failed(self, request: ToolCallRequest, ledger: Ledger, checked: Mapping[str, Any]) -> None:

@@ -50,6 +50,7 @@ try:
         GuardrailFunctionOutput,
         Handoff,
         InputGuardrail,
+        ItemHelpers,
         RunContextWrapper,
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
@@ -88,6 +89,7 @@ _RUN_WITH: Final = "_guardrail_run_with"  # the arguments the tool runs with (a 
 _REWRITTEN: Final = "_guardrail_rewritten"  # that mapping as JSON, where the ids were respelled
 _SUCCEEDED: Final = "_guardrail_succeeded"  # set by the invoker when the tool returned normally
 _FAILED: Final = "_guardrail_failed"  # set by a tool's own failure formatter
+_RESULT: Final = "_guardrail_result"  # what the tool returned, where the model reads it sealed
 # The SDK marks a result its default failure formatter wrote in place of a raised exception.
 _SDK_DEFAULT_FAILURE: Final = "_function_tool_default_failure_handled"
 
@@ -203,6 +205,7 @@ class _ToolGuard:
         state = context.__dict__
         succeeded = state.pop(_SUCCEEDED, False)
         arguments = state.pop(_RUN_WITH, None)
+        output = state.pop(_RESULT, data.output)  # the tool's own value, not the sealed text
         state.pop(_REWRITTEN, None)
         if arguments is None:
             arguments = context.tool_arguments
@@ -210,7 +213,7 @@ class _ToolGuard:
             self.guard.record(
                 context.tool_name,
                 arguments,
-                data.output,
+                output,
                 error=not succeeded,
                 call_id=context.tool_call_id,
             )
@@ -219,11 +222,37 @@ class _ToolGuard:
                 self.guard.record(
                     context.tool_name,
                     arguments,
-                    data.output,
+                    output,
                     error=not succeeded,
                     call_id=context.tool_call_id,
                 )
         return ToolGuardrailFunctionOutput.allow()
+
+    def seal(self, context: ToolContext[Any], result: Any) -> Any:
+        """What a successful call returned, as the text its output item holds, sealed.
+
+        The SDK writes a tool's return value as ``str()`` of it (text as it
+        is); that text, with the seal on a last line, is what the model reads
+        and the history keeps. The seal covers the call as the model wrote it
+        (its ``function_call`` item). Structured outputs (images, files) and
+        calls made by a hosted program are left as they are, unsealed; the
+        tool's own output guardrails and the record still see the value it
+        returned.
+        """
+        if _programmatic(context):
+            return result
+        text = ItemHelpers._convert_tool_output(result)  # the SDK's own conversion
+        if not isinstance(text, str):
+            return result
+        session = self.session_id(context.context) if self.session_id is not None else None
+        context.__dict__[_RESULT] = result
+        return self.guard.seal_result(
+            context.tool_name,
+            context.tool_arguments,
+            text,
+            call_id=context.tool_call_id,
+            session=session,
+        )
 
     def record_handoff(self, name: str, arguments: Any, context: Any, *, error: bool) -> None:
         """Record a handoff that ran (its ``mints``, a read's confirmation), or that failed."""
@@ -282,7 +311,14 @@ class _ToolGuard:
             *(tool.tool_output_guardrails or ()),
             self.record_guardrail,
         ]
-        guarded.on_invoke_tool = _invoker(guarded.on_invoke_tool)
+        # A tool with an output schema has its output validated as JSON by the SDK: a seal
+        # line would fail that, so such a tool's results stay unsealed.
+        sealing = self.guard.seals_results and guarded.output_json_schema is None
+        guarded.on_invoke_tool = _invoker(guarded.on_invoke_tool, self.seal if sealing else None)
+        if sealing:
+            guarded.tool_output_guardrails[:-1] = [
+                _given_the_result(item) for item in guarded.tool_output_guardrails[:-1]
+            ]
         formatter = guarded._failure_error_function
         if formatter is not None and not guarded._use_default_failure_error_function:
             # A tool's own failure formatter turns an exception into text the model reads;
@@ -307,23 +343,44 @@ def _guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard
 
 def _invoker(
     inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
+    seal: Callable[[ToolContext[Any], Any], Any] | None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
     """Run the tool with the ids as the ledger spells them; mark a normal return as a success.
 
     The text a failure formatter gave in place of a result is marked as a
-    failure (see :func:`_failure`).
+    failure (see :func:`_failure`); a success is sealed where ``seal`` is given.
     """
 
     async def invoke(context: ToolContext[Any], arguments: str) -> Any:
         state = context.__dict__
         state.pop(_FAILED, None)
+        state.pop(_RESULT, None)
         result = await inner(context, state.get(_REWRITTEN, arguments))
         if state.pop(_FAILED, False) or state.get(_SDK_DEFAULT_FAILURE, False):
             return _failure(context.tool_name, "failed", result)
         state[_SUCCEEDED] = True
-        return result
+        return seal(context, result) if seal is not None else result
 
     return invoke
+
+
+def _programmatic(context: ToolContext[Any]) -> bool:
+    """Whether a hosted program made the call (the SDK writes its output as JSON, not text)."""
+    call = getattr(context, "tool_call", None)
+    caller = call.get("caller") if isinstance(call, Mapping) else getattr(call, "caller", None)
+    kind = caller.get("type") if isinstance(caller, Mapping) else getattr(caller, "type", None)
+    return kind == "program"
+
+
+def _given_the_result(guardrail: ToolOutputGuardrail[Any]) -> ToolOutputGuardrail[Any]:
+    """A tool's own output guardrail, shown what the tool returned rather than the sealed text."""
+    function = guardrail.guardrail_function
+
+    def check(data: ToolOutputGuardrailData) -> Any:
+        returned = data.context.__dict__.get(_RESULT, data.output)
+        return function(dataclasses.replace(data, output=returned))
+
+    return ToolOutputGuardrail(guardrail_function=check, name=guardrail.get_name())
 
 
 def _failure(tool: str, what: str, text: Any) -> Any:
