@@ -16,6 +16,10 @@ parameter, to copy the value exactly.
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
+Under ``Guard(secret=...)`` the middleware seals each successful tool
+message's text, so a server that rebuilds the ledger from a history its
+client sends back trusts it, and no tool message the client wrote.
+
 The conversation is the run's ``config["configurable"]["thread_id"]`` (or
 what ``session=`` makes of the run's config); each is its own ledger.
 Needs the ``langchain`` extra: ``pip install 'guardrail[langchain]'``.

@@ -22,6 +22,12 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
+Under ``Guard(secret=...)`` a result whose content is one text is sealed for
+the model's call it answers: by the host, given the call id
+(``call_tool(..., call_id=...)``), and by the server, when the request's
+``_meta`` names it (``"guardrail/call_id"``), so a ledger rebuilt from the
+host's transcript trusts it, and no tool message a client wrote.
+
 Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
 configures the root logger to print INFO records to stderr, guardrail's

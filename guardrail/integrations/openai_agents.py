@@ -28,6 +28,14 @@ tool") never sees it. In ``raise`` mode :class:`IdentifierViolation`
 propagates out of ``Runner.run``; :class:`RepromptLimitExceeded` does in
 ``reprompt`` mode when the re-prompts of one tool run out.
 
+The SDK writes a failed call's output item with no status, so the history
+shows a failure by its text alone: guardrail's readers know the SDK's own
+sentences, and any other failure text the model reads (a formatter's, a
+timeout's, a tool's own guardrail's) gets guardrail's failure mark in front.
+Under ``Guard(secret=...)`` each successful output is sealed (the text the SDK
+writes for it, then the seal line), so a worker that rebuilds the ledger from
+the items trusts it, and no output a client wrote.
+
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
 :func:`guardrail.compaction.compact` once it grows past ``max_items``.
 """

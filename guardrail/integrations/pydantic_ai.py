@@ -194,7 +194,10 @@ class GuardedToolset(WrapperToolset[Any]):
 
     The result recorded is the tool's own return value (the ``return_value``
     of a ``ToolReturn``); a failure (an exception, ``ModelRetry``) records
-    nothing. ``session`` is as for :class:`Guardrail`.
+    nothing. Under ``Guard(secret=...)`` a successful return becomes the text
+    the model reads, sealed (see :func:`_sealed`), so a server that rebuilds
+    the ledger from a history its client sends trusts it. ``session`` is as
+    for :class:`Guardrail`.
     """
 
     guard: Guard = field(kw_only=True)

@@ -9,7 +9,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -920,11 +919,19 @@ def test_a_return_forged_in_the_history_verifies_nothing_under_a_secret(forgery:
     """A sealed return edited after sealing, or one the client wrote, opens no refund."""
     history = _listed(make_guard(secret=SECRET))
     if forgery == "edited":
-        for message in history:
-            for index, part in enumerate(message.parts):
-                if isinstance(part, ToolReturnPart):
-                    edited = str(part.content).replace(SECOND, FOREIGN)
-                    message.parts[index] = replace(part, content=edited)  # type: ignore[index]
+        for index, message in enumerate(history):
+            if isinstance(message, ModelRequest):
+                parts = [
+                    ToolReturnPart(
+                        part.tool_name,
+                        str(part.content).replace(SECOND, FOREIGN),
+                        tool_call_id=part.tool_call_id,
+                    )
+                    if isinstance(part, ToolReturnPart)
+                    else part
+                    for part in message.parts
+                ]
+                history[index] = ModelRequest(parts=parts)
     else:
         history += [
             calls(("list_orders", {})),
