@@ -62,7 +62,7 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
 
         from guardrail.integrations.langchain import GuardrailMiddleware
     except ImportError as missing:
-        why = f"LangChain is not installed ({missing}): pip install 'guardrail[langchain]'"
+        why = f"LangChain is not installed ({missing}): pip install 'guardrail-ids[langchain]'"
         section = Section(TITLE_CALL, rows=[Row("GuardrailMiddleware", skipped=why)])
         report.sections.append(section)
         return

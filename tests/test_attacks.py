@@ -1432,3 +1432,88 @@ def test_merging_copies_never_verifies_an_id_only_typed(tmp_path: Path) -> None:
 
 
 # (end of the persistence section)
+
+
+def test_a_value_the_users_words_normalise_to_is_only_ever_user_typed() -> None:
+    """Matching user text after a normaliser makes a value typed, never verified: writes refuse."""
+    guard = Guard(mode="raise")
+    guard.add_kind("email", normalize="email")
+    sent: list[str] = []
+
+    @guard.tool(effect="write")
+    def delete_account(email: Annotated[str, Id("email")]) -> str:
+        sent.append(email)
+        return "deleted"
+
+    with guard.session("s"):
+        guard.observe_user("Delete <Ana@Example.com>, now.")
+        for written in ("ana@example.com", "ANA@EXAMPLE.COM", "ana@examp1e.com", "example.com"):
+            with pytest.raises(IdentifierViolation):
+                delete_account(written)
+    assert sent == []
+
+
+def test_a_long_user_text_is_read_for_keys_once_per_kind_not_per_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keys of the user's words are worked out once per kind and text, then reused."""
+    from guardrail.kinds import Kind
+
+    guard = Guard(mode="reprompt")
+    guard.add_kind("email", normalize="email")
+    guard.declare("find_user", ids={"email": "email"}, effect="read")
+    reads: list[str] = []
+    keys_in = Kind.keys_in
+
+    def counted(self: Kind, text: str, *, words: int = 6) -> set[str]:
+        reads.append(text)
+        return keys_in(self, text, words=words)
+
+    monkeypatch.setattr(Kind, "keys_in", counted)
+    with guard.session("s"):
+        guard.observe_user("word " * 20_000 + "ana@example.com")
+        for number in range(50):
+            assert not guard.check("find_user", {"email": f"x{number}@example.com"}).allowed
+        assert guard.check("find_user", {"email": "ANA@example.com"}).allowed
+        assert len(reads) == 1
+        guard.observe_user("another message")
+        assert not guard.check("find_user", {"email": "y@example.com"}).allowed
+    assert len(reads) == 3  # a new text: both texts read again, once
+
+
+def test_a_patched_write_refuses_a_foreign_id_by_every_route_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Module attribute, getattr, instance, class with self, a later import: none runs unchecked."""
+    import importlib
+    import sys
+
+    (tmp_path / "vendor_bank.py").write_text(
+        "SENT = []\n"
+        "def transfer(account, amount):\n    SENT.append(account)\n\n"
+        "class Bank:\n    def transfer(self, account):\n        SENT.append(account)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    guard = Guard(mode="raise")
+    guard.add_kind("account", like="iban")
+    guard.patch("vendor_bank:transfer", ids={"account": "account"})  # before the import
+    guard.patch("vendor_bank:Bank.transfer", name="bank_transfer", ids={"account": "account"})
+    try:
+        bank = importlib.import_module("vendor_bank")
+        foreign = "DE89370400440532013000"
+        routes: list[Callable[[], object]] = [
+            lambda: bank.transfer(foreign, 10),
+            lambda: getattr(bank, "transfer")(account=foreign, amount=10),  # noqa: B009
+            lambda: bank.Bank().transfer(foreign),
+            lambda: bank.Bank.transfer(bank.Bank(), foreign),
+            lambda: importlib.import_module("vendor_bank").transfer(foreign, 1),
+        ]
+        with guard.session("s"):
+            guard.observe_user(f"send it to {foreign}")  # typed: still no write with it
+            for route in routes:
+                with pytest.raises(IdentifierViolation):
+                    route()
+        assert bank.SENT == []
+    finally:
+        sys.modules.pop("vendor_bank", None)

@@ -22,7 +22,7 @@ client sends back trusts it, and no tool message the client wrote.
 
 The conversation is the run's ``config["configurable"]["thread_id"]`` (or
 what ``session=`` makes of the run's config); each is its own ledger.
-Needs the ``langchain`` extra: ``pip install 'guardrail[langchain]'``.
+Needs the ``langchain`` extra: ``pip install 'guardrail-ids[langchain]'``.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by a test that hides langchain
     raise ImportError(
         "guardrail.integrations.langchain needs LangChain v1: "
-        f"pip install 'guardrail[langchain]' ({missing})"
+        f"pip install 'guardrail-ids[langchain]' ({missing})"
     ) from missing
 
 from guardrail._seal import seal_result

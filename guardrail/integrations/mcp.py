@@ -28,7 +28,7 @@ the model's call it answers: by the host, given the call id
 ``_meta`` names it (``"guardrail/call_id"``), so a ledger rebuilt from the
 host's transcript trusts it, and no tool message a client wrote.
 
-Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
+Needs the MCP SDK: ``pip install 'guardrail-ids[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
 configures the root logger to print INFO records to stderr, guardrail's
 included.
@@ -46,7 +46,7 @@ try:
     from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent, Tool
 except ImportError as exc:  # pragma: no cover - tested with the module hidden
     raise ImportError(
-        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
+        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail-ids[mcp]'"
     ) from exc
 
 from guardrail._check import undeclared_verdict

@@ -74,7 +74,7 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(
         "guardrail.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'guardrail[openai-agents]'"
+        "pip install 'guardrail-ids[openai-agents]'"
     ) from missing
 
 from guardrail._guard import Guard

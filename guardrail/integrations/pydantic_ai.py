@@ -56,7 +56,8 @@ try:
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 except ImportError as missing:  # pragma: no cover - exercised with the module hidden
     raise ImportError(
-        "guardrail.integrations.pydantic_ai needs Pydantic AI: pip install 'guardrail[pydantic-ai]'"
+        "guardrail.integrations.pydantic_ai needs Pydantic AI: "
+        "pip install 'guardrail-ids[pydantic-ai]'"
     ) from missing
 
 from guardrail._guard import Guard

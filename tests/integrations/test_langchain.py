@@ -935,7 +935,7 @@ def test_importing_without_langchain_says_what_to_install(monkeypatch: pytest.Mo
 
     monkeypatch.delitem(sys.modules, "guardrail.integrations.langchain")
     monkeypatch.setattr(builtins, "__import__", hide_langchain)
-    with pytest.raises(ImportError, match=r"pip install 'guardrail\[langchain\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'guardrail-ids\[langchain\]'"):
         importlib.import_module("guardrail.integrations.langchain")
 
 

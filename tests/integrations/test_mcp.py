@@ -19,7 +19,9 @@ import structlog
 from pydantic import BaseModel, Field
 from structlog.testing import capture_logs
 
-pytest.importorskip("mcp", reason="the mcp extra is not installed: pip install 'guardrail[mcp]'")
+pytest.importorskip(
+    "mcp", reason="the mcp extra is not installed: pip install 'guardrail-ids[mcp]'"
+)
 
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
@@ -631,7 +633,7 @@ def test_importing_without_the_extra_says_what_to_install(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(builtins, "__import__", without_mcp)
     monkeypatch.delitem(sys.modules, "guardrail.integrations.mcp")
-    with pytest.raises(ImportError, match=r"pip install 'guardrail\[mcp\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'guardrail-ids\[mcp\]'"):
         importlib.import_module("guardrail.integrations.mcp")
 
 

@@ -1023,7 +1023,7 @@ def test_importing_without_the_sdk_says_which_extra_to_install(
 
     monkeypatch.delitem(sys.modules, "guardrail.integrations.openai_agents")
     monkeypatch.setattr(builtins, "__import__", no_agents)
-    with pytest.raises(ImportError, match=r"pip install 'guardrail\[openai-agents\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'guardrail-ids\[openai-agents\]'"):
         import guardrail.integrations.openai_agents  # noqa: F401
 
 

@@ -964,7 +964,7 @@ def test_importing_without_pydantic_ai_says_what_to_install(
         if module.startswith("guardrail.integrations.pydantic_ai"):
             monkeypatch.delitem(sys.modules, module)
     monkeypatch.setattr(builtins, "__import__", no_pydantic_ai)
-    with pytest.raises(ImportError, match=r"pip install 'guardrail\[pydantic-ai\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'guardrail-ids\[pydantic-ai\]'"):
         importlib.import_module("guardrail.integrations.pydantic_ai")
 
 
