@@ -148,7 +148,9 @@ def harvest_results(
     A guard that seals its results (it has a secret) trusts a result only
     when its seal verifies for this session, call, tool, arguments and text:
     the client wrote the transcript. Any other result brings its ids in
-    unverified, as if the user had typed them, and nothing more.
+    unverified, as if the user had typed them, and nothing more. Such a guard
+    reads every result from its text alone: a value written beside it (a
+    ``result`` field) is not what the seal vouches for.
     """
     ledger = ledger_of(state)
     recorded = 0
@@ -161,7 +163,7 @@ def harvest_results(
             call = result.call
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
-            value = result.value
+            value = result.text_value if sealed_only else result.value
             if not fresh and not _news(harvest(spec, value, guard.kinds).batches, state, guard):
                 continue
             trusted = not sealed_only or seal_verifies(

@@ -30,29 +30,34 @@ Every call of the message is checked before any runs: the model wrote them
 all at once, so none of them may lean on an id another of them is about to
 return, and in ``raise`` mode the refusal of one call raises before a single
 tool of the message ran (nothing half-done to undo).
+
+The tools are bound to the guard as every adapter binds a runtime's tools
+(:mod:`guardrail.integrations._tools`): a function whose parameters are
+marked ``Id(...)`` is declared by the marks; each id is checked under the name
+the model sent it by (a parameter's alias included); a declared id parameter
+the tool's input schema does not have is a usage error at its first use; and
+:meth:`Toolbox.definitions` gives the tool definitions to send to the API,
+each id parameter telling the model to copy the value exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
-import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-import jsonschema.exceptions
-import jsonschema.validators
-
-from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
 from guardrail._harvest import failed
-from guardrail._messages import Call, Shape, read, result_message
+from guardrail._messages import SHAPES, Call, Shape, read, result_message
 from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text, is_refusal
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._loops_tools import LoopTool, input_schemas, unwrapped
+from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
@@ -63,109 +68,6 @@ __all__ = ["Toolbox", "arun_tool_calls", "run_tool_calls"]
 _RESPONSES_CALLS = frozenset({"function_call"})
 #: Anthropic blocks this loop answers (``server_tool_use`` blocks are run by the API).
 _ANTHROPIC_CALLS = frozenset({"tool_use"})
-#: Marks a tool given ``schemas={name: None}``: run without validating its arguments.
-_NO_SCHEMA = object()
-
-
-@dataclass
-class _Tool:
-    """One tool of a toolbox: its name, the function to run, and its compiled input schema."""
-
-    name: str
-    function: Callable[..., Any]
-    is_async: bool
-    schema: Any  # a JSON schema, _NO_SCHEMA, or None: not built yet (from the signature)
-    validator: jsonschema.protocols.Validator | None = None
-    compiled: bool = False
-
-    def compile(self) -> None:
-        """Build the argument validator once: from the schema given, else the signature."""
-        if self.compiled:
-            return
-        schema = self.schema
-        if schema is None:
-            schema = _signature_schema(self.name, self.function)
-        if schema is not _NO_SCHEMA:
-            cls = jsonschema.validators.validator_for(schema)
-            try:
-                cls.check_schema(schema)
-            except jsonschema.exceptions.SchemaError as exc:
-                raise GuardrailUsageError(
-                    f"the input schema of {self.name} is not a valid JSON schema: {exc.message}",
-                    tool=self.name,
-                ) from None
-            self.validator = cls(schema)
-        self.compiled = True
-
-    def invalid(self, arguments: Mapping[str, Any]) -> str | None:
-        """What is wrong with ``arguments`` for this tool, or None when they are valid."""
-        self.compile()
-        if self.validator is None or self.validator.is_valid(arguments):
-            return None
-        error = jsonschema.exceptions.best_match(self.validator.iter_errors(arguments))
-        if error is None:
-            return None
-        where = "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.path)
-        return f"{where.lstrip('.')}: {error.message}" if where else error.message
-
-
-def _signature_schema(name: str, function: Callable[..., Any]) -> Any:
-    """The JSON schema of a function's parameters, built by pydantic from its signature."""
-    import pydantic
-
-    try:
-        return pydantic.TypeAdapter(cast(Any, function)).json_schema()
-    except Exception as exc:  # an annotation pydantic cannot describe
-        raise GuardrailUsageError(
-            f"cannot build an input schema for {name} from its signature "
-            f"({type(exc).__name__}: {exc}); pass schemas={{{name!r}: schema}}, or "
-            f"schemas={{{name!r}: None}} to run it without validating its arguments",
-            tool=name,
-        ) from None
-
-
-def _schemas(given: Mapping[str, Any] | Iterable[Any] | None) -> dict[str, Any]:
-    """Input schemas by tool name, from a mapping or from the tool definitions sent to an API.
-
-    A definition may be in OpenAI chat form (``{"type": "function", "function":
-    {"name", "parameters"}}``), Responses form (``{"type": "function", "name",
-    "parameters"}``) or Anthropic form (``{"name", "input_schema"}``).
-    """
-    if given is None:
-        return {}
-    if isinstance(given, Mapping):
-        return {name: _NO_SCHEMA if schema is None else schema for name, schema in given.items()}
-    found: dict[str, Any] = {}
-    for definition in given:
-        spec = definition.get("function", definition) if isinstance(definition, Mapping) else None
-        name = spec.get("name") if isinstance(spec, Mapping) else None
-        if not isinstance(spec, Mapping) or not isinstance(name, str):
-            raise GuardrailUsageError(
-                "schemas= takes a mapping of tool name to JSON schema, or the tool definitions "
-                f"you send to the API (each with a name); got {definition!r}"
-            )
-        schema = spec.get("parameters", spec.get("input_schema"))
-        found[name] = _NO_SCHEMA if schema is None else schema
-    return found
-
-
-def _unwrapped(guard: Guard, function: Callable[..., Any]) -> tuple[str | None, Callable[..., Any]]:
-    """The spec name and the function under ``@guard.tool`` (so a call is checked once).
-
-    ``(None, function)`` for a function the decorator did not wrap.
-    """
-    bound = function.__self__ if inspect.ismethod(function) else None
-    plain = function.__func__ if inspect.ismethod(function) else function
-    tool = getattr(plain, "__dict__", {}).get(GUARDED_ATTRIBUTE)
-    if not isinstance(tool, GuardedTool):
-        return None, function
-    if guard.specs.get(tool.name) is not tool.spec:  # declared by another guard
-        raise GuardrailUsageError(
-            f"{tool.name} is guarded by another Guard; give the loop the guard that declared it",
-            tool=tool.name,
-        )
-    target: Callable[..., Any] = getattr(plain, "__wrapped__")  # noqa: B009
-    return tool.name, types.MethodType(target, bound) if bound is not None else target
 
 
 class Toolbox:
@@ -183,8 +85,18 @@ class Toolbox:
     build the toolbox once and pass it to every :func:`run_tool_calls`.
 
     Every tool that is not declared to a guard built with
-    ``refuse_undeclared=True`` is a usage error here, before any call: it
-    could never run.
+    ``refuse_undeclared=True`` (by the guard, or by its ``Id`` marks) is a
+    usage error here, before any call: it could never run.
+
+    Each tool is bound to the guard on first use, as every adapter binds a
+    runtime's tools: a function the guard does not know whose parameters (or
+    return type) carry ``Id`` marks is declared by them, as a ``write``; each
+    id is checked under the name the model sent it by (the name the input
+    schema gives it, a parameter's alias included); and a declared id
+    parameter the input schema does not have is a
+    :class:`~guardrail.GuardrailUsageError`, raised before any tool of the
+    message runs. :meth:`definitions` gives the tool definitions to send to
+    the API.
     """
 
     def __init__(
@@ -195,7 +107,9 @@ class Toolbox:
         schemas: Mapping[str, Any] | Iterable[Any] | None = None,
     ) -> None:
         self.guard = guard
-        given = _schemas(schemas)
+        self._bindings = Bindings(guard, "plain loop")
+        descriptions: dict[str, str] = {}
+        given = input_schemas(schemas, descriptions)
         pairs: list[tuple[str | None, Callable[..., Any]]]
         if isinstance(tools, Mapping):
             pairs = list(tools.items())
@@ -206,11 +120,11 @@ class Toolbox:
                 "tools is a mapping of tool name to function, or a list of functions; "
                 f"not {type(tools).__name__}"
             )
-        self._tools: dict[str, _Tool] = {}
+        self._tools: dict[str, LoopTool] = {}
         for key, function in pairs:
             if not callable(function):
                 raise GuardrailUsageError(f"tool {key!r} is not callable: {function!r}", tool=key)
-            spec_name, runnable = _unwrapped(guard, function)
+            spec_name, runnable = unwrapped(guard, function)
             if spec_name is not None and key is not None and key != spec_name:
                 # Run undecorated under another name, it would meet no spec: unchecked.
                 raise GuardrailUsageError(
@@ -225,17 +139,21 @@ class Toolbox:
                 )
             if name in self._tools:
                 raise GuardrailUsageError(f"two tools are named {name!r}", tool=name)
-            if guard.refuse_undeclared and name not in guard.specs:
-                raise GuardrailUsageError(
-                    f"{name} is not declared to the guard, which refuses undeclared tools: every "
-                    "call of it would be refused. Declare it (guard.declare or @guard.tool), "
-                    "or leave it out of the tools",
-                    tool=name,
-                )
             is_async = inspect.iscoroutinefunction(runnable) or inspect.iscoroutinefunction(
                 getattr(runnable, "__call__", None)  # noqa: B004 - an async callable object
             )
-            self._tools[name] = _Tool(name, runnable, is_async, given.pop(name, None))
+            tool = LoopTool(name, runnable, is_async, given.pop(name, None), descriptions.get(name))
+            self._tools[name] = tool
+            if guard.refuse_undeclared and name not in guard.specs:
+                with contextlib.suppress(GuardrailUsageError):
+                    self._bound(tool)  # its Id marks may declare it
+                if name not in guard.specs:
+                    raise GuardrailUsageError(
+                        f"{name} is not declared to the guard, which refuses undeclared tools: "
+                        "every call of it would be refused. Declare it (guard.declare, "
+                        "@guard.tool or Id marks on its parameters), or leave it out of the tools",
+                        tool=name,
+                    )
         if given:
             raise GuardrailUsageError(
                 f"schemas= names tools that are not in tools: {', '.join(sorted(given))}"
@@ -251,6 +169,46 @@ class Toolbox:
         for tool in self._tools.values():
             tool.compile()
         return self
+
+    def definitions(self, shape: Shape = "openai_chat") -> list[dict[str, Any]]:
+        """The tool definitions to send to the API, in ``shape``: each id parameter described.
+
+        Each tool's input schema (the one given, else the one built from its
+        signature) with, on every declared id parameter, the instruction to
+        copy the value exactly from a tool result or the ID LEDGER; and its
+        description (the given definition's, else the function's docstring).
+        OpenAI chat: ``{"type": "function", "function": {...}}``; Responses:
+        ``{"type": "function", "name", ...}``; Anthropic: ``{"name",
+        "input_schema", ...}``. Binding may raise
+        :class:`~guardrail.GuardrailUsageError`, as a call would (see the class).
+        """
+        if shape not in SHAPES:
+            raise GuardrailUsageError(f"unknown shape {shape!r}; use one of {', '.join(SHAPES)}")
+        found = []
+        for tool in self._tools.values():
+            bound = self._bound(tool)
+            schema = bound.schema if bound.schema is not None else tool.shown
+            parameters = dict(schema) if schema is not None else {"type": "object"}
+            description = tool.description or inspect.getdoc(tool.function)
+            function: dict[str, Any] = {"name": tool.name}
+            if description:
+                function["description"] = description
+            if shape == "anthropic":
+                found.append({**function, "input_schema": parameters})
+            elif shape == "openai_responses":
+                found.append({"type": "function", **function, "parameters": parameters})
+            else:
+                found.append(
+                    {"type": "function", "function": {**function, "parameters": parameters}}
+                )
+        return found
+
+    def _bound(self, tool: LoopTool) -> Bound:
+        """``tool`` bound to the guard as the model is given it (see the class docstring)."""
+        tool.compile()
+        return self._bindings.get(
+            tool.name, tool.shown, source=tool.function, function=tool.function
+        )
 
     def run(
         self, message: Any, *, session: str | None = None, shape: Shape | None = None
@@ -351,15 +309,18 @@ class Toolbox:
                     "it again with arguments that match its parameters."
                 )
                 continue
-            verdict = guard.enforce(call.name, arguments)
+            # Checked by the names the guard declares, whatever names the model sent.
+            bound = self._bound(tool)
+            checked, undo = bound.to_check(arguments)
+            verdict = guard.enforce(call.name, checked)
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
                 answer.refusal = Rejection(verdict).result_message(shape, call.id)
                 continue
             answer.tool = tool
-            answer.arguments = dict(
-                verdict.arguments if verdict.arguments is not None else arguments
-            )
+            recorded = verdict.arguments if verdict.arguments is not None else checked
+            answer.recorded = dict(recorded)
+            answer.arguments = dict(bound.to_run(recorded, undo, arguments))
         return answers
 
     def _record(self, shape: Shape, answer: _Answer) -> None:
@@ -368,7 +329,7 @@ class Toolbox:
         if answer.failure is not None:
             exc = answer.failure
             answer.text = failure_text(f"{name} failed: {type(exc).__name__}: {exc}")
-            self.guard.record(name, answer.arguments, None, error=True, call_id=call_id)
+            self.guard.record(name, answer.recorded, None, error=True, call_id=call_id)
             return
         result = answer.result
         answer.text = _result_text(result)
@@ -376,7 +337,7 @@ class Toolbox:
         # marked as the failure it is, where the shape has a flag for it.
         answer.ok = not (failed(result) or is_refusal(answer.text))
         guard = self.guard
-        guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        guard.record(name, answer.recorded, result, error=not answer.ok, call_id=call_id)
         if answer.ok and guard.seals_results:
             # Sealed over the call as the model wrote it: what the transcript will show.
             answer.text = guard.seal_result(
@@ -389,8 +350,11 @@ class _Answer:
     """What happens to one call: refused, failed, not run (``text`` says why), or its result."""
 
     call: Call
-    tool: _Tool | None = None
+    tool: LoopTool | None = None
+    #: What the tool runs with: the model's names, the ledger's spelling of each id.
     arguments: dict[str, Any] = field(default_factory=dict)
+    #: The same, by the names the guard declares: what the record reads.
+    recorded: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
     refusal: dict[str, Any] | None = None
     result: Any = None

@@ -28,6 +28,14 @@ tool") never sees it. In ``raise`` mode :class:`IdentifierViolation`
 propagates out of ``Runner.run``; :class:`RepromptLimitExceeded` does in
 ``reprompt`` mode when the re-prompts of one tool run out.
 
+The SDK writes a failed call's output item with no status, so the history
+shows a failure by its text alone: guardrail's readers know the SDK's own
+sentences, and any other failure text the model reads (a formatter's, a
+timeout's, a tool's own guardrail's) gets guardrail's failure mark in front.
+Under ``Guard(secret=...)`` each successful output is sealed (the text the SDK
+writes for it, then the seal line), so a worker that rebuilds the ledger from
+the items trusts it, and no output a client wrote.
+
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
 :func:`guardrail.compaction.compact` once it grows past ``max_items``.
 """
@@ -38,27 +46,16 @@ import contextlib
 import dataclasses
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any, Final
+from collections.abc import Collection, Mapping
+from typing import Any
 
 try:
     from agents import (
         Agent,
-        AgentsException,
         FunctionTool,
-        GuardrailFunctionOutput,
         Handoff,
-        InputGuardrail,
         RunContextWrapper,
-        ToolGuardrailFunctionOutput,
-        ToolInputGuardrail,
-        ToolInputGuardrailData,
-        ToolOutputGuardrail,
-        ToolOutputGuardrailData,
     )
-    from agents.items import TResponseInputItem
-    from agents.tool import set_function_tool_failure_error_function
-    from agents.tool_context import ToolContext
 except ImportError as missing:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(
         "guardrail.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -66,280 +63,11 @@ except ImportError as missing:  # pragma: no cover - exercised by simulating the
     ) from missing
 
 from guardrail._guard import Guard
-from guardrail._reprompt import Rejection
-from guardrail._verdict import Verdict
-from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._agents_sessions import GuardedSession, SessionId, compact_model_input
-from guardrail.integrations._tools import Bindings, Bound
+from guardrail.integrations._agents_tools import RunIdentifierViolation, ToolGuard, guard_of
 
 __all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
-
-# What a call carries from its input guardrail to its output guardrail, kept on the
-# SDK's ToolContext (one per call, shared by both guardrails and the tool's invoker).
-_RUN_WITH: Final = "_guardrail_run_with"  # the arguments the tool runs with (a mapping)
-_REWRITTEN: Final = "_guardrail_rewritten"  # that mapping as JSON, where the ids were respelled
-_SUCCEEDED: Final = "_guardrail_succeeded"  # set by the invoker when the tool returned normally
-_FAILED: Final = "_guardrail_failed"  # set by a tool's own failure formatter
-# The SDK marks a result its default failure formatter wrote in place of a raised exception.
-_SDK_DEFAULT_FAILURE: Final = "_function_tool_default_failure_handled"
-
-_ALLOW: Final = GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
-
-
-class _RunIdentifierViolation(IdentifierViolation, AgentsException):
-    """An :class:`IdentifierViolation` the SDK lets through ``Runner.run`` as it is.
-
-    The SDK wraps any other exception of a tool's guardrail in a ``UserError``;
-    as one of its own exceptions this one reaches the program unwrapped (an
-    ``except IdentifierViolation`` catches it) and carries the SDK's
-    ``run_data``.
-    """
-
-    def __init__(self, verdict: Verdict) -> None:
-        super().__init__(verdict)
-        self.run_data = None
-
-
-class _RunRepromptLimitExceeded(RepromptLimitExceeded, AgentsException):
-    """A :class:`RepromptLimitExceeded` the SDK lets through ``Runner.run`` as it is."""
-
-    def __init__(self, verdict: Verdict, *, limit: int) -> None:
-        super().__init__(verdict, limit=limit)
-        self.run_data = None
-
-
-class _ToolGuard:
-    """The two tool guardrails of one guard, and the invoker that runs a call as allowed.
-
-    One per :func:`guard_agent` call (or :func:`guard_tool`), shared by every
-    tool it guards: a tool whose guardrails belong to the same guard is left
-    as it is.
-    """
-
-    def __init__(self, guard: Guard, session_id: SessionId | None) -> None:
-        if not isinstance(guard, Guard):
-            raise GuardrailUsageError(
-                f"guard_agent needs a guardrail Guard, not {type(guard).__name__}"
-            )
-        if session_id is not None and not callable(session_id):
-            raise GuardrailUsageError(
-                "session_id is a function of the context given to Runner.run that returns the "
-                "conversation id (e.g. lambda context: context.conversation_id), or None to use "
-                "the session open around Runner.run"
-            )
-        self.guard = guard
-        self.session_id = session_id
-        self.bindings = Bindings(guard, "OpenAI Agents SDK")
-        #: Each guarded tool's schema as the SDK made it, and its function, by tool name.
-        self.shapes: dict[str, tuple[dict[str, Any] | None, Any]] = {}
-        self.enforce_guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
-            guardrail_function=self._enforce, name="guardrail_enforce"
-        )
-        self.record_guardrail: ToolOutputGuardrail[Any] = ToolOutputGuardrail(
-            guardrail_function=self._record, name="guardrail_record"
-        )
-        self.observe_guardrail: InputGuardrail[Any] = InputGuardrail(
-            guardrail_function=self._observe, name="guardrail_observe_user", run_in_parallel=False
-        )
-
-    # -- the guardrails -------------------------------------------------------------------
-
-    def bound(self, name: str) -> Bound:
-        """A guarded tool (or handoff), bound to the guard as the SDK sends it to the model."""
-        schema, function = self.shapes.get(name, (None, None))
-        return self.bindings.get(name, schema, source=function, function=function)
-
-    def check(self, name: str, arguments: Any, context: Any) -> tuple[Verdict, Any, Any]:
-        """Enforce one call as the model sent it: the verdict, the arguments to run, as checked.
-
-        Raises the SDK-friendly :class:`IdentifierViolation` and
-        :class:`RepromptLimitExceeded`, which reach the program unwrapped.
-        """
-        bound = self.bound(name)
-        checked, undo = bound.to_check(arguments)
-        try:
-            if self.session_id is None:
-                verdict = self.guard.enforce(name, checked)
-            else:
-                with self.guard.session(self.session_id(context)):
-                    verdict = self.guard.enforce(name, checked)
-        except RepromptLimitExceeded as stop:
-            raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
-        except IdentifierViolation as refusal:  # raise mode
-            raise _RunIdentifierViolation(refusal.verdict) from None
-        recorded = verdict.arguments if verdict.arguments is not None else checked
-        return verdict, bound.to_run(recorded, undo, arguments), recorded
-
-    def _enforce(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
-        """Check a call before it runs; refuse it with the re-prompt as the tool's output."""
-        context = data.context
-        arguments: Any = context.tool_arguments
-        # Text that is not JSON goes to the check as it is: it reports what it cannot read.
-        with contextlib.suppress(ValueError):
-            arguments = json.loads(arguments) if arguments else {}
-        verdict, run_with, recorded = self.check(context.tool_name, arguments, context.context)
-        if verdict.allowed or self.guard.mode == "observe":
-            if verdict.arguments is not None:
-                state = context.__dict__
-                state[_RUN_WITH] = recorded
-                if run_with is not arguments:  # an id respelled as the ledger has it
-                    state[_REWRITTEN] = json.dumps(run_with, ensure_ascii=False)
-            return ToolGuardrailFunctionOutput.allow()
-        return ToolGuardrailFunctionOutput.reject_content(
-            verdict.message, output_info=Rejection(verdict).to_dict()
-        )
-
-    def _record(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
-        """Record the tool's raw output; a failure (raised, timed out) records nothing."""
-        context = data.context
-        state = context.__dict__
-        succeeded = state.pop(_SUCCEEDED, False)
-        arguments = state.pop(_RUN_WITH, None)
-        state.pop(_REWRITTEN, None)
-        if arguments is None:
-            arguments = context.tool_arguments
-        if self.session_id is None:
-            self.guard.record(
-                context.tool_name,
-                arguments,
-                data.output,
-                error=not succeeded,
-                call_id=context.tool_call_id,
-            )
-        else:
-            with self.guard.session(self.session_id(context.context)):
-                self.guard.record(
-                    context.tool_name,
-                    arguments,
-                    data.output,
-                    error=not succeeded,
-                    call_id=context.tool_call_id,
-                )
-        return ToolGuardrailFunctionOutput.allow()
-
-    def record_handoff(self, name: str, arguments: Any, context: Any, *, error: bool) -> None:
-        """Record a handoff that ran (its ``mints``, a read's confirmation), or that failed."""
-        if arguments is None:
-            return
-        if self.session_id is None:
-            self.guard.record(name, arguments, None, error=error)
-        else:
-            with self.guard.session(self.session_id(context)):
-                self.guard.record(name, arguments, None, error=error)
-
-    def _observe(
-        self,
-        context: RunContextWrapper[Any],
-        agent: Agent[Any],
-        given: str | list[TResponseInputItem],
-    ) -> GuardrailFunctionOutput:
-        """Observe the user's new messages as a run starts (ids of a kind's shape, unverified)."""
-        texts = _user_texts(given)
-        if texts:
-            if self.session_id is None:
-                for text in texts:
-                    self.guard.observe_user(text)
-            else:
-                with self.guard.session(self.session_id(context.context)):
-                    for text in texts:
-                        self.guard.observe_user(text)
-        return _ALLOW
-
-    # -- tools ----------------------------------------------------------------------------
-
-    def guards(self, tool: FunctionTool) -> bool:
-        """Whether ``tool`` is already guarded by this guard (by this or another ``_ToolGuard``)."""
-        return any(_guard_of(item) is self.guard for item in tool.tool_input_guardrails or ())
-
-    def wrap(self, tool: FunctionTool) -> FunctionTool:
-        """A copy of ``tool`` with this guard's guardrails, run with the ledger's spelling.
-
-        The copy is bound to the guard (declared by its ``Id`` marks where the
-        guard does not know it, held to its schema), and its schema says, on
-        every id parameter, to copy the value exactly.
-        """
-        if self.guards(tool):
-            return tool
-        function = getattr(tool, "__wrapped__", None)
-        self.shapes[tool.name] = (tool.params_json_schema, function if callable(function) else None)
-        bound = self.bound(tool.name)
-        guarded = tool.__copy__()  # the SDK's copy rebinds the failure handling to the copy
-        if bound.schema is not None and bound.schema != tool.params_json_schema:
-            guarded.params_json_schema = dict(bound.schema)
-        guarded.tool_input_guardrails = [
-            self.enforce_guardrail,
-            *(tool.tool_input_guardrails or ()),
-        ]
-        guarded.tool_output_guardrails = [
-            *(tool.tool_output_guardrails or ()),
-            self.record_guardrail,
-        ]
-        guarded.on_invoke_tool = _invoker(guarded.on_invoke_tool)
-        formatter = guarded._failure_error_function
-        if formatter is not None and not guarded._use_default_failure_error_function:
-            # A tool's own failure formatter turns an exception into text the model reads;
-            # mark the call failed so that text is never harvested as a result.
-            set_function_tool_failure_error_function(guarded, _marking(formatter))
-        return guarded
-
-
-def _guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard | None:
-    """The guard whose adapter made ``guardrail`` (None: someone else's guardrail)."""
-    owner = getattr(guardrail.guardrail_function, "__self__", None)
-    return owner.guard if isinstance(owner, _ToolGuard) else None
-
-
-def _invoker(
-    inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
-) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    """Run the tool with the ids as the ledger spells them; mark a normal return as a success."""
-
-    async def invoke(context: ToolContext[Any], arguments: str) -> Any:
-        state = context.__dict__
-        state.pop(_FAILED, None)
-        result = await inner(context, state.get(_REWRITTEN, arguments))
-        if not state.pop(_FAILED, False) and not state.get(_SDK_DEFAULT_FAILURE, False):
-            state[_SUCCEEDED] = True
-        return result
-
-    return invoke
-
-
-def _marking(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any], Exception], Any]:
-    """``formatter``, marking the call it formats as failed."""
-
-    def failure(context: RunContextWrapper[Any], error: Exception) -> Any:
-        context.__dict__[_FAILED] = True
-        return formatter(context, error)
-
-    return failure
-
-
-def _user_texts(given: str | list[TResponseInputItem]) -> list[str]:
-    """The texts of the user's new messages in a run's input: a string, or Responses items.
-
-    In a list, the user messages at its end, after the last item of any other
-    kind: a history passed back in (``result.to_input_list()`` plus the next
-    message) was observed when it was new, and each observation starts a turn.
-    """
-    if isinstance(given, str):
-        return [given]
-    texts: list[str] = []
-    for item in reversed(given):
-        if not isinstance(item, Mapping) or item.get("role") != "user":
-            break
-        content = item.get("content")
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            texts.extend(
-                part["text"]
-                for part in reversed(content)
-                if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-            )
-    texts.reverse()
-    return texts
-
 
 # -- agents -------------------------------------------------------------------------------
 
@@ -347,7 +75,7 @@ def _user_texts(given: str | list[TResponseInputItem]) -> list[str]:
 class _Guarding:
     """One walk over an agent graph: each agent and each tool object guarded once."""
 
-    def __init__(self, tools: _ToolGuard, allow_unguarded: Collection[str]) -> None:
+    def __init__(self, tools: ToolGuard, allow_unguarded: Collection[str]) -> None:
         self.tools = tools
         self.allow_unguarded = frozenset(allow_unguarded)
         self.agents: dict[int, Agent[Any]] = {}
@@ -459,7 +187,7 @@ class _Guarding:
                     arguments = json.loads(given) if given else {}
                 verdict, run_with, recorded = tools.check(name, arguments, context.context)
                 if not verdict.allowed and tools.guard.mode != "observe":
-                    raise _RunIdentifierViolation(verdict)
+                    raise RunIdentifierViolation(verdict)
                 if run_with is not arguments:
                     given = json.dumps(run_with, ensure_ascii=False)
             try:
@@ -520,10 +248,10 @@ def guard_agent(
     for the context given to ``Runner.run(..., context=...)``
     (``lambda context: context.conversation_id``).
     """
-    tools = _ToolGuard(guard, session_id)
+    tools = ToolGuard(guard, session_id)
     guarding = _Guarding(tools, allow_unguarded)
     guarded = guarding.agent(agent)
-    if not any(_guard_of(item) is guard for item in guarded.input_guardrails):
+    if not any(guard_of(item) is guard for item in guarded.input_guardrails):
         guarded.input_guardrails = [tools.observe_guardrail, *guarded.input_guardrails]
     return guarded
 
@@ -541,4 +269,4 @@ def guard_tool(
             f"guard_tool takes an agents.FunctionTool, not {type(tool).__name__}: the SDK "
             "runs tool guardrails on function tools only"
         )
-    return _ToolGuard(guard, session_id).wrap(tool)
+    return ToolGuard(guard, session_id).wrap(tool)

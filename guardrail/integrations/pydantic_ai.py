@@ -38,13 +38,19 @@ import contextlib
 import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 try:
     from pydantic_ai import ModelRetry, RunContext, ToolOutput
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
-    from pydantic_ai.messages import ModelMessage, ToolCallPart, ToolReturn
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        ToolCallPart,
+        ToolReturn,
+        ToolReturnPart,
+    )
     from pydantic_ai.output import OutputContext
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
@@ -57,9 +63,13 @@ except ImportError as missing:  # pragma: no cover - exercised with the module h
 from guardrail._guard import Guard
 from guardrail._reprompt import Rejection
 from guardrail._spec import describe_ids
-from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
-from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat
+from guardrail.integrations._pydantic_ai_sessions import (
+    SessionChooser,
+    conversation,
+    conversation_id_session,
+    guardrail_history_processor,
+)
 from guardrail.integrations._tools import Bindings, Bound
 from guardrail.ledger import Ledger
 
@@ -70,58 +80,6 @@ __all__ = [
     "conversation_id_session",
     "guardrail_history_processor",
 ]
-
-#: Chooses a run's session: a session id (opened around each call) or a ledger.
-SessionChooser = Callable[[RunContext[Any]], "str | Ledger"]
-
-_HistoryProcessor = Callable[[RunContext[Any], list[ModelMessage]], Any]
-
-
-@contextlib.contextmanager
-def _conversation(
-    guard: Guard, choose: SessionChooser | None, ctx: RunContext[Any]
-) -> Iterator[Ledger]:
-    """The ledger of the conversation ``ctx`` belongs to, current for the ``with`` block."""
-    if choose is not None:
-        chosen = choose(ctx)
-        if isinstance(chosen, Ledger):
-            yield chosen
-            return
-        if not isinstance(chosen, str) or not chosen:
-            raise GuardrailUsageError(
-                "session= returns the conversation's session id (a non-empty str) or its "
-                f"Ledger, not {chosen!r}"
-            )
-        with guard.session(chosen) as ledger:
-            yield ledger
-        return
-    try:
-        ledger = guard.ledger  # the open `with guard.session(...)`, or the default session
-    except GuardrailUsageError:
-        raise GuardrailUsageError(_NO_SESSION) from None
-    yield ledger
-
-
-_NO_SESSION = (
-    "a guarded Pydantic AI run started outside any session. Run the agent inside "
-    "`async with guard.session(conversation_id):` (or `with`), or give the capability a "
-    "session chooser: Guardrail(guard, session=lambda ctx: ...), e.g. "
-    "session=conversation_id_session where the message history is your own"
-)
-
-
-def conversation_id_session(ctx: RunContext[Any]) -> str:
-    """The run's ``conversation_id`` as its session id: ``Guardrail(guard, session=...)``.
-
-    Pydantic AI takes the ``conversation_id`` from the run's argument or from the
-    message history given to the run, so two runs of one conversation share a
-    ledger with no code at all. Use it only where that history is the program's
-    own: a history sent by a client could name another conversation's id, and
-    with it that conversation's ledger.
-    """
-    if not ctx.conversation_id:
-        raise GuardrailUsageError("this run has no conversation_id to name its session after")
-    return ctx.conversation_id
 
 
 def _function_of(tool: ToolsetTool[Any], name: str) -> Callable[..., Any] | None:
@@ -188,7 +146,10 @@ class GuardedToolset(WrapperToolset[Any]):
 
     The result recorded is the tool's own return value (the ``return_value``
     of a ``ToolReturn``); a failure (an exception, ``ModelRetry``) records
-    nothing. ``session`` is as for :class:`Guardrail`.
+    nothing. Under ``Guard(secret=...)`` a successful return becomes the text
+    the model reads, sealed (see :func:`_sealed`), so a server that rebuilds
+    the ledger from a history its client sends trusts it. ``session`` is as
+    for :class:`Guardrail`.
     """
 
     guard: Guard = field(kw_only=True)
@@ -238,7 +199,7 @@ class GuardedToolset(WrapperToolset[Any]):
                 pass
             else:
                 return await self._guarded(name, tool_args, ctx, tool, ledger)
-        with _conversation(self.guard, self.session, ctx) as ledger:
+        with conversation(self.guard, self.session, ctx) as ledger:
             return await self._guarded(name, tool_args, ctx, tool, ledger)
 
     async def _guarded(
@@ -275,7 +236,46 @@ class GuardedToolset(WrapperToolset[Any]):
             raise ModelRetry(str(result))
         value = result.return_value if isinstance(result, ToolReturn) else result
         guard.record(name, recorded, value, call_id=call_id, ledger=ledger)
+        if guard.seals_results and call_id:
+            return _sealed(guard, result, value, name, call_id, ctx, ledger)
         return result
+
+
+def _sealed(
+    guard: Guard,
+    result: Any,
+    value: Any,
+    name: str,
+    call_id: str,
+    ctx: RunContext[Any],
+    ledger: Ledger,
+) -> Any:
+    """``result`` as the text the model reads, sealed (see :meth:`Guard.seal_result`).
+
+    The return part Pydantic AI makes of it holds, and shows the model, that
+    text: the value as the model would have read it, then the seal line. The
+    seal covers the call as the history keeps it (the model's arguments, as
+    the history processor reads them). A result with files, or a call the
+    history does not show, is left as it is, unsealed.
+    """
+    part = ToolReturnPart(tool_name=name, content=value, tool_call_id=call_id)
+    arguments = _call_arguments(ctx.messages, call_id)
+    if part.files or arguments is None:
+        return result
+    text = guard.seal_result(
+        name, arguments, part.model_response_str(), call_id=call_id, ledger=ledger
+    )
+    return replace(result, return_value=text) if isinstance(result, ToolReturn) else text
+
+
+def _call_arguments(messages: Sequence[ModelMessage], call_id: str) -> str | None:
+    """The arguments of the call ``call_id`` as the history keeps them (JSON text), or None."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+                    return part.args_as_json_str()
+    return None
 
 
 def _prompt_text(prompt: str | Sequence[Any] | None) -> str:
@@ -354,7 +354,7 @@ class Guardrail(AbstractCapability[Any]):
             return
         text = _prompt_text(ctx.prompt)
         if text:
-            with _conversation(self.guard, self.session, ctx) as ledger:
+            with conversation(self.guard, self.session, ctx) as ledger:
                 self.guard.observe_user(text, ledger=ledger)
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Any]) -> AbstractToolset[Any] | None:
@@ -377,7 +377,7 @@ class Guardrail(AbstractCapability[Any]):
             else:
                 yield ledger
                 return
-        with _conversation(self.guard, self.session, ctx) as ledger:
+        with conversation(self.guard, self.session, ctx) as ledger:
             yield ledger
 
     def _check(self, ctx: RunContext[Any], name: str, bound: Bound, args: Any) -> tuple[Any, Any]:
@@ -526,51 +526,3 @@ def _output_functions(
             if len(functions) == 1 and len(names) == 1:
                 found[next(iter(names))] = function
     return found
-
-
-def guardrail_history_processor(
-    guard: Guard,
-    *,
-    max_messages: int,
-    keep_recent: int = 1,
-    summarize: Summarizer | None = None,
-    session: SessionChooser | None = None,
-    role: Literal["system"] = "system",
-) -> _HistoryProcessor:
-    """A history processor that compacts the history once it is longer than ``max_messages``.
-
-    Pass it to Pydantic AI's ``ProcessHistory`` capability:
-    ``capabilities=[Guardrail(guard), ProcessHistory(guardrail_history_processor(guard,
-    max_messages=40))]``. The messages before the last ``keep_recent`` turns
-    (a turn starts at a user prompt) become one ``ModelRequest`` holding a
-    ``CompactionPart``: the sealed ID LEDGER block, then the summary
-    (``summarize`` as for :func:`guardrail.compact`; the extractive summarizer
-    by default). The messages kept are the very objects given; a request
-    split by the cut keeps its own fields with the parts kept. A tool call
-    never leaves its result. ``session`` is as for :class:`Guardrail`.
-    """
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-        raise GuardrailUsageError(f"max_messages must be a positive integer, not {max_messages!r}")
-    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 1:
-        # The last turn holds the request about to be sent: it is never summarized.
-        raise GuardrailUsageError(f"keep_recent must be an integer >= 1, not {keep_recent!r}")
-
-    async def guardrail_compaction(
-        ctx: RunContext[Any], messages: list[ModelMessage]
-    ) -> list[ModelMessage]:
-        if len(messages) <= max_messages:
-            return messages
-        chat, origins = to_chat(messages)
-        with _conversation(guard, session, ctx) as ledger:
-            done = compact(
-                chat,
-                ledger,
-                guard=guard,
-                keep_recent=keep_recent,
-                summarize=summarize,
-                shape="openai_chat",
-                role=role,
-            )
-        return from_chat(done.messages, origins, messages)
-
-    return guardrail_compaction
