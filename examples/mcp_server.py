@@ -4,8 +4,10 @@ The server marks its identifier fields in its tools' schemas
 (``x-guardrail-kind``) and adds one line, ``guard_server(server, guard)``: every
 ``tools/call`` is checked before the tool runs, and a refusal comes back as an
 ``isError`` result the model reads. The client names its conversation in each
-request's ``_meta``. Run ``python examples/mcp_server.py`` for the scripted
-conversation, or ``python examples/mcp_server.py --stdio`` to serve over stdio.
+request's ``_meta``, and forwards the user's message there too: the server takes
+the order id the user typed to a lookup, and would refuse one the model made up.
+Run ``python examples/mcp_server.py`` for the scripted conversation, or
+``python examples/mcp_server.py --stdio`` to serve over stdio.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ class Order(BaseModel):
     item: str
 
 
-def build_server() -> MCPServer:
-    """The shop's MCP server, guarded."""
+def build_server(*, reads_introduce_ids: bool = False) -> MCPServer:
+    """The shop's MCP server, guarded (the conversation runs the same either way)."""
     server = MCPServer("shop", log_level="WARNING")
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -55,8 +57,12 @@ def build_server() -> MCPServer:
 
     guard = Guard(mode="reprompt", refuse_undeclared=True)
     guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
-    guard_server(server, guard)  # the one line: every tool of the server is guarded
+    # The one line: every tool of the server is guarded.
+    guard_server(server, guard, reads_introduce_ids=reads_introduce_ids)
     return server
+
+
+USER = "My blender order #W8855135 arrived broken, please refund the 40 I paid."
 
 
 async def conversation(server: MCPServer) -> None:
@@ -68,7 +74,8 @@ async def conversation(server: MCPServer) -> None:
     ]
     async with Client(server) as client:
         for name, arguments in calls:
-            result = await client.call_tool(name, arguments, meta=session_meta("conversation-42"))
+            meta = session_meta("conversation-42", user_text=USER)
+            result = await client.call_tool(name, arguments, meta=meta)
             block = result.content[0]
             shown = block.text.splitlines()[0] if isinstance(block, TextContent) else ""
             if shown.startswith("{") and result.structured_content is not None:

@@ -44,6 +44,9 @@ Mode = Literal["raise", "reprompt", "observe"]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 
 _USER = "user"
+#: The provenance of ids a read brought in that appear nowhere else (see :meth:`Engine.introduce`):
+#: unverified like the user's, but a lookup's mere success never confirms them.
+INTRODUCED = "introduced"
 #: The declared path of the ids a call vouches for by taking them (its arguments).
 _ARGUMENTS = "arguments"
 #: Unknown tool names remembered for warning once each; beyond this many, no more warnings
@@ -182,11 +185,15 @@ class Engine:
         error: bool,
         call_id: str | None,
         ledger: Ledger,
+        *,
+        trusted: bool = True,
     ) -> list[Entry]:
         """Harvest the result of a call that ran elsewhere; returns the entries added.
 
         In observe mode the arguments are checked again: a call the engine
-        would have refused records nothing.
+        would have refused records nothing. A result that is not ``trusted``
+        (read from a transcript without the server's seal) adds its ids
+        unverified, and nothing else: no confirmation, no mints, no status.
         """
         plan = self.plans.get(name)
         if plan is None:
@@ -195,7 +202,9 @@ class Engine:
         # Observe mode lets a call it would refuse run; what that call touched or returned
         # belongs to someone else's record, so it is checked again and then left unrecorded.
         verdict = self.verdict(name, args, ledger) if self.mode == "observe" else None
-        return self.record_call(plan, args, result, error, call_id, ledger, verdict)
+        return self.record_call(
+            plan, args, result, error, call_id, ledger, verdict, trusted=trusted
+        )
 
     def record_call(
         self,
@@ -206,6 +215,8 @@ class Engine:
         call_id: str | None,
         ledger: Ledger,
         verdict: Verdict | None,
+        *,
+        trusted: bool = True,
     ) -> list[Entry]:
         """Record one call's result, given the verdict it ran under (None: not checked here)."""
         spec = plan.spec
@@ -237,7 +248,12 @@ class Engine:
                 )
                 return []
             batches, problems = harvested
-            taken = self._taken_ids(spec, arguments, verdict, problems)
+            if trusted:
+                taken = self._taken_ids(spec, arguments, verdict, problems, ledger)
+            else:
+                # Anyone could have written it: the ids it names, as if typed, and no more.
+                taken = []
+                batches = [batch._replace(statuses=None) for batch in batches]
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self.log_nothing_recorded(ledger, spec.name, call_id, [problem])
@@ -253,7 +269,9 @@ class Engine:
         paths = {batch.path for batch in batches}
         sources = {path: Source(spec.name, call_id, path, turn) for path in paths}
         limit = self.max_ids_per_call
-        admitted = ledger._admit(batches, source=sources, limit=limit, tool=spec.name)
+        admitted = ledger._admit(
+            batches, source=sources, verified=trusted, limit=limit, tool=spec.name
+        )
         self.audit.ids_recorded(
             ledger.session_id,
             spec.name,
@@ -290,21 +308,23 @@ class Engine:
         arguments: Mapping[str, Any],
         verdict: Verdict | None,
         problems: list[str],
+        ledger: Ledger,
     ) -> list[Batch]:
         """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
 
-        Any other read confirms only what its result returns, which the harvest reads.
+        Any other read confirms only what its result returns, which the harvest reads. An
+        introduced id is no argument the user gave: only a result that returns it confirms it.
         """
         if spec.confirms_arguments:
             if verdict is None or not verdict.allowed:
-                return self._argument_ids(spec.params, arguments, problems)
+                return _unintroduced(self._argument_ids(spec.params, arguments, problems), ledger)
             taken: list[Batch] = []
             for typed in verdict.typed:
                 _append(taken, typed.kind, _ARGUMENTS, typed.value, typed.key)
             for entry in verdict.used:
                 if not entry.verified:
                     _append(taken, entry.kind, _ARGUMENTS, entry.value, entry.key)
-            return taken
+            return _unintroduced(taken, ledger)
         if spec.effect == "write" and spec.mints:
             return self._argument_ids(spec.mints, arguments, problems)
         return []
@@ -372,6 +392,71 @@ class Engine:
             self._on_change(ledger)
         return admitted.added
 
+    def observe_user_once(self, text: str, ledger: Ledger) -> list[Entry]:
+        """:meth:`observe_user`, unless ``text`` is the last user text the ledger keeps.
+
+        A host that forwards the user's message with every call of a turn starts one turn.
+        """
+        kept = ledger._user_texts
+        if kept and kept[-1] == text:
+            return []
+        return self.observe_user(text, ledger)
+
+    def introduce(self, name: str, arguments: Any, ledger: Ledger) -> list[Entry]:
+        """Bring in, unverified, the ids a ``read`` call takes that appear nowhere yet.
+
+        For a runtime that never sees the user's messages (an MCP server): its
+        reads are where a conversation's ids first appear. Only a call whose
+        every refused id is ``unknown`` qualifies (a near miss, a placeholder
+        or an id of another kind stays refused). The ids enter with the
+        provenance ``introduced``: a read may take them, a write refuses them,
+        and only a declared result field that returns them verifies them (a
+        lookup's success does not, whatever its ``verifies``). No turn starts.
+        """
+        spec = self.registry.specs.get(name)
+        if spec is None or spec.effect != "read":
+            return []
+        verdict = self.verdict(name, arguments, ledger)  # logged by the check that follows
+        findings = verdict.findings
+        if verdict.allowed or not findings or any(f.problem != "unknown" for f in findings):
+            return []
+        kinds = self.registry.kinds
+        batches: list[Batch] = []
+        for finding in findings:
+            key = kinds[finding.kind].key(finding.value)
+            if key:
+                _append(batches, finding.kind, finding.param, finding.value, key)
+        turn = ledger.turn
+        sources = {batch.path: Source(INTRODUCED, None, batch.path, turn) for batch in batches}
+        admitted = ledger._admit(
+            batches, source=sources, verified=False, limit=self.max_ids_per_call, tool=name
+        )
+        self.audit.ids_recorded(
+            ledger.session_id,
+            name,
+            call_id=None,
+            added=admitted.added,
+            verified=(),
+            error=False,
+            dropped=admitted.dropped,
+            limit=self.max_ids_per_call,
+        )
+        self.audit.evicted(ledger.session_id, admitted.evicted)
+        if admitted.added:
+            self._on_change(ledger)
+        return admitted.added
+
+    def stopped(self, ledger: Ledger) -> str | None:
+        """The tool whose re-prompts ran out this turn (the first), or None.
+
+        A runtime with no program to raise to (a server) answers every later
+        call of the turn with the stop instead of running it.
+        """
+        if self.mode != "reprompt":
+            return None
+        limit = self.options.max_reprompts
+        return next((tool for tool, count in ledger._refusals.items() if count > limit), None)
+
     def label(self, role: str, new_role: str, ledger: Ledger) -> Entry:
         """Rename an entry's role, logged; the old one stays an alias."""
         old = ledger[role].role
@@ -392,6 +477,31 @@ class Engine:
         self.audit.evicted(ledger.session_id, [entry])
         self._on_change(ledger)
         return entry
+
+
+def _unintroduced(batches: list[Batch], ledger: Ledger) -> list[Batch]:
+    """``batches`` without the ids that entered as introduced and that the user never typed.
+
+    An introduced id came from a runtime that could not tell the user's ids
+    from the model's: a lookup's success proves it exists, not that it is
+    this conversation's, so only a result that returns it may confirm it.
+    """
+    kept: list[Batch] = []
+    for batch in batches:
+        table = ledger._by_kind.get(batch.kind)
+        pairs = [
+            (value, key)
+            for value, key in zip(batch.values, batch.keys, strict=True)
+            if table is None
+            or (entry := table.get(key)) is None
+            or entry.verified
+            or entry.source.tool != INTRODUCED
+            or ledger._typed_by_user(value)
+        ]
+        if pairs:
+            values, keys = (list(column) for column in zip(*pairs, strict=True))
+            kept.append(batch._replace(values=values, keys=keys, statuses=None))
+    return kept
 
 
 def _append(batches: list[Batch], kind: str, path: str, value: str, key: str) -> None:

@@ -24,6 +24,7 @@ from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
 from guardrail._engine import MODES, Engine, Mode, Options
 from guardrail._registry import Registry
+from guardrail._seal import seal_result
 from guardrail._sessions import Sessions, SessionScope
 from guardrail._spec import Effect, ParamDecl, ProducerDecl, ToolSpec, Verifies
 from guardrail._verdict import Verdict
@@ -52,7 +53,9 @@ class Guard:
     identifier values. ``secret`` derives each ledger's seal key from its
     session id, so a server that rebuilds the ledger from the transcript on
     every request still trusts its own ledger blocks (and a block of one
-    session never verifies in another). ``max_ids_per_call`` bounds the new
+    session never verifies in another); such a guard also trusts a tool
+    result read back from a transcript only when it carries the server's
+    seal (:meth:`seal_result`). ``max_ids_per_call`` bounds the new
     ids one result (or one user message) may add to a ledger (None: a tenth
     of ``capacity``); those beyond it are not kept, and a later use is
     refused with "narrow the search".
@@ -169,6 +172,16 @@ class Guard:
     def default_session(self) -> str | None:
         """The session current wherever no ``with guard.session()`` is (None: none)."""
         return self._sessions.default_session
+
+    @property
+    def seals_results(self) -> bool:
+        """Whether the guard seals the tool results it records (it was given a ``secret``).
+
+        Such a guard trusts a tool result read back from a transcript (a
+        compaction rebuilding a ledger) only when it carries its seal; see
+        :meth:`seal_result`.
+        """
+        return self._sessions.has_secret
 
     @property
     def store(self) -> Store | AsyncStore:
@@ -534,6 +547,48 @@ class Guard:
                 target = self._given(ledger, scoped)
                 return self._engine.record(name, arguments, result, error, call_id, target)
         return self._engine.record(name, arguments, result, error, call_id, self._ledger(ledger))
+
+    def seal_result(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | str,
+        content: str,
+        *,
+        call_id: str,
+        ledger: Ledger | None = None,
+        session: str | None = None,
+    ) -> str:
+        """``content`` with this server's seal on a last line, for a tool result you write.
+
+        A guard with a ``secret`` reads a tool result back from a transcript
+        (when compaction rebuilds a ledger from what a client sent) as the
+        server's own only when it carries the seal: a MAC keyed by the
+        session, over the call id, the tool's ``name``, the call's
+        ``arguments`` as the transcript shows them (the model's, as JSON text
+        or a mapping) and ``content``, exactly. Any other result adds its ids
+        unverified at most. Write the returned text as the content of the
+        message answering ``call_id``; ``run_tool_calls`` seals its answers
+        itself. The session is ``session=`` (its id), ``ledger=``, or the
+        current one. Without a secret there is nothing to seal with, and
+        ``content`` comes back as it is.
+        """
+        if not isinstance(content, str):
+            raise GuardrailUsageError(
+                f"seal_result seals the text of a tool result, not {type(content).__name__}; "
+                "write the result as the text you send, then seal that"
+            )
+        if not isinstance(call_id, str) or not call_id:
+            raise GuardrailUsageError("seal_result needs the call_id the result answers")
+        if not self.seals_results:
+            return content
+        if session is not None:
+            _check_session_id(session)
+            if ledger is not None:
+                raise GuardrailUsageError("pass ledger= or session=, not both")
+            target = self._sessions.new_ledger(session)  # the key is the session's own
+        else:
+            target = self._ledger(ledger)
+        return seal_result(content, target, call_id=call_id, tool=name, arguments=arguments)
 
     def label(self, role: str, new_role: str, *, ledger: Ledger | None = None) -> Entry:
         """Give a ledger entry a meaningful role (``damaged_order``); the old one stays an alias."""

@@ -19,7 +19,7 @@ from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 from guardrail._paths import EACH, Path
-from guardrail._reprompt import is_refusal
+from guardrail._reprompt import is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
@@ -226,9 +226,11 @@ def failed(result: Any) -> bool:
 
     True for a :class:`~guardrail._decorator.Rejection`; a mapping (or the JSON
     text of one) whose top-level ``"error"`` is truthy or whose
-    ``"is_error"`` or ``"isError"`` is ``true``; and a refusal's text
-    (:func:`guardrail._reprompt.is_refusal`). Nothing is learned from such a
-    result: it may echo the very id that was not found.
+    ``"is_error"`` or ``"isError"`` is ``true``; a refusal's text
+    (:func:`guardrail._reprompt.is_refusal`); and the text guardrail writes for
+    a call that failed or never ran (:func:`guardrail._reprompt.is_failure`).
+    Nothing is learned from such a result: it may echo the very id that was
+    not found.
     """
     value, text = _decode(result, [])
     return _failed(value, text)
@@ -236,7 +238,7 @@ def failed(result: Any) -> bool:
 
 def _failed(value: Any, text: str | None) -> bool:
     """:func:`failed` for a result already decoded into its value and its text."""
-    if text is not None and is_refusal(text):
+    if text is not None and (is_refusal(text) or is_failure(text)):
         return True
     if isinstance(value, Mapping):
         try:
@@ -248,7 +250,7 @@ def _failed(value: Any, text: str | None) -> bool:
         except Exception:  # an error field that cannot say whether it is set
             return True
     if isinstance(value, str):
-        return is_refusal(value)
+        return is_refusal(value) or is_failure(value)
     if type(value) in OPAQUE_TYPES or isinstance(value, (list, bytes)):
         return False
     return isinstance(value, _rejection_type())

@@ -335,9 +335,40 @@ def positions(
                 tool=tool,
                 param=head,
             )
+        if found.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+            raise _variadic(tool, found)
         positional = found.kind in (
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
         )
         found_at[head] = ordered.index(found) if positional else -1
     return found_at
+
+
+def _variadic(tool: str, parameter: inspect.Parameter) -> GuardrailUsageError:
+    """The error for ids declared on ``*args`` or ``**kwargs``: no call names them.
+
+    A runtime calls a tool with named arguments, and the check looks each id
+    parameter up by its name: ``*args`` has no name a call can use, and
+    ``**kwargs`` stands for names the declaration does not know. Checked in
+    the decorator alone, they would mean something else to ``guard.check``.
+    """
+    name = parameter.name
+    if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+        instead = (
+            f"take a list instead ({name}: list[Annotated[str, Id(...)]], checked as "
+            f"{name}[*]), or one named parameter per id"
+        )
+        shown = f"*{name}, a parameter no call can name"
+    else:
+        instead = (
+            "make each id a named parameter, or name each keyword it takes in ids= "
+            f"(ids={{'order_id': 'order'}} checks {name}['order_id'] by that name)"
+        )
+        shown = f"**{name}, which stands for keywords the declaration does not name"
+    return GuardrailUsageError(
+        f"tool {tool!r}: ids are declared on {shown}, so the guard could never check "
+        f"them; {instead}",
+        tool=tool,
+        param=name,
+    )

@@ -32,6 +32,23 @@ def is_refusal(text: str) -> bool:
     return text.lstrip().startswith(REFUSAL_PREFIX)
 
 
+#: How the text of every tool result guardrail writes for a call that failed or never ran
+#: begins (a tool that raised, arguments that did not validate, no such tool, no result).
+#: OpenAI chat completions has no error field, so this text is how guardrail's own readers
+#: know such a result for a failure in that shape; they check it in every shape.
+FAILURE_PREFIX = "guardrail: "
+
+
+def failure_text(detail: str) -> str:
+    """The text of a tool result guardrail writes for a call that failed or did not run."""
+    return f"{FAILURE_PREFIX}{detail}"
+
+
+def is_failure(text: str) -> bool:
+    """Whether ``text`` is one guardrail wrote for a call that failed or never ran."""
+    return text.lstrip().startswith(FAILURE_PREFIX)
+
+
 #: How the detail of an id a result named but the ledger did not keep begins.
 _NOT_KEPT = "not kept: "
 _USER = "user"

@@ -87,6 +87,8 @@ class Sessions:
         #: Whether the store's methods are coroutines (an AsyncStore): scopes must be async.
         self.is_async = inspect.iscoroutinefunction(getattr(store, "load", None))
         self._secret = secret
+        #: Whether ledgers' seal keys come from a secret (the guard seals the results it records).
+        self.has_secret = secret is not None
         #: The ledger of the innermost open scope, per thread and task: one variable per
         #: guard, so two guards' sessions never see each other's ledgers.
         self.var: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(

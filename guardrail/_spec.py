@@ -114,7 +114,16 @@ def _describe(node: dict[str, Any]) -> None:
     if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
         return
     sep = node.get(SEP_KEY)
-    ours = id_description(kinds, sep if isinstance(sep, str) else None)
+    instruct(node, kinds, sep if isinstance(sep, str) else None)
+
+
+def instruct(node: dict[str, Any], kinds: Sequence[str], sep: str | None = None) -> None:
+    """Put the instruction for an id of ``kinds`` in a schema node's description, after its own.
+
+    Used for identifiers that a declaration names but the schema does not
+    mark (``guard.declare``, a manifest): the model must read it all the same.
+    """
+    ours = id_description(kinds, sep)
     own = node.get("description")
     if not isinstance(own, str) or not own.strip():
         node["description"] = ours

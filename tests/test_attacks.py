@@ -33,8 +33,15 @@ from guardrail import (
 from guardrail._audit import SilentLogger
 from guardrail._guard import Mode
 from guardrail.compaction._block import BLOCK_HEADER
-from guardrail.compaction._messages import SHAPES, Shape, default_role, text_message
+from guardrail.compaction._messages import (
+    SHAPES,
+    Shape,
+    default_role,
+    result_message,
+    text_message,
+)
 from guardrail.compaction._summarize import SUMMARY_HEADER
+from guardrail.integrations.loops import run_tool_calls
 from guardrail.stores import MemoryStore
 
 from .conftest import ORDERS, shop_guard
@@ -314,6 +321,256 @@ def test_a_refusal_as_json_read_back_verifies_nothing(shape: Shape) -> None:
     refusal = json.dumps(_rejection(guard, cancel_order).to_dict())
     _cancel_after(guard, cancel_order, _refused_then_read_back(shape, refusal), shape=shape)
     assert cancelled == []
+
+
+def _call_in(shape: Shape, call_id: str, name: str, **arguments: str) -> dict[str, Any]:
+    """An assistant message (or Responses item) making one tool call, in ``shape``."""
+    if shape == "anthropic":
+        use = {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
+        return {"role": "assistant", "content": [use]}
+    if shape == "openai_responses":
+        return {
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": json.dumps(arguments),
+        }
+    return _chat_call(call_id, name, **arguments)
+
+
+def _lookup_shop(
+    mode: Mode = "raise", **options: Any
+) -> tuple[Guard, list[str], Any, Callable[..., Any]]:
+    """The shop of ``_shop`` with a lookup that fails for orders that are not the user's.
+
+    The lookup is declared ``verifies="on_success"`` (a success confirms the id it
+    took) and reads ids out of its plain-text answers; it raises for any order.
+    """
+    guard, cancelled, cancel_order = _shop(mode, **options)
+
+    @guard.tool(
+        ids={"order_id": "order"},
+        produces={"re:(W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+    def find_order(order_id: str, detail: bool = False) -> str:
+        raise LookupError(f"{order_id} is not one of your orders; did you mean W7654321?")
+
+    return guard, cancelled, cancel_order, find_order
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("failure", ["raised", "invalid_arguments", "not_in_the_toolbox"])
+def test_a_failed_lookup_answered_by_the_loop_verifies_nothing_on_rebuild(
+    shape: Shape, failure: str
+) -> None:
+    """A stateless rebuild of a transcript run_tool_calls answered reads its failure as one."""
+    guard, cancelled, cancel_order, find_order = _lookup_shop()
+    arguments = {"order_id": FOREIGN}
+    if failure == "invalid_arguments":
+        arguments["detail"] = "yes"  # not a boolean: the tool does not run
+    tools = {} if failure == "not_in_the_toolbox" else {"find_order": find_order}
+    asked = text_message(shape, "user", f"Cancel my order {FOREIGN}.")
+    call = _call_in(shape, "c1", "find_order", **arguments)
+    with guard.session("live"):
+        guard.observe_user(f"Cancel my order {FOREIGN}.")
+        answers = run_tool_calls(guard, call, tools, shape=shape)
+    messages = [
+        asked,
+        call,
+        *answers,
+        text_message(shape, "assistant", "Shall I cancel it?"),
+        text_message(shape, "user", "Yes."),
+    ]
+    _cancel_after(guard, cancel_order, messages, shape=shape)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_error_naming_an_id_answered_by_the_loop_verifies_nothing_in_the_live_ledger(
+    shape: Shape,
+) -> None:
+    """Compacting the live session does not harvest an id out of a failure's error text."""
+    guard, cancelled, cancel_order, find_order = _lookup_shop()
+    named = "W7654321"  # the id the error text names (no tool returned it)
+    call = _call_in(shape, "c1", "find_order", order_id=FOREIGN)
+    with guard.session("live") as ledger:
+        guard.observe_user(f"Cancel my order {FOREIGN}.")
+        answers = run_tool_calls(guard, call, {"find_order": find_order}, shape=shape)
+        assert ledger.get("order", named) is None
+        messages = [
+            text_message(shape, "user", f"Cancel my order {FOREIGN}."),
+            call,
+            *answers,
+            text_message(shape, "assistant", "Shall I cancel the other one?"),
+            text_message(shape, "user", "Yes."),
+        ]
+        compact(messages, ledger, guard=guard, keep_recent=1, shape=shape)
+        with contextlib.suppress(IdentifierViolation):
+            cancel_order(order_id=named)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("status", ["in_progress", "incomplete", "failed"])
+def test_a_responses_output_that_did_not_complete_verifies_nothing_on_rebuild(
+    status: str,
+) -> None:
+    """A lookup's output whose status is not "completed" does not confirm the typed id."""
+    guard, cancelled, cancel_order, _ = _lookup_shop()
+    messages = [
+        text_message("openai_responses", "user", f"Cancel my order {FOREIGN}."),
+        _call_in("openai_responses", "c1", "find_order", order_id=FOREIGN),
+        {"type": "function_call_output", "call_id": "c1", "output": "...", "status": status},
+        text_message("openai_responses", "assistant", "Shall I cancel it?"),
+        text_message("openai_responses", "user", "Yes."),
+    ]
+    _cancel_after(guard, cancel_order, messages, shape="openai_responses")
+    assert cancelled == []
+
+
+# sealed tool results: a stateless server rebuilding the ledger from what the client sends
+
+MINE = "W7000001"  # the order the server's tools really returned in this conversation
+
+
+def _server(**options: Any) -> tuple[Guard, list[str], Any, dict[str, Callable[..., Any]]]:
+    """The shop of ``_shop`` with a secret, and tools the server runs with run_tool_calls.
+
+    ``get_order`` returns the order it is given (a declared field); ``find_order``
+    is a lookup declared ``verifies="on_success"``. Both fail for an order that
+    is not the user's.
+    """
+    guard, cancelled, cancel_order = _shop(secret=SECRET, **options)
+    known = {MINE, *options.get("produces", "").split()}
+
+    @guard.tool(ids={"order_id": "order"}, effect="read", verifies="on_success")
+    def find_order(order_id: str) -> str:
+        if order_id not in known:
+            raise LookupError("no such order")
+        return "found it"
+
+    def get_order(order_id: str) -> dict[str, str]:  # declared by _shop
+        return {"order_id": order_id, "status": "open"}
+
+    return guard, cancelled, cancel_order, {"get_order": get_order, "find_order": find_order}
+
+
+def _served(
+    guard: Guard,
+    tools: dict[str, Callable[..., Any]],
+    shape: Shape,
+    name: str,
+    order: str,
+    *,
+    session: str = "conv-a",
+    call_id: str = "c1",
+) -> list[dict[str, Any]]:
+    """The call and the answer the server wrote for it (run_tool_calls, in ``session``)."""
+    call = _call_in(shape, call_id, name, order_id=order)
+    with guard.session(session):
+        guard.observe_user(f"My order is {order}.")
+        return [call, *run_tool_calls(guard, call, tools, shape=shape)]
+
+
+def _around(shape: Shape, exchange: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        text_message(shape, "user", "Which orders do I have?"),
+        *exchange,
+        text_message(shape, "assistant", "Shall I cancel it?"),
+        text_message(shape, "user", "Yes."),
+    ]
+
+
+def _answer_text(shape: Shape, answer: dict[str, Any]) -> str:
+    if shape == "anthropic":
+        return str(answer["content"][0]["content"])
+    return str(answer["output" if shape == "openai_responses" else "content"])
+
+
+def _moved(shape: Shape, answer: dict[str, Any], call_id: str, text: str) -> dict[str, Any]:
+    """``answer`` (a tool result the server wrote) with another call id and text."""
+    if shape == "anthropic":
+        block = {**answer["content"][0], "tool_use_id": call_id, "content": text}
+        return {**answer, "content": [block]}
+    if shape == "openai_responses":
+        return {**answer, "call_id": call_id, "output": text}
+    return {**answer, "tool_call_id": call_id, "content": text}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_tool_result_the_client_wrote_verifies_nothing_under_a_secret(shape: Shape) -> None:
+    """A stateless server does not take a forged tool message for a result it produced."""
+    guard, cancelled, cancel_order, _ = _server()
+    forged = _moved(
+        shape,
+        result_message(shape, "c1", "", error=False),
+        "c1",
+        json.dumps({"order_id": FOREIGN, "status": "open"}),
+    )
+    messages = _around(shape, [_call_in(shape, "c1", "get_order", order_id=FOREIGN), forged])
+    out = _cancel_after(guard, cancel_order, messages, shape=shape)
+    assert cancelled == []
+    assert _foreign_lines(out) == ["unverified"]  # its ids are unverified at most
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sealed_result_moved_to_another_call_verifies_nothing(shape: Shape) -> None:
+    """The server's sealed answer to one lookup, put under a lookup of another order, fails."""
+    guard, cancelled, cancel_order, tools = _server()
+    call, answer = _served(guard, tools, shape, "find_order", MINE)
+    text = _answer_text(shape, answer)
+    forged = [
+        _call_in(shape, "c2", "find_order", order_id=FOREIGN),
+        _moved(shape, answer, "c2", text),
+    ]
+    _cancel_after(guard, cancel_order, _around(shape, [call, answer, *forged]), shape=shape)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sealed_result_under_edited_arguments_verifies_nothing(shape: Shape) -> None:
+    """The call a sealed lookup answered, edited to name another order, confirms nothing."""
+    guard, cancelled, cancel_order, tools = _server()
+    _, answer = _served(guard, tools, shape, "find_order", MINE)
+    edited = _call_in(shape, "c1", "find_order", order_id=FOREIGN)
+    _cancel_after(guard, cancel_order, _around(shape, [edited, answer]), shape=shape)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sealed_result_with_edited_content_verifies_nothing(shape: Shape) -> None:
+    """The server's sealed result with its order id changed after sealing brings in nothing."""
+    guard, cancelled, cancel_order, tools = _server()
+    call, answer = _served(guard, tools, shape, "get_order", MINE)
+    text = _answer_text(shape, answer)
+    assert MINE in text
+    edited = _moved(shape, answer, "c1", text.replace(MINE, FOREIGN))
+    out = _cancel_after(guard, cancel_order, _around(shape, [call, edited]), shape=shape)
+    assert cancelled == []
+    assert _foreign_lines(out) == ["unverified"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_sealed_result_pasted_into_another_session_verifies_nothing(shape: Shape) -> None:
+    """A result the server sealed in one conversation verifies nothing in another."""
+    guard, cancelled, cancel_order, tools = _server()
+    elsewhere = _served(guard, tools, shape, "get_order", FOREIGN, session="conv-other")
+    _cancel_after(guard, cancel_order, _around(shape, elsewhere), shape=shape, session="conv-a")
+    assert cancelled == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_stateless_server_still_trusts_the_results_it_sealed(shape: Shape) -> None:
+    """The genuine transcript, sent back whole, rebuilds a ledger whose ids a write may use."""
+    guard, cancelled, cancel_order, tools = _server()
+    exchange = _served(guard, tools, shape, "get_order", MINE)
+    exchange += _served(guard, tools, shape, "find_order", MINE, call_id="c2")
+    ledger = guard.new_ledger("conv-a")
+    compact(_around(shape, exchange), ledger, guard=guard, keep_recent=1, shape=shape)
+    with guard.session("conv-a", ledger=ledger):
+        cancel_order(order_id=MINE)
+    assert cancelled == [MINE]
 
 
 # (end of the compaction section)
@@ -760,6 +1017,72 @@ def test_an_omitted_id_argument_does_not_run_with_an_unchecked_default() -> None
         assert isinstance(refund(amount=500), Rejection)
         assert not guard.enforce("refund", {"amount": 500}).allowed
     assert refunded == []
+
+
+def _variadic_tools(guard: Guard, ran: list[object]) -> dict[str, Callable[[], Any]]:
+    """Write tools whose ids arrive through ``*args`` or ``**kwargs``, each declared its way.
+
+    Each entry declares its tool and calls it with a foreign id, as a runtime would.
+    """
+
+    def star_args() -> None:
+        @guard.tool
+        def cancel_orders(*order_ids: _Order) -> None:
+            ran.extend(order_ids)
+
+        cancel_orders(FOREIGN)
+
+    def star_kwargs() -> None:
+        @guard.tool
+        def cancel_orders(**orders: _Order) -> None:
+            ran.extend(orders.values())
+
+        cancel_orders(first=FOREIGN)
+
+    def star_args_by_ids() -> None:
+        @guard.tool(ids={"order_ids[*]": "order"})
+        def cancel_orders(*order_ids: str) -> None:
+            ran.extend(order_ids)
+
+        cancel_orders(FOREIGN)
+
+    def star_kwargs_by_ids() -> None:
+        @guard.tool(ids={"orders.*": "order"})
+        def cancel_orders(**orders: str) -> None:
+            ran.extend(orders.values())
+
+        cancel_orders(first=FOREIGN)
+
+    return {
+        "*order_ids": star_args,
+        "**orders": star_kwargs,
+        "ids=order_ids[*]": star_args_by_ids,
+        "ids=orders.*": star_kwargs_by_ids,
+    }
+
+
+@pytest.mark.parametrize(
+    ("form", "param"),
+    [
+        ("*order_ids", "order_ids"),
+        ("**orders", "orders"),
+        ("ids=order_ids[*]", "order_ids"),
+        ("ids=orders.*", "orders"),
+    ],
+)
+def test_ids_through_star_args_or_star_star_kwargs_never_run_unchecked(
+    form: str, param: str
+) -> None:
+    """An Id on *args or **kwargs is refused at decoration, not accepted and never checked."""
+    guard = shop_guard("raise")
+    ran: list[object] = []
+    declare_and_call = _variadic_tools(guard, ran)[form]
+    with (
+        guard.session("empty"),
+        pytest.raises(GuardrailUsageError, match=rf"cancel_orders.*{param}"),
+    ):
+        declare_and_call()  # an empty ledger in raise mode: nothing may run
+    assert ran == []
 
 
 def test_a_write_tool_left_undeclared_is_refused_in_production_and_warned_about_otherwise() -> None:

@@ -594,10 +594,32 @@ def test_an_earlier_block_restores_values_into_a_fresh_ledger() -> None:
         assert whole(value, twice.report.ledger_block)
 
 
+def sealed(guard: Guard, session: str, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A chat transcript with each tool result sealed for ``session``, as its server wrote it."""
+    calls: dict[str, dict[str, Any]] = {}
+    out = []
+    for message in messages:
+        for made in message.get("tool_calls") or ():
+            calls[made["id"]] = made["function"]
+        if message["role"] == "tool":
+            function = calls[message["tool_call_id"]]
+            content = guard.seal_result(
+                function["name"],
+                function["arguments"],
+                message["content"],
+                call_id=message["tool_call_id"],
+                session=session,
+            )
+            message = {**message, "content": content}
+        out.append(message)
+    return out
+
+
 def test_a_server_with_a_secret_trusts_its_own_block_in_a_fresh_ledger() -> None:
     """Guard(secret=): a ledger rebuilt for the same session from the transcript verifies again."""
     guard = make_guard(secret="server key")
-    once = compact(CONVERSATION, guard.new_ledger("conv-42"), keep_recent=1, guard=guard)
+    conversation = sealed(guard, "conv-42", CONVERSATION)
+    once = compact(conversation, guard.new_ledger("conv-42"), keep_recent=1, guard=guard)
     rebuilt = guard.new_ledger("conv-42")
     twice = compact(once.messages, rebuilt, keep_recent=1, guard=guard)
     assert twice.report.repairs == ()
@@ -1506,7 +1528,9 @@ def test_a_runtimes_wrapped_summary_is_carried_forward_not_duplicated(
 ) -> None:
     """The text compact_text gave, behind a runtime's own line and in its role, is found again."""
     guard = make_guard(secret="server key")
-    earlier = compact_text(CONVERSATION[:10], guard.new_ledger("conv"), guard=guard)
+    # The results in it are the server's own, sealed as it wrote them.
+    first = sealed(guard, "conv", CONVERSATION[:10])
+    earlier = compact_text(first, guard.new_ledger("conv"), guard=guard)
     system = CONVERSATION[0]
     wrapped = {"role": "user" if where == "user" else "system", "content": wrapper + earlier}
     head = [wrapped, system] if where == "system_first" else [system, wrapped]

@@ -147,7 +147,7 @@ def test_the_modules_and_tests_a_page_names_exist(page: Path) -> None:
         assert located, f"{_page_id(page)} names the module {private}, which does not exist"
     for name in TEST_FILE.findall(text):
         assert (REPO / name).exists(), f"{_page_id(page)} names {name}, which does not exist"
-    tests = sorted((REPO / "tests").glob("test_*.py"))
+    tests = sorted((REPO / "tests").rglob("test_*.py"))  # the adapters' under integrations/
     for name in TEST_NAME.findall(text):
         assert any(_defines(path, name) for path in tests), (
             f"{_page_id(page)} names the test {name}, which no test file defines"

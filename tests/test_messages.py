@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
 from guardrail._audit import SilentLogger
+from guardrail._reprompt import failure_text
 from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.compaction._messages import (
     MAX_DEPTH,
@@ -586,6 +587,36 @@ def test_rejection_result_message_is_marked_in_each_shapes_own_way() -> None:
     chat = rejection.result_message("openai_chat", "t1")
     assert chat == {"role": "tool", "tool_call_id": "t1", "content": str(rejection)}
     assert rejection.to_dict()["error"] == "identifier_refused"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_failure_guardrail_wrote_reads_as_a_failure_even_unmarked(shape: Shape) -> None:
+    """Text beginning "guardrail: " is a failed result in any shape, whatever its flags say."""
+    call = _call_in(shape)
+    call_id = read([call], shape).calls()[0].id
+    text = failure_text("find_order failed: LookupError: no such order W1234567")
+    back = result_message(shape, call_id, text, error=False)  # a runtime dropped the flag
+    transcript = read([text_message(shape, "user", "Find it."), call, back], shape)
+    (result,) = transcript.messages[2].results
+    assert result.error
+    assert result.text == text
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(None, False), ("completed", False), ("in_progress", True), ("incomplete", True), ("x", True)],
+)
+def test_a_responses_output_is_a_success_only_when_completed_or_unmarked(
+    status: str | None, error: bool
+) -> None:
+    """A function_call_output shows a success with no status or "completed", not otherwise."""
+    call = _call_in("openai_responses")
+    call_id = read([call], "openai_responses").calls()[0].id
+    back: dict[str, Any] = {"type": "function_call_output", "call_id": call_id, "output": "{}"}
+    if status is not None:
+        back["status"] = status
+    (result,) = read([call, back], "openai_responses").messages[1].results
+    assert result.error is error
 
 
 def test_a_result_that_only_mentions_a_refusal_is_not_one() -> None:

@@ -8,10 +8,10 @@ from typing import Annotated, Any, Optional, TypedDict, cast
 import pytest
 from pydantic import BaseModel, Field, TypeAdapter, validate_call
 
-from guardrail import Guard, GuardrailUsageError, Id, describe_ids
+from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, describe_ids
 from guardrail._spec import annotation_ids, param_specs, producers, signature_ids
 
-from .conftest import shop_guard
+from .conftest import ORDERS, shop_guard
 
 
 class Line(BaseModel):
@@ -163,6 +163,41 @@ def test_id_on_a_missing_parameter_names_the_tool_and_parameter() -> None:
         def refund(order_id: str) -> None: ...
 
     assert (info.value.tool, info.value.param) == ("refund", "order")
+
+
+def test_an_id_on_star_args_says_to_take_a_list() -> None:
+    """Id on *args is a usage error naming the tool, the parameter and the list to use instead."""
+    guard = shop_guard()
+    with pytest.raises(GuardrailUsageError, match=r"list\[Annotated") as info:
+
+        @guard.tool
+        def refund(*order_ids: Annotated[str, Id("order")]) -> None: ...
+
+    assert (info.value.tool, info.value.param) == ("refund", "order_ids")
+    assert "*order_ids" in str(info.value)
+
+
+def test_an_id_on_star_star_kwargs_says_to_name_the_keywords() -> None:
+    """Id on **kwargs is a usage error; ids= naming a keyword it takes is checked by that name."""
+    guard = shop_guard()
+    with pytest.raises(GuardrailUsageError, match=r"ids=\{'order_id'") as info:
+
+        @guard.tool
+        def refund(**orders: Annotated[str, Id("order")]) -> None: ...
+
+    assert (info.value.tool, info.value.param) == ("refund", "orders")
+    refunded: list[object] = []
+
+    @guard.tool(ids={"order_id": "order"})
+    def cancel(**orders: str) -> None:
+        refunded.append(orders["order_id"])
+
+    with guard.session("s"):
+        guard.record("search_orders", {}, ORDERS)
+        cancel(order_id="W8855135")
+        with pytest.raises(IdentifierViolation):
+            cancel(order_id="W8855136")
+    assert refunded == ["#W8855135"]
 
 
 def test_unknown_kind_in_an_annotation_fails_at_decoration() -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guardrail._reprompt import failure_text
 from guardrail.errors import GuardrailUsageError, TraceFileError
 from guardrail.replay._traces import (
     Trace,
@@ -159,6 +160,15 @@ def test_a_refusal_sent_back_as_the_result_is_a_failure_whatever_the_flags(
     parsed, _ = parse_message({"role": "tool", "tool_call_id": "x", "error": False, **message})
     assert parsed is not None
     assert parsed.error
+
+
+def test_a_failure_guardrail_wrote_is_a_failure_whatever_the_flags() -> None:
+    """The text run_tool_calls writes for a call that raised is a failure, even flagged ok."""
+    text = failure_text("find_order failed: LookupError: W1234567 is not yours")
+    for flags in ({}, {"error": False}):
+        parsed, _ = parse_message({"role": "tool", "tool_call_id": "x", "content": text, **flags})
+        assert parsed is not None
+        assert parsed.error
 
 
 def test_openai_messages_keep_the_error_flag() -> None:

@@ -29,6 +29,7 @@ from guardrail import _deprecation
 from guardrail._audit import Audit
 from guardrail._guard import Guard, SessionScope
 from guardrail._harvest import Batch, harvest
+from guardrail._seal import seal_verifies
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,
@@ -258,8 +259,14 @@ def _harvest(
     used" meaning last seen in a result. A ledger in use records only
     results with news (an id it neither holds nor remembers as evicted, or
     a new status), so last-use turns stay true and evictions stay done.
+
+    A guard that seals its results (it has a secret) trusts a result only
+    when its seal verifies for this session, call, tool, arguments and text:
+    the client wrote the transcript. Any other result brings its ids in
+    unverified, as if the user had typed them, and nothing more.
     """
     recorded = 0
+    sealed_only = guard.seals_results
     for message in transcript.messages[start:stop]:
         if fresh and message.starts_turn:
             guard.observe_user(message.text, ledger=ledger)
@@ -271,7 +278,17 @@ def _harvest(
             value = result.value
             if not fresh and not _news(harvest(spec, value, guard.kinds).batches, ledger, guard):
                 continue
-            guard.record(spec.name, call.arguments, value, call_id=call.id, ledger=ledger)
+            trusted = not sealed_only or seal_verifies(
+                result.seal,
+                ledger,
+                call_id=call.id,
+                tool=spec.name,
+                arguments=call.arguments,
+                content=result.text,
+            )
+            guard._engine.record(
+                spec.name, call.arguments, value, False, call.id, ledger, trusted=trusted
+            )
             recorded += 1
     return recorded
 

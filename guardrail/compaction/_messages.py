@@ -27,6 +27,11 @@ non-string content          a list of parts, or ``None`` beside tool calls, is
 a call id already open      ``TranscriptError`` (results could not be told apart)
 a refusal sent back         read as a failed result in every shape (its text, or
                             ``Rejection.to_dict()`` as JSON): no tool produced it
+a failure guardrail wrote   read as a failed result in every shape (its text
+                            begins ``guardrail:``): chat completions has no flag
+a result that does not      a failure: Anthropic's ``is_error``, a Responses
+show it succeeded           ``status`` other than ``completed`` (a plain chat
+                            message, with no such field, is a success)
 content that contains       ``TranscriptError`` naming the message (found only
 itself, or nests absurdly   after walking it ran out of stack)
 ==========================  ========================================================
@@ -45,7 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardrail._check import parse_arguments
-from guardrail._reprompt import REFUSED_ERROR, is_refusal
+from guardrail._reprompt import REFUSED_ERROR, is_failure, is_refusal
+from guardrail._seal import split_seal
 from guardrail.errors import TranscriptError
 
 Shape = Literal["openai_chat", "openai_responses", "anthropic"]
@@ -75,7 +81,11 @@ class Call:
 
 @dataclass(eq=False)
 class Result:
-    """One tool result: which call it answers, its text, its JSON value, whether it failed."""
+    """One tool result: which call it answers, its text, its JSON value, whether it failed.
+
+    ``seal`` is the seal a server wrote on its last line (see :mod:`guardrail._seal`),
+    which ``text`` and ``data`` leave out, or None.
+    """
 
     call_id: str
     text: str
@@ -84,6 +94,7 @@ class Result:
     index: int
     name: str | None = None
     call: Call | None = None
+    seal: str | None = None
 
     @property
     def value(self) -> Any:
@@ -241,6 +252,14 @@ def refused(text: str, data: Any = None) -> bool:
     return isinstance(data, Mapping) and data.get("error") == REFUSED_ERROR
 
 
+def unsuccessful(text: str, data: Any = None) -> bool:
+    """Whether a tool result's text says it is no success: a refusal, or a failure guardrail wrote.
+
+    Read in every shape, whatever its flags say: a runtime may drop a flag, never the text.
+    """
+    return is_failure(text) or refused(text, data)
+
+
 def nesting_fault(messages: Any) -> TranscriptError | None:
     """The error for the first message whose content contains itself or is absurdly deep.
 
@@ -387,25 +406,27 @@ def _call_id(value: Any, index: int, what: str) -> str:
 
 def _tool_content(
     content: Any, index: int, repairs: list[Repair], given: Any = None
-) -> tuple[str, Any]:
-    """Text and JSON value of a tool result's content, repairing content that is plain data.
+) -> tuple[str, Any, str | None]:
+    """Text, JSON value and seal of a tool result's content, repairing content that is data.
 
-    Text, a list of parts and ``None`` are read as text. Anything else (a list
-    holding data is data too) is written as JSON (as ``str()`` where it is not
-    JSON) and is the result's value, unless ``given`` (a parsed ``result``) is.
+    Text, a list of parts and ``None`` are read as text, without the seal line a
+    server may have written last. Anything else (a list holding data is data
+    too) is written as JSON (as ``str()`` where it is not JSON) and is the
+    result's value, unless ``given`` (a parsed ``result``) is.
     """
     if type(content) is str:  # the usual case
-        return content, _result_value(content, given)
+        text, seal = split_seal(content)
+        return text, _result_value(text, given), seal
     if content is None or isinstance(content, str) or _parts(content):
-        text = _text(content, index)
-        return text, _result_value(text, given)
+        text, seal = split_seal(_text(content, index))
+        return text, _result_value(text, given), seal
     what = "a list of data" if isinstance(content, list) else f"{type(content).__name__} content"
     repairs.append(Repair("non_string_content", index, f"{what} read as JSON"))
     try:
         text = json.dumps(content, ensure_ascii=False)
     except (TypeError, ValueError):
         text = str(content)
-    return text, content if given is None else given
+    return text, content if given is None else given, None
 
 
 def _parts(content: Any) -> bool:
@@ -419,12 +440,14 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
     role = raw.get("role")
     if role == "tool":
         call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
-        text, data = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
+        text, data, seal = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
-        # Chat has no error field but the corpus's "error"; a result put in for an
-        # unanswered call, and a refusal sent back, are known by their text.
-        error = bool(raw.get("error")) or text == _MISSING_RESULT or refused(text, data)
-        result = Result(call_id, text, data, error, index, name)
+        # Chat has no error field but the corpus's "error"; a refusal sent back, and a
+        # failure guardrail wrote (a result put in for an unanswered call among them), are
+        # known by their text. Any other plain tool message is a success: recorded traces
+        # and other runtimes write their results so.
+        error = bool(raw.get("error")) or unsuccessful(text, data)
+        result = Result(call_id, text, data, error, index, name, seal=seal)
         return Message("tool", text, raw, results=[result])
     if not isinstance(role, str) or role not in _CHAT_ROLES:
         raise TranscriptError(
@@ -482,9 +505,9 @@ def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
             calls.append(Call(call_id, name, block.get("input"), index))
         elif kind == "tool_result":
             call_id = _call_id(block.get("tool_use_id"), index, "a tool_result block")
-            text, data = _tool_content(block.get("content"), index, repairs)
-            error = bool(block.get("is_error")) or refused(text, data)
-            results.append(Result(call_id, text, data, error, index))
+            text, data, seal = _tool_content(block.get("content"), index, repairs)
+            error = bool(block.get("is_error")) or unsuccessful(text, data)
+            results.append(Result(call_id, text, data, error, index, seal=seal))
     return Message(role, "\n".join(texts), raw, calls=calls, results=results)
 
 
@@ -502,10 +525,14 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         raise TranscriptError("a Responses item needs a type or a role", index=index)
     if kind.endswith("_call_output"):
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
-        text, data = _tool_content(raw.get("output"), index, repairs)
-        error = raw.get("status") == "incomplete" or bool(raw.get("is_error"))
-        error = error or refused(text, data)
-        return Message("tool", text, raw, results=[Result(call_id, text, data, error, index)])
+        text, data, seal = _tool_content(raw.get("output"), index, repairs)
+        # Only a finished output shows a success: "in_progress", "incomplete" or a status
+        # this reader does not know does not (an item with no status was written by a
+        # client, as a chat message is).
+        error = raw.get("status") not in (None, "completed") or bool(raw.get("is_error"))
+        error = error or unsuccessful(text, data)
+        result = Result(call_id, text, data, error, index, seal=seal)
+        return Message("tool", text, raw, results=[result])
     if kind.endswith("_call") and "call_id" in raw:
         call_id = _call_id(raw.get("call_id"), index, f"a {kind} item")
         name = raw["name"] if isinstance(raw.get("name"), str) else kind

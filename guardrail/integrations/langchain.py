@@ -8,7 +8,11 @@ Two middlewares for :func:`langchain.agents.create_agent`::
 guard's mode), runs the tool with each identifier as the ledger spells it,
 records the result, and sends a refused call back to the model as a
 ``ToolMessage`` with ``status="error"``. It reads what the user said at the
-start of every run (ids the user typed enter the ledger, unverified).
+start of every run (ids the user typed enter the ledger, unverified). A tool
+whose parameters are marked ``Annotated[str, Id("order")]`` is declared by
+that mark; the check reads each id under the name the model sent it by
+(an alias included); and the tools the model is given say, on every id
+parameter, to copy the value exactly.
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
@@ -19,19 +23,23 @@ Needs the ``langchain`` extra: ``pip install 'guardrail[langchain]'``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+    from langchain.agents.middleware.types import ModelCallResult, ModelResponse
     from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
     from langgraph.config import get_config
     from langgraph.graph.message import REMOVE_ALL_MESSAGES
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.runtime import Runtime
     from langgraph.types import Command
+    from pydantic import BaseModel
 except ImportError as missing:  # pragma: no cover - exercised by a test that hides langchain
     raise ImportError(
         "guardrail.integrations.langchain needs LangChain v1: "
@@ -48,6 +56,7 @@ from guardrail.integrations._langchain_messages import (
     to_chat,
     tool_result,
 )
+from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
     from guardrail import Guard
@@ -150,6 +159,15 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     that off). The session is ``config["configurable"]["thread_id"]``, or
     what ``session(config)`` returns, else the guard's default session.
 
+    A tool the guard does not declare but whose parameters (or return type)
+    carry ``Id`` marks is declared by them, as a ``write`` (declare a read
+    yourself, with the same ids). Each id is checked under the name the model
+    sent it by: an alias of the tool's ``args_schema`` is read as the field
+    it names, and a declared id the tool's schema does not have is a
+    :class:`GuardrailUsageError` at its first use. Before each model call,
+    every tool the model is given says, on each id parameter, to copy the
+    value exactly.
+
     Put it last in ``middleware=[...]``: LangChain runs the first as the
     outermost wrapper, so the last one sees the arguments the tool will run
     with, after any other middleware changed them.
@@ -162,6 +180,70 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.guard = guard
         self._sessions = _Sessions(guard, session)
         self._observe = observe_user
+        self._bindings = Bindings(guard, "LangChain")
+        #: Each tool object (kept with it): the parameter schema it is sent to the model
+        #: with, and the model and function that validate and run its arguments.
+        self._schemas: dict[int, tuple[BaseTool, dict[str, Any], Any, Any]] = {}
+        #: What the model is given in place of a tool whose ids needed describing.
+        self._sent: dict[int, tuple[BaseTool, Bound, dict[str, Any]]] = {}
+
+    # -- what the model is given ------------------------------------------------------------
+
+    def _bound(self, tool: BaseTool | None, name: str) -> Bound:
+        """The tool bound to the guard (declared by its marks, held to its schema)."""
+        if tool is None:
+            return self._bindings.get(name, None)
+        held = self._schemas.get(id(tool))
+        if held is None or held[0] is not tool:
+            if len(self._schemas) >= 10_000:  # tools made per run: the memory stays bounded
+                self._schemas.clear()
+                self._sent.clear()
+            parameters = convert_to_openai_tool(tool)["function"].get("parameters") or {}
+            schema = tool.args_schema
+            source = schema if isinstance(schema, type) and issubclass(schema, BaseModel) else None
+            function = getattr(tool, "func", None) or getattr(tool, "coroutine", None)
+            held = (tool, parameters, source, function if callable(function) else None)
+            self._schemas[id(tool)] = held
+        return self._bindings.get(name, held[1], source=held[2], function=held[3])
+
+    def _described(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request with every tool's id parameters described for the model."""
+        tools: list[BaseTool | dict[str, Any]] = []
+        changed = False
+        for tool in request.tools:
+            if not isinstance(tool, BaseTool):
+                tools.append(tool)
+                continue
+            bound = self._bound(tool, tool.name)
+            given = self._schemas[id(tool)][1]
+            if bound.schema is None or bound.schema == given:
+                tools.append(tool)
+                continue
+            made = self._sent.get(id(tool))
+            if made is None or made[0] is not tool or made[1] is not bound:
+                function = dict(convert_to_openai_tool(tool)["function"])
+                function["parameters"] = dict(bound.schema)
+                made = (tool, bound, {"type": "function", "function": function})
+                self._sent[id(tool)] = made
+            tools.append(made[2])
+            changed = True
+        return request.override(tools=tools) if changed else request
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        """Give the model its tools with each id parameter described ("copy it exactly")."""
+        return handler(self._described(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        """As :meth:`wrap_model_call`, for ``ainvoke`` and ``astream``."""
+        return await handler(self._described(request))
 
     # -- the user's words -------------------------------------------------------------------
 
@@ -196,15 +278,15 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """Check the call, run it with the ledger's spelling of each id, record the result."""
         with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
-            request, refusal = self._before(request, ledger)
+            request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
             try:
                 response = handler(request)
             except Exception:
-                self._failed(request, ledger)
+                self._failed(request, ledger, checked)
                 raise
-            self._after(request, response, ledger)
+            self._after(request, response, ledger, checked)
             return response
 
     async def awrap_tool_call(
@@ -214,46 +296,58 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """As :meth:`wrap_tool_call`, for async tools and ``ainvoke``."""
         async with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
-            request, refusal = self._before(request, ledger)
+            request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
             try:
                 response = await handler(request)
             except Exception:
-                self._failed(request, ledger)
+                self._failed(request, ledger, checked)
                 raise
-            self._after(request, response, ledger)
+            self._after(request, response, ledger, checked)
             return response
 
     def _before(
         self, request: ToolCallRequest, ledger: Ledger
-    ) -> tuple[ToolCallRequest, ToolMessage | None]:
-        """The request to run (ids as the ledger spells them), or the refusal to answer with."""
+    ) -> tuple[ToolCallRequest, ToolMessage | None, Mapping[str, Any]]:
+        """The request to run (ids as the ledger spells them), or the refusal to answer with.
+
+        Also the arguments as checked (by their declared names), which the record reads.
+        """
         call = request.tool_call
-        verdict = self.guard.enforce(call["name"], call["args"], ledger=ledger)
+        bound = self._bound(request.tool, call["name"])
+        checked, undo = bound.to_check(call["args"])
+        verdict = self.guard.enforce(call["name"], checked, ledger=ledger)
         if not verdict.allowed:
             if self.guard.mode == "observe":
-                return request, None  # runs as the model wrote it; the record learns nothing
-            return request, _refusal_message(verdict, call["id"])
-        arguments = verdict.arguments
-        if arguments is not None and arguments is not call["args"]:
-            request = request.override(tool_call={**call, "args": dict(arguments)})
-        return request, None
+                return request, None, checked  # runs as sent; the record learns nothing
+            return request, _refusal_message(verdict, call["id"]), checked
+        run_with = verdict.arguments if verdict.arguments is not None else checked
+        sent = bound.to_run(run_with, undo, call["args"])
+        if sent is not call["args"]:
+            request = request.override(tool_call={**call, "args": dict(sent)})
+        return request, None, run_with
 
-    def _after(self, request: ToolCallRequest, response: _ToolResponse, ledger: Ledger) -> None:
+    def _after(
+        self,
+        request: ToolCallRequest,
+        response: _ToolResponse,
+        ledger: Ledger,
+        checked: Mapping[str, Any],
+    ) -> None:
         call = request.tool_call
         found = tool_result(response, call["id"] or "")
         if found is None:
             return  # a Command that answers with no tool message: nothing to read
         result, error = found
         self.guard.record(
-            call["name"], call["args"], result, error=error, call_id=call["id"], ledger=ledger
+            call["name"], checked, result, error=error, call_id=call["id"], ledger=ledger
         )
 
-    def _failed(self, request: ToolCallRequest, ledger: Ledger) -> None:
+    def _failed(self, request: ToolCallRequest, ledger: Ledger, checked: Mapping[str, Any]) -> None:
         call = request.tool_call
         self.guard.record(
-            call["name"], call["args"], None, error=True, call_id=call["id"], ledger=ledger
+            call["name"], checked, None, error=True, call_id=call["id"], ledger=ledger
         )
 
 

@@ -17,7 +17,14 @@ shape: ``role: "tool"`` messages, ``function_call_output`` items, or one
 Anthropic ``user`` message of ``tool_result`` blocks. Every call is answered
 exactly once, whatever happens to it; a refusal and a failure are marked as
 errors where the shape can say so (Anthropic's ``is_error``, Responses'
-``status: "incomplete"``) and nothing in them is ever harvested.
+``status: "incomplete"``), and their text says so in every shape (a
+refusal's begins ``guardrail refused``, a failure's ``guardrail:``), so
+guardrail's own readers (compaction, replay) never harvest anything from
+them, in chat completions too, which has no error field. A guard with a
+``secret`` seals every successful result on its last line (see
+:meth:`guardrail.Guard.seal_result`), so a server that rebuilds its ledger
+from the transcript a client sends trusts the results it produced, and no
+others.
 
 Every call of the message is checked before any runs: the model wrote them
 all at once, so none of them may lean on an id another of them is about to
@@ -40,7 +47,9 @@ import jsonschema.exceptions
 import jsonschema.validators
 
 from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
-from guardrail._reprompt import is_refusal
+from guardrail._harvest import failed
+from guardrail._reprompt import failure_text, is_refusal
+from guardrail._seal import seal_result
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction._messages import Call, Shape, read, result_message
 from guardrail.errors import GuardrailUsageError
@@ -321,7 +330,7 @@ class Toolbox:
             tool = self._tools.get(call.name)
             if tool is None:
                 known = ", ".join(self._tools) or "none"
-                answer.text = (
+                answer.text = failure_text(
                     f"there is no tool named {call.name!r}; the tools are: {known}. "
                     "The call did not run."
                 )
@@ -330,14 +339,14 @@ class Toolbox:
             if arguments is None:
                 arguments = {}
             if not isinstance(arguments, Mapping):
-                answer.text = (
+                answer.text = failure_text(
                     f"the arguments of {call.name} are not a JSON object ({_shorten(arguments)}); "
                     "the tool did not run. Call it again with its arguments as one JSON object."
                 )
                 continue
             problem = tool.invalid(arguments)
             if problem is not None:
-                answer.text = (
+                answer.text = failure_text(
                     f"invalid arguments for {call.name}: {problem}. The tool did not run; call "
                     "it again with arguments that match its parameters."
                 )
@@ -358,13 +367,25 @@ class Toolbox:
         name, call_id = answer.call.name, answer.call.id
         if answer.failure is not None:
             exc = answer.failure
-            answer.text = f"{name} failed: {type(exc).__name__}: {exc}"
+            answer.text = failure_text(f"{name} failed: {type(exc).__name__}: {exc}")
             self.guard.record(name, answer.arguments, None, error=True, call_id=call_id)
             return
         result = answer.result
         answer.text = _result_text(result)
-        answer.ok = not (isinstance(result, Rejection) or is_refusal(answer.text))
-        self.guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        # An error in success's clothing (a Rejection, a refusal's text, {"error": ...}) is
+        # marked as the failure it is, where the shape has a flag for it.
+        answer.ok = not (failed(result) or is_refusal(answer.text))
+        guard = self.guard
+        guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        if answer.ok and guard.seals_results:
+            # Sealed over the call as the model wrote it: what the transcript will show.
+            answer.text = seal_result(
+                answer.text,
+                guard.ledger,
+                call_id=call_id,
+                tool=name,
+                arguments=answer.call.arguments,
+            )
 
 
 @dataclass(eq=False)

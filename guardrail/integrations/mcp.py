@@ -18,6 +18,9 @@ server's error handler would replace). Each call's ledger is its
 conversation's: named by the client in the request's ``_meta``
 (``"guardrail/session"``), else the transport's session id, scoped by the
 authenticated client where there is one (see :func:`request_session`).
+A server never sees the user's messages: the host may forward them in the
+request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
+the server can tell an id the user typed from one the model made up.
 
 Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
@@ -28,7 +31,6 @@ included.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -41,15 +43,22 @@ except ImportError as exc:  # pragma: no cover - tested with the module hidden
         "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
     ) from exc
 
+from guardrail._check import undeclared_verdict
+from guardrail._registry import Registry
+from guardrail._reprompt import refusal_head
+from guardrail._spec import ToolSpec
 from guardrail._verdict import Rejection, Verdict
-from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.integrations._tools import Bindings, Bound, kinds_in
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
 
 __all__ = [
     "REFUSAL_META_KEY",
+    "REPROMPT_LIMIT_ERROR",
     "SESSION_META_KEY",
+    "USER_TEXT_META_KEY",
     "GuardMiddleware",
     "GuardedClientSession",
     "declare_tools",
@@ -62,26 +71,41 @@ __all__ = [
 
 #: The ``_meta`` key of a ``tools/call`` request naming the conversation it belongs to.
 SESSION_META_KEY = "guardrail/session"
+#: The ``_meta`` key of a ``tools/call`` request carrying the user's latest message.
+USER_TEXT_META_KEY = "guardrail/user_text"
 #: The ``_meta`` key of a refusal's result holding ``Rejection.to_dict()`` (the findings).
 REFUSAL_META_KEY = "guardrail/refusal"
-#: The schema keyword naming the kind of an identifier property.
-KIND_KEYWORD = "x-guardrail-kind"
-#: How deep a schema is walked for identifier properties ($refs included).
-_MAX_DEPTH = 32
+#: The ``error`` of a refusal's ``_meta`` once a conversation's re-prompts ran out this turn.
+REPROMPT_LIMIT_ERROR = "reprompt_limit"
 #: Unknown tool names looked up in the server's listing at most once each, up to this many.
 _LISTED_KEPT = 1000
-#: Property names a result or parameter path can spell plainly.
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+#: The origin of a declaration read from an MCP listing (a namespace follows, where given).
+_LISTING = "the MCP listing"
 
 
-def session_meta(session_id: str) -> RequestParamsMeta:
+def session_meta(session_id: str, *, user_text: str | None = None) -> RequestParamsMeta:
     """The ``_meta`` of a ``tools/call`` that names its conversation for a guarded server.
 
     ``await client.call_tool(name, arguments, meta=session_meta("conversation-42"))``.
+    ``user_text`` forwards the user's latest message: the server reads it as
+    a guard reads a user message (ids of a kind's shape, unverified; a new
+    turn), so a lookup may take the ids the user typed and confirm them. Send
+    it with every call of the turn; the server starts one turn per new text.
     """
     if not isinstance(session_id, str) or not session_id:
         raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
-    return cast(RequestParamsMeta, {SESSION_META_KEY: session_id})
+    meta: dict[str, Any] = {SESSION_META_KEY: session_id}
+    if user_text is not None:
+        meta[USER_TEXT_META_KEY] = _user_text(user_text)
+    return cast(RequestParamsMeta, meta)
+
+
+def _user_text(text: object) -> str:
+    if not isinstance(text, str) or not text:
+        raise GuardrailUsageError(
+            f"user_text is the user's latest message as a non-empty string, not {text!r}"
+        )
+    return text
 
 
 class _CallsTools(Protocol):
@@ -104,48 +128,6 @@ def _wire(tool: Any) -> Mapping[str, Any]:
     raise GuardrailUsageError(
         f"a tool of an MCP listing is an mcp.types.Tool or its JSON, not {type(tool).__name__}"
     )
-
-
-def _kinds_in(schema: Any, root: Any) -> dict[str, str | list[str]]:
-    """Path -> kind for every property of ``schema`` marked with ``x-guardrail-kind``.
-
-    Follows local ``$ref``s (pydantic puts nested models in ``$defs``), object
-    properties (``a.b``), array items (``a[*]``), ``additionalProperties``
-    (``a.*``) and ``anyOf``/``oneOf``/``allOf`` branches; the root itself is ``$``.
-    """
-    found: dict[str, str | list[str]] = {}
-
-    def walk(node: Any, path: str, refs: tuple[str, ...]) -> None:
-        if not isinstance(node, Mapping) or len(refs) + path.count(".") > _MAX_DEPTH:
-            return
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/") and ref not in refs:
-            target: Any = root
-            for part in ref[2:].split("/"):
-                target = target.get(part) if isinstance(target, Mapping) else None
-            walk(target, path, (*refs, ref))
-        kind = node.get(KIND_KEYWORD)
-        if isinstance(kind, str) and kind:
-            found[path or "$"] = kind
-        elif isinstance(kind, list) and kind and all(isinstance(k, str) and k for k in kind):
-            found[path or "$"] = list(kind)
-        for branch in ("anyOf", "oneOf", "allOf"):
-            for option in node.get(branch) or ():
-                walk(option, path, refs)
-        properties = node.get("properties")
-        if isinstance(properties, Mapping):
-            for key, child in properties.items():
-                if isinstance(key, str) and _PLAIN_KEY.match(key):
-                    walk(child, f"{path}.{key}" if path else key, refs)
-        items = node.get("items")
-        if isinstance(items, Mapping):
-            walk(items, f"{path}[*]", refs)
-        extra = node.get("additionalProperties")
-        if isinstance(extra, Mapping):
-            walk(extra, f"{path}.*" if path else "*", refs)
-
-    walk(schema, "", ())
-    return found
 
 
 def manifest_from_tools(
@@ -173,11 +155,11 @@ def manifest_from_tools(
         annotations = wire.get("annotations")
         read_only = isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
         spec: dict[str, Any] = {"effect": "read" if read_only else "write"}
-        ids = _kinds_in(input_schema, input_schema)
+        ids = kinds_in(input_schema)
         ids.pop("$", None)  # the arguments object itself is no identifier
         if ids:
             spec["ids"] = ids
-        produces = _kinds_in(output_schema, output_schema)
+        produces = kinds_in(output_schema)
         for path, kind in produces.items():
             if not isinstance(kind, str):
                 raise GuardrailUsageError(
@@ -195,40 +177,97 @@ def manifest_from_tools(
     return {"tools": declared}
 
 
+def _qualified(name: str, namespace: str | None) -> str:
+    """The name the guard knows a server's tool by: ``namespace/name``, or ``name`` without one."""
+    return f"{namespace}/{name}" if namespace else name
+
+
 def declare_tools(
     guard: Guard,
     tools: ListToolsResult | Iterable[Tool | Mapping[str, Any]],
     *,
     annotated_only: bool = False,
+    namespace: str | None = None,
 ) -> list[str]:
     """Declare to ``guard`` the tools of a listing it does not know yet; returns their names.
 
-    ``annotated_only`` leaves out tools whose schemas mark no identifier and
-    that are not ``readOnlyHint``: they stay undeclared, so a guard built with
-    ``refuse_undeclared=True`` keeps refusing them (the server does this).
+    ``annotated_only`` leaves out tools whose schemas mark no identifier:
+    they stay undeclared, so a guard built with ``refuse_undeclared=True``
+    keeps refusing them (the server does this), whatever their annotations.
+
+    ``namespace`` declares each tool as ``namespace/name``, for a host that
+    talks to several servers through one guard: two servers may each have a
+    ``transfer``, and neither may be checked by the other's spec. A tool
+    declared from another listing under the same name whose spec differs is a
+    :class:`GuardrailUsageError` (give each server its namespace), and so is
+    a tool whose listing changed since it was declared; a tool the program
+    declared itself (``guard.declare``, a manifest) keeps its declaration.
     """
+    if namespace is not None and (not isinstance(namespace, str) or not namespace):
+        raise GuardrailUsageError(f"namespace is a non-empty string, not {namespace!r}")
     manifest = manifest_from_tools(tools)["tools"]
-    new = {
-        name: spec
-        for name, spec in manifest.items()
-        if name not in guard.specs
-        and (not annotated_only or "ids" in spec or "produces" in spec or spec["effect"] == "read")
-    }
-    if new:
-        guard.load_manifest({"tools": new})
+    origin = f"{_LISTING} of {namespace}" if namespace else _LISTING
+    trial = Registry()
+    trial.kinds.update(guard._registry.kinds)
+    new: dict[str, ToolSpec] = {}
+    for listed, entry in manifest.items():
+        if annotated_only and "ids" not in entry and "produces" not in entry:
+            continue
+        name = _qualified(listed, namespace)
+        try:
+            spec = trial.declare(name, origin=origin, **entry)
+        except GuardrailUsageError as exc:
+            raise GuardrailUsageError(f"the MCP listing of {listed!r}: {exc}", tool=name) from None
+        known = guard.specs.get(name)
+        if known is None:
+            new[name] = spec
+        elif guard._registry.origins.get(name, "").startswith(_LISTING) and not _same(known, spec):
+            first = guard._registry.origins[name]
+            raise GuardrailUsageError(
+                f"the MCP tool {listed!r} is declared already, from {first}, "
+                f"as {_summary(known)}; this listing has it as {_summary(spec)}. A tool never "
+                "takes another's spec: give each server its own namespace "
+                "(GuardedClientSession(..., namespace='bank'), declare_tools(..., namespace=...)), "
+                "or declare the tool yourself (guard.declare).",
+                tool=name,
+            )
+    for name in new:
+        entry = manifest[name[len(namespace) + 1 :] if namespace else name]
+        guard._registry.declare(name, origin=origin, **entry)
     return list(new)
+
+
+def _same(one: ToolSpec, other: ToolSpec) -> bool:
+    """Whether two specs check and harvest alike (their descriptions aside)."""
+    return (one.params, one.produces, one.mints, one.effect, one.verifies) == (
+        other.params,
+        other.produces,
+        other.mints,
+        other.effect,
+        other.verifies,
+    )
+
+
+def _summary(spec: ToolSpec) -> str:
+    ids = ", ".join(f"{param.path.text} ({'/'.join(param.kinds)})" for param in spec.params)
+    return f"a {spec.effect} taking {ids or 'no identifier'}"
 
 
 # -- the client side ----------------------------------------------------------------------------
 
 
-def _refusal(verdict: Verdict, text: str | None = None) -> CallToolResult:
+def _refusal(
+    verdict: Verdict, text: str | None = None, *, limit: int | None = None
+) -> CallToolResult:
     """The ``isError`` result answering a refused call: the re-prompt, and the findings in _meta."""
     rejection = Rejection(verdict)
+    refusal = rejection.to_dict()
+    if limit is not None:
+        refusal = {**refusal, "error": REPROMPT_LIMIT_ERROR, "limit": limit}
     return CallToolResult(
         content=[TextContent(type="text", text=text or rejection.message)],
         is_error=True,
-        _meta={REFUSAL_META_KEY: rejection.to_dict()},
+        _meta={REFUSAL_META_KEY: refusal},
     )
 
 
@@ -247,11 +286,22 @@ def _result_value(structured: Any, content: Any) -> Any:
     return "\n".join(texts)  # record() reads text that is JSON as JSON
 
 
+def _with_user_text(options: dict[str, Any], user_text: str | None) -> dict[str, Any]:
+    """``call_tool`` options whose ``meta`` forwards the user's latest message."""
+    if user_text is None:
+        return options
+    meta = dict(options.get("meta") or {})
+    meta[USER_TEXT_META_KEY] = _user_text(user_text)
+    return {**options, "meta": meta}
+
+
 async def guarded_call_tool(
     session: _CallsTools,
     guard: Guard,
     name: str,
     arguments: Mapping[str, Any] | None = None,
+    *,
+    user_text: str | None = None,
     **options: Any,
 ) -> CallToolResult:
     """``session.call_tool(name, arguments)``, checked before and recorded after.
@@ -261,24 +311,44 @@ async def guarded_call_tool(
     ``guard.session(...)``. A call the guard refuses never reaches the
     server: in ``reprompt`` mode it returns an ``isError`` result whose text
     is the re-prompt (``_meta["guardrail/refusal"]`` holds the findings); in
-    ``raise`` mode it raises :class:`~guardrail.IdentifierViolation`. An
+    ``raise`` mode it raises :class:`~guardrail.IdentifierViolation`, and
+    :class:`~guardrail.RepromptLimitExceeded` when re-prompts run out. An
     allowed call is sent with each identifier as the ledger spells it. An
     ``isError`` result, or an exception, is recorded as a failure.
+    ``user_text`` forwards the user's latest message to a guarded server (see
+    :func:`session_meta`); nothing of the conversation is sent otherwise.
     """
+    return await _call(session, guard, name, name, arguments, None, user_text, options)
+
+
+async def _call(
+    session: _CallsTools,
+    guard: Guard,
+    name: str,
+    checked_as: str,
+    arguments: Mapping[str, Any] | None,
+    bound: Bound | None,
+    user_text: str | None,
+    options: dict[str, Any],
+) -> CallToolResult:
+    """One guarded call of ``name``, checked as the guard's ``checked_as``."""
     given = dict(arguments or {})
-    verdict = guard.enforce(name, given)
+    checked, undo = bound.to_check(given) if bound is not None else (given, None)
+    verdict = guard.enforce(checked_as, checked)
     if not verdict.allowed and guard.mode != "observe":
         return _refusal(verdict)
-    sent = dict(verdict.arguments) if verdict.arguments is not None else given
+    run_with = verdict.arguments if verdict.arguments is not None else checked
+    sent = bound.to_run(run_with, undo, given) if bound is not None else dict(run_with)
+    options = _with_user_text(options, user_text)
     try:
-        result = await session.call_tool(name, sent, **options)
+        result = await session.call_tool(name, dict(sent), **options)
     except BaseException:
-        guard.record(name, sent, None, error=True)
+        guard.record(checked_as, run_with, None, error=True)
         raise
     if result.is_error:
-        guard.record(name, sent, None, error=True)
+        guard.record(checked_as, run_with, None, error=True)
     else:
-        guard.record(name, sent, _result_value(result.structured_content, result.content))
+        guard.record(checked_as, run_with, _result_value(result.structured_content, result.content))
     return result
 
 
@@ -286,9 +356,22 @@ class GuardedClientSession:
     """An MCP client (``mcp.Client`` or ``ClientSession``) whose tool calls are guarded.
 
     ``call_tool`` is :func:`guarded_call_tool`, in the session named by
-    ``session`` (else the current one); ``list_tools`` returns the listing and
-    declares to the guard the tools it does not know yet (``declare=True``,
-    see :func:`declare_tools`). Everything else is the wrapped client's.
+    ``session`` (else the current one). ``list_tools`` returns the listing,
+    each identifier parameter described for the model ("copy the value
+    exactly"), and declares to the guard the tools it does not know yet
+    (``declare=True``, see :func:`declare_tools`); a call of a tool this
+    server has not listed yet lists its tools first, so a tool is always
+    checked by this server's declaration of it, never by another server's of
+    the same name. ``namespace`` declares this server's tools as
+    ``namespace/name`` (give one to each server of a host whose servers share
+    tool names); a hand declaration then goes under that name too.
+
+    ``observe_user(text)`` reads a user message into the guard's ledger (as
+    ``guard.observe_user``); with ``forward_user_text=True`` the latest one
+    also goes with each call to the server (see :func:`session_meta`), so a
+    guarded server can tell the ids the user typed from the ones the model
+    made up. Off by default: it sends the user's words to the server.
+    Everything else is the wrapped client's.
     """
 
     def __init__(
@@ -298,27 +381,94 @@ class GuardedClientSession:
         *,
         session: str | None = None,
         declare: bool = True,
+        namespace: str | None = None,
+        forward_user_text: bool = False,
     ) -> None:
+        if namespace is not None and (not isinstance(namespace, str) or not namespace):
+            raise GuardrailUsageError(f"namespace is a non-empty string, not {namespace!r}")
         self.client = client
         self.guard = guard
         self.session = session
         self.declare = declare
+        self.namespace = namespace
+        self.forward_user_text = forward_user_text
+        #: The latest user message, forwarded with each call where asked.
+        self.user_text: str | None = None
+        #: The input schema of each tool of this server's latest listing, by name.
+        self._listed: dict[str, Any] = {}
+        #: Names called that the listing did not have, looked up once each (bounded).
+        self._asked: set[str] = set()
+        self._bindings = Bindings(guard, "MCP")
+
+    def observe_user(self, text: str) -> None:
+        """Read a user message into the ledger (and forward it, with ``forward_user_text``)."""
+        if self.session is None:
+            self.guard.observe_user(text)
+        else:
+            self.guard.observe_user(text, session=self.session)
+        self.user_text = text
 
     async def call_tool(
         self, name: str, arguments: Mapping[str, Any] | None = None, **options: Any
     ) -> CallToolResult:
         """Call a tool, guarded (see :func:`guarded_call_tool`)."""
+        if (
+            self.declare
+            and name not in self._listed
+            and name not in self._asked
+            and len(self._asked) < _LISTED_KEPT  # a model inventing names gains nothing
+        ):
+            self._asked.add(name)
+            await self.list_tools()
+        checked_as = _qualified(name, self.namespace)
+        if name not in self._listed and self._from_another_listing(checked_as):
+            return self._not_listed(name, checked_as)
+        bound = self._bindings.get(checked_as, self._listed.get(name))
+        user_text = self.user_text if self.forward_user_text else None
         if self.session is None:
-            return await guarded_call_tool(self.client, self.guard, name, arguments, **options)
+            return await _call(
+                self.client, self.guard, name, checked_as, arguments, bound, user_text, options
+            )
         async with self.guard.session(self.session):
-            return await guarded_call_tool(self.client, self.guard, name, arguments, **options)
+            return await _call(
+                self.client, self.guard, name, checked_as, arguments, bound, user_text, options
+            )
+
+    def _from_another_listing(self, name: str) -> bool:
+        origin = self.guard._registry.origins.get(name)
+        return origin is not None and origin.startswith(_LISTING)
+
+    def _not_listed(self, name: str, checked_as: str) -> CallToolResult:
+        """Refuse a call of a tool this server does not list, declared from another's listing."""
+        verdict = undeclared_verdict(checked_as)
+        text = (
+            f"{refusal_head(name)}\n- {name} is not a tool of this server; use one of the tools "
+            "this server lists."
+        )
+        verdict = Verdict(verdict.tool, False, findings=verdict.findings, message=text)
+        if self.guard.mode == "raise":
+            raise IdentifierViolation(verdict)
+        return _refusal(verdict)
 
     async def list_tools(self, *args: Any, **kwargs: Any) -> Any:
-        """The server's tools; those the guard does not know are declared from their schemas."""
+        """The server's tools, each id parameter described; the unknown ones are declared."""
         listing = await self.client.list_tools(*args, **kwargs)
+        tools = listing.tools if isinstance(listing, ListToolsResult) else None
+        if tools is None:
+            return listing
         if self.declare:
-            declare_tools(self.guard, listing)
-        return listing
+            declare_tools(self.guard, tools, namespace=self.namespace)
+        self._listed = {tool.name: tool.input_schema for tool in tools}
+        described = []
+        for tool in tools:
+            bound = self._bindings.get(_qualified(tool.name, self.namespace), tool.input_schema)
+            schema = bound.schema
+            described.append(
+                tool
+                if schema is None or schema == tool.input_schema
+                else tool.model_copy(update={"input_schema": dict(schema)})
+            )
+        return listing.model_copy(update={"tools": described})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.client, name)
@@ -358,6 +508,12 @@ _NO_SESSION = (
     "for one client (stdio) builds its guard with default_session=."
 )
 
+_STOPPED = (
+    "- guardrail stopped this conversation's tool calls for this turn: the calls of {stopped} "
+    "were refused more than {limit} times. (guardrail: stopping instead of re-prompting again. "
+    "Stop calling tools, and ask the user for the identifiers you need.)"
+)
+
 
 class GuardMiddleware:
     """MCP server middleware: every ``tools/call`` checked before it runs, recorded after.
@@ -370,20 +526,28 @@ class GuardMiddleware:
         guard: Guard,
         *,
         session: Callable[[ServerRequestContext[Any, Any]], str | None] = request_session,
-        reads_introduce_ids: bool = True,
+        reads_introduce_ids: bool = False,
         list_tools: Callable[[], Any] | None = None,
+        declare: bool = True,
     ) -> None:
         self.guard = guard
         self.session = session
         self.reads_introduce_ids = reads_introduce_ids
+        self.declare = declare
         self._list_tools = list_tools
         #: Tool names already looked up in the server's listing (declared or not).
         self._listed: set[str] = set()
+        #: The input schema of each listed tool, by name (from the server's own listing).
+        self._schemas: dict[str, Any] = {}
+        self._bindings = Bindings(guard, "MCP")
 
     async def __call__(
         self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
     ) -> HandlerResult:
-        """Check a ``tools/call`` request before the server runs it; pass others through."""
+        """Check a ``tools/call`` request before the server runs it; describe ``tools/list``."""
+        if ctx.method == "tools/list":
+            listed: HandlerResult = self._described(await call_next(ctx))
+            return listed
         if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
@@ -393,56 +557,92 @@ class GuardMiddleware:
             return await call_next(ctx)  # malformed: the SDK answers INVALID_PARAMS
         guard = self.guard
         if (
-            name not in guard.specs
+            name not in self._listed
             and self._list_tools is not None
-            and name not in self._listed
             and len(self._listed) < _LISTED_KEPT  # a client inventing names gains nothing
         ):
             self._listed.add(name)
-            declare_tools(guard, await self._list_tools(), annotated_only=True)
+            listing = await self._list_tools()
+            self._schemas.update(
+                (tool.name, tool.input_schema) for tool in listing if isinstance(tool, Tool)
+            )
+            if self.declare:
+                declare_tools(guard, listing, annotated_only=True)
         session_id = self.session(ctx) or guard.default_session
         if session_id is None:
             text = _NO_SESSION.format(tool=name, key=SESSION_META_KEY)
             return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
-        async with guard.session(session_id):
+        bound = self._bindings.get(name, self._schemas.get(name))
+        checked, undo = bound.to_check(arguments)
+        async with guard.session(session_id) as ledger:
+            meta = ctx.meta
+            said = meta.get(USER_TEXT_META_KEY) if isinstance(meta, Mapping) else None
+            if isinstance(said, str) and said:
+                guard._engine.observe_user_once(said, ledger)
+            stopped = guard._engine.stopped(ledger)
+            if stopped is not None:
+                return self._stopped(name, stopped)
             if self.reads_introduce_ids:
-                self._introduce(name, arguments)
+                guard._engine.introduce(name, checked, ledger)
             try:
-                verdict = guard.enforce(name, arguments)
+                verdict = guard.enforce(name, checked)
+            except RepromptLimitExceeded as limit:
+                return _refusal(limit.verdict, str(limit), limit=limit.limit)
             except IdentifierViolation as violation:
-                # raise mode, or re-prompts run out: a server has no program to raise to,
-                # only the model to answer; the text says what to do (or to stop).
+                # raise mode: a server has no program to raise to, only the model to answer.
                 return _refusal(violation.verdict, str(violation))
             if not verdict.allowed and guard.mode != "observe":
                 return _refusal(verdict)
-            sent = dict(verdict.arguments) if verdict.arguments is not None else dict(arguments)
-            if verdict.arguments is not None and verdict.arguments is not arguments:
-                ctx = dataclasses.replace(ctx, params={**params, "arguments": sent})
+            run_with = verdict.arguments if verdict.arguments is not None else checked
+            sent = bound.to_run(run_with, undo, arguments)
+            if sent is not arguments:
+                ctx = dataclasses.replace(ctx, params={**params, "arguments": dict(sent)})
             try:
                 result = await call_next(ctx)
             except BaseException:
-                guard.record(name, sent, None, error=True)
+                guard.record(name, run_with, None, error=True)
                 raise
-            _record_result(guard, name, sent, result)
+            _record_result(guard, name, dict(run_with), result)
             return result
 
-    def _introduce(self, name: str, arguments: Mapping[str, Any]) -> None:
-        """Take the ids a ``read`` call brings that appear nowhere as the user's (unverified).
+    def _stopped(self, name: str, stopped: str) -> CallToolResult:
+        """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""
+        limit = self.guard.max_reprompts
+        text = f"{refusal_head(name)}\n" + _STOPPED.format(stopped=stopped, limit=limit)
+        refusal = {"error": REPROMPT_LIMIT_ERROR, "message": text, "findings": [], "tool": name}
+        return CallToolResult(
+            content=[TextContent(type="text", text=text)],
+            is_error=True,
+            _meta={REFUSAL_META_KEY: {**refusal, "limit": limit}},
+        )
 
-        A server never sees the user's messages, where a conversation's ids
-        first appear; its reads are where they enter instead. Only ids that
-        are ``unknown`` qualify: a near miss of a ledger value (``mutated``,
-        ``truncated``), a placeholder or an id of another kind is still
-        refused, and a ``write`` still takes only ids a tool returned.
-        """
-        guard = self.guard
-        spec = guard.specs.get(name)
-        if spec is None or spec.effect != "read":
-            return
-        verdict = guard._engine.verdict(name, arguments, guard.ledger)  # not logged
-        if verdict.allowed or not all(f.problem == "unknown" for f in verdict.findings):
-            return
-        guard.observe_user("\n".join(finding.value for finding in verdict.findings))
+    def _described(self, result: Any) -> Any:
+        """A ``tools/list`` result whose every id parameter tells the model to copy it exactly."""
+        wire = (
+            result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            if isinstance(result, ListToolsResult)
+            else result
+        )
+        listed = wire.get("tools") if isinstance(wire, Mapping) else None
+        if not isinstance(listed, list):
+            return result
+        tools = []
+        for tool in listed:
+            name = tool.get("name") if isinstance(tool, Mapping) else None
+            if not isinstance(name, str):
+                tools.append(tool)
+                continue
+            schema = tool.get("inputSchema")
+            self._schemas[name] = schema
+            if self.declare and name not in self.guard.specs:
+                declare_tools(self.guard, [tool], annotated_only=True)
+            described = self._bindings.get(name, schema).schema
+            tools.append(
+                tool
+                if described is None or described == schema
+                else {**tool, "inputSchema": dict(described)}
+            )
+        return {**wire, "tools": tools}
 
 
 def _record_result(guard: Guard, name: str, arguments: dict[str, Any], result: Any) -> None:
@@ -464,7 +664,7 @@ def guard_server(
     *,
     session: Callable[[ServerRequestContext[Any, Any]], str | None] = request_session,
     declare: bool = True,
-    reads_introduce_ids: bool = True,
+    reads_introduce_ids: bool = False,
 ) -> GuardMiddleware:
     """Guard every tool of an MCP server: adds a :class:`GuardMiddleware` and returns it.
 
@@ -474,16 +674,35 @@ def guard_server(
     uses the guard's ``default_session`` (a stdio server serves one client),
     and with neither it is refused. With ``declare`` (``MCPServer`` only), a
     tool the guard does not know is declared from the server's own listing
-    the first time it is called, if its schemas mark an identifier (see
-    :func:`declare_tools`); any other undeclared tool meets the guard's
-    policy (``refuse_undeclared``).
+    the first time it is listed or called, if its schemas mark an identifier
+    (see :func:`declare_tools`); any other undeclared tool meets the guard's
+    policy (``refuse_undeclared``), whatever its annotations. An
+    ``MCPServer``'s listing also holds each declaration to the tool: an id
+    parameter its input schema does not have (``order_id`` where the schema,
+    and so the model, says ``orderId``) is a :class:`GuardrailUsageError` at
+    the tool's first use. Every ``tools/list`` answer tells the model, on
+    each id parameter, to copy the value exactly.
 
-    A server never sees the user's messages, so with ``reads_introduce_ids``
-    an id that appears nowhere yet, passed to a ``read`` tool, is taken as
-    the user's: unverified, allowed to the read (whose result then verifies
-    what it returns), refused to a ``write``. A near miss of a ledger value
-    is refused as everywhere. Turn it off when the client forwards nothing
-    the user typed and reads must only take ids a tool returned.
+    A server never sees the user's messages, where a conversation's ids
+    first appear. The host may forward them (the ``"guardrail/user_text"``
+    of a request's ``_meta``, see :func:`session_meta`): the ids the user
+    typed are then read as a guard reads them everywhere (a read may take
+    them, a write only once a lookup confirmed them), and anything else is
+    refused as invented. With ``reads_introduce_ids`` (off by default) an id
+    that appears nowhere yet, passed to a ``read`` tool, is allowed to that
+    read instead: it enters with its own provenance, ``introduced``, which
+    only a declared result field that returns it can verify (never the mere
+    success of a ``verifies="on_success"`` lookup), which a write refuses,
+    and which starts no turn. It lets a server serve hosts that forward
+    nothing, at a price: a model's guess at an id that exists is looked up
+    (the read shows that record), and a lookup that returns the id in a
+    declared field verifies it. A near miss of a ledger value is refused as
+    everywhere.
+
+    When the re-prompts of one tool run out in a turn (``max_reprompts``),
+    every later call of the conversation in that turn is answered with the
+    stop, never run: the server's counterpart of the host's
+    ``RepromptLimitExceeded``. A forwarded new user message starts a turn.
 
     Add it once, after the server's own middleware is in place: it runs
     innermost, right around the tool.
@@ -496,12 +715,13 @@ def guard_server(
         )
     if any(isinstance(existing, GuardMiddleware) for existing in middleware_list):
         raise GuardrailUsageError("this server is guarded already; guard it once")
-    list_tools = getattr(server, "list_tools", None) if declare else None
+    list_tools = getattr(server, "list_tools", None)
     middleware = GuardMiddleware(
         guard,
         session=session,
         reads_introduce_ids=reads_introduce_ids,
         list_tools=list_tools if callable(list_tools) else None,
+        declare=declare,
     )
     middleware_list.append(middleware)
     return middleware

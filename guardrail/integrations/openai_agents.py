@@ -11,9 +11,14 @@ every function tool carries two of the SDK's own tool guardrails: an input
 guardrail that checks the call with :meth:`Guard.enforce` and an output
 guardrail that records the tool's raw output with :meth:`Guard.record`. The
 agents it hands off to are guarded the same way, each tool object once
-however many agents share it. A tool guardrail cannot see (a hosted tool, an
+however many agents share it, and a handoff that carries input
+(``handoff(..., input_type=...)``) is checked like a tool call before its
+``on_handoff`` runs. A tool guardrail cannot see (a hosted tool, an
 MCP server's tools) is an error, not a gap, unless named in
-``allow_unguarded``.
+``allow_unguarded``. A tool (or handoff input) whose parameters are marked
+``Id(...)`` is declared by the mark; each id is checked under the name the
+model sent it by; and the schema the model is sent says, on every id
+parameter, to copy the value exactly.
 
 A refusal in ``reprompt`` mode is the SDK's ``reject_content``: the tool does
 not run, the model gets the re-prompt as the call's output, and the run goes
@@ -66,6 +71,7 @@ from guardrail._guard import Guard
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.integrations._tools import Bindings, Bound
 
 __all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
 
@@ -128,6 +134,9 @@ class _ToolGuard:
             )
         self.guard = guard
         self.session_id = session_id
+        self.bindings = Bindings(guard, "OpenAI Agents SDK")
+        #: Each guarded tool's schema as the SDK made it, and its function, by tool name.
+        self.shapes: dict[str, tuple[dict[str, Any] | None, Any]] = {}
         self.enforce_guardrail: ToolInputGuardrail[Any] = ToolInputGuardrail(
             guardrail_function=self._enforce, name="guardrail_enforce"
         )
@@ -140,6 +149,32 @@ class _ToolGuard:
 
     # -- the guardrails -------------------------------------------------------------------
 
+    def bound(self, name: str) -> Bound:
+        """A guarded tool (or handoff), bound to the guard as the SDK sends it to the model."""
+        schema, function = self.shapes.get(name, (None, None))
+        return self.bindings.get(name, schema, source=function, function=function)
+
+    def check(self, name: str, arguments: Any, context: Any) -> tuple[Verdict, Any, Any]:
+        """Enforce one call as the model sent it: the verdict, the arguments to run, as checked.
+
+        Raises the SDK-friendly :class:`IdentifierViolation` and
+        :class:`RepromptLimitExceeded`, which reach the program unwrapped.
+        """
+        bound = self.bound(name)
+        checked, undo = bound.to_check(arguments)
+        try:
+            if self.session_id is None:
+                verdict = self.guard.enforce(name, checked)
+            else:
+                with self.guard.session(self.session_id(context)):
+                    verdict = self.guard.enforce(name, checked)
+        except RepromptLimitExceeded as stop:
+            raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
+        except IdentifierViolation as refusal:  # raise mode
+            raise _RunIdentifierViolation(refusal.verdict) from None
+        recorded = verdict.arguments if verdict.arguments is not None else checked
+        return verdict, bound.to_run(recorded, undo, arguments), recorded
+
     def _enforce(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         """Check a call before it runs; refuse it with the re-prompt as the tool's output."""
         context = data.context
@@ -147,21 +182,11 @@ class _ToolGuard:
         # Text that is not JSON goes to the check as it is: it reports what it cannot read.
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments) if arguments else {}
-        try:
-            if self.session_id is None:
-                verdict = self.guard.enforce(context.tool_name, arguments)
-            else:
-                with self.guard.session(self.session_id(context.context)):
-                    verdict = self.guard.enforce(context.tool_name, arguments)
-        except RepromptLimitExceeded as stop:
-            raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
-        except IdentifierViolation as refusal:  # raise mode
-            raise _RunIdentifierViolation(refusal.verdict) from None
+        verdict, run_with, recorded = self.check(context.tool_name, arguments, context.context)
         if verdict.allowed or self.guard.mode == "observe":
-            run_with = verdict.arguments
-            if run_with is not None:
+            if verdict.arguments is not None:
                 state = context.__dict__
-                state[_RUN_WITH] = run_with
+                state[_RUN_WITH] = recorded
                 if run_with is not arguments:  # an id respelled as the ledger has it
                     state[_REWRITTEN] = json.dumps(run_with, ensure_ascii=False)
             return ToolGuardrailFunctionOutput.allow()
@@ -197,6 +222,16 @@ class _ToolGuard:
                 )
         return ToolGuardrailFunctionOutput.allow()
 
+    def record_handoff(self, name: str, arguments: Any, context: Any, *, error: bool) -> None:
+        """Record a handoff that ran (its ``mints``, a read's confirmation), or that failed."""
+        if arguments is None:
+            return
+        if self.session_id is None:
+            self.guard.record(name, arguments, None, error=error)
+        else:
+            with self.guard.session(self.session_id(context)):
+                self.guard.record(name, arguments, None, error=error)
+
     def _observe(
         self,
         context: RunContextWrapper[Any],
@@ -222,10 +257,20 @@ class _ToolGuard:
         return any(_guard_of(item) is self.guard for item in tool.tool_input_guardrails or ())
 
     def wrap(self, tool: FunctionTool) -> FunctionTool:
-        """A copy of ``tool`` with this guard's guardrails, run with the ledger's spelling."""
+        """A copy of ``tool`` with this guard's guardrails, run with the ledger's spelling.
+
+        The copy is bound to the guard (declared by its ``Id`` marks where the
+        guard does not know it, held to its schema), and its schema says, on
+        every id parameter, to copy the value exactly.
+        """
         if self.guards(tool):
             return tool
+        function = getattr(tool, "__wrapped__", None)
+        self.shapes[tool.name] = (tool.params_json_schema, function if callable(function) else None)
+        bound = self.bound(tool.name)
         guarded = tool.__copy__()  # the SDK's copy rebinds the failure handling to the copy
+        if bound.schema is not None and bound.schema != tool.params_json_schema:
+            guarded.params_json_schema = dict(bound.schema)
         guarded.tool_input_guardrails = [
             self.enforce_guardrail,
             *(tool.tool_input_guardrails or ()),
@@ -399,12 +444,43 @@ class _Guarding:
         target = _handoff_target(item)
         guarded_target = self.agent(target) if target is not None else None
         invoke = item.on_invoke_handoff
+        tools = self.tools
+        name = item.tool_name
+        schema = item.input_json_schema
+        takes_input = bool(schema.get("properties")) if isinstance(schema, Mapping) else False
+        if takes_input:
+            tools.shapes[name] = (dict(schema), None)
+            bound = tools.bound(name)
+            if bound.schema is not None and bound.schema != schema:
+                schema = dict(bound.schema)
 
         async def on_invoke_handoff(context: RunContextWrapper[Any], given: str) -> Any:
+            # A handoff's input runs its on_handoff: checked first, as a tool call's would be.
+            # The SDK gives a handoff no output to carry a re-prompt, so a refusal ends the run.
+            recorded: Any = None
+            if takes_input:
+                arguments: Any = given
+                with contextlib.suppress(ValueError):
+                    arguments = json.loads(given) if given else {}
+                verdict, run_with, recorded = tools.check(name, arguments, context.context)
+                if not verdict.allowed and tools.guard.mode != "observe":
+                    raise _RunIdentifierViolation(verdict)
+                if run_with is not arguments:
+                    given = json.dumps(run_with, ensure_ascii=False)
+            try:
+                agent = await invoke(context, given)
+            except Exception:
+                if takes_input:
+                    tools.record_handoff(name, recorded, context.context, error=True)
+                raise
+            if takes_input:
+                tools.record_handoff(name, recorded, context.context, error=False)
             # The handoff's own function picks the agent; the run goes on in its guarded copy.
-            return self.agent(await invoke(context, given))
+            return self.agent(agent)
 
-        guarded = dataclasses.replace(item, on_invoke_handoff=on_invoke_handoff)
+        guarded = dataclasses.replace(
+            item, on_invoke_handoff=on_invoke_handoff, input_json_schema=schema
+        )
         if guarded_target is not None:
             guarded._agent_ref = weakref.ref(guarded_target)
         return guarded

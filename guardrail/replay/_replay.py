@@ -33,7 +33,7 @@ from guardrail._guard import Guard
 from guardrail._harvest import harvest
 from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
-from guardrail.compaction._messages import refused, strings
+from guardrail.compaction._messages import strings, unsuccessful
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Intent, as_call, takes_intent, tool_definitions
@@ -234,7 +234,7 @@ class _Run:
             return
         # A refusal the recording sent back as the result is a failure: no tool ran, and the
         # values it names must not be harvested (a trace built in code may not say so).
-        failed = message.error or refused(message.content, message.result)
+        failed = message.error or unsuccessful(message.content, message.result)
         verdict = pending.verdict
         if verdict is not None and not verdict.allowed:
             reason = pending.reason or GENUINE

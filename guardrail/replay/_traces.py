@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrail._check import parse_arguments
-from guardrail.compaction._messages import content_text, refused
+from guardrail._seal import split_seal
+from guardrail.compaction._messages import content_text, unsuccessful
 from guardrail.errors import TraceFileError
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -192,10 +193,11 @@ def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
 def _is_error(raw: Mapping[str, Any], text: str) -> bool:
     """Whether a tool message records a failure: a flag where one was kept, else ``Error:``.
 
-    A refusal sent back as the result (its text, or its JSON) is a failure whatever
-    the flags say: no tool produced it.
+    A refusal sent back as the result (its text, or its JSON), and a failure
+    guardrail wrote (its text begins ``guardrail:``), is a failure whatever the
+    flags say: no tool produced it.
     """
-    if refused(text, raw.get("result")):
+    if unsuccessful(text, raw.get("result")):
         return True
     for flag in ("error", "is_error"):
         value = raw.get(flag)
@@ -235,6 +237,7 @@ def parse_message(raw: Any) -> tuple[Message | None, list[str]]:
                 problems.append(f"{problem}; the call was skipped")
         return Message(role, text, tool_calls=tuple(calls)), problems
     if role == "tool":
+        text, _ = split_seal(text)  # a server's seal line is not part of the result
         call_id = raw.get("tool_call_id")
         name = raw.get("name")
         return (

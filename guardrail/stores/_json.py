@@ -1,12 +1,46 @@
-"""Records as JSON text and back, fast: the stores' one encoding."""
+"""Records as JSON text and back, fast: the stores' one encoding.
+
+Text from a JSON request may hold a lone surrogate (``"\\ud83d"``, half an
+emoji cut off): a ``str`` holds it, but no UTF-8 codec encodes it, so a
+database driver refuses the whole write. The JSON text written here escapes
+each one (``\\ud83d``, which reads back as the same character), and
+:func:`has_surrogates` tells a store which names and ids it must store
+another way.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
-encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode(value: Any) -> str:
+    """One value as JSON text that any UTF-8 codec encodes: lone surrogates escaped."""
+    text = _encode(value)
+    if has_surrogates(text):
+        # A surrogate can only stand inside a JSON string, where its escape means the same.
+        return _SURROGATE.sub(_escaped, text)
+    return text
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def has_surrogates(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which no UTF-8 codec encodes."""
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")  # a few times faster than searching for one
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def decode(text: str) -> Any:

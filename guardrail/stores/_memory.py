@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardrail.errors import StoreError
 from guardrail.stores._json import decode, decode_all, encode
 from guardrail.stores._protocol import (
     Change,
@@ -108,8 +109,15 @@ class MemoryStore:
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
         # Every record as text before anything is written: a bad one changes nothing.
-        texts = [((r["kind"], r["key"]), r, _pack(r)) for r in change.records]
-        meta_text = None if change.meta is None else encode(change.meta)
+        try:
+            texts = [((r["kind"], r["key"]), r, _pack(r)) for r in change.records]
+            meta_text = None if change.meta is None else encode(change.meta)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise StoreError(
+                f"{self!r}: session {session_id!r} was not written: a record or the meta "
+                f"cannot be stored as JSON ({exc}); nothing of the change was written",
+                session_id=session_id,
+            ) from exc
         with self._lock:
             held = self._sessions.get(session_id)
             if held is None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._json import has_surrogates
 from guardrail.stores._protocol import USER_TEXTS_KEPT, Change, Meta, Snapshot, Written, damaged
 
 try:
@@ -262,10 +263,27 @@ class _PostgresBase:
 
     synchronous_commit: bool
 
+    def _sid(self, session_id: str, action: str) -> str:
+        """``session_id`` as a parameter; one PostgreSQL text cannot hold is a StoreError.
+
+        Record names and JSON are written in ASCII, so a lone surrogate (half a
+        character, which a JSON request may carry) in an id, a status or a text
+        reads back as it was; in a session id it has no place.
+        """
+        if has_surrogates(session_id):
+            raise StoreError(
+                f"{self._where()}: session {session_id!r} was not {action}: its id holds a "
+                "lone surrogate (half of a character), which PostgreSQL text cannot hold; "
+                "give the session an id of whole characters",
+                session_id=session_id,
+            )
+        return session_id
+
     def _params(self, session_id: str, change: Change) -> dict[str, Any]:
         """The apply statement's parameters: every record as JSON before anything is sent."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
+        self._sid(session_id, "written")
         names, texts = [], []
         for record in change.records:
             # [kind, key] as JSON: one name per id, in ASCII (a text column holds no NUL).
@@ -429,11 +447,13 @@ class PostgresStore(_PostgresBase):
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        rows = self._run("read", session_id, "changes", {"sid": session_id, "since": version})
+        sid = self._sid(session_id, "read")
+        rows = self._run("read", session_id, "changes", {"sid": sid, "since": version})
         return self._snapshot(session_id, rows, version)
 
     def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
+        self._sid(session_id, "deleted")
         self._setup()
         try:
             with self.pool.connection() as conn, conn.transaction():
@@ -556,11 +576,13 @@ class AsyncPostgresStore(_PostgresBase):
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        rows = await self._run("read", session_id, "changes", {"sid": session_id, "since": version})
+        sid = self._sid(session_id, "read")
+        rows = await self._run("read", session_id, "changes", {"sid": sid, "since": version})
         return self._snapshot(session_id, rows, version)
 
     async def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
+        self._sid(session_id, "deleted")
         await self._setup()
         try:
             async with self.pool.connection() as conn, conn.transaction():

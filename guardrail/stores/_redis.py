@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._json import has_surrogates
 from guardrail.stores._protocol import (
     Change,
     Meta,
@@ -185,7 +186,18 @@ _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each o
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+    # surrogatepass: a name or key written by _wire reads back as the text it was.
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
+
+
+def _wire(text: str) -> str | bytes:
+    """A key or record name as sent: text, or the bytes of text holding a lone surrogate.
+
+    The client encodes text as strict UTF-8, which refuses a lone surrogate
+    (half an emoji a JSON request cut off); its ``surrogatepass`` bytes are
+    what no valid text encodes to, so they name no other session or id.
+    """
+    return text.encode("utf-8", "surrogatepass") if has_surrogates(text) else text
 
 
 class _RedisBase:
@@ -214,12 +226,12 @@ class _RedisBase:
 
     # -- keys and arguments ---------------------------------------------------------------
 
-    def _keys(self, session_id: str) -> tuple[str, str, str]:
+    def _keys(self, session_id: str) -> tuple[str | bytes, str | bytes, str | bytes]:
         """The session hash, records hash and versions set of ``session_id``, one hash tag."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
         tag = f"{{{self.prefix}:{session_id}}}"
-        return (f"{tag}:s", f"{tag}:r", f"{tag}:z")
+        return (_wire(f"{tag}:s"), _wire(f"{tag}:r"), _wire(f"{tag}:z"))
 
     def _session_of(self, key: bytes | str) -> str:
         """The session id a session hash key names."""
@@ -231,7 +243,9 @@ class _RedisBase:
         kind, key = record["kind"], record["key"]
         return f"{len(kind)}:{kind}{key}"
 
-    def _encode(self, session_id: str, change: Change) -> tuple[dict[str, Record], list[str]]:
+    def _encode(
+        self, session_id: str, change: Change
+    ) -> tuple[dict[str, Record], list[str | bytes]]:
         """The change's records by name, and the script's arguments: nothing sent if one is bad."""
         try:
             records = {self._name(record): record for record in change.records}
@@ -276,12 +290,15 @@ class _RedisBase:
                 records[name] = merge_record(held, originals[name], concurrent=True)
         return records, meta
 
-    def _args(self, base: int, records: Mapping[str, Record], meta: Meta | None) -> list[str]:
-        args = [str(base), str(self._ttl_ms), ""]
+    def _args(
+        self, base: int, records: Mapping[str, Record], meta: Meta | None
+    ) -> list[str | bytes]:
+        # json.dumps writes ASCII: a lone surrogate in a record is escaped, and reads back.
+        args: list[str | bytes] = [str(base), str(self._ttl_ms), ""]
         if meta is not None:
             args[2] = json.dumps(meta, separators=(",", ":"))
         for name, record in records.items():
-            args += (name, json.dumps(record, separators=(",", ":")))
+            args += (_wire(name), json.dumps(record, separators=(",", ":")))
         return args
 
     # -- replies --------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from contextlib import contextmanager
 
 from guardrail import _deprecation
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode, decode_all, encode
+from guardrail.stores._json import decode, decode_all, encode, has_surrogates
 from guardrail.stores._protocol import (
     Change,
     Meta,
     Record,
     Snapshot,
     Written,
+    damaged,
     first_version,
     merge_meta,
     merge_record,
@@ -49,8 +50,11 @@ class SQLiteStore:
     file; rows written since a writer last read are merged, not overwritten
     (see :func:`~guardrail.stores.merge_record`). A file deleted or replaced
     while the store is open, or locked past ``timeout`` seconds, is a
-    :class:`StoreError`. A file written by an earlier version (one JSON row
-    per session) is converted the first time it is opened.
+    :class:`StoreError`, as is any other failure, naming the store. Text a
+    JSON request gave (a lone surrogate in an id, a status or the user's
+    text) is stored so that it reads back as given. A file written by an
+    earlier version (one JSON row per session) is converted the first time
+    it is opened.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, timeout: float = 5.0) -> None:
@@ -85,7 +89,7 @@ class SQLiteStore:
                 self._migrate()
         except sqlite3.Error as exc:
             raise StoreError(
-                f"cannot open the session database {self.path!r}: {exc}; check the path and "
+                f"{self!r}: cannot open the session database: {exc}; check the path and "
                 "its permissions"
             ) from exc
         self._identity = self._stat()
@@ -107,12 +111,21 @@ class SQLiteStore:
                     return self._read(session_id, head, 0, complete=True)
             except sqlite3.Error as exc:
                 raise self._failed("load", session_id, exc) from exc
+            except ValueError as exc:
+                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
         # Every record as text before the transaction: a bad one changes nothing.
-        rows = [(r["kind"], r["key"], encode(r)) for r in change.records]
-        meta_text = None if change.meta is None else encode(change.meta)
+        try:
+            rows = [(_column(r["kind"]), _column(r["key"]), encode(r)) for r in change.records]
+            meta_text = None if change.meta is None else encode(change.meta)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise StoreError(
+                f"{self!r}: session {session_id!r} was not written: a record or the meta "
+                f"cannot be stored as JSON ({exc}); nothing of the change was written",
+                session_id=session_id,
+            ) from exc
         with self._lock:
             self._check_file(session_id, "write")
             try:
@@ -120,6 +133,8 @@ class SQLiteStore:
                     return self._apply(session_id, change, rows, meta_text)
             except sqlite3.Error as exc:
                 raise self._failed("write", session_id, exc) from exc
+            except ValueError as exc:  # a stored row it had to merge with
+                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
@@ -140,6 +155,8 @@ class SQLiteStore:
                     return self._read(session_id, head, version, complete=False)
             except sqlite3.Error as exc:
                 raise self._failed("read", session_id, exc) from exc
+            except ValueError as exc:
+                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -159,7 +176,7 @@ class SQLiteStore:
             try:
                 with self._transaction():
                     idle = [
-                        row[0]
+                        _text(row[0])
                         for row in self._db.execute(
                             "SELECT session_id FROM guardrail_session WHERE written <= ?"
                             " ORDER BY written",
@@ -205,7 +222,8 @@ class SQLiteStore:
     def _head(self, session_id: str) -> tuple[int, int] | None:
         """``(created, version)`` of a session, or None."""
         row = self._db.execute(
-            "SELECT created, version FROM guardrail_session WHERE session_id = ?", (session_id,)
+            "SELECT created, version FROM guardrail_session WHERE session_id = ?",
+            (_column(session_id),),
         ).fetchone()
         return None if row is None else (row[0], row[1])
 
@@ -213,17 +231,18 @@ class SQLiteStore:
         self, session_id: str, head: tuple[int, int], since: int, *, complete: bool
     ) -> Snapshot:
         db = self._db
+        sid = _column(session_id)
         records: list[Record] = decode_all(
             [
                 text
                 for (text,) in db.execute(
                     "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                    (session_id, since),
+                    (sid, since),
                 )
             ]
         )
         meta_text, meta_version = db.execute(
-            "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (session_id,)
+            "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (sid,)
         ).fetchone()
         meta: Meta | None = None
         if meta_text is not None and meta_version > since:
@@ -234,10 +253,11 @@ class SQLiteStore:
         self,
         session_id: str,
         change: Change,
-        rows: list[tuple[str, str, str]],
+        rows: list[tuple[str | bytes, str | bytes, str]],
         meta_text: str | None,
     ) -> Written:
         db = self._db
+        sid = _column(session_id)
         head = self._head(session_id)
         if head is None:
             created = first_version() - 1
@@ -246,7 +266,7 @@ class SQLiteStore:
             db.execute(
                 "INSERT INTO guardrail_session (session_id, created, version, written)"
                 " VALUES (?, ?, ?, ?)",
-                (session_id, created, created, time.time()),
+                (sid, created, created, time.time()),
             )
         else:
             version = head[1] + 1
@@ -257,11 +277,11 @@ class SQLiteStore:
                 for kind, key, text in db.execute(
                     "SELECT kind, key, record FROM guardrail_record"
                     " WHERE session_id = ? AND version > ?",
-                    (session_id, change.base),
+                    (sid, change.base),
                 )
             }
             if newer:
-                by_name = {(r["kind"], r["key"]): r for r in change.records}
+                by_name = {(_column(r["kind"]), _column(r["key"])): r for r in change.records}
                 merged_rows = []
                 for kind, key, text in rows:
                     held = newer.get((kind, key))
@@ -273,29 +293,30 @@ class SQLiteStore:
         db.executemany(
             "INSERT OR REPLACE INTO guardrail_record (session_id, kind, key, version, record)"
             " VALUES (?, ?, ?, ?, ?)",
-            [(session_id, kind, key, version, text) for kind, key, text in rows],
+            [(sid, kind, key, version, text) for kind, key, text in rows],
         )
         if change.meta is not None and meta_text is not None:
             held_meta = db.execute(
                 "SELECT meta FROM guardrail_session WHERE session_id = ? AND meta_version > ?",
-                (session_id, change.base),
+                (sid, change.base),
             ).fetchone()
             if held_meta is not None and held_meta[0] is not None:
                 merged_meta = merge_meta(decode(held_meta[0]), change.meta, concurrent=True)
                 meta_text = encode(merged_meta)
             db.execute(
                 "UPDATE guardrail_session SET meta = ?, meta_version = ? WHERE session_id = ?",
-                (meta_text, version, session_id),
+                (meta_text, version, sid),
             )
         db.execute(
             "UPDATE guardrail_session SET version = ?, written = ? WHERE session_id = ?",
-            (version, time.time(), session_id),
+            (version, time.time(), sid),
         )
         return Written(version, alone)
 
     def _delete(self, session_id: str) -> None:
-        self._db.execute("DELETE FROM guardrail_record WHERE session_id = ?", (session_id,))
-        self._db.execute("DELETE FROM guardrail_session WHERE session_id = ?", (session_id,))
+        sid = _column(session_id)
+        self._db.execute("DELETE FROM guardrail_record WHERE session_id = ?", (sid,))
+        self._db.execute("DELETE FROM guardrail_session WHERE session_id = ?", (sid,))
 
     def _migrate(self) -> None:
         """Convert the one-JSON-row-per-session table of earlier versions, once, then drop it."""
@@ -321,7 +342,7 @@ class SQLiteStore:
                     "then open the store again; nothing was converted"
                 ) from None
             records = [_journal.record_of(ledger, name) for name in _journal.everything(ledger)]
-            rows = [(r["kind"], r["key"], encode(r)) for r in records]
+            rows = [(_column(r["kind"]), _column(r["key"]), encode(r)) for r in records]
             meta = encode(_journal.meta_of(ledger))
             self._apply(session_id, Change(0, records, _journal.meta_of(ledger)), rows, meta)
         db.execute("DROP TABLE guardrail_sessions")
@@ -345,7 +366,7 @@ class SQLiteStore:
             return
         what = "deleted" if now is None else "replaced by another file"
         raise StoreError(
-            f"session {session_id!r} could not {action}: the database {self.path!r} was {what} "
+            f"{self!r}: session {session_id!r} could not {action}: the database was {what} "
             "while the store was open, and using it would lose the session. Restore the file, "
             "or open a new SQLiteStore on the path; the guard's cached ledgers keep what "
             "was not written, and the next scope's end writes it.",
@@ -356,12 +377,28 @@ class SQLiteStore:
         """A database error as a StoreError that names the store and session and says what to do."""
         if "locked" in str(exc) or "busy" in str(exc):
             advice = (
-                f"the database {self.path!r} stayed locked by another connection for "
+                "the database stayed locked by another connection for "
                 f"{self.timeout:g}s; retry, or build the store with a longer timeout "
                 "(SQLiteStore(path, timeout=...))"
             )
         else:
-            advice = f"the database {self.path!r} failed: {exc}; check the file and its disk"
+            advice = f"the database failed: {exc}; check the file and its disk"
         return StoreError(
-            f"session {session_id!r} could not {action}: {advice}", session_id=session_id
+            f"{self!r}: session {session_id!r} could not {action}: {advice}",
+            session_id=session_id,
         )
+
+
+def _column(text: str) -> str | bytes:
+    """A session id, kind or key as the database holds it.
+
+    Text, as a rule; text holding a lone surrogate, which SQLite's UTF-8 cannot
+    hold, as its bytes (``surrogatepass``): a BLOB, which no TEXT value equals,
+    so it names no other id.
+    """
+    return text.encode("utf-8", "surrogatepass") if has_surrogates(text) else text
+
+
+def _text(value: str | bytes) -> str:
+    """A session id as :func:`_column` stored it."""
+    return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value

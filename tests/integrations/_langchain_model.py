@@ -11,6 +11,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import Runnable
 from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 Script = Callable[[Sequence[BaseMessage]], AIMessage]
@@ -34,6 +35,8 @@ class ScriptedModel(BaseChatModel):
     script: Script
     #: Every message list the model was sent, in order.
     seen: list[list[BaseMessage]] = Field(default_factory=list)
+    #: The tools of the latest ``bind_tools``, as a provider sends them (OpenAI's form).
+    bound: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def _llm_type(self) -> str:
@@ -56,4 +59,5 @@ class ScriptedModel(BaseChatModel):
         tool_choice: str | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
+        self.bound = [convert_to_openai_tool(tool) for tool in tools]
         return self

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import pytest
 from hypothesis import given, settings
@@ -32,9 +32,10 @@ from langchain_core.messages import (
 from langchain_core.tools import BaseTool, ToolException, tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.types import Command
+from pydantic import BaseModel, Field
 from structlog.testing import capture_logs
 
-from guardrail import Guard, GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, RepromptLimitExceeded
 from guardrail._guard import Mode
 from guardrail._reprompt import REFUSAL_PREFIX, REFUSED_ERROR
 from guardrail.compaction import BLOCK_HEADER
@@ -868,3 +869,128 @@ def test_no_script_gets_a_refund_onto_an_order_no_search_had_returned(
     text = "I am cus_41ZpA9, my wife is cus_77Hn02; my order is #W5555001"
     run(shop.agent(script, tools=[shop.tools[0], refund]), text, thread="property")
     assert all(known for _, known in refunds), refunds
+
+
+# -- attacks ------------------------------------------------------------------------------------
+
+
+class AliasedRefund(BaseModel):
+    """A refund's arguments: the order id travels under its alias, orderId."""
+
+    order_id: str = Field(alias="orderId")
+
+
+def test_an_id_sent_under_its_alias_is_checked() -> None:
+    """The guard declares order_id; the model sends orderId, which LangChain accepts: refused."""
+    shop = Shop()
+
+    @tool(args_schema=AliasedRefund)
+    def refund(order_id: str) -> str:
+        """Refund an order."""
+        shop.refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            return calls(call("refund", orderId="#W5555001"))  # Bob's order, never looked up
+        return AIMessage("done")
+
+    messages = run(shop.agent(script, tools=[shop.tools[0], refund]), "Refund it")
+    assert tool_messages(messages, "refund")[0].status == "error"
+    assert shop.refunds == []
+
+
+def test_a_declared_id_the_tools_schema_does_not_have_is_a_usage_error() -> None:
+    """guard.declare names order_id; the tool's schema says orderId: an error, not silence."""
+    shop = Shop()
+    schema = {"type": "object", "properties": {"orderId": {"type": "string"}}}
+
+    @tool(args_schema=schema)
+    def refund(**arguments: str) -> str:
+        """Refund an order."""
+        shop.refunds.append(arguments["orderId"])
+        return "refunded"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            return calls(call("refund", orderId="#W5555001"))
+        return AIMessage("done")
+
+    with pytest.raises(GuardrailUsageError, match="has no 'order_id' there"):
+        run(shop.agent(script, tools=[shop.tools[0], refund]), "Refund it")
+    assert shop.refunds == []
+
+
+def test_an_id_annotation_on_a_tool_is_its_declaration() -> None:
+    """No guard.declare for refund: its Id("order") parameter is checked all the same."""
+    shop = Shop()
+
+    @tool
+    def refund_order(order_id: Annotated[str, Id("order")]) -> str:
+        """Refund an order."""
+        shop.refunds.append(order_id)
+        return f"refunded {order_id}"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("search_orders", customer_id="cus_41ZpA9"))
+        if isinstance(last, ToolMessage) and last.name == "search_orders":
+            return calls(call("refund_order", order_id="#W2378157"))  # one character off
+        return AIMessage("done")
+
+    messages = run(shop.agent(script, tools=[shop.tools[0], refund_order]), "I am cus_41ZpA9")
+    refused = tool_messages(messages, "refund_order")[0]
+    assert refused.status == "error" and refused.artifact["findings"][0]["problem"] == "mutated"
+    assert shop.refunds == []
+
+
+def test_the_tools_the_model_is_given_say_to_copy_ids_exactly() -> None:
+    """A tool declared with guard.declare: the schema bound to the model carries the instruction."""
+    shop = Shop()
+    model = ScriptedModel(script=lambda messages: AIMessage("done"))
+    agent = create_agent(model, shop.tools, middleware=[GuardrailMiddleware(shop.guard)])
+    run(agent, "hello")
+    given = {tool["function"]["name"]: tool["function"]["parameters"] for tool in model.bound}
+    for name, param in (("refund", "order_id"), ("search_orders", "customer_id")):
+        assert "copy the value exactly" in given[name]["properties"][param]["description"]
+
+
+class FoundOrder(TypedDict):
+    """A lookup's result, its order id marked: the tool's return type declares what it returns."""
+
+    order_id: Annotated[str, Id("order")]
+
+
+def test_a_tools_marked_result_type_declares_the_ids_it_returns() -> None:
+    """No guard.declare at all: the lookup's TypedDict result feeds the marked refund."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    refunds: list[str] = []
+
+    @tool
+    def latest_order() -> FoundOrder:
+        """The customer's latest order."""
+        return {"order_id": "#W8855135"}
+
+    @tool
+    def refund_order(order_id: Annotated[str, Id("order")]) -> str:
+        """Refund an order."""
+        refunds.append(order_id)
+        return "refunded"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("latest_order"))
+        if isinstance(last, ToolMessage) and last.name == "latest_order":
+            return calls(call("refund_order", order_id="#W8855135"))
+        return AIMessage("done")
+
+    model = ScriptedModel(script=script)
+    agent = create_agent(
+        model, [latest_order, refund_order], middleware=[GuardrailMiddleware(guard)]
+    )
+    run(agent, "refund my latest order")
+    assert refunds == ["#W8855135"]
+    assert [p.source for p in guard.specs["latest_order"].produces] == ["order_id"]

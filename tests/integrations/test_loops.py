@@ -424,6 +424,54 @@ def test_an_error_shaped_result_never_verifies() -> None:
         assert guard.ledger.get("order", "#W8855136") is None
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_error_shaped_result_is_answered_as_an_error(shape: str) -> None:
+    """{"error": ...} returned by a tool is marked as the failure it is, where the shape can."""
+    guard, shop = shop_guard(), Shop()
+    tools = {**shop.tools(), "get_order": lambda order_id: {"error": "gone"}}
+    with guard.session("s"):
+        guard.observe_user("W8855135")
+        lookup = assistant(shape, ("a", "get_order", {"order_id": "W8855135"}))
+        [(_, text, error)] = answers(shape, run_tool_calls(guard, lookup, tools))
+    assert json.loads(text) == {"error": "gone"}
+    assert error or shape == "openai_chat"  # chat has no field for it; its readers see the text
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_with_a_secret_each_result_is_sealed_and_each_failure_is_not(shape: str) -> None:
+    """A server's guard seals what its tools returned; an error answer carries no seal."""
+    guard, shop = greeted(shop_guard(secret="the server's key")), Shop()
+    message = assistant(
+        shape,
+        ("a", "get_order", {"order_id": "#W8855135"}),
+        ("b", "get_order", {"order_id": "#W0000001"}),  # no such order: the tool raises
+    )
+    with guard.session("s"):
+        guard.observe_user("my orders are #W8855135 and #W0000001")
+        [(_, found, _), (_, failed, error)] = answers(
+            shape, run_tool_calls(guard, message, shop.tools())
+        )
+    text = found.rpartition("\n")[0]
+    assert json.loads(text) == {"order_id": "#W8855135", "total": 40}
+    # The seal over the call as the model wrote it, the one seal_result gives for it.
+    arguments = {"order_id": "#W8855135"}
+    assert found == guard.seal_result("get_order", arguments, text, call_id="a", session="s")
+    assert failed.startswith("guardrail: get_order failed: KeyError") and error
+    assert "seal" not in failed
+    unsealed = shop_guard()  # no secret: results go out as the tools returned them
+    with unsealed.session("s"):
+        unsealed.observe_user("my order is #W8855135")
+        [(_, plain, _)] = answers(
+            shape,
+            run_tool_calls(
+                unsealed,
+                assistant(shape, ("a", "get_order", {"order_id": "#W8855135"})),
+                shop.tools(),
+            ),
+        )
+    assert plain == text
+
+
 def test_ids_in_a_refusal_or_in_model_text_never_verify() -> None:
     """The model's own text, and a refusal sent back to it, add nothing to the ledger."""
     guard, shop = shop_guard(), Shop()
@@ -489,7 +537,7 @@ def test_arguments_that_do_not_match_the_signature_are_an_error_answer() -> None
         missing = assistant("openai_chat", ("c", "issue_refund", {"order_id": "#W8855135"}))
         [(_, text2, _)] = answers("openai_chat", run_tool_calls(guard, missing, shop.tools()))
     assert text.startswith(
-        "invalid arguments for issue_refund: amount: 'all' is not of type 'integer'"
+        "guardrail: invalid arguments for issue_refund: amount: 'all' is not of type 'integer'"
     )
     assert "'amount' is a required property" in text2
     assert shop.refunds == []

@@ -28,10 +28,13 @@ from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from guardrail import Guard
 from guardrail.compaction import compact
-from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations.mcp import (
     REFUSAL_META_KEY,
+    REPROMPT_LIMIT_ERROR,
+    USER_TEXT_META_KEY,
     GuardedClientSession,
+    GuardMiddleware,
     declare_tools,
     guard_server,
     guarded_call_tool,
@@ -108,7 +111,7 @@ def test_a_guarded_server_refuses_a_one_character_off_id_then_runs_the_ledger_va
 
     async def main() -> list[CallToolResult]:
         async with Client(server) as client:
-            m = meta("conv-1")
+            m = session_meta("conv-1", user_text="Please refund my order W8855135.")
             looked = await client.call_tool("get_order", {"order_id": "W8855135"}, meta=m)
             wrong = await client.call_tool(
                 "issue_refund", {"order_id": "#W8855153", "amount": 40}, meta=m
@@ -142,12 +145,13 @@ def test_parallel_calls_and_two_conversations_at_once_never_cross() -> None:
     results: dict[str, CallToolResult] = {}
 
     async def conversation(client: Client, session: str, mine: str, theirs: str) -> None:
-        await client.call_tool("get_order", {"order_id": mine}, meta=meta(session))
+        m = session_meta(session, user_text=f"My order is {mine}.")
+        await client.call_tool("get_order", {"order_id": mine}, meta=m)
         results[f"{session}-theirs"] = await client.call_tool(
-            "issue_refund", {"order_id": theirs, "amount": 1}, meta=meta(session)
+            "issue_refund", {"order_id": theirs, "amount": 1}, meta=m
         )
         results[f"{session}-mine"] = await client.call_tool(
-            "issue_refund", {"order_id": mine, "amount": 1}, meta=meta(session)
+            "issue_refund", {"order_id": mine, "amount": 1}, meta=m
         )
 
     async def main() -> None:
@@ -193,12 +197,13 @@ def test_a_request_that_names_no_conversation_is_refused_unless_the_guard_has_a_
     guard_server(server, guard_for())
     single = shop_server(refunds)
     guard_server(single, guard_for(default_session="stdio"))
+    said: Any = {USER_TEXT_META_KEY: "my order is #W8855135"}  # no session named
 
     async def main() -> list[CallToolResult]:
         async with Client(server) as client, Client(single) as other:
             return [
                 await client.call_tool("get_order", {"order_id": "#W8855135"}),
-                await other.call_tool("get_order", {"order_id": "#W8855135"}),
+                await other.call_tool("get_order", {"order_id": "#W8855135"}, meta=said),
             ]
 
     nameless, defaulted = run(main)
@@ -210,9 +215,9 @@ def test_a_read_may_introduce_an_unknown_id_but_not_a_near_miss_and_a_write_neve
     """Server policy: an unseen id enters through a read; a near miss or a write is refused."""
     refunds: list[str] = []
     server, guard = shop_server(refunds), guard_for()
-    guard_server(server, guard)
+    guard_server(server, guard, reads_introduce_ids=True)
     strict = shop_server(refunds)
-    guard_server(strict, guard_for(), reads_introduce_ids=False)
+    guard_server(strict, guard_for())  # the default: a read takes only ids the user typed
 
     async def main() -> list[CallToolResult]:
         async with Client(server) as client, Client(strict) as other:
@@ -241,7 +246,7 @@ def test_ids_in_a_tool_error_never_verify_on_the_server() -> None:
 
     async def main() -> CallToolResult:
         async with Client(server) as client:
-            m = meta("s")
+            m = session_meta("s", user_text="Is #W1234567 my order?")
             failed = await client.call_tool("get_order", {"order_id": "#W1234567"}, meta=m)
             assert failed.is_error and "#W8855136" in text(failed)
             return await client.call_tool(
@@ -284,13 +289,10 @@ def test_the_audit_never_writes_to_stdout(capfd: pytest.CaptureFixture[str]) -> 
 
     async def main() -> None:
         async with Client(server) as client:
-            await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=meta("s"))
-            await client.call_tool(
-                "issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=meta("s")
-            )
-            await client.call_tool(
-                "issue_refund", {"order_id": "#W0000009", "amount": 1}, meta=meta("s")
-            )
+            m = session_meta("s", user_text="refund #W8855135")
+            await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=m)
+            await client.call_tool("issue_refund", {"order_id": "#W8855135", "amount": 1}, meta=m)
+            await client.call_tool("issue_refund", {"order_id": "#W0000009", "amount": 1}, meta=m)
 
     run(main)
     assert capfd.readouterr().out == ""
@@ -468,9 +470,11 @@ def test_importing_without_the_extra_says_what_to_install(monkeypatch: pytest.Mo
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcp_server.py"
 
 
-def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("introduce", [False, True])
+def test_the_mcp_example_runs_offline(capsys: pytest.CaptureFixture[str], introduce: bool) -> None:
     """examples/mcp_server.py: the swapped id is an isError re-prompt; the right one runs once."""
-    runpy.run_path(str(EXAMPLE), run_name="__main__")  # in this process: mcp is imported already
+    example = runpy.run_path(str(EXAMPLE))  # in this process: mcp is imported already
+    anyio.run(example["conversation"], example["build_server"](reads_introduce_ids=introduce))
     assert capsys.readouterr().out.splitlines() == [
         'get_order: ok: {"order_id": "#W8855135", "item": "blender"}',
         "issue_refund: error: guardrail refused the call to issue_refund; the tool did not run.",
@@ -487,7 +491,7 @@ def test_the_example_server_speaks_stdio_with_the_audit_on() -> None:
 
     async def main() -> list[CallToolResult]:
         async with Client(params) as client:
-            m = meta("over-stdio")
+            m = session_meta("over-stdio", user_text="refund #W8855135")
             return [
                 await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=m),
                 await client.call_tool(
@@ -543,8 +547,383 @@ def test_a_custom_session_resolver_decides_the_ledger() -> None:
 
     async def main() -> None:
         async with Client(server) as client:
-            await client.call_tool("get_order", {"order_id": "#W8855135"})
+            said: Any = {USER_TEXT_META_KEY: "order #W8855135"}
+            await client.call_tool("get_order", {"order_id": "#W8855135"}, meta=said)
 
     run(main)
     with guard.session("tenant-7"):
         assert guard.ledger.get("order", "#W8855135") is not None
+
+
+# -- attacks ------------------------------------------------------------------------------------
+#
+# Each test is a model, a client or a second server trying to get an id no tool returned into
+# a write tool of a guarded server or host; each asserts the write never ran with it.
+
+VICTIM = "#W8855136"  # another customer's order: it exists, so a lookup of it succeeds
+AccountId = Annotated[str, Field(json_schema_extra={"x-guardrail-kind": "account"})]
+
+
+def lookup_server(refunds: list[str]) -> MCPServer:
+    """A shop whose lookup succeeds for any order that exists and names no id in its result."""
+    server = MCPServer("shop", log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def order_total(order_id: OrderId) -> dict[str, int]:
+        """The total of an order (fails for an order that does not exist)."""
+        key = "#" + order_id.lstrip("#")
+        if key not in ORDERS:
+            raise ToolError(f"no order {order_id}")
+        return {"total": ORDERS[key]}
+
+    @server.tool()
+    def issue_refund(order_id: OrderId, amount: int) -> str:
+        """Refund an order."""
+        refunds.append("#" + order_id.lstrip("#"))
+        return f"refunded {amount} on {order_id}"
+
+    return server
+
+
+def lookup_guard(verifies: Any = "on_success", **options: Any) -> Guard:
+    """A guard whose lookup confirms the id it took on success (it fails for unknown orders)."""
+    guard = guard_for(**options)
+    guard.declare("order_total", ids={"order_id": "order"}, effect="read", verifies=verifies)
+    return guard
+
+
+def _distance(one: str, other: str) -> int:
+    """Levenshtein distance."""
+    row = list(range(len(other) + 1))
+    for i, a in enumerate(one, 1):
+        previous, row[0] = row[0], i
+        for j, b in enumerate(other, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (a != b))
+    return row[-1]
+
+
+def far_apart_orders(count: int) -> list[str]:
+    """Made-up order ids, none a near miss of another or of a real order."""
+    found: list[str] = []
+    seed = 1_000_003
+    while len(found) < count:
+        seed = seed * 48271 % 2_147_483_647
+        candidate = f"#W{seed % 10**7:07d}"
+        if all(_distance(candidate, held) >= 4 for held in [*found, *ORDERS]):
+            found.append(candidate)
+    return found
+
+
+@pytest.mark.parametrize("introduce", [True, False])
+def test_an_invented_id_never_reaches_a_write_through_an_on_success_lookup(introduce: bool) -> None:
+    """A model's made-up order id that exists is looked up, then refunded: the refund is refused."""
+    refunds: list[str] = []
+    server, guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, guard, reads_introduce_ids=introduce)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            m = meta("s")
+            looked = await client.call_tool("order_total", {"order_id": VICTIM}, meta=m)
+            refund = {"order_id": VICTIM, "amount": 99}
+            return [looked, await client.call_tool("issue_refund", refund, meta=m)]
+
+    looked, refunded = run(main)
+    assert looked.is_error is not introduce  # introduced ids may be read, never written
+    assert refunded.is_error and refunds == []
+    with guard.session("s"):
+        entry = guard.ledger.get("order", VICTIM)
+        assert entry is None or (not entry.verified and entry.source.tool != "user")
+
+
+def test_only_the_users_forwarded_text_lets_a_lookup_confirm_an_id() -> None:
+    """The host forwards the user's words: their order is confirmed and refunded, a guess is not."""
+    refunds: list[str] = []
+    server, guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, guard)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            m = session_meta("s", user_text="Please refund my order W8855135.")
+            return [
+                await client.call_tool("order_total", {"order_id": "#W8855135"}, meta=m),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "W8855135", "amount": 40}, meta=m
+                ),
+                await client.call_tool("order_total", {"order_id": VICTIM}, meta=m),
+                await client.call_tool("issue_refund", {"order_id": VICTIM, "amount": 99}, meta=m),
+            ]
+
+    looked, refunded, guessed, stolen = run(main)
+    assert not looked.is_error and not refunded.is_error
+    assert guessed.is_error and stolen.is_error
+    assert refunds == ["#W8855135"]
+
+
+def test_reads_of_made_up_ids_do_not_reset_the_reprompt_limit() -> None:
+    """Fifty refused writes between reads of new made-up ids: the limit stops the conversation."""
+    refunds: list[str] = []
+    server, guard = lookup_server(refunds), lookup_guard(verifies=True, max_reprompts=2)
+    guard_server(server, guard, reads_introduce_ids=True)
+
+    async def main() -> list[CallToolResult]:
+        answers = []
+        async with Client(server) as client:
+            m = meta("s")
+            for invented in far_apart_orders(50):
+                await client.call_tool("order_total", {"order_id": invented}, meta=m)
+                answers.append(
+                    await client.call_tool(
+                        "issue_refund", {"order_id": invented, "amount": 1}, meta=m
+                    )
+                )
+            answers.append(await client.call_tool("order_total", {"order_id": "#W8855135"}, meta=m))
+        return answers
+
+    with capture_logs() as logs:
+        answers = run(main)
+    assert refunds == []
+    assert [e["event"] for e in logs].count("guardrail.reprompt_limit") == 1
+    assert all(answer.is_error for answer in answers)  # the lookup at the end too: stopped
+    stopped = [
+        a for a in answers if a.meta and a.meta[REFUSAL_META_KEY]["error"] == REPROMPT_LIMIT_ERROR
+    ]
+    assert len(stopped) == len(answers) - 2  # two re-prompts, then the conversation stops
+    assert "stopping instead of re-prompting" in text(answers[-1])
+
+
+def test_a_read_only_tool_with_unmarked_ids_is_refused_under_refuse_undeclared() -> None:
+    """readOnlyHint alone declares nothing: with refuse_undeclared the tool does not run."""
+    server, guard = MCPServer("crm", log_level="WARNING"), guard_for(refuse_undeclared=True)
+    looked_up: list[str] = []
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def customer_file(customer_id: str) -> str:
+        """A customer's file (its id is not marked)."""
+        looked_up.append(customer_id)
+        return "file"
+
+    guard_server(server, guard)
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client:
+            return await client.call_tool("customer_file", {"customer_id": "cus_9"}, meta=meta("s"))
+
+    assert run(main).is_error and looked_up == []
+
+
+def test_another_servers_tool_of_the_same_name_never_lends_its_spec() -> None:
+    """A shop lists a read-only transfer first: the bank's write transfer is still checked."""
+    transfers: list[str] = []
+    shop, bank = MCPServer("shop", log_level="WARNING"), MCPServer("bank", log_level="WARNING")
+
+    @shop.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def transfer() -> str:
+        """The shop's transfer policy (no identifiers)."""
+        return "transfers take two days"
+
+    @bank.tool(name="transfer")
+    def bank_transfer(account: AccountId, amount: int) -> str:
+        """Move money to an account."""
+        transfers.append(account)
+        return f"sent {amount} to {account}"
+
+    guard = guard_for()
+    guard.add_kind("account", pattern=r"acc_\d{4}")
+
+    async def main() -> list[Any]:
+        outcomes: list[Any] = []
+        async with Client(shop) as to_shop, Client(bank) as to_bank, guard.session("host"):
+            shop_tools = GuardedClientSession(to_shop, guard)
+            bank_tools = GuardedClientSession(to_bank, guard)
+            await shop_tools.list_tools()
+            for attempt in (
+                bank_tools.list_tools,
+                lambda: bank_tools.call_tool("transfer", {"account": "acc_6666", "amount": 500}),
+            ):
+                try:
+                    outcomes.append(await attempt())
+                except GuardrailUsageError as refused:
+                    outcomes.append(refused)
+        return outcomes
+
+    outcomes = run(main)
+    assert transfers == []
+    assert isinstance(outcomes[-1], GuardrailUsageError) or outcomes[-1].is_error
+
+
+def test_two_servers_sharing_a_tool_name_are_each_checked_by_their_own_spec() -> None:
+    """With a namespace per server, the shop's listing never weakens the bank's transfer."""
+    transfers: list[str] = []
+    shop, bank = MCPServer("shop", log_level="WARNING"), MCPServer("bank", log_level="WARNING")
+
+    @shop.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def transfer() -> str:
+        """The shop's transfer policy."""
+        return "transfers take two days"
+
+    @bank.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def accounts() -> dict[str, list[AccountId]]:
+        """The customer's accounts."""
+        return {"accounts": ["acc_1234"]}
+
+    @bank.tool(name="transfer")
+    def bank_transfer(account: AccountId, amount: int) -> str:
+        """Move money to an account."""
+        transfers.append(account)
+        return f"sent {amount} to {account}"
+
+    guard = guard_for()
+    guard.add_kind("account", pattern=r"acc_\d{4}")
+
+    async def main() -> list[CallToolResult]:
+        async with Client(shop) as to_shop, Client(bank) as to_bank, guard.session("host"):
+            shop_tools = GuardedClientSession(to_shop, guard, namespace="shop")
+            bank_tools = GuardedClientSession(to_bank, guard, namespace="bank")
+            await shop_tools.list_tools()
+            return [
+                await shop_tools.call_tool("transfer", {}),
+                await bank_tools.call_tool("transfer", {"account": "acc_6666", "amount": 5}),
+                await bank_tools.call_tool("accounts", {}),
+                await bank_tools.call_tool("transfer", {"account": "acc_1234", "amount": 5}),
+            ]
+
+    policy, stolen, listed, sent = run(main)
+    assert not policy.is_error and stolen.is_error and not listed.is_error and not sent.is_error
+    assert transfers == ["acc_1234"]
+    assert guard.specs["bank/transfer"].effect == "write"
+    assert guard.specs["shop/transfer"].effect == "read"
+
+
+class RefundRequest(BaseModel):
+    """A refund request whose order id travels under its alias (orderId)."""
+
+    order_id: str = Field(alias="orderId")
+    amount: int
+
+
+def test_an_id_sent_under_its_alias_is_never_left_unchecked_on_a_server() -> None:
+    """The guard names order_id, the schema (and the model) orderId: a usage error, no refund."""
+    refunds: list[str] = []
+    server = MCPServer("shop", log_level="CRITICAL")
+
+    @server.tool()
+    def issue_refund(request: RefundRequest) -> str:
+        """Refund an order."""
+        refunds.append(request.order_id)
+        return f"refunded {request.order_id}"
+
+    guard = guard_for()
+    guard.declare("issue_refund", ids={"request.order_id": "order"})
+    guard_server(server, guard)
+    sent = {"request": {"orderId": VICTIM, "amount": 99}}
+
+    async def main() -> Any:
+        async with Client(server) as client:
+            try:
+                return await client.call_tool("issue_refund", sent, meta=meta("s"))
+            except Exception as failed:  # the server's usage error comes back as a protocol error
+                return failed
+
+    answer = run(main)
+    assert refunds == []
+    assert not isinstance(answer, CallToolResult) or answer.is_error
+    schema = run(server.list_tools)[0].input_schema  # the server's own listing, unguarded
+    with pytest.raises(GuardrailUsageError, match="has no 'order_id' there \\(it has: 'orderId'"):
+        GuardMiddleware(guard)._bindings.get("issue_refund", schema)
+
+
+def test_what_the_model_lists_says_to_copy_ids_exactly_on_both_sides() -> None:
+    """Declared by hand or marked, every id parameter a listing shows carries the instruction."""
+    refunds: list[str] = []
+    server, guard = MCPServer("shop", log_level="WARNING"), guard_for()
+
+    @server.tool()
+    def issue_refund(order_id: str, amount: int) -> str:
+        """Refund an order (its id is not marked: the guard declares it)."""
+        refunds.append(order_id)
+        return "ok"
+
+    guard.declare("issue_refund", ids={"order_id": "order"})
+    guard_server(server, guard)
+    host = guard_for()
+    host.declare("issue_refund", ids={"order_id": "order"})
+
+    async def main() -> tuple[list[Tool], list[Tool]]:
+        async with Client(server) as client:
+            served = (await client.list_tools()).tools
+            hosted = (await GuardedClientSession(client, host).list_tools()).tools
+            return served, hosted
+
+    for tools in run(main):
+        description = tools[0].input_schema["properties"]["order_id"]["description"]
+        assert "copy the value exactly" in description
+
+
+def test_a_host_forwards_the_users_text_only_when_asked() -> None:
+    """forward_user_text sends observe_user's text: the server takes the typed id, no other."""
+    refunds: list[str] = []
+    server, server_guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, server_guard)
+    host = guard_for()
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            quiet = GuardedClientSession(client, host, session="quiet")
+            told = GuardedClientSession(client, host, session="told", forward_user_text=True)
+            for tools in (quiet, told):
+                tools.observe_user("Please refund my order W8855135.")
+            m = meta("s")  # the server's conversation; the host's session is its own
+            return [
+                await quiet.call_tool("order_total", {"order_id": "W8855135"}, meta=m),
+                await told.call_tool("order_total", {"order_id": "W8855135"}, meta=m),
+                await told.call_tool("order_total", {"order_id": VICTIM}, meta=m),
+            ]
+
+    unsent, sent, guessed = run(main)
+    assert unsent.is_error and not sent.is_error and guessed.is_error
+    with host.session("told"):
+        assert host.ledger.get("order", "W8855135") is not None
+
+
+def test_guarded_call_tool_forwards_user_text_in_the_meta_it_sends() -> None:
+    """user_text= joins the caller's own meta; the server reads it as the user's words."""
+    refunds: list[str] = []
+    server, server_guard = lookup_server(refunds), lookup_guard()
+    guard_server(server, server_guard)
+    host = guard_for()
+
+    async def main() -> CallToolResult:
+        async with Client(server) as client, host.session("host"):
+            return await guarded_call_tool(
+                client,
+                host,
+                "order_total",
+                {"order_id": "#W8855135"},
+                user_text="my order #W8855135",
+                meta=meta("s"),
+            )
+
+    assert not run(main).is_error
+    with server_guard.session("s"):
+        entry = server_guard.ledger.get("order", "#W8855135")
+        assert entry is not None and entry.verified  # the lookup confirmed the typed id
+    with pytest.raises(GuardrailUsageError, match="user_text"):
+        session_meta("s", user_text="")
+
+
+def test_the_host_raises_when_its_reprompts_run_out() -> None:
+    """The host's side of the limit: RepromptLimitExceeded, and the server is never called."""
+    refunds: list[str] = []
+    server, guard = shop_server(refunds), guard_for(max_reprompts=1)
+    declare_tools(guard, run(lambda: _listing(server)))
+
+    async def main() -> None:
+        async with Client(server) as client, guard.session("host"):
+            bad = {"order_id": "#W0000001", "amount": 1}
+            assert (await guarded_call_tool(client, guard, "issue_refund", bad)).is_error
+            with pytest.raises(RepromptLimitExceeded):
+                await guarded_call_tool(client, guard, "issue_refund", bad)
+
+    run(main)
+    assert refunds == []

@@ -13,7 +13,7 @@ import runpy
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 import structlog
@@ -22,6 +22,7 @@ from agents import (
     AgentsException,
     FunctionTool,
     RunConfig,
+    RunContextWrapper,
     Runner,
     SQLiteSession,
     ToolGuardrailFunctionOutput,
@@ -36,8 +37,9 @@ from agents.items import TResponseInputItem
 from agents.mcp import MCPServerStdio
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
+from pydantic import BaseModel, Field
 
-from guardrail import Guard, GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, RepromptLimitExceeded
 from guardrail._reprompt import is_refusal
 from guardrail.integrations.openai_agents import (
     GuardedSession,
@@ -840,3 +842,113 @@ def test_the_example_runs_offline_and_shows_the_re_prompt(
     assert "tool -> guardrail refused the call to issue_refund" in printed
     assert "refunded 40 on #W2378156" in printed
     assert "refunds that ran: ['#W2378156']" in printed
+
+
+# -- attacks ------------------------------------------------------------------------------------
+
+
+class Escalation(BaseModel):
+    """What a handoff to billing carries: the order to escalate."""
+
+    order_id: str
+
+
+def test_a_handoffs_input_is_checked_before_on_handoff_runs() -> None:
+    """A handoff with input_type: the invented order id never reaches on_handoff."""
+    guard = shop()
+    guard.declare("transfer_to_billing", ids={"order_id": "order"})
+    escalated: list[str] = []
+
+    def on_handoff(context: RunContextWrapper[Any], given: Escalation) -> None:
+        escalated.append(given.order_id)  # opens a billing case on that order
+
+    model = ScriptedModel(
+        [
+            calls(("transfer_to_billing", {"order_id": "#W5555001"}, "c1")),
+            [assistant_message("ok")],
+        ]
+    )
+    billing = Agent(name="billing", model=model)
+    triage = Agent(
+        name="triage",
+        model=model,
+        handoffs=[handoff(billing, on_handoff=on_handoff, input_type=Escalation)],
+    )
+    with guard.session("conv"), pytest.raises(IdentifierViolation) as refused:
+        run(guard_agent(triage, guard), "escalate my order")
+    assert escalated == []
+    assert refused.value.findings[0].problem == "unknown"
+
+
+def test_an_id_annotation_on_a_function_tool_is_its_declaration() -> None:
+    """No guard.declare for refund_order: its Id("order") parameter is checked all the same."""
+    guard, tools = shop(), Shop()
+    refunded: list[str] = []
+
+    @function_tool
+    def refund_order(order_id: Annotated[str, Id("order")]) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return "refunded"
+
+    model = ScriptedModel(
+        [
+            calls(("find_orders", {"customer": "cus_41ZpA9"}, "c1")),
+            calls(("refund_order", {"order_id": "#W2378157"}, "c2")),
+            [assistant_message("ok")],
+        ]
+    )
+    agent = Agent(name="support", model=model, tools=[tools.find_orders, refund_order])
+    with guard.session("conv"):
+        run(guard_agent(agent, guard), "refund my second order")
+    assert refunded == []
+
+
+def test_an_id_sent_under_its_alias_is_checked() -> None:
+    """The guard declares order_id; the SDK's schema (and the model) say orderId: refused."""
+    guard = shop()
+    guard.declare("refund_by_alias", ids={"order_id": "order"})
+    refunded: list[str] = []
+
+    @function_tool
+    def refund_by_alias(order_id: Annotated[str, Field(alias="orderId")]) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return "refunded"
+
+    model = ScriptedModel(
+        [calls(("refund_by_alias", {"orderId": "#W5555001"}, "c1")), [assistant_message("ok")]]
+    )
+    agent = Agent(name="support", model=model, tools=[refund_by_alias])
+    with guard.session("conv"):
+        run(guard_agent(agent, guard), "refund")
+    assert refunded == []
+
+
+def test_the_tools_the_model_is_sent_say_to_copy_ids_exactly() -> None:
+    """Declared with guard.declare, or marked with a docstring's Args: the instruction is there."""
+    guard, tools = shop(), Shop()
+
+    @function_tool
+    def cancel(order_id: Annotated[str, Id("order")]) -> str:
+        """Cancel an order.
+
+        Args:
+            order_id: the order to cancel
+        """
+        return "cancelled"
+
+    model = ScriptedModel([[assistant_message("ok")]])
+    agent = Agent(name="support", model=model, tools=[tools.refund, tools.get_order, cancel])
+    escalate = handoff(Agent(name="billing"), on_handoff=lambda c, e: None, input_type=Escalation)
+    guard.declare("transfer_to_billing", ids={"order_id": "order"})
+    agent.handoffs = [escalate]
+    with guard.session("conv"):
+        run(guard_agent(agent, guard), "hello")
+    [call] = model.calls
+    sent = {
+        tool.name: tool.params_json_schema for tool in call.tools if isinstance(tool, FunctionTool)
+    }
+    sent.update({item.tool_name: item.input_json_schema for item in call.handoffs})
+    for name in ("refund", "get_order", "cancel", "transfer_to_billing"):
+        assert "copy the value exactly" in sent[name]["properties"]["order_id"]["description"]

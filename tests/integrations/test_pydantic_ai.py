@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
-from pydantic_ai import Agent, ModelRetry, RunContext
+from pydantic import BaseModel, Field
+from pydantic_ai import Agent, ModelRetry, RunContext, ToolOutput
 from pydantic_ai.capabilities import ProcessHistory
 from pydantic_ai.messages import (
     CompactionPart,
@@ -837,3 +837,124 @@ def _no_real_keys(monkeypatch: pytest.MonkeyPatch) -> None:
     """No test here may reach a real provider, whatever the environment holds."""
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
+
+
+# -- attacks ------------------------------------------------------------------------------------
+
+
+def test_an_output_function_is_checked_like_a_tool() -> None:
+    """output_type=[refund]: the one-character-off id is re-prompted, the ledger's value runs."""
+    guard, shop = make_guard(), Shop()
+    refunded: list[str] = []
+
+    def refund_order(order_id: str) -> str:
+        """Refund an order and end the conversation."""
+        refunded.append(order_id)
+        return f"refunded {order_id}"
+
+    guard.declare("refund_order", ids={"order_id": "order"})
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1].parts[-1]
+        if not isinstance(last, ToolReturnPart):
+            return calls(("list_orders", {}))
+        order = SECOND if last.outcome == "retried" else ONE_OFF  # the re-prompt is read
+        return calls((info.output_tools[0].name, {"order_id": order}))
+
+    agent = Agent(
+        FunctionModel(script),
+        toolsets=[shop.toolset()],
+        output_type=[refund_order],
+        capabilities=[Guardrail(guard)],
+    )
+    with guard.session("conv-1"):
+        result = run(agent, "Refund my second order.")
+    assert refunded == [SECOND] and result.output == f"refunded {SECOND}"
+
+
+def test_an_undeclared_output_function_is_refused_under_refuse_undeclared() -> None:
+    """ToolOutput(fn) the guard does not know never runs when undeclared tools are refused."""
+    guard = make_guard(refuse_undeclared=True)
+    ran: list[str] = []
+
+    def wire_money(account: str) -> str:
+        """Send the balance to an account."""
+        ran.append(account)
+        return "sent"
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return calls((info.output_tools[0].name, {"account": "acc_6666"}))
+
+    agent = Agent(
+        FunctionModel(script), output_type=ToolOutput(wire_money), capabilities=[Guardrail(guard)]
+    )
+    with guard.session("conv-1"), pytest.raises(Exception, match="wire_money|retries"):
+        run(agent, "Empty my account.")
+    assert ran == []
+
+
+def test_an_id_annotation_on_a_tool_is_its_declaration() -> None:
+    """A tool with an Id("order") parameter and no guard.declare: a near miss is refused."""
+    guard, shop = make_guard(), Shop()
+    refunded: list[str] = []
+    tools = shop.toolset()
+
+    @tools.tool_plain
+    def refund_order(order_id: Annotated[str, Id("order")]) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return "ok"
+
+    script = scripted(calls(("list_orders", {})), calls(("refund_order", {"order_id": ONE_OFF})))
+    agent = Agent(FunctionModel(script), toolsets=[tools], capabilities=[Guardrail(guard)])
+    with guard.session("conv-1"):
+        messages = run(agent, "refund").all_messages()
+    assert refunded == []
+    assert returns(messages, "refund_order")[0].outcome == "retried"
+
+
+def test_an_id_declared_by_the_name_the_model_sees_is_checked() -> None:
+    """The schema says orderId (an alias), the guard declares orderId: an invented id is refused."""
+    guard = make_guard()
+    guard.declare("refund_by_alias", ids={"orderId": "order"})
+    refunded: list[str] = []
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool_plain
+    def refund_by_alias(order_id: Annotated[str, Field(alias="orderId")]) -> str:
+        """Refund an order."""
+        refunded.append(order_id)
+        return "ok"
+
+    script = scripted(calls(("refund_by_alias", {"orderId": "#W5555001"})))
+    agent = Agent(FunctionModel(script), toolsets=[tools], capabilities=[Guardrail(guard)])
+    with guard.session("conv-1"):
+        run(agent, "refund")
+    assert refunded == []
+
+
+def test_the_tool_definitions_the_model_sees_say_to_copy_ids_exactly() -> None:
+    """Declared by guard.declare, or marked with its description replaced by a docstring."""
+    guard, shop = make_guard(), Shop()
+    tools = shop.toolset()
+    seen: dict[str, Any] = {}
+
+    @tools.tool_plain
+    def cancel(order_id: Annotated[str, Id("order")]) -> str:
+        """Cancel an order.
+
+        Args:
+            order_id: the order to cancel
+        """
+        return "cancelled"
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.update({tool.name: tool.parameters_json_schema for tool in info.function_tools})
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(script), toolsets=[tools], capabilities=[Guardrail(guard)])
+    with guard.session("conv-1"):
+        run(agent, "hello")
+    for name in ("refund", "get_order", "cancel"):
+        assert "copy the value exactly" in seen[name]["properties"]["order_id"]["description"]
+    assert seen["cancel"]["properties"]["order_id"]["description"].startswith("the order to cancel")

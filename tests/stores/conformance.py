@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from guardrail import GuardrailError, IdentifierViolation, Ledger
+from guardrail.errors import StoreError
 from guardrail.stores import Change, Snapshot, Store
 from tests.conftest import ORDERS, shop_guard
 
@@ -35,16 +36,19 @@ __all__ = [
     "test_a_change_is_all_or_nothing",
     "test_a_concurrent_removal_wins_over_an_older_use",
     "test_a_deleted_session_reads_as_new",
+    "test_a_guard_keeps_the_ids_of_a_session_whose_user_typed_a_lone_surrogate",
     "test_a_guard_reads_every_ledger_field_back",
     "test_a_guard_sees_what_another_guard_wrote_since",
     "test_a_later_use_wins_over_a_concurrent_removal",
     "test_a_missing_session_loads_as_none",
     "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
     "test_a_record_of_any_shape_comes_back_as_written",
+    "test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
     "test_concurrent_writers_merge_one_entry",
     "test_expire_deletes_only_idle_sessions",
+    "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
     "test_records_and_meta_round_trip",
     "test_threads_writing_one_session_lose_nothing",
     "test_versions_count_writes",
@@ -156,6 +160,82 @@ def test_a_record_of_any_shape_comes_back_as_written(store: Store) -> None:
     assert by_key(store.load("s")) == {(r["kind"], r["key"]): r for r in odd}
 
 
+#: A lone surrogate, as ``json.loads('"\\ud83d"')`` gives one: half an emoji cut off.
+LONE = "\ud83d"
+
+
+def _store_name(store: Store) -> str:
+    """The class name a store's errors name it by (the async store behind a test wrapper)."""
+    return type(getattr(store, "store", store)).__name__
+
+
+def test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses(store: Store) -> None:
+    """Text holding a lone surrogate (a JSON request may) is stored and read back as written."""
+    odd = f"W1{LONE}"
+    records = [
+        live(
+            odd,
+            value=f"#{odd}",
+            role=f"order{LONE}",
+            aliases=[f"old{LONE}"],
+            status=f"pending {LONE}",
+            source={"tool": "get_order", "call_id": f"c{LONE}", "path": "order_id", "turn": 0},
+        ),
+        live("W2"),
+        {"kind": "order", "key": f"W3{LONE}", "state": "evicted", "turn": 1, "value": "W3"},
+    ]
+    written = meta(user_texts=[f"cancel {odd} please {LONE}"])
+    base = store.apply("s", Change(0, records, written)).version
+    loaded = store.load("s")
+    assert by_key(loaded) == {(r["kind"], r["key"]): r for r in records}
+    assert loaded is not None and dict(loaded.meta or {}) == written
+    # A later write of the same session, and of the same id, works as any other.
+    later = store.apply("s", Change(base, [live(odd, turn=4, value=f"#{odd}", role="o")]))
+    delta = store.changes_since("s", base)
+    assert delta is not None and delta.version == later.version
+    assert by_key(delta)["order", odd]["turn"] == 4
+    assert by_key(store.load("s"))["order", "W2"] == records[1]
+
+
+def test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error(store: Store) -> None:
+    """A session id no UTF-8 codec encodes is kept as given, or refused by a StoreError."""
+    session = f"conv-{LONE}"
+    refused: StoreError | None = None
+    try:
+        store.apply(session, Change(0, [live("W1")], meta()))
+    except StoreError as exc:
+        refused = exc
+    if refused is not None:
+        assert _store_name(store) in str(refused)
+        with pytest.raises(StoreError, match=_store_name(store)):
+            store.load(session)
+        return
+    assert set(by_key(store.load(session))) == {("order", "W1")}
+    assert store.load("conv-") is None
+    store.delete(session)
+    assert store.load(session) is None
+
+
+def test_a_guard_keeps_the_ids_of_a_session_whose_user_typed_a_lone_surrogate(
+    store_factory: StoreFactory,
+) -> None:
+    """Half an emoji in the user's text does not stop the session's later ids reaching a store."""
+    writer = shop_guard("reprompt", store=store_factory())
+    with writer.session("s"):
+        writer.observe_user(f"hi {LONE} it is about #W7777777")
+    with writer.session("s"):
+        writer.record("search_orders", {}, ORDERS, call_id="c1")
+        odd = {"orders": [{"order_id": f"W1{LONE}", "status": f"x{LONE}"}]}
+        writer.record("search_orders", {}, odd, call_id=f"c{LONE}")
+    reader = shop_guard("reprompt", store=store_factory())
+    with reader.session("s") as ledger:
+        assert reader.check("issue_refund", {"order_id": "W8855135"}).allowed
+        assert ledger.get("order", "W7777777") is not None
+        entry = ledger.get("order", f"W1{LONE}")
+        assert entry is not None and entry.status == f"x{LONE}"
+        assert any(LONE in text for text in ledger._user_texts)
+
+
 def test_versions_count_writes(store: Store) -> None:
     """Each write adds one to the version and says whether the writer was up to date."""
     first = store.apply("s", Change(0, [live("W1")], meta()))
@@ -234,18 +314,20 @@ def test_a_deleted_session_reads_as_new(store: Store) -> None:
 def test_expire_deletes_only_idle_sessions(store: Store) -> None:
     """expire(max_idle) deletes the sessions no one wrote for that long, and returns their ids."""
     store.apply("old", Change(0, [live("W1")], meta()))
-    time.sleep(0.3)
+    # Margins of most of a second: a loaded machine (the suite runs on every core) stalls
+    # for tenths of one between two statements.
+    time.sleep(1.5)
     store.apply("new", Change(0, [live("W2")], meta()))
     assert store.expire(3600) == []
-    assert store.expire(0.25) == ["old"]
+    assert store.expire(0.75) == ["old"]
     assert store.load("old") is None and store.load("new") is not None
 
 
 def test_a_change_is_all_or_nothing(store: Store) -> None:
-    """A change that cannot be written leaves none of its records behind."""
+    """A change that cannot be written is a StoreError naming the store, and leaves nothing."""
     base = store.apply("s", Change(0, [live("W1")], meta())).version
     bad = live("W3", value=object())  # cannot be stored as JSON
-    with pytest.raises(Exception):  # noqa: B017  (the store's own error, any kind)
+    with pytest.raises(StoreError, match=_store_name(store)):
         store.apply("s", Change(base, [live("W2"), bad]))
     assert set(by_key(store.load("s"))) == {("order", "W1")}
     assert store.changes_since("s", base) is None

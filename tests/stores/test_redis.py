@@ -117,10 +117,14 @@ def test_a_write_that_meets_two_writers_in_turn_ends_as_the_memory_store_does(
 def test_a_sessions_keys_share_one_cluster_slot(redis_prefix: str, client: redis.Redis) -> None:
     """All keys of one session hash to one slot (so a cluster script may touch them), braces too."""
     store = RedisStore(client, prefix=redis_prefix)
-    for session_id in ("conv-42", "a}b{c", "{x}", "", "ü"):
+
+    def sent(key: str | bytes) -> bytes:
+        return key if isinstance(key, bytes) else key.encode()
+
+    for session_id in ("conv-42", "a}b{c", "{x}", "", "ü", "half \ud83d"):
         keys = store._keys(session_id)
-        assert len({key_slot(key.encode()) for key in keys}) == 1
-    assert len({key_slot(store._keys(f"conv-{n}")[0].encode()) for n in range(50)}) > 1
+        assert len({key_slot(sent(key)) for key in keys}) == 1
+    assert len({key_slot(sent(store._keys(f"conv-{n}")[0])) for n in range(50)}) > 1
 
 
 def test_ttl_drops_an_unused_session_and_use_refreshes_it(

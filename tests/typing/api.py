@@ -164,6 +164,8 @@ with guard.session("conv-1") as ledger:
     assert_type(guard.check("refund", '{"order_id": "W1000001"}'), Verdict)
     assert_type(guard.enforce("refund", {"order_id": "W1000001"}), Verdict)
     assert_type(guard.record("list_orders", {}, ["W1000001"]), list[Entry])
+    assert_type(guard.seal_result("list_orders", "{}", "[]", call_id="c1", session="s"), str)
+    assert_type(guard.seals_results, bool)
     assert_type(guard.observe_user("my order is W1000001"), list[Entry])
     assert_type(guard.ledger, Ledger)
     guard.check("refund", ["W1000001"])  # type: ignore[arg-type]
