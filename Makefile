@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-quick lint typecheck docs unit coverage bench bench-save bench-quick clean
+.PHONY: demo test test-quick lint typecheck docs unit coverage package-check bench bench-save bench-quick clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,7 +12,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The demo needs guardrail and its runtime dependencies only (half a minute on a fresh clone), not
+# the development toolchain `make test` installs; a .venv that has the toolchain reuses it.
+DEMO_STAMP := $(VENV)/.demo-installed
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	test -f $(STAMP) -a $(STAMP) -nt pyproject.toml || $(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(BIN)/guardrail demo
 
 lint: $(STAMP)
@@ -38,12 +46,30 @@ unit: $(STAMP)
 
 test: lint typecheck docs unit
 
+# The artefacts a user installs, tested as installed: the sdist and the wheel built from it,
+# checked as the package index would (twine, check-wheel-contents), then the wheel installed with
+# an extra and without the dev tools into a clean virtual environment (build/package-env), where
+# the command, the demo and a smoke test (tests/smoke_installed.py, which checks that it imports
+# the installed package, not the source tree) run. A file missing
+# from the wheel (the corpus, py.typed) fails here, not for a user. CI runs it after `make test`.
+PKG_ENV := build/package-env
+package-check: $(STAMP)
+	rm -rf dist $(PKG_ENV)
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	$(BIN)/check-wheel-contents dist/*.whl
+	$(PYTHON) -m venv $(PKG_ENV)
+	$(PKG_ENV)/bin/python -m pip install --quiet "$$(ls dist/*.whl)[otel]"
+	cd $(PKG_ENV) && bin/guardrail --version && bin/guardrail demo > demo.txt
+	grep -q "refund" $(PKG_ENV)/demo.txt
+	cd $(PKG_ENV) && bin/python $(CURDIR)/tests/smoke_installed.py
+
 # The whole suite under coverage, failing below the branch coverage it has reached (the gate is
 # fail_under in pyproject.toml); the examples, the command, the store workers and the xdist
 # workers are subprocesses, measured through coverage's subprocess patch and combined. coverage
 # starts pytest rather than pytest-cov starting inside it: guardrail's pytest plugin imports the
-# package before any plugin could begin measuring. A target of its own: it doubles the suite's
-# time.
+# package before any plugin could begin measuring. A target of its own: it more than doubles the
+# suite's time.
 coverage: $(STAMP)
 	$(BIN)/coverage erase
 	$(BIN)/coverage run -m pytest -q $(XDIST)

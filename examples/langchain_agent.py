@@ -1,6 +1,6 @@
 """A LangChain v1 agent guarded by guardrail, offline: a scripted model, no API key.
 
-Run it: ``python examples/langchain_agent.py`` (needs ``pip install 'guardrail[langchain]'``).
+Run it: ``python examples/langchain_agent.py`` (needs ``pip install 'guardrail-ids[langchain]'``).
 
 The model looks up the customer's orders, then asks for a refund with an order
 id one character off. The guard refuses it and tells the model why, as an

@@ -6,7 +6,7 @@ a retry prompt; it sends the id the tool returned, and the refund runs once, on
 the right order. A second run of the same conversation compacts the history
 first, and the model copies the id from the ledger block compaction wrote.
 
-Run it with ``python examples/pydantic_ai_agent.py`` (needs ``guardrail[pydantic-ai]``).
+Run it with ``python examples/pydantic_ai_agent.py`` (needs ``guardrail-ids[pydantic-ai]``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardrail._audit import audit_to_json
 from guardrail._guard import Guard, SessionScope
+from guardrail._patching import Patch
 from guardrail._spec import Id, ToolSpec, describe_ids
 from guardrail._verdict import Finding, Rejection, Verdict
 from guardrail.errors import (
@@ -80,6 +81,7 @@ __all__ = [
     "Ledger",
     "ManifestError",
     "MemoryStore",
+    "Patch",
     "Rejection",
     "RepromptLimitExceeded",
     "SQLiteStore",

@@ -2,7 +2,7 @@
 
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
-``guardrail.compacted``, ``guardrail.undeclared_tool``)
+``guardrail.compacted``, ``guardrail.undeclared_tool``, ``guardrail.broad_pattern``)
 with flat, JSON-safe fields: the session id, the tool, the parameter, the
 role, the problem, and the identifier value (cut short past 200
 characters), or a keyed hash of all of it where the guard was built with
@@ -46,8 +46,8 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Iterable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from guardrail._text import shorten
 from guardrail.errors import GuardrailUsageError
@@ -223,12 +223,39 @@ def omitted(count: int) -> dict[str, int]:
     return {"omitted": count - LISTED} if count > LISTED else {}
 
 
+class AuditListener(Protocol):
+    """Something else that consumes audit events: an OpenTelemetry bridge, a metrics counter.
+
+    ``events`` names the events it takes, each with the lowest level it
+    wants (``{"guardrail.call_checked": logging.WARNING}``: refusals only).
+    It is called with the event's name, level and fields (the same flat,
+    JSON-safe fields the logger gets, redacted alike) whatever the logger's
+    level, and must not raise.
+    """
+
+    events: Mapping[str, int]
+
+    def __call__(self, event: str, level: int, fields: Mapping[str, Any]) -> None: ...
+
+
+#: Higher than any level: the level at which an event no listener takes is wanted.
+_NEVER: Final = sys.maxsize
+
+
 class Audit:
-    """Emits the guard's events through one logger, resolved at the first event."""
+    """Emits the guard's events through one logger, resolved at the first event.
+
+    Listeners (:meth:`subscribe`) get the events they name as well, at the
+    levels they name, whether or not the logger's level lets them through:
+    one place where every decision leaves the guard.
+    """
 
     def __init__(self, logger: Any = None, *, redact: bytes | str | None = None) -> None:
         self._given = logger
         self._logger: Any = None
+        self._listeners: tuple[AuditListener, ...] = ()
+        #: Per event name, the lowest level any listener wants it at.
+        self._wanted: dict[str, int] = {}
         #: Level -> whether its events reach the logger; filled when the logger is resolved,
         #: on the first look-up. A plain subscript, so the allowed path pays no method call.
         self.levels: dict[int, bool] = _Levels(self)
@@ -254,12 +281,40 @@ class Audit:
             self.levels[level] = bool(probe(level)) if probe is not None else True
         return logger
 
-    def enabled(self, level: int) -> bool:
-        """Whether events at ``level`` reach the logger (resolved once)."""
-        return self.levels[level]
+    def enabled(self, level: int, event: str | None = None) -> bool:
+        """Whether events at ``level`` reach the logger (resolved once), or ``event`` a listener."""
+        return self.levels[level] or (
+            event is not None and level >= self._wanted.get(event, _NEVER)
+        )
+
+    def subscribe(self, listener: AuditListener) -> Callable[[], None]:
+        """Send the events ``listener.events`` names to ``listener`` too; returns an undo."""
+        events = dict(listener.events)
+        if not all(isinstance(name, str) and isinstance(lvl, int) for name, lvl in events.items()):
+            raise GuardrailUsageError("a listener's events map event names to logging levels")
+        self._listeners = (*self._listeners, listener)
+        self._rewant()
+
+        def unsubscribe() -> None:
+            self._listeners = tuple(known for known in self._listeners if known is not listener)
+            self._rewant()
+
+        return unsubscribe
+
+    def _rewant(self) -> None:
+        wanted: dict[str, int] = {}
+        for listener in self._listeners:
+            for name, level in listener.events.items():
+                wanted[name] = min(level, wanted.get(name, _NEVER))
+        self._wanted = wanted
 
     def emit(self, level: int, event: str, **fields: Any) -> None:
-        """Send one event at ``level``."""
+        """Send one event at ``level``: to the logger, and to each listener that takes it."""
+        for listener in self._listeners:
+            if level >= listener.events.get(event, _NEVER):
+                listener(event, level, fields)
+        if not self.levels[level]:
+            return  # only a listener wanted it
         logger = self._logger if self._logger is not None else self._resolve()
         if level >= ERROR:
             getattr(logger, "error", logger.warning)(event, **fields)
@@ -300,7 +355,7 @@ class Audit:
             level = WARNING
         else:  # allowed, with findings of an advisory kind
             level = INFO
-        if not self.enabled(level):
+        if not self.enabled(level, "guardrail.call_checked"):
             return
         details = (
             {
@@ -447,7 +502,7 @@ class Audit:
 
     def compacted(self, session: str | None, report: CompactionReport) -> None:
         """``guardrail.compacted``: one per compaction, with its counts (no values, no text)."""
-        if self.enabled(INFO):
+        if self.enabled(INFO, "guardrail.compacted"):
             self.emit(
                 INFO,
                 "guardrail.compacted",
@@ -481,6 +536,27 @@ class Audit:
                 advice=(
                     "declare the tool to the guard; in production build the guard with "
                     "refuse_undeclared=True so undeclared tools are refused"
+                ),
+            )
+
+    def broad_pattern(self, session: str | None, kind: str, words: Sequence[str]) -> None:
+        """``guardrail.broad_pattern``: a kind's pattern took plain words from user text (once).
+
+        The words are common English words (``close``, ``please``), never
+        identifiers, so they are logged as they are.
+        """
+        if self.enabled(WARNING):
+            self.emit(
+                WARNING,
+                "guardrail.broad_pattern",
+                session=session,
+                kind=kind,
+                words=[shorten(word, 40) for word in listed(words)],
+                **omitted(len(words)),
+                advice=(
+                    "narrow the kind's pattern (a prefix, digits, a length) or use a "
+                    "ready-made kind (like='email', 'uuid', 'url', 'phone', 'iban', "
+                    "'prefixed:cus_'); try it with `guardrail check --kinds-only`"
                 ),
             )
 

@@ -382,16 +382,14 @@ def _classify(
     for kind, key in keys:
         entry = ledger._by_kind.get(kind.name, {}).get(key)
         if entry is not None:  # present, but unverified and the tool writes
-            return finding("unverified", kind, entry.role, "typed by the user, never looked up")
-    typed: bool | None = None  # searched once, for the first kind whose shape it has
+            return finding("unverified", kind, entry.role, _unverified(plan, kind))
     for kind, key in keys:
-        if not kind.has_pattern or kind.matches(text):
-            typed = ledger._typed_by_user(text) if typed is None else typed
-            if not typed:
-                continue
+        # Written by the user as it is, or as the kind's normaliser reads it (a pattern's
+        # matches entered the ledger already; a kind with no pattern is matched here).
+        if (not kind.has_pattern or kind.matches(text)) and ledger._typed_by_user(text, kind):
             if plan.read:
                 return TypedId(kind.name, text, key)
-            return finding("unverified", kind, None, "typed by the user, never looked up")
+            return finding("unverified", kind, None, _unverified(plan, kind))
     for kind, key in keys:
         dropped = ledger._drop_mark(kind.name, key)
         if dropped is not None:
@@ -414,6 +412,13 @@ def _classify(
         if close is not None:
             return finding("mutated", kind, close.entry.role, close.detail)
     return finding("unknown", first, None, "appears in no tool result")
+
+
+def _unverified(plan: CheckPlan, kind: Kind) -> str:
+    """The detail of a user-typed value passed to a write: and whether any tool can confirm it."""
+    if plan.lookups.get(kind.name):
+        return "typed by the user, never looked up"
+    return f"typed by the user; no declared read tool looks up kind {kind.name!r} to confirm it"
 
 
 def _unreadable(kinds: Sequence[Kind]) -> str:

@@ -37,6 +37,7 @@ from guardrail._harvest import (
 from guardrail._registry import Registry
 from guardrail._spec import ParamSpec, ToolSpec
 from guardrail._verdict import Verdict
+from guardrail._words import COMMON_WORDS
 from guardrail.errors import IdentifierViolation, RepromptLimitExceeded
 from guardrail.ledger import Entry, Ledger, Source
 
@@ -85,6 +86,8 @@ class Engine:
         #: Unknown tool names already warned about (bounded), and the lock that makes it once.
         self._undeclared_seen: set[str] = set()
         self._undeclared_lock = threading.Lock()
+        #: Kinds whose pattern was seen taking plain words from user text (warned once each).
+        self._broad_seen: set[str] = set()
 
     # -- the check ------------------------------------------------------------------------
 
@@ -166,6 +169,16 @@ class Engine:
                 return
             self._undeclared_seen.add(name)
         self.audit.undeclared_tool(ledger.session_id, name)
+
+    def _warn_broad(self, ledger: Ledger, plain: Mapping[str, list[str]]) -> None:
+        """Warn once per kind whose pattern took plain words from what the user wrote."""
+        if not self.audit.levels[logging.WARNING]:
+            return  # nothing would be seen: a silenced copy must not use up the warning
+        with self._undeclared_lock:
+            new = {name: words for name, words in plain.items() if name not in self._broad_seen}
+            self._broad_seen.update(new)
+        for name, words in new.items():
+            self.audit.broad_pattern(ledger.session_id, name, words)
 
     def _allowed_outcome(self, name: str) -> str:
         # A tool the guard does not know declares no ids: allowed, and logged as undeclared.
@@ -368,14 +381,15 @@ class Engine:
             turn = ledger._next_turn()
             ledger._observe_text(text)
             found: list[Batch] = []
+            plain: dict[str, list[str]] = {}
             for kind in self.registry.kinds.values():
                 values: list[str] = []
                 keys: list[str] = []
-                for token in kind.find(text):
-                    key = kind.key(token)  # None: a token its normaliser cannot read is no id
-                    if key and key not in kind.examples:
-                        values.append(token)
-                        keys.append(key)
+                for token, key in kind.ids_in(text):
+                    values.append(token)
+                    keys.append(key)
+                    if token.casefold() in COMMON_WORDS:
+                        plain.setdefault(kind.name, []).append(token)
                 if values:
                     found.append(Batch(kind.name, "text", None, values, keys, None))
             admitted = ledger._admit(
@@ -386,6 +400,8 @@ class Engine:
                 tool=_USER,
             )
         self.audit.user_observed(ledger.session_id, admitted.added)
+        if plain:
+            self._warn_broad(ledger, plain)
         self.audit.ids_dropped(ledger.session_id, _USER, admitted.dropped, self.max_ids_per_call)
         self.audit.evicted(ledger.session_id, admitted.evicted)
         if admitted.added:

@@ -23,6 +23,7 @@ from typing import Any, TypeVar, cast, overload
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import GuardedTool, wrap
 from guardrail._engine import MODES, Engine, Mode, Options
+from guardrail._patching import Patch
 from guardrail._registry import Registry
 from guardrail._seal import seal_result
 from guardrail._sessions import Sessions, SessionScope
@@ -214,8 +215,15 @@ class Guard:
         examples: Iterable[str] = (),
         enforce: bool = True,
         description: str = "",
+        like: str | None = None,
     ) -> Kind:
-        """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
+        """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`.
+
+        ``like`` takes a ready-made kind's pattern and normaliser:
+        ``guard.add_kind("email", like="email")``; also ``"uuid"``, ``"url"``,
+        ``"phone"``, ``"iban"`` and ``"prefixed:cus_"`` (ids that start with
+        ``cus_``). See :meth:`guardrail.kinds.Kind.build`.
+        """
         return self._registry.add_kind(
             name,
             pattern=pattern,
@@ -223,6 +231,7 @@ class Guard:
             examples=examples,
             enforce=enforce,
             description=description,
+            like=like,
         )
 
     def declare(
@@ -345,6 +354,42 @@ class Guard:
             return wrap(tool, function)
 
         return decorate(fn) if fn is not None else decorate
+
+    def patch(
+        self,
+        target: str,
+        /,
+        *,
+        name: str | None = None,
+        ids: Mapping[str, ParamDecl] | None = None,
+        produces: Mapping[str, ProducerDecl] | None = None,
+        mints: Mapping[str, ParamDecl] | None = None,
+        effect: Effect | None = None,
+        verifies: Verifies = True,
+        description: str | None = None,
+    ) -> Patch:
+        """Guard a tool function of a module you cannot edit, in place; ``undo()`` restores it.
+
+        ``target`` is ``"module:function"`` or ``"module:Class.method"``; the
+        options are :meth:`tool`'s, and so is everything a call does (the
+        function goes through the decorator, and wrapt puts the result in
+        the module). A module not imported yet is patched when it is
+        imported. Code that imported the function by name before the patch
+        keeps the original: patch first.
+        """
+
+        def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+            return self.tool(
+                name=name,
+                ids=ids,
+                produces=produces,
+                mints=mints,
+                effect=effect,
+                verifies=verifies,
+                description=description,
+            )(function)
+
+        return Patch(target, decorate)
 
     # -- sessions -------------------------------------------------------------------------
 

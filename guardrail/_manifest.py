@@ -13,7 +13,9 @@ A manifest is an object with two tables::
     produces = { "items[*].item_id" = "item" }
 
 A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
-``description``. A tool takes ``effect`` (``read`` or ``write``; absent
+``description``, or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
+``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
+``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``; absent
 means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
 see ``Guard.tool``), ``description``, ``ids`` and ``mints``
 (parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
@@ -83,6 +85,7 @@ SCHEMA: dict[str, Any] = {
             "additionalProperties": {
                 "type": "object",
                 "properties": {
+                    "like": {"type": "string", "minLength": 1},
                     "pattern": {"type": "string"},
                     "normalize": {
                         "oneOf": [

@@ -70,6 +70,7 @@ class Registry:
         examples: Iterable[str] = (),
         enforce: bool = True,
         description: str = "",
+        like: str | None = None,
     ) -> Kind:
         """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
         kind = Kind.build(
@@ -79,6 +80,7 @@ class Registry:
             examples=examples,
             enforce=enforce,
             description=description,
+            like=like,
         )
         self.kinds[name] = kind
         self._recompile()

@@ -74,12 +74,14 @@ def _dropped_by(detail: str) -> str | None:
     return tool if found else None
 
 
-def _lookup_hint(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str:
+def _lookup_tools(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str | None:
+    """The read tools (up to three) that look up ids of ``kind``, or None when none does.
+
+    None changes the advice: a re-prompt never tells the model to use a lookup
+    that no declared tool offers.
+    """
     tools = [name for name in lookups.get(kind, ()) if name != tool]
-    if not tools:
-        return "look it up with a tool"
-    named = ", ".join(tools[:3])
-    return f"look it up with {named}"
+    return ", ".join(tools[:3]) if tools else None
 
 
 def _explain(
@@ -87,7 +89,9 @@ def _explain(
 ) -> str:
     head = f"- {finding.param}={shorten(finding.value, quote=True)}"
     role = f"[{finding.nearest_role}]" if finding.nearest_role else None
-    lookup = _lookup_hint(tool, lookups, finding.kind)
+    tools = _lookup_tools(tool, lookups, finding.kind)
+    # What to do when the ledger has nothing better: look it up where a tool can, else ask.
+    fallback = f"look it up with {tools}, or ask the user" if tools else "ask the user"
     problem = finding.problem
     if problem == "mutated":
         return (
@@ -95,35 +99,42 @@ def _explain(
             f"as, the ledger entry {role} ({finding.detail}). Identifiers must be copied "
             f"character for character. If {role} is the {finding.kind} you mean, copy its "
             f"value exactly from the ID LEDGER or from the tool result that returned it; "
-            f"otherwise {lookup}, or ask the user."
+            f"otherwise {fallback}."
         )
     if problem == "truncated":
         where = f" It may be the start of {role}." if role else ""
         return (
             f"{head} looks cut short ({finding.detail}).{where} Use the complete value, copied "
-            f"exactly from the ID LEDGER or the tool result; otherwise {lookup}, or ask the user."
+            f"exactly from the ID LEDGER or the tool result; otherwise {fallback}."
         )
     if problem == "example":
         return (
             f"{head} is a placeholder from a tool description, not a real {finding.kind}. "
-            f"Find the real one: {lookup}, or ask the user."
+            f"Find the real one: {fallback}."
         )
     if problem == "wrong_kind":
         return (
             f"{head} is {finding.detail} (ledger entry {role}). Pass an identifier of kind "
-            f"{finding.kind!r} here; if you do not have one, {lookup} or ask the user."
+            f"{finding.kind!r} here; if you do not have one, {fallback}."
         )
     if problem == "unverified":
+        if tools is None:
+            return (
+                f"{head} was typed by the user and no tool has confirmed it. None of your "
+                f"tools can confirm an identifier of kind {finding.kind!r}, so do not retry "
+                f"with it: tell the user this {'call' if read else 'change'} needs a "
+                f"{finding.kind!r} that a tool returned."
+            )
         return (
             f"{head} was typed by the user and no tool has confirmed it yet. Before this "
-            f"{'call' if read else 'change'}, confirm it with a lookup "
-            f"({lookup.removeprefix('look it up with ')}), then retry."
+            f"{'call' if read else 'change'}, confirm it with a lookup ({tools}), then retry."
         )
     dropped_by = _dropped_by(finding.detail) if problem == "evicted" else None
     if dropped_by == _USER:
+        then = f", then look it up with {tools}" if tools else ""
         return (
             f"{head} is not in the ledger ({finding.detail}). Ask the user which "
-            f"{finding.kind} they mean, then {lookup}."
+            f"{finding.kind} they mean{then}."
         )
     if dropped_by is not None:
         return (
@@ -132,9 +143,10 @@ def _explain(
             "narrower result."
         )
     if problem == "evicted":
+        again = f"look it up again with {tools}" if tools else "ask the user for it again"
         return (
             f"{head} was in the ledger as {role} but was dropped to make room. "
-            f"Before using it, {lookup}."
+            f"Before using it, {again}."
         )
     if problem == "malformed":
         return (
@@ -143,7 +155,7 @@ def _explain(
         )
     return (
         f"{head} appears in no tool result of this conversation. Do not invent or reconstruct "
-        f"identifiers: {lookup}, or ask the user."
+        f"identifiers: {fallback}."
     )
 
 

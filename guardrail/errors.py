@@ -107,3 +107,18 @@ class TraceFileError(GuardrailUsageError):
         super().__init__(f"{where}: {message}")
         self.path = path
         self.line = line
+
+
+class BroadPatternWarning(UserWarning):
+    """A kind's pattern takes plain English words as ids (``close``, ``issue``, ``please``).
+
+    Warned once where the kind is declared; the guard's audit says so too
+    (``guardrail.broad_pattern``) the first time such a word is taken from
+    what a user wrote. Narrow the pattern (a prefix, digits, a length), or
+    use a ready-made kind: ``guard.add_kind("email", like="email")``.
+    """
+
+    def __init__(self, message: str, *, kind: str, words: tuple[str, ...]):
+        super().__init__(message)
+        self.kind = kind
+        self.words = words

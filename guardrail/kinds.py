@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from guardrail.errors import GuardrailUsageError
+from guardrail.errors import BroadPatternWarning, GuardrailUsageError
 
 Normalizer = Callable[[str], str]
 NormalizeSpec = str | Sequence[str] | Normalizer | None
@@ -130,7 +132,24 @@ def _url_once(value: str) -> str:
 
 
 def _email(value: str) -> str:
-    return value.strip().casefold()
+    """One e-mail address however written: ``<mailto:Ana@Example.com>.`` is ``ana@example.com``.
+
+    White space, quotes, angle brackets, a ``mailto:`` scheme (and its
+    ``?subject=`` query) and trailing full stops go; the address is
+    case-folded as a whole (the domain is case-insensitive, and no mail
+    system people use tells ``Ana`` from ``ana``).
+    """
+    text = value
+    for _ in range(len(value) + 1):  # each round that changes anything shortens the text
+        before = text
+        text = text.strip().strip("\"'").rstrip(".").strip()
+        if text[:1] == "<" and text[-1:] == ">":
+            text = text[1:-1]
+        if text[:7].casefold() == "mailto:":
+            text = text[7:].split("?", 1)[0]
+        if text == before:
+            break
+    return text.casefold()
 
 
 def _casefold(value: str) -> str:
@@ -284,6 +303,61 @@ def _keys(normalize: Normalizer, values: Iterable[str]) -> frozenset[str]:
     return frozenset(keys)
 
 
+#: Brackets a token keeps when it holds their partner: ``(415) 555-0132``, ``…/Foo_(bar)``.
+_PAIRS: Final = {"(": ")", "[": "]", "{": "}"}
+_PAIRED: Final = {closer: opener for opener, closer in _PAIRS.items()}
+
+
+def trim(token: str) -> str:
+    """``token`` without the quotes and punctuation around it (``"ana@x.io".`` -> ``ana@x.io``).
+
+    A bracket whose partner is inside the token stays, as part of the id
+    (``(415) 555-0132``, ``…/Foo_(bar)``); one that wraps the whole token, or
+    has no partner, goes (``(cus_41ZpA9)``, ``…/Foo_(bar))``).
+    """
+    start, end = 0, len(token)
+    while start < end:
+        moved = False
+        first = token[start]
+        if first in _QUOTES_AND_PUNCTUATION:
+            closer = _PAIRS.get(first)
+            piece = token[start:end]
+            if (
+                closer is None
+                or closer not in token[start + 1 : end - 1]
+                or piece.count(first) > piece.count(closer)
+            ):
+                start += 1
+                moved = True
+        if start < end and token[end - 1] in _QUOTES_AND_PUNCTUATION:
+            last = token[end - 1]
+            opener = _PAIRED.get(last)
+            piece = token[start:end]
+            if opener is None or piece.count(last) > piece.count(opener):
+                end -= 1
+                moved = True
+        if not moved:
+            break
+    return token[start:end]
+
+
+#: Words of prose: what runs of user text are made of when matched after a normaliser.
+_WORD: Final = re.compile(r"\S+")
+#: The longest run of words, and of characters, read as one written id.
+_RUN_WORDS: Final = 6
+_RUN_CHARS: Final = 256
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` of the first frame outside guardrail: where a warning is seen."""
+    level = 1
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("guardrail."):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
 def _scanning_pattern(pattern: str) -> str:
     """The pattern for finding ids inside prose: anchors dropped, word edges required."""
     body = pattern
@@ -310,6 +384,9 @@ class Kind:
     examples: frozenset[str] = frozenset()
     enforce: bool = True
     description: str = ""
+    #: A further test of an id found in text, given its key (an IBAN's check digits): an id
+    #: of the kind's shape that fails it is not taken from text.
+    accept: Callable[[str], bool] | None = field(default=None, repr=False)
     _full: re.Pattern[str] | None = field(default=None, init=False, repr=False)
     _scan: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
@@ -334,26 +411,65 @@ class Kind:
         examples: Iterable[str] = (),
         enforce: bool = True,
         description: str = "",
+        like: str | None = None,
     ) -> Kind:
-        """Validate and compile a kind; a bad name, pattern or normaliser is a usage error."""
+        """Validate and compile a kind; a bad name, pattern or normaliser is a usage error.
+
+        ``like`` gives the kind the pattern, normaliser and description of a
+        ready-made one: ``"email"``, ``"uuid"``, ``"url"``, ``"phone"``,
+        ``"iban"`` or ``"prefixed:<prefix>"`` (``"prefixed:cus_"``); it
+        replaces ``pattern`` and ``normalize``, which are then not given.
+        A pattern that takes plain English words as ids (``close``,
+        ``please``) is warned about here (:class:`BroadPatternWarning`).
+        """
         if not isinstance(name, str) or not _KIND_NAME.fullmatch(name):
             raise GuardrailUsageError(
                 f"kind name {name!r} must start with a letter and hold only letters, "
                 "digits and underscores (it becomes a ledger role)"
             )
-        if pattern is not None and not isinstance(pattern, str):
-            raise GuardrailUsageError(f"kind {name!r}: pattern must be a regex string")
-        normalizer = compile_normalizer(normalize, kind=name)
+        accept = None
+        if like is not None:
+            from guardrail._presets import preset
+
+            if pattern is not None or normalize is not None:
+                raise GuardrailUsageError(
+                    f"kind {name!r}: like={like!r} gives the pattern and the normaliser; "
+                    "pass like= alone, or pattern= and normalize= without it"
+                )
+            ready = preset(like, kind=name)
+            pattern, normalizer, accept = ready.pattern, ready.normalize, ready.accept
+            description = description or ready.description
+        else:
+            if pattern is not None and not isinstance(pattern, str):
+                raise GuardrailUsageError(f"kind {name!r}: pattern must be a regex string")
+            normalizer = compile_normalizer(normalize, kind=name)
         if isinstance(examples, str):
             examples = [examples]
-        return cls(
+        kind = cls(
             name=name,
             pattern=pattern,
             normalize=normalizer,
             examples=_keys(normalizer, examples),
             enforce=enforce,
             description=description,
+            accept=accept,
         )
+        words = kind.plain_words()
+        if words:
+            shown = ", ".join(repr(word) for word in words[:5])
+            warnings.warn(
+                BroadPatternWarning(
+                    f"kind {name!r}: the pattern {pattern!r} takes plain words as ids "
+                    f"({shown}{', ...' if len(words) > 5 else ''}), so most user messages "
+                    "would seem to name some. Narrow it (a prefix, digits, a length), or use "
+                    "a ready-made kind (like='email', 'uuid', 'url', 'phone', 'iban', "
+                    "'prefixed:cus_')",
+                    kind=name,
+                    words=tuple(words),
+                ),
+                stacklevel=_caller_level(),
+            )
+        return kind
 
     def with_examples(self, examples: Iterable[str]) -> Kind:
         """This kind, also refusing ``examples`` (written forms; normalised here)."""
@@ -384,9 +500,63 @@ class Kind:
         if self._scan is None:
             return
         for match in self._scan.finditer(text):
-            token = match.group(0).strip(_QUOTES_AND_PUNCTUATION)
+            token = trim(match.group(0))
             if token:
                 yield token
+
+    def ids_in(self, text: str) -> list[tuple[str, str]]:
+        """The ids of this kind written in ``text``, as ``(written, key)`` pairs, in order.
+
+        What ``observe_user`` takes from a user's message: each match of the
+        pattern, trimmed of quotes and punctuation, that the normaliser can
+        read, that is no placeholder example and that passes :attr:`accept`.
+        A kind with no pattern finds nothing here (see :meth:`keys_in`).
+        """
+        found = []
+        for token in self.find(text):
+            key = self.key(token)  # None: a token the normaliser cannot read is no id
+            if key and key not in self.examples and (self.accept is None or self.accept(key)):
+                found.append((token, key))
+        return found
+
+    def plain_words(self) -> list[str]:
+        """The common English words this kind's pattern takes as ids: none, for a good pattern.
+
+        Each word is tried as written mid-sentence and at a sentence's start
+        (``close``, ``Close``); what :meth:`ids_in` takes of it is listed.
+        """
+        if self._scan is None:
+            return []
+        from guardrail._words import COMMON_WORDS
+
+        return [
+            word
+            for word in sorted(COMMON_WORDS)
+            if self.ids_in(word) or self.ids_in(word.capitalize())
+        ]
+
+    def keys_in(self, text: str, *, words: int = _RUN_WORDS) -> set[str]:
+        """The keys of every run of up to ``words`` words of ``text``, each trimmed first.
+
+        How a value with no pattern is recognised in what the user wrote:
+        ``Ana@Example.com.`` is the e-mail ``ana@example.com`` under the
+        ``email`` normaliser, as a pattern's match would be. The words of a
+        run are joined by one space, however they were spaced. Runs longer
+        than 256 characters, and runs the normaliser cannot read, give no key.
+        """
+        written = _WORD.findall(text)
+        keys: set[str] = set()
+        for first in range(len(written)):
+            run = ""
+            for word in written[first : first + max(1, words)]:
+                run = f"{run} {word}" if run else word  # one space between words, however typed
+                if len(run) > _RUN_CHARS:
+                    break
+                token = trim(run)
+                key = self.key(token) if token else None
+                if key:
+                    keys.add(key)
+        return keys
 
     @property
     def has_pattern(self) -> bool:

@@ -27,7 +27,7 @@ from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail._text import has_token
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds import Kind
+from guardrail.kinds import _RUN_WORDS, Kind
 
 if TYPE_CHECKING:
     from guardrail._saved import SavedLedger
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 DEFAULT_CAPACITY = 1000
 USER_TEXTS_KEPT = 16
+#: Kinds (by run length) whose keys in the user texts are kept worked out.
+_TYPED_KEYS_KEPT = 64
 _ROLE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
@@ -205,6 +207,8 @@ class Ledger:
         self._size = 0
         self._pinned = 0  # pinned entries do not count against the capacity
         self._user_texts: deque[str] = deque(maxlen=USER_TEXTS_KEPT)
+        #: Per (kind, words): the user texts and kind last read, and the keys written in them.
+        self._typed_keys: dict[tuple[str, int], tuple[tuple[str, ...], Kind, frozenset[str]]] = {}
         #: Refusals per tool in the current turn, for bounding re-prompts (a new turn clears it).
         self._refusals: dict[str, int] = {}
         self._kinds: Mapping[str, Kind] = kinds or {}
@@ -516,14 +520,34 @@ class Ledger:
         """Keep a user text (bounded) for recognising ids typed with no pattern."""
         self._user_texts.append(text)
 
-    def _typed_by_user(self, value: str) -> bool:
-        """Whether ``value`` appears, as a whole token, in the user texts kept.
+    def _typed_by_user(self, value: str, kind: Kind | None = None) -> bool:
+        """Whether the user texts kept hold ``value``: as a whole token, or by ``kind``'s key.
 
-        One pass over each text, whatever the value (see :func:`has_token`).
+        Verbatim is one pass over each text, whatever the value (see
+        :func:`has_token`). With a ``kind``, a run of the user's words that
+        the kind's normaliser reads as the value's key counts too
+        (``Ana@Example.com.`` for ``ana@example.com`` under ``email``), as a
+        pattern's match would: the keys of the kept texts are worked out
+        once per kind and reused until the next user text.
         """
         if not value.strip():
             return False  # nothing typed is no id the user typed
-        return any(has_token(text, value) for text in list(self._user_texts))
+        texts = tuple(self._user_texts)
+        if any(has_token(text, value) for text in texts):
+            return True
+        key = kind.key(value) if kind is not None else None
+        if kind is None or not key:
+            return False
+        words = max(_RUN_WORDS, len(value.split()))
+        cached = self._typed_keys.get((kind.name, words))
+        # The texts are compared by identity first: the same strings, nothing to redo.
+        if cached is None or cached[0] != texts or cached[1] is not kind:
+            keys = frozenset().union(*(kind.keys_in(text, words=words) for text in texts))
+            if len(self._typed_keys) >= _TYPED_KEYS_KEPT:
+                self._typed_keys.clear()
+            cached = (texts, kind, keys)
+            self._typed_keys[kind.name, words] = cached
+        return key in cached[2]
 
     # -- internals ------------------------------------------------------------------------
 

@@ -429,6 +429,86 @@ def test_a_responses_output_that_did_not_complete_verifies_nothing_on_rebuild(
     assert cancelled == []
 
 
+NAMED = "W7654321"  # the order a failure's text names: no tool ever returned it
+#: What runtimes write for a lookup that failed, in place of its result: its text, and
+#: the fields a runtime sets beside it (on the message, the item or the block).
+RUNTIME_FAILURES: dict[str, tuple[str, dict[str, Any]]] = {
+    "the Agents SDK's default": (
+        "An error occurred while running the tool. Please try again.",
+        {},
+    ),
+    "the Agents SDK's default of earlier releases": (
+        (
+            "An error occurred while running the tool. Please try again. "
+            f"Error: {FOREIGN} is not yours; did you mean {NAMED}?"
+        ),
+        {},
+    ),
+    "the Agents SDK's timeout": ("Tool 'find_order' timed out after 5 seconds.", {}),
+    "the Agents SDK's refused approval": ("Tool execution was not approved.", {}),
+    "LangChain's status": (f"Error: {FOREIGN} is not yours; try {NAMED}", {"status": "error"}),
+    "MCP's isError": (f"{FOREIGN} is not yours; try {NAMED}", {"isError": True}),
+}
+
+
+def _answered(shape: Shape, call_id: str, text: str, fields: dict[str, Any]) -> dict[str, Any]:
+    """A tool result in ``shape``, with a runtime's ``fields`` where that shape puts them."""
+    message = result_message(shape, call_id, text, error=False)
+    if shape == "anthropic":
+        return {**message, "content": [{**message["content"][0], **fields}]}
+    return {**message, **fields}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("failure", sorted(RUNTIME_FAILURES))
+def test_a_failure_a_runtime_wrote_verifies_nothing_on_rebuild(shape: Shape, failure: str) -> None:
+    """A lookup's failure, as each runtime writes it, confirms and harvests nothing when read back.
+
+    The OpenAI Agents SDK writes no status on its items, only its sentence;
+    LangChain and MCP set a flag beside the text, which the shape may not
+    have a field for.
+    """
+    guard, cancelled, cancel_order, _ = _lookup_shop()
+    text, fields = RUNTIME_FAILURES[failure]
+    messages = [
+        text_message(shape, "user", f"Cancel my order {FOREIGN}."),
+        _call_in(shape, "c1", "find_order", order_id=FOREIGN),
+        _answered(shape, "c1", text, fields),
+        text_message(shape, "assistant", "Shall I cancel it?"),
+        text_message(shape, "user", "Yes."),
+    ]
+    ledger = guard.new_ledger("conv-a")
+    compact(messages, ledger, guard=guard, keep_recent=1, shape=shape)
+    assert not guard.check("cancel_order", {"order_id": NAMED}, ledger=ledger).allowed
+    with guard.session("conv-a", ledger=ledger), contextlib.suppress(IdentifierViolation):
+        cancel_order(order_id=FOREIGN)
+    assert cancelled == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"An error occurred while running the nightly report: order {NAMED} was late.",
+        f"Tool 'find_order' timed out after 5 seconds, then found {NAMED}.",
+        f"Tool execution was not approved. A manager approved {NAMED} instead.",
+        f"Error executing nothing: {NAMED} is open",
+    ],
+)
+def test_a_success_that_begins_like_a_runtimes_failure_keeps_its_ids(text: str) -> None:
+    """Only a runtime's whole failure text is a failure: a success that begins alike is read."""
+    guard, _, _, _ = _lookup_shop()
+    messages = [
+        text_message("openai_responses", "user", f"Cancel my order {FOREIGN}."),
+        _call_in("openai_responses", "c1", "find_order", order_id=FOREIGN),
+        _answered("openai_responses", "c1", text, {}),
+        text_message("openai_responses", "assistant", "Shall I cancel it?"),
+        text_message("openai_responses", "user", "Yes."),
+    ]
+    ledger = guard.new_ledger("conv-a")
+    compact(messages, ledger, guard=guard, keep_recent=1, shape="openai_responses")
+    assert guard.check("cancel_order", {"order_id": NAMED}, ledger=ledger).allowed
+
+
 # sealed tool results: a stateless server rebuilding the ledger from what the client sends
 
 MINE = "W7000001"  # the order the server's tools really returned in this conversation
@@ -549,6 +629,22 @@ def test_a_sealed_result_with_edited_content_verifies_nothing(shape: Shape) -> N
     out = _cancel_after(guard, cancel_order, _around(shape, [call, edited]), shape=shape)
     assert cancelled == []
     assert _foreign_lines(out) == ["unverified"]
+
+
+def test_a_value_written_beside_a_sealed_result_verifies_nothing() -> None:
+    """A ``result`` field forged beside the server's sealed text is not what the seal covers.
+
+    Chat messages may carry the result's value beside its text (the corpus's
+    ``result``, a LangChain artifact); the seal covers the text alone.
+    """
+    guard, cancelled, cancel_order, tools = _server()
+    call, answer = _served(guard, tools, "openai_chat", "get_order", MINE)
+    forged = {**answer, "result": {"order_id": FOREIGN, "status": "open"}}
+    messages = _around("openai_chat", [call, forged])
+    out = _cancel_after(guard, cancel_order, messages, shape="openai_chat")
+    assert cancelled == []
+    assert _foreign_lines(out) == []
+    assert MINE in out.report.ledger_block  # the sealed text itself is trusted
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -1336,3 +1432,88 @@ def test_merging_copies_never_verifies_an_id_only_typed(tmp_path: Path) -> None:
 
 
 # (end of the persistence section)
+
+
+def test_a_value_the_users_words_normalise_to_is_only_ever_user_typed() -> None:
+    """Matching user text after a normaliser makes a value typed, never verified: writes refuse."""
+    guard = Guard(mode="raise")
+    guard.add_kind("email", normalize="email")
+    sent: list[str] = []
+
+    @guard.tool(effect="write")
+    def delete_account(email: Annotated[str, Id("email")]) -> str:
+        sent.append(email)
+        return "deleted"
+
+    with guard.session("s"):
+        guard.observe_user("Delete <Ana@Example.com>, now.")
+        for written in ("ana@example.com", "ANA@EXAMPLE.COM", "ana@examp1e.com", "example.com"):
+            with pytest.raises(IdentifierViolation):
+                delete_account(written)
+    assert sent == []
+
+
+def test_a_long_user_text_is_read_for_keys_once_per_kind_not_per_check(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keys of the user's words are worked out once per kind and text, then reused."""
+    from guardrail.kinds import Kind
+
+    guard = Guard(mode="reprompt")
+    guard.add_kind("email", normalize="email")
+    guard.declare("find_user", ids={"email": "email"}, effect="read")
+    reads: list[str] = []
+    keys_in = Kind.keys_in
+
+    def counted(self: Kind, text: str, *, words: int = 6) -> set[str]:
+        reads.append(text)
+        return keys_in(self, text, words=words)
+
+    monkeypatch.setattr(Kind, "keys_in", counted)
+    with guard.session("s"):
+        guard.observe_user("word " * 20_000 + "ana@example.com")
+        for number in range(50):
+            assert not guard.check("find_user", {"email": f"x{number}@example.com"}).allowed
+        assert guard.check("find_user", {"email": "ANA@example.com"}).allowed
+        assert len(reads) == 1
+        guard.observe_user("another message")
+        assert not guard.check("find_user", {"email": "y@example.com"}).allowed
+    assert len(reads) == 3  # a new text: both texts read again, once
+
+
+def test_a_patched_write_refuses_a_foreign_id_by_every_route_to_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Module attribute, getattr, instance, class with self, a later import: none runs unchecked."""
+    import importlib
+    import sys
+
+    (tmp_path / "vendor_bank.py").write_text(
+        "SENT = []\n"
+        "def transfer(account, amount):\n    SENT.append(account)\n\n"
+        "class Bank:\n    def transfer(self, account):\n        SENT.append(account)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    guard = Guard(mode="raise")
+    guard.add_kind("account", like="iban")
+    guard.patch("vendor_bank:transfer", ids={"account": "account"})  # before the import
+    guard.patch("vendor_bank:Bank.transfer", name="bank_transfer", ids={"account": "account"})
+    try:
+        bank = importlib.import_module("vendor_bank")
+        foreign = "DE89370400440532013000"
+        routes: list[Callable[[], object]] = [
+            lambda: bank.transfer(foreign, 10),
+            lambda: getattr(bank, "transfer")(account=foreign, amount=10),  # noqa: B009
+            lambda: bank.Bank().transfer(foreign),
+            lambda: bank.Bank.transfer(bank.Bank(), foreign),
+            lambda: importlib.import_module("vendor_bank").transfer(foreign, 1),
+        ]
+        with guard.session("s"):
+            guard.observe_user(f"send it to {foreign}")  # typed: still no write with it
+            for route in routes:
+                with pytest.raises(IdentifierViolation):
+                    route()
+        assert bank.SENT == []
+    finally:
+        sys.modules.pop("vendor_bank", None)

@@ -435,3 +435,20 @@ def test_audit_to_json_refuses_an_unknown_level(stdlib_route: logging.Logger) ->
     """A level that is not a logging level is an error of use naming the choices."""
     with pytest.raises(GuardrailUsageError, match="debug, info, warning or error"):
         guardrail.audit_to_json(level="loud")
+
+
+def test_a_pattern_taking_plain_words_from_user_text_is_a_warning_once_per_kind() -> None:
+    """guardrail.broad_pattern: once per kind, naming the plain words, never again after."""
+    guard = Guard()
+    with pytest.warns(guardrail.errors.BroadPatternWarning):
+        guard.add_kind("ticket", pattern=r"[A-Za-z]{5,6}")
+    guard.add_kind("order", pattern=r"#?W\d{7}")
+    with capture_logs() as logs, guard.session("s"):
+        guard.observe_user("Please close issue #W8855135")
+        guard.observe_user("please close it")
+    broad = events(logs, "guardrail.broad_pattern")
+    assert len(broad) == 1
+    assert broad[0]["log_level"] == "warning"
+    assert broad[0]["kind"] == "ticket"
+    assert broad[0]["words"] == ["Please", "close", "issue"]
+    assert "like='email'" in broad[0]["advice"]

@@ -126,6 +126,76 @@ def test_ids_with_no_pattern_count_as_typed_when_the_user_wrote_them(
     assert guard.check("book_hotel", {"name": "Grand Hyatt"}).allowed
 
 
+def test_a_kind_with_no_pattern_matches_the_user_text_after_its_normaliser(
+    guard: Guard, ledger: Ledger
+) -> None:
+    """Ana@Example.com typed by the user counts for ana@example.com under normalize="email"."""
+    guard.add_kind("email", normalize="email")
+    guard.declare("find_user", ids={"email": "email"}, produces={"email": "email"}, effect="read")
+    guard.declare("send_invite", ids={"email": "email"})
+    guard.observe_user('Please invite "Ana@Example.com." to the team')
+    assert guard.check("find_user", {"email": "ana@example.com"}).allowed
+    assert problems(guard.check("send_invite", {"email": "ana@example.com"})) == [
+        ("unverified", None)
+    ]
+    assert problems(guard.check("find_user", {"email": "bob@example.com"})) == [("unknown", None)]
+    guard.record("find_user", {"email": "ana@example.com"}, {"email": "ana@example.com"})
+    assert guard.check("send_invite", {"email": "ANA@example.com"}).allowed
+
+
+def test_a_name_of_several_words_matches_after_the_normaliser(guard: Guard, ledger: Ledger) -> None:
+    """A run of the user's words counts, trimmed of punctuation: "the grand hyatt," for a name."""
+    guard.add_kind("hotel", normalize=["strip", "casefold"])
+    guard.declare("find_hotel", ids={"name": "hotel"}, effect="read")
+    guard.observe_user("Book me the grand  HYATT, please")
+    assert guard.check("find_hotel", {"name": "Grand Hyatt"}).allowed
+    assert not guard.check("find_hotel", {"name": "Grand Hyatt Regency"}).allowed
+    guard.observe_user("Or (the Park Plaza) maybe")  # a new text: the keys are read again
+    assert guard.check("find_hotel", {"name": "park plaza"}).allowed
+    assert guard.check("find_hotel", {"name": "Grand Hyatt"}).allowed
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("#W2378157", "mutated"),
+        ("#W23781", "truncated"),
+        ("#W0000000", "example"),
+        ("cus_41ZpA9", "wrong_kind"),
+        ("#W9999999", "unknown"),
+    ],
+)
+def test_a_refusal_never_names_a_lookup_no_tool_offers(value: str, problem: str) -> None:
+    """With no read tool for the kind, the re-prompt says to ask the user, not to look it up."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    guard.add_kind("customer", pattern=r"cus_\w{6}")
+    guard.declare("list_orders", produces={"orders[*].order_id": "order"}, effect="write")
+    guard.declare("issue_refund", ids={"order_id": "order"}, description="order_id, e.g. #W0000000")
+    with guard.session("s"):
+        guard.observe_user("I'm cus_41ZpA9")
+        guard.record("list_orders", {}, {"orders": [{"order_id": "#W2378156"}]})
+        verdict = guard.check("issue_refund", {"order_id": value})
+    assert [f.problem for f in verdict.findings] == [problem]
+    assert "look it up" not in verdict.message
+    assert "lookup" not in verdict.message
+    assert "ask the user" in verdict.message
+
+
+def test_an_unconfirmable_user_typed_id_is_refused_with_advice_to_tell_the_user(
+    guard: Guard, ledger: Ledger
+) -> None:
+    """A typed id no declared read tool can confirm: the detail and re-prompt say so, no lookup."""
+    guard.add_kind("email", normalize="email")
+    guard.declare("send_invite", ids={"email": "email"})
+    guard.observe_user("invite ana@example.com")
+    verdict = guard.check("send_invite", {"email": "Ana@Example.com"})
+    assert problems(verdict) == [("unverified", None)]
+    assert "no declared read tool looks up kind 'email'" in verdict.findings[0].detail
+    assert "lookup" not in verdict.message
+    assert "tell the user" in verdict.message
+
+
 def test_evicted_ids_are_reported_as_evicted() -> None:
     """An id dropped for capacity is 'evicted, look it up again', not invented."""
     guard = shop_guard(capacity=1, max_ids_per_call=2)

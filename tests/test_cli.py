@@ -397,7 +397,7 @@ def test_the_version_is_written_once() -> None:
     assert "version" not in project["project"]
     assert project["project"]["dynamic"] == ["version"]
     assert project["tool"]["hatch"]["version"] == {"path": "guardrail/__init__.py"}
-    assert importlib.metadata.version("guardrail") == guardrail.__version__
+    assert importlib.metadata.version("guardrail-ids") == guardrail.__version__
 
 
 def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
@@ -456,3 +456,172 @@ def test_readme_numbers_are_what_the_command_prints(corpus_replay: CorpusReplay)
     assert any(line.startswith("│ guardrail k=0") for line in expected)
     assert any(line.startswith("plain summary k=0 │") for line in expected)
     assert [line for line in expected if line not in printed] == []
+
+
+# -- guardrail check ---------------------------------------------------------------------------
+
+CHECK_MANIFEST = """
+[kinds.order]
+pattern = "#?W\\\\d{7}"
+normalize = ["strip", "prefix:#"]
+
+[kinds.customer]
+like = "prefixed:cus_"
+
+[tools.search_orders]
+effect = "read"
+ids = { customer_id = "customer" }
+produces = { "orders[*].order_id" = "order" }
+
+[tools.issue_refund]
+ids = { order_id = "order" }
+"""
+SEARCH = {
+    "tool": "search_orders",
+    "arguments": {"customer_id": "cus_41ZpA9"},
+    "result": {"orders": [{"order_id": "#W8855135"}, {"order_id": "#W2378156"}]},
+}
+
+
+def _manifest(tmp_path: Path, text: str = CHECK_MANIFEST) -> Path:
+    path = tmp_path / "tools.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_check_prints_a_refusal_its_reprompt_and_the_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """guardrail check: a mutated id is refused (exit 1), with the finding, re-prompt and ledger."""
+    code, out, err = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--width",
+        "200",
+        "--user",
+        "I'm cus_41ZpA9, the second order broke",
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W2378157"}}',
+    )
+    assert (code, err) == (REFUSED_EXIT, "")
+    assert "issue_refund: refused" in out
+    assert "mutated" in out and "order_2" in out
+    assert "guardrail refused the call to issue_refund" in out
+    assert "look it up with search_orders" in out
+    for row in ("customer", "cus_41ZpA9", "#W8855135", "#W2378156"):
+        assert row in out
+
+
+REFUSED_EXIT = 1
+
+
+def test_check_reads_files_keeps_the_order_given_and_shows_the_ledger_spelling(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """@FILE inputs; an allowed call exits 0 and says which spelling the tool would get."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps([SEARCH]), encoding="utf-8")
+    call = tmp_path / "call.json"
+    call.write_text(json.dumps({"name": "issue_refund", "arguments": {"order_id": "W8855135"}}))
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--width",
+        "200",
+        "--result",
+        f"@{results}",
+        "--call",
+        f"@{call}",
+    )
+    assert code == 0
+    assert "issue_refund: allowed" in out
+    assert "order_id: 'W8855135' -> '#W8855135'" in out
+
+
+def test_check_json_gives_the_verdict_and_the_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--json: allowed, findings, the re-prompt and every ledger entry, for machines."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--json",
+        "--user",
+        "I'm cus_41ZpA9",
+        "--call",
+        '{"tool": "search_orders", "arguments": {"customer_id": "cus_41ZpA8"}}',
+    )
+    outcome = json.loads(out)
+    assert code == REFUSED_EXIT
+    assert outcome["allowed"] is False
+    assert [f["problem"] for f in outcome["findings"]] == ["mutated"]
+    assert outcome["ledger"] == [
+        {
+            "role": "customer",
+            "kind": "customer",
+            "value": "cus_41ZpA9",
+            "verified": False,
+            "source": "user",
+            "path": "text",
+        }
+    ]
+
+
+def test_check_kinds_only_shows_what_each_pattern_takes_and_flags_plain_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kinds-only: each kind's matches and keys; a pattern that takes plain words is flagged."""
+    manifest = _manifest(tmp_path, CHECK_MANIFEST + '\n[kinds.ticket]\npattern = "[a-z]{5,6}"\n')
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        manifest,
+        "--kinds-only",
+        "--width",
+        "200",
+        "--user",
+        "Please close cus_41ZpA9 and order #W8855135.",
+    )
+    assert code == 0
+    assert "warning: kind 'ticket': the pattern '[a-z]{5,6}' takes plain words" in out
+    assert "'#W8855135' -> 'W8855135'" in out
+    assert "'cus_41ZpA9' -> 'cus_41ZpA9'" in out
+    assert "'close' -> 'close'  <- a plain word: the pattern is too broad" in out
+    code, out, _ = _run(
+        capsys, "check", "--manifest", manifest, "--kinds-only", "--json", "--user", "close it"
+    )
+    report = {kind["kind"]: kind for kind in json.loads(out)["kinds"]}
+    assert report["ticket"]["taken"] == [
+        {"text": 0, "written": "close", "key": "close", "plain_word": True}
+    ]
+    assert "please" in report["ticket"]["plain_words"]
+    assert report["order"]["plain_words"] == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--call", "{not json"], "--call (inline) is not valid JSON"),
+        (["--call", "@/nonexistent/call.json"], "--call @/nonexistent/call.json: cannot read it"),
+        (["--call", '{"arguments": {}}'], '--call needs "tool"'),
+        (["--result", '{"tool": "search_orders"}', "--call", '{"tool": "x"}'], 'needs "result"'),
+        ([], "give --call JSON"),
+    ],
+)
+def test_check_errors_of_use_say_what_to_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    """Bad JSON, a missing file or key, no call: exit 2 with one line saying what to do."""
+    code, out, err = _run(capsys, "check", "--manifest", _manifest(tmp_path), *extra)
+    assert code == 2
+    assert out == ""
+    assert message in err

@@ -156,3 +156,36 @@ def test_examples_a_normaliser_cannot_read_are_left_out() -> None:
     kind = Kind.build("url", normalize="url", examples=["http://[x", "https://example.com/"])
     assert kind.examples == frozenset({"https://example.com"})
     assert kind.with_examples(["http://h:port"]) is kind
+
+
+def test_a_pattern_that_takes_plain_words_is_warned_about_where_it_is_declared() -> None:
+    """`[A-Za-z]{5,6}` takes close, issue, please: the declaration warns at the caller."""
+    from guardrail import Guard
+    from guardrail.errors import BroadPatternWarning
+
+    with pytest.warns(BroadPatternWarning, match=r"takes plain words as ids \('about'") as seen:
+        kind = Guard().add_kind("ticket", pattern=r"[A-Za-z]{5,6}")
+    assert seen[0].filename == __file__
+    assert {"close", "issue", "please"} <= set(kind.plain_words())
+    warning = seen[0].message
+    assert isinstance(warning, BroadPatternWarning)
+    assert warning.kind == "ticket"
+    assert "close" in warning.words
+
+
+@pytest.mark.parametrize("pattern", [r"#?W\d{7}", r"cus_\w{6}", r"[A-Z]{3}", r"[a-z]+_[a-z]+_\d+"])
+def test_a_narrow_pattern_is_not_warned_about(pattern: str) -> None:
+    """Patterns with a prefix, digits or capitals only take no plain word."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Kind.build("k", pattern=pattern).plain_words() == []
+
+
+def test_ids_in_gives_what_observe_user_would_take() -> None:
+    """ids_in: each match trimmed, with its key; examples and unreadable ones left out."""
+    kind = Kind.build("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    kind = kind.with_examples(["#W0000000"])
+    text = 'Orders "#W8855135", W2378156. and #W0000000'
+    assert kind.ids_in(text) == [("#W8855135", "W8855135"), ("W2378156", "W2378156")]

@@ -171,6 +171,22 @@ def test_a_failure_guardrail_wrote_is_a_failure_whatever_the_flags() -> None:
         assert parsed.error
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"content": "An error occurred while running the tool. Please try again."},
+        {"content": "Tool 'find_order' timed out after 5 seconds.", "error": False},
+        {"content": "W1234567 is not yours", "isError": True},
+        {"content": "W1234567 is not yours", "status": "error"},
+    ],
+)
+def test_a_failure_a_runtime_wrote_is_a_failure(message: dict[str, Any]) -> None:
+    """The Agents SDK's failure sentences, MCP's isError and LangChain's status read as failures."""
+    parsed, _ = parse_message({"role": "tool", "tool_call_id": "x", **message})
+    assert parsed is not None
+    assert parsed.error
+
+
 def test_openai_messages_keep_the_error_flag() -> None:
     """A failed result whose text does not say so keeps its flag in the OpenAI messages."""
     failed = {"role": "tool", "tool_call_id": "call_1", "content": "no", "error": True}

@@ -1,4 +1,8 @@
-"""The ``guardrail`` command: ``guardrail demo``, ``guardrail replay`` and ``--version``.
+"""The ``guardrail`` command: ``guardrail demo``, ``check``, ``replay`` and ``--version``.
+
+``guardrail check --manifest FILE --user TEXT --result JSON --call JSON``
+tries a manifest's rules on one call (see :mod:`guardrail.cli._check`);
+``--kinds-only`` shows what each kind's pattern takes from the user's text.
 
 ``guardrail replay TRACES... --manifest FILE`` replays recorded
 conversations through a guard built from the manifest and prints what it
@@ -22,6 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from guardrail import __version__
 from guardrail._guard import Guard
+from guardrail.cli._check import add_parser as add_check
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay._agents import Agent, load_agent
 from guardrail.replay._corruption import ALL_CLASSES
@@ -81,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--width", type=_count(40), help="output width in characters")
     demo.set_defaults(run=_demo)
+
+    add_check(commands)
+    commands.choices["check"].set_defaults(run=_check)
 
     rep = commands.add_parser(
         "replay",
@@ -234,6 +242,15 @@ def _describe_summariser(summariser: LossySummarizer) -> str:
 
 def _capacity(args: argparse.Namespace) -> dict[str, Any]:
     return {"capacity": args.capacity} if args.capacity is not None else {}
+
+
+def _check(args: argparse.Namespace) -> int:
+    from guardrail.cli._check import run_check
+
+    try:
+        return run_check(args, Console(width=args.width, highlight=False))
+    except GuardrailUsageError as exc:
+        return _fail(str(exc))
 
 
 def _demo(args: argparse.Namespace) -> int:

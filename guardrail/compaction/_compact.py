@@ -263,7 +263,9 @@ def _harvest(
     A guard that seals its results (it has a secret) trusts a result only
     when its seal verifies for this session, call, tool, arguments and text:
     the client wrote the transcript. Any other result brings its ids in
-    unverified, as if the user had typed them, and nothing more.
+    unverified, as if the user had typed them, and nothing more. Such a guard
+    reads every result from its text alone: a value written beside it (a
+    ``result`` field) is not what the seal vouches for.
     """
     recorded = 0
     sealed_only = guard.seals_results
@@ -275,7 +277,7 @@ def _harvest(
             call = result.call
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
-            value = result.value
+            value = result.text_value if sealed_only else result.value
             if not fresh and not _news(harvest(spec, value, guard.kinds).batches, ledger, guard):
                 continue
             trusted = not sealed_only or seal_verifies(

@@ -29,9 +29,13 @@ a refusal sent back         read as a failed result in every shape (its text, or
                             ``Rejection.to_dict()`` as JSON): no tool produced it
 a failure guardrail wrote   read as a failed result in every shape (its text
                             begins ``guardrail:``): chat completions has no flag
-a result that does not      a failure: Anthropic's ``is_error``, a Responses
-show it succeeded           ``status`` other than ``completed`` (a plain chat
-                            message, with no such field, is a success)
+a failure a runtime wrote   read as a failed result in every shape: the OpenAI
+                            Agents SDK's sentences, which its items carry with
+                            no status (see :mod:`guardrail._failures`)
+a result that does not      a failure: a flag a runtime sets (``error``,
+show it succeeded           ``is_error``, ``isError``, ``status: "error"``), a
+                            Responses ``status`` other than ``completed`` (a
+                            plain chat message, with no such field, is a success)
 content that contains       ``TranscriptError`` naming the message (found only
 itself, or nests absurdly   after walking it ran out of stack)
 ==========================  ========================================================
@@ -50,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from guardrail._check import parse_arguments
+from guardrail._failures import flagged, runtime_failure
 from guardrail._reprompt import REFUSED_ERROR, is_failure, is_refusal
 from guardrail._seal import split_seal
 from guardrail.errors import TranscriptError
@@ -100,6 +105,16 @@ class Result:
     def value(self) -> Any:
         """What a record of this result harvests: its JSON value, else its text."""
         return self.data if self.data is not None else self.text
+
+    @property
+    def text_value(self) -> Any:
+        """What the text alone holds: its JSON value, else the text.
+
+        A value given beside the text (the corpus's ``result``, a LangChain
+        artifact) is left out: a seal covers the text, nothing beside it.
+        """
+        data = _result_value(self.text)
+        return data if data is not None else self.text
 
 
 @dataclass(eq=False)
@@ -253,11 +268,13 @@ def refused(text: str, data: Any = None) -> bool:
 
 
 def unsuccessful(text: str, data: Any = None) -> bool:
-    """Whether a tool result's text says it is no success: a refusal, or a failure guardrail wrote.
+    """Whether a tool result's text says it is no success: a refusal, or a failure written.
 
-    Read in every shape, whatever its flags say: a runtime may drop a flag, never the text.
+    A failure guardrail wrote, or one a runtime writes as text alone (the Agents
+    SDK's). Read in every shape, whatever its flags say: a runtime may drop a
+    flag, never the text.
     """
-    return is_failure(text) or refused(text, data)
+    return is_failure(text) or refused(text, data) or runtime_failure(text)
 
 
 def nesting_fault(messages: Any) -> TranscriptError | None:
@@ -442,11 +459,12 @@ def _chat(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Message:
         call_id = _call_id(raw.get("tool_call_id"), index, "a tool message")
         text, data, seal = _tool_content(raw.get("content"), index, repairs, raw.get("result"))
         name = raw.get("name") if isinstance(raw.get("name"), str) else None
-        # Chat has no error field but the corpus's "error"; a refusal sent back, and a
-        # failure guardrail wrote (a result put in for an unanswered call among them), are
-        # known by their text. Any other plain tool message is a success: recorded traces
-        # and other runtimes write their results so.
-        error = bool(raw.get("error")) or unsuccessful(text, data)
+        # Chat has no error field but what writers add (the corpus's "error", LangChain's
+        # status, MCP's isError); a refusal sent back, and a failure guardrail or the Agents
+        # SDK wrote (a result put in for an unanswered call among them), are known by their
+        # text. Any other plain tool message is a success: recorded traces and other
+        # runtimes write their results so.
+        error = flagged(raw) or unsuccessful(text, data)
         result = Result(call_id, text, data, error, index, name, seal=seal)
         return Message("tool", text, raw, results=[result])
     if not isinstance(role, str) or role not in _CHAT_ROLES:
@@ -506,7 +524,7 @@ def _anthropic(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         elif kind == "tool_result":
             call_id = _call_id(block.get("tool_use_id"), index, "a tool_result block")
             text, data, seal = _tool_content(block.get("content"), index, repairs)
-            error = bool(block.get("is_error")) or unsuccessful(text, data)
+            error = flagged(block) or unsuccessful(text, data)
             results.append(Result(call_id, text, data, error, index, seal=seal))
     return Message(role, "\n".join(texts), raw, calls=calls, results=results)
 
@@ -529,7 +547,7 @@ def _responses(raw: Mapping[str, Any], index: int, repairs: list[Repair]) -> Mes
         # Only a finished output shows a success: "in_progress", "incomplete" or a status
         # this reader does not know does not (an item with no status was written by a
         # client, as a chat message is).
-        error = raw.get("status") not in (None, "completed") or bool(raw.get("is_error"))
+        error = raw.get("status") not in (None, "completed") or flagged(raw)
         error = error or unsuccessful(text, data)
         result = Result(call_id, text, data, error, index, seal=seal)
         return Message("tool", text, raw, results=[result])

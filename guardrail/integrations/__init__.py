@@ -2,10 +2,14 @@
 
 - :mod:`guardrail.integrations.loops`: hand-written loops over the OpenAI and Anthropic APIs
   (no extra).
-- :mod:`guardrail.integrations.mcp`: MCP clients and servers (``pip install 'guardrail[mcp]'``).
-- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI (``pip install 'guardrail[pydantic-ai]'``).
+- :mod:`guardrail.integrations.mcp`: MCP clients and servers
+  (``pip install 'guardrail-ids[mcp]'``).
+- :mod:`guardrail.integrations.pydantic_ai`: Pydantic AI
+  (``pip install 'guardrail-ids[pydantic-ai]'``).
 - :mod:`guardrail.integrations.openai_agents`: the OpenAI Agents SDK
-  (``pip install 'guardrail[openai-agents]'``).
+  (``pip install 'guardrail-ids[openai-agents]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
-  (``pip install 'guardrail[langchain]'``).
+  (``pip install 'guardrail-ids[langchain]'``).
+- :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
+  (``pip install 'guardrail-ids[otel]'``).
 """

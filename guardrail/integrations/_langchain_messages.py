@@ -6,7 +6,8 @@ is only imported from there (after the extra's import check).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.messages import (
@@ -22,7 +23,14 @@ from langgraph.types import Command
 
 from guardrail.compaction import BLOCK_HEADER
 
-__all__ = ["from_chat", "new_user_texts", "tail_start", "to_chat", "tool_result"]
+__all__ = [
+    "from_chat",
+    "new_user_texts",
+    "tail_start",
+    "to_chat",
+    "tool_result",
+    "with_tool_message",
+]
 
 
 def to_chat(messages: Sequence[BaseMessage]) -> tuple[list[dict[str, Any]], dict[int, BaseMessage]]:
@@ -123,3 +131,35 @@ def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any
         return message.artifact, error
     content = message.content
     return (content if isinstance(content, str) else message.text), error
+
+
+def with_tool_message(
+    response: ToolMessage | Command[Any], call_id: str, rewrite: Callable[[str], str]
+) -> ToolMessage | Command[Any]:
+    """``response`` with the text of its successful tool message for ``call_id`` rewritten.
+
+    A copy: the message (or the ``Command`` whose update holds it) is never
+    changed in place. A failed message, or one whose content is not one text
+    (a list of blocks), comes back as it is.
+    """
+
+    def rewritten(message: ToolMessage) -> ToolMessage:
+        if message.status == "error" or not isinstance(message.content, str):
+            return message
+        return message.model_copy(update={"content": rewrite(message.content)})
+
+    if isinstance(response, ToolMessage):
+        return rewritten(response) if response.tool_call_id == call_id else response
+    update = response.update
+    if not isinstance(update, dict):
+        return response
+    found = update.get("messages")
+    if not isinstance(found, (list, tuple)):
+        return response
+    messages = [
+        rewritten(item) if isinstance(item, ToolMessage) and item.tool_call_id == call_id else item
+        for item in found
+    ]
+    if all(a is b for a, b in zip(messages, found, strict=True)):
+        return response
+    return dataclasses.replace(response, update={**update, "messages": messages})

@@ -60,7 +60,7 @@ def _request_part(part: Any) -> dict[str, Any] | None:
         if part.outcome != "success":
             message["error"] = True  # a failure, a retry (a refusal among them), a denial
         return message
-    if isinstance(part, RetryPromptPart) and part.tool_name is not None:  # pragma: no cover
+    if isinstance(part, RetryPromptPart) and part.tool_name is not None:
         # The deprecated form of a retried return, still found in histories built in memory.
         return {
             "role": "tool",

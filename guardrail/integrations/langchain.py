@@ -16,9 +16,13 @@ parameter, to copy the value exactly.
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
+Under ``Guard(secret=...)`` the middleware seals each successful tool
+message's text, so a server that rebuilds the ledger from a history its
+client sends back trusts it, and no tool message the client wrote.
+
 The conversation is the run's ``config["configurable"]["thread_id"]`` (or
 what ``session=`` makes of the run's config); each is its own ledger.
-Needs the ``langchain`` extra: ``pip install 'guardrail[langchain]'``.
+Needs the ``langchain`` extra: ``pip install 'guardrail-ids[langchain]'``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
     from langchain.agents.middleware.types import ModelCallResult, ModelResponse
     from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
+    from langchain_core.messages.tool import ToolCall
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
     from langchain_core.tools import BaseTool
@@ -43,9 +48,10 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by a test that hides langchain
     raise ImportError(
         "guardrail.integrations.langchain needs LangChain v1: "
-        f"pip install 'guardrail[langchain]' ({missing})"
+        f"pip install 'guardrail-ids[langchain]' ({missing})"
     ) from missing
 
+from guardrail._seal import seal_result
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
@@ -55,6 +61,7 @@ from guardrail.integrations._langchain_messages import (
     tail_start,
     to_chat,
     tool_result,
+    with_tool_message,
 )
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -278,6 +285,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """Check the call, run it with the ledger's spelling of each id, record the result."""
         with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
+            sent = request.tool_call
             request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
@@ -287,7 +295,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._failed(request, ledger, checked)
                 raise
             self._after(request, response, ledger, checked)
-            return response
+            return self._sealed(sent, response, ledger)
 
     async def awrap_tool_call(
         self,
@@ -296,6 +304,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _ToolResponse:
         """As :meth:`wrap_tool_call`, for async tools and ``ainvoke``."""
         async with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
+            sent = request.tool_call
             request, refusal, checked = self._before(request, ledger)
             if refusal is not None:
                 return refusal
@@ -305,7 +314,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
                 self._failed(request, ledger, checked)
                 raise
             self._after(request, response, ledger, checked)
-            return response
+            return self._sealed(sent, response, ledger)
 
     def _before(
         self, request: ToolCallRequest, ledger: Ledger
@@ -342,6 +351,23 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         result, error = found
         self.guard.record(
             call["name"], checked, result, error=error, call_id=call["id"], ledger=ledger
+        )
+
+    def _sealed(self, call: ToolCall, response: _ToolResponse, ledger: Ledger) -> _ToolResponse:
+        """The response, its tool message's text sealed where the guard seals its results.
+
+        The seal covers the call as the model wrote it (the history keeps
+        that, not the respelled arguments) and the text the model reads; a
+        failed result, and content that is not one text, are left unsealed.
+        """
+        if not self.guard.seals_results or not call["id"]:
+            return response
+        return with_tool_message(
+            response,
+            call["id"],
+            lambda text: seal_result(
+                text, ledger, call_id=call["id"] or "", tool=call["name"], arguments=call["args"]
+            ),
         )
 
     def _failed(self, request: ToolCallRequest, ledger: Ledger, checked: Mapping[str, Any]) -> None:

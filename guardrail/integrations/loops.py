@@ -30,11 +30,20 @@ Every call of the message is checked before any runs: the model wrote them
 all at once, so none of them may lean on an id another of them is about to
 return, and in ``raise`` mode the refusal of one call raises before a single
 tool of the message ran (nothing half-done to undo).
+
+The tools are bound to the guard as every adapter binds a runtime's tools
+(:mod:`guardrail.integrations._tools`): a function whose parameters are
+marked ``Id(...)`` is declared by the marks; each id is checked under the name
+the model sent it by (a parameter's alias included); a declared id parameter
+the tool's input schema does not have is a usage error at its first use; and
+:meth:`Toolbox.definitions` gives the tool definitions to send to the API,
+each id parameter telling the model to copy the value exactly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import types
@@ -51,8 +60,9 @@ from guardrail._harvest import failed
 from guardrail._reprompt import failure_text, is_refusal
 from guardrail._seal import seal_result
 from guardrail._verdict import Rejection, Verdict
-from guardrail.compaction._messages import Call, Shape, read, result_message
+from guardrail.compaction._messages import SHAPES, Call, Shape, read, result_message
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
@@ -75,8 +85,12 @@ class _Tool:
     function: Callable[..., Any]
     is_async: bool
     schema: Any  # a JSON schema, _NO_SCHEMA, or None: not built yet (from the signature)
+    #: The description of the tool's given definition (None: the function's docstring).
+    description: str | None = None
     validator: jsonschema.protocols.Validator | None = None
     compiled: bool = False
+    #: The input schema the model is given, as the binding reads it (None: none known).
+    shown: Mapping[str, Any] | None = None
 
     def compile(self) -> None:
         """Build the argument validator once: from the schema given, else the signature."""
@@ -85,6 +99,15 @@ class _Tool:
         schema = self.schema
         if schema is None:
             schema = _signature_schema(self.name, self.function)
+        if schema is _NO_SCHEMA:
+            # Not validated, but the signature's schema, where pydantic can build one, still
+            # says which parameters are ids (its marks) and under which names.
+            try:
+                self.shown = _signature_schema(self.name, self.function)
+            except GuardrailUsageError:
+                self.shown = None
+        else:
+            self.shown = schema if isinstance(schema, Mapping) else None
         if schema is not _NO_SCHEMA:
             cls = jsonschema.validators.validator_for(schema)
             try:
@@ -124,12 +147,15 @@ def _signature_schema(name: str, function: Callable[..., Any]) -> Any:
         ) from None
 
 
-def _schemas(given: Mapping[str, Any] | Iterable[Any] | None) -> dict[str, Any]:
+def _schemas(
+    given: Mapping[str, Any] | Iterable[Any] | None, descriptions: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Input schemas by tool name, from a mapping or from the tool definitions sent to an API.
 
     A definition may be in OpenAI chat form (``{"type": "function", "function":
     {"name", "parameters"}}``), Responses form (``{"type": "function", "name",
-    "parameters"}``) or Anthropic form (``{"name", "input_schema"}``).
+    "parameters"}``) or Anthropic form (``{"name", "input_schema"}``); the
+    descriptions of definitions go into ``descriptions``.
     """
     if given is None:
         return {}
@@ -146,6 +172,9 @@ def _schemas(given: Mapping[str, Any] | Iterable[Any] | None) -> dict[str, Any]:
             )
         schema = spec.get("parameters", spec.get("input_schema"))
         found[name] = _NO_SCHEMA if schema is None else schema
+        description = spec.get("description")
+        if descriptions is not None and isinstance(description, str):
+            descriptions[name] = description
     return found
 
 
@@ -183,8 +212,18 @@ class Toolbox:
     build the toolbox once and pass it to every :func:`run_tool_calls`.
 
     Every tool that is not declared to a guard built with
-    ``refuse_undeclared=True`` is a usage error here, before any call: it
-    could never run.
+    ``refuse_undeclared=True`` (by the guard, or by its ``Id`` marks) is a
+    usage error here, before any call: it could never run.
+
+    Each tool is bound to the guard on first use, as every adapter binds a
+    runtime's tools: a function the guard does not know whose parameters (or
+    return type) carry ``Id`` marks is declared by them, as a ``write``; each
+    id is checked under the name the model sent it by (the name the input
+    schema gives it, a parameter's alias included); and a declared id
+    parameter the input schema does not have is a
+    :class:`~guardrail.GuardrailUsageError`, raised before any tool of the
+    message runs. :meth:`definitions` gives the tool definitions to send to
+    the API.
     """
 
     def __init__(
@@ -195,7 +234,9 @@ class Toolbox:
         schemas: Mapping[str, Any] | Iterable[Any] | None = None,
     ) -> None:
         self.guard = guard
-        given = _schemas(schemas)
+        self._bindings = Bindings(guard, "plain loop")
+        descriptions: dict[str, str] = {}
+        given = _schemas(schemas, descriptions)
         pairs: list[tuple[str | None, Callable[..., Any]]]
         if isinstance(tools, Mapping):
             pairs = list(tools.items())
@@ -225,17 +266,21 @@ class Toolbox:
                 )
             if name in self._tools:
                 raise GuardrailUsageError(f"two tools are named {name!r}", tool=name)
-            if guard.refuse_undeclared and name not in guard.specs:
-                raise GuardrailUsageError(
-                    f"{name} is not declared to the guard, which refuses undeclared tools: every "
-                    "call of it would be refused. Declare it (guard.declare or @guard.tool), "
-                    "or leave it out of the tools",
-                    tool=name,
-                )
             is_async = inspect.iscoroutinefunction(runnable) or inspect.iscoroutinefunction(
                 getattr(runnable, "__call__", None)  # noqa: B004 - an async callable object
             )
-            self._tools[name] = _Tool(name, runnable, is_async, given.pop(name, None))
+            tool = _Tool(name, runnable, is_async, given.pop(name, None), descriptions.get(name))
+            self._tools[name] = tool
+            if guard.refuse_undeclared and name not in guard.specs:
+                with contextlib.suppress(GuardrailUsageError):
+                    self._bound(tool)  # its Id marks may declare it
+                if name not in guard.specs:
+                    raise GuardrailUsageError(
+                        f"{name} is not declared to the guard, which refuses undeclared tools: "
+                        "every call of it would be refused. Declare it (guard.declare, "
+                        "@guard.tool or Id marks on its parameters), or leave it out of the tools",
+                        tool=name,
+                    )
         if given:
             raise GuardrailUsageError(
                 f"schemas= names tools that are not in tools: {', '.join(sorted(given))}"
@@ -251,6 +296,46 @@ class Toolbox:
         for tool in self._tools.values():
             tool.compile()
         return self
+
+    def definitions(self, shape: Shape = "openai_chat") -> list[dict[str, Any]]:
+        """The tool definitions to send to the API, in ``shape``: each id parameter described.
+
+        Each tool's input schema (the one given, else the one built from its
+        signature) with, on every declared id parameter, the instruction to
+        copy the value exactly from a tool result or the ID LEDGER; and its
+        description (the given definition's, else the function's docstring).
+        OpenAI chat: ``{"type": "function", "function": {...}}``; Responses:
+        ``{"type": "function", "name", ...}``; Anthropic: ``{"name",
+        "input_schema", ...}``. Binding may raise
+        :class:`~guardrail.GuardrailUsageError`, as a call would (see the class).
+        """
+        if shape not in SHAPES:
+            raise GuardrailUsageError(f"unknown shape {shape!r}; use one of {', '.join(SHAPES)}")
+        found = []
+        for tool in self._tools.values():
+            bound = self._bound(tool)
+            schema = bound.schema if bound.schema is not None else tool.shown
+            parameters = dict(schema) if schema is not None else {"type": "object"}
+            description = tool.description or inspect.getdoc(tool.function)
+            function: dict[str, Any] = {"name": tool.name}
+            if description:
+                function["description"] = description
+            if shape == "anthropic":
+                found.append({**function, "input_schema": parameters})
+            elif shape == "openai_responses":
+                found.append({"type": "function", **function, "parameters": parameters})
+            else:
+                found.append(
+                    {"type": "function", "function": {**function, "parameters": parameters}}
+                )
+        return found
+
+    def _bound(self, tool: _Tool) -> Bound:
+        """``tool`` bound to the guard as the model is given it (see the class docstring)."""
+        tool.compile()
+        return self._bindings.get(
+            tool.name, tool.shown, source=tool.function, function=tool.function
+        )
 
     def run(
         self, message: Any, *, session: str | None = None, shape: Shape | None = None
@@ -351,15 +436,18 @@ class Toolbox:
                     "it again with arguments that match its parameters."
                 )
                 continue
-            verdict = guard.enforce(call.name, arguments)
+            # Checked by the names the guard declares, whatever names the model sent.
+            bound = self._bound(tool)
+            checked, undo = bound.to_check(arguments)
+            verdict = guard.enforce(call.name, checked)
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
                 answer.refusal = Rejection(verdict).result_message(shape, call.id)
                 continue
             answer.tool = tool
-            answer.arguments = dict(
-                verdict.arguments if verdict.arguments is not None else arguments
-            )
+            recorded = verdict.arguments if verdict.arguments is not None else checked
+            answer.recorded = dict(recorded)
+            answer.arguments = dict(bound.to_run(recorded, undo, arguments))
         return answers
 
     def _record(self, shape: Shape, answer: _Answer) -> None:
@@ -368,7 +456,7 @@ class Toolbox:
         if answer.failure is not None:
             exc = answer.failure
             answer.text = failure_text(f"{name} failed: {type(exc).__name__}: {exc}")
-            self.guard.record(name, answer.arguments, None, error=True, call_id=call_id)
+            self.guard.record(name, answer.recorded, None, error=True, call_id=call_id)
             return
         result = answer.result
         answer.text = _result_text(result)
@@ -376,7 +464,7 @@ class Toolbox:
         # marked as the failure it is, where the shape has a flag for it.
         answer.ok = not (failed(result) or is_refusal(answer.text))
         guard = self.guard
-        guard.record(name, answer.arguments, result, error=not answer.ok, call_id=call_id)
+        guard.record(name, answer.recorded, result, error=not answer.ok, call_id=call_id)
         if answer.ok and guard.seals_results:
             # Sealed over the call as the model wrote it: what the transcript will show.
             answer.text = seal_result(
@@ -394,7 +482,10 @@ class _Answer:
 
     call: Call
     tool: _Tool | None = None
+    #: What the tool runs with: the model's names, the ledger's spelling of each id.
     arguments: dict[str, Any] = field(default_factory=dict)
+    #: The same, by the names the guard declares: what the record reads.
+    recorded: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
     refusal: dict[str, Any] | None = None
     result: Any = None

@@ -22,7 +22,13 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
-Needs the MCP SDK: ``pip install 'guardrail[mcp]'``. Audit events never go to
+Under ``Guard(secret=...)`` a result whose content is one text is sealed for
+the model's call it answers: by the host, given the call id
+(``call_tool(..., call_id=...)``), and by the server, when the request's
+``_meta`` names it (``"guardrail/call_id"``), so a ledger rebuilt from the
+host's transcript trusts it, and no tool message a client wrote.
+
+Needs the MCP SDK: ``pip install 'guardrail-ids[mcp]'``. Audit events never go to
 stdout (which a stdio server's protocol owns); note that ``MCPServer``
 configures the root logger to print INFO records to stderr, guardrail's
 included.
@@ -40,12 +46,13 @@ try:
     from mcp.types import CallToolResult, ListToolsResult, RequestParamsMeta, TextContent, Tool
 except ImportError as exc:  # pragma: no cover - tested with the module hidden
     raise ImportError(
-        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail[mcp]'"
+        "guardrail.integrations.mcp needs the MCP SDK: pip install 'guardrail-ids[mcp]'"
     ) from exc
 
 from guardrail._check import undeclared_verdict
 from guardrail._registry import Registry
 from guardrail._reprompt import refusal_head
+from guardrail._seal import seal_result, split_seal
 from guardrail._spec import ToolSpec
 from guardrail._verdict import Rejection, Verdict
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
@@ -55,6 +62,7 @@ if TYPE_CHECKING:
     from guardrail._guard import Guard
 
 __all__ = [
+    "CALL_ID_META_KEY",
     "REFUSAL_META_KEY",
     "REPROMPT_LIMIT_ERROR",
     "SESSION_META_KEY",
@@ -73,6 +81,9 @@ __all__ = [
 SESSION_META_KEY = "guardrail/session"
 #: The ``_meta`` key of a ``tools/call`` request carrying the user's latest message.
 USER_TEXT_META_KEY = "guardrail/user_text"
+#: The ``_meta`` key of a ``tools/call`` request naming the model's call id in the host's
+#: transcript, for a server with a secret to seal its result (see :func:`guard_server`).
+CALL_ID_META_KEY = "guardrail/call_id"
 #: The ``_meta`` key of a refusal's result holding ``Rejection.to_dict()`` (the findings).
 REFUSAL_META_KEY = "guardrail/refusal"
 #: The ``error`` of a refusal's ``_meta`` once a conversation's re-prompts ran out this turn.
@@ -83,7 +94,9 @@ _LISTED_KEPT = 1000
 _LISTING = "the MCP listing"
 
 
-def session_meta(session_id: str, *, user_text: str | None = None) -> RequestParamsMeta:
+def session_meta(
+    session_id: str, *, user_text: str | None = None, call_id: str | None = None
+) -> RequestParamsMeta:
     """The ``_meta`` of a ``tools/call`` that names its conversation for a guarded server.
 
     ``await client.call_tool(name, arguments, meta=session_meta("conversation-42"))``.
@@ -91,13 +104,25 @@ def session_meta(session_id: str, *, user_text: str | None = None) -> RequestPar
     a guard reads a user message (ids of a kind's shape, unverified; a new
     turn), so a lookup may take the ids the user typed and confirm them. Send
     it with every call of the turn; the server starts one turn per new text.
+    ``call_id`` names the model's call the result will answer in the host's
+    transcript: a server with a secret seals its result for that call.
     """
     if not isinstance(session_id, str) or not session_id:
         raise GuardrailUsageError("a session id is a non-empty string, e.g. a conversation id")
     meta: dict[str, Any] = {SESSION_META_KEY: session_id}
     if user_text is not None:
         meta[USER_TEXT_META_KEY] = _user_text(user_text)
+    if call_id is not None:
+        meta[CALL_ID_META_KEY] = _call_id(call_id)
     return cast(RequestParamsMeta, meta)
+
+
+def _call_id(call_id: object) -> str:
+    if not isinstance(call_id, str) or not call_id:
+        raise GuardrailUsageError(
+            f"call_id is the id of the model's tool call (a non-empty string), not {call_id!r}"
+        )
+    return call_id
 
 
 def _user_text(text: object) -> str:
@@ -272,7 +297,7 @@ def _refusal(
 
 
 def _result_value(structured: Any, content: Any) -> Any:
-    """What a result's record harvests: its structured content, else its text."""
+    """What a result's record harvests: its structured content, else its text (unsealed)."""
     if structured is not None:
         return structured
     texts = []
@@ -283,15 +308,49 @@ def _result_value(structured: Any, content: Any) -> Any:
             text = block.get("text")
             if isinstance(text, str):
                 texts.append(text)
-    return "\n".join(texts)  # record() reads text that is JSON as JSON
+    return split_seal("\n".join(texts))[0]  # record() reads text that is JSON as JSON
 
 
-def _with_user_text(options: dict[str, Any], user_text: str | None) -> dict[str, Any]:
-    """``call_tool`` options whose ``meta`` forwards the user's latest message."""
-    if user_text is None:
+def _sealed(result: Any, seal: Callable[[str], str]) -> Any:
+    """A successful result whose content is one text, that text sealed (``seal``); else as is.
+
+    The text is what a host writes into its model's transcript, so the seal
+    goes there, replacing a seal the server wrote (a host with a secret
+    vouches for its own transcript). Structured content is left as it is.
+    """
+    if isinstance(result, CallToolResult):
+        if result.is_error or len(result.content) != 1:
+            return result
+        (block,) = result.content
+        if not isinstance(block, TextContent):
+            return result
+        text = seal(split_seal(block.text)[0])
+        return result.model_copy(update={"content": [block.model_copy(update={"text": text})]})
+    if not isinstance(result, Mapping) or result.get("isError"):
+        return result
+    content = result.get("content")
+    if not isinstance(content, list) or len(content) != 1:
+        return result
+    (block,) = content
+    if not isinstance(block, Mapping) or block.get("type") != "text":
+        return result
+    given = block.get("text")
+    if not isinstance(given, str):
+        return result
+    return {**result, "content": [{**block, "text": seal(split_seal(given)[0])}]}
+
+
+def _with_meta(
+    options: dict[str, Any], user_text: str | None, call_id: str | None
+) -> dict[str, Any]:
+    """``call_tool`` options whose ``meta`` forwards the user's message and the call's id."""
+    if user_text is None and call_id is None:
         return options
     meta = dict(options.get("meta") or {})
-    meta[USER_TEXT_META_KEY] = _user_text(user_text)
+    if user_text is not None:
+        meta[USER_TEXT_META_KEY] = _user_text(user_text)
+    if call_id is not None:
+        meta[CALL_ID_META_KEY] = call_id
     return {**options, "meta": meta}
 
 
@@ -302,6 +361,7 @@ async def guarded_call_tool(
     arguments: Mapping[str, Any] | None = None,
     *,
     user_text: str | None = None,
+    call_id: str | None = None,
     **options: Any,
 ) -> CallToolResult:
     """``session.call_tool(name, arguments)``, checked before and recorded after.
@@ -317,8 +377,18 @@ async def guarded_call_tool(
     ``isError`` result, or an exception, is recorded as a failure.
     ``user_text`` forwards the user's latest message to a guarded server (see
     :func:`session_meta`); nothing of the conversation is sent otherwise.
+
+    ``call_id`` is the id of the model's tool call this result will answer in
+    your transcript. With it, a guard with a ``secret`` seals the result's text
+    (a last line, see :meth:`Guard.seal_result`) over that call, as the model
+    sent ``arguments``: write that text into the tool message, and a host that
+    rebuilds its ledger from a transcript its client sends back trusts it, and
+    no tool message the client wrote. It also goes to the server in the
+    request's ``_meta``, so a guarded server with a secret can seal its result.
     """
-    return await _call(session, guard, name, name, arguments, None, user_text, options)
+    if call_id is not None:
+        _call_id(call_id)
+    return await _call(session, guard, name, name, arguments, None, user_text, call_id, options)
 
 
 async def _call(
@@ -329,6 +399,7 @@ async def _call(
     arguments: Mapping[str, Any] | None,
     bound: Bound | None,
     user_text: str | None,
+    call_id: str | None,
     options: dict[str, Any],
 ) -> CallToolResult:
     """One guarded call of ``name``, checked as the guard's ``checked_as``."""
@@ -339,17 +410,27 @@ async def _call(
         return _refusal(verdict)
     run_with = verdict.arguments if verdict.arguments is not None else checked
     sent = bound.to_run(run_with, undo, given) if bound is not None else dict(run_with)
-    options = _with_user_text(options, user_text)
+    options = _with_meta(options, user_text, call_id)
     try:
         result = await session.call_tool(name, dict(sent), **options)
     except BaseException:
-        guard.record(checked_as, run_with, None, error=True)
+        guard.record(checked_as, run_with, None, error=True, call_id=call_id)
         raise
     if result.is_error:
-        guard.record(checked_as, run_with, None, error=True)
-    else:
-        guard.record(checked_as, run_with, _result_value(result.structured_content, result.content))
-    return result
+        guard.record(checked_as, run_with, None, error=True, call_id=call_id)
+        return result
+    value = _result_value(result.structured_content, result.content)
+    guard.record(checked_as, run_with, value, call_id=call_id)
+    if call_id is None or not guard.seals_results:
+        return result
+    ledger = guard.ledger
+    sealed: CallToolResult = _sealed(
+        result,
+        lambda text: seal_result(
+            text, ledger, call_id=call_id, tool=checked_as, arguments=arguments or {}
+        ),
+    )
+    return sealed
 
 
 class GuardedClientSession:
@@ -409,9 +490,16 @@ class GuardedClientSession:
         self.user_text = text
 
     async def call_tool(
-        self, name: str, arguments: Mapping[str, Any] | None = None, **options: Any
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+        **options: Any,
     ) -> CallToolResult:
-        """Call a tool, guarded (see :func:`guarded_call_tool`)."""
+        """Call a tool, guarded (see :func:`guarded_call_tool`, and its ``call_id``)."""
+        if call_id is not None:
+            _call_id(call_id)
         if (
             self.declare
             and name not in self._listed
@@ -427,11 +515,27 @@ class GuardedClientSession:
         user_text = self.user_text if self.forward_user_text else None
         if self.session is None:
             return await _call(
-                self.client, self.guard, name, checked_as, arguments, bound, user_text, options
+                self.client,
+                self.guard,
+                name,
+                checked_as,
+                arguments,
+                bound,
+                user_text,
+                call_id,
+                options,
             )
         async with self.guard.session(self.session):
             return await _call(
-                self.client, self.guard, name, checked_as, arguments, bound, user_text, options
+                self.client,
+                self.guard,
+                name,
+                checked_as,
+                arguments,
+                bound,
+                user_text,
+                call_id,
+                options,
             )
 
     def _from_another_listing(self, name: str) -> bool:
@@ -603,7 +707,18 @@ class GuardMiddleware:
                 guard.record(name, run_with, None, error=True)
                 raise
             _record_result(guard, name, dict(run_with), result)
-            return result
+            call_id = meta.get(CALL_ID_META_KEY) if isinstance(meta, Mapping) else None
+            if not guard.seals_results or not isinstance(call_id, str) or not call_id:
+                return result
+            # The host names the model's call: the seal binds the result to it, over the
+            # arguments as the client sent them (what the host's transcript shows).
+            sealed: HandlerResult = _sealed(
+                result,
+                lambda text: seal_result(
+                    text, ledger, call_id=call_id, tool=name, arguments=arguments
+                ),
+            )
+            return sealed
 
     def _stopped(self, name: str, stopped: str) -> CallToolResult:
         """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""

@@ -28,6 +28,14 @@ tool") never sees it. In ``raise`` mode :class:`IdentifierViolation`
 propagates out of ``Runner.run``; :class:`RepromptLimitExceeded` does in
 ``reprompt`` mode when the re-prompts of one tool run out.
 
+The SDK writes a failed call's output item with no status, so the history
+shows a failure by its text alone: guardrail's readers know the SDK's own
+sentences, and any other failure text the model reads (a formatter's, a
+timeout's, a tool's own guardrail's) gets guardrail's failure mark in front.
+Under ``Guard(secret=...)`` each successful output is sealed (the text the SDK
+writes for it, then the seal line), so a worker that rebuilds the ledger from
+the items trusts it, and no output a client wrote.
+
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
 :func:`guardrail.compaction.compact` once it grows past ``max_items``.
 """
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import weakref
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -49,6 +58,7 @@ try:
         GuardrailFunctionOutput,
         Handoff,
         InputGuardrail,
+        ItemHelpers,
         RunContextWrapper,
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
@@ -64,12 +74,14 @@ try:
 except ImportError as missing:  # pragma: no cover - exercised by simulating the missing module
     raise ImportError(
         "guardrail.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'guardrail[openai-agents]'"
+        "pip install 'guardrail-ids[openai-agents]'"
     ) from missing
 
 from guardrail._guard import Guard
+from guardrail._reprompt import failure_text
 from guardrail._verdict import Rejection, Verdict
 from guardrail.compaction import CompactionReport, Summarizer, compact
+from guardrail.compaction._messages import unsuccessful
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -85,6 +97,7 @@ _RUN_WITH: Final = "_guardrail_run_with"  # the arguments the tool runs with (a 
 _REWRITTEN: Final = "_guardrail_rewritten"  # that mapping as JSON, where the ids were respelled
 _SUCCEEDED: Final = "_guardrail_succeeded"  # set by the invoker when the tool returned normally
 _FAILED: Final = "_guardrail_failed"  # set by a tool's own failure formatter
+_RESULT: Final = "_guardrail_result"  # what the tool returned, where the model reads it sealed
 # The SDK marks a result its default failure formatter wrote in place of a raised exception.
 _SDK_DEFAULT_FAILURE: Final = "_function_tool_default_failure_handled"
 
@@ -200,6 +213,7 @@ class _ToolGuard:
         state = context.__dict__
         succeeded = state.pop(_SUCCEEDED, False)
         arguments = state.pop(_RUN_WITH, None)
+        output = state.pop(_RESULT, data.output)  # the tool's own value, not the sealed text
         state.pop(_REWRITTEN, None)
         if arguments is None:
             arguments = context.tool_arguments
@@ -207,7 +221,7 @@ class _ToolGuard:
             self.guard.record(
                 context.tool_name,
                 arguments,
-                data.output,
+                output,
                 error=not succeeded,
                 call_id=context.tool_call_id,
             )
@@ -216,11 +230,37 @@ class _ToolGuard:
                 self.guard.record(
                     context.tool_name,
                     arguments,
-                    data.output,
+                    output,
                     error=not succeeded,
                     call_id=context.tool_call_id,
                 )
         return ToolGuardrailFunctionOutput.allow()
+
+    def seal(self, context: ToolContext[Any], result: Any) -> Any:
+        """What a successful call returned, as the text its output item holds, sealed.
+
+        The SDK writes a tool's return value as ``str()`` of it (text as it
+        is); that text, with the seal on a last line, is what the model reads
+        and the history keeps. The seal covers the call as the model wrote it
+        (its ``function_call`` item). Structured outputs (images, files) and
+        calls made by a hosted program are left as they are, unsealed; the
+        tool's own output guardrails and the record still see the value it
+        returned.
+        """
+        if _programmatic(context):
+            return result
+        text = ItemHelpers._convert_tool_output(result)  # the SDK's own conversion
+        if not isinstance(text, str):
+            return result
+        session = self.session_id(context.context) if self.session_id is not None else None
+        context.__dict__[_RESULT] = result
+        return self.guard.seal_result(
+            context.tool_name,
+            context.tool_arguments,
+            text,
+            call_id=context.tool_call_id,
+            session=session,
+        )
 
     def record_handoff(self, name: str, arguments: Any, context: Any, *, error: bool) -> None:
         """Record a handoff that ran (its ``mints``, a read's confirmation), or that failed."""
@@ -279,12 +319,27 @@ class _ToolGuard:
             *(tool.tool_output_guardrails or ()),
             self.record_guardrail,
         ]
-        guarded.on_invoke_tool = _invoker(guarded.on_invoke_tool)
+        # A tool with an output schema has its output validated as JSON by the SDK: a seal
+        # line would fail that, so such a tool's results stay unsealed.
+        sealing = self.guard.seals_results and guarded.output_json_schema is None
+        guarded.on_invoke_tool = _invoker(guarded.on_invoke_tool, self.seal if sealing else None)
+        if sealing:
+            guarded.tool_output_guardrails[:-1] = [
+                _given_the_result(item) for item in guarded.tool_output_guardrails[:-1]
+            ]
         formatter = guarded._failure_error_function
         if formatter is not None and not guarded._use_default_failure_error_function:
             # A tool's own failure formatter turns an exception into text the model reads;
             # mark the call failed so that text is never harvested as a result.
             set_function_tool_failure_error_function(guarded, _marking(formatter))
+        if guarded.timeout_error_function is not None:
+            guarded.timeout_error_function = _timed_out(guarded.timeout_error_function)
+        # The tool's own input guardrails may refuse a call too: the tool does not run, and
+        # the model reads their message as the call's output.
+        guarded.tool_input_guardrails[1:] = [
+            item if _guard_of(item) is not None else _marking_rejections(item)
+            for item in guarded.tool_input_guardrails[1:]
+        ]
         return guarded
 
 
@@ -296,18 +351,95 @@ def _guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard
 
 def _invoker(
     inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
+    seal: Callable[[ToolContext[Any], Any], Any] | None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    """Run the tool with the ids as the ledger spells them; mark a normal return as a success."""
+    """Run the tool with the ids as the ledger spells them; mark a normal return as a success.
+
+    The text a failure formatter gave in place of a result is marked as a
+    failure (see :func:`_failure`); a success is sealed where ``seal`` is given.
+    """
 
     async def invoke(context: ToolContext[Any], arguments: str) -> Any:
         state = context.__dict__
         state.pop(_FAILED, None)
+        state.pop(_RESULT, None)
         result = await inner(context, state.get(_REWRITTEN, arguments))
-        if not state.pop(_FAILED, False) and not state.get(_SDK_DEFAULT_FAILURE, False):
-            state[_SUCCEEDED] = True
-        return result
+        if state.pop(_FAILED, False) or state.get(_SDK_DEFAULT_FAILURE, False):
+            return _failure(context.tool_name, "failed", result)
+        state[_SUCCEEDED] = True
+        return seal(context, result) if seal is not None else result
 
     return invoke
+
+
+def _programmatic(context: ToolContext[Any]) -> bool:
+    """Whether a hosted program made the call (the SDK writes its output as JSON, not text)."""
+    call = getattr(context, "tool_call", None)
+    caller = call.get("caller") if isinstance(call, Mapping) else getattr(call, "caller", None)
+    kind = caller.get("type") if isinstance(caller, Mapping) else getattr(caller, "type", None)
+    return kind == "program"
+
+
+def _given_the_result(guardrail: ToolOutputGuardrail[Any]) -> ToolOutputGuardrail[Any]:
+    """A tool's own output guardrail, shown what the tool returned rather than the sealed text."""
+    function = guardrail.guardrail_function
+
+    def check(data: ToolOutputGuardrailData) -> Any:
+        returned = data.context.__dict__.get(_RESULT, data.output)
+        return function(dataclasses.replace(data, output=returned))
+
+    return ToolOutputGuardrail(guardrail_function=check, name=guardrail.get_name())
+
+
+def _failure(tool: str, what: str, text: Any) -> Any:
+    """The text the model reads for a call that failed, marked so wherever it is read back.
+
+    The SDK writes its items with no status, so a transcript shows a failure
+    by its text alone: the SDK's own sentences are known as they are (see
+    :mod:`guardrail._failures`); any other text (a tool's formatter, the
+    run's ``tool_error_formatter``, a timeout or a guardrail's message) gets
+    guardrail's failure mark in front, so compaction and replay never read it
+    as the tool's result.
+    """
+    if not isinstance(text, str) or unsuccessful(text):
+        return text
+    return failure_text(f"{tool} {what}: {text}")
+
+
+def _timed_out(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any], Exception], Any]:
+    """A tool's ``timeout_error_function``, its message marked as a failure."""
+
+    def timed_out(context: RunContextWrapper[Any], error: Exception) -> Any:
+        name = getattr(context, "tool_name", None) or "the tool"
+        given = formatter(context, error)
+        if inspect.isawaitable(given):
+
+            async def later() -> Any:
+                return _failure(name, "timed out", await given)
+
+            return later()
+        return _failure(name, "timed out", given)
+
+    return timed_out
+
+
+def _marking_rejections(guardrail: ToolInputGuardrail[Any]) -> ToolInputGuardrail[Any]:
+    """A tool's own input guardrail, its refusal's message marked as a failure."""
+    function = guardrail.guardrail_function
+
+    async def check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        out = function(data)
+        if inspect.isawaitable(out):
+            out = await out
+        behavior = out.behavior
+        if behavior["type"] == "reject_content":
+            name = data.context.tool_name
+            message = _failure(name, "did not run", behavior["message"])
+            if message is not behavior["message"]:
+                out = dataclasses.replace(out, behavior={**behavior, "message": message})
+        return out
+
+    return ToolInputGuardrail(guardrail_function=check, name=guardrail.get_name())
 
 
 def _marking(formatter: Callable[..., Any]) -> Callable[[RunContextWrapper[Any], Exception], Any]:

@@ -44,16 +44,24 @@ try:
     from pydantic_ai import ModelRetry, RunContext, ToolOutput
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
-    from pydantic_ai.messages import ModelMessage, ToolCallPart, ToolReturn
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelResponse,
+        ToolCallPart,
+        ToolReturn,
+        ToolReturnPart,
+    )
     from pydantic_ai.output import OutputContext
     from pydantic_ai.tools import ToolDefinition
     from pydantic_ai.toolsets import AbstractToolset, FunctionToolset, ToolsetTool, WrapperToolset
 except ImportError as missing:  # pragma: no cover - exercised with the module hidden
     raise ImportError(
-        "guardrail.integrations.pydantic_ai needs Pydantic AI: pip install 'guardrail[pydantic-ai]'"
+        "guardrail.integrations.pydantic_ai needs Pydantic AI: "
+        "pip install 'guardrail-ids[pydantic-ai]'"
     ) from missing
 
 from guardrail._guard import Guard
+from guardrail._seal import seal_result
 from guardrail._spec import describe_ids
 from guardrail._verdict import Rejection
 from guardrail.compaction import Summarizer, compact
@@ -187,7 +195,10 @@ class GuardedToolset(WrapperToolset[Any]):
 
     The result recorded is the tool's own return value (the ``return_value``
     of a ``ToolReturn``); a failure (an exception, ``ModelRetry``) records
-    nothing. ``session`` is as for :class:`Guardrail`.
+    nothing. Under ``Guard(secret=...)`` a successful return becomes the text
+    the model reads, sealed (see :func:`_sealed`), so a server that rebuilds
+    the ledger from a history its client sends trusts it. ``session`` is as
+    for :class:`Guardrail`.
     """
 
     guard: Guard = field(kw_only=True)
@@ -274,7 +285,40 @@ class GuardedToolset(WrapperToolset[Any]):
             raise ModelRetry(str(result))
         value = result.return_value if isinstance(result, ToolReturn) else result
         guard.record(name, recorded, value, call_id=call_id, ledger=ledger)
+        if guard.seals_results and call_id:
+            return _sealed(result, value, name, call_id, ctx, ledger)
         return result
+
+
+def _sealed(
+    result: Any, value: Any, name: str, call_id: str, ctx: RunContext[Any], ledger: Ledger
+) -> Any:
+    """``result`` as the text the model reads, sealed (see :meth:`Guard.seal_result`).
+
+    The return part Pydantic AI makes of it holds, and shows the model, that
+    text: the value as the model would have read it, then the seal line. The
+    seal covers the call as the history keeps it (the model's arguments, as
+    the history processor reads them). A result with files, or a call the
+    history does not show, is left as it is, unsealed.
+    """
+    part = ToolReturnPart(tool_name=name, content=value, tool_call_id=call_id)
+    arguments = _call_arguments(ctx.messages, call_id)
+    if part.files or arguments is None:
+        return result
+    text = seal_result(
+        part.model_response_str(), ledger, call_id=call_id, tool=name, arguments=arguments
+    )
+    return replace(result, return_value=text) if isinstance(result, ToolReturn) else text
+
+
+def _call_arguments(messages: Sequence[ModelMessage], call_id: str) -> str | None:
+    """The arguments of the call ``call_id`` as the history keeps them (JSON text), or None."""
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse):
+            for part in message.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == call_id:
+                    return part.args_as_json_str()
+    return None
 
 
 def _prompt_text(prompt: str | Sequence[Any] | None) -> str:

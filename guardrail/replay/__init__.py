@@ -34,6 +34,7 @@ from guardrail.replay._report import (
     ReplayReport,
     Stats,
 )
+from guardrail.replay._sample import SampleCorpus, sample_corpus
 from guardrail.replay._traces import (
     Malformed,
     Message,
@@ -60,6 +61,7 @@ __all__ = [
     "Malformed",
     "Message",
     "ReplayReport",
+    "SampleCorpus",
     "SideBySide",
     "Stats",
     "ToolCall",
@@ -73,6 +75,7 @@ __all__ = [
     "plain_compact",
     "reference_agent",
     "replay",
+    "sample_corpus",
     "side_by_side",
     "strategies",
     "tool_definitions",

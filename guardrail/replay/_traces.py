@@ -193,13 +193,14 @@ def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
 def _is_error(raw: Mapping[str, Any], text: str) -> bool:
     """Whether a tool message records a failure: a flag where one was kept, else ``Error:``.
 
-    A refusal sent back as the result (its text, or its JSON), and a failure
-    guardrail wrote (its text begins ``guardrail:``), is a failure whatever the
-    flags say: no tool produced it.
+    A refusal sent back as the result (its text, or its JSON), a failure
+    guardrail wrote (its text begins ``guardrail:``) and one the Agents SDK
+    wrote (its sentences, see :mod:`guardrail._failures`) are failures whatever
+    the flags say: no tool produced them.
     """
     if unsuccessful(text, raw.get("result")):
         return True
-    for flag in ("error", "is_error"):
+    for flag in ("error", "is_error", "isError"):
         value = raw.get(flag)
         if isinstance(value, bool):
             return value

@@ -37,7 +37,8 @@ try:
     from psycopg import sql
 except ImportError as exc:  # pragma: no cover - exercised by a test with psycopg hidden
     raise ImportError(
-        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): pip install 'guardrail[postgres]'"
+        f"PostgresStore needs psycopg 3 and psycopg-pool ({exc}): "
+        "pip install 'guardrail-ids[postgres]'"
     ) from exc
 
 # The merge rule of guardrail.stores.merge_record / merge_meta, statement for statement; a

@@ -43,7 +43,7 @@ try:
     import redis.asyncio
 except ImportError as exc:  # pragma: no cover - exercised by a test with redis hidden
     raise ImportError(
-        f"RedisStore needs the redis client ({exc}): pip install 'guardrail[redis]'"
+        f"RedisStore needs the redis client ({exc}): pip install 'guardrail-ids[redis]'"
     ) from exc
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from pydantic import Field, validate_call
 from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, RepromptLimitExceeded
@@ -681,6 +682,134 @@ def test_bad_tools_are_usage_errors() -> None:
         Toolbox(guard, {"x": 3})  # type: ignore[dict-item]
     with pytest.raises(GuardrailUsageError, match="mapping of tool name"):
         Toolbox(guard, "get_order")  # type: ignore[arg-type]
+
+
+# -- the tools bound to the guard, as every adapter binds them ---------------------------------
+
+FOREIGN = "#W5555001"  # an order no tool of the conversation returned
+
+
+def _search(guard: Guard, tools: dict[str, Callable[..., Any]]) -> None:
+    """The model searches the customer's orders (so a write may take them)."""
+    found = assistant("openai_chat", ("a", "search_orders", {"customer_id": "cus_41ZpA9"}))
+    run_tool_calls(guard, found, tools)
+
+
+def test_an_id_annotation_on_a_function_is_its_declaration() -> None:
+    """A function whose parameter is marked Id("order") is declared by the mark: checked."""
+    guard, shop = shop_guard(), Shop()
+    refunded: list[str] = []
+
+    def refund(order_id: Annotated[str, Id("order")]) -> str:
+        refunded.append(order_id)
+        return "refunded"
+
+    tools = {**shop.tools(), "refund": refund}
+    with greeted(guard).session("s"):
+        _search(guard, tools)
+        for call_id, order in (("b", "#W8855153"), ("c", FOREIGN), ("d", "#W8855135")):
+            message = assistant("openai_chat", (call_id, "refund", {"order_id": order}))
+            run_tool_calls(guard, message, tools)
+    assert refunded == ["#W8855135"]
+    assert guard.specs["refund"].effect == "write"
+
+
+def test_a_marked_function_is_declared_for_a_guard_that_refuses_undeclared_tools() -> None:
+    """Under refuse_undeclared, a tool's Id marks are its declaration: the toolbox takes it."""
+    guard = shop_guard(refuse_undeclared=True)
+
+    def refund(order_id: Annotated[str, Id("order")]) -> str:
+        return "refunded"
+
+    Toolbox(guard, {"refund": refund})
+    assert "refund" in guard.specs
+
+
+class _Refunds:
+    """A refund whose id parameter the model sends as ``orderId`` (pydantic validates it)."""
+
+    def __init__(self) -> None:
+        self.done: list[str] = []
+
+        @validate_call
+        def refund(order_id: Annotated[str, Field(alias="orderId")], amount: int) -> str:
+            self.done.append(order_id)
+            return f"refunded {amount}"
+
+        self.refund = refund
+
+
+def test_an_id_sent_under_its_alias_is_checked() -> None:
+    """The schema says orderId, the declaration order_id: the check reads what the model sent."""
+    guard, shop, refunds = shop_guard(), Shop(), _Refunds()
+    guard.declare("refund", ids={"order_id": "order"}, effect="write")
+    tools = {**shop.tools(), "refund": refunds.refund}
+    with greeted(guard).session("s"):
+        _search(guard, tools)
+        refused = run_tool_calls(
+            guard,
+            assistant("openai_chat", ("b", "refund", {"orderId": FOREIGN, "amount": 5})),
+            tools,
+        )
+        ran = run_tool_calls(
+            guard,
+            assistant("openai_chat", ("c", "refund", {"orderId": "W8855135", "amount": 5})),
+            tools,
+        )
+    assert refused[0]["content"].startswith("guardrail refused the call to refund")
+    assert ran[0]["content"] == "refunded 5"
+    assert refunds.done == ["#W8855135"]  # under the name the model sent, as the ledger spells it
+
+
+def test_a_declared_id_the_tools_schema_does_not_have_is_a_usage_error() -> None:
+    """A declaration checking order_id where the schema says orderId fails before anything runs."""
+    guard = shop_guard()
+    guard.declare("refund", ids={"order_id": "order"}, effect="write")
+    ran: list[Any] = []
+
+    def refund(**arguments: Any) -> str:
+        ran.append(arguments)
+        return "refunded"
+
+    schema = {
+        "type": "object",
+        "properties": {"orderId": {"type": "string"}},
+        "required": ["orderId"],
+    }
+    box = Toolbox(guard, {"refund": refund}, schemas={"refund": schema})
+    message = assistant("openai_chat", ("a", "refund", {"orderId": FOREIGN}))
+    with pytest.raises(
+        GuardrailUsageError, match="has no 'order_id' there \\(it has: 'orderId'\\)"
+    ):
+        run_tool_calls(guard, message, box, session="s")
+    assert ran == []
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_definitions_the_model_is_given_say_to_copy_ids_exactly(shape: str) -> None:
+    """Toolbox.definitions: each id parameter carries the instruction, marked or declared."""
+    guard, shop = shop_guard(), Shop()
+
+    def refund(order_id: Annotated[str, Id("order")], amount: int) -> str:
+        """Refund an order."""
+        return "refunded"
+
+    box = Toolbox(guard, {**shop.tools(), "refund": refund})
+    found = {}
+    for definition in box.definitions(shape):  # type: ignore[arg-type]
+        spec = definition.get("function", definition)
+        found[spec["name"]] = (
+            spec.get("parameters") or spec["input_schema"],
+            spec.get("description"),
+        )
+    ids = {"get_order": "order_id", "refund": "order_id", "search_orders": "customer_id"}
+    for name, param in ids.items():
+        described = found[name][0]["properties"][param]["description"]
+        assert "copy the value exactly" in described, name
+    assert "copy" not in json.dumps(found["issue_refund"][0]["properties"]["amount"])
+    assert found["refund"][1] == "Refund an order."
+    with pytest.raises(GuardrailUsageError, match="unknown shape"):
+        box.definitions("gemini")  # type: ignore[arg-type]
 
 
 def test_the_plain_loop_example_runs_offline() -> None:

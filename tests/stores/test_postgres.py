@@ -267,7 +267,7 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'guardrail[postgres]'" in out.stdout
+    assert "pip install 'guardrail-ids[postgres]'" in out.stdout
 
 
 @pool_uses_random

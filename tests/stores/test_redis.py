@@ -262,7 +262,7 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
         "except ImportError as exc:\n    print(exc)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "pip install 'guardrail[redis]'" in out.stdout
+    assert "pip install 'guardrail-ids[redis]'" in out.stdout
 
 
 def test_async_store_and_sync_store_share_sessions(redis_url: str, redis_prefix: str) -> None:

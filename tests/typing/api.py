@@ -32,6 +32,7 @@ from guardrail import (
     Kind,
     Ledger,
     MemoryStore,
+    Patch,
     Rejection,
     SessionScope,
     SQLiteStore,
@@ -47,6 +48,7 @@ from guardrail.kinds import compile_normalizer, id_text
 from guardrail.replay import (
     LossySummarizer,
     ReplayReport,
+    SampleCorpus,
     SideBySide,
     Stats,
     Trace,
@@ -56,6 +58,7 @@ from guardrail.replay import (
     plain_compact,
     reference_agent,
     replay,
+    sample_corpus,
     side_by_side,
     strategies,
     trace_from_messages,
@@ -300,6 +303,18 @@ for fits in (mapping_summary, dict_summary, loose_summary, LossySummarizer(seed=
     compact(messages, ledger, summarize=fits)
 compact(messages, ledger, summarize=wrong_summary)  # type: ignore[call-overload]
 compact(messages, ledger, summarize=no_summary)  # type: ignore[call-overload]
+
+# -- ready-made kinds, what a kind takes from text, patching in place -------------------------
+
+assert_type(guard.add_kind("email", like="email"), Kind)
+assert_type(guard.kinds["email"].ids_in("ana@example.com"), list[tuple[str, str]])
+assert_type(guard.kinds["email"].plain_words(), list[str])
+guard.add_kind("email", like=["email"])  # type: ignore[arg-type]
+assert_type(guard.patch("shop.api:issue_refund", ids={"order_id": "order"}), Patch)
+assert_type(guard.patch("shop.api:issue_refund").applied, bool)
+guard.patch(list_orders)  # type: ignore[arg-type]
+assert_type(sample_corpus(), SampleCorpus)
+assert_type(sample_corpus().traces, Path)
 
 # -- the replay harness -----------------------------------------------------------------------
 

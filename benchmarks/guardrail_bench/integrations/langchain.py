@@ -39,7 +39,7 @@ def bench_langchain(run: Run) -> None:
 
         from guardrail.integrations.langchain import GuardrailMiddleware
     except ImportError as missing:
-        why = f"LangChain is not installed ({missing}): pip install 'guardrail[langchain]'"
+        why = f"LangChain is not installed ({missing}): pip install 'guardrail-ids[langchain]'"
         section = Section(TITLE_CALL, rows=[Row("GuardrailMiddleware", skipped=why)])
         report.sections.append(section)
         return
