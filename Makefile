@@ -38,8 +38,14 @@ typecheck: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/mkdocs build --strict
 
+# The suite spread over the machine's cores by pytest-xdist; worksteal moves waiting tests to an
+# idle worker, as a few tests take tens of seconds. The fixtures that take many seconds (the
+# corpus replays, the benchmark run) are built once for all workers (computed_once in
+# tests/conftest.py). One file while editing: $(BIN)/pytest -q tests/test_x.py
+XDIST := -n auto --dist worksteal
+
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
 
 test: lint typecheck docs unit
 
@@ -62,18 +68,22 @@ package-check: $(STAMP)
 	cd $(PKG_ENV) && bin/python $(CURDIR)/tests/smoke_installed.py
 
 # The whole suite under coverage, failing below the branch coverage it has reached (the gate is
-# fail_under in pyproject.toml). It costs about 1.4x the suite's time, so it is a target of its
-# own: under coverage, `make test` came to 14 minutes on a 2-core machine. coverage starts
-# pytest rather than pytest-cov starting inside it: guardrail's pytest plugin imports the
-# package before any plugin could begin measuring.
+# fail_under in pyproject.toml); the examples, the command, the store workers and the xdist
+# workers are subprocesses, measured through coverage's subprocess patch and combined. coverage
+# starts pytest rather than pytest-cov starting inside it: guardrail's pytest plugin imports the
+# package before any plugin could begin measuring. A target of its own: it more than doubles the
+# suite's time.
 coverage: $(STAMP)
-	$(BIN)/coverage run -m pytest -q
+	$(BIN)/coverage erase
+	$(BIN)/coverage run -m pytest -q $(XDIST)
+	$(BIN)/coverage combine -q
 	$(BIN)/coverage report
 
-# The suite without the tests marked slow (fuzzing, long property runs, the corpus replays),
-# stopping at the first failure: the loop while editing. `make test`, and CI, run them all.
+# The loop while editing the core: no test marked slow (fuzzing, long property runs, the corpus
+# replays, the benchmark harness), none of tests/integrations, no runtime's package imported
+# (--core fails the run if one is), stopping at the first failure. `make test`, and CI, run all.
 test-quick: $(STAMP)
-	$(BIN)/pytest -q -m "not slow" -x
+	$(BIN)/pytest -q --core -m "not slow" -x
 
 # The full run writes its table and plot to benchmarks/results/local/, which git ignores;
 # bench-save writes the tracked benchmarks/results/ the README quotes.

@@ -7,13 +7,17 @@ import gzip
 import io
 import json
 import logging
-from collections.abc import Iterator
+import os
+import pickle
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import structlog
+from filelock import FileLock
 
 from guardrail import Guard, Ledger
 from guardrail.cli import _main as cli
@@ -28,6 +32,71 @@ AIRLINE_MANIFEST = REPO / "examples" / "tau_airline.toml"
 
 #: Marks a test that replays the airline corpus: slow, but run everywhere (the corpus ships here).
 needs_corpus = pytest.mark.slow
+
+T = TypeVar("T")
+
+
+def computed_once(name: str, compute: Callable[[], T], factory: pytest.TempPathFactory) -> T:
+    """``compute()``, run once for the whole test run, however many pytest-xdist workers ask.
+
+    The corpus replays and the benchmark run take many seconds; a session fixture built
+    on each worker would repeat them. Under pytest-xdist the workers of one run share the
+    parent of their temporary folders: the first to ask computes the value under a file
+    lock and pickles it there, the others wait for it and load it. A serial run computes.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return compute()
+    shared = factory.getbasetemp().parent
+    cached = shared / f"{name}.pickle"
+    with FileLock(shared / f"{name}.lock"):
+        if cached.exists():
+            value: T = pickle.loads(cached.read_bytes())  # noqa: S301 - written by this run
+            return value
+        value = compute()
+        cached.write_bytes(pickle.dumps(value))
+        return value
+
+
+#: The agent runtimes' packages: `--core` runs the tests that import none of them.
+RUNTIMES = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """`--core`: the core library's tests, without the runtime adapters' (make test-quick)."""
+    parser.addoption(
+        "--core",
+        action="store_true",
+        help="leave out tests/integrations and the tests marked runtimes, and fail if a test "
+        f"imports an agent runtime's package ({', '.join(RUNTIMES)}): the core library's loop",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --core, the adapters' tests are not collected, so their runtimes are not imported."""
+    if config.getoption("core") and collection_path == REPO / "tests" / "integrations":
+        return True
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --core, the tests marked runtimes are left out."""
+    if not config.getoption("core"):
+        return
+    dropped = [item for item in items if item.get_closest_marker("runtimes") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if item.get_closest_marker("runtimes") is None]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _core_imports_no_runtime(request: pytest.FixtureRequest) -> Iterator[None]:
+    """With --core, the run fails if any test imported an agent runtime's package."""
+    yield
+    if request.config.getoption("core"):
+        imported = sorted(name for name in RUNTIMES if name in sys.modules)
+        assert not imported, (
+            f"--core imported {imported}: move the test that needs them to tests/integrations"
+        )
 
 
 def need_corpus() -> Path:
@@ -48,17 +117,21 @@ def corpus_conversations() -> list[list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="session")
-def corpus_side_by_side() -> SideBySide:
+def corpus_side_by_side(tmp_path_factory: pytest.TempPathFactory) -> SideBySide:
     """side_by_side() over all 200 airline conversations, keep_recent 0 to 4, computed once.
 
     The full sweep takes about thirty seconds; the compaction test asserts on it and the
     README check compares the table the README quotes with it.
     """
-    quiet = structlog.wrap_logger(
-        None, wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
-    )
-    guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=quiet)
-    return side_by_side(corpus_conversations(), guard, keep_recent=range(5))
+
+    def sweep() -> SideBySide:
+        quiet = structlog.wrap_logger(
+            None, wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR)
+        )
+        guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=quiet)
+        return side_by_side(corpus_conversations(), guard, keep_recent=range(5))
+
+    return computed_once("corpus_side_by_side", sweep, tmp_path_factory)
 
 
 #: The agent the README's replay command asks for its call on each context.
@@ -105,18 +178,22 @@ def reports_kept() -> Iterator[list[ReplayReport]]:
 
 
 @pytest.fixture(scope="session")
-def corpus_replay() -> CorpusReplay:
+def corpus_replay(tmp_path_factory: pytest.TempPathFactory) -> CorpusReplay:
     """The README's replay command over the whole corpus, run once, in process, for the suite.
 
     The sweep takes ten seconds or more; the command-line, replay and README tests all assert
     on this one run. The report is the object the command built and printed.
     """
     need_corpus()
-    out = io.StringIO()
-    with reports_kept() as reports, contextlib.redirect_stdout(out):
-        code = cli.main([*CORPUS_REPLAY, "--width", "100", "--no-progress"])
-    (report,) = reports
-    return CorpusReplay(code=code, printed=out.getvalue(), report=report)
+
+    def run() -> CorpusReplay:
+        out = io.StringIO()
+        with reports_kept() as reports, contextlib.redirect_stdout(out):
+            code = cli.main([*CORPUS_REPLAY, "--width", "100", "--no-progress"])
+        (report,) = reports
+        return CorpusReplay(code=code, printed=out.getvalue(), report=report)
+
+    return computed_once("corpus_replay", run, tmp_path_factory)
 
 
 def shop_guard(mode: str = "raise", **options: object) -> Guard:

@@ -71,7 +71,12 @@ def _examples(text: str) -> Iterator[tuple[str, str | None, bool]]:
         yield block.group(2), output, run
 
 
-RUNNABLE = [path for path in PAGES if any(run for _, _, run in _examples(path.read_text()))]
+RUNNABLE = [
+    # An adapter's page imports its runtime.
+    pytest.param(path, marks=pytest.mark.runtimes) if "integrations" in path.parts else path
+    for path in PAGES
+    if any(run for _, _, run in _examples(path.read_text()))
+]
 
 
 @pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
@@ -228,6 +233,7 @@ def test_the_build_refuses_remote_assets_and_citations() -> None:
     ]
 
 
+@pytest.mark.runtimes  # every public module is imported, the adapters too
 def test_the_top_level_page_renders_names_without_a_module_and_links_the_others() -> None:
     """Guard is rendered on the guardrail page; Kind is a link to guardrail.kinds."""
     text = hooks.top_level_markdown(hooks.public_names())

@@ -7,6 +7,7 @@ and counts modules, never time: which modules load is stable, how long they take
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -48,6 +49,15 @@ with guard.session("s"):
 """
 
 
+def fresh_environment() -> dict[str, str]:
+    """This process's environment without coverage's: a measured child imports sqlite3 itself.
+
+    `make coverage` measures subprocesses through a startup hook keyed by COVERAGE_ variables;
+    what a fresh interpreter loads is asked of a user's interpreter, unmeasured.
+    """
+    return {name: value for name, value in os.environ.items() if not name.startswith("COVERAGE")}
+
+
 def loaded(script: str) -> list[str]:
     """The heavy packages a fresh interpreter has loaded after running ``script``."""
     capture = subprocess.run(
@@ -56,6 +66,7 @@ def loaded(script: str) -> list[str]:
         text=True,
         check=False,
         timeout=120,
+        env=fresh_environment(),
     )
     assert capture.returncode == 0, capture.stderr
     names: list[str] = json.loads(capture.stdout.splitlines()[-1])
@@ -71,7 +82,12 @@ def test_import_guardrail_loads_neither_asyncio_nor_sqlite() -> None:
     """asyncio and sqlite3 load with the first async session or SQLite store, not at import."""
     script = "import sys, guardrail; print(sorted({'asyncio', 'sqlite3'} & set(sys.modules)))"
     run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        env=fresh_environment(),
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"

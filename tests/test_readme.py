@@ -76,6 +76,7 @@ def test_compaction_side_by_side_table_is_what_the_command_prints(
     assert table.rstrip("\n") == corpus_side_by_side.table()
 
 
+@pytest.mark.runtimes  # imports every adapter
 def test_readme_runtime_table_names_what_each_adapter_exports() -> None:
     """Every adapter name the README's runtime table tells users to write is exported."""
     import importlib

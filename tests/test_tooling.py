@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
-from .conftest import REPO
+import pytest
+
+from .conftest import REPO, computed_once
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,7 +46,36 @@ def test_every_dev_tool_has_a_range_and_the_linters_an_exact_pin() -> None:
             )
 
 
-def test_the_dev_group_mirrors_the_dev_extra() -> None:
-    """`pip install --group dev` installs what `pip install -e '.[dev]'` adds, no more, no less."""
+def test_the_dev_tools_are_one_list_the_group_names_the_extra() -> None:
+    """`pip install -e . --group dev` installs the dev extra itself: one list, written once."""
     project = _project()
-    assert project["dependency-groups"]["dev"] == project["project"]["optional-dependencies"]["dev"]
+    assert project["dependency-groups"]["dev"] == [f"{project['project']['name']}[dev]"]
+
+
+def test_computed_once_builds_a_value_once_for_all_the_workers_of_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under pytest-xdist the first worker computes and pickles; the others load its value."""
+    runs: list[str] = []
+
+    def compute() -> dict[str, int]:
+        runs.append("computed")
+        return {"answer": 42}
+
+    class Factory:
+        """What computed_once asks of pytest's TempPathFactory, on two workers of one run."""
+
+        def __init__(self, worker: str) -> None:
+            self.base = tmp_path / worker
+
+        def getbasetemp(self) -> Path:
+            return self.base
+
+    for worker in ("popen-gw0", "popen-gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker.removeprefix("popen-"))
+        factory = cast(pytest.TempPathFactory, Factory(worker))
+        assert computed_once("answer", compute, factory) == {"answer": 42}
+    assert runs == ["computed"]
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert computed_once("answer", compute, cast(pytest.TempPathFactory, Factory("x")))
+    assert runs == ["computed", "computed"]  # a serial run computes: no cache across runs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 import sys
@@ -825,15 +824,3 @@ def test_the_plain_loop_example_runs_offline() -> None:
         "c3: refunded 40 on #W8855135",
         "final: Your blender is refunded. (refunds: ['#W8855135'])",
     ]
-
-
-def test_the_benchmark_runs_in_quick_mode() -> None:
-    """benchmarks/integrations_loops.py measures every case (no timing is asserted)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "integrations_loops.py"
-    spec = importlib.util.spec_from_file_location("integrations_loops", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows, ratios = module.measure(quick=True)
-    assert len(rows) == 4 and len(ratios) == 3
-    assert all(value > 0 for _, value in rows)

@@ -684,18 +684,6 @@ def test_session_meta_names_the_conversation_and_refuses_an_empty_id() -> None:
         session_meta("")
 
 
-def test_the_benchmark_runs_in_quick_mode() -> None:
-    """benchmarks/integrations_mcp.py measures every case (no timing is asserted)."""
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "integrations_mcp.py"
-    spec = importlib.util.spec_from_file_location("integrations_mcp", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows, ratios = module.measure(quick=True)
-    assert len(rows) == 4 and len(ratios) == 3
-    assert all(value > 0 for _, value in rows)
-
-
 def test_request_session_reads_the_meta_then_the_transport_and_scopes_by_client() -> None:
     """_meta names the conversation, else the mcp-session-id header; a token prefixes it."""
     from types import SimpleNamespace

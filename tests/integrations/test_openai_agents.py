@@ -1053,14 +1053,6 @@ def test_the_example_runs_offline_and_shows_the_re_prompt(
     assert "refunds that ran: ['#W2378156']" in printed
 
 
-def test_the_benchmark_runs_in_quick_mode() -> None:
-    """benchmarks/integrations_openai_agents.py measures its three rows (no timing asserted)."""
-    bench = runpy.run_path(str(REPO / "benchmarks" / "integrations_openai_agents.py"))
-    lines = asyncio.run(bench["main"](True))
-    assert len(lines) == 5
-    assert "guardrails + invoker alone" in lines[-1]
-
-
 # -- attacks ------------------------------------------------------------------------------------
 
 

@@ -1,9 +1,10 @@
 """Fixtures for the server stores: Redis and PostgreSQL on this machine, one namespace a test.
 
 Each test gets a key prefix (Redis) or a schema (PostgreSQL) of its own, unique to
-this run, and drops it afterwards. A server that is not reachable skips the test
-with a message naming it, unless ``GUARDRAIL_REQUIRE_SERVICES=1`` (as in CI): then
-the test fails, so a CI machine without the services cannot pass by skipping.
+this run and naming the pytest-xdist worker that made it, and drops it afterwards. A
+server that is not reachable skips the test with a message naming it, unless
+``GUARDRAIL_REQUIRE_SERVICES=1`` (as in CI): then the test fails, so a CI machine
+without the services cannot pass by skipping.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def unavailable(message: str) -> NoReturn:
 
 
 def unique(stem: str) -> str:
-    """A name no other test or run uses."""
-    return f"{stem}_{uuid.uuid4().hex[:12]}"
+    """A name no other test, worker or run uses: ``stem_gw1_<random>`` on pytest-xdist's gw1."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    return f"{stem}_{worker}_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

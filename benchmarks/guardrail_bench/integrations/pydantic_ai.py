@@ -1,8 +1,6 @@
 """What the Pydantic AI adapter adds to a tool call, beside what Pydantic AI itself costs.
 
-Run ``python benchmarks/integrations_pydantic_ai.py`` (``--quick`` only checks that it
-runs). Two views, each measured in interleaved rounds in one process (the harness of
-``run.py``), logging set up as a production program would (warnings only):
+Two views, each measured in interleaved rounds:
 
 - an agent run with a scripted ``FunctionModel`` that makes ``CALLS`` tool calls, one
   per model step, then answers: the agent bare, with a capability that does nothing
@@ -15,18 +13,16 @@ runs). Two views, each measured in interleaved rounds in one process (the harnes
 Both call a ``write`` tool taking one order id, allowed (a ledger value). The tool and
 the model are coroutines, so no thread hand-off (which Pydantic AI uses for sync
 functions, and which costs far more than either on a busy machine) blurs the numbers.
+It also counts Python function calls per run (cProfile's count), which load does not blur.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import pstats
 import statistics
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
@@ -39,11 +35,9 @@ from pydantic_ai.usage import RunUsage
 
 from guardrail import Guard
 from guardrail.integrations.pydantic_ai import GuardedToolset, Guardrail
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the harness of run.py, beside this file
-
-from run import async_runner, interleaved, production_logging  # noqa: E402
+from guardrail_bench.common import Run
+from guardrail_bench.report import Row, Section, ratio
+from guardrail_bench.timing import awaits, interleaved, paired_difference
 
 CALLS = 20
 ORDER = "#W0000500"
@@ -110,7 +104,7 @@ def agent_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, Any]
         async def one() -> None:
             await agent.run("go")
 
-        return async_runner(loop, one, lambda: session)
+        return awaits(loop, one, lambda: session)
 
     return {
         f"agent run, {CALLS} tool calls, {name}": runner(agent)
@@ -149,50 +143,48 @@ def toolset_cases(loop: asyncio.AbstractEventLoop, guard: Guard) -> dict[str, An
 
     session = guard.session("bench")
     return {
-        "FunctionToolset.call_tool, bare": async_runner(loop, call_bare),
-        "GuardedToolset.call_tool": async_runner(loop, call_guarded, lambda: session),
+        "FunctionToolset.call_tool, bare": awaits(loop, call_bare),
+        "GuardedToolset.call_tool": awaits(loop, call_guarded, lambda: session),
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: only check it runs")
-    options = parser.parse_args()
-    rounds, sample = (2, 0.002) if options.quick else (15, 0.2)
+def bench_pydantic_ai(run: Run) -> None:
+    """Agent runs and toolset calls, bare and guarded, and the function calls each makes."""
+    rounds, sample = run.pick((15, 0.2), (2, 0.002))
     guard = make_guard()
     fill(guard, "bench")
     loop = asyncio.new_event_loop()
     try:
-        with production_logging():
-            runs = interleaved(agent_cases(loop, guard), rounds=rounds, sample=sample)
-            calls = interleaved(toolset_cases(loop, guard), rounds=rounds, sample=sample)
-            counts = call_counts(loop, guard)
+        runs = interleaved(agent_cases(loop, guard), rounds=rounds, sample=sample)
+        calls = interleaved(toolset_cases(loop, guard), rounds=rounds, sample=sample)
+        counts = call_counts(loop, guard)
     finally:
         loop.close()
-    print(f"python benchmarks/integrations_pydantic_ai.py{' --quick' if options.quick else ''}")
-    print(f"({rounds} interleaved rounds; medians; ratios are medians of per-round ratios)")
-    print()
-    print("| case | median |")
-    print("|---|---:|")
-    for name, samples in {**runs, **calls}.items():
-        print(f"| {name} | {statistics.median(samples) * 1e6:,.1f} µs |")
-    bare_run, *others = runs.values()
-    bare_call, guarded_call = calls.values()
-    print()
-    print(f"Pydantic AI's own cost per step: {statistics.median(bare_run) / CALLS * 1e6:,.1f} µs")
-    for name, samples in zip(list(runs)[1:], others, strict=True):
-        ratio = statistics.median(g / b for g, b in zip(samples, bare_run, strict=True))
-        extra = statistics.median((g - b) / CALLS for g, b in zip(samples, bare_run, strict=True))
-        print(f"{name} / bare: {ratio:.3f}× ({extra * 1e6:,.1f} µs a tool call)")
-    call_ratio = statistics.median(g / b for g, b in zip(guarded_call, bare_call, strict=True))
-    print(f"GuardedToolset.call_tool / bare call_tool: {call_ratio:.2f}×")
-    print()
+    rows = {name: Row(name, samples) for name, samples in {**runs, **calls}.items()}
+    title = f"Pydantic AI: an agent run of {CALLS} tool calls, and one call_tool"
+    section = Section(title, rows=list(rows.values()))
+    bare_name, *others = runs
+    bare = rows[bare_name]
+    own = statistics.median(runs[bare_name]) / CALLS
+    section.ratios.append(("Pydantic AI's own cost per step", f"{own * 1e6:,.1f} µs"))
+    for name in others:
+        extra = paired_difference(runs[name], runs[bare_name]) / CALLS
+        section.ratios.append(
+            (
+                f"{name} / bare",
+                f"{ratio(rows[name], bare):.3f}× ({extra * 1e6:,.1f} µs a tool call)",
+            )
+        )
+    bare_call, guarded_call = (rows[name] for name in calls)
+    section.ratios.append(
+        ("GuardedToolset.call_tool / bare call_tool", f"{ratio(guarded_call, bare_call):.2f}×")
+    )
     bare_count = counts.pop("bare")
-    print(f"Python function calls per run: bare {bare_count:,.0f}")
+    section.ratios.append(("Python function calls per run, bare", f"{bare_count:,.0f}"))
     for name, count in counts.items():
-        extra = count - bare_count
-        print(f"  {name}: +{extra:,.0f} ({extra / CALLS:,.0f} a tool call)")
-
-
-if __name__ == "__main__":
-    main()
+        added = count - bare_count
+        section.ratios.append(
+            (f"Python function calls added per run: {name}",
+             f"+{added:,.0f} ({added / CALLS:,.0f} a tool call)")
+        )  # fmt: skip
+    run.report.sections.append(section)

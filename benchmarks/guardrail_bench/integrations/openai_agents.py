@@ -1,6 +1,6 @@
 """What guard_agent adds to a tool call in the OpenAI Agents SDK, beside what the SDK costs.
 
-Runs ``Runner.run`` with a fake model (no network) that calls one write tool ``calls``
+Runs ``Runner.run`` with a fake model (no network) that calls one write tool ``turns``
 times, one call per model turn, or all of them in one turn, then answers; the same
 agent with and without :func:`guard_agent`, and with no tool call at all, in
 interleaved rounds. Per tool call:
@@ -9,22 +9,15 @@ interleaved rounds. Per tool call:
 - the adapter's cost: (guarded run - unguarded run) / calls;
 - their ratio, taken per round (the figure to compare on a noisy machine).
 
-Every id is in the ledger (the allowed path), the audit goes to the standard library
-logger as it does by default (nothing rendered below a warning).
-
-    python benchmarks/integrations_openai_agents.py           # the full run
-    python benchmarks/integrations_openai_agents.py --quick   # a check that it runs
+Every id is in the ledger (the allowed path). The audit goes to the standard library
+logger, as it does by default in a program that did not configure structlog (nothing
+rendered below a warning): this group runs under :func:`default_logging`.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import statistics
-import sys
-import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agents import (
@@ -44,8 +37,12 @@ from agents.tool_context import ToolContext
 
 from guardrail import Guard
 from guardrail.integrations.openai_agents import guard_agent
+from guardrail_bench.common import Run
+from guardrail_bench.report import Row, Section
+from guardrail_bench.timing import awaits, interleaved, paired_ratio
 
 ORDERS = [f"#W{n:07d}" for n in range(1000)]
+TITLE = "OpenAI Agents SDK: what guard_agent adds to an allowed tool call (per call)"
 
 
 class LoopingModel(Model):
@@ -89,57 +86,47 @@ def build() -> tuple[Guard, Agent[Any]]:
     return guard, Agent(name="support", tools=[refund])
 
 
-@dataclass
-class Result:
-    """Per-call microseconds, per round."""
-
-    sdk: list[float]
-    adapter: list[float]
-
-    def line(self, label: str) -> str:
-        sdk, adapter = statistics.median(self.sdk), statistics.median(self.adapter)
-        ratio = statistics.median(a / s for a, s in zip(self.adapter, self.sdk, strict=True))
-        return (
-            f"| {label} | {sdk:,.0f} µs | {adapter:,.1f} µs "
-            f"(min {min(self.adapter):,.1f}, max {max(self.adapter):,.1f}) | {ratio:.1%} |"
-        )
+def _per_call(label: str, sdk: list[float], adapter: list[float], section: Section) -> None:
+    """Two rows (seconds per call, per round) and their per-round ratio."""
+    section.rows += [
+        Row(f"{label}: the SDK's own cost", sdk),
+        Row(f"{label}: guard_agent adds", adapter),
+    ]
+    section.ratios.append(
+        (f"{label}: guard_agent adds / the SDK's own cost", f"{paired_ratio(adapter, sdk):.1%}")
+    )
 
 
-async def measure(turns: int, per_turn: int, rounds: int, repeat: int) -> Result:
-    """Interleaved rounds of the bare, plain and guarded runs; per-call costs per round."""
+def runs(
+    loop: asyncio.AbstractEventLoop, turns: int, per_turn: int, rounds: int, repeat: int
+) -> tuple[list[float], list[float]]:
+    """Interleaved rounds of the bare, plain and guarded runs; seconds per call, per round."""
     guard, agent = build()
     guarded = guard_agent(agent, guard)
     with guard.session("bench") as ledger:
         guard.record("find_orders", {}, {"orders": ORDERS})
         assert len(list(ledger.entries())) == len(ORDERS)
 
-        async def timed(which: Agent[Any], calls_made: int) -> float:
-            t0 = time.perf_counter()
-            for _ in range(repeat):
+        def runner(which: Agent[Any], calls_made: int) -> Any:
+            def one() -> Any:
                 model = LoopingModel(turns if calls_made else 0, per_turn)
-                await Runner.run(which.clone(model=model), "refund", max_turns=turns + 2)
-            return (time.perf_counter() - t0) / repeat
+                return Runner.run(which.clone(model=model), "refund", max_turns=turns + 2)
 
-        cases: dict[str, Callable[[], Any]] = {
-            "bare": lambda: timed(agent, 0),
-            "plain": lambda: timed(agent, 1),
-            "guarded": lambda: timed(guarded, 1),
-        }
-        for run in cases.values():  # warm up
-            await run()
-        calls = turns * per_turn
-        sdk: list[float] = []
-        adapter: list[float] = []
-        names = list(cases)
-        for r in range(rounds):
-            order = names[r % 3 :] + names[: r % 3]
-            took = {name: await cases[name]() for name in order}
-            sdk.append((took["plain"] - took["bare"]) / calls * 1e6)
-            adapter.append((took["guarded"] - took["plain"]) / calls * 1e6)
-    return Result(sdk, adapter)
+            return awaits(loop, one)
+
+        cases = {"bare": runner(agent, 0), "plain": runner(agent, 1), "guarded": runner(guarded, 1)}
+        for case in cases.values():  # warm up
+            case(1)
+        took = interleaved(cases, rounds=rounds, number=repeat)
+    calls = turns * per_turn
+    sdk = [(p - b) / calls for p, b in zip(took["plain"], took["bare"], strict=True)]
+    adapter = [(g - p) / calls for g, p in zip(took["guarded"], took["plain"], strict=True)]
+    return sdk, adapter
 
 
-async def measure_direct(calls: int, rounds: int) -> Result:
+def direct(
+    loop: asyncio.AbstractEventLoop, calls: int, rounds: int
+) -> tuple[list[float], list[float]]:
     """The adapter's own work per call, without the runner: guardrails and invoker around the tool.
 
     Per round: ``calls`` allowed calls as the SDK makes them (the input guardrail, the
@@ -158,56 +145,43 @@ async def measure_direct(calls: int, rounds: int) -> Result:
         for n in range(calls)
     ]  # fmt: skip
 
-    async def through_the_adapter() -> float:
-        t0 = time.perf_counter()
+    async def through_the_adapter() -> None:
         for context in contexts:
             await enforce.run(ToolInputGuardrailData(context=context, agent=guarded))
             output = await tool.on_invoke_tool(context, context.tool_arguments)
             await record.run(ToolOutputGuardrailData(context=context, agent=guarded, output=output))
-        return time.perf_counter() - t0
 
-    async def plain() -> float:
-        t0 = time.perf_counter()
+    async def plain() -> None:
         for context in contexts:
             await plain_tool.on_invoke_tool(context, context.tool_arguments)
-        return time.perf_counter() - t0
 
-    sdk: list[float] = []
-    adapter: list[float] = []
     with guard.session("bench"):
         guard.record("find_orders", {}, {"orders": ORDERS})
-        await through_the_adapter()
-        for r in range(rounds):
-            if r % 2:
-                guarded_took, plain_took = await through_the_adapter(), await plain()
-            else:
-                plain_took, guarded_took = await plain(), await through_the_adapter()
-            sdk.append(plain_took / calls * 1e6)
-            adapter.append((guarded_took - plain_took) / calls * 1e6)
-    return Result(sdk, adapter)
+        cases = {"plain": awaits(loop, plain), "guarded": awaits(loop, through_the_adapter)}
+        cases["guarded"](1)  # warm up
+        took = interleaved(cases, rounds=rounds, number=1)
+    sdk = [p / calls for p in took["plain"]]
+    adapter = [(g - p) / calls for g, p in zip(took["guarded"], took["plain"], strict=True)]
+    return sdk, adapter
 
 
-async def main(quick: bool) -> list[str]:
+def bench_openai_agents(run: Run) -> None:
+    """Runner.run with calls in turns and in parallel, and the adapter's work alone."""
     set_tracing_disabled(True)
-    rounds, repeat, turns = (2, 1, 2) if quick else (15, 3, 20)
-    direct = await measure_direct(20 if quick else 2000, rounds)
-    sequential = await measure(turns, 1, rounds, repeat)
-    parallel = await measure(1, turns, rounds, repeat)
-    return [
-        "| per tool call, allowed | the SDK's own cost | guard_agent adds | ratio (per round) |",
-        "|---|---:|---:|---:|",
-        sequential.line(f"Runner.run, one call per model turn ({turns} turns)"),
-        parallel.line(f"Runner.run, {turns} parallel calls in one turn"),
-        direct.line("guardrails + invoker alone, vs the tool's own invoker"),
-    ]
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes: only a harness check")
-    quick = parser.parse_args().quick
-    lines = asyncio.run(main(quick))
-    if quick:
-        lines.insert(0, "Quick mode: only a check that the benchmark runs. Not numbers.")
-    print("\n".join(lines))
-    sys.exit(0)
+    rounds, repeat, turns = run.pick((15, 3, 20), (2, 1, 2))
+    section = Section(TITLE)
+    loop = asyncio.new_event_loop()
+    try:
+        alone = direct(loop, run.pick(2000, 20), rounds)
+        sequential = runs(loop, turns, 1, rounds, repeat)
+        parallel = runs(loop, 1, turns, rounds, repeat)
+    finally:
+        loop.close()
+    _per_call(f"Runner.run, one call per model turn ({turns} turns)", *sequential, section)
+    _per_call(f"Runner.run, {turns} parallel calls in one turn", *parallel, section)
+    _per_call("guardrails + invoker alone, vs the tool's own invoker", *alone, section)
+    section.notes.append(
+        "Rows are per tool call, from per-round differences of whole runs; the audit goes to "
+        "the standard library logger (structlog not configured), as by default."
+    )
+    run.report.sections.append(section)

@@ -1,6 +1,6 @@
 """What GuardrailMiddleware costs a LangChain v1 agent, per tool call, beside LangChain's own cost.
 
-Two sections, each measured in interleaved rounds in one process:
+Two sections, each measured in interleaved rounds:
 
 - one tool call: ``tool.invoke(call)`` (what LangChain's tool node does per call)
   against ``GuardrailMiddleware.wrap_tool_call`` around that same invoke, with the
@@ -9,48 +9,25 @@ Two sections, each measured in interleaved rounds in one process:
   model turn that calls the write tool, the tool, a final model turn), with and
   without the middleware: what a run pays in all (the check, the record, reading
   the user's message, opening the session).
-
-Called by ``python benchmarks/run.py --only integrations``, or run on its own:
-``python benchmarks/integrations_langchain.py [--quick]``.
 """
 
 from __future__ import annotations
 
-import random
-import statistics
-import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from run import (
-    CUSTOMER,
-    FULL,
-    ORDER,
-    QUICK,
-    Report,
-    Row,
-    Section,
-    Sizes,
-    _ratio,
-    fill,
-    ids,
-    interleaved,
-    make_guard,
-    once,
-    production_logging,
-    render,
-)
+from guardrail_bench.common import CUSTOMER, ORDER, Run, fill, ids, make_guard
+from guardrail_bench.report import Row, Section, difference, ratio
+from guardrail_bench.timing import calls, interleaved, single
 
 TITLE_CALL = "LangChain: one tool call through GuardrailMiddleware (per call)"
 TITLE_RUN = "LangChain: one create_agent run with one tool call (per run)"
 
 
-def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
-    """Both sections into ``report``; a note instead where LangChain is not installed."""
+def bench_langchain(run: Run) -> None:
+    """Both sections into the report; a note instead where LangChain is not installed."""
+    sizes, report, rng = run.sizes, run.report, run.rng
     try:
         from langchain.agents import create_agent
         from langchain_core.language_models import BaseChatModel, LanguageModelInput
@@ -101,13 +78,13 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
         return ready
 
     cases = {
-        "tool.invoke(call)": lambda n: _loop(n, lambda: handler(request)),
-        "GuardrailMiddleware around tool.invoke": lambda n: _loop(
-            n, lambda: middleware.wrap_tool_call(request, handler)
+        "tool.invoke(call)": calls(lambda: handler(request)),
+        "GuardrailMiddleware around tool.invoke": calls(
+            lambda: middleware.wrap_tool_call(request, handler)
         ),
-        "a handler returning a ready ToolMessage": lambda n: _loop(n, lambda: answered(request)),
-        "GuardrailMiddleware around that handler": lambda n: _loop(
-            n, lambda: middleware.wrap_tool_call(request, answered)
+        "a handler returning a ready ToolMessage": calls(lambda: answered(request)),
+        "GuardrailMiddleware around that handler": calls(
+            lambda: middleware.wrap_tool_call(request, answered)
         ),
     }
     times = interleaved(cases, rounds=sizes.rounds, sample=sizes.sample)
@@ -115,14 +92,14 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
     plain, guarded, bare_handler, guarded_handler = rows.values()
     section = Section(TITLE_CALL, rows=list(rows.values()))
     section.ratios = [
-        ("around tool.invoke / tool.invoke", f"{_ratio(guarded, plain):.2f}×"),
+        ("around tool.invoke / tool.invoke", f"{ratio(guarded, plain):.2f}×"),
         (
             "the middleware's own cost per call (around the ready handler − the handler)",
-            f"{_difference(guarded_handler, bare_handler) * 1e6:.1f} µs",
+            f"{difference(guarded_handler, bare_handler) * 1e6:.1f} µs",
         ),
         (
             "LangChain's tool.invoke / the middleware's own cost",
-            f"{plain.median / _difference(guarded_handler, bare_handler):.1f}×",
+            f"{plain.median / difference(guarded_handler, bare_handler):.1f}×",
         ),
     ]
     section.notes = [
@@ -153,25 +130,24 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
         ) -> Runnable[LanguageModelInput, AIMessage]:
             return self
 
-    bare = create_agent(Scripted(), [refund])
-    with_guard = create_agent(Scripted(), [refund], middleware=[middleware])
+    # The agents' invoke() overloads want typed state and config; the scripted run needs neither.
+    bare: Any = create_agent(Scripted(), [refund])
+    with_guard: Any = create_agent(Scripted(), [refund], middleware=[middleware])
     user = {"messages": [HumanMessage(f"refund {order} for {customer}")]}
-    runs = {
+    runs: dict[str, Callable[[], Any]] = {
         "create_agent run, no middleware": lambda: bare.invoke(user, config),
         "create_agent run, GuardrailMiddleware": lambda: with_guard.invoke(user, config),
     }
-    for run in runs.values():
-        run()  # warm up: the first run compiles what LangChain caches
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for r in range(sizes.slow_rounds * 3):
-        for name in list(runs)[r % 2 :] + list(runs)[: r % 2]:
-            samples[name] += once(runs[name], rounds=1)
+    for agent_run in runs.values():
+        agent_run()  # warm up: the first run compiles what LangChain caches
+    cases = {name: single(agent_run) for name, agent_run in runs.items()}
+    samples = interleaved(cases, rounds=sizes.slow_rounds * 3, number=1)
     run_rows = [Row(name, samples[name], unit="ms") for name in runs]
     agent_bare, agent_guarded = run_rows
-    extra = _difference(agent_guarded, agent_bare)
+    extra = difference(agent_guarded, agent_bare)
     runs_section = Section(TITLE_RUN, rows=run_rows)
     runs_section.ratios = [
-        ("with the middleware / without", f"{_ratio(agent_guarded, agent_bare):.3f}×"),
+        ("with the middleware / without", f"{ratio(agent_guarded, agent_bare):.3f}×"),
         ("what the middleware adds to a run (one call)", f"{extra * 1e3:.2f} ms"),
     ]
     runs_section.notes = [
@@ -181,32 +157,3 @@ def bench(sizes: Sizes, report: Report, rng: random.Random) -> None:
         )
     ]
     report.sections.append(runs_section)
-
-
-def _difference(a: Row, b: Row) -> float:
-    """The median of the per-round differences ``a - b`` (seconds): paired, as ratios are."""
-    return statistics.median(x - y for x, y in zip(a.samples, b.samples, strict=True))
-
-
-def _loop(number: int, fn: Any) -> float:
-    import time
-
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return time.perf_counter() - start
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the LangChain sections as markdown."""
-    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
-    report = Report()
-    with production_logging():
-        bench(QUICK if quick else FULL, report, random.Random(1234))
-    command = "python benchmarks/integrations_langchain.py" + (" --quick" if quick else "")
-    print(render(report, command, quick))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

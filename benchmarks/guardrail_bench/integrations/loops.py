@@ -1,31 +1,27 @@
-"""Overhead of guardrail.integrations.loops per tool call, beside a hand-written loop's own cost.
+"""What guardrail.integrations.loops adds per tool call, beside a hand-written loop's own cost.
 
 A hand-written loop answers a chat completion's tool call by parsing its
 arguments, calling the function and writing a tool message with the result as
 JSON. ``run_tool_calls`` does that and also validates the arguments against the
-tool's schema, checks the call with the guard and records the result. Each row
+tool's schema, checks the call with the guard and records the result. Each case
 is one assistant message with one allowed call of a write tool, in a session
-whose ledger holds 1,000 ids, with logging as a production program sets it up
-(warnings only). Cases are timed in interleaved rounds; ratios are per round.
-
-``python benchmarks/integrations_loops.py [--quick]``
+whose ledger holds 1,000 ids.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import interleaved, production_logging
 
 from guardrail import Guard
 from guardrail.integrations.loops import Toolbox, run_tool_calls
+from guardrail_bench.common import Run
+from guardrail_bench.report import Row, Section, ratio
+from guardrail_bench.timing import Runner, calls, interleaved
+
+TITLE = "Plain loops: one assistant message with one allowed tool call (per message)"
+BASE = "hand-written loop (parse, call, answer), no guard"
 
 
 def refund(customer_id: str, order_id: str, amount: int) -> str:
@@ -74,65 +70,36 @@ def hand_loop(
     return answers
 
 
-def measure(quick: bool = False) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
-    """Rows (name, µs per call) and ratios (name, value), measured in one run."""
+def bench_loops(run: Run) -> None:
+    """``run_tool_calls`` in three shapes of one call, beside the hand-written loop."""
     guard, chat, anthropic = setup()
     tools = {"refund": refund}
     validated = Toolbox(guard, tools).compile()
     unvalidated = Toolbox(guard, tools, schemas={"refund": None}).compile()
 
-    def runner(call: Callable[[], Any]) -> Callable[[int], float]:
-        import time
-
-        def run(number: int) -> float:
-            with guard.session("bench"):
-                start = time.perf_counter()
-                for _ in range(number):
-                    call()
-                return time.perf_counter() - start
-
-        return run
+    def in_session(call: Callable[[], Any]) -> Runner:
+        return calls(call, lambda: guard.session("bench"))
 
     cases = {
-        "hand-written loop (parse, call, answer), no guard": runner(lambda: hand_loop(chat, tools)),
-        "run_tool_calls, chat message, schema validated": runner(
+        BASE: in_session(lambda: hand_loop(chat, tools)),
+        "run_tool_calls, chat message, schema validated": in_session(
             lambda: run_tool_calls(guard, chat, validated)
         ),
-        "run_tool_calls, chat message, no schema": runner(
+        "run_tool_calls, chat message, no schema": in_session(
             lambda: run_tool_calls(guard, chat, unvalidated)
         ),
-        "run_tool_calls, Anthropic message, schema validated": runner(
+        "run_tool_calls, Anthropic message, schema validated": in_session(
             lambda: run_tool_calls(guard, anthropic, validated)
         ),
     }
-    with production_logging():
-        times = interleaved(cases, rounds=2 if quick else 15, sample=0.005 if quick else 0.2)
-    rows = [(name, statistics.median(samples) * 1e6) for name, samples in times.items()]
-    base = times["hand-written loop (parse, call, answer), no guard"]
-
-    def ratio(name: str) -> float:
-        return statistics.median(a / b for a, b in zip(times[name], base, strict=True))
-
-    ratios = [(f"{name} / hand-written loop", ratio(name)) for name in list(cases)[1:]]
-    return rows, ratios
-
-
-def render(rows: list[tuple[str, float]], ratios: list[tuple[str, float]], command: str) -> str:
-    lines = [f"Plain loops, per tool call (`{command}`)", "", "| case | µs per call |", "|---|---|"]
-    lines += [f"| {name} | {value:.1f} |" for name, value in rows]
-    lines += ["", "| ratio | value |", "|---|---|"]
-    lines += [f"| {name} | {value:.2f}× |" for name, value in ratios]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a few short rounds (a smoke test)")
-    options = parser.parse_args(argv)
-    command = "python benchmarks/integrations_loops.py" + (" --quick" if options.quick else "")
-    print(render(*measure(options.quick), command))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    times = interleaved(cases, rounds=run.pick(15, 2), sample=run.pick(0.2, 0.005))
+    rows = {name: Row(name, samples) for name, samples in times.items()}
+    section = Section(TITLE, rows=list(rows.values()))
+    section.ratios = [
+        (f"{name} / hand-written loop", f"{ratio(rows[name], rows[BASE]):.2f}×")
+        for name in list(rows)[1:]
+    ]
+    section.notes.append(
+        "The session's ledger holds 1,000 ids; each case runs inside it (opened once a sample)."
+    )
+    run.report.sections.append(section)

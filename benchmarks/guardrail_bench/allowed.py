@@ -1,0 +1,277 @@
+"""The allowed path: a guarded tool called with ids from the ledger, against its peers.
+
+The ``sync`` and ``async`` groups share their ledgers (1,000 to 100,000 entries), built
+once for both and freed after the last of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import pydantic
+import wrapt
+
+from guardrail import Guard, Id, Ledger
+
+from .common import CUSTOMER, ORDER, Run, Sizes, fill, ids, make_guard, scope
+from .report import Report, Row, Section, Target, ratio
+from .timing import Runner, awaits, interleaved, statement
+
+
+def _peers_sync() -> dict[str, Callable[..., Any] | str]:
+    """The functions to compare against, each wrapping its own copy of the same body."""
+
+    def body() -> Callable[..., str]:
+        def refund(customer_id: str, order_id: str) -> str:
+            return "ok"
+
+        return refund
+
+    def wraps(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def passthrough(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        return passthrough
+
+    @wrapt.decorator
+    def empty(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return wrapped(*args, **kwargs)
+
+    peers: dict[str, Any] = {
+        "bare call": body(),
+        "functools.wraps pass-through": wraps(body()),
+        "wrapt pass-through (empty)": empty(body()),
+        "pydantic.validate_call": pydantic.validate_call(body()),
+    }
+    try:
+        from langchain_core.tools import StructuredTool
+    except ImportError:
+        peers["LangChain tool.invoke"] = "langchain-core is not installed (it is no dependency)"
+    else:
+        peers["LangChain tool.invoke"] = StructuredTool.from_function(
+            func=body(), name="refund", description="Refund an order."
+        )
+    return peers
+
+
+def _peers_async() -> dict[str, Callable[..., Any] | str]:
+    def body() -> Callable[..., Any]:
+        async def refund(customer_id: str, order_id: str) -> str:
+            return "ok"
+
+        return refund
+
+    def wraps(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        async def passthrough(*args: Any, **kwargs: Any) -> Any:
+            return await fn(*args, **kwargs)
+
+        return passthrough
+
+    @wrapt.decorator
+    async def empty(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        return await wrapped(*args, **kwargs)
+
+    peers: dict[str, Any] = {
+        "bare await": body(),
+        "functools.wraps pass-through": wraps(body()),
+        "wrapt pass-through (empty)": empty(body()),
+        "pydantic.validate_call": pydantic.validate_call(body()),
+    }
+    try:
+        from langchain_core.tools import StructuredTool
+    except ImportError:
+        peers["LangChain tool.ainvoke"] = "langchain-core is not installed (it is no dependency)"
+    else:
+        peers["LangChain tool.ainvoke"] = StructuredTool.from_function(
+            coroutine=body(), name="refund", description="Refund an order."
+        )
+    return peers
+
+
+def guarded_tools(guard: Guard) -> tuple[Callable[..., str], Callable[..., Any]]:
+    """A sync and an async ``write`` tool with two identifier parameters."""
+
+    @guard.tool(effect="write")
+    def refund(
+        customer_id: Annotated[str, Id(CUSTOMER)], order_id: Annotated[str, Id(ORDER)]
+    ) -> str:
+        return "ok"
+
+    @guard.tool(effect="write")
+    async def refund_async(
+        customer_id: Annotated[str, Id(CUSTOMER)], order_id: Annotated[str, Id(ORDER)]
+    ) -> str:
+        return "ok"
+
+    return refund, refund_async
+
+
+@dataclass
+class Ledgers:
+    """The allowed path's ledgers by size, and the two ids each call passes."""
+
+    guard: Guard
+    by_size: dict[int, Ledger]
+    picks: dict[int, tuple[str, str]]
+
+
+def build_ledgers(sizes: Sizes, rng: random.Random) -> Ledgers:
+    """A ledger of each size of ``sizes.ledgers``, half customers, half orders."""
+    guard = make_guard()
+    by_size: dict[int, Ledger] = {}
+    picks: dict[int, tuple[str, str]] = {}
+    for size in sizes.ledgers:
+        customers = ids(rng, "cus_", 8, size // 2)
+        orders = ids(rng, "ord_", 10, size - size // 2)
+        by_size[size] = fill(guard, customers, orders)
+        picks[size] = (customers[len(customers) // 2], orders[len(orders) // 3])
+    return Ledgers(guard, by_size, picks)
+
+
+def bench_sync(run: Run) -> None:
+    """An allowed call of a sync tool, beside the bare call and the other wrappers."""
+    sizes, ledgers = run.sizes, _ledgers(run)
+    guard = ledgers.guard
+    refund, _ = guarded_tools(guard)
+    first = min(ledgers.by_size)
+    customer, order = ledgers.picks[first]
+    cases: dict[str, Runner] = {}
+    section = Section("Allowed call, sync tool with 2 id parameters (per call)")
+    skipped: list[Row] = []
+    for name, peer in _peers_sync().items():
+        if isinstance(peer, str):
+            skipped.append(Row(name, skipped=peer))
+            continue
+        env = {"f": peer, "c": customer, "o": order}
+        stmt = (
+            "f.invoke({'customer_id': c, 'order_id': o})"
+            if name.startswith("LangChain")
+            else "f(customer_id=c, order_id=o)"
+        )
+        cases[name] = statement(stmt, env)
+    for size, ledger in ledgers.by_size.items():
+        c, o = ledgers.picks[size]
+        cases[f"guarded, ledger {size:,}"] = statement(
+            "f(customer_id=c, order_id=o)",
+            {"f": refund, "c": c, "o": o},
+            scope(guard, ledger),
+        )
+    times = interleaved(cases, rounds=sizes.rounds, sample=sizes.sample)
+    rows = {name: Row(name, samples) for name, samples in times.items()}
+    _allowed_section(section, rows, skipped, sizes, run.report, "sync", "bare call")
+
+
+def bench_async(run: Run) -> None:
+    """An allowed call of an async tool, beside the bare await and the other wrappers."""
+    sizes, ledgers = run.sizes, _ledgers(run)
+    guard = ledgers.guard
+    _, refund = guarded_tools(guard)
+    loop = asyncio.new_event_loop()
+    try:
+        first = min(ledgers.by_size)
+        customer, order = ledgers.picks[first]
+        cases: dict[str, Runner] = {}
+        skipped: list[Row] = []
+        for name, peer in _peers_async().items():
+            if isinstance(peer, str):
+                skipped.append(Row(name, skipped=peer))
+                continue
+            if name.startswith("LangChain"):
+                tool: Any = peer
+                arguments = {"customer_id": customer, "order_id": order}
+                cases[name] = awaits(loop, functools.partial(tool.ainvoke, arguments))
+            else:
+                cases[name] = awaits(
+                    loop, functools.partial(peer, customer_id=customer, order_id=order)
+                )
+        for size, ledger in ledgers.by_size.items():
+            c, o = ledgers.picks[size]
+            cases[f"guarded, ledger {size:,}"] = awaits(
+                loop, functools.partial(refund, customer_id=c, order_id=o), scope(guard, ledger)
+            )
+        times = interleaved(cases, rounds=sizes.rounds, sample=sizes.sample)
+    finally:
+        loop.close()
+    section = Section("Allowed call, async tool with 2 id parameters (per awaited call)")
+    rows = {name: Row(name, samples) for name, samples in times.items()}
+    _allowed_section(section, rows, skipped, sizes, run.report, "async", "bare await")
+
+
+def _allowed_section(
+    section: Section,
+    rows: dict[str, Row],
+    skipped: list[Row],
+    sizes: Sizes,
+    report: Report,
+    flavour: str,
+    bare_name: str,
+) -> None:
+    small, large = sizes.table
+    shown = [name for name in rows if not name.startswith("guarded")]
+    shown += [f"guarded, ledger {small:,}", f"guarded, ledger {large:,}"]
+    section.rows = [rows[name] for name in shown] + skipped
+    bare, wrapt_row = rows[bare_name], rows["wrapt pass-through (empty)"]
+    validate = rows["pydantic.validate_call"]
+    g_small, g_large = rows[f"guarded, ledger {small:,}"], rows[f"guarded, ledger {large:,}"]
+    wrapt_cost = wrapt_row.median - bare.median
+    own = g_large.median - wrapt_row.median
+    to_wrapt = max(ratio(g_small, wrapt_row), ratio(g_large, wrapt_row))
+    to_validate = max(ratio(g_small, validate), ratio(g_large, validate))
+    flat = ratio(g_large, g_small)
+    section.ratios = [
+        (f"guarded {small:,} / wrapt pass-through", f"{ratio(g_small, wrapt_row):.2f}×"),
+        (f"guarded {large:,} / wrapt pass-through", f"{ratio(g_large, wrapt_row):.2f}×"),
+        (f"guarded {small:,} / pydantic.validate_call", f"{ratio(g_small, validate):.2f}×"),
+        (f"guarded {large:,} / pydantic.validate_call", f"{ratio(g_large, validate):.2f}×"),
+        (f"guarded {large:,} / guarded {small:,} (flatness)", f"{flat:.2f}×"),
+        (f"guarded {large:,} / {bare_name}", f"{ratio(g_large, bare):.1f}×"),
+        (
+            "guard's own work (guarded − wrapt) / wrapt's own cost (wrapt − bare)",
+            f"{own * 1e6:.2f} / {wrapt_cost * 1e6:.2f} µs = {own / wrapt_cost:.2f}",
+        ),
+    ]
+    lc = rows.get("LangChain tool.invoke") or rows.get("LangChain tool.ainvoke")
+    if lc is not None:
+        section.ratios.append((f"{lc.name} / guarded {large:,}", f"{ratio(lc, g_large):.1f}×"))
+    report.sections.append(section)
+    report.curves[f"allowed {flavour}, guarded"] = [
+        (size, rows[f"guarded, ledger {size:,}"].median) for size in sizes.ledgers
+    ]
+    report.curves[f"allowed {flavour}, wrapt pass-through"] = [
+        (size, wrapt_row.median) for size in sizes.ledgers
+    ]
+    report.targets += [
+        Target(
+            f"allowed {flavour}: guarded / wrapt pass-through",
+            "≤ 1.3×",
+            f"{to_wrapt:.2f}×",
+            to_wrapt <= 1.3,
+        ),
+        Target(
+            f"allowed {flavour}: guarded / validate_call",
+            "≤ 2×",
+            f"{to_validate:.2f}×",
+            to_validate <= 2,
+        ),
+        Target(
+            f"allowed {flavour}: {large:,} / {small:,} entries",
+            "flat (≤ 1.1×)",
+            f"{flat:.2f}×",
+            flat <= 1.1,
+        ),
+    ]
+
+
+def _ledgers(run: Run) -> Ledgers:
+    """The ledgers of both groups, built by the first of them to run."""
+    if "ledgers" not in run.shared:
+        run.shared["ledgers"] = build_ledgers(run.sizes, run.rng)
+    ledgers: Ledgers = run.shared["ledgers"]
+    return ledgers
