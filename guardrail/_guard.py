@@ -387,7 +387,9 @@ class Guard:
             raise GuardrailUsageError(
                 f"observe_user takes the user's text, not {type(text).__name__}"
             )
-        with self._target(ledger, session) as state:
+        if session is None:
+            return self._engine.observe_user(text, self._ledger(ledger))
+        with self._scoped(ledger, session) as state:
             return self._engine.observe_user(text, state)
 
     def check(
@@ -403,7 +405,9 @@ class Guard:
         The verdict's ``arguments`` are the ones to run the tool with: each
         identifier as the ledger spells it.
         """
-        with self._target(ledger, session) as state:
+        if session is None:  # no context manager on the way: this is the allowed path
+            return self._engine.check(name, arguments, self._ledger(ledger))
+        with self._scoped(ledger, session) as state:
             return self._engine.check(name, arguments, state)
 
     def enforce(
@@ -424,7 +428,9 @@ class Guard:
         ``verdict.arguments`` (each identifier as the ledger spells it),
         then call :meth:`record`.
         """
-        with self._target(ledger, session) as state:
+        if session is None:
+            return self._engine.enforce(name, arguments, self._ledger(ledger))
+        with self._scoped(ledger, session) as state:
             return self._engine.enforce(name, arguments, state)
 
     def record(
@@ -462,9 +468,14 @@ class Guard:
                 seal): its ids enter unverified, as if typed, and nothing else
                 (no confirmation, no mints, no status).
         """
-        with self._target(ledger, session) as state:
+        if session is None:
+            state = self._ledger(ledger)
             return self._engine.record(
                 name, arguments, result, state, error=error, call_id=call_id, trusted=trusted
+            )
+        with self._scoped(ledger, session) as scoped:
+            return self._engine.record(
+                name, arguments, result, scoped, error=error, call_id=call_id, trusted=trusted
             )
 
     def seal_result(
@@ -529,14 +540,13 @@ class Guard:
         return state_of(given) if given is not None else self._sessions.current()
 
     @contextlib.contextmanager
-    def _target(self, ledger: Ledger | None, session: str | None) -> Iterator[LedgerState]:
-        """The state a call works on: ``ledger=``'s, else ``session=``'s, else the current one.
+    def _scoped(self, ledger: Ledger | None, session: str) -> Iterator[LedgerState]:
+        """The state of ``session=``, in a scope of its own around the call.
 
-        ``session=`` opens a scope of its own around the call; both given is a usage error.
+        Only for ``session=``: a call on ``ledger=`` or the current ledger
+        takes :meth:`_ledger` with no context manager in its way. ``ledger=``
+        as well is a usage error.
         """
-        if session is None:
-            yield self._ledger(ledger)
-            return
         if ledger is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
         with self.session(session) as scoped:
