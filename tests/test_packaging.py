@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import email
 import re
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -170,3 +171,17 @@ def test_ci_checks_the_built_artefacts_after_the_tests() -> None:
     ):
         assert step in recipe, step
     assert "[dev]" not in recipe
+
+
+def test_the_wheel_passes_check_wheel_contents_as_ci_runs_it(
+    artefacts: tuple[Path, Path],
+) -> None:
+    """`make package-check` runs check-wheel-contents; its verdict is known before CI runs."""
+    tool = Path(sys.executable).with_name("check-wheel-contents")
+    if not tool.exists():
+        pytest.skip("check-wheel-contents is a development tool: pip install -e '.[dev]'")
+    wheel, _ = artefacts
+    run = subprocess.run(
+        [str(tool), str(wheel)], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
