@@ -9,12 +9,12 @@ Every fenced block of a page is one of:
   prints, compared with what it does print (a line ``...`` stands for any lines);
 - **illustration** (``text`` anywhere else): a diagram or a synopsis, not run.
 
-Within a page, a Python block runs in a namespace of its own unless the line right before it
-is ``*Continues the example above.*``: then it runs after, and with the names of, the page's
-blocks above it. A code block whose first line is a comment naming a file
-(``# tools.toml``, ``# my_agent.py``) is also written to that file, in the page's scratch
-folder, where the shell lines after it run. ``docs/contributing.md`` says the same for
-those who write pages.
+Within a page, a Python block runs on its own, in a namespace of its own, unless the line right
+before it is ``*Continues the example above.*``: then it runs with the names the page's blocks
+above it defined (where two define one name, the first). A code block whose first line is a
+comment naming a file (``# tools.toml``, ``# shop/api.py: a vendor's module``) is also written
+to that file, in the page's scratch folder, where the shell lines and imports after it find it.
+``docs/contributing.md`` says the same for those who write pages.
 
 ``python -m tests.docblocks`` counts the blocks: run, marked, and what the marks say.
 """
@@ -43,7 +43,7 @@ CONTINUES = "*Continues the example above.*"
 HIDDEN = re.compile(r"<!--\s*not run")
 
 FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
-FILE_NAME = re.compile(r"^#\s*(?P<name>[\w./-]+\.(?:py|toml|json|jsonl|txt))\s*$")
+FILE_NAME = re.compile(r"^#\s*(?P<name>[\w./-]+\.(?:py|toml|json|jsonl|txt))(?::.*)?$")
 
 #: How to fix a block, the end of every failure message of the docs test.
 HOW_TO_FIX = (
@@ -232,9 +232,10 @@ def count(listed: list[Block]) -> str:
     lines = [f"{len(code)} code blocks: {len(run)} run, {len(code) - len(run)} marked"]
     lines += [f"  {number} x Needs {what}" for what, number in needs.most_common()]
     outputs = sum(block.output is not None for block in run)
-    lines.append(f"{outputs} outputs compared; by language: " + ", ".join(
-        f"{lang} {n}" for lang, n in sorted(Counter(b.language for b in code).items())
-    ))
+    lines.append(
+        f"{outputs} outputs compared; by language: "
+        + ", ".join(f"{lang} {n}" for lang, n in sorted(Counter(b.language for b in code).items()))
+    )
     return "\n".join(lines)
 
 

@@ -134,16 +134,20 @@ class Runner:
             _fail(block, "prints something else than the block after it shows:\n" + "\n".join(diff))
 
     def _python(self, block: Block, code: str | None = None) -> str:
-        if not block.continues:
-            self.namespace = {"__name__": "docs_example"}
-        namespace = self.namespace
+        # A block without the mark runs on its own; the names it defines first on the page are
+        # then the page's, for the blocks after it that say they continue the example (a later
+        # block on its own with a guard of its own does not replace the page's guard).
+        namespace = self.namespace if block.continues else {"__name__": "docs_example"}
         before = set(namespace)
         out = io.StringIO()
         # Audit events are captured, not printed: the output is the example's own.
         with structlog.testing.capture_logs(), contextlib.redirect_stdout(out):
-            exec(compile(code or block.code, block.where, "exec"), namespace)  # noqa: S102
+            exec(compile(code or block.code, block.where, "exec"), namespace)
             for name in [n for n in namespace if n.startswith("test_") and n not in before]:
                 self._run_test(namespace[name])
+        if namespace is not self.namespace:
+            for name, value in namespace.items():
+                self.namespace.setdefault(name, value)
         return out.getvalue()
 
     def _run_test(self, test: Any) -> None:
@@ -154,10 +158,7 @@ class Runner:
         test(**{name: self.request.getfixturevalue(name) for name in parameters})
 
     def _manifest(self, block: Block) -> str:
-        if block.language == "json":
-            data = json.loads(block.code)
-        else:
-            data = tomllib.loads(block.code)
+        data = json.loads(block.code) if block.language == "json" else tomllib.loads(block.code)
         if isinstance(data, dict) and ("kinds" in data or "tools" in data):
             path = self.folder / (block.file or f"block.{block.language}")
             path.write_text(block.code, encoding="utf-8")
@@ -170,10 +171,7 @@ class Runner:
         return ""
 
     def _shell(self, block: Block) -> str:
-        printed = []
-        for command in docblocks.commands(block.code):
-            printed.append(self._command(block, command))
-        return "".join(printed)
+        return "".join(self._command(block, command) for command in docblocks.commands(block.code))
 
     def _command(self, block: Block, command: docblocks.Command) -> str:
         program, *args = command.argv
@@ -184,7 +182,7 @@ class Runner:
                 return self._python(block, command.stdin)
         if program in ("python", "python3", "pytest"):
             start = [sys.executable] if program != "pytest" else [sys.executable, "-m", "pytest"]
-            done = subprocess.run(  # noqa: S603 - the page's own command line
+            done = subprocess.run(
                 [*start, *args],
                 cwd=self.folder,
                 capture_output=True,
@@ -194,8 +192,11 @@ class Runner:
                 env={**os.environ, "PYTHONPATH": str(self.folder)},
             )
             if done.returncode != 0:
-                _fail(block, f"ran {command.argv}, exit code {done.returncode}:\n"
-                      f"{done.stdout[-2000:]}{done.stderr[-2000:]}")
+                _fail(
+                    block,
+                    f"ran {command.argv}, exit code {done.returncode}:\n"
+                    f"{done.stdout[-2000:]}{done.stderr[-2000:]}",
+                )
             return done.stdout
         _fail(
             block,

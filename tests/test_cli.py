@@ -198,6 +198,22 @@ def test_json_prints_the_report_the_command_built(
     assert json.loads(out)["settings"]["agent"] == REFERENCE_AGENT
 
 
+def test_tables_piped_to_a_file_are_not_cut_at_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --width and without a terminal, each table has its natural width: nothing folds."""
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 3)
+    folder.mkdir()
+    path = _small_trace(folder)
+    code, out, err = _run(capsys, "replay", path, "--manifest", MANIFEST, "--no-progress")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if str(path) in line)  # one line, not folded
+    assert len(row) > 80
+    code, narrow, _ = _run(capsys, "replay", path, "--manifest", MANIFEST, "--width", "80")
+    assert str(path) not in narrow  # --width still folds, as asked
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+
+
 def test_malformed_lines_and_unknown_tools_are_counted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -9,18 +9,14 @@ run their examples, and test the hooks' checks on their own.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
-import structlog.testing
 
 from . import docblocks, docrun
 from .conftest import REPO
@@ -63,9 +59,10 @@ def _marks(page: str) -> list[pytest.MarkDecorator]:
 CODE_PAGES = [
     pytest.param(page, marks=_marks(page), id=page)
     for page in (docblocks.page_id(path) for path in docblocks.pages())
-    if any(block.language in docblocks.CODE for block in docblocks.blocks(
-        (REPO / page).read_text(encoding="utf-8"), page
-    ))
+    if any(
+        block.language in docblocks.CODE
+        for block in docblocks.blocks((REPO / page).read_text(encoding="utf-8"), page)
+    )
 ]
 
 
@@ -107,7 +104,7 @@ def test_the_block_reader_knows_code_outputs_marks_and_files() -> None:
 def test_shell_lines_are_read_as_the_shell_reads_them() -> None:
     """Continued lines join, quotes may span lines, comments go, a here-document is stdin."""
     code = (
-        "guardrail check --user \"a #b\" \\\n    --call '{\"x\":\n 1}'  # why\n"
+        'guardrail check --user "a #b" \\\n    --call \'{"x":\n 1}\'  # why\n'
         "python - <<'EOF'\nprint(2)\nEOF\n"
     )
     assert docblocks.commands(code) == [
@@ -130,7 +127,7 @@ def test_an_output_matches_in_order_with_dots_for_any_lines() -> None:
     [
         ("```python\nundefined_name\n```\n", "NameError"),
         ("```python\nprint(1)\n```\n\n```text\n2\n```\n", "prints something else"),
-        ("```toml\n[tools.t]\nids = { a = \"nokind\" }\n```\n", "nokind"),
+        ('```toml\n[tools.t]\nids = { a = "nokind" }\n```\n', "nokind"),
         ("```sh\npip install guardrail-ids\n```\n", "cannot run 'pip'"),
         ("<!-- not run: x -->\n```python\nx\n```\n", "an HTML comment"),
         ("```\nx\n```\n", "no language"),
@@ -141,9 +138,10 @@ def test_a_block_that_fails_says_where_and_how_to_fix_or_mark_it(
 ) -> None:
     """A new unmarked block that fails breaks the test, naming the page, line and the fix."""
     (block,) = docblocks.blocks(markdown, "docs/new.md")
-    with docrun.Runner(tmp_path, REPO, request) as runner, pytest.raises(
-        docrun.BlockFailed
-    ) as failed:
+    with (
+        docrun.Runner(tmp_path, REPO, request) as runner,
+        pytest.raises(docrun.BlockFailed) as failed,
+    ):
         runner.run(block)
     message = str(failed.value)
     assert message.startswith(("docs/new.md:1 ", "docs/new.md:2 "))

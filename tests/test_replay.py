@@ -290,6 +290,23 @@ def test_advisory_kinds_are_not_corrupted() -> None:
     assert report.total.identifier_arguments == 2
 
 
+def test_the_header_counts_every_identifier_argument_of_every_checked_call() -> None:
+    """Refused calls' and advisory arguments count too: the header is every id argument checked."""
+    report = run(
+        *opening(),
+        call("c3", "refund", {"order_id": "ord_8F3kQ2xN"}),  # refused: mutated
+        result("c3", "Error: no such order", error=True),
+        call("c4", "ship", {"order_id": ORDERS[0], "to": "JFK"}),  # one advisory argument
+        call("c5", "refund_many", {"order_ids": ORDERS}),  # two, in one list
+    )
+    total = report.total
+    assert total.refused == 1
+    assert (total.identifier_arguments, total.advisory_arguments) == (5, 1)
+    assert "6 identifier arguments checked" in report.to_text().splitlines()[0]
+    # Detection corrupts the enforced arguments of allowed calls only: 4 of them.
+    assert report.total.detection["inserted"].variants == 4
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments"),
     [

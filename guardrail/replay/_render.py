@@ -62,8 +62,8 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     seed = report.settings.get("seed")
     head = Text(
         f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
-        f"{_n(total.identifier_arguments)} identifier arguments checked"
-        + (f" (seed {seed})" if seed is not None else ""),
+        f"{_n(total.identifier_arguments + total.advisory_arguments)} identifier arguments "
+        "checked" + (f" (seed {seed})" if seed is not None else ""),
         style="bold",
     )
     yield head
@@ -304,7 +304,7 @@ def _input_problems(report: ReplayReport) -> Text:
         f"unreadable arguments {total.unreadable_arguments}",
         f"results with no call {total.orphan_results}",
         f"calls with no result {total.unanswered_calls}",
-        f"advisory id arguments not corrupted {total.advisory_arguments}",
+        f"advisory id arguments (checked, not corrupted) {total.advisory_arguments}",
     ]
     text = Text("Input: " + "; ".join(parts))
     for problem in total.malformed[:5]:

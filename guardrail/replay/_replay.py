@@ -174,6 +174,13 @@ class _Run:
             self.pending.append(_Pending(call, index, None, None))
             return
         stats.checked += 1
+        # Every identifier argument of a checked call is counted, refused calls' too: the
+        # header's count; detection corrupts only those of allowed calls, of enforced kinds.
+        for leaf in leaves(guard.specs[call.name], guard.kinds, call.arguments):
+            if any(kind.enforce for kind in leaf.kinds):
+                stats.identifier_arguments += 1
+            else:
+                stats.advisory_arguments += 1
         verdict = guard.check(call.name, call.arguments, ledger=self.ledger)
         reason = None
         if verdict.allowed:
@@ -256,9 +263,7 @@ class _Run:
         arguments = call.arguments or {}
         for leaf in leaves(guard.specs[call.name], guard.kinds, arguments):
             if not any(kind.enforce for kind in leaf.kinds):
-                stats.advisory_arguments += 1
                 continue
-            stats.identifier_arguments += 1
             context = Context(kinds=leaf.kinds, ledger=ledger, rng=self.rng)
             for name in self.classes:
                 counts = stats.detection_for(name)
