@@ -26,6 +26,7 @@ from guardrail.replay._stats import (
     Stats,
     _n,
     _pct,
+    false_refusals_line,
 )
 
 
@@ -92,19 +93,7 @@ def _files_table(report: ReplayReport) -> Table:
 def _false_refusals(report: ReplayReport) -> Table:
 
     total = report.total
-    counts, failed = total.false_refusals, total.refused_failed
-    title = (
-        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
-        f"{counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified. "
-        f"Refused and failed in the recording too: {sum(failed.values())}"
-        + (
-            " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
-            if failed
-            else ""
-        )
-        + f". No result recorded: {total.refused_no_result}."
-    )
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=Text(false_refusals_line(total)), title_justify="left")
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
         table.add_column(name, overflow="fold")
     for reason in REASONS:
@@ -116,7 +105,7 @@ def _false_refusals(report: ReplayReport) -> Table:
                 example.trace,
                 str(example.message),
                 example.tool,
-                example.describe(),
+                example.describe() + (f"; {example.hint}" if example.hint else ""),
             )
     for example in total.refused_failed_examples:
         _row(
