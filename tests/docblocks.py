@@ -6,7 +6,8 @@ Every fenced block of a page is one of:
   unless the line right before it is a visible *needs* line, ``*Needs an OpenAI API key.*``,
   saying what it needs that the suite does not have;
 - **output** (``text`` right after a code block, blank lines between): what that block
-  prints, compared with what it does print (a line ``...`` stands for any lines);
+  prints, compared with what it does print (a line ``...`` stands for any lines, a line
+  ending in ``...`` for any end of that line);
 - **illustration** (``text`` anywhere else): a diagram or a synopsis, not run.
 
 Within a page, a Python block runs on its own, in a namespace of its own, unless the line right
@@ -197,6 +198,7 @@ def output_matches(expected: str, printed: str) -> bool:
     """Whether ``printed`` shows ``expected``: its runs of lines between ``...`` lines, in order.
 
     Trailing spaces are ignored; what is printed before, between and after the runs is too.
+    A line ending in ``...`` matches any line that starts with the rest (``1 passed in ...``).
     """
     lines = [line.rstrip() for line in printed.splitlines()]
     position = 0
@@ -212,13 +214,22 @@ def output_matches(expected: str, printed: str) -> bool:
         if not run:
             continue
         starts = [
-            i for i in range(position, len(lines) - len(run) + 1) if lines[i : i + len(run)] == run
+            i
+            for i in range(position, len(lines) - len(run) + 1)
+            if all(_same(want, got) for want, got in zip(run, lines[i : i + len(run)], strict=True))
         ]
         if not starts:
             return False
         position = starts[0] + len(run)
         run = []
     return True
+
+
+def _same(expected: str, printed: str) -> bool:
+    """A line shown ending in ``...`` stands for every line that starts with what precedes it."""
+    if expected.endswith("...") and expected.strip() != "...":
+        return printed.startswith(expected[:-3])
+    return expected == printed
 
 
 # -- counting -----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ import structlog.testing
 from packaging.requirements import Requirement
 
 from guardrail import Guard
+from guardrail._audit import _Routing
 from guardrail.cli import _main as cli
 
 from . import docblocks
@@ -67,21 +68,26 @@ class Runner:
         patch = self._exit.enter_context(pytest.MonkeyPatch.context())
         patch.chdir(self.folder)
         patch.syspath_prepend(str(self.folder))  # a block's module file is importable
-        modules = set(sys.modules)
         config = structlog.get_config()
-        root = logging.getLogger()
-        handlers, level = list(root.handlers), root.level
+        loggers = [logging.getLogger(), logging.getLogger("guardrail")]
+        saved = [(list(log.handlers), log.level, log.propagate) for log in loggers]
+        to_stdlib = _Routing.to_stdlib  # guardrail.audit_to_json() sets it
 
         def restore() -> None:
             structlog.configure(**config)
-            root.handlers[:], root.level = handlers, level
-            for name in set(sys.modules) - modules:
-                module = sys.modules[name]
-                if str(getattr(module, "__file__", "") or "").startswith(str(self.folder)):
-                    del sys.modules[name]
+            for log, (handlers, level, propagate) in zip(loggers, saved, strict=True):
+                log.handlers[:], log.level, log.propagate = handlers, level, propagate
+            _Routing.to_stdlib = to_stdlib
+            self._forget_modules()
 
         self._exit.callback(restore)
         return self
+
+    def _forget_modules(self) -> None:
+        """Modules of the scratch folder are imported afresh by the next block, as by a program."""
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", "") or "").startswith(str(self.folder)):
+                del sys.modules[name]
 
     def __exit__(
         self,
@@ -145,6 +151,7 @@ class Runner:
             exec(compile(code or block.code, block.where, "exec"), namespace)
             for name in [n for n in namespace if n.startswith("test_") and n not in before]:
                 self._run_test(namespace[name])
+        self._forget_modules()
         if namespace is not self.namespace:
             for name, value in namespace.items():
                 self.namespace.setdefault(name, value)

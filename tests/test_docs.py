@@ -120,6 +120,8 @@ def test_an_output_matches_in_order_with_dots_for_any_lines() -> None:
     assert docblocks.output_matches("a\nb\n", printed)
     assert not docblocks.output_matches("d\n...\na\n", printed)
     assert not docblocks.output_matches("a\nc\n", printed)
+    assert docblocks.output_matches("ta...\n", printed)
+    assert not docblocks.output_matches("tail x...\n", printed)
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,8 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     )
     yield head
     yield _files_table(report)
+    # Above the table, not its title: a title wraps at the table's width.
+    yield Text(false_refusals_line(total))
     yield _false_refusals(report)
     yield _detection_table(report)
     yield _availability(report)
@@ -93,7 +95,7 @@ def _files_table(report: ReplayReport) -> Table:
 def _false_refusals(report: ReplayReport) -> Table:
 
     total = report.total
-    table = Table(title=Text(false_refusals_line(total)), title_justify="left")
+    table = Table()
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
         table.add_column(name, overflow="fold")
     for reason in REASONS:
