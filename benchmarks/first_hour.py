@@ -4,7 +4,8 @@ Run it from the root of a fresh clone after ``time make demo``, with the interpr
 ``.venv``. Each step's blocks are written to files in a scratch folder (``first-hour-work``,
 removed after) and each command runs under a wall clock, as the page's reader would run it:
 a Python block as ``python FILE``, a ``sh`` line as written, with ``.venv/bin`` first on the
-``PATH``. Before the ``pytest`` line, ``pip install pytest`` (``make demo`` leaves it out).
+``PATH``. Before the ``pytest`` line, ``pip install pytest`` where ``.venv`` has no pytest
+(``make demo`` leaves it out).
 Prints a Markdown table of the times; a step that fails stops the run with its output.
 """
 
@@ -59,7 +60,7 @@ def main() -> None:
             else:
                 commands = [command.argv for command in docblocks.commands(block.code)]
             for argv in commands:
-                if argv[0] == "pytest":
+                if argv[0] == "pytest" and shutil.which("pytest", path=str(bin_dir)) is None:
                     install = [sys.executable, "-m", "pip", "install", "-q", "pytest"]
                     rows.append((step, "pip install pytest", _timed(install, folder, env)))
                 seconds = _timed([str(bin_dir / argv[0]), *argv[1:]], folder, env)

@@ -159,6 +159,26 @@ def test_a_block_marked_needs_is_not_run(tmp_path: Path, request: pytest.Fixture
         assert runner.skipped == [block]
 
 
+@pytest.mark.slow  # every step in a subprocess
+def test_the_first_hour_timer_runs_every_step_of_the_page() -> None:
+    """benchmarks/first_hour.py, which the page's table of times quotes, runs each step."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "first_hour.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][1:]
+    steps = {row.split(" | ")[0][2:4] for row in rows}
+    assert steps == {"1.", "2.", "3.", "4.", "5.", "6."}
+    assert "`guardrail replay support.json" in done.stdout
+    assert not (REPO / "first-hour-work").exists()
+
+
 # -- the pages name what exists ----------------------------------------------------------------
 
 MODULE_NAME = re.compile(r"`(guardrail(?:\.\w+)+)`")
