@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import subprocess
 import sys
@@ -212,6 +213,20 @@ def test_tables_piped_to_a_file_are_not_cut_at_80_columns(
     code, narrow, _ = _run(capsys, "replay", path, "--manifest", MANIFEST, "--width", "80")
     assert str(path) not in narrow  # --width still folds, as asked
     assert max(len(line) for line in narrow.splitlines()) <= 80
+
+
+def test_tables_piped_to_an_ascii_stream_use_ascii_boxes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The width-keeping stream passes its encoding on: rich draws ASCII boxes, never fails."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert main(["replay", str(_small_trace(tmp_path)), "--manifest", str(MANIFEST)]) == 0
+    stream.flush()
+    out = raw.getvalue().decode("ascii")
+    assert "+---" in out
+    assert all(line == line.rstrip() for line in out.splitlines())
 
 
 def test_malformed_lines_and_unknown_tools_are_counted(

@@ -274,6 +274,10 @@ class _Trimmed(io.StringIO):
     def flush(self) -> None:
         self._out.flush()
 
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # rich picks its box characters by it
+        return getattr(self._out, "encoding", None) or "utf-8"
+
 
 def _describe_summariser(summariser: LossySummarizer) -> str:
     rates = ", ".join(f"{name} {rate:.0%}" for name, rate in summariser.rates.items())
