@@ -127,8 +127,11 @@ class Runner:
         except BlockFailed:
             raise
         except (Exception, SystemExit) as exc:
-            lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-            _fail(block, f"raised {type(exc).__name__}: {exc}\n{''.join(lines[-6:])}")
+            # The block's own lines first: where in the block it broke.
+            frames = traceback.extract_tb(exc.__traceback__)
+            inside = [frame for frame in frames if frame.filename == block.page] or frames[-3:]
+            where = "".join(traceback.format_list(inside))
+            _fail(block, f"raised {type(exc).__name__}: {exc}\n{where}")
         if block.output is not None and not docblocks.output_matches(block.output, printed):
             diff = difflib.unified_diff(
                 block.output.splitlines(),
@@ -148,7 +151,9 @@ class Runner:
         out = io.StringIO()
         # Audit events are captured, not printed: the output is the example's own.
         with structlog.testing.capture_logs(), contextlib.redirect_stdout(out):
-            exec(compile(code or block.code, block.where, "exec"), namespace)
+            # Compiled as the page, at the block's lines: a traceback names the page's line.
+            source = "\n" * block.line + (code or block.code)
+            exec(compile(source, block.page, "exec"), namespace)
             for name in [n for n in namespace if n.startswith("test_") and n not in before]:
                 self._run_test(namespace[name])
         self._forget_modules()
