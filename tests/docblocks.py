@@ -38,12 +38,17 @@ CODE = frozenset({"python", "toml", "json", "sh"})
 OUTPUT = "text"
 
 #: The visible marks, each alone on the line right before a block.
-NEEDS = re.compile(r"^\*Needs (?P<what>[^*]+?)\.\*$")
+NEEDS = re.compile(r"^\*Needs (?P<what>[^*]+?)\.?\*$")
 CONTINUES = "*Continues the example above.*"
 #: The old, invisible mark: rejected, a reader cannot see it.
 HIDDEN = re.compile(r"<!--\s*not run")
 
-FENCE = re.compile(r"^```(?P<lang>[^\n`]*)\n(?P<code>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
+#: A fenced block, also indented (in a list item) or fenced with ~~~ or more backticks.
+FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<lang>[^\n`]*)\n"
+    r"(?P<code>.*?)^(?P=indent)(?P=fence)[ \t]*$",
+    re.DOTALL | re.MULTILINE,
+)
 FILE_NAME = re.compile(r"^#\s*(?P<name>[\w./-]+\.(?:py|toml|json|jsonl|txt))(?::.*)?$")
 
 #: How to fix a block, the end of every failure message of the docs test.
@@ -125,7 +130,7 @@ def blocks(text: str, page: str = "<page>") -> list[Block]:
                 page=page,
                 line=text.count("\n", 0, fence.start()) + 1,
                 language=language,
-                code=fence.group("code"),
+                code=_dedent(fence.group("code"), fence.group("indent")),
                 needs=needs.group("what") if needs else None,
                 continues=before == CONTINUES,
                 hidden_mark=HIDDEN.search(before) is not None,
@@ -133,6 +138,16 @@ def blocks(text: str, page: str = "<page>") -> list[Block]:
             )
         )
     return listed
+
+
+def _dedent(code: str, indent: str) -> str:
+    """A block's code without the indentation of its fence (a block inside a list item)."""
+    if not indent:
+        return code
+    return "".join(
+        line[len(indent) :] if line.startswith(indent) else line.lstrip(" \t")
+        for line in code.splitlines(keepends=True)
+    )
 
 
 def all_blocks() -> Iterator[Block]:

@@ -98,6 +98,13 @@ def test_the_block_reader_knows_code_outputs_marks_and_files() -> None:
         ("text", None, None, False, False),
     ]
     assert found[3].hidden_mark and found[3].file == "tools.toml"
+    # In a list item, or fenced otherwise, a block is found all the same.
+    nested = "- a step:\n\n  ```python\n  print(1)\n  ```\n~~~toml\na = 1\n~~~\n"
+    assert [(b.language, b.code) for b in docblocks.blocks(nested)] == [
+        ("python", "print(1)\n"),
+        ("toml", "a = 1\n"),
+    ]
+    assert docblocks.blocks("*Needs a key*\n```python\nx\n```\n")[0].needs == "a key"
     assert [b.line for b in found] == [1, 9, 14, 18, 22]
 
 
