@@ -36,6 +36,8 @@ DOCS = REPO / "docs"
 #: The languages of blocks that run; ``text`` is output or an illustration.
 CODE = frozenset({"python", "toml", "json", "sh"})
 OUTPUT = "text"
+#: Other names of those languages.
+ALIASES = {"py": "python", "python3": "python", "bash": "sh", "shell": "sh"}
 
 #: The visible marks, each alone on the line right before a block.
 NEEDS = re.compile(r"^\*Needs (?P<what>[^*]+?)\.?\*$")
@@ -116,6 +118,7 @@ def blocks(text: str, page: str = "<page>") -> list[Block]:
         if i in taken:
             continue
         language = fence.group("lang").strip().split(" ")[0].lower()
+        language = ALIASES.get(language, language)
         before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         output = None
         if language in CODE and i + 1 < len(found):
