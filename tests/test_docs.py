@@ -59,8 +59,9 @@ def _marks(page: str) -> list[pytest.MarkDecorator]:
 CODE_PAGES = [
     pytest.param(page, marks=_marks(page), id=page)
     for page in (docblocks.page_id(path) for path in docblocks.pages())
+    # Every page with a block that is not plain text: one without a language fails, too.
     if any(
-        block.language in docblocks.CODE
+        block.language != docblocks.OUTPUT
         for block in docblocks.blocks((REPO / page).read_text(encoding="utf-8"), page)
     )
 ]
@@ -156,6 +157,24 @@ def test_a_block_that_fails_says_where_and_how_to_fix_or_mark_it(
     assert message.startswith(("docs/new.md:1 ", "docs/new.md:2 "))
     assert says in message
     assert "*Needs <what it needs>.*" in message
+
+
+def test_a_block_runs_on_its_own_unless_it_continues_the_example(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A block without the mark sees none of the page's names; one with it sees the first."""
+    page = (
+        "```python\nguard = 'first'\n```\n"
+        "```python\nguard = 'its own'\n```\n"
+        "*Continues the example above.*\n```python\nprint(guard)\n```\n\n```text\nfirst\n```\n"
+        "```python\nprint(guard)\n```\n"
+    )
+    *runs, alone = docblocks.blocks(page, "docs/p.md")
+    with docrun.Runner(tmp_path, REPO, request) as runner:
+        for block in runs:
+            runner.run(block)
+        with pytest.raises(docrun.BlockFailed, match="NameError"):
+            runner.run(alone)
 
 
 def test_a_block_marked_needs_is_not_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
