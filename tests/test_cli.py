@@ -547,6 +547,26 @@ def test_check_prints_a_refusal_its_reprompt_and_the_ledger(
         assert row in out
 
 
+def test_check_piped_to_a_file_keeps_its_tables_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --width and without a terminal, the finding's row is one line, not folded at 80."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W2378157"}}',
+    )
+    assert code == REFUSED_EXIT
+    row = next(line for line in out.splitlines() if line.startswith("│ mutated"))
+    assert row.rstrip("│ ").endswith("one character changed (position 8)")
+    assert len(row) > 80
+
+
 REFUSED_EXIT = 1
 
 
