@@ -150,11 +150,19 @@ class Availability:
     the context but from no tool result: typed by the user or written by the
     agent, such as an airport code), with ``other_present`` still there after
     compaction, and ``not_in_context`` (nowhere before the call: invented).
+
+    "Which one": ``which_ids`` of the ledger ids have a kind with several
+    entries in the ledger; ``which_told`` of them are told apart in the
+    compacted context (their role's block line or summary carries a note
+    part or a status no other entry of the kind shares; see
+    :mod:`guardrail.replay._which`).
     """
 
     compactions: int = 0
     ids: int = 0
     present: int = 0
+    which_ids: int = 0
+    which_told: int = 0
     evicted: int = 0
     other_ids: int = 0
     other_present: int = 0
@@ -165,6 +173,11 @@ class Availability:
     def rate(self) -> float | None:
         """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
+
+    @property
+    def which_rate(self) -> float | None:
+        """The share of ids with rivals of their kind that the compacted context tells apart."""
+        return self.which_told / self.which_ids if self.which_ids else None
 
     @property
     def other_rate(self) -> float | None:
@@ -182,6 +195,9 @@ class Availability:
             "ids": self.ids,
             "present": self.present,
             "rate": self.rate,
+            "which_ids": self.which_ids,
+            "which_told": self.which_told,
+            "which_rate": self.which_rate,
             "evicted": self.evicted,
             "other_ids": self.other_ids,
             "other_present": self.other_present,
