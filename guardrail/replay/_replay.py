@@ -302,13 +302,13 @@ class _Run:
             return LEDGER if held else EVICTED
         return OTHER if has_token(before, leaf.text) else ABSENT
 
-    def _rivals(self, leaf: Leaf) -> tuple[str, list[str]] | None:
-        """The role of a ledger id argument and of the other entries of its kind, if any."""
+    def _rivals(self, leaf: Leaf) -> tuple[str, str, list[str]] | None:
+        """The kind and role of a ledger id argument, and the other roles of its kind, if any."""
         for kind in leaf.kinds:
             entry = self.ledger.get(kind.name, leaf.text)
             if entry is not None:
                 others = rivals(self.ledger, entry)
-                return (entry.role, others) if others else None
+                return (entry.kind, entry.role, others) if others else None
         return None
 
     def _ledger_copy(self) -> Ledger:
@@ -343,8 +343,7 @@ class _Run:
                     avail.ids += 1
                     found = among[id(leaf)]
                     if found is not None:  # several of its kind: is its own told apart?
-                        avail.which_ids += 1
-                        avail.which_told += told_apart(found[0], found[1], facts)
+                        avail.which(found[0], told_apart(*found[1:], facts))
                     if has_token(after, leaf.text):
                         avail.present += 1
                     elif len(avail.misses) < self.stats.max_examples:

@@ -22,11 +22,12 @@ def rivals(ledger: Ledger, entry: Entry) -> list[str]:
 
 
 def told_apart(role: str, others: list[str], facts: Mapping[str, Set[str]]) -> bool:
-    """Whether ``role``'s facts in a compacted context hold one no role of ``others`` has."""
+    """Whether ``role``'s facts in a compacted context hold, against each rival, one it lacks.
+
+    No fact at all (no note, no status, or no line: a plain summary) tells nothing apart.
+    """
     own = facts.get(role)
     if not own:
         return False
-    shared: set[str] = set()
-    for other in others:
-        shared.update(facts.get(other, ()))
-    return bool(own - shared)
+    empty: frozenset[str] = frozenset()
+    return all(own - facts.get(other, empty) for other in others)
