@@ -19,7 +19,7 @@ from itertools import repeat
 from typing import Any, NamedTuple, cast
 
 from guardrail._notes import declared_note, default_note
-from guardrail._paths import EACH, Path
+from guardrail._paths import EACH, KEY, Path
 from guardrail._result_text import Refusal, is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
@@ -277,6 +277,8 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     values: list[Any] = []
     statuses: list[str | None] | None = None if producer.status is None else []
     notes: list[str | None] | None = None if fields == () else []
+    last_op, own = path.steps[-1]  # a default note describes the record whose own id this is
+    own = own if last_op == KEY else None
     for leaf, holder in path.extract_with_parents(value):
         values.append(leaf)
         if statuses is not None:
@@ -288,7 +290,7 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
         if notes is not None:
             # Text for the model only: a note is never harvested and never verifies.
             if fields is None:
-                notes.append(default_note(holder, producer.status))
+                notes.append(default_note(holder, producer.status, own))
             else:
                 notes.append(declared_note(holder, fields))
     if notes is not None and not any(notes):

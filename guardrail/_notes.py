@@ -16,8 +16,9 @@ entries inside it are shown by role when the ledger is written
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from guardrail._paths import Path
@@ -47,6 +48,9 @@ _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
 
 
+_DEFAULT_SET = frozenset(DEFAULT_FIELDS)
+
+
 def clean(text: str) -> str:
     """``text`` as a note may hold it: one line of printable characters, no square brackets.
 
@@ -54,6 +58,8 @@ def clean(text: str) -> str:
     direction override among them) becomes a space; ``[`` and ``]`` become
     parentheses, so the only ``[role]`` a note shows is one the ledger wrote.
     """
+    if text.isprintable() and "[" not in text and "]" not in text and "  " not in text:
+        return text.strip()  # the usual case: nothing to change (str.isprintable is C)
     printable = "".join(c if c.isprintable() else " " for c in text)
     return " ".join(printable.replace("[", "(").replace("]", ")").split())
 
@@ -71,11 +77,17 @@ def _scalar(value: Any) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
+def _part(text: str) -> str:
+    """One field's value as a note shows it; values repeat (a status), so each is made once."""
+    return _clip(clean(text), FIELD_CHARS)
+
+
 def compose(parts: Sequence[str]) -> str | None:
     """A note of field values: each cleaned and clipped, joined, bounded; None when empty."""
     kept = []
     for part in parts:
-        text = _clip(clean(part), FIELD_CHARS)
+        text = _part(part)
         if text and text not in kept:
             kept.append(text)
         if len(kept) == NOTE_FIELDS:
@@ -97,27 +109,53 @@ def declared_note(holder: Any, fields: Sequence[Path]) -> str | None:
     return compose(parts)
 
 
-def default_note(holder: Any, skip: str | None) -> str | None:
+def default_note(holder: Any, skip: str | None, key: str | None = None) -> str | None:
     """The note of ``holder`` from its short text fields among :data:`DEFAULT_FIELDS`.
 
-    ``skip`` is a field shown apart (the producer's status). Only a mapping
-    or an object with those attributes has any; a long text is no note.
+    ``skip`` is a field shown apart (the producer's status). ``key`` is the
+    field holding the id (None: the id is the record's key, ``.~``): a record
+    describes itself, not the others it names, so the note is read only when
+    ``key`` is the record's first id field (``id``, ``..._id``, ``...Id``): an
+    order's ``customer_id`` takes no note from the order. Only a mapping or an
+    object with those attributes has any; a long text is no note.
     """
-    if isinstance(holder, Mapping):
-        get = holder.get
+    if type(holder) is dict:  # the usual holder, read without a call per field
+        names = holder.keys() & _DEFAULT_SET
+        if not names or (key is not None and _first_id(holder) != key):
+            return None
+        values = [holder[name] for name in _in_order(names) if name != skip]
+    elif isinstance(holder, Mapping):
+        if key is not None and _first_id(holder) != key:
+            return None
+        values = [holder.get(name) for name in DEFAULT_FIELDS if name != skip]
     elif hasattr(type(holder), "model_fields") or hasattr(holder, "__dataclass_fields__"):
-
-        def get(name: str, default: Any = None) -> Any:
-            return getattr(holder, name, default)
-
+        fields = getattr(type(holder), "model_fields", None) or holder.__dataclass_fields__
+        if key is not None and _first_id(fields) != key:
+            return None
+        values = [getattr(holder, name, None) for name in DEFAULT_FIELDS if name != skip]
     else:
         return None
     parts = []
-    for name in DEFAULT_FIELDS:
-        text = _scalar(get(name, None))
-        if text and name != skip and len(text) <= FIELD_CHARS:
+    for value in values:
+        text = _scalar(value) if value is not None else None
+        if text and len(text) <= FIELD_CHARS:
             parts.append(text)
-    return compose(parts)
+    if len(parts) == 1:
+        return _part(parts[0]) or None  # one field (a status): made once per distinct value
+    return compose(parts) if parts else None
+
+
+def _first_id(fields: Iterable[Any]) -> Any:
+    """The first field name that names an id (``id``, ``..._id``, ``...Id``), or None."""
+    for name in fields:
+        if isinstance(name, str) and (name == "id" or name.endswith(("_id", "Id", "_ID"))):
+            return name
+    return None
+
+
+def _in_order(names: set[str]) -> list[str]:
+    """``names`` in the order of :data:`DEFAULT_FIELDS` (one name, the usual case, as is)."""
+    return list(names) if len(names) == 1 else [n for n in DEFAULT_FIELDS if n in names]
 
 
 def bounded(note: str) -> str:

@@ -120,6 +120,20 @@ def test_default_note_takes_short_describing_fields() -> None:
         assert ledger["ticket_2"].note == "2025-01-02"  # a long title is no note
 
 
+def test_a_default_note_describes_only_the_records_own_id() -> None:
+    """An order's customer_id takes no note from the order: the record is not the customer's."""
+    guard = Guard(logger=SilentLogger())
+    guard.add_kind("order")
+    guard.add_kind("customer")
+    guard.declare(
+        "orders", produces={"[*].order_id": "order", "[*].customer_id": "customer"}, effect="read"
+    )
+    with guard.session("s") as ledger:
+        guard.record("orders", {}, [{"order_id": "A", "customer_id": "C", "status": "late"}])
+        assert ledger.get("order", "A").note == "late"  # type: ignore[union-attr]
+        assert ledger.get("customer", "C").note is None  # type: ignore[union-attr]
+
+
 def test_note_false_and_a_status_field_are_not_in_the_note() -> None:
     """note=False reads nothing; the producer's status is shown apart, not twice."""
     guard = Guard(logger=SilentLogger())
