@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact
 from guardrail._audit import SilentLogger
@@ -454,3 +456,26 @@ def test_notes_are_bounded() -> None:
 def test_clean_leaves_one_printable_line_without_brackets() -> None:
     """Line breaks, direction overrides and brackets are gone from a note's text."""
     assert clean("a\r\nb\u2028c\u202ed\t[e]") == "a b c d (e)"
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.text(max_size=120), placed=st.text(max_size=60))
+def test_any_field_text_stays_one_note_in_one_line(name: str, placed: str) -> None:
+    """Whatever a result's fields hold, the block has one line per entry and reads back."""
+    guard = shop()
+    with guard.session("p") as ledger:
+        guard.record(
+            "list_orders",
+            {},
+            {"orders": [{"order_id": KETTLE, "items": [{"name": name}], "placed": placed}]},
+        )
+        state = state_of(ledger)
+        block = seal(render_block(state, (), ()), state)
+        body, sealed = unseal(block, state)
+        lines, evicted, repairs = parse_block(body, 0)
+    assert sealed and not repairs and not evicted
+    assert len(block.split("\n")) == 3  # header, the one entry, the seal
+    (line,) = lines
+    assert (line.role, line.value) == ("order", KETTLE)
+    note = ledger["order"].note
+    assert line.note == note and (note is None or (len(note) <= 80 and "[" not in note))
