@@ -18,7 +18,7 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from guardrail._notes import declared_note, default_note
+from guardrail._notes import DEFAULT_NOTES, declared_note, default_note
 from guardrail._paths import EACH, KEY, Path
 from guardrail._result_text import Refusal, is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
@@ -274,6 +274,10 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     fields = producer.note
     if producer.status is None and fields == ():
         return _Leaves(path.extract(value), None)
+    if producer.status is None and fields is None:
+        found = path.extract(value)
+        if len(found) > DEFAULT_NOTES:  # a flood: no default notes, no cost per id
+            return _Leaves(found, None)
     values: list[Any] = []
     statuses: list[str | None] | None = None if producer.status is None else []
     notes: list[str | None] | None = None if fields == () else []
@@ -289,10 +293,10 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
             statuses.append(status if isinstance(status, str) else None)
         if notes is not None:
             # Text for the model only: a note is never harvested and never verifies.
-            if fields is None:
-                notes.append(default_note(holder, producer.status, own))
-            else:
+            if fields is not None:
                 notes.append(declared_note(holder, fields))
+            else:
+                notes.append(default_note(holder, producer.status, own))
     if notes is not None and not any(notes):
         notes = None
     return _Leaves(values, statuses, notes)

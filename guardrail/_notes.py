@@ -31,6 +31,9 @@ NOTE_CHARS = 80
 FIELD_CHARS = 40
 #: At most this many items of a list field (``items[*].name``).
 LIST_ITEMS = 3
+#: Default notes are read where one producer finds at most this many ids in a result: a
+#: list of thousands is not told apart one by one, and a flood costs no more than its ids.
+DEFAULT_NOTES = 1000
 #: The fields a record usually describes itself with, read when a producer names none.
 DEFAULT_FIELDS = (
     "name",

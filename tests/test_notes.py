@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact
 from guardrail._audit import SilentLogger
-from guardrail._notes import FIELD_CHARS, NOTE_CHARS, NOTE_FIELDS, clean
+from guardrail._notes import DEFAULT_NOTES, FIELD_CHARS, NOTE_CHARS, NOTE_FIELDS, clean
 from guardrail.compaction import ledger_facts
 from guardrail.compaction._block import (
     BLOCK_HEADER,
@@ -134,6 +134,24 @@ def test_a_default_note_describes_only_the_records_own_id() -> None:
         guard.record("orders", {}, [{"order_id": "A", "customer_id": "C", "status": "late"}])
         assert ledger.get("order", "A").note == "late"  # type: ignore[union-attr]
         assert ledger.get("customer", "C").note is None  # type: ignore[union-attr]
+
+
+def test_a_flood_of_ids_takes_no_default_notes() -> None:
+    """Beyond 1,000 ids from one producer no default note is read; declared ones still are."""
+    guard = Guard(logger=SilentLogger(), capacity=5000, max_ids_per_call=5000)
+    guard.add_kind("ticket")
+    guard.declare("tickets", produces={"[*].id": "ticket"}, effect="read")
+    guard.declare("noted", produces={"[*].id": Id("ticket", note=["title"])}, effect="read")
+    flood = [{"id": f"T{n}", "title": f"ticket {n}"} for n in range(DEFAULT_NOTES + 1)]
+    with guard.session("s") as ledger:
+        guard.record("tickets", {}, flood)
+        assert all(entry.note is None for entry in ledger)
+        guard.record("tickets", {}, flood[:DEFAULT_NOTES])
+        assert ledger.get("ticket", "T0").note == "ticket 0"  # type: ignore[union-attr]
+    with guard.session("t") as ledger:
+        guard.record("noted", {}, flood)
+        last = ledger.get("ticket", f"T{DEFAULT_NOTES}")
+        assert last is not None and last.note == f"ticket {DEFAULT_NOTES}"
 
 
 def test_note_false_and_a_status_field_are_not_in_the_note() -> None:
