@@ -286,10 +286,11 @@ class DeclareOptions(TypedDict, total=False):
             beyond the ones annotated ``Id`` in the signature).
         produces: Result paths (``orders[*].order_id``, ``$``,
             ``re:PATTERN``) to the kind of the ids they hold (or
-            ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``); for
-            ``tool``, beyond the result type's ``Id`` fields.
+            ``{"kind": ..., "status": ..., "role": ..., "note": [...]}``, or
+            an ``Id``); for ``tool``, beyond the result type's ``Id`` fields.
         mints: Parameters whose values a successful ``write`` brings into
-            existence (they enter the ledger verified).
+            existence (they enter the ledger verified; ``{"kind": ...,
+            "role": ...}`` or ``Id(kind, role=...)`` names them).
         effect: ``"read"`` or ``"write"``; a tool with none is a write (the
             strict side).
         verifies: How a successful ``read`` verifies a user-typed id it took:
