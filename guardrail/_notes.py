@@ -16,7 +16,6 @@ entries inside it are shown by role when the ledger is written
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -80,10 +79,12 @@ def _scalar(value: Any) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4096)
 def _part(text: str) -> str:
-    """One field's value as a note shows it; values repeat (a status), so each is made once."""
-    return _clip(clean(text), FIELD_CHARS)
+    """One field's value as a note shows it: cleaned, at most :data:`FIELD_CHARS` long.
+
+    Only its start is read: a field of a megabyte costs no more than one of a line.
+    """
+    return _clip(clean(text[: FIELD_CHARS * 4]), FIELD_CHARS)
 
 
 def compose(parts: Sequence[str]) -> str | None:
@@ -144,7 +145,7 @@ def default_note(holder: Any, skip: str | None, key: str | None = None) -> str |
         if text and len(text) <= FIELD_CHARS:
             parts.append(text)
     if len(parts) == 1:
-        return _part(parts[0]) or None  # one field (a status): made once per distinct value
+        return _part(parts[0]) or None  # one field (a status), the usual case
     return compose(parts) if parts else None
 
 
@@ -163,7 +164,7 @@ def _in_order(names: set[str]) -> list[str]:
 
 def bounded(note: str) -> str:
     """A note as it may be shown, whatever wrote it (a store, a saved ledger): clean, bounded."""
-    return _clip(clean(note), NOTE_CHARS)
+    return _clip(clean(note[: NOTE_CHARS * 4]), NOTE_CHARS)
 
 
 def by_role(note: str, lookup: Callable[[str], str | None]) -> str:
