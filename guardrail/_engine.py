@@ -290,7 +290,7 @@ class Engine:
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
                 taken = []
-                batches = [batch._replace(statuses=None) for batch in batches]
+                batches = [batch._replace(statuses=None, notes=None) for batch in batches]
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self.log_nothing_recorded(state, spec.name, call_id, [problem])
@@ -396,7 +396,7 @@ class Engine:
                     if key is None:
                         unreadable += 1
                     elif key and key not in kind.examples:
-                        _append(taken, kind.name, param.path.text, text, key)
+                        _append(taken, kind.name, param.path.text, text, key, param.role)
         if unreadable:
             problems.append(unreadable_problem(unreadable))
         return taken
@@ -545,15 +545,17 @@ def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
         ]
         if pairs:
             values, keys = (list(column) for column in zip(*pairs, strict=True))
-            kept.append(batch._replace(values=values, keys=keys, statuses=None))
+            kept.append(batch._replace(values=values, keys=keys, statuses=None, notes=None))
     return kept
 
 
-def _append(batches: list[Batch], kind: str, path: str, value: str, key: str) -> None:
+def _append(
+    batches: list[Batch], kind: str, path: str, value: str, key: str, role: str | None = None
+) -> None:
     """Add one id to ``batches``, in order: to the last batch when its kind and path are these."""
     last = batches[-1] if batches else None
     if last is None or last.kind != kind or last.path != path:
-        batches.append(Batch.one(kind, value, key, path))
+        batches.append(Batch.one(kind, value, key, path, role=role))
     else:
         last.values.append(value)
         last.keys.append(key)

@@ -41,6 +41,7 @@ class Entry:
         "key",
         "kind",
         "last_used",
+        "note",
         "pinned",
         "role",
         "source",
@@ -64,6 +65,7 @@ class Entry:
         pinned: bool = False,
         aliases: tuple[str, ...] = (),
         epoch: int = 0,
+        note: str | None = None,
     ) -> None:
         self.value = value
         self.kind = kind
@@ -77,6 +79,8 @@ class Entry:
         self.pinned = pinned
         self.aliases = aliases
         self.epoch = epoch
+        #: A few words from the record the id came from, for the model (never an id source).
+        self.note = note
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict of every field (its live record without ``state`` and ``turn``)."""
@@ -150,6 +154,7 @@ def live_record(entry: Entry) -> dict[str, Any]:
         "status": entry.status,
         "pinned": entry.pinned,
         "epoch": entry.epoch,
+        **({"note": entry.note} if entry.note is not None else {}),
     }
 
 
@@ -182,6 +187,7 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     entry.status = record["status"]
     entry.pinned = record["pinned"]
     entry.epoch = record["epoch"]
+    entry.note = record.get("note")
     return entry
 
 

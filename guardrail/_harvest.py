@@ -18,7 +18,8 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from guardrail._paths import EACH, Path
+from guardrail._notes import DEFAULT_NOTES, declared_note, default_note
+from guardrail._paths import EACH, KEY, Path
 from guardrail._result_text import Refusal, is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
@@ -36,9 +37,10 @@ class Batch(NamedTuple):
     """The ids one producer found, as columns: how ids travel from a result into a ledger.
 
     ``kind``, ``path`` (the declaration) and ``role`` (a role template) are
-    shared; ``values``, ``keys`` and ``statuses`` (None when no status is
-    read) hold one item per id. A result of tens of thousands of ids costs
-    no object per id on its way to the ledger.
+    shared; ``values``, ``keys``, ``statuses`` (None when no status is
+    read) and ``notes`` (None when no note is read) hold one item per id. A
+    result of tens of thousands of ids costs no object per id on its way to
+    the ledger.
     """
 
     kind: str
@@ -47,6 +49,7 @@ class Batch(NamedTuple):
     values: list[str]
     keys: list[str]
     statuses: list[str | None] | None
+    notes: list[str | None] | None = None
 
     @classmethod
     def one(
@@ -73,13 +76,14 @@ class Harvest(NamedTuple):
 
 
 class _Leaves(NamedTuple):
-    """What one producer reaches in a result, as columns: the values, and their statuses.
+    """What one producer reaches in a result, as columns: the values, statuses and notes.
 
-    ``statuses`` is None when the producer reads no status.
+    ``statuses`` (``notes``) is None when the producer reads no status (note).
     """
 
     values: list[Any]
     statuses: list[str | None] | None
+    notes: list[str | None] | None = None
 
 
 def _looks_like_json(text: str) -> bool:
@@ -267,18 +271,35 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     assert path is not None
     if path.is_root:
         return _Leaves([value.strip() if isinstance(value, str) else value], None)
-    if producer.status is None:
+    fields = producer.note
+    if producer.status is None and fields == ():
         return _Leaves(path.extract(value), None)
+    if producer.status is None and fields is None:
+        found = path.extract(value)
+        if len(found) > DEFAULT_NOTES:  # a flood: no default notes, no cost per id
+            return _Leaves(found, None)
     values: list[Any] = []
-    statuses: list[str | None] = []
+    statuses: list[str | None] | None = None if producer.status is None else []
+    notes: list[str | None] | None = None if fields == () else []
+    last_op, own = path.steps[-1]  # a default note describes the record whose own id this is
+    own = own if last_op == KEY else None
     for leaf, holder in path.extract_with_parents(value):
-        if isinstance(holder, Mapping):
-            status = holder.get(producer.status)
-        else:  # a model or dataclass holds its status as an attribute
-            status = getattr(holder, producer.status, None)
         values.append(leaf)
-        statuses.append(status if isinstance(status, str) else None)
-    return _Leaves(values, statuses)
+        if statuses is not None:
+            if isinstance(holder, Mapping):
+                status = holder.get(producer.status)
+            else:  # a model or dataclass holds its status as an attribute
+                status = getattr(holder, cast(str, producer.status), None)
+            statuses.append(status if isinstance(status, str) else None)
+        if notes is not None:
+            # Text for the model only: a note is never harvested and never verifies.
+            if fields is not None:
+                notes.append(declared_note(holder, fields))
+            else:
+                notes.append(default_note(holder, producer.status, own))
+    if notes is not None and not any(notes):
+        notes = None
+    return _Leaves(values, statuses, notes)
 
 
 def _structured_producers(value: Any, problems: list[str]) -> tuple[Producer, ...]:
@@ -345,8 +366,10 @@ def _batches(
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
         leaves = _leaves(producer, value, text)
+        notes: list[str | None] | None = None if leaves.notes is None else []
         found = leaves.statuses if leaves.statuses is not None else repeat(None)
-        for leaf, status in zip(leaves.values, found, strict=False):
+        noted = leaves.notes if leaves.notes is not None else repeat(None)
+        for leaf, status, note in zip(leaves.values, found, noted, strict=False):
             raw = leaf if type(leaf) is str else id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
@@ -368,8 +391,11 @@ def _batches(
             keys.append(key)
             if statuses is not None:
                 statuses.append(status)
+            if notes is not None:
+                notes.append(note)
         if values:
-            batches.append(Batch(name, producer.source, producer.role, values, keys, statuses))
+            batch = Batch(name, producer.source, producer.role, values, keys, statuses, notes)
+            batches.append(batch)
     if skipped:
         problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "

@@ -18,8 +18,10 @@ A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
 ``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``; absent
 means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
 see ``Guard.tool``), ``description``, ``ids`` and ``mints``
-(parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
-(result path or ``re:PATTERN`` -> kind or ``{kind, role, status}``). The
+(parameter path -> kind, list of kinds, or ``{kind, sep}``; a mint also
+``role``) and ``produces`` (result path or ``re:PATTERN`` -> kind or
+``{kind, role, status, note}``, ``note`` a list of fields beside the id or
+``false``). The
 shape is checked with JSON Schema before anything is compiled, and every
 error names the file and the place in it. A JSON key written twice in one
 object (a tool declared twice) is an error, not the last one winning.
@@ -57,6 +59,23 @@ _PARAM = {
         },
     ]
 }
+_MINT = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        _KIND_LIST,
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "minLength": 1},
+                "kinds": _KIND_LIST,
+                "sep": {"type": "string", "minLength": 1},
+                "role": {"type": "string", "minLength": 1},
+            },
+            "additionalProperties": False,
+            "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
+        },
+    ]
+}
 _PRODUCER = {
     "oneOf": [
         {"type": "string", "minLength": 1},
@@ -66,6 +85,12 @@ _PRODUCER = {
                 "kind": {"type": "string", "minLength": 1},
                 "role": {"type": "string", "minLength": 1},
                 "status": {"type": "string", "minLength": 1},
+                "note": {
+                    "oneOf": [
+                        {"type": "boolean"},
+                        {"type": "array", "items": {"type": "string", "minLength": 1}},
+                    ]
+                },
             },
             "required": ["kind"],
             "additionalProperties": False,
@@ -109,7 +134,7 @@ SCHEMA: dict[str, Any] = {
                     "verifies": {"enum": [True, False, "on_success"]},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
-                    "mints": {"type": "object", "additionalProperties": _PARAM},
+                    "mints": {"type": "object", "additionalProperties": _MINT},
                     "produces": {"type": "object", "additionalProperties": _PRODUCER},
                 },
                 "additionalProperties": False,

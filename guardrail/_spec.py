@@ -49,7 +49,12 @@ class Id:
     ``Annotated[str, Id("order")]``; ``Id(["customer", "line"])`` accepts
     either kind; ``sep=","`` reads several ids packed in one string;
     ``role`` is a role template for ids a result produces (``"order_{n}"``),
-    ``status`` the key beside the id holding its status. A parameter left at
+    ``status`` the key beside the id holding its status, ``note`` the
+    fields beside it that say which record it is (paths from the record
+    holding the id: ``["items[*].name", "placed"]``; default: its short
+    ``name``, ``title``, ``status``, ``date``... fields; ``False``: none).
+    On a ``mints=`` parameter, ``role`` names the ids it brings into
+    existence. A parameter left at
     a default other than None is checked as if the default were passed,
     unless ``default_ok=True`` says the default is a known-good id.
 
@@ -67,6 +72,7 @@ class Id:
     role: str | None
     status: str | None
     default_ok: bool
+    note: tuple[str, ...] | bool
 
     def __init__(
         self,
@@ -76,6 +82,7 @@ class Id:
         role: str | None = None,
         status: str | None = None,
         default_ok: bool = False,
+        note: Sequence[str] | bool = True,
     ) -> None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if not kinds or not all(isinstance(k, str) and k for k in kinds):
@@ -87,6 +94,7 @@ class Id:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "default_ok", default_ok)
+        object.__setattr__(self, "note", _note_fields(note))
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
@@ -98,6 +106,22 @@ class Id:
             json_schema[SEP_KEY] = self.sep
         _describe(json_schema)
         return json_schema
+
+
+def _note_fields(note: object) -> tuple[str, ...] | bool:
+    """``Id(note=)`` checked: True (the default fields), False (none), or field paths."""
+    if isinstance(note, bool):
+        return note
+    if (
+        isinstance(note, Sequence)
+        and not isinstance(note, (str, bytes))
+        and all(isinstance(field, str) and field for field in note)
+    ):
+        return tuple(cast(Sequence[str], note))
+    raise GuardrailUsageError(
+        f"Id(note=) is a list of field paths beside the id (['items[*].name', 'status']), "
+        f"True (the default fields) or False (no note), not {note!r}"
+    )
 
 
 #: The JSON schema key naming an identifier's kind (a list where it accepts several).
@@ -184,6 +208,8 @@ class ParamSpec:
     kinds: tuple[str, ...]
     sep: str | None = None
     default_ok: bool = False
+    #: A role template for the ids a ``mints=`` parameter brings into existence.
+    role: str | None = None
 
     @property
     def name(self) -> str:
@@ -205,6 +231,8 @@ class Producer:
     regex: re.Pattern[str] | None = None
     role: str | None = None
     status: str | None = None
+    #: The fields beside the id its note is read from; None: the default fields; (): no note.
+    note: tuple[Path, ...] | None = None
 
     @property
     def source(self) -> str:
@@ -258,10 +286,11 @@ class DeclareOptions(TypedDict, total=False):
             beyond the ones annotated ``Id`` in the signature).
         produces: Result paths (``orders[*].order_id``, ``$``,
             ``re:PATTERN``) to the kind of the ids they hold (or
-            ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``); for
-            ``tool``, beyond the result type's ``Id`` fields.
+            ``{"kind": ..., "status": ..., "role": ..., "note": [...]}``, or
+            an ``Id``); for ``tool``, beyond the result type's ``Id`` fields.
         mints: Parameters whose values a successful ``write`` brings into
-            existence (they enter the ledger verified).
+            existence (they enter the ledger verified; ``{"kind": ...,
+            "role": ...}`` or ``Id(kind, role=...)`` names them).
         effect: ``"read"`` or ``"write"``; a tool with none is a write (the
             strict side).
         verifies: How a successful ``read`` verifies a user-typed id it took:
@@ -308,11 +337,11 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
     ):
         return Id(cast(Sequence[str], decl))
     if isinstance(decl, Mapping):
-        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok"}
+        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok", "note"}
         if unknown:
             raise GuardrailUsageError(
                 f"tool {tool!r}: {where}: unknown option(s) {sorted(unknown)}; "
-                "use kind (or kinds), sep, role, status, default_ok",
+                "use kind (or kinds), sep, role, status, note, default_ok",
                 tool=tool,
                 param=where,
             )
@@ -327,6 +356,7 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
             role=decl.get("role"),
             status=decl.get("status"),
             default_ok=decl.get("default_ok", False),
+            note=decl.get("note", True),
         )
     raise GuardrailUsageError(
         f"tool {tool!r}: {where}: expected a kind name, a list of kind names or Id(...), "
@@ -349,7 +379,13 @@ def param_specs(decls: Mapping[str, ParamDecl] | None, *, tool: str) -> list[Par
                 param=where,
             )
         specs.append(
-            ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep, default_ok=marker.default_ok)
+            ParamSpec(
+                path=path,
+                kinds=marker.kinds,
+                sep=marker.sep,
+                default_ok=marker.default_ok,
+                role=marker.role,
+            )
         )
     return specs
 
@@ -373,7 +409,8 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                 raise GuardrailUsageError(
                     f"tool {tool!r}: bad regex producer {where!r}: {exc}", tool=tool, param=where
                 ) from None
-            compiled.append(Producer(kind=kind, regex=regex, role=marker.role))
+            _note_paths(marker, None, tool=tool, where=where)  # a regex has no record beside it
+            compiled.append(Producer(kind=kind, regex=regex, role=marker.role, note=()))
         else:
             path = compile_path(where, tool=tool, param=where)
             if marker.status is not None and path.steps and path.steps[-1][0] not in (KEY, KEYS):
@@ -383,8 +420,38 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                     tool=tool,
                     param=where,
                 )
-            compiled.append(Producer(kind=kind, path=path, role=marker.role, status=marker.status))
+            compiled.append(_producer(kind, path, marker, tool=tool))
     return compiled
+
+
+def _producer(kind: str, path: Path, marker: Id, *, tool: str | None) -> Producer:
+    """The producer of ``kind`` at ``path``, its note fields compiled."""
+    note = _note_paths(marker, path, tool=tool, where=path.text)
+    return Producer(kind=kind, path=path, role=marker.role, status=marker.status, note=note)
+
+
+def _note_paths(
+    marker: Id, path: Path | None, *, tool: str | None, where: str
+) -> tuple[Path, ...] | None:
+    """The compiled note fields of a producer: None for the default ones, () for none.
+
+    A note is read from the record holding the id, so only a path ending in a
+    key (or ``.~``) has one; elsewhere the default is no note and declared
+    fields are an error.
+    """
+    beside = path is not None and bool(path.steps) and path.steps[-1][0] in (KEY, KEYS)
+    if marker.note is True:
+        return None if beside else ()
+    if marker.note is False or not marker.note:
+        return ()
+    if not beside:
+        raise GuardrailUsageError(
+            f"tool {tool!r}: a note is read from the record holding the id, so {where!r} "
+            "must end in a key or '.~' (not '$', '[*]' or 're:')",
+            tool=tool,
+            param=where,
+        )
+    return tuple(compile_path(field, tool=tool, param=f"{where} note") for field in marker.note)
 
 
 # -- declarations read from type annotations ------------------------------------------------
@@ -522,9 +589,7 @@ def _producers_of(pairs: Iterable[tuple[Path, Id]], *, tool: str | None) -> list
                 tool=tool,
                 param=path.text,
             )
-        produced.append(
-            Producer(kind=marker.kinds[0], path=path, role=marker.role, status=marker.status)
-        )
+        produced.append(_producer(marker.kinds[0], path, marker, tool=tool))
     return produced
 
 

@@ -606,6 +606,23 @@ def test_corpus_replay(corpus_replay: CorpusReplay) -> None:
     report.assert_detection(0.99)
 
 
+@needs_corpus
+def test_corpus_which_one_after_compaction(corpus_replay: CorpusReplay) -> None:
+    """The airline manifest's notes tell 681 of 1,403 ids with rivals apart; a plain summary 0."""
+    availability = corpus_replay.report.to_dict()["total"]["availability"]
+    guarded, plain = availability["guardrail k=0"], availability["plain summary k=0"]
+    assert (guarded["which_ids"], guarded["which_told"]) == (1403, 681)
+    assert (plain["which_ids"], plain["which_told"]) == (1403, 0)
+    assert guarded["which_by_kind"] == {
+        "airport": {"asked": 417, "told_apart": 16},  # a code has no record that describes it
+        "flight": {"asked": 376, "told_apart": 341},
+        "payment_method": {"asked": 182, "told_apart": 175},
+        # Most of the rest are looked up by the very call: get_user_details lists ids only.
+        "reservation": {"asked": 428, "told_apart": 149},
+    }
+    assert "Which one after compaction" in corpus_replay.printed
+
+
 def test_in_memory_traces_and_files_mix(tmp_path: Path) -> None:
     """Trace objects and files can be replayed together; loose traces form one entry."""
     path = tmp_path / "t.jsonl"

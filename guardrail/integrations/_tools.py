@@ -406,7 +406,9 @@ def _return_producers(function: Callable[..., Any] | None) -> dict[str, Id]:
     produced: dict[str, Id] = {}
     for path, marker in annotation_ids(hint):
         if len(marker.kinds) == 1:
-            produced[path.text] = Id(marker.kinds[0], role=marker.role, status=marker.status)
+            produced[path.text] = Id(
+                marker.kinds[0], role=marker.role, status=marker.status, note=marker.note
+            )
     return produced
 
 

@@ -41,7 +41,7 @@ def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Recor
       removal over a drop mark);
     - two live entries become one: verified if either is (the value and
       source of the verified copy), first seen at the earlier turn, last
-      used at the later (with that use's status), pinned if either is, the
+      used at the later (with that use's status and note), pinned if either is, the
       held role kept and the other's names added as aliases.
 
     The answer does not depend on which copy is ``held`` but for the names
@@ -72,6 +72,9 @@ def _combine(held: Record, new: Record) -> Record:
     merged["first_seen"] = min(held["first_seen"], new["first_seen"])
     if _status_order(new) > _status_order(held):
         merged["status"] = new["status"]
+    # The note of the later use, as the status; a copy with none keeps the other's.
+    if new.get("note") is not None and (held.get("note") is None or new["turn"] > held["turn"]):
+        merged["note"] = new["note"]
     merged["last_used"] = merged["turn"] = max(held["turn"], new["turn"])
     merged["epoch"] = max(held["epoch"], new["epoch"])
     merged["pinned"] = bool(held["pinned"] or new["pinned"])

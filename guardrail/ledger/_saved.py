@@ -26,6 +26,8 @@ _strict = with_config(ConfigDict(strict=True, extra="forbid"))
 
 Count = Annotated[int, Field(ge=0)]
 SealKey = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+#: An entry's note: text for the model, cleaned and bounded again whenever it is shown.
+Note = str
 
 
 @_strict
@@ -55,6 +57,8 @@ class LiveRecord(TypedDict):
     status: str | None
     pinned: bool
     epoch: Count
+    #: Written only when the entry has one (records of earlier versions have none).
+    note: NotRequired[Note]
 
 
 @_strict

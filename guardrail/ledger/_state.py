@@ -1,9 +1,8 @@
 """A ledger's state: the id tables, roles, eviction and look-ups, for the modules that run a guard.
 
-:class:`LedgerState` is the working half of a :class:`~guardrail.ledger.Ledger`
-(which wraps it and shows a program only what it uses). It is guardrail's
-own interface, documented here so the check, the engine, compaction and
-the session journal use names, not a class's private members:
+:class:`LedgerState` is the working half of a :class:`~guardrail.ledger.Ledger` (which
+wraps it and shows a program only what it uses): guardrail's own interface, documented
+here so the check, the engine, compaction and the journal use names, not private members:
 
 - look-ups for the check: :attr:`LedgerState.tables` (kind -> normalised
   key -> entry), :meth:`~LedgerState.key`, :meth:`~LedgerState.get`,
@@ -20,8 +19,7 @@ the session journal use names, not a class's private members:
 - conversation state beside the tables: :attr:`~LedgerState.reprompts` and
   :attr:`~LedgerState.user_texts`.
 
-Records, loading and merging are :mod:`guardrail.ledger._records`; the
-store journal is :mod:`guardrail._journal`.
+Records, loading, merging: :mod:`guardrail.ledger._records`; journal: :mod:`guardrail._journal`.
 """
 
 from __future__ import annotations
@@ -38,6 +36,7 @@ from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.ledger._notes import take_notes
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
 from guardrail.ledger._typed import UserTexts
@@ -275,13 +274,11 @@ class LedgerState:
         revived: dict[Name, Tombstone] = {}  # tombstones of evicted ids seen again
         room = sys.maxsize if limit is None else limit
         turn = self.turn
-        tables = self.tables
-        roles = self.roles
-        counters = self.counters
+        tables, roles, counters = self.tables, self.roles, self.counters
         with self.lock:
             tomb_roles = self.tomb_roles
             marks = self.dropped
-            for kind, path, template, values, keys, statuses in batches:
+            for kind, path, template, values, keys, statuses, notes in batches:
                 where = source if isinstance(source, Source) else source[path]
                 table = tables.get(kind)
                 if table is None:
@@ -330,6 +327,7 @@ class LedgerState:
                     entry.last_used = turn
                     entry.verified = verified
                     entry.status = status
+                    entry.note = None  # given below with the rest of the batch's notes
                     entry.pinned = False
                     entry.aliases = ()
                     entry.epoch = 0  # as Entry() has it until the admission ends
@@ -344,6 +342,7 @@ class LedgerState:
                     if marks:  # in the ledger for real now: no longer "not kept"
                         marks.pop((kind, key), None)
                     added.append(entry)
+                take_notes(table, keys, notes, self.journal)  # new ids take theirs too
                 if number != start:
                     counters[kind] = number
                 if fresh:

@@ -74,6 +74,7 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     yield _false_refusals(report)
     yield _detection_table(report)
     yield _availability(report)
+    yield from _which_one(report)
     yield from _agent(report)
     yield _input_problems(report)
     if report.seconds:
@@ -220,6 +221,22 @@ def _availability(report: ReplayReport) -> Table | Text:
     )
     table.caption_justify = "left"
     return table
+
+
+def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
+    """Of the ledger ids with rivals of their kind, those the compacted context tells apart."""
+    if not any(a.which_ids for a in report.total.availability.values()):
+        return
+    yield Text(
+        "Which one after compaction: of the ledger ids whose kind has several entries, those "
+        "told apart by a note or status of their role that each other entry of the kind lacks"
+    )
+    table = Table()
+    for lead, stats in _strategy_rows(report, table, ["strategy", "asked", "told apart", "rate"]):
+        for name, avail in stats.availability.items():
+            told = _pct(avail.which_rate)
+            _row(table, *lead, name, _n(avail.which_ids), _n(avail.which_told), told)
+    yield table
 
 
 def _agent(report: ReplayReport) -> Iterator[Table | Text]:

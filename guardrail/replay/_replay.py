@@ -32,6 +32,7 @@ from guardrail._harvest import harvest
 from guardrail._messages import unsuccessful
 from guardrail._text import has_token
 from guardrail._verdict import Finding, Verdict
+from guardrail.compaction import ledger_facts
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Asker, Intent, agent_name, tool_definitions
@@ -60,6 +61,7 @@ from guardrail.replay._traces import (
     TraceFile,
     load_trace_file,
 )
+from guardrail.replay._which import rivals, told_apart
 
 #: ``(messages so far, ledger) -> the context the agent would see``. The messages are OpenAI
 #: chat-completions dicts; the ledger is a copy the strategy may change.
@@ -317,6 +319,15 @@ class _Run:
             return LEDGER if held else EVICTED
         return OTHER if has_token(before, leaf.text) else ABSENT
 
+    def _rivals(self, leaf: Leaf) -> tuple[str, str, list[str]] | None:
+        """The kind and role of a ledger id argument, and the other roles of its kind, if any."""
+        for kind in leaf.kinds:
+            entry = self.ledger.get(kind.name, leaf.text)
+            if entry is not None:
+                others = rivals(self.ledger, entry)
+                return (entry.kind, entry.role, others) if others else None
+        return None
+
     def _ledger_copy(self) -> Ledger:
         """The ledger as it stands, for what may change it (a check, a compaction strategy)."""
         return Ledger.from_dict(self.ledger.to_dict(), kinds=self.guard.kinds)
@@ -336,15 +347,20 @@ class _Run:
             for leaf in leaves(self.guard.specs[call.name], self.guard.kinds, call.arguments)
         ]
         contexts: dict[str, list[Any]] = {}
+        among = {id(leaf): self._rivals(leaf) for _, leaf, origin in arguments if origin == LEDGER}
         for name, strategy in self.compaction.items():
             avail = self.stats.availability.setdefault(name, Availability())
             compacted = list(strategy([dict(m) for m in context], self._ledger_copy()))
             contexts[name] = compacted
             after = "\n".join(strings(compacted))
+            facts = ledger_facts(compacted)
             avail.compactions += 1
             for call, leaf, origin in arguments:
                 if origin == LEDGER:
                     avail.ids += 1
+                    found = among[id(leaf)]
+                    if found is not None:  # several of its kind: is its own told apart?
+                        avail.which(found[0], told_apart(*found[1:], facts))
                     if has_token(after, leaf.text):
                         avail.present += 1
                     elif len(avail.misses) < self.stats.max_examples:

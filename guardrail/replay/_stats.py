@@ -153,11 +153,21 @@ class Availability:
     the context but from no tool result: typed by the user or written by the
     agent, such as an airport code), with ``other_present`` still there after
     compaction, and ``not_in_context`` (nowhere before the call: invented).
+
+    "Which one": ``which_ids`` of the ledger ids have a kind with several
+    entries in the ledger; ``which_told`` of them are told apart in the
+    compacted context (their role's block line or summary carries a note
+    part or a status that each other entry of the kind lacks; see
+    :mod:`guardrail.replay._which`), also counted by kind.
     """
 
     compactions: int = 0
     ids: int = 0
     present: int = 0
+    which_ids: int = 0
+    which_told: int = 0
+    which_asked_by_kind: Counter[str] = field(default_factory=Counter)
+    which_told_by_kind: Counter[str] = field(default_factory=Counter)
     evicted: int = 0
     other_ids: int = 0
     other_present: int = 0
@@ -168,6 +178,19 @@ class Availability:
     def rate(self) -> float | None:
         """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
+
+    def which(self, kind: str, told: bool) -> None:
+        """Count one id argument with rivals of its kind, told apart or not."""
+        self.which_ids += 1
+        self.which_asked_by_kind[kind] += 1
+        if told:
+            self.which_told += 1
+            self.which_told_by_kind[kind] += 1
+
+    @property
+    def which_rate(self) -> float | None:
+        """The share of ids with rivals of their kind that the compacted context tells apart."""
+        return self.which_told / self.which_ids if self.which_ids else None
 
     @property
     def other_rate(self) -> float | None:
@@ -185,6 +208,13 @@ class Availability:
             "ids": self.ids,
             "present": self.present,
             "rate": self.rate,
+            "which_ids": self.which_ids,
+            "which_told": self.which_told,
+            "which_rate": self.which_rate,
+            "which_by_kind": {
+                kind: {"asked": asked, "told_apart": self.which_told_by_kind[kind]}
+                for kind, asked in sorted(self.which_asked_by_kind.items())
+            },
             "evicted": self.evicted,
             "other_ids": self.other_ids,
             "other_present": self.other_present,

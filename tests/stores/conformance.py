@@ -49,6 +49,7 @@ __all__ = [
     "test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
+    "test_concurrent_writers_keep_the_note_of_the_later_use",
     "test_concurrent_writers_merge_one_entry",
     "test_expire_deletes_only_idle_sessions",
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
@@ -272,6 +273,16 @@ def test_concurrent_writers_merge_one_entry(store: Store) -> None:
     assert record["verified"] and record["value"] == "#W1" and record["pinned"]
     assert (record["turn"], record["last_used"], record["first_seen"]) == (3, 3, 1)
     assert (record["role"], record["aliases"]) == ("typed", ["order"])
+
+
+def test_concurrent_writers_keep_the_note_of_the_later_use(store: Store) -> None:
+    """A note merges as a status does: the later use's, and a copy without one keeps it."""
+    base = store.apply("s", Change(0, [], meta())).version
+    store.apply("s", Change(base, [live("W1", turn=1, note="Kettle K2; 2025-03-02")]))
+    store.apply("s", Change(base, [live("W1", turn=3)]))
+    assert by_key(store.load("s"))["order", "W1"]["note"] == "Kettle K2; 2025-03-02"
+    store.apply("s", Change(base, [live("W1", turn=5, note="Vortex 900 blender")]))
+    assert by_key(store.load("s"))["order", "W1"]["note"] == "Vortex 900 blender"
 
 
 def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
