@@ -52,6 +52,9 @@ class Id:
     ``status`` the key beside the id holding its status. A parameter left at
     a default other than None is checked as if the default were passed,
     unless ``default_ok=True`` says the default is a known-good id.
+    ``outside=True`` on a result field says an outside party chose its
+    values (an incoming payment's sender, a received e-mail's ``from``):
+    they keep that mark, and the kind's ``outside`` policy decides them.
 
     In a JSON schema pydantic writes (a tool's parameters, as agent
     frameworks send them to a model), an identifier says how to fill it:
@@ -67,6 +70,7 @@ class Id:
     role: str | None
     status: str | None
     default_ok: bool
+    outside: bool
 
     def __init__(
         self,
@@ -76,6 +80,7 @@ class Id:
         role: str | None = None,
         status: str | None = None,
         default_ok: bool = False,
+        outside: bool = False,
     ) -> None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if not kinds or not all(isinstance(k, str) and k for k in kinds):
@@ -87,6 +92,9 @@ class Id:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "default_ok", default_ok)
+        if not isinstance(outside, bool):
+            raise GuardrailUsageError(f"Id(outside=) is True or False, not {outside!r}")
+        object.__setattr__(self, "outside", outside)
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
@@ -205,6 +213,8 @@ class Producer:
     regex: re.Pattern[str] | None = None
     role: str | None = None
     status: str | None = None
+    #: An outside party chooses the values (see :class:`Id`).
+    outside: bool = False
 
     @property
     def source(self) -> str:
@@ -233,6 +243,8 @@ class ToolSpec:
     description: str = ""
     positions: Mapping[str, int] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: A read that sends data out (fetching a URL): its ids are weighed as a write's are.
+    egress: bool = False
 
     @property
     def confirms_arguments(self) -> bool:
@@ -271,6 +283,10 @@ class DeclareOptions(TypedDict, total=False):
         description: The tool's description (default for ``tool``: the
             function's docstring); ids of a kind's shape quoted in it are
             placeholders, refused as ``example``.
+        egress: A ``read`` that sends data out even though it changes
+            nothing (fetching a URL, loading an image): the ids it takes are
+            weighed by their kinds' ``user_typed``, ``mentions`` and
+            ``outside`` policies, as a write's are (default: False).
     """
 
     ids: Mapping[str, ParamDecl] | None
@@ -279,6 +295,7 @@ class DeclareOptions(TypedDict, total=False):
     effect: Effect | None
     verifies: Verifies
     description: str | None
+    egress: bool
 
 
 class ToolOptions(DeclareOptions, total=False):
@@ -308,11 +325,11 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
     ):
         return Id(cast(Sequence[str], decl))
     if isinstance(decl, Mapping):
-        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok"}
+        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok", "outside"}
         if unknown:
             raise GuardrailUsageError(
                 f"tool {tool!r}: {where}: unknown option(s) {sorted(unknown)}; "
-                "use kind (or kinds), sep, role, status, default_ok",
+                "use kind (or kinds), sep, role, status, default_ok, outside",
                 tool=tool,
                 param=where,
             )
@@ -327,6 +344,7 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
             role=decl.get("role"),
             status=decl.get("status"),
             default_ok=decl.get("default_ok", False),
+            outside=decl.get("outside", False),
         )
     raise GuardrailUsageError(
         f"tool {tool!r}: {where}: expected a kind name, a list of kind names or Id(...), "
@@ -373,7 +391,9 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                 raise GuardrailUsageError(
                     f"tool {tool!r}: bad regex producer {where!r}: {exc}", tool=tool, param=where
                 ) from None
-            compiled.append(Producer(kind=kind, regex=regex, role=marker.role))
+            compiled.append(
+                Producer(kind=kind, regex=regex, role=marker.role, outside=marker.outside)
+            )
         else:
             path = compile_path(where, tool=tool, param=where)
             if marker.status is not None and path.steps and path.steps[-1][0] not in (KEY, KEYS):
@@ -383,7 +403,15 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                     tool=tool,
                     param=where,
                 )
-            compiled.append(Producer(kind=kind, path=path, role=marker.role, status=marker.status))
+            compiled.append(
+                Producer(
+                    kind=kind,
+                    path=path,
+                    role=marker.role,
+                    status=marker.status,
+                    outside=marker.outside,
+                )
+            )
     return compiled
 
 
@@ -523,7 +551,13 @@ def _producers_of(pairs: Iterable[tuple[Path, Id]], *, tool: str | None) -> list
                 param=path.text,
             )
         produced.append(
-            Producer(kind=marker.kinds[0], path=path, role=marker.role, status=marker.status)
+            Producer(
+                kind=marker.kinds[0],
+                path=path,
+                role=marker.role,
+                status=marker.status,
+                outside=marker.outside,
+            )
         )
     return produced
 

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from guardrail._entry import TIERS, implied_tier
 from guardrail._harvest import Batch
 from guardrail._messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.ledger import Ledger, Source
@@ -42,6 +43,7 @@ _NOT_PLAIN = frozenset('",()')  # characters a status is JSON-quoted for
 _NOTE_PART = re.compile(
     r"seen turn (?P<seen>\d+)|last used turn (?P<last>\d+)"
     r'|status: (?P<status>"(?:[^"\\]|\\.)*"|[^",()]+)|unverified|pinned'
+    r"|tier: (?P<tier>[a-z]+)|outside|confirmed"
 )
 
 
@@ -56,6 +58,17 @@ class BlockLine:
     status: str | None = None
     verified: bool = True
     pinned: bool = False
+    #: Provenance beyond ``verified``: a tier other than produced (verified) or user
+    #: (unverified), an outside party's value, one the user approved for some tool.
+    tier: str | None = None
+    outside: bool = False
+    confirmed: bool = False
+
+
+def _provenance(tier: str | None, verified: bool, outside: bool, confirmed: bool) -> list[str]:
+    """The notes of an entry's provenance, where it is not what ``unverified`` already says."""
+    notes = [f"tier: {tier}"] if tier and tier != implied_tier(verified, "user") else []
+    return notes + ["outside"] * outside + ["confirmed"] * confirmed
 
 
 def ledger_block(ledger: Ledger) -> str:
@@ -66,11 +79,33 @@ def ledger_block(ledger: Ledger) -> str:
 def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
     """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted."""
     rows = [
-        (e.role, _shown(e.value), _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned))
+        (
+            e.role,
+            _shown(e.value),
+            _notes(
+                e.first_seen,
+                e.last_used,
+                e.status,
+                e.verified,
+                e.pinned,
+                _provenance(e.tier, e.verified, e.outside, e.confirmed),
+            ),
+        )
         for e in state.entries()
     ]
     rows += [
-        (c.role, _shown(c.value), _notes(c.seen, c.last, c.status, c.verified, c.pinned))
+        (
+            c.role,
+            _shown(c.value),
+            _notes(
+                c.seen,
+                c.last,
+                c.status,
+                c.verified,
+                c.pinned,
+                _provenance(c.tier, c.verified, c.outside, c.confirmed),
+            ),
+        )
         for c in carried
     ]
     lines = [BLOCK_HEADER]
@@ -123,9 +158,21 @@ def _mac(text: str, state: LedgerState) -> str:
 
 
 def _notes(
-    seen: int | None, last: int | None, status: str | None, verified: bool, pinned: bool
+    seen: int | None,
+    last: int | None,
+    status: str | None,
+    verified: bool,
+    pinned: bool,
+    provenance: list[str],
 ) -> str:
-    if last == seen and seen is not None and verified and not status and not pinned:
+    if (
+        last == seen
+        and seen is not None
+        and verified
+        and not status
+        and not pinned
+        and not provenance
+    ):
         return ""  # most lines: nothing to note
     notes = []
     if seen is not None and last is not None and last != seen:
@@ -138,6 +185,7 @@ def _notes(
         notes.append("unverified")
     if pinned:
         notes.append("pinned")
+    notes += provenance
     return f"({', '.join(notes)})" if notes else ""
 
 
@@ -234,8 +282,12 @@ def _parse_note(body: str) -> dict[str, Any] | None:
         match = _NOTE_PART.match(body, at)
         if match is None:
             return None
-        seen, last, status = match.group("seen", "last", "status")
-        if seen is not None:
+        seen, last, status, tier = match.group("seen", "last", "status", "tier")
+        if tier is not None:
+            fields["tier"] = tier
+        elif match.group() in ("outside", "confirmed"):
+            fields[match.group()] = True
+        elif seen is not None:
             fields["seen"] = int(seen)
         elif last is not None:
             fields["last"] = int(last)
@@ -283,6 +335,14 @@ def restore(
             continue
         state.turn = max(state.turn, line.seen or 0, line.last or 0)
         found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
+        # The tier the block says (an unverified line with none was typed by the user); an
+        # untrusted block's lines say none and enter as introduced.
+        tier = line.tier if trusted else "introduced"
+        if tier is None and not line.verified:
+            tier = "user"
+        elif tier is not None and tier not in TIERS:
+            tier = "introduced"
+        found = found._replace(tier=tier, outside=line.outside and trusted)
         source = Source("compaction", None, "ledger_block", state.turn)
         for entry in state.admit([found], source=source, verified=line.verified).added:
             seen = line.seen if line.seen is not None else entry.first_seen

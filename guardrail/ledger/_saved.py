@@ -36,6 +36,12 @@ class SavedSource(TypedDict):
     turn: Count
 
 
+@_strict
+class SavedMention(TypedDict):
+    call: str
+    excerpt: str
+
+
 # -- records and meta: what a store keeps, and what format 3 saves --------------------------------
 
 
@@ -55,6 +61,12 @@ class LiveRecord(TypedDict):
     status: str | None
     pinned: bool
     epoch: Count
+    #: Provenance beyond what ``verified`` and the source imply (see :mod:`guardrail._entry`).
+    tier: NotRequired[Literal["produced", "minted", "user", "mentioned", "introduced"]]
+    outside: NotRequired[bool]
+    mention: NotRequired[SavedMention]
+    approved: NotRequired[list[str]]
+    declined: NotRequired[list[str]]
 
 
 @_strict
