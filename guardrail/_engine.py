@@ -576,7 +576,7 @@ class Engine:
 
 
 def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
-    """``batches`` without the ids that entered as introduced and that the user never typed.
+    """``batches`` without the ids that entered introduced or mentioned and the user never typed.
 
     An introduced id came from a runtime that could not tell the user's ids
     from the model's: a lookup's success proves it exists, not that it is
@@ -591,7 +591,7 @@ def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
             if table is None
             or (entry := table.get(key)) is None
             or entry.verified
-            or entry.source.tool != INTRODUCED
+            or (entry.source.tool != INTRODUCED and entry.tier != "mentioned")
             or state.typed_by_user(value)
         ]
         if pairs:

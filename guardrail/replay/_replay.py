@@ -11,10 +11,9 @@ per corruption class (see :mod:`guardrail.replay._corruption`).
 ``compaction=`` is where compaction strategies plug in: before each recorded
 call (each model turn) the conversation so far is compacted, and the
 identifier arguments of the call are looked for, verbatim, in the result.
-``agent=`` is the decisive test: at the same points an agent (a model, or
-:func:`~guardrail.replay._agents.reference_agent`) is asked for its next
-call on the uncompacted context and on each compacted one, and the
-identifier arguments of its calls are compared.
+``agent=`` is the decisive test: an agent is asked for its next call on the
+uncompacted and on each compacted context, and their ids are compared.
+A call that would wait for the user is counted apart (``approve=``).
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from guardrail._content import strings
 from guardrail._guard import Guard
@@ -36,6 +35,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Asker, Intent, agent_name, tool_definitions
 from guardrail.replay._arguments import Leaf, leaves, with_value
+from guardrail.replay._asks import answer
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
 from guardrail.replay._report import ReplayReport
 from guardrail.replay._stats import (
@@ -114,8 +114,10 @@ class _Run:
         variants: int,
         compaction: Mapping[str, Compaction],
         agent: Asker | None,
+        approve: str | None = None,
     ) -> None:
         self.guard = guard
+        self.approve = approve
         self.trace = trace
         self.stats = stats
         self.classes = classes
@@ -148,7 +150,7 @@ class _Run:
                 self._result(message)
         for pending in self.pending:
             stats.unanswered_calls += 1
-            if pending.verdict is not None and not pending.verdict.allowed:
+            if pending.verdict is not None and pending.verdict.outcome == "refused":
                 stats.refused_no_result += 1
 
     def _example(self, index: int, tool: str, label: str, findings: Iterable[Finding]) -> Example:
@@ -175,11 +177,14 @@ class _Run:
             return
         stats.checked += 1
         verdict = guard.check(call.name, call.arguments, ledger=self.ledger)
+        if verdict.approvals:  # counted apart; approved or declined as the replay says
+            example = self._example(index, call.name, "ask", ())
+            verdict = answer(guard, self.ledger, stats, self.approve, call, verdict, example)
         reason = None
         if verdict.allowed:
             stats.allowed += 1
             self._corrupt(index, call)
-        else:
+        elif verdict.outcome == "refused":
             stats.refused += 1
             reason = self._reason(verdict)
         self.pending.append(_Pending(call, index, verdict, reason))
@@ -195,8 +200,8 @@ class _Run:
                 return GENUINE  # a tool returned it: the manifest misses a path, or a bug
             if finding.problem in ("unknown", "mutated", "example"):
                 reasons.add(INVENTED)
-            elif finding.problem == "unverified":
-                reasons.add(UNVERIFIED)
+            elif finding.problem in ("unverified", "declined", "mentioned", "outside"):
+                reasons.add(UNVERIFIED)  # a value no tool confirmed, or the user turned down
             else:
                 return GENUINE
         return INVENTED if INVENTED in reasons else UNVERIFIED
@@ -210,7 +215,7 @@ class _Run:
         # values it names must not be harvested (a trace built in code may not say so).
         failed = message.error or unsuccessful(message.content, message.result)
         verdict = pending.verdict
-        if verdict is not None and not verdict.allowed:
+        if verdict is not None and verdict.outcome == "refused":
             reason = pending.reason or GENUINE
             example = self._example(pending.message, pending.call.name, reason, verdict.findings)
             if failed:
@@ -469,6 +474,7 @@ def replay(
     agent: Agent | None = None,
     tools: Sequence[Mapping[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    approve: Literal["all", "none"] | None = None,
 ) -> ReplayReport:
     """Replay recorded traces through a guard and report its cost and what it catches.
 
@@ -503,6 +509,10 @@ def replay(
         tools: The OpenAI function tools the agent is shown (default:
             derived from the guard's specs by :func:`tool_definitions`).
         progress: Called as ``progress(done, total)`` after each trace.
+        approve: What the user answers a call that would wait for approval:
+            ``"all"`` (approved, then checked again), ``"none"`` (declined:
+            refused), or None (counted as asked, neither allowed nor refused).
+            ``report.total.asked`` counts such calls either way.
     """
     unknown = [name for name in classes if name not in ALL_CLASSES]
     if unknown:
@@ -511,6 +521,8 @@ def replay(
         )
     if not isinstance(variants, int) or variants < 0:
         raise GuardrailUsageError(f"variants must be an integer >= 0, not {variants!r}")
+    if approve not in (None, "all", "none"):
+        raise GuardrailUsageError(f"approve is 'all', 'none' or None, not {approve!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 0):
         raise GuardrailUsageError(f"limit must be an integer >= 0, not {limit!r}")
     given: object = guard
@@ -557,6 +569,7 @@ def replay(
                 variants=variants,
                 compaction=strategies,
                 agent=asker,
+                approve=approve,
             ).run()
             done += 1
             if progress is not None:
@@ -575,6 +588,8 @@ def replay(
         "compaction": list(strategies),
         "agent": None if agent is None else agent_name(agent),
     }
+    if approve is not None:
+        settings["approve"] = approve
     return ReplayReport(
         files=per_file,
         total=total,
