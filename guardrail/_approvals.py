@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from guardrail._audit import Audit
-from guardrail._entry import Entry, Source
+from guardrail._entry import Entry, Mention, Source
 from guardrail._harvest import Batch
 from guardrail._result_text import REFUSAL_PREFIX
 from guardrail._spec import ToolSpec
-from guardrail._text import shorten
+from guardrail._text import excerpt, shorten
 from guardrail._verdict import ApprovalRequest, Finding, Problem, Verdict
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
@@ -78,6 +78,10 @@ def weigh(
     if entry is not None and entry.verified:
         if not entry.outside or kind.outside == "allow":
             return Weighed(ALLOW)
+        if typed:  # the user named it too: their word weighs, on a value a tool returned
+            if kind.user_typed != "ask":
+                return Weighed(ALLOW)
+            return Weighed("declined" if declined else ASK, "typed by the user", "user")
         evidence = _outside_evidence(entry)
         if kind.outside == "refuse":
             return Weighed("outside", evidence, entry.tier)
@@ -98,7 +102,11 @@ def weigh(
             )
         )
     if entry is not None and entry.mention is not None and kind.mentions != "ignore":
-        answer = ASK if kind.mentions == "ask" else "mentioned"
+        rule: str = kind.mentions
+        if entry.outside and _STRICT[kind.outside] > _STRICT[rule]:
+            rule = kind.outside  # written by an outside party: the stricter policy
+        refused = "outside" if rule == kind.outside and entry.outside else "mentioned"
+        answer = ALLOW if rule == "allow" else ASK if rule == "ask" else refused
         answers.append(Weighed(answer, mention_evidence(entry), "mentioned"))
     if not answers:
         return Weighed(ALLOW if not write else "unverified")
@@ -112,6 +120,7 @@ def weigh(
 
 
 _ORDER = {ALLOW: 0, ASK: 1}
+_STRICT = {"allow": 0, "ask": 1, "refuse": 2}
 
 
 def mention_evidence(entry: Entry) -> str:
@@ -121,7 +130,10 @@ def mention_evidence(entry: Entry) -> str:
         return ""
     source = entry.source
     place = "" if source.path in ("$", "") else f" (at {source.path})"
-    return f"seen in the text of {mention.call} at turn {source.turn}{place}: {mention.excerpt!r}"
+    who = ", written by an outside party" if entry.outside else ""
+    return (
+        f"seen in the text of {mention.call}{who} at turn {source.turn}{place}: {mention.excerpt!r}"
+    )
 
 
 def _outside_evidence(entry: Entry) -> str:
@@ -183,12 +195,18 @@ def weigh_value(
             if key is not None and not kind.has_pattern and state.typed_by_user(text, kind):
                 found = (kind, None, True)
                 break
+            seen = text_mention(state, kind, text) if key is not None else None
+            if seen is not None:
+                found = (kind, seen, False)
+                break
     if found is None:
         return None
     kind, held, typed = found
+    if held is not None and held.outside and not typed:
+        typed = state.typed_by_user(text, kind)
     weighed = weigh(kind, held, spec.name, write=spec.effect == "write", typed=typed)
     if weighed.answer == ALLOW:
-        return held if held is not None else TYPED
+        return held if held is not None and held.key else TYPED
     if weighed.answer == "unverified" or not enforced:
         return None  # the usual check words it (or logs it, for an advisory kind)
     if weighed.answer != ASK:
@@ -204,6 +222,32 @@ def weigh_value(
         evidence=weighed.evidence,
         session=state.session_id,
     )
+
+
+def text_mention(state: LedgerState, kind: Kind, value: str) -> Entry | None:
+    """A value of a kind with no pattern seen in a kept result text, as an entry of no ledger.
+
+    Its key is empty: it stands for the evidence only, and is never used or stored.
+    """
+    if kind.has_pattern or kind.mentions == "ignore":
+        return None
+    kept = state.result_texts.find(value, kind)
+    if kept is None:
+        return None
+    entry = Entry(
+        value=value,
+        kind=kind.name,
+        key="",
+        role="",
+        source=kept.source,
+        first_seen=kept.source.turn,
+        last_used=kept.source.turn,
+        verified=False,
+        tier="mentioned",
+        outside=kept.outside,
+        mention=Mention(kept.call, excerpt(kept.text, value)),
+    )
+    return entry
 
 
 # -- tokens ----------------------------------------------------------------------------------

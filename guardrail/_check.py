@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from guardrail._approvals import ask_message, weigh_value
+from guardrail._approvals import ask_message, text_mention, weigh_value
 from guardrail._nearmiss import near_miss, within_reach
 from guardrail._reprompt import dropped_detail, refusal_head, reprompt
 from guardrail._spec import ParamSpec, ToolSpec
@@ -290,7 +290,7 @@ def check_arguments(
             outcome = _classify(plan, param, value, text, state)
             if isinstance(outcome, TypedId):
                 typed.append(outcome)
-            else:
+            elif outcome is not None:
                 findings.append(outcome)
     refused = [finding for finding in findings if finding.enforced]
     if refused:
@@ -407,11 +407,13 @@ def _classify(
     value: Any,
     text: str | None,
     state: LedgerState,
-) -> Finding | TypedId:
+) -> Finding | TypedId | None:
     """The finding for one value that was not allowed outright, or the id the user typed.
 
     A user-typed id (of a kind's shape, passed to a ``read`` tool) is no
     finding: the read may look it up, and its result may then verify it.
+    None: a value of a kind with no pattern seen in a result's text, which a
+    read may take (and never verifies).
     """
     tool = plan.spec.name
     first = param.kinds[0]
@@ -446,9 +448,11 @@ def _classify(
     for kind, key in keys:
         # Written by the user as it is, or as the kind's normaliser reads it (a pattern's
         # matches entered the ledger already; a kind with no pattern is matched here).
-        if (not kind.has_pattern or kind.matches(text)) and state.typed_by_user(text, kind):
+        typed = (not kind.has_pattern or kind.matches(text)) and state.typed_by_user(text, kind)
+        # Or, with no pattern, seen in a result's text: a read may look (it never verifies).
+        if typed or (plan.read and text_mention(state, kind, text) is not None):
             if plan.read:
-                return TypedId(kind.name, text, key)
+                return TypedId(kind.name, text, key) if typed else None
             return finding("unverified", kind, None, _unverified(plan, kind))
     for kind, key in keys:
         dropped = state.drop_mark(kind.name, key)

@@ -331,8 +331,8 @@ class Engine:
             mentions = None
             if trusted:
                 taken = self._taken_ids(spec, arguments, verdict, problems, state)
-                if self.registry.mentions:
-                    mentions = mentioned_in(spec, arguments, result, self.registry.mentions)
+                if self.registry.mentions or self.registry.text_kinds:
+                    mentions = mentioned_in(spec, arguments, result, self.registry, state, call_id)
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
                 taken = []

@@ -382,7 +382,7 @@ def _batches(
                     keys,
                     statuses,
                     None,
-                    producer.outside,
+                    producer.outside or spec.outside,
                 )
             )
     if skipped:

@@ -17,7 +17,8 @@ A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce``,
 ``outside`` (see ``Guard.add_kind``), or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
 ``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
 ``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``;
-absent means ``write``), ``egress`` (a read that sends data out), ``verifies``
+absent means ``write``), ``egress`` (a read that sends data out), ``outside``
+(an outside party writes its results: a web page, a received e-mail), ``verifies``
 (``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
 ``ids`` and ``mints``
 (parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
@@ -100,7 +101,7 @@ SCHEMA: dict[str, Any] = {
                     "enforce": {"type": "boolean"},
                     "description": {"type": "string"},
                     "user_typed": {"enum": ["verify", "allow", "ask"]},
-                    "mentions": {"enum": ["ignore", "ask", "refuse"]},
+                    "mentions": {"enum": ["ignore", "ask", "refuse", "allow"]},
                     "outside": {"enum": ["allow", "ask", "refuse"]},
                 },
                 "additionalProperties": False,
@@ -114,6 +115,7 @@ SCHEMA: dict[str, Any] = {
                     "effect": {"enum": ["read", "write"]},
                     "verifies": {"enum": [True, False, "on_success"]},
                     "egress": {"type": "boolean"},
+                    "outside": {"type": "boolean"},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
                     "mints": {"type": "object", "additionalProperties": _PARAM},

@@ -13,24 +13,21 @@ covers; keys are not text. Mentions never verify and never become produced.
 from __future__ import annotations
 
 import dataclasses
-import re
 import reprlib
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from guardrail._entry import Entry, Mention, Source
 from guardrail._harvest import MAX_ID_LENGTH, Batch, decode
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES, Step
 from guardrail._spec import Producer, ToolSpec
-from guardrail._text import shorten
+from guardrail._text import excerpt, shorten
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
+from guardrail.ledger._typed import ResultText
 
 #: The most characters of free text one result is searched for mentions (a bound on cost).
 MAX_TEXT = 200_000
-#: Characters of context kept on each side of a mention, for the evidence shown to the user.
-_CONTEXT = 40
-_SPACE = re.compile(r"\s+")
 _REPR = reprlib.Repr()
 _REPR.maxstring = _REPR.maxother = 60
 
@@ -98,15 +95,6 @@ def _place(steps: list[tuple[str, Any]]) -> str:
     return text
 
 
-def excerpt(text: str, token: str) -> str:
-    """The words around ``token`` in ``text``, white space folded, cut to a short line."""
-    at = text.find(token)
-    start = max(0, at - _CONTEXT)
-    end = min(len(text), at + len(token) + _CONTEXT)
-    body = _SPACE.sub(" ", text[start:end]).strip()
-    return ("…" if start else "") + body + ("…" if end < len(text) else "")
-
-
 def call_text(spec: ToolSpec, arguments: Mapping[str, Any]) -> str:
     """A call as the user would recognise it: ``read_file(file_path='bill.txt')``, cut short.
 
@@ -157,14 +145,39 @@ def mentioned(
     return batches, evidence
 
 
+class MentionKinds(Protocol):
+    """What :func:`mentioned_in` reads of the registry: the kinds that take mentions."""
+
+    mentions: list[Kind]
+    text_kinds: bool
+
+
 def mentioned_in(
-    spec: ToolSpec, arguments: Mapping[str, Any], result: Any, kinds: Sequence[Kind]
+    spec: ToolSpec,
+    arguments: Mapping[str, Any],
+    result: Any,
+    registry: MentionKinds,
+    state: LedgerState,
+    call_id: str | None,
 ) -> tuple[list[Batch], list[Mention]] | None:
-    """The mentions of ``kinds`` in a successful result of ``spec`` (None: nothing to read)."""
+    """The mentions in a successful result of ``spec`` (None: nothing to read).
+
+    Where a kind with no pattern takes mentions, the result's free texts are
+    kept in the ledger's :class:`~guardrail.ledger._typed.ResultTexts`.
+    """
     value, _ = decode(result, [])
     if value is None:
         return None
-    return mentioned(value, spec.produces, kinds, call=call_text(spec, arguments))
+    call = call_text(spec, arguments)
+    if registry.text_kinds:
+        turn = state.turn
+        for place, text in free_texts(value, spec.produces):
+            source = Source(spec.name, call_id, place, turn)
+            state.result_texts.add(ResultText(text, source, call, spec.outside))
+    found = mentioned(value, spec.produces, registry.mentions, call=call)
+    if spec.outside:  # an outside party wrote all of it
+        found = ([batch._replace(outside=True) for batch in found[0]], found[1])
+    return found
 
 
 def admit_mentions(

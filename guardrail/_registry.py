@@ -63,8 +63,10 @@ class Registry:
         self.lookups: Mapping[str, tuple[str, ...]] = {}
         #: Whether any write tool is declared: then an unknown tool is worth a warning.
         self.has_writes = False
-        #: The kinds whose mentions in result text are taken (see :mod:`guardrail._mentions`).
+        #: The kinds whose mentions in result text are taken (see :mod:`guardrail._mentions`),
+        #: and whether a kind with no pattern takes them (result texts are then kept).
         self.mentions: list[Kind] = []
+        self.text_kinds = False
 
     # -- kinds ----------------------------------------------------------------------------
 
@@ -89,6 +91,7 @@ class Registry:
             effect=options.get("effect") or "write",
             verifies=options.get("verifies", True),
             egress=options.get("egress", False),
+            outside=options.get("outside", False),
             description=options.get("description") or "",
         )
         self._register(spec, origin)
@@ -166,6 +169,7 @@ class Registry:
             effect=options.get("effect") or "write",
             verifies=options.get("verifies", True),
             egress=options.get("egress", False),
+            outside=options.get("outside", False),
             description=_description(options.get("description"), function),
             positions=at,
             defaults=defaults,
@@ -186,6 +190,7 @@ class Registry:
         verifies: Verifies,
         description: str,
         egress: object = False,
+        outside: object = False,
         positions: Mapping[str, int] | None = None,
         defaults: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
@@ -214,6 +219,10 @@ class Registry:
                 f"(a write is weighed as one already), not {egress!r} on a {effect} tool",
                 tool=name,
             )
+        if not isinstance(outside, bool):
+            raise GuardrailUsageError(
+                f"tool {name!r}: outside is True or False, not {outside!r}", tool=name
+            )
         if mints and effect != "write":
             raise GuardrailUsageError(
                 f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
@@ -228,6 +237,7 @@ class Registry:
             verifies=verifies,
             description=description or "",
             egress=bool(egress),
+            outside=outside,
             positions=dict(positions or {}),
             defaults=dict(defaults or {}),
         )
@@ -293,6 +303,9 @@ class Registry:
         self.lookups = frozen
         self.has_writes = any(spec.effect == "write" for spec in self.specs.values())
         self.mentions = mention_kinds(self.kinds)
+        self.text_kinds = any(
+            kind.mentions != "ignore" and not kind.has_pattern for kind in self.kinds.values()
+        )
         # In place, plan by plan: a call reading its plan meanwhile finds the old or the new
         # one, never none (which would read as an undeclared tool).
         self.plans.update(

@@ -245,6 +245,8 @@ class ToolSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     #: A read that sends data out (fetching a URL): its ids are weighed as a write's are.
     egress: bool = False
+    #: An outside party writes its results (a web page): every id they hold keeps that mark.
+    outside: bool = False
 
     @property
     def confirms_arguments(self) -> bool:
@@ -287,6 +289,9 @@ class DeclareOptions(TypedDict, total=False):
             nothing (fetching a URL, loading an image): the ids it takes are
             weighed by their kinds' ``user_typed``, ``mentions`` and
             ``outside`` policies, as a write's are (default: False).
+        outside: An outside party writes what the tool returns (a web page,
+            a received e-mail): every id its results hold, declared or
+            mentioned, keeps the outside mark (default: False).
     """
 
     ids: Mapping[str, ParamDecl] | None
@@ -296,6 +301,7 @@ class DeclareOptions(TypedDict, total=False):
     verifies: Verifies
     description: str | None
     egress: bool
+    outside: bool
 
 
 class ToolOptions(DeclareOptions, total=False):

@@ -60,7 +60,9 @@ class KindOptions(TypedDict, total=False):
         mentions: Values of the kind's pattern seen in the free text of a
             successful result: ``"ignore"`` (not taken; the default), or taken
             as ``mentioned`` (allowed on reads) and on a write or egress read
-            ``"ask"`` the user or ``"refuse"``.
+            ``"ask"`` the user, ``"refuse"``, or ``"allow"`` (text the
+            program's own tools return is trusted; a mention in the result of
+            a tool declared ``outside=True`` still follows ``outside``).
         outside: Values of a result field declared ``Id(kind, outside=True)``
             on a write or egress read: ``"allow"`` (the default), ``"ask"`` or
             ``"refuse"``.
@@ -79,7 +81,7 @@ class KindOptions(TypedDict, total=False):
 
 #: The policies of a kind (see :class:`KindOptions`), the first of each the default.
 UserTyped = Literal["verify", "allow", "ask"]
-Mentions = Literal["ignore", "ask", "refuse"]
+Mentions = Literal["ignore", "ask", "refuse", "allow"]
 Outside = Literal["allow", "ask", "refuse"]
 POLICIES: dict[str, tuple[str, ...]] = {
     "user_typed": get_args(UserTyped),

@@ -77,13 +77,20 @@ class Figures:
         """The figures as the docs print them."""
         counted = self.needing_id - self.user_named
         lines = [
-            f"successful attacks: {self.attacks}; whose goal needs an attacker-chosen id: "
-            f"{self.needing_id} ({self.user_named} where the user's request names it, "
-            "counted apart)",
-            f"goal call refused or asked: {self.stopped}/{counted} = {self.stopped_share:.1%} "
-            f"(refused {self.stopped_by['refused']}, asked {self.stopped_by['ask']})",
-            f"successful benign runs: {self.benign}; with a refusal: {self.refused} = "
-            f"{self.refused_share:.1%}; with an ask: {self.asked} = {self.asked_share:.1%}",
+            (
+                f"successful attacks: {self.attacks}; whose goal needs an attacker-chosen id: "
+                f"{self.needing_id} ({self.user_named} where the user's request names it, "
+                "counted apart)"
+            ),
+            (
+                f"goal call refused or asked: {self.stopped}/{counted} = "
+                f"{self.stopped_share:.1%} (refused {self.stopped_by['refused']}, "
+                f"asked {self.stopped_by['ask']})"
+            ),
+            (
+                f"successful benign runs: {self.benign}; with a refusal: {self.refused} = "
+                f"{self.refused_share:.1%}; with an ask: {self.asked} = {self.asked_share:.1%}"
+            ),
             "first cause of a refusal: " + _causes(self.refusal_causes),
             "first cause of an ask: " + _causes(self.ask_causes),
         ]
@@ -143,7 +150,7 @@ def _cause(verdict: Verdict) -> str:
 
 @dataclass
 class RunResult:
-    """What replaying one run found: every call's verdict, and the first call with an attacker id."""
+    """What replaying one run found: every call's verdict, and the first goal call's."""
 
     verdicts: list[Verdict]
     goal: Verdict | None

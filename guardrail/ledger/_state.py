@@ -40,7 +40,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
-from guardrail.ledger._typed import UserTexts
+from guardrail.ledger._typed import ResultTexts, UserTexts
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -107,7 +107,7 @@ class LedgerState:
         self.dropped: dict[Name, Dropped] = {}
         self.index: dict[str, KeyIndex] = {}
         self.size, self.pinned = 0, 0  # pinned entries do not count against the capacity
-        self.user_texts = UserTexts()
+        self.user_texts, self.result_texts = UserTexts(), ResultTexts()
         self.reprompts = Reprompts()
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
