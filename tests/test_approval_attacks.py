@@ -13,11 +13,11 @@ Slack tools, and a mail-and-calendar guard declared as a user would.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 
 from guardrail import (
     ApprovalRequest,
@@ -28,6 +28,11 @@ from guardrail import (
     StaleApproval,
     Verdict,
 )
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 ATTACKER_IBAN = "US133000000121212121212"
