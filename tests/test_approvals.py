@@ -663,3 +663,28 @@ def test_a_value_the_user_typed_is_not_held_back_by_an_outside_mark() -> None:
         guard.observe_user(f"My friend ({OTHER_IBAN}) sent me too much, send back the rest")
         guard.record("get_transactions", {}, [{"sender": OTHER_IBAN}])
         assert guard.check("send_money", {"recipient": OTHER_IBAN}).allowed
+
+
+def test_async_enforce_approve_and_deny_work_on_a_session() -> None:
+    """enforce_async asks, approve_async and deny_async answer, each on the request's session."""
+    guard = _bank(mentions="ask")
+
+    async def main() -> list[str]:
+        async with guard.session("s"):
+            _read_bill(guard)
+        outcomes: list[str] = []
+        with pytest.raises(ApprovalRequired) as raised:
+            await guard.enforce_async("send_money", {"recipient": BILL_IBAN}, session="s")
+        request = raised.value.requests[0]
+        assert request.to_dict()["token"] == request.token and request.session == "s"
+        await guard.approve_async(request)
+        verdict = await guard.enforce_async("send_money", {"recipient": BILL_IBAN}, session="s")
+        outcomes.append(verdict.outcome)
+        other = guard.check("schedule_transaction", {"recipient": BILL_IBAN}, session="s")
+        await guard.deny_async(other.approvals[0])
+        outcomes.append(
+            guard.check("schedule_transaction", {"recipient": BILL_IBAN}, session="s").outcome
+        )
+        return outcomes
+
+    assert asyncio.run(main()) == ["allowed", "refused"]
