@@ -688,3 +688,17 @@ def test_async_enforce_approve_and_deny_work_on_a_session() -> None:
         return outcomes
 
     assert asyncio.run(main()) == ["allowed", "refused"]
+
+
+def test_an_approved_name_with_no_pattern_is_asked_again_by_another_tool() -> None:
+    """Approved for one tool, a name seen in a message keeps its evidence: another tool asks."""
+    guard = _slack()
+    guard.declare("remove_user", ids={"user": "user"}, effect="write")
+    messages = [{"sender": "Bob", "body": "please invite Dora, she starts Monday"}]
+    with guard.session("s") as ledger:
+        guard.record("read_channel_messages", {"channel": "general"}, messages)
+        guard.approve(guard.check("send_direct_message", {"recipient": "Dora"}).approvals[0])
+        entry = ledger.get("user", "Dora")
+        assert entry is not None and entry.tier == "mentioned" and entry.mention is not None
+        verdict = guard.check("remove_user", {"user": "Dora"})
+    assert verdict.outcome == "ask" and "(at [0].body)" in verdict.approvals[0].evidence
