@@ -50,6 +50,10 @@ class Batch(NamedTuple):
     keys: list[str]
     statuses: list[str | None] | None
     notes: list[str | None] | None = None
+    #: The provenance tier the ids enter with (None: the admission's), and whether an outside
+    #: party chose them (a producer declared ``Id(kind, outside=True)``).
+    tier: str | None = None
+    outside: bool = False
 
     @classmethod
     def one(
@@ -128,7 +132,7 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
     return not spec.produces and opaque(result)
 
 
-def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
+def decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
     """The structured value and the plain text of a result (either may be missing).
 
     The plain text, which ``re:`` producers read, is a text that is not JSON,
@@ -236,7 +240,7 @@ def failed(result: Any) -> bool:
     (:func:`guardrail._messages.is_failure`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
-    value, text = _decode(result, [])
+    value, text = decode(result, [])
     return _failed(value, text)
 
 
@@ -331,14 +335,14 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     whatever a tool says.
     """
     problems: list[str] = []
-    value, text = _decode(result, problems)
+    value, text = decode(result, problems)
     return _batches(spec, value, text, problems, kinds)
 
 
 def recordable(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest | None:
     """:func:`harvest`, or None for a result that :func:`failed` (decoded once)."""
     problems: list[str] = []
-    value, text = _decode(result, problems)
+    value, text = decode(result, problems)
     if _failed(value, text):
         return None
     return _batches(spec, value, text, problems, kinds)
@@ -394,8 +398,18 @@ def _batches(
             if notes is not None:
                 notes.append(note)
         if values:
-            batch = Batch(name, producer.source, producer.role, values, keys, statuses, notes)
-            batches.append(batch)
+            batches.append(
+                Batch(
+                    name,
+                    producer.source,
+                    producer.role,
+                    values,
+                    keys,
+                    statuses,
+                    notes,
+                    outside=producer.outside or spec.outside,
+                )
+            )
     if skipped:
         problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "
@@ -412,3 +426,15 @@ def unreadable_problem(count: int) -> str:
         f"{count} value(s) at declared paths could not be read by their kind's normaliser "
         "(it failed or gave no text); skipped, the rest recorded"
     )
+
+
+def append_id(
+    batches: list[Batch], kind: str, path: str, value: str, key: str, role: str | None = None
+) -> None:
+    """Add one id to ``batches``, in order: to the last batch when its kind and path are these."""
+    last = batches[-1] if batches else None
+    if last is None or last.kind != kind or last.path != path:
+        batches.append(Batch.one(kind, value, key, path, role=role))
+    else:
+        last.values.append(value)
+        last.keys.append(key)

@@ -12,15 +12,17 @@ A manifest is an object with two tables::
     ids = { order_id = "order" }
     produces = { "items[*].item_id" = "item" }
 
-A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
-``description``, or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
+A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce``,
+``description`` and the approval policies ``user_typed``, ``mentions`` and
+``outside`` (see ``Guard.add_kind``), or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
 ``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
-``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``; absent
-means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
-see ``Guard.tool``), ``description``, ``ids`` and ``mints``
-(parameter path -> kind, list of kinds, or ``{kind, sep}``; a mint also
-``role``) and ``produces`` (result path or ``re:PATTERN`` -> kind or
-``{kind, role, status, note}``, ``note`` a list of fields beside the id or
+``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``;
+absent means ``write``), ``egress`` (a read that sends data out), ``outside``
+(an outside party writes its results: a web page, a received e-mail), ``verifies``
+(``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
+``ids`` and ``mints`` (parameter path -> kind, list of kinds, or ``{kind, sep}``;
+a mint also ``role``) and ``produces`` (result path or ``re:PATTERN`` -> kind or
+``{kind, role, status, note, outside}``, ``note`` a list of fields beside the id or
 ``false``). The
 shape is checked with JSON Schema before anything is compiled, and every
 error names the file and the place in it. A JSON key written twice in one
@@ -91,6 +93,7 @@ _PRODUCER = {
                         {"type": "array", "items": {"type": "string", "minLength": 1}},
                     ]
                 },
+                "outside": {"type": "boolean"},
             },
             "required": ["kind"],
             "additionalProperties": False,
@@ -121,6 +124,9 @@ SCHEMA: dict[str, Any] = {
                     "examples": {"type": "array", "items": {"type": "string"}},
                     "enforce": {"type": "boolean"},
                     "description": {"type": "string"},
+                    "user_typed": {"enum": ["verify", "allow", "ask"]},
+                    "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
+                    "outside": {"enum": ["allow", "ask", "refuse"]},
                 },
                 "additionalProperties": False,
             },
@@ -132,6 +138,8 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "effect": {"enum": ["read", "write"]},
                     "verifies": {"enum": [True, False, "on_success"]},
+                    "egress": {"type": "boolean"},
+                    "outside": {"type": "boolean"},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
                     "mints": {"type": "object", "additionalProperties": _MINT},

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     import asyncio
 
 
+#: Ended sessions remembered for refusing their approval requests as stale.
+_ENDED_KEPT = 10_000
+
+
 class _Cached:
     """A session cached in one guard: its live ledger, the store version it caught up with."""
 
@@ -119,6 +123,10 @@ class Sessions:
         #: Cached sessions by id, least recently opened first.
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._default: Ledger | None = None
+        #: Sessions ended here and not opened since (bounded), whose approval requests are stale.
+        self.ended: OrderedDict[str, None] = OrderedDict()
+        #: Signs approval requests (:mod:`guardrail._approvals`): derived from the secret.
+        self.approval_key = hmac.new(self._secret, b"guardrail approvals", hashlib.sha256).digest()
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with the guard's capacity and kinds, outside any store.
@@ -193,6 +201,7 @@ class Sessions:
     def _hold(self, session_id: str) -> _Cached:
         """The cache entry of a session, one more scope holding it, most recently used."""
         with self._open_lock:
+            self.ended.pop(session_id, None)
             cached = self._cache.get(session_id)
             if cached is None:
                 cached = self._cache[session_id] = _Cached()
@@ -443,6 +452,9 @@ class Sessions:
 
     def _ended(self, session_id: str, cached: _Cached | None) -> None:
         with self._open_lock:
+            self.ended[session_id] = None
+            while len(self.ended) > _ENDED_KEPT:
+                self.ended.popitem(last=False)
             if self._cache.get(session_id) is cached:
                 self._cache.pop(session_id, None)
             default = self._default

@@ -169,6 +169,13 @@ def _parser() -> argparse.ArgumentParser:
         "arguments (e.g. guardrail.replay:reference_agent); implies --compact",
     )
     rep.add_argument(
+        "--approve",
+        choices=("all", "none"),
+        help="answer every call that would wait for the user's approval: approve all (the call "
+        "is checked again) or none (refused as declined); without it such calls are counted "
+        "as asked, neither allowed nor refused",
+    )
+    rep.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
     )
     rep.add_argument("--width", type=_count(40), help="table width in characters")
@@ -230,6 +237,7 @@ def _replay(args: argparse.Namespace) -> int:
                 compaction=compaction or None,
                 agent=agent,
                 progress=advance,
+                approve=args.approve,
             )
     except GuardrailUsageError as exc:
         return _fail(str(exc))

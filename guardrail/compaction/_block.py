@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from guardrail._entry import TIERS, implied_tier
 from guardrail._harvest import Batch
 from guardrail._messages import COMPACTED_HEADER, Repair, content_text
 from guardrail._notes import bounded, by_role
@@ -47,6 +48,7 @@ _NOTE_PART = re.compile(
     r"seen turn (?P<seen>\d+)|last used turn (?P<last>\d+)"
     r'|status: (?P<status>"(?:[^"\\]|\\.)*"|[^",()]+)|unverified|pinned'
     r'|note: (?P<note>"(?:[^"\\]|\\.)*")'
+    r"|tier: (?P<tier>[a-z]+)|outside|confirmed"
 )
 _ROLE_REF = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
 
@@ -63,6 +65,17 @@ class BlockLine:
     verified: bool = True
     pinned: bool = False
     note: str | None = None
+    #: Provenance beyond ``verified``: a tier other than produced (verified) or user
+    #: (unverified), an outside party's value, one the user approved for some tool.
+    tier: str | None = None
+    outside: bool = False
+    confirmed: bool = False
+
+
+def _provenance(tier: str | None, verified: bool, outside: bool, confirmed: bool) -> list[str]:
+    """The notes of an entry's provenance, where it is not what ``unverified`` already says."""
+    notes = [f"tier: {tier}"] if tier and tier != implied_tier(verified, "user") else []
+    return notes + ["outside"] * outside + ["confirmed"] * confirmed
 
 
 def ledger_block(ledger: Ledger) -> str:
@@ -78,7 +91,15 @@ def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequ
         (
             e.role,
             _shown(e.value),
-            _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned, noted.get(e.role)),
+            _notes(
+                e.first_seen,
+                e.last_used,
+                e.status,
+                e.verified,
+                e.pinned,
+                noted.get(e.role),
+                _provenance(e.tier, e.verified, e.outside, e.confirmed),
+            ),
         )
         for e in entries
     ]
@@ -86,7 +107,15 @@ def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequ
         (
             c.role,
             _shown(c.value),
-            _notes(c.seen, c.last, c.status, c.verified, c.pinned, noted.get(c.role)),
+            _notes(
+                c.seen,
+                c.last,
+                c.status,
+                c.verified,
+                c.pinned,
+                noted.get(c.role),
+                _provenance(c.tier, c.verified, c.outside, c.confirmed),
+            ),
         )
         for c in carried
     ]
@@ -168,9 +197,15 @@ def _notes(
     verified: bool,
     pinned: bool,
     note: str | None,
+    provenance: list[str],
 ) -> str:
-    if last == seen and seen is not None and verified and not (status or pinned or note):
-        return ""  # most lines without a note: nothing to note
+    if (
+        last == seen
+        and seen is not None
+        and verified
+        and not (status or pinned or note or provenance)
+    ):
+        return ""  # most lines: nothing to note
     notes = []
     if seen is not None and last is not None and last != seen:
         notes.append(f"seen turn {seen}, last used turn {last}")
@@ -182,6 +217,7 @@ def _notes(
         notes.append("unverified")
     if pinned:
         notes.append("pinned")
+    notes += provenance
     if note:
         notes.append(f"note: {json.dumps(note, ensure_ascii=False)}")
     return f"({', '.join(notes)})" if notes else ""
@@ -312,12 +348,16 @@ def _parse_note(body: str) -> dict[str, Any] | None:
         match = _NOTE_PART.match(body, at)
         if match is None:
             return None
-        seen, last, status, note = match.group("seen", "last", "status", "note")
+        seen, last, status, note, tier = match.group("seen", "last", "status", "note", "tier")
         if note is not None:
             try:
                 fields["note"] = json.loads(note)
             except ValueError:
                 return None
+        elif tier is not None:
+            fields["tier"] = tier
+        elif match.group() in ("outside", "confirmed"):
+            fields[match.group()] = True
         elif seen is not None:
             fields["seen"] = int(seen)
         elif last is not None:
@@ -370,6 +410,14 @@ def restore(
             continue
         state.turn = max(state.turn, line.seen or 0, line.last or 0)
         found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
+        # The tier the block says (an unverified line with none was typed by the user); an
+        # untrusted block's lines say none and enter as introduced.
+        tier = line.tier if trusted else "introduced"
+        if tier is None and not line.verified:
+            tier = "user"
+        elif tier is not None and tier not in TIERS:
+            tier = "introduced"
+        found = found._replace(tier=tier, outside=line.outside and trusted)
         source = Source("compaction", None, "ledger_block", state.turn)
         for entry in state.admit([found], source=source, verified=line.verified).added:
             entry.note = line.note  # text for the model, from a block this ledger sealed

@@ -38,6 +38,12 @@ class SavedSource(TypedDict):
     turn: Count
 
 
+@_strict
+class SavedMention(TypedDict):
+    call: str
+    excerpt: str
+
+
 # -- records and meta: what a store keeps, and what format 3 saves --------------------------------
 
 
@@ -59,6 +65,12 @@ class LiveRecord(TypedDict):
     epoch: Count
     #: Written only when the entry has one (records of earlier versions have none).
     note: NotRequired[Note]
+    #: Provenance beyond what ``verified`` and the source imply (see :mod:`guardrail._entry`).
+    tier: NotRequired[Literal["produced", "minted", "user", "mentioned", "introduced"]]
+    outside: NotRequired[bool]
+    mention: NotRequired[SavedMention]
+    approved: NotRequired[list[str]]
+    declined: NotRequired[list[str]]
 
 
 @_strict

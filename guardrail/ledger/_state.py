@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
 
-from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone
+from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone, raise_tier
 from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
@@ -39,7 +39,7 @@ from guardrail.kinds import Kind
 from guardrail.ledger._notes import take_notes
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
-from guardrail.ledger._typed import UserTexts
+from guardrail.ledger._typed import ResultTexts, UserTexts
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -48,6 +48,7 @@ DEFAULT_CAPACITY = 1000
 Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a store
 
 _allocate = object.__new__
+_TIER = {True: "produced", False: "introduced"}  # an admission's tier when it names none
 
 
 class LedgerState:
@@ -104,17 +105,15 @@ class LedgerState:
         self.tomb_roles: set[str] = set()  # roles evicted ids still hold
         self.dropped: dict[Name, Dropped] = {}
         self.index: dict[str, KeyIndex] = {}
-        self.size = 0
-        self.pinned = 0  # pinned entries do not count against the capacity
-        self.user_texts = UserTexts()
+        self.size, self.pinned = 0, 0  # pinned entries do not count against the capacity
+        self.user_texts, self.result_texts = UserTexts(), ResultTexts()
         self.reprompts = Reprompts()
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
         #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
         self.seal_key: bytes = secrets.token_bytes(32)
         self.journal: set[Name] | None = None
-        #: Run after a change made outside a scope that would write it: the guard's default
-        #: session writes itself there (None: nothing to do).
+        #: Run after a change no scope will write (the default session writes itself there).
         self.after_change: Callable[[], None] | None = None
         #: The meta as last written to the store, and a cheap mark of its changing fields.
         self.written_meta: dict[str, Any] | None = None
@@ -122,8 +121,7 @@ class LedgerState:
 
     def persist(self) -> None:
         """After a change: write it where no scope's end will (``after_change``; else nothing)."""
-        hook = self.after_change
-        if hook is not None:
+        if (hook := self.after_change) is not None:
             hook()
 
     # -- reading --------------------------------------------------------------------------
@@ -136,8 +134,7 @@ class LedgerState:
 
     def entries(self) -> list[Entry]:
         """Every entry in order of first appearance (the order a ledger block lists them)."""
-        # The role table is filled as entries arrive; aliases only repeat an entry.
-        with self.lock:
+        with self.lock:  # the role table is filled as entries arrive; aliases only repeat one
             return list(dict.fromkeys(self.roles.values()))
 
     def role(self, name: str) -> Entry:
@@ -150,8 +147,7 @@ class LedgerState:
 
     def key(self, kind: str, value: str) -> str | None:
         """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
-        known = self.kinds.get(kind)
-        return known.key(value) if known is not None else value.strip()
+        return known.key(value) if (known := self.kinds.get(kind)) is not None else value.strip()
 
     def get(self, kind: str, value: str) -> Entry | None:
         """The entry of ``kind`` whose value is ``value`` in any written form."""
@@ -248,6 +244,7 @@ class LedgerState:
         verified: bool = True,
         limit: int | None = None,
         tool: str | None = None,
+        tier: str | None = None,
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
@@ -264,7 +261,10 @@ class LedgerState:
         with "narrow the search": one result listing 10,000 ids must not
         push every real id and its tombstone out. From turn 1 on, eviction
         spares the ids used in the current turn; new ids that still do not
-        fit are taken out again, newest first, as drop marks too.
+        fit are taken out again, newest first, as drop marks too. ``tier``:
+        the provenance of batches that name none (default: ``produced`` when
+        ``verified``, else ``introduced``); an id already present keeps the
+        more permissive (:func:`~guardrail._entry.raise_tier`).
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
@@ -273,13 +273,14 @@ class LedgerState:
         skipped: dict[Name, str] = {}  # (kind, key) -> value of new ids beyond limit
         revived: dict[Name, Tombstone] = {}  # tombstones of evicted ids seen again
         room = sys.maxsize if limit is None else limit
-        turn = self.turn
-        tables, roles, counters = self.tables, self.roles, self.counters
+        turn, tables, roles, counters = self.turn, self.tables, self.roles, self.counters
         with self.lock:
             tomb_roles = self.tomb_roles
             marks = self.dropped
-            for kind, path, template, values, keys, statuses, notes in batches:
+            for batch in batches:
+                kind, path, template, values, keys, statuses, notes = batch[:7]
                 where = source if isinstance(source, Source) else source[path]
+                level, outside = batch.tier or tier or _TIER[verified], batch.outside
                 table = tables.get(kind)
                 if table is None:
                     table = tables[kind] = {}
@@ -298,10 +299,11 @@ class LedgerState:
                             entry.verified = True
                             entry.source = where
                             upgraded.append(entry)
-                        if status is not None and status != entry.status:
+                        fresh_status = status is not None and status != entry.status
+                        if fresh_status:
                             entry.status = status
-                            if self.journal is not None:
-                                self.journal.add((kind, key))
+                        if raise_tier(entry, level, outside) or fresh_status:
+                            self.changed(kind, key)
                         self.touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
@@ -328,9 +330,10 @@ class LedgerState:
                     entry.verified = verified
                     entry.status = status
                     entry.note = None  # given below with the rest of the batch's notes
-                    entry.pinned = False
-                    entry.aliases = ()
-                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    # epoch 0 as Entry() has it until the admission ends
+                    entry.pinned, entry.aliases, entry.epoch = False, (), 0
+                    entry.tier, entry.outside, entry.mention = level, outside, None
+                    entry.approved = entry.declined = frozenset()
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -352,10 +355,8 @@ class LedgerState:
                 self.epoch += 1
                 for entry in added:
                     entry.epoch = self.epoch
-            journal = self.journal
-            if journal is not None:
-                journal.update([(entry.kind, entry.key) for entry in added])
-                journal.update([(entry.kind, entry.key) for entry in upgraded])
+            if (journal := self.journal) is not None:
+                journal.update([(entry.kind, entry.key) for entry in (*added, *upgraded)])
             evicted = self.evict_over_capacity()
             taken = self._take_back(added, revived)
             dropped = self._mark_dropped(taken, skipped, tool, source)
@@ -445,16 +446,15 @@ class LedgerState:
     def _free_role(self, base: str) -> str:
         role, suffix = base, 1
         while self.role_taken(role):
-            suffix += 1
-            role = f"{base}_{suffix}"
+            suffix, role = suffix + 1, f"{base}_{suffix + 1}"
         return role
 
     # -- the tables -----------------------------------------------------------------------
 
     def changed(self, kind: str, key: str) -> None:
         """Note that the id ``(kind, key)`` changed, for the next write to the store."""
-        if self.journal is not None:
-            self.journal.add((kind, key))
+        if (journal := self.journal) is not None:
+            journal.add((kind, key))
 
     def table(self, kind: str) -> dict[str, Entry]:
         """``kind``'s table, made (empty) if the ledger has none yet."""

@@ -39,7 +39,7 @@ from guardrail.compaction import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.replay._replay import Compaction
+from guardrail.replay._run import Compaction
 
 M = TypeVar("M", bound=Mapping[str, Any])
 

@@ -72,6 +72,8 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     # Above the table, not its title: a title wraps at the table's width.
     yield Text(false_refusals_line(total))
     yield _false_refusals(report)
+    if total.asked or "approve" in report.settings:
+        yield _asks(report)
     yield _detection_table(report)
     yield _availability(report)
     yield from _which_one(report)
@@ -91,6 +93,26 @@ def _files_table(report: ReplayReport) -> Table:
     for stats in report.files:
         _row(table, stats.path, *_file_cells(stats))
     return table
+
+
+def _asks(report: ReplayReport) -> Text:
+    """Calls that would wait for the user's approval, by the tier of the values asked about."""
+    total = report.total
+    tiers = ", ".join(f"{tier} {count}" for tier, count in sorted(total.ask_tiers.items()))
+    answer = {
+        "all": f", all approved ({total.approved})",
+        "none": f", all declined ({total.declined})",
+    }
+    line = (
+        f"Asked the user (the call waits for approval, nothing refused): {_n(total.asked)} calls"
+        + (f"; values by tier: {tiers}" if tiers else "")
+        + answer.get(str(report.settings.get("approve")), "")
+        + "."
+    )
+    for example in total.ask_examples[:5]:
+        line += f"\n  {example.trace} (message {example.message}) {example.tool}: "
+        line += example.describe()
+    return Text(line)
 
 
 def _false_refusals(report: ReplayReport) -> Table:

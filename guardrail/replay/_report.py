@@ -53,6 +53,11 @@ class ReplayReport:
         return stats.rate if stats is not None else None
 
     @property
+    def asked(self) -> int:
+        """Calls in all files that would wait for the user's approval (no id refused)."""
+        return self.total.asked
+
+    @property
     def availability(self) -> dict[str, Availability]:
         """Availability after compaction, per strategy (empty when no compaction was given)."""
         return self.total.availability
@@ -85,6 +90,17 @@ class ReplayReport:
                 for example in total.false_refusal_examples.get(reason, [])
             )
         raise AssertionError("\n".join(lines))
+
+    def assert_asks(self, at_most: int) -> None:
+        """Fail when more than ``at_most`` calls would wait for the user's approval."""
+        total = self.total
+        if total.asked <= at_most:
+            return
+        shown = "\n".join(
+            f"  {e.trace} ({e.path}, message {e.message}) {e.tool}: {e.describe()}"
+            for e in total.ask_examples
+        )
+        raise AssertionError(f"{total.asked} call(s) would ask the user, over {at_most}:\n{shown}")
 
     def assert_detection(self, at_least: float = 0.99, *, classes: Sequence[str] = CLASSES) -> None:
         """Fail when a corruption class is refused less often than ``at_least``."""

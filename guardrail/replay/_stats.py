@@ -315,6 +315,13 @@ class Stats:
     agent: dict[str, AgentDiff] = field(default_factory=dict)
     #: The agent's call on the uncompacted context against the recorded call (None: no agent).
     agent_recorded: AgentDiff | None = None
+    #: Calls that would wait for the user's approval (none refused), by the tier of each value
+    #: asked about; with ``approve="all"`` or ``"none"`` each was then approved or declined.
+    asked: int = 0
+    ask_tiers: Counter[str] = field(default_factory=Counter)
+    ask_examples: list[Example] = field(default_factory=list)
+    approved: int = 0
+    declined: int = 0
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -347,6 +354,12 @@ class Stats:
         self.refused_failed[reason] += 1
         _add_examples(self.refused_failed_examples, [example], self.max_examples)
 
+    def add_ask(self, tiers: Iterable[str], example: Example) -> None:
+        """Count one call that would wait for the user, and the tier of each value asked about."""
+        self.asked += 1
+        self.ask_tiers.update(tiers)
+        _add_examples(self.ask_examples, [example], self.max_examples)
+
     def detection_for(self, name: str) -> ClassStats:
         """The detection counts of one class (created on first use)."""
         stats = self.detection.get(name)
@@ -370,8 +383,13 @@ class Stats:
             "unanswered_calls",
             "identifier_arguments",
             "advisory_arguments",
+            "asked",
+            "approved",
+            "declined",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.ask_tiers.update(other.ask_tiers)
+        _add_examples(self.ask_examples, other.ask_examples, cap)
         self.false_refusals.update(other.false_refusals)
         self.refused_failed.update(other.refused_failed)
         _add_examples(self.refused_failed_examples, other.refused_failed_examples, cap)
@@ -391,10 +409,23 @@ class Stats:
             self.agent_recorded.merge(other.agent_recorded, cap)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe counts, rates and examples."""
+        """JSON-safe counts, rates and examples (``asked`` only where a call would ask)."""
         detection = {
             name: self.detection[name].to_dict() for name in ALL_CLASSES if name in self.detection
         }
+        asked = (
+            {
+                "asked": {
+                    "total": self.asked,
+                    "by_tier": dict(sorted(self.ask_tiers.items())),
+                    "approved": self.approved,
+                    "declined": self.declined,
+                    "examples": [e.to_dict() for e in self.ask_examples],
+                }
+            }
+            if self.asked
+            else {}
+        )
         return {
             "path": self.path,
             "traces": self.traces,
@@ -447,6 +478,7 @@ class Stats:
                     name: diff.to_dict() for name, diff in self.agent.items()
                 },
             },
+            **asked,
         }
 
 
