@@ -12,7 +12,9 @@ start of every run (ids the user typed enter the ledger, unverified). A tool
 whose parameters are marked ``Annotated[str, Id("order")]`` is declared by
 that mark; the check reads each id under the name the model sent it by
 (an alias included); and the tools the model is given say, on every id
-parameter, to copy the value exactly.
+parameter, to copy the value exactly. With ``ledger_instructions=True`` the system message of every
+model call ends with the conversation's ID LEDGER block (the entries used
+last, within ``ledger_tokens``), the ledger a refusal tells the model to copy from.
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
@@ -33,7 +35,13 @@ from typing import TYPE_CHECKING, Any, Literal
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
     from langchain.agents.middleware.types import ModelCallResult, ModelResponse
-    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
+    from langchain_core.messages import (
+        AnyMessage,
+        BaseMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+    )
     from langchain_core.messages.tool import ToolCall
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
@@ -55,6 +63,12 @@ from guardrail._reprompt import Rejection
 from guardrail._verdict import Verdict
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._every_turn import (
+    DEFAULT_BLOCK_TOKENS,
+    block_for,
+    check_budget,
+    with_block,
+)
 from guardrail.integrations._langchain_messages import (
     from_chat,
     new_user_texts,
@@ -175,16 +189,30 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     every tool the model is given says, on each id parameter, to copy the
     value exactly.
 
+    With ``ledger_instructions=True``, every model call's system message
+    ends with the session's ID LEDGER block: the entries used last, as many
+    as fit ``ledger_tokens`` (characters / 4), sealed under a guard with a
+    ``secret``. It is added to the request only, never to the agent's
+    messages, so nothing in it is read back into the ledger.
+
     Put it last in ``middleware=[...]``: LangChain runs the first as the
     outermost wrapper, so the last one sees the arguments the tool will run
     with, after any other middleware changed them.
     """
 
     def __init__(
-        self, guard: Guard, *, session: SessionOf | None = None, observe_user: bool = True
+        self,
+        guard: Guard,
+        *,
+        session: SessionOf | None = None,
+        observe_user: bool = True,
+        ledger_instructions: bool = False,
+        ledger_tokens: int = DEFAULT_BLOCK_TOKENS,
     ) -> None:
         super().__init__()
         self.guard = guard
+        self.ledger_instructions = ledger_instructions
+        self.ledger_tokens = check_budget(ledger_tokens)
         self._sessions = _Sessions(guard, session)
         self._observe = observe_user
         self._bindings = Bindings(guard, "LangChain")
@@ -236,13 +264,29 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             changed = True
         return request.override(tools=tools) if changed else request
 
+    def _with_ledger(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """The request, its system message ending with the ledger block where asked."""
+        request = self._described(request)
+        if not self.ledger_instructions:
+            return request
+        session = self._sessions.of(None, request.runtime)
+        block = block_for(self.guard, self.guard.ledger_for(session), self.ledger_tokens)
+        given = request.system_message
+        if given is None:
+            system = SystemMessage(content=block)
+        elif isinstance(given.content, str):
+            system = SystemMessage(content=with_block(given.content, block))
+        else:  # content blocks (cache marks): the block goes after them, as one more
+            system = SystemMessage(content=[*given.content, {"type": "text", "text": block}])
+        return request.override(system_message=system)
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
         """Give the model its tools with each id parameter described ("copy it exactly")."""
-        return handler(self._described(request))
+        return handler(self._with_ledger(request))
 
     async def awrap_model_call(
         self,
@@ -250,7 +294,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """As :meth:`wrap_model_call`, for ``ainvoke`` and ``astream``."""
-        return await handler(self._described(request))
+        return await handler(self._with_ledger(request))
 
     # -- the user's words -------------------------------------------------------------------
 

@@ -51,6 +51,7 @@ from guardrail._guard import internals
 from guardrail._reprompt import refusal_head
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
 from guardrail.integrations._mcp_listing import (
     LISTING,
     declare_tools,
@@ -338,6 +339,21 @@ class GuardedClientSession:
                 call_id,
                 options,
             )
+
+    def ledger_instructions(
+        self, instructions: str | None = None, *, max_tokens: int = DEFAULT_BLOCK_TOKENS
+    ) -> str:
+        """Your system prompt, then the conversation's ID LEDGER block: send it at every call.
+
+        The host builds its model's request; this is the text to put in its
+        instructions before each model call (see
+        :func:`guardrail.integrations.loops.ledger_instructions`, which it is):
+        the entries used last, within ``max_tokens``, sealed under a guard
+        with a ``secret``. Keep it out of the history you store.
+        """
+        guard = self.guard
+        ledger = guard.ledger if self.session is None else guard.ledger_for(self.session)
+        return with_block(instructions, block_for(guard, ledger, max_tokens))
 
     def _from_another_listing(self, name: str) -> bool:
         origin = internals(self.guard).registry.origins.get(name)
