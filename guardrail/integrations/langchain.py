@@ -61,8 +61,9 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
 
 from guardrail._reprompt import Rejection
 from guardrail._verdict import Verdict
-from guardrail.compaction import Summarizer, compact
+from guardrail.compaction import DEFAULT_KEEP_RECENT, Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
 from guardrail.integrations._every_turn import (
     DEFAULT_BLOCK_TOKENS,
     block_for,
@@ -72,7 +73,6 @@ from guardrail.integrations._every_turn import (
 from guardrail.integrations._langchain_messages import (
     from_chat,
     new_user_texts,
-    tail_start,
     to_chat,
     tool_result,
     with_tool_message,
@@ -93,9 +93,6 @@ __all__ = [
 
 SessionOf = Callable[[RunnableConfig], "str | None"]
 """What names a run's conversation: the run's config in, a session id (or None) out."""
-
-Trigger = tuple[Literal["messages", "tokens"], int]
-"""When to compact: ``("messages", n)``, n messages or more; ``("tokens", n)``, n tokens or more."""
 
 _ToolResponse = ToolMessage | Command[Any]
 
@@ -436,13 +433,16 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Compacts a LangChain agent's history with :func:`guardrail.compact` before a model call.
 
     When ``trigger`` is reached (``("messages", n)``: n messages or more;
-    ``("tokens", n)``: n tokens or more, counted approximately), everything
-    but the last ``keep_last_messages`` messages (moved back so a tool result
-    keeps its call) is replaced by one message holding the sealed ID LEDGER
-    block and a summary in which ids appear only as ``[role]``; the messages
-    kept are the very ones the history had. The ledger is the session's (as
-    for :class:`GuardrailMiddleware`), so the block lists every id the
-    conversation's tools returned, verbatim.
+    ``("tokens", n)``: n tokens or more, counted approximately), the history
+    is compacted: the last ``keep_last_messages`` messages stay raw (or, with
+    ``keep_last_messages=None``, the last ``keep_recent`` turns), moved back
+    so a tool call keeps its result, and everything before them becomes one
+    message holding the sealed ID LEDGER block and a summary in which ids
+    appear only as ``[role]``. The cut is compaction's own, as in every
+    runtime, so an agent's long loop of tool calls within one user turn is
+    shortened too; the messages kept are the very ones the history had. The
+    ledger is the session's (as for :class:`GuardrailMiddleware`), so the
+    block lists every id the conversation's tools returned, verbatim.
 
     ``summarize`` is any ``(messages, roles) -> str`` (the extractive
     summarizer by default; :func:`guardrail.compaction.model_summarizer`
@@ -455,26 +455,21 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         guard: Guard,
         *,
         trigger: Trigger = ("messages", 40),
-        keep_last_messages: int = 6,
+        keep_last_messages: int | None = 6,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
         summarize: Summarizer | None = None,
         role: Literal["system", "user"] = "system",
         session: SessionOf | None = None,
     ) -> None:
         super().__init__()
-        kind, limit = _trigger(trigger)
-        if isinstance(keep_last_messages, bool) or not isinstance(keep_last_messages, int):
-            raise GuardrailUsageError(
-                f"keep_last_messages must be an integer >= 0, not {keep_last_messages!r}"
-            )
-        if keep_last_messages < 0:
-            raise GuardrailUsageError(
-                f"keep_last_messages must be an integer >= 0, not {keep_last_messages}"
-            )
+        kind, limit = check_trigger(trigger)
+        check_keep(keep_recent, keep_last_messages)
         if role not in ("system", "user"):
             raise GuardrailUsageError(f"role must be 'system' or 'user', not {role!r}")
         self.guard = guard
         self.trigger: Trigger = (kind, limit)
         self.keep_last_messages = keep_last_messages
+        self.keep_recent = keep_recent
         self.summarize = summarize
         self.role = role
         self._sessions = _Sessions(guard, session)
@@ -498,42 +493,29 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return self._compacted(messages, ledger)
 
     def _due(self, messages: Sequence[AnyMessage]) -> bool:
-        kind, limit = self.trigger
-        if kind == "messages":
-            return len(messages) >= limit
-        return count_tokens_approximately(messages) >= limit
+        if self.trigger[0] == "messages":
+            return reached(self.trigger, messages)
+        return reached(self.trigger, messages, tokens=count_tokens_approximately(messages))
 
     def _compacted(self, messages: Sequence[BaseMessage], ledger: Ledger) -> dict[str, Any] | None:
-        start = tail_start(messages, self.keep_last_messages)
-        if start == 0:
-            return None
-        chat, origin = to_chat(messages[:start])
+        chat, origin = to_chat(messages)
+        keep = self.keep_last_messages
+        if keep is not None:
+            # Counted in the agent's messages: the chat dicts of the last ``keep`` of them.
+            last = {id(message) for message in messages[len(messages) - keep :]} if keep else set()
+            keep = sum(id(origin[id(item)]) in last for item in chat)
         result = compact(
             chat,
             ledger,
             guard=self.guard,
-            keep_recent=0,
+            keep_recent=self.keep_recent,
+            keep_last_messages=keep,
             summarize=self.summarize,
             shape="openai_chat",
             role=self.role,
         )
         if not result.report.summarized:
             return None
-        head = from_chat(result.messages, origin)
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *head, *messages[start:]]}
-
-
-def _trigger(trigger: Any) -> Trigger:
-    """A valid trigger, or a usage error that shows the two forms."""
-    if (
-        isinstance(trigger, tuple)
-        and len(trigger) == 2
-        and trigger[0] in ("messages", "tokens")
-        and type(trigger[1]) is int
-        and trigger[1] > 0
-    ):
-        return trigger[0], trigger[1]
-    raise GuardrailUsageError(
-        f"trigger must be ('messages', n) or ('tokens', n) with n a positive integer, "
-        f"not {trigger!r}"
-    )
+        return {
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_chat(result.messages, origin)]
+        }

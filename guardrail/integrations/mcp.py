@@ -36,7 +36,7 @@ included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 try:
@@ -48,9 +48,12 @@ except ImportError as exc:  # pragma: no cover - tested with the module hidden
 
 from guardrail._check import undeclared_verdict
 from guardrail._guard import internals
+from guardrail._messages import Shape
 from guardrail._reprompt import refusal_head
 from guardrail._verdict import Verdict
+from guardrail.compaction import DEFAULT_KEEP_RECENT, CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
 from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
 from guardrail.integrations._mcp_listing import (
     LISTING,
@@ -282,6 +285,8 @@ class GuardedClientSession:
         #: Names called that the listing did not have, looked up once each (bounded).
         self._asked: set[str] = set()
         self._bindings = Bindings(guard, "MCP")
+        #: The report of the last :meth:`compact` (None before the first).
+        self.last_report: CompactionReport | None = None
 
     def observe_user(self, text: str) -> None:
         """Read a user message into the ledger (and forward it, with ``forward_user_text``)."""
@@ -354,6 +359,44 @@ class GuardedClientSession:
         guard = self.guard
         ledger = guard.ledger if self.session is None else guard.ledger_for(self.session)
         return with_block(instructions, block_for(guard, ledger, max_tokens))
+
+    def compact(
+        self,
+        messages: Sequence[Any],
+        *,
+        trigger: Trigger | None = None,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
+        keep_last_messages: int | None = None,
+        summarize: Summarizer | None = None,
+        shape: Shape | None = None,
+    ) -> list[Any]:
+        """The host's transcript compacted against this conversation's ledger, with this guard.
+
+        As every adapter compacts: once ``trigger`` is reached
+        (``("messages", n)`` or ``("tokens", n)``, characters / 4 of the
+        messages as JSON; always, without one), the last ``keep_last_messages``
+        messages (else the last ``keep_recent`` turns) stay raw, a call never
+        leaves its result, and the rest becomes the sealed ID LEDGER block and
+        a summary (see :func:`guardrail.compact`). The ledger is the one this
+        session's calls recorded into, so no second guard is needed. The
+        report is :attr:`last_report`.
+        """
+        check_keep(keep_recent, keep_last_messages)
+        if trigger is not None and not reached(check_trigger(trigger), messages):
+            return list(messages)
+        guard = self.guard
+        ledger = guard.ledger if self.session is None else guard.ledger_for(self.session)
+        done = compact(
+            list(messages),
+            ledger,
+            guard=guard,
+            keep_recent=keep_recent,
+            keep_last_messages=keep_last_messages,
+            summarize=summarize,
+            shape=shape,
+        )
+        self.last_report = done.report
+        return list(done.messages)
 
     def _from_another_listing(self, name: str) -> bool:
         origin = internals(self.guard).registry.origins.get(name)
