@@ -23,7 +23,7 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from guardrail import Guard
+from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
@@ -259,3 +259,35 @@ def test_under_a_secret_the_block_is_sealed_for_the_session(runtime: str) -> Non
     for text in seen:
         block = text[text.index(BLOCK_HEADER) :]
         assert unseal(block, state)[1], block
+
+
+def test_a_budget_no_block_fits_is_refused_where_the_adapter_is_built() -> None:
+    """Each adapter checks ledger_tokens when it is built, not at its first model call."""
+    guard = make_guard()
+    agent = Agent(name="support", model=ScriptedModel([]))
+    builders: list[Callable[[], object]] = [
+        lambda: GuardrailMiddleware(guard, ledger_instructions=True, ledger_tokens=10),
+        lambda: Guardrail(guard, ledger_instructions=True, ledger_tokens=10),
+        lambda: guard_agent(agent, guard, ledger_instructions=True, ledger_tokens=10),
+    ]
+    for build in builders:
+        with pytest.raises(GuardrailUsageError, match="integer >= 40"):
+            build()
+    with guard.session("conv"), pytest.raises(GuardrailUsageError, match="integer >= 40"):
+        ledger_instructions(guard, max_tokens=10)
+
+
+def test_without_the_option_the_instructions_are_left_as_they_are() -> None:
+    """Off by default: the model's instructions carry no ledger block."""
+    guard, seen = make_guard(), list[str]()
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        seen.append(info.instructions or "")
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = PydanticAgent(
+        FunctionModel(model), instructions=INSTRUCTIONS, capabilities=[Guardrail(guard)]
+    )
+    with guard.session("conv"):
+        asyncio.run(agent.run("hello"))
+    assert seen == [INSTRUCTIONS]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import anyio
@@ -39,7 +39,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import UsageLimits
 
-from guardrail import Guard
+from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.compaction._block import unseal
 from guardrail.integrations.langchain import (
@@ -307,3 +307,48 @@ def test_an_mcp_host_compacts_its_transcript_with_its_guarded_session() -> None:
 
     anyio.run(main)
     checked(guard, shop, "host")
+
+
+def test_the_options_are_checked_alike_in_every_runtime() -> None:
+    """A trigger or a count that is none is a usage error that shows what to pass."""
+    guard = make_guard()
+    store = SQLiteSession("conv")
+    wrong_trigger: Any = ("turns", 3)
+    builders: list[Callable[[], object]] = [
+        lambda: GuardrailCompactionMiddleware(guard, trigger=wrong_trigger),
+        lambda: guardrail_history_processor(guard, trigger=wrong_trigger),
+        lambda: GuardedSession(store, guard, trigger=wrong_trigger),
+    ]
+    for build in builders:
+        with pytest.raises(GuardrailUsageError, match=r"\('messages', n\) or \('tokens', n\)"):
+            build()
+    with pytest.raises(GuardrailUsageError, match="keep_last_messages must be an integer >= 1"):
+        guardrail_history_processor(guard, trigger=TRIGGER, keep_last_messages=0)
+    with pytest.raises(GuardrailUsageError, match="say when to compact"):
+        guardrail_history_processor(guard)
+    with pytest.raises(GuardrailUsageError, match="keep_last_messages must be an integer >= 0"):
+        GuardedSession(store, guard, keep_last_messages=-1)
+
+
+def test_a_token_trigger_compacts_once_the_history_is_that_long() -> None:
+    """("tokens", n) in Pydantic AI: nothing before the history reaches it, compacted after."""
+    guard, shop = make_guard(), Shop()
+    lengths: list[int] = []
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        lengths.append(len(messages))
+        if len(lengths) > 20:
+            return ModelResponse(parts=[TextPart("done")])
+        call = ToolCallPart("search", {"page": len(lengths)}, tool_call_id=f"c{len(lengths)}")
+        return ModelResponse(parts=[call])
+
+    processor = guardrail_history_processor(guard, trigger=("tokens", 400), keep_last_messages=KEEP)
+    agent = PydanticAgent(
+        FunctionModel(model),
+        tools=[shop.search],
+        capabilities=[Guardrail(guard), ProcessHistory(processor)],
+    )
+    with guard.session("conv"):
+        asyncio.run(agent.run("list my orders"))
+    assert lengths[:3] == [1, 3, 5]  # short: as it is
+    assert max(lengths) < 20  # compacted once the tokens were reached
