@@ -24,7 +24,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail.compaction import BLOCK_HEADER
+from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
 from guardrail.integrations.langchain import GuardrailMiddleware
@@ -291,3 +291,31 @@ def test_without_the_option_the_instructions_are_left_as_they_are() -> None:
     with guard.session("conv"):
         asyncio.run(agent.run("hello"))
     assert seen == [INSTRUCTIONS]
+
+
+def test_a_block_kept_in_the_history_by_mistake_is_never_taken_for_a_compaction() -> None:
+    """A loop that stores its every-turn system prompt keeps it whole through compact()."""
+    guard, shop = make_guard(secret=b"s" * 32), Shop()
+    box = Toolbox(guard, {"search": shop.search})
+    messages: list[dict[str, Any]] = []
+    with guard.session("conv") as ledger:
+        for number in range(3):
+            messages.append({"role": "user", "content": f"search page {number}"})
+            reply = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{number}",
+                        "type": "function",
+                        "function": {"name": "search", "arguments": '{"query": "x"}'},
+                    }
+                ],
+            }
+            messages += [reply, *box.run(reply)]
+        system = {"role": "system", "content": ledger_instructions(guard, INSTRUCTIONS)}
+        assert unseal(system["content"].partition("\n\n")[2], state_of(ledger))[1]
+        result = compact([system, *messages], ledger, guard=guard, keep_recent=1)
+    assert result.messages[0] is system  # the program's instructions, whole
+    assert result.messages[1]["content"].startswith(BLOCK_HEADER)  # the compaction's own
+    assert result.report.summarized == 6 and not result.report.repairs
