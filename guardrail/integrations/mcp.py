@@ -72,7 +72,12 @@ from guardrail.integrations._mcp_results import (
     result_value,
     with_sealed_text,
 )
-from guardrail.integrations._mcp_server import GuardMiddleware, guard_server, request_session
+from guardrail.integrations._mcp_server import (
+    LEDGER_PROMPT,
+    GuardMiddleware,
+    guard_server,
+    request_session,
+)
 from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
@@ -80,6 +85,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_ID_META_KEY",
+    "LEDGER_PROMPT",
     "REFUSAL_META_KEY",
     "REPROMPT_LIMIT_ERROR",
     "SESSION_META_KEY",

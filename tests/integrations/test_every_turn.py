@@ -13,12 +13,17 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import anyio
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
+from mcp import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.shared.exceptions import MCPError
+from mcp.types import TextContent, ToolAnnotations
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -29,6 +34,12 @@ from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
 from guardrail.integrations.langchain import GuardrailMiddleware
 from guardrail.integrations.loops import Toolbox, ledger_instructions
+from guardrail.integrations.mcp import (
+    LEDGER_PROMPT,
+    GuardedClientSession,
+    guard_server,
+    session_meta,
+)
 from guardrail.integrations.openai_agents import guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail
 from guardrail.ledger._ledger import state_of
@@ -319,3 +330,77 @@ def test_a_block_kept_in_the_history_by_mistake_is_never_taken_for_a_compaction(
     assert result.messages[0] is system  # the program's instructions, whole
     assert result.messages[1]["content"].startswith(BLOCK_HEADER)  # the compaction's own
     assert result.report.summarized == 6 and not result.report.repairs
+
+
+def _mcp_server(shop: Shop, *, own_prompt: bool) -> MCPServer:
+    server = MCPServer("shop", log_level="WARNING")
+    server.tool(annotations=ToolAnnotations(read_only_hint=True))(shop.search)
+    if own_prompt:
+
+        @server.prompt()
+        def greeting() -> str:
+            """The server's own prompt."""
+            return "Hello"
+
+    return server
+
+
+@pytest.mark.parametrize("own_prompt", [True, False])
+def test_a_guarded_mcp_server_offers_the_conversations_ledger_as_a_prompt(
+    own_prompt: bool,
+) -> None:
+    """guard_server(ledger_prompt=True): the host gets the block of the session it names."""
+    guard, shop = make_guard(secret=b"s" * 32), Shop()
+    server = _mcp_server(shop, own_prompt=own_prompt)
+    guard_server(server, guard, ledger_prompt=True)
+
+    async def main() -> tuple[list[str], str, str]:
+        async with Client(server) as client:
+            listed = [prompt.name for prompt in (await client.list_prompts()).prompts]
+            await client.call_tool("search", {"query": "x"}, meta=session_meta("conv"))
+            got = await client.get_prompt(LEDGER_PROMPT, meta=session_meta("conv"))
+            other = await client.get_prompt(LEDGER_PROMPT, meta=session_meta("another"))
+            texts = []
+            for result in (got, other):
+                content = result.messages[0].content
+                assert isinstance(content, TextContent)
+                texts.append(content.text)
+            return listed, texts[0], texts[1]
+
+    listed, block, other = anyio.run(main)
+    assert listed == (["greeting"] if own_prompt else []) + [LEDGER_PROMPT]
+    assert value_of("order_2", block) == shop.orders[1]
+    assert unseal(block, state_of(guard.ledger_for("conv")))[1]
+    assert "(no identifiers yet)" in other  # two conversations never share a ledger
+
+
+def test_the_mcp_ledger_prompt_needs_a_conversation() -> None:
+    """A request that names no conversation gets an error, never another one's ledger."""
+    guard, shop = make_guard(), Shop()
+    server = _mcp_server(shop, own_prompt=False)
+    guard_server(server, guard, ledger_prompt=True)
+
+    async def main() -> None:
+        async with Client(server) as client:
+            with pytest.raises(MCPError, match="name it in the request's _meta"):
+                await client.get_prompt(LEDGER_PROMPT)
+
+    anyio.run(main)
+
+
+def test_an_mcp_host_puts_the_block_in_its_own_instructions() -> None:
+    """GuardedClientSession.ledger_instructions: the ledger its calls recorded, after the prompt."""
+    guard, shop = make_guard(), Shop()
+    server = _mcp_server(shop, own_prompt=False)
+
+    async def main() -> str:
+        async with Client(server) as client:
+            session = GuardedClientSession(client, guard, session="host")
+            before = session.ledger_instructions(INSTRUCTIONS)
+            assert "(no identifiers yet)" in before
+            await session.call_tool("search", {"query": "x"})
+            return session.ledger_instructions(INSTRUCTIONS, max_tokens=40)
+
+    text = anyio.run(main)
+    assert text.startswith(INSTRUCTIONS + "\n\n" + BLOCK_HEADER)
+    assert value_of("order_2", text) == shop.orders[1]
