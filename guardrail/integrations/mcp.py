@@ -22,6 +22,12 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
+A host keeps the conversation's ID LEDGER block in its model's instructions
+with :meth:`GuardedClientSession.ledger_instructions` and compacts its
+transcript with :meth:`GuardedClientSession.compact`; a guarded server offers
+the block as the ``guardrail_ledger`` prompt (``ledger_prompt=True``) to hosts
+that run no guard.
+
 Under ``Guard(secret=...)`` a result whose content is one text is sealed for
 the model's call it answers: by the host, given the call id
 (``call_tool(..., call_id=...)``), and by the server, when the request's

@@ -37,7 +37,11 @@ writes for it, then the seal line), so a worker that rebuilds the ledger from
 the items trusts it, and no output a client wrote.
 
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
-:func:`guardrail.compaction.compact` once it grows past ``max_items``.
+:func:`guardrail.compaction.compact` once it reaches its trigger, also while a
+long run saves into it; its :meth:`~GuardedSession.model_input_filter` compacts
+the model's input with the same options. ``guard_agent(...,
+ledger_instructions=True)`` keeps the conversation's ID LEDGER block in the
+agent's instructions at every model call.
 """
 
 from __future__ import annotations

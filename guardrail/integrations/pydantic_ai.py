@@ -22,8 +22,10 @@ the value exactly.
 
 :func:`guardrail_history_processor` compacts the message history with
 :func:`guardrail.compact` (pass it to ``ProcessHistory``): the ledger block
-and a summary replace the older turns, and a tool call never leaves its
-result.
+and a summary replace all but the last messages (or turns), within one run
+too, and a tool call never leaves its result. ``Guardrail(guard,
+ledger_instructions=True)`` keeps the conversation's ID LEDGER block in the
+model's instructions at every request.
 
 Which conversation a call belongs to: the ledger of the ``with
 guard.session(...)`` open around ``agent.run`` (or the guard's default
