@@ -261,13 +261,9 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             changed = True
         return request.override(tools=tools) if changed else request
 
-    def _with_ledger(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        """The request, its system message ending with the ledger block where asked."""
-        request = self._described(request)
-        if not self.ledger_instructions:
-            return request
-        session = self._sessions.of(None, request.runtime)
-        block = block_for(self.guard, self.guard.ledger_for(session), self.ledger_tokens)
+    def _with_block(self, request: ModelRequest[Any], ledger: Ledger) -> ModelRequest[Any]:
+        """The request, its system message ending with the ledger's block."""
+        block = block_for(self.guard, ledger, self.ledger_tokens)
         given = request.system_message
         if given is None:
             system = SystemMessage(content=block)
@@ -282,8 +278,15 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        """Give the model its tools with each id parameter described ("copy it exactly")."""
-        return handler(self._with_ledger(request))
+        """Give the model its tools with each id parameter described ("copy it exactly").
+
+        With ``ledger_instructions``, its system message ends with the ledger block.
+        """
+        request = self._described(request)
+        if self.ledger_instructions:
+            session = self._sessions.of(None, request.runtime)
+            request = self._with_block(request, self.guard.ledger_for(session))
+        return handler(request)
 
     async def awrap_model_call(
         self,
@@ -291,7 +294,11 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """As :meth:`wrap_model_call`, for ``ainvoke`` and ``astream``."""
-        return await handler(self._with_ledger(request))
+        request = self._described(request)
+        if self.ledger_instructions:
+            session = self._sessions.of(None, request.runtime)
+            request = self._with_block(request, await self.guard.ledger_for_async(session))
+        return await handler(request)
 
     # -- the user's words -------------------------------------------------------------------
 

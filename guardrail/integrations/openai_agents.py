@@ -135,7 +135,7 @@ class _Guarding:
             if tools.session_id is None:
                 ledger = guard.ledger
             else:
-                ledger = guard.ledger_for(tools.session_id(context.context))
+                ledger = await guard.ledger_for_async(tools.session_id(context.context))
             return with_block(own, block_for(guard, ledger, budget))
 
         return instructions

@@ -9,6 +9,7 @@ the block its instructions carry at every call, as a real model would.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -48,7 +49,7 @@ from ._langchain_model import ScriptedModel as LangChainModel
 
 FORGED = "#W9999999"
 INSTRUCTIONS = "You are the shop's support agent."
-RUNTIMES = ("loop", "langchain", "pydantic_ai", "openai_agents")
+RUNTIMES = ("loop", "langchain", "langchain_async", "pydantic_ai", "openai_agents")
 
 
 def make_guard(**options: Any) -> Guard:
@@ -143,7 +144,14 @@ def run_loop(guard: Guard, shop: Shop, step: Callable[[str], Action], **options:
             messages += [reply, *box.run(reply)]
 
 
-def run_langchain(guard: Guard, shop: Shop, step: Callable[[str], Action], **options: Any) -> None:
+def run_langchain(
+    guard: Guard,
+    shop: Shop,
+    step: Callable[[str], Action],
+    *,
+    asynchronous: bool = False,
+    **options: Any,
+) -> None:
     def script(messages: Sequence[BaseMessage]) -> AIMessage:
         text, name, arguments = step(str(messages[0].content))
         if not name:
@@ -161,7 +169,11 @@ def run_langchain(guard: Guard, shop: Shop, step: Callable[[str], Action], **opt
         middleware=[middleware],
     )
     config: Any = {"configurable": {"thread_id": "conv"}, "recursion_limit": 40}
-    agent.invoke({"messages": [HumanMessage("refund the second order")]}, config)
+    given: Any = {"messages": [HumanMessage("refund the second order")]}
+    if asynchronous:
+        asyncio.run(agent.ainvoke(given, config))
+    else:
+        agent.invoke(given, config)
 
 
 def run_pydantic_ai(
@@ -220,6 +232,7 @@ def _tokens(options: dict[str, Any], name: str) -> dict[str, Any]:
 RUNNERS = {
     "loop": run_loop,
     "langchain": run_langchain,
+    "langchain_async": functools.partial(run_langchain, asynchronous=True),
     "pydantic_ai": run_pydantic_ai,
     "openai_agents": run_openai_agents,
 }
