@@ -229,7 +229,7 @@ def _tokens(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {name: options["max_tokens"]} if "max_tokens" in options else {}
 
 
-RUNNERS = {
+RUNNERS: dict[str, Callable[..., None]] = {
     "loop": run_loop,
     "langchain": run_langchain,
     "langchain_async": functools.partial(run_langchain, asynchronous=True),
