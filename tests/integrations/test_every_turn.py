@@ -417,3 +417,25 @@ def test_an_mcp_host_puts_the_block_in_its_own_instructions() -> None:
     text = anyio.run(main)
     assert text.startswith(INSTRUCTIONS + "\n\n" + BLOCK_HEADER)
     assert value_of("order_2", text) == shop.orders[1]
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_entry_a_refusal_points_at_is_in_the_next_block(runtime: str) -> None:
+    """Many orders, a small budget: the one a re-prompt says to copy is shown, and refunded."""
+    guard, shop, seen = make_guard(), Shop(count=40), list[str]()
+    first = shop.orders[0]
+    off = first[:-1] + ("0" if first[-1] != "0" else "1")  # one character off, no order's
+
+    def step(instructions: str) -> Action:
+        seen.append(instructions)
+        if len(seen) == 1:
+            return "", "search", {"query": "x"}
+        if len(seen) == 2:
+            assert first not in instructions  # too old for the budget
+            return "", "refund", {"order_id": off}
+        if len(seen) == 3:
+            return "", "refund", {"order_id": value_of("order", instructions)}
+        return "done", "", {}
+
+    RUNNERS[runtime](guard, shop, step, max_tokens=80)
+    assert shop.refunds == [first]
