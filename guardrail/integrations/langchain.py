@@ -509,7 +509,7 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         keep = self.keep_last_messages
         if keep is not None:
             # Counted in the agent's messages: the chat dicts of the last ``keep`` of them.
-            last = {id(message) for message in messages[len(messages) - keep :]} if keep else set()
+            last = {id(message) for message in messages[max(0, len(messages) - keep) :]}
             keep = sum(id(origin[id(item)]) in last for item in chat)
         result = compact(
             chat,

@@ -352,3 +352,27 @@ def test_a_token_trigger_compacts_once_the_history_is_that_long() -> None:
         asyncio.run(agent.run("list my orders"))
     assert lengths[:3] == [1, 3, 5]  # short: as it is
     assert max(lengths) < 20  # compacted once the tokens were reached
+
+
+def test_langchain_keeps_every_message_while_there_are_no_more_than_it_keeps() -> None:
+    """keep_last_messages above the history's length: nothing is summarized."""
+    guard, shop = make_guard(), Shop()
+    sent: list[int] = []
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        sent.append(len(messages))
+        assert not any(BLOCK_HEADER in str(message.content) for message in messages)
+        if len(sent) > 2:
+            return AIMessage(content="done")
+        call = {"name": "search", "args": {"page": len(sent)}, "id": f"c{len(sent)}"}
+        return AIMessage(content="", tool_calls=[call])
+
+    compaction = GuardrailCompactionMiddleware(guard, trigger=("messages", 3), keep_last_messages=5)
+    agent = create_agent(
+        LangChainModel(script=script),
+        [tool(shop.search)],
+        middleware=[compaction, GuardrailMiddleware(guard)],
+    )
+    config: Any = {"configurable": {"thread_id": "conv"}}
+    agent.invoke({"messages": [HumanMessage("list my orders")]}, config)
+    assert sent == [1, 3, 5]  # never shortened: five messages or fewer are all kept
