@@ -106,11 +106,12 @@ def recent_block(
     order = [
         entries[at] for at in sorted(range(len(entries)), key=ranked.__getitem__, reverse=True)
     ]
-    if not order:
-        return _written(state, [], 0, sealed)
-    # More entries never make the block shorter (the columns only widen): find the most that
-    # fit by halving, a handful of renderings however long the ledger.
-    low, high = 0, len(order)
+    whole = _written(state, listed, 0, sealed)
+    if not order or count(whole) <= budget:
+        return whole  # the common case: the whole ledger fits, one rendering
+    # Short of the whole, more entries never make the block shorter (the columns only widen):
+    # find the most that fit by halving, a handful of renderings however long the ledger.
+    low, high = 0, len(order) - 1
     best = _written(state, [], len(order), sealed)
     while low < high:
         middle = (low + high + 1) // 2
