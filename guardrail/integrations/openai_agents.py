@@ -80,6 +80,9 @@ from guardrail.integrations._every_turn import (
 
 __all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
 
+#: Marks the instructions that add a guard's ledger block (the guard is its value).
+_LEDGER_OF = "__guardrail_ledger_of__"
+
 # -- agents -------------------------------------------------------------------------------
 
 
@@ -126,6 +129,8 @@ class _Guarding:
     def with_ledger(self, given: Any, budget: int) -> Any:
         """Dynamic instructions: the agent's own, then the ledger block, built at each call."""
         tools = self.tools
+        if getattr(given, _LEDGER_OF, None) is tools.guard:
+            return given  # an agent guarded twice shows the ledger once
 
         async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
             own = given(context, agent) if callable(given) else given
@@ -138,6 +143,7 @@ class _Guarding:
                 ledger = await guard.ledger_for_async(tools.session_id(context.context))
             return with_block(own, block_for(guard, ledger, budget))
 
+        setattr(instructions, _LEDGER_OF, tools.guard)
         return instructions
 
     def tool(self, owner: Agent[Any], tool: Any) -> Any:

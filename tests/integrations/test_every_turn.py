@@ -439,3 +439,24 @@ def test_the_entry_a_refusal_points_at_is_in_the_next_block(runtime: str) -> Non
 
     RUNNERS[runtime](guard, shop, step, max_tokens=80)
     assert shop.refunds == [first]
+
+
+def test_an_agent_guarded_twice_shows_the_ledger_once() -> None:
+    """guard_agent on a guarded copy keeps one block in its instructions."""
+    guard, shop, seen = make_guard(), Shop(), list[str]()
+
+    def respond(call: ModelCall) -> list[Any]:
+        seen.append(call.system_instructions or "")
+        return [assistant_message("done")]
+
+    agent = Agent(name="support", instructions=INSTRUCTIONS, model=ScriptedModel([
+        ModelStep.respond(respond)]), tools=[function_tool(shop.search)])  # fmt: skip
+    once = guard_agent(agent, guard, ledger_instructions=True)
+    twice = guard_agent(once, guard, ledger_instructions=True)
+    set_tracing_disabled(True)
+    try:
+        with guard.session("conv"):
+            asyncio.run(Runner.run(twice, "hello"))
+    finally:
+        set_tracing_disabled(False)
+    assert seen[0].count(BLOCK_HEADER) == 1
