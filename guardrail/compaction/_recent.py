@@ -25,11 +25,9 @@ from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
 
-#: The token budget of the every-turn block unless told otherwise. Measured on the shipped
-#: tau-airline corpus (``python benchmarks/every_turn_block.py``: its conversations recorded
-#: into one ledger), the whole block costs 83 tokens (characters / 4) at 11 entries, 394 at
-#: 54 and 1,441 at 200, about 7 a line; 1,000 tokens shows the 136 entries used last of those
-#: 200, every entry of a ledger up to about 135.
+#: The token budget of the every-turn block unless told otherwise: the ids of a long task
+#: on the tau-airline corpus. ``python benchmarks/every_turn_block.py`` measures what it
+#: shows there; the compaction page gives the figures.
 DEFAULT_BLOCK_TOKENS = 1000
 #: The least budget a block may be given: the header, a line and a seal.
 MIN_BLOCK_TOKENS = 40
