@@ -108,3 +108,25 @@ def test_a_budget_too_small_or_not_a_number_is_a_usage_error(budget: object) -> 
     with guard.session("s") as ledger, pytest.raises(GuardrailUsageError, match="integer >= 40"):
         recent_block(ledger, max_tokens=budget)  # type: ignore[arg-type]
     assert DEFAULT_BLOCK_TOKENS >= 40
+
+
+def test_every_budget_shows_the_most_entries_that_fit() -> None:
+    """Budget by budget: the block fits, and shows one more entry only once that one fits."""
+    guard = Guard()
+    guard.add_kind("ref", pattern=r"R-\w+")
+    guard.declare("search", produces={"refs[*]": "ref"}, effect="read")
+    refs = [f"R-{'x' * (number % 13)}{number}" for number in range(60)]  # widths that vary
+    with guard.session("s") as ledger:
+        for start in range(0, 60, 7):
+            guard.record("search", {}, {"refs": refs[start : start + 7]})
+        whole = quarter_tokens(recent_block(ledger, max_tokens=10**6))
+        shown_before = -1
+        for budget in range(40, whole + 2):
+            block = recent_block(ledger, max_tokens=budget)
+            shown = sum(word.startswith("R-") for word in block.split())
+            assert quarter_tokens(block) <= budget
+            assert shown >= shown_before
+            if shown > shown_before >= 0:
+                assert quarter_tokens(block) == budget  # it did not fit one token less
+            shown_before = shown
+        assert shown_before == 60

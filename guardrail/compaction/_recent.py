@@ -107,21 +107,38 @@ def recent_block(
     whole = _written(state, listed, 0, sealed)
     if not order or count(whole) <= budget:
         return whole  # the common case: the whole ledger fits, one rendering
-    # Short of the whole, more entries never make the block shorter (the columns only widen):
-    # find the most that fit by halving, a handful of renderings however long the ledger.
+
+    # Short of the whole, more entries never make the block shorter (the columns only widen).
+    # A first guess from the whole block's cost per entry, a probe an eighth away, then
+    # halving what is left: a handful of renderings however long the ledger.
+    def fits(shown: int) -> str | None:
+        chosen = set(map(id, order[:shown]))
+        text = _written(state, [e for e in listed if id(e) in chosen], len(order) - shown, sealed)
+        return text if count(text) <= budget else None
+
     low, high = 0, len(order) - 1
-    best = _written(state, [], len(order), sealed)
+    best: str | None = None
+    guess = min(high, len(order) * budget // max(count(whole), 1))
+    for probe in (guess, None):
+        if probe is None:  # the second probe: an eighth beyond the first, or short of it
+            step = max(1, guess // 8)
+            probe = min(high, guess + step) if low == guess else max(low, guess - step)
+        if not low <= probe <= high:
+            break
+        text = fits(probe)
+        if text is not None:
+            low, best = probe, text
+        else:
+            high = probe - 1
     while low < high:
         middle = (low + high + 1) // 2
-        chosen = set(map(id, order[:middle]))
-        text = _written(
-            state, [entry for entry in listed if id(entry) in chosen], len(order) - middle, sealed
-        )
-        if count(text) <= budget:
+        text = fits(middle)
+        if text is not None:
             low, best = middle, text
         else:
             high = middle - 1
-    return best
+    # ``best`` is the block of ``low`` entries; None: not even the header and the count fit.
+    return best if best is not None else _written(state, [], len(order), sealed)
 
 
 def _written(state: LedgerState, shown: list[Entry], left_out: int, sealed: bool) -> str:
