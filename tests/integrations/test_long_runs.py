@@ -21,6 +21,7 @@ from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_messag
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from mcp import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import TextContent, ToolAnnotations
@@ -376,3 +377,37 @@ def test_langchain_keeps_every_message_while_there_are_no_more_than_it_keeps() -
     config: Any = {"configurable": {"thread_id": "conv"}}
     agent.invoke({"messages": [HumanMessage("list my orders")]}, config)
     assert sent == [1, 3, 5]  # never shortened: five messages or fewer are all kept
+
+
+def test_langchain_keeps_the_last_turns_when_told_keep_recent() -> None:
+    """keep_last_messages=None: the last keep_recent turns stay raw, the earlier ones go."""
+    guard, shop = make_guard(), Shop()
+    sent: list[list[BaseMessage]] = []
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        sent.append(list(messages))
+        if isinstance(messages[-1], HumanMessage):
+            call = {"name": "search", "args": {"page": len(sent)}, "id": f"c{len(sent)}"}
+            return AIMessage(content="", tool_calls=[call])
+        return AIMessage(content="found it")
+
+    compaction = GuardrailCompactionMiddleware(
+        guard, trigger=("messages", 6), keep_last_messages=None, keep_recent=1
+    )
+    agent = create_agent(
+        LangChainModel(script=script),
+        [tool(shop.search)],
+        middleware=[compaction, GuardrailMiddleware(guard)],
+        checkpointer=InMemorySaver(),
+    )
+    config: Any = {"configurable": {"thread_id": "conv"}}
+    for text in ("first page", "second page"):
+        agent.invoke({"messages": [HumanMessage(text)]}, config)
+    last = sent[-1]  # the second turn's last model call: the block, then that turn raw
+    assert str(last[0].content).startswith(BLOCK_HEADER)
+    assert [type(message).__name__ for message in last[1:]] == [
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+    ]
+    assert last[1].content == "second page"
