@@ -85,6 +85,30 @@ class Options:
         return cls(cast(Mode, mode), max_reprompts, refuse_undeclared, max_ids_per_call)
 
 
+#: The findings whose re-prompt tells the model to copy a ledger entry's value.
+_NAMES_AN_ENTRY = frozenset({"mutated", "truncated", "wrong_kind"})
+
+
+def _touch_named(verdict: Verdict, state: LedgerState) -> None:
+    """Mark used the entries a refusal points the model at ("copy it from the ID LEDGER").
+
+    The ledger block given to the model at every turn shows the entries used
+    last: the one a re-prompt names is shown at the next model call. A new
+    epoch first, so it is the latest use even among entries used this epoch.
+    """
+    named = [
+        entry
+        for finding in verdict.findings
+        if finding.problem in _NAMES_AN_ENTRY and finding.nearest_role
+        if (entry := state.roles.get(finding.nearest_role)) is not None
+    ]
+    if named:
+        with state.lock:
+            state.epoch += 1
+            for entry in named:
+                state.touch(entry)
+
+
 class Engine:
     """Checks and records calls against the ledger each method is given, in the guard's mode."""
 
@@ -558,27 +582,3 @@ def _append(batches: list[Batch], kind: str, path: str, value: str, key: str) ->
     else:
         last.values.append(value)
         last.keys.append(key)
-
-
-#: The findings whose re-prompt tells the model to copy a ledger entry's value.
-_NAMES_AN_ENTRY = frozenset({"mutated", "truncated", "wrong_kind"})
-
-
-def _touch_named(verdict: Verdict, state: LedgerState) -> None:
-    """Mark used the entries a refusal points the model at ("copy it from the ID LEDGER").
-
-    The ledger block given to the model at every turn shows the entries used
-    last: the one a re-prompt names is shown at the next model call. A new
-    epoch first, so it is the latest use even among entries used this epoch.
-    """
-    named = [
-        entry
-        for finding in verdict.findings
-        if finding.problem in _NAMES_AN_ENTRY and finding.nearest_role
-        if (entry := state.roles.get(finding.nearest_role)) is not None
-    ]
-    if named:
-        with state.lock:
-            state.epoch += 1
-            for entry in named:
-                state.touch(entry)
