@@ -26,6 +26,7 @@ from guardrail.replay._stats import (
     Stats,
     _n,
     _pct,
+    false_refusals_line,
 )
 
 
@@ -62,12 +63,14 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     seed = report.settings.get("seed")
     head = Text(
         f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
-        f"{_n(total.identifier_arguments)} identifier arguments checked"
-        + (f" (seed {seed})" if seed is not None else ""),
+        f"{_n(total.identifier_arguments + total.advisory_arguments)} identifier arguments "
+        "checked" + (f" (seed {seed})" if seed is not None else ""),
         style="bold",
     )
     yield head
     yield _files_table(report)
+    # Above the table, not its title: a title wraps at the table's width.
+    yield Text(false_refusals_line(total))
     yield _false_refusals(report)
     yield _detection_table(report)
     yield _availability(report)
@@ -92,19 +95,7 @@ def _files_table(report: ReplayReport) -> Table:
 def _false_refusals(report: ReplayReport) -> Table:
 
     total = report.total
-    counts, failed = total.false_refusals, total.refused_failed
-    title = (
-        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
-        f"{counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified. "
-        f"Refused and failed in the recording too: {sum(failed.values())}"
-        + (
-            " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
-            if failed
-            else ""
-        )
-        + f". No result recorded: {total.refused_no_result}."
-    )
-    table = Table(title=Text(title), title_justify="left")
+    table = Table()
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
         table.add_column(name, overflow="fold")
     for reason in REASONS:
@@ -116,7 +107,7 @@ def _false_refusals(report: ReplayReport) -> Table:
                 example.trace,
                 str(example.message),
                 example.tool,
-                example.describe(),
+                example.describe() + (f"; {example.hint}" if example.hint else ""),
             )
     for example in total.refused_failed_examples:
         _row(
@@ -304,7 +295,7 @@ def _input_problems(report: ReplayReport) -> Text:
         f"unreadable arguments {total.unreadable_arguments}",
         f"results with no call {total.orphan_results}",
         f"calls with no result {total.unanswered_calls}",
-        f"advisory id arguments not corrupted {total.advisory_arguments}",
+        f"advisory id arguments (checked, not corrupted) {total.advisory_arguments}",
     ]
     text = Text("Input: " + "; ".join(parts))
     for problem in total.malformed[:5]:

@@ -37,6 +37,7 @@ from guardrail.ledger import Ledger
 from guardrail.replay._agents import Agent, Asker, Intent, agent_name, tool_definitions
 from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._corruption import ALL_CLASSES, SAME_KIND, Context, collision, corrupt
+from guardrail.replay._provenance import Returned, admitting
 from guardrail.replay._report import ReplayReport
 from guardrail.replay._stats import (
     ABSENT,
@@ -98,6 +99,7 @@ class _Pending:
     message: int
     verdict: Verdict | None
     reason: str | None  # for a refused call: genuine, invented or unverified
+    hint: str = ""  # for a genuine one: the result that returned the id, the path to declare
 
 
 class _Run:
@@ -129,6 +131,7 @@ class _Run:
         self.ledger = guard.new_ledger(trace.id)
         self.pending: list[_Pending] = []
         self.outputs: list[str] = []  # text of successful tool outputs so far
+        self.returned: list[Returned] = []  # and the outputs themselves, with their tools
         # (kind, normalised value) of every id a successful tool result produced so far
         self.produced: set[tuple[str, str]] = set()
 
@@ -145,13 +148,15 @@ class _Run:
                 for call in message.tool_calls:
                     self._call(index, call)
             elif message.role == "tool":
-                self._result(message)
+                self._result(index, message)
         for pending in self.pending:
             stats.unanswered_calls += 1
             if pending.verdict is not None and not pending.verdict.allowed:
                 stats.refused_no_result += 1
 
-    def _example(self, index: int, tool: str, label: str, findings: Iterable[Finding]) -> Example:
+    def _example(
+        self, index: int, tool: str, label: str, findings: Iterable[Finding], hint: str = ""
+    ) -> Example:
         return Example(
             trace=self.trace.id,
             path=self.trace.path,
@@ -160,6 +165,7 @@ class _Run:
             tool=tool,
             label=label,
             findings=tuple(f.to_dict() for f in findings),
+            hint=hint,
         )
 
     def _call(self, index: int, call: ToolCall) -> None:
@@ -174,34 +180,44 @@ class _Run:
             self.pending.append(_Pending(call, index, None, None))
             return
         stats.checked += 1
+        # Every identifier argument of a checked call is counted, refused calls' too: the
+        # header's count; detection corrupts only those of allowed calls, of enforced kinds.
+        for leaf in leaves(guard.specs[call.name], guard.kinds, call.arguments):
+            if any(kind.enforce for kind in leaf.kinds):
+                stats.identifier_arguments += 1
+            else:
+                stats.advisory_arguments += 1
         verdict = guard.check(call.name, call.arguments, ledger=self.ledger)
-        reason = None
+        reason, hint = None, ""
         if verdict.allowed:
             stats.allowed += 1
             self._corrupt(index, call)
         else:
             stats.refused += 1
-            reason = self._reason(verdict)
-        self.pending.append(_Pending(call, index, verdict, reason))
+            reason, hint = self._reason(verdict)
+        self.pending.append(_Pending(call, index, verdict, reason, hint))
 
-    def _reason(self, verdict: Verdict) -> str:
-        """Why a refusal may be right: an invented id, or a user-typed one never looked up."""
+    def _reason(self, verdict: Verdict) -> tuple[str, str]:
+        """Why a refusal may be right (an invented id, or a typed one never looked up), or not.
+
+        A genuine one comes with the result that returned the id and the path to declare.
+        """
         outputs = "\n".join(self.outputs)
         reasons = set()
         for finding in verdict.findings:
             if not finding.enforced:
                 continue
-            if has_token(outputs, finding.value):
-                return GENUINE  # a tool returned it: the manifest misses a path, or a bug
+            if has_token(outputs, finding.value):  # a tool returned it: the manifest misses a path
+                return GENUINE, admitting(self.returned, finding.value, finding.kind)
             if finding.problem in ("unknown", "mutated", "example"):
                 reasons.add(INVENTED)
             elif finding.problem == "unverified":
                 reasons.add(UNVERIFIED)
             else:
-                return GENUINE
-        return INVENTED if INVENTED in reasons else UNVERIFIED
+                return GENUINE, ""
+        return (INVENTED if INVENTED in reasons else UNVERIFIED), ""
 
-    def _result(self, message: Message) -> None:
+    def _result(self, index: int, message: Message) -> None:
         pending = self._answer(message)
         if pending is None:
             self.stats.orphan_results += 1
@@ -212,7 +228,9 @@ class _Run:
         verdict = pending.verdict
         if verdict is not None and not verdict.allowed:
             reason = pending.reason or GENUINE
-            example = self._example(pending.message, pending.call.name, reason, verdict.findings)
+            example = self._example(
+                pending.message, pending.call.name, reason, verdict.findings, pending.hint
+            )
             if failed:
                 self.stats.add_refused_failure(reason, example)
             else:
@@ -230,6 +248,7 @@ class _Run:
             )
         if not failed:
             self.outputs.append(message.content)
+            self.returned.append(Returned(index, call.name, message.output))
             if spec is not None and self.turns:
                 try:
                     found = harvest(spec, message.output, self.guard.kinds).batches
@@ -256,9 +275,7 @@ class _Run:
         arguments = call.arguments or {}
         for leaf in leaves(guard.specs[call.name], guard.kinds, arguments):
             if not any(kind.enforce for kind in leaf.kinds):
-                stats.advisory_arguments += 1
                 continue
-            stats.identifier_arguments += 1
             context = Context(kinds=leaf.kinds, ledger=ledger, rng=self.rng)
             for name in self.classes:
                 counts = stats.detection_for(name)

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from guardrail.replay._corruption import CLASSES
-from guardrail.replay._stats import GENUINE, REASONS, Availability, Stats, _pct
+from guardrail.replay._stats import (
+    GENUINE,
+    REASONS,
+    Availability,
+    Stats,
+    _pct,
+    false_refusals_line,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -66,11 +73,15 @@ class ReplayReport:
         if not bad:
             return
         reasons = [GENUINE] if allow_expected else list(REASONS)
-        lines = [f"{bad} call(s) that succeeded in the recording would be refused:"]
+        lines = [
+            false_refusals_line(total),
+            f"{bad} call(s) that succeeded in the recording would be refused:",
+        ]
         for reason in reasons:
             lines += (
                 f"  {example.trace} ({example.path}, message {example.message}) "
                 f"{example.tool}: {example.describe()} [{reason}]"
+                + (f"\n    {example.hint}" if example.hint else "")
                 for example in total.false_refusal_examples.get(reason, [])
             )
         raise AssertionError("\n".join(lines))

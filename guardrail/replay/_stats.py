@@ -39,10 +39,13 @@ class Example:
     tool: str
     label: str
     findings: tuple[Mapping[str, Any], ...] = ()
+    #: For a genuine false refusal: the result that returned the id and the path to declare.
+    hint: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe fields."""
         return {
+            **({"hint": self.hint} if self.hint else {}),
             "trace": self.trace,
             "path": self.path,
             "line": self.line,
@@ -415,6 +418,26 @@ class Stats:
                 },
             },
         }
+
+
+def false_refusals_line(stats: Stats) -> str:
+    """The false refusals in one sentence: the tables' title and the assertion's first line.
+
+    One sentence for both, so that what ``guardrail replay`` prints and what
+    ``ReplayReport.assert_no_false_refusals`` fails on never disagree.
+    """
+    counts, failed = stats.false_refusals, stats.refused_failed
+    expected = counts[INVENTED] + counts[UNVERIFIED]
+    line = (
+        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
+        "which assert_no_false_refusals() fails on; "
+        f"{expected} expected ({counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified), "
+        "which it allows unless allow_expected=False. "
+        f"Refused and failed in the recording too: {sum(failed.values())}"
+    )
+    if failed:
+        line += " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
+    return line + f". No result recorded: {stats.refused_no_result}."
 
 
 def _pct(rate: float | None) -> str:
