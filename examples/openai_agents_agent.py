@@ -20,7 +20,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_t
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from guardrail import Guard
-from guardrail.integrations.openai_agents import GuardedSession, compact_model_input, guard_agent
+from guardrail.integrations.openai_agents import GuardedSession, guard_agent
 
 guard = Guard(mode="reprompt", refuse_undeclared=True)
 guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
@@ -77,13 +77,12 @@ agent = guard_agent(
 
 async def main() -> None:
     set_tracing_disabled(True)
-    # Mid-run, the model reads a compacted context once it holds more than four items.
-    config = RunConfig(call_model_input_filter=compact_model_input(guard, max_items=4,
-                                                                   keep_recent=1))  # fmt: skip
     with tempfile.TemporaryDirectory() as folder:
-        # Between runs, the stored history is compacted the same way.
+        # The stored history is compacted once it holds five items, as the run saves them;
+        # mid-run, the model's input is compacted with the same options.
         history = SQLiteSession("conversation-42", str(Path(folder) / "history.db"))
-        session = GuardedSession(history, guard, max_items=8, keep_recent=1)
+        session = GuardedSession(history, guard, trigger=("messages", 5), keep_recent=1)
+        config = RunConfig(call_model_input_filter=session.model_input_filter())
         with guard.session(session.session_id):
             for text in ["Hi, I'm cus_41ZpA9. The blender broke.", "The second order."]:
                 print(f"user: {text}")

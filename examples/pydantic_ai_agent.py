@@ -2,8 +2,10 @@
 
 The model lists the customer's orders, then asks for a refund with an order id
 one character off. The guard refuses the call and the model gets the reason as
-a retry prompt; it sends the id the tool returned, and the refund runs once, on
-the right order. A second run of the same conversation compacts the history
+a retry prompt, which says to copy the value from the ID LEDGER: the capability
+keeps that block in the model's instructions at every request
+(``ledger_instructions=True``), so the model copies ``order_2`` from it, and the
+refund runs once, on the right order. A second run of the same conversation compacts the history
 first, and the model copies the id from the ledger block compaction wrote.
 
 Run it with ``python examples/pydantic_ai_agent.py`` (needs ``guardrail-ids[pydantic-ai]``).
@@ -34,15 +36,23 @@ guard.declare("list_orders", produces={"orders[*]": "order"}, effect="read")
 guard.declare("refund", ids={"order_id": "order"}, effect="write")
 
 
-def ledger_value(messages: list[ModelMessage], role: str) -> str:
-    """What the model copies from the ID LEDGER block for ``role``."""
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, CompactionPart) and part.content:
-                for line in part.content.splitlines():
-                    if line.split(" ", 1)[0] == role:
-                        return line.split()[1]
+def ledger_value(texts: list[str], role: str) -> str:
+    """What the model copies from an ID LEDGER block among ``texts`` for ``role``."""
+    for text in texts:
+        for line in text.splitlines():
+            if line.split(" ", 1)[0] == role:
+                return line.split()[1]
     raise LookupError(f"no {role} in the ledger block")
+
+
+def compacted(messages: list[ModelMessage]) -> list[str]:
+    """The texts of the compacted messages (the ledger block, then the summary)."""
+    return [
+        part.content
+        for message in messages
+        for part in message.parts
+        if isinstance(part, CompactionPart) and part.content
+    ]
 
 
 def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -50,14 +60,16 @@ def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> ModelRespon
     last = messages[-1].parts[-1]
     if isinstance(last, ToolReturnPart) and last.outcome == "retried":
         print("model was told:", str(last.content).splitlines()[1][:72], "...")
-        return call("refund", order_id="#W2378156")  # copied from the list this time
+        order = ledger_value([info.instructions or ""], "order_2")
+        print("model copies order_2 from the ID LEDGER in its instructions:", order)
+        return call("refund", order_id=order)
     if isinstance(last, ToolReturnPart) and last.tool_name == "list_orders":
         return call("refund", order_id="#W2378157")  # one character off
     if isinstance(last, ToolReturnPart):
         return ModelResponse(parts=[TextPart(f"Done: {last.content}.")])
-    if any(isinstance(part, CompactionPart) for m in messages for part in m.parts):
-        print("model reads the ledger block: order =", ledger_value(messages, "order"))
-        return call("refund", order_id=ledger_value(messages, "order"))
+    if compacted(messages):
+        print("model reads the ledger block: order =", ledger_value(compacted(messages), "order"))
+        return call("refund", order_id=ledger_value(compacted(messages), "order"))
     return call("list_orders")
 
 
@@ -68,7 +80,8 @@ def call(tool: str, **arguments: str) -> ModelResponse:
 agent = Agent(
     FunctionModel(scripted_model),
     capabilities=[
-        Guardrail(guard),  # the one line that guards every tool of the agent
+        # The one line that guards every tool of the agent, the ledger in every request.
+        Guardrail(guard, ledger_instructions=True),
         ProcessHistory(guardrail_history_processor(guard, max_messages=6, keep_recent=1)),
     ],
 )

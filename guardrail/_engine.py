@@ -27,13 +27,12 @@ from guardrail._harvest import (
     append_id,
     failed,
     recordable,
-    unreadable_problem,
     yields_nothing,
 )
 from guardrail._mentions import admit_mentions, mentioned_in
 from guardrail._messages import parse_arguments
 from guardrail._registry import Registry
-from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._taken import INTRODUCED, taken_ids
 from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail._words import COMMON_WORDS
 from guardrail.errors import (
@@ -51,11 +50,6 @@ Approver = Callable[[ApprovalRequest], object]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 
 _USER = "user"
-#: The provenance of ids a read brought in that appear nowhere else (see :meth:`Engine.introduce`):
-#: unverified like the user's, but a lookup's mere success never confirms them.
-INTRODUCED = "introduced"
-#: The declared path of the ids a call vouches for by taking them (its arguments).
-_ARGUMENTS = "arguments"
 #: Unknown tool names warned about once each, at most (a model inventing names costs no memory).
 _UNDECLARED_KEPT = 1000
 Answers = Callable[[Approver, tuple[ApprovalRequest, ...]], list[bool]]
@@ -92,6 +86,30 @@ class Options:
         if not isinstance(max_reprompts, int) or max_reprompts < 0:
             raise GuardrailUsageError("max_reprompts must be an integer >= 0")
         return cls(cast(Mode, mode), max_reprompts, refuse_undeclared, max_ids_per_call)
+
+
+#: The findings whose re-prompt tells the model to copy a ledger entry's value.
+_NAMES_AN_ENTRY = frozenset({"mutated", "truncated", "wrong_kind"})
+
+
+def _touch_named(verdict: Verdict, state: LedgerState) -> None:
+    """Mark used the entries a refusal points the model at ("copy it from the ID LEDGER").
+
+    The ledger block given to the model at every turn shows the entries used
+    last: the one a re-prompt names is shown at the next model call. A new
+    epoch first, so it is the latest use even among entries used this epoch.
+    """
+    named = [
+        entry
+        for finding in verdict.findings
+        if finding.problem in _NAMES_AN_ENTRY and finding.nearest_role
+        if (entry := state.roles.get(finding.nearest_role)) is not None
+    ]
+    if named:
+        with state.lock:
+            state.epoch += 1
+            for entry in named:
+                state.touch(entry)
 
 
 class Engine:
@@ -201,6 +219,7 @@ class Engine:
             self.audit.call_checked(session, verdict, effect=effect, mode="observe", outcome=would)
             return verdict
         count = state.reprompts.add(name, state.turn)
+        _touch_named(verdict, state)
         self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome=outcome)
         if self.mode == "raise":
             raise ApprovalRequired(verdict) if outcome == "ask" else IdentifierViolation(verdict)
@@ -330,7 +349,7 @@ class Engine:
             batches, problems = harvested
             mentions = None
             if trusted:
-                taken = self._taken_ids(spec, arguments, verdict, problems, state)
+                taken = taken_ids(self.registry.kinds, spec, arguments, verdict, problems, state)
                 if self.registry.mentions or self.registry.text_kinds:
                     mentions = mentioned_in(spec, arguments, result, self.registry, state, call_id)
             else:
@@ -393,65 +412,6 @@ class Engine:
             error=False,
             problems=problems,
         )
-
-    def _taken_ids(
-        self,
-        spec: ToolSpec,
-        arguments: Mapping[str, Any],
-        verdict: Verdict | None,
-        problems: list[str],
-        state: LedgerState,
-    ) -> list[Batch]:
-        """Ids a successful call vouches for: a write's mints, an ``on_success`` read's arguments.
-
-        Any other read confirms only what its result returns, which the harvest reads. An
-        introduced id is no argument the user gave: only a result that returns it confirms it.
-        """
-        if spec.confirms_arguments:
-            if verdict is None or not verdict.allowed:
-                return _unintroduced(self._argument_ids(spec.params, arguments, problems), state)
-            taken: list[Batch] = []
-            for typed in verdict.typed:
-                append_id(taken, typed.kind, _ARGUMENTS, typed.value, typed.key)
-            for entry in verdict.used:
-                if not entry.verified and entry.tier != "mentioned":  # a mention never verifies
-                    append_id(taken, entry.kind, _ARGUMENTS, entry.value, entry.key)
-            return _unintroduced(taken, state)
-        if spec.effect == "write" and spec.mints:
-            minted = self._argument_ids(spec.mints, arguments, problems)
-            return [batch._replace(tier="minted") for batch in minted]
-        return []
-
-    def _argument_ids(
-        self, params: Sequence[ParamSpec], arguments: Mapping[str, Any], problems: list[str]
-    ) -> list[Batch]:
-        """The ids a successful call took, each of the kind it fits best, in order.
-
-        A value the kind's normaliser cannot read is skipped and reported in ``problems``.
-        """
-        taken: list[Batch] = []
-        unreadable = 0
-        for param in params:
-            kinds = [self.registry.kinds[name] for name in param.kinds]
-            for value in param.path.extract(arguments, parse_json_strings=True):
-                texts = (
-                    [part.strip() for part in value.split(param.sep) if part.strip()]
-                    if param.sep and isinstance(value, str)
-                    else [value]
-                )
-                for text in texts:
-                    if isinstance(text, bool) or not isinstance(text, (str, int)):
-                        continue
-                    text = str(text)
-                    kind = next((k for k in kinds if k.has_pattern and k.matches(text)), kinds[0])
-                    key = kind.key(text)
-                    if key is None:
-                        unreadable += 1
-                    elif key and key not in kind.examples:
-                        append_id(taken, kind.name, param.path.text, text, key, param.role)
-        if unreadable:
-            problems.append(unreadable_problem(unreadable))
-        return taken
 
     # -- the conversation -----------------------------------------------------------------
 
@@ -573,28 +533,3 @@ class Engine:
         self.audit.evicted(state.session_id, [entry])
         state.persist()
         return entry
-
-
-def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
-    """``batches`` without the ids that entered introduced or mentioned and the user never typed.
-
-    An introduced id came from a runtime that could not tell the user's ids
-    from the model's: a lookup's success proves it exists, not that it is
-    this conversation's, so only a result that returns it may confirm it.
-    """
-    kept: list[Batch] = []
-    for batch in batches:
-        table = state.tables.get(batch.kind)
-        pairs = [
-            (value, key)
-            for value, key in zip(batch.values, batch.keys, strict=True)
-            if table is None
-            or (entry := table.get(key)) is None
-            or entry.verified
-            or (entry.source.tool != INTRODUCED and entry.tier != "mentioned")
-            or state.typed_by_user(value)
-        ]
-        if pairs:
-            values, keys = (list(column) for column in zip(*pairs, strict=True))
-            kept.append(batch._replace(values=values, keys=keys, statuses=None, notes=None))
-    return kept

@@ -88,6 +88,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.get_closest_marker("runtimes") is None]
 
 
+@pytest.fixture(autouse=True)
+def _structlog_as_found() -> Iterator[None]:
+    """A test that configures structlog leaves it as it found it, configured or not.
+
+    Whether structlog is configured decides where the audit writes (through
+    structlog, or to the standard library's ``guardrail`` logger), so one
+    test's configuration would change what the next prints.
+    """
+    configured, config = structlog.is_configured(), structlog.get_config()
+    yield
+    if configured:
+        structlog.configure(**config)
+    elif structlog.is_configured():
+        structlog.reset_defaults()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _core_imports_no_runtime(request: pytest.FixtureRequest) -> Iterator[None]:
     """With --core, the run fails if any test imported an agent runtime's package."""

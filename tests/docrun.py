@@ -42,7 +42,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 #: Folders of the repository the examples name by relative path.
-LINKED = ("examples", "corpus")
+LINKED = ("examples", "corpus", "benchmarks")
 
 
 class BlockFailed(AssertionError):
@@ -69,12 +69,18 @@ class Runner:
         patch.chdir(self.folder)
         patch.syspath_prepend(str(self.folder))  # a block's module file is importable
         config = structlog.get_config()
+        configured = structlog.is_configured()
         loggers = [logging.getLogger(), logging.getLogger("guardrail")]
         saved = [(list(log.handlers), log.level, log.propagate) for log in loggers]
         to_stdlib = _Routing.to_stdlib  # guardrail.audit_to_json() sets it
 
         def restore() -> None:
-            structlog.configure(**config)
+            # configure() marks structlog configured: a program that never configured it
+            # (the audit's route to the standard library) must stay one.
+            if configured:
+                structlog.configure(**config)
+            else:
+                structlog.reset_defaults()
             for log, (handlers, level, propagate) in zip(loggers, saved, strict=True):
                 log.handlers[:], log.level, log.propagate = handlers, level, propagate
             _Routing.to_stdlib = to_stdlib

@@ -418,3 +418,20 @@ def test_held_open_raises_what_failed_before_it_opened() -> None:
             pass
     finally:
         loop.close()
+
+
+def test_the_every_turn_block_script_prints_its_table_and_the_default_budget() -> None:
+    """benchmarks/every_turn_block.py runs on the shipped corpus: one row a size, the default."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "every_turn_block.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    rows = [
+        line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line
+    ]
+    assert len(rows) == 4  # the header and the three sizes
+    assert "default budget 1,000 tokens:" in done.stdout

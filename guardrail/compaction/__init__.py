@@ -4,8 +4,9 @@
 harvests them into the ledger, masks them as ``[role]`` in what it
 summarizes, lints the summary, and writes the ledger block, sealed, before
 it. The modules inside are the steps: the cut and the harvest, masking and
-lint, the summarizers, the ledger block, the report, and the six steps
-themselves. The message shapes are the core's (:mod:`guardrail._messages`).
+lint, the summarizers, the ledger block (and its bounded form, given to the
+model at every turn), the report, and the six steps themselves. The message
+shapes are the core's (:mod:`guardrail._messages`).
 """
 
 from guardrail.compaction._block import BLOCK_HEADER, ledger_block, ledger_facts, ledger_values
@@ -18,6 +19,7 @@ from guardrail.compaction._compact import (
 )
 from guardrail.compaction._cut import choose_cut
 from guardrail.compaction._masking import LintIssue
+from guardrail.compaction._recent import DEFAULT_BLOCK_TOKENS, recent_block
 from guardrail.compaction._report import CompactionReport, CompactionResult
 from guardrail.compaction._summarize import (
     SUMMARY_HEADER,
@@ -28,6 +30,7 @@ from guardrail.compaction._summarize import (
 
 __all__ = [
     "BLOCK_HEADER",
+    "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_KEEP_RECENT",
     "SUMMARY_HEADER",
     "CompactOptions",
@@ -44,4 +47,5 @@ __all__ = [
     "ledger_facts",
     "ledger_values",
     "model_summarizer",
+    "recent_block",
 ]

@@ -18,6 +18,7 @@ from guardrail._harvest import Batch, harvest
 from guardrail._messages import Message, Transcript
 from guardrail._seal import seal_verifies
 from guardrail.compaction._block import BLOCK_HEADER, unseal
+from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger._ledger import ledger_of
 from guardrail.ledger._state import LedgerState
 
@@ -32,15 +33,23 @@ MAX_WRAPPER_CHARS = 500
 def _is_compacted(message: Message, role: str) -> bool:
     """Whether ``message`` has the form of a compacted message written in ``role``.
 
-    Its role, no tool calls or results, and the block's header; where it
-    stands and whether its seal verifies are for the caller to see to.
+    Its role, no tool calls or results, the block's header and, after the
+    block, the summary's; where it stands and whether its seal verifies are
+    for the caller to see to. A block with no summary after it is the ledger
+    a program showed the model (the every-turn block), not a compaction.
     """
     return (
         message.role == role
         and not message.calls
         and not message.results
         and message.text.startswith(BLOCK_HEADER + "\n")
+        and _summarized(message.text)
     )
+
+
+def _summarized(text: str) -> bool:
+    """Whether the text of a block goes on, after a blank line, with the summary's header."""
+    return text.partition("\n\n")[2].startswith(SUMMARY_HEADER)
 
 
 def _lead(transcript: Transcript, role: str) -> int:
@@ -85,7 +94,7 @@ def earlier(
             if header < 0:
                 continue
             wrapped = text[header + 1 :]
-        if unseal(wrapped.partition("\n\n")[0], state)[1]:
+        if _summarized(wrapped) and unseal(wrapped.partition("\n\n")[0], state)[1]:
             return index, wrapped
     return None
 

@@ -18,6 +18,7 @@ from agents.run_config import CallModelData, ModelInputData
 from guardrail._guard import Guard
 from guardrail.compaction import CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
 
 #: Where a run's guardrail session comes from: the context object given to ``Runner.run``
 #: (``context=``) in, the conversation's session id out.
@@ -35,6 +36,13 @@ class GuardedSession:
     ledger is the guard's session named by this session's ``session_id``:
     run the agent inside ``with guard.session(session.session_id):`` so the
     tools check against the same one.
+
+    ``trigger`` says when instead of ``max_items``: ``("messages", n)``, n
+    items or more; ``("tokens", n)``, n tokens or more (characters / 4 of the
+    items as JSON). The SDK stores a run's items as the run goes, so with
+    ``keep_last_messages`` a long run of tool calls is shortened in the store
+    while it runs; :meth:`model_input_filter` shortens what the model reads
+    with the same options.
     """
 
     def __init__(
@@ -43,15 +51,20 @@ class GuardedSession:
         guard: Guard,
         *,
         max_items: int = 60,
+        trigger: Trigger | None = None,
         keep_recent: int = 2,
         keep_last_messages: int | None = None,
         summarize: Summarizer | None = None,
     ) -> None:
-        if not isinstance(max_items, int) or max_items < 1:
+        if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
             raise GuardrailUsageError(f"max_items must be a positive integer, not {max_items!r}")
+        check_keep(keep_recent, keep_last_messages)
         self.session = session
         self.guard = guard
         self.max_items = max_items
+        self.trigger: Trigger = (
+            check_trigger(trigger) if trigger is not None else ("messages", max_items + 1)
+        )
         self.keep_recent = keep_recent
         self.keep_last_messages = keep_last_messages
         self.summarize = summarize
@@ -67,8 +80,24 @@ class GuardedSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Add items; compact the history when it holds more than ``max_items``."""
         await self.session.add_items(items)
-        if len(await self.session.get_items()) > self.max_items:
+        if reached(self.trigger, await self.session.get_items()):
             await self.compact()
+
+    def model_input_filter(self) -> Callable[[CallModelData[Any]], ModelInputData]:
+        """A ``call_model_input_filter`` with this session's options and ledger.
+
+        ``RunConfig(call_model_input_filter=session.model_input_filter())``: the
+        model's input within a run is compacted as the stored history is (see
+        :func:`compact_model_input`).
+        """
+        return compact_model_input(
+            self.guard,
+            trigger=self.trigger,
+            keep_recent=self.keep_recent,
+            keep_last_messages=self.keep_last_messages,
+            summarize=self.summarize,
+            session_id=lambda _context: self.session_id,
+        )
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the last item."""
@@ -102,6 +131,7 @@ def compact_model_input(
     guard: Guard,
     *,
     max_items: int = 60,
+    trigger: Trigger | None = None,
     keep_recent: int = 2,
     keep_last_messages: int | None = None,
     summarize: Summarizer | None = None,
@@ -119,14 +149,18 @@ def compact_model_input(
     with :class:`GuardedSession`). The ledger is the current session's, or
     the one ``session_id`` names for the context given to ``Runner.run``.
 
+    ``trigger`` says when instead of ``max_items``, as for :class:`GuardedSession`.
+
     ``RunConfig(call_model_input_filter=compact_model_input(guard))``.
     """
-    if not isinstance(max_items, int) or max_items < 1:
+    if isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1:
         raise GuardrailUsageError(f"max_items must be a positive integer, not {max_items!r}")
+    check_keep(keep_recent, keep_last_messages)
+    when = check_trigger(trigger) if trigger is not None else ("messages", max_items + 1)
 
     def compact_input(data: CallModelData[Any]) -> ModelInputData:
         given = data.model_data
-        if len(given.input) <= max_items:
+        if not reached(when, given.input):
             return given
         if session_id is None:
             result = compact(

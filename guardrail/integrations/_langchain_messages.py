@@ -26,7 +26,6 @@ from guardrail.compaction import BLOCK_HEADER
 __all__ = [
     "from_chat",
     "new_user_texts",
-    "tail_start",
     "to_chat",
     "tool_result",
     "with_tool_message",
@@ -80,14 +79,6 @@ def from_chat(chat: Sequence[dict[str, Any]], origin: dict[int, BaseMessage]) ->
             message.status = "error"
         out.append(message)
     return out
-
-
-def tail_start(messages: Sequence[BaseMessage], keep: int) -> int:
-    """Where the last ``keep`` messages start, moved back so no tool result loses its call."""
-    start = max(0, len(messages) - keep)
-    while 0 < start < len(messages) and isinstance(messages[start], ToolMessage):
-        start -= 1
-    return start
 
 
 def new_user_texts(messages: Sequence[AnyMessage]) -> list[str]:

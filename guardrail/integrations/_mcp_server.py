@@ -14,11 +14,24 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    CallToolResult,
+    GetPromptResult,
+    ListPromptsResult,
+    ListToolsResult,
+    Prompt,
+    PromptMessage,
+    TextContent,
+    Tool,
+)
 
 from guardrail._guard import internals
 from guardrail._reprompt import refusal_head
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, check_budget
 from guardrail.integrations._mcp_listing import declare_tools
 from guardrail.integrations._mcp_results import (
     CALL_ID_META_KEY,
@@ -76,6 +89,14 @@ _STOPPED = (
 )
 
 
+#: The prompt a guarded server offers with ``ledger_prompt=True``: the conversation's ledger.
+LEDGER_PROMPT = "guardrail_ledger"
+_LEDGER_PROMPT_ABOUT = (
+    "The conversation's ID LEDGER (the identifiers its tool results returned, verbatim): "
+    "include it in the model's instructions before every model call"
+)
+
+
 class GuardMiddleware:
     """MCP server middleware: every ``tools/call`` checked before it runs, recorded after.
 
@@ -90,8 +111,12 @@ class GuardMiddleware:
         reads_introduce_ids: bool = False,
         list_tools: Callable[[], Any] | None = None,
         declare: bool = True,
+        ledger_prompt: bool = False,
+        ledger_tokens: int = DEFAULT_BLOCK_TOKENS,
     ) -> None:
         self.guard = guard
+        self.ledger_prompt = ledger_prompt
+        self.ledger_tokens = check_budget(ledger_tokens)
         self.session = session
         self.reads_introduce_ids = reads_introduce_ids
         self.declare = declare
@@ -109,6 +134,8 @@ class GuardMiddleware:
         if ctx.method == "tools/list":
             listed: HandlerResult = self._described(await call_next(ctx))
             return listed
+        if self.ledger_prompt and ctx.method in ("prompts/list", "prompts/get"):
+            return await self._prompt(ctx, call_next)
         if ctx.method != "tools/call":
             return await call_next(ctx)
         params = ctx.params if isinstance(ctx.params, Mapping) else {}
@@ -179,6 +206,41 @@ class GuardMiddleware:
             )
             return sealed
 
+    async def _prompt(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        """The ledger prompt listed beside the server's own, and got for the request's session."""
+        if ctx.method == "prompts/list":
+            try:
+                listing = await call_next(ctx)
+            except MCPError as error:
+                if error.code != METHOD_NOT_FOUND:
+                    raise
+                listing = ListPromptsResult(prompts=[])  # a server with no prompts of its own
+            ours = Prompt(name=LEDGER_PROMPT, description=_LEDGER_PROMPT_ABOUT)
+            if isinstance(listing, ListPromptsResult):
+                return listing.model_copy(update={"prompts": [*listing.prompts, ours]})
+            if isinstance(listing, dict) and isinstance(listing.get("prompts"), list):
+                wire = ours.model_dump(by_alias=True, mode="json", exclude_none=True)
+                return {**listing, "prompts": [*listing["prompts"], wire]}
+            return listing
+        params = ctx.params if isinstance(ctx.params, Mapping) else {}
+        if params.get("name") != LEDGER_PROMPT:
+            return await call_next(ctx)
+        session_id = self.session(ctx) or self.guard.default_session
+        if session_id is None:
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"the {LEDGER_PROMPT} prompt is a conversation's: name it in the "
+                f"request's _meta ({SESSION_META_KEY!r})",
+            )
+        ledger = self.guard.ledger_for(session_id)
+        block = block_for(self.guard, ledger, self.ledger_tokens)
+        return GetPromptResult(
+            description=_LEDGER_PROMPT_ABOUT,
+            messages=[PromptMessage(role="user", content=TextContent(type="text", text=block))],
+        )
+
     def _stopped(self, name: str, stopped: str) -> CallToolResult:
         """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""
         limit = self.guard.max_reprompts
@@ -239,6 +301,8 @@ def guard_server(
     session: Callable[[ServerRequestContext[Any, Any]], str | None] = request_session,
     declare: bool = True,
     reads_introduce_ids: bool = False,
+    ledger_prompt: bool = False,
+    ledger_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> GuardMiddleware:
     """Guard every tool of an MCP server: adds a :class:`GuardMiddleware` and returns it.
 
@@ -278,6 +342,13 @@ def guard_server(
     stop, never run: the server's counterpart of the host's
     ``RepromptLimitExceeded``. A forwarded new user message starts a turn.
 
+    With ``ledger_prompt=True`` the server offers one more prompt,
+    ``guardrail_ledger``: got with the conversation named as for a call, it
+    is the conversation's ID LEDGER block (the entries used last, within
+    ``ledger_tokens``, sealed under a guard with a ``secret``), for a host to
+    put in its model's instructions before every model call, so the ledger a
+    refusal tells the model to copy from is in front of it.
+
     Add it once, after the server's own middleware is in place: it runs
     innermost, right around the tool.
     """
@@ -296,6 +367,8 @@ def guard_server(
         reads_introduce_ids=reads_introduce_ids,
         list_tools=list_tools if callable(list_tools) else None,
         declare=declare,
+        ledger_prompt=ledger_prompt,
+        ledger_tokens=ledger_tokens,
     )
     middleware_list.append(middleware)
     return middleware

@@ -18,6 +18,13 @@ from pydantic_ai.messages import ModelMessage
 from guardrail._guard import Guard
 from guardrail.compaction import Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._compaction import (
+    Trigger,
+    chat_tokens,
+    check_keep,
+    check_trigger,
+    reached,
+)
 from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat
 from guardrail.ledger import Ledger
 
@@ -77,42 +84,68 @@ def conversation_id_session(ctx: RunContext[Any]) -> str:
 def guardrail_history_processor(
     guard: Guard,
     *,
-    max_messages: int,
+    max_messages: int | None = None,
+    trigger: Trigger | None = None,
     keep_recent: int = 1,
+    keep_last_messages: int | None = None,
     summarize: Summarizer | None = None,
     session: SessionChooser | None = None,
     role: Literal["system"] = "system",
 ) -> HistoryProcessor:
-    """A history processor that compacts the history once it is longer than ``max_messages``.
+    """A history processor that compacts the history once it reaches the trigger.
 
     Pass it to Pydantic AI's ``ProcessHistory`` capability:
     ``capabilities=[Guardrail(guard), ProcessHistory(guardrail_history_processor(guard,
-    max_messages=40))]``. The messages before the last ``keep_recent`` turns
-    (a turn starts at a user prompt) become one ``ModelRequest`` holding a
-    ``CompactionPart``: the sealed ID LEDGER block, then the summary
-    (``summarize`` as for :func:`guardrail.compact`; the extractive summarizer
-    by default). The messages kept are the very objects given; a request
-    split by the cut keeps its own fields with the parts kept. A tool call
-    never leaves its result. ``session`` is as for :class:`Guardrail`.
+    trigger=("messages", 40), keep_last_messages=6))]``. ``trigger`` is
+    ``("messages", n)`` (n messages or more) or ``("tokens", n)`` (n tokens or
+    more, characters / 4 of the history as JSON); ``max_messages=n`` is
+    ``("messages", n + 1)``. The messages before the last
+    ``keep_last_messages`` (or, without it, before the last ``keep_recent``
+    turns; a turn starts at a user prompt) become one ``ModelRequest``
+    holding a ``CompactionPart``: the sealed ID LEDGER block, then the
+    summary (``summarize`` as for :func:`guardrail.compact`; the extractive
+    summarizer by default). Pydantic AI keeps the processed history for the
+    rest of the run, so ``keep_last_messages`` shortens an agent's long loop
+    of tool calls within one run. The messages kept are the very objects
+    given; a request split by the cut keeps its own fields with the parts
+    kept. A tool call never leaves its result, and the request about to be
+    sent is always kept (both counts are at least 1). ``session`` is as for
+    :class:`Guardrail`.
     """
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-        raise GuardrailUsageError(f"max_messages must be a positive integer, not {max_messages!r}")
-    if isinstance(keep_recent, bool) or not isinstance(keep_recent, int) or keep_recent < 1:
-        # The last turn holds the request about to be sent: it is never summarized.
-        raise GuardrailUsageError(f"keep_recent must be an integer >= 1, not {keep_recent!r}")
+    if max_messages is not None:
+        if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+            raise GuardrailUsageError(
+                f"max_messages must be a positive integer, not {max_messages!r}"
+            )
+        if trigger is not None:
+            raise GuardrailUsageError("pass trigger= or max_messages=, not both")
+        trigger = ("messages", max_messages + 1)
+    if trigger is None:
+        raise GuardrailUsageError(
+            "say when to compact: trigger=('messages', n) or ('tokens', n), or max_messages=n"
+        )
+    when = check_trigger(trigger)
+    # The last turn, or message, holds the request about to be sent: it is never summarized.
+    check_keep(keep_recent, keep_last_messages, least=1)
 
     async def guardrail_compaction(
         ctx: RunContext[Any], messages: list[ModelMessage]
     ) -> list[ModelMessage]:
-        if len(messages) <= max_messages:
-            return messages
         chat, origins = to_chat(messages)
+        if not reached(when, messages, tokens=chat_tokens(chat) if when[0] == "tokens" else None):
+            return messages
+        keep = keep_last_messages
+        if keep is not None:
+            # Counted in Pydantic AI's messages: the chat messages of the last ``keep`` of them.
+            first = len(messages) - keep
+            keep = sum(all(index >= first for index, _ in origins[id(item)]) for item in chat)
         with conversation(guard, session, ctx) as ledger:
             done = compact(
                 chat,
                 ledger,
                 guard=guard,
                 keep_recent=keep_recent,
+                keep_last_messages=keep,
                 summarize=summarize,
                 shape="openai_chat",
                 role=role,

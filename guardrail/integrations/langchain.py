@@ -12,7 +12,9 @@ start of every run (ids the user typed enter the ledger, unverified). A tool
 whose parameters are marked ``Annotated[str, Id("order")]`` is declared by
 that mark; the check reads each id under the name the model sent it by
 (an alias included); and the tools the model is given say, on every id
-parameter, to copy the value exactly.
+parameter, to copy the value exactly. With ``ledger_instructions=True`` the system message of every
+model call ends with the conversation's ID LEDGER block (the entries used
+last, within ``ledger_tokens``), the ledger a refusal tells the model to copy from.
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
@@ -33,7 +35,13 @@ from typing import TYPE_CHECKING, Any, Literal
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
     from langchain.agents.middleware.types import ModelCallResult, ModelResponse
-    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, ToolMessage
+    from langchain_core.messages import (
+        AnyMessage,
+        BaseMessage,
+        RemoveMessage,
+        SystemMessage,
+        ToolMessage,
+    )
     from langchain_core.messages.tool import ToolCall
     from langchain_core.messages.utils import count_tokens_approximately
     from langchain_core.runnables import RunnableConfig
@@ -53,12 +61,18 @@ except ImportError as missing:  # pragma: no cover - exercised by a test that hi
 
 from guardrail._reprompt import Rejection
 from guardrail._verdict import Verdict
-from guardrail.compaction import Summarizer, compact
+from guardrail.compaction import DEFAULT_KEEP_RECENT, Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
+from guardrail.integrations._every_turn import (
+    DEFAULT_BLOCK_TOKENS,
+    block_for,
+    check_budget,
+    with_block,
+)
 from guardrail.integrations._langchain_messages import (
     from_chat,
     new_user_texts,
-    tail_start,
     to_chat,
     tool_result,
     with_tool_message,
@@ -79,9 +93,6 @@ __all__ = [
 
 SessionOf = Callable[[RunnableConfig], "str | None"]
 """What names a run's conversation: the run's config in, a session id (or None) out."""
-
-Trigger = tuple[Literal["messages", "tokens"], int]
-"""When to compact: ``("messages", n)``, n messages or more; ``("tokens", n)``, n tokens or more."""
 
 _ToolResponse = ToolMessage | Command[Any]
 
@@ -175,16 +186,30 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     every tool the model is given says, on each id parameter, to copy the
     value exactly.
 
+    With ``ledger_instructions=True``, every model call's system message
+    ends with the session's ID LEDGER block: the entries used last, as many
+    as fit ``ledger_tokens`` (characters / 4), sealed under a guard with a
+    ``secret``. It is added to the request only, never to the agent's
+    messages, so nothing in it is read back into the ledger.
+
     Put it last in ``middleware=[...]``: LangChain runs the first as the
     outermost wrapper, so the last one sees the arguments the tool will run
     with, after any other middleware changed them.
     """
 
     def __init__(
-        self, guard: Guard, *, session: SessionOf | None = None, observe_user: bool = True
+        self,
+        guard: Guard,
+        *,
+        session: SessionOf | None = None,
+        observe_user: bool = True,
+        ledger_instructions: bool = False,
+        ledger_tokens: int = DEFAULT_BLOCK_TOKENS,
     ) -> None:
         super().__init__()
         self.guard = guard
+        self.ledger_instructions = ledger_instructions
+        self.ledger_tokens = check_budget(ledger_tokens)
         self._sessions = _Sessions(guard, session)
         self._observe = observe_user
         self._bindings = Bindings(guard, "LangChain")
@@ -236,13 +261,32 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             changed = True
         return request.override(tools=tools) if changed else request
 
+    def _with_block(self, request: ModelRequest[Any], ledger: Ledger) -> ModelRequest[Any]:
+        """The request, its system message ending with the ledger's block."""
+        block = block_for(self.guard, ledger, self.ledger_tokens)
+        given = request.system_message
+        if given is None:
+            system = SystemMessage(content=block)
+        elif isinstance(given.content, str):
+            system = SystemMessage(content=with_block(given.content, block))
+        else:  # content blocks (cache marks): the block goes after them, as one more
+            system = SystemMessage(content=[*given.content, {"type": "text", "text": block}])
+        return request.override(system_message=system)
+
     def wrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelCallResult[Any]:
-        """Give the model its tools with each id parameter described ("copy it exactly")."""
-        return handler(self._described(request))
+        """Give the model its tools with each id parameter described ("copy it exactly").
+
+        With ``ledger_instructions``, its system message ends with the ledger block.
+        """
+        request = self._described(request)
+        if self.ledger_instructions:
+            session = self._sessions.of(None, request.runtime)
+            request = self._with_block(request, self.guard.ledger_for(session))
+        return handler(request)
 
     async def awrap_model_call(
         self,
@@ -250,7 +294,11 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
         """As :meth:`wrap_model_call`, for ``ainvoke`` and ``astream``."""
-        return await handler(self._described(request))
+        request = self._described(request)
+        if self.ledger_instructions:
+            session = self._sessions.of(None, request.runtime)
+            request = self._with_block(request, await self.guard.ledger_for_async(session))
+        return await handler(request)
 
     # -- the user's words -------------------------------------------------------------------
 
@@ -392,13 +440,16 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Compacts a LangChain agent's history with :func:`guardrail.compact` before a model call.
 
     When ``trigger`` is reached (``("messages", n)``: n messages or more;
-    ``("tokens", n)``: n tokens or more, counted approximately), everything
-    but the last ``keep_last_messages`` messages (moved back so a tool result
-    keeps its call) is replaced by one message holding the sealed ID LEDGER
-    block and a summary in which ids appear only as ``[role]``; the messages
-    kept are the very ones the history had. The ledger is the session's (as
-    for :class:`GuardrailMiddleware`), so the block lists every id the
-    conversation's tools returned, verbatim.
+    ``("tokens", n)``: n tokens or more, counted approximately), the history
+    is compacted: the last ``keep_last_messages`` messages stay raw (or, with
+    ``keep_last_messages=None``, the last ``keep_recent`` turns), moved back
+    so a tool call keeps its result, and everything before them becomes one
+    message holding the sealed ID LEDGER block and a summary in which ids
+    appear only as ``[role]``. The cut is compaction's own, as in every
+    runtime, so an agent's long loop of tool calls within one user turn is
+    shortened too; the messages kept are the very ones the history had. The
+    ledger is the session's (as for :class:`GuardrailMiddleware`), so the
+    block lists every id the conversation's tools returned, verbatim.
 
     ``summarize`` is any ``(messages, roles) -> str`` (the extractive
     summarizer by default; :func:`guardrail.compaction.model_summarizer`
@@ -411,26 +462,21 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         guard: Guard,
         *,
         trigger: Trigger = ("messages", 40),
-        keep_last_messages: int = 6,
+        keep_last_messages: int | None = 6,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
         summarize: Summarizer | None = None,
         role: Literal["system", "user"] = "system",
         session: SessionOf | None = None,
     ) -> None:
         super().__init__()
-        kind, limit = _trigger(trigger)
-        if isinstance(keep_last_messages, bool) or not isinstance(keep_last_messages, int):
-            raise GuardrailUsageError(
-                f"keep_last_messages must be an integer >= 0, not {keep_last_messages!r}"
-            )
-        if keep_last_messages < 0:
-            raise GuardrailUsageError(
-                f"keep_last_messages must be an integer >= 0, not {keep_last_messages}"
-            )
+        kind, limit = check_trigger(trigger)
+        check_keep(keep_recent, keep_last_messages)
         if role not in ("system", "user"):
             raise GuardrailUsageError(f"role must be 'system' or 'user', not {role!r}")
         self.guard = guard
         self.trigger: Trigger = (kind, limit)
         self.keep_last_messages = keep_last_messages
+        self.keep_recent = keep_recent
         self.summarize = summarize
         self.role = role
         self._sessions = _Sessions(guard, session)
@@ -454,42 +500,29 @@ class GuardrailCompactionMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             return self._compacted(messages, ledger)
 
     def _due(self, messages: Sequence[AnyMessage]) -> bool:
-        kind, limit = self.trigger
-        if kind == "messages":
-            return len(messages) >= limit
-        return count_tokens_approximately(messages) >= limit
+        if self.trigger[0] == "messages":
+            return reached(self.trigger, messages)
+        return reached(self.trigger, messages, tokens=count_tokens_approximately(messages))
 
     def _compacted(self, messages: Sequence[BaseMessage], ledger: Ledger) -> dict[str, Any] | None:
-        start = tail_start(messages, self.keep_last_messages)
-        if start == 0:
-            return None
-        chat, origin = to_chat(messages[:start])
+        chat, origin = to_chat(messages)
+        keep = self.keep_last_messages
+        if keep is not None:
+            # Counted in the agent's messages: the chat dicts of the last ``keep`` of them.
+            last = {id(message) for message in messages[max(0, len(messages) - keep) :]}
+            keep = sum(id(origin[id(item)]) in last for item in chat)
         result = compact(
             chat,
             ledger,
             guard=self.guard,
-            keep_recent=0,
+            keep_recent=self.keep_recent,
+            keep_last_messages=keep,
             summarize=self.summarize,
             shape="openai_chat",
             role=self.role,
         )
         if not result.report.summarized:
             return None
-        head = from_chat(result.messages, origin)
-        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *head, *messages[start:]]}
-
-
-def _trigger(trigger: Any) -> Trigger:
-    """A valid trigger, or a usage error that shows the two forms."""
-    if (
-        isinstance(trigger, tuple)
-        and len(trigger) == 2
-        and trigger[0] in ("messages", "tokens")
-        and type(trigger[1]) is int
-        and trigger[1] > 0
-    ):
-        return trigger[0], trigger[1]
-    raise GuardrailUsageError(
-        f"trigger must be ('messages', n) or ('tokens', n) with n a positive integer, "
-        f"not {trigger!r}"
-    )
+        return {
+            "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *from_chat(result.messages, origin)]
+        }

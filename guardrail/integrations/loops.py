@@ -38,6 +38,12 @@ the model sent it by (a parameter's alias included); a declared id parameter
 the tool's input schema does not have is a usage error at its first use; and
 :meth:`Toolbox.definitions` gives the tool definitions to send to the API,
 each id parameter telling the model to copy the value exactly.
+
+:func:`ledger_instructions` gives the system prompt to send with each model
+call: yours, then the current ID LEDGER block (the entries used last, within
+a token budget), so the ledger a refusal points at is in front of the model
+from the first tool result on. Build it at every call; never store it in the
+history.
 """
 
 from __future__ import annotations
@@ -56,13 +62,14 @@ from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text, is_refusal
 from guardrail._verdict import Verdict
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
 from guardrail.integrations._loops_tools import LoopTool, input_schemas, unwrapped
 from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
 
-__all__ = ["Toolbox", "arun_tool_calls", "run_tool_calls"]
+__all__ = ["Toolbox", "arun_tool_calls", "ledger_instructions", "run_tool_calls"]
 
 #: The types of Responses output items this loop answers; the API runs the others itself.
 _RESPONSES_CALLS = frozenset({"function_call"})
@@ -514,3 +521,26 @@ async def arun_tool_calls(
     together. The results are recorded, and returned, in the order of the calls.
     """
     return await _toolbox(guard, tools, schemas).arun(message, session=session, shape=shape)
+
+
+def ledger_instructions(
+    guard: Guard,
+    instructions: str | None = None,
+    *,
+    session: str | None = None,
+    max_tokens: int = DEFAULT_BLOCK_TOKENS,
+    tokens: Callable[[str], int] | None = None,
+) -> str:
+    """Your system prompt, then the conversation's ID LEDGER block: send it with every call.
+
+    The block lists the entries used last (pinned ones first), as many as
+    fit ``max_tokens`` (counted as characters / 4, or by ``tokens``), and
+    says how many it leaves out; a guard with a ``secret`` seals it. Build
+    it anew before each model call (OpenAI: the first ``system`` message
+    of the request; Anthropic: ``system=``) and keep it out of the
+    history you store: it is the model's copy of the ledger, never read
+    back into it. ``session`` names the conversation (else the current
+    session's ledger is used).
+    """
+    ledger = guard.ledger_for(session) if session is not None else guard.ledger
+    return with_block(instructions, block_for(guard, ledger, max_tokens, tokens))

@@ -22,6 +22,12 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
+A host keeps the conversation's ID LEDGER block in its model's instructions
+with :meth:`GuardedClientSession.ledger_instructions` and compacts its
+transcript with :meth:`GuardedClientSession.compact`; a guarded server offers
+the block as the ``guardrail_ledger`` prompt (``ledger_prompt=True``) to hosts
+that run no guard.
+
 Under ``Guard(secret=...)`` a result whose content is one text is sealed for
 the model's call it answers: by the host, given the call id
 (``call_tool(..., call_id=...)``), and by the server, when the request's
@@ -36,7 +42,7 @@ included.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 try:
@@ -48,9 +54,13 @@ except ImportError as exc:  # pragma: no cover - tested with the module hidden
 
 from guardrail._check import undeclared_verdict
 from guardrail._guard import internals
+from guardrail._messages import Shape
 from guardrail._reprompt import refusal_head
 from guardrail._verdict import Verdict
+from guardrail.compaction import DEFAULT_KEEP_RECENT, CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
+from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
 from guardrail.integrations._mcp_listing import (
     LISTING,
     declare_tools,
@@ -68,7 +78,12 @@ from guardrail.integrations._mcp_results import (
     result_value,
     with_sealed_text,
 )
-from guardrail.integrations._mcp_server import GuardMiddleware, guard_server, request_session
+from guardrail.integrations._mcp_server import (
+    LEDGER_PROMPT,
+    GuardMiddleware,
+    guard_server,
+    request_session,
+)
 from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
@@ -76,6 +91,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_ID_META_KEY",
+    "LEDGER_PROMPT",
     "REFUSAL_META_KEY",
     "REPROMPT_LIMIT_ERROR",
     "SESSION_META_KEY",
@@ -281,6 +297,8 @@ class GuardedClientSession:
         #: Names called that the listing did not have, looked up once each (bounded).
         self._asked: set[str] = set()
         self._bindings = Bindings(guard, "MCP")
+        #: The report of the last :meth:`compact` (None before the first).
+        self.last_report: CompactionReport | None = None
 
     def observe_user(self, text: str) -> None:
         """Read a user message into the ledger (and forward it, with ``forward_user_text``)."""
@@ -338,6 +356,59 @@ class GuardedClientSession:
                 call_id,
                 options,
             )
+
+    def ledger_instructions(
+        self, instructions: str | None = None, *, max_tokens: int = DEFAULT_BLOCK_TOKENS
+    ) -> str:
+        """Your system prompt, then the conversation's ID LEDGER block: send it at every call.
+
+        The host builds its model's request; this is the text to put in its
+        instructions before each model call (see
+        :func:`guardrail.integrations.loops.ledger_instructions`, which it is):
+        the entries used last, within ``max_tokens``, sealed under a guard
+        with a ``secret``. Keep it out of the history you store.
+        """
+        guard = self.guard
+        ledger = guard.ledger if self.session is None else guard.ledger_for(self.session)
+        return with_block(instructions, block_for(guard, ledger, max_tokens))
+
+    def compact(
+        self,
+        messages: Sequence[Any],
+        *,
+        trigger: Trigger | None = None,
+        keep_recent: int = DEFAULT_KEEP_RECENT,
+        keep_last_messages: int | None = None,
+        summarize: Summarizer | None = None,
+        shape: Shape | None = None,
+    ) -> list[Any]:
+        """The host's transcript compacted against this conversation's ledger, with this guard.
+
+        As every adapter compacts: once ``trigger`` is reached
+        (``("messages", n)`` or ``("tokens", n)``, characters / 4 of the
+        messages as JSON; always, without one), the last ``keep_last_messages``
+        messages (else the last ``keep_recent`` turns) stay raw, a call never
+        leaves its result, and the rest becomes the sealed ID LEDGER block and
+        a summary (see :func:`guardrail.compact`). The ledger is the one this
+        session's calls recorded into, so no second guard is needed. The
+        report is :attr:`last_report`.
+        """
+        check_keep(keep_recent, keep_last_messages)
+        if trigger is not None and not reached(check_trigger(trigger), messages):
+            return list(messages)
+        guard = self.guard
+        ledger = guard.ledger if self.session is None else guard.ledger_for(self.session)
+        done = compact(
+            list(messages),
+            ledger,
+            guard=guard,
+            keep_recent=keep_recent,
+            keep_last_messages=keep_last_messages,
+            summarize=summarize,
+            shape=shape,
+        )
+        self.last_report = done.report
+        return list(done.messages)
 
     def _from_another_listing(self, name: str) -> bool:
         origin = internals(self.guard).registry.origins.get(name)

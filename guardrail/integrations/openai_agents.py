@@ -37,13 +37,18 @@ writes for it, then the seal line), so a worker that rebuilds the ledger from
 the items trusts it, and no output a client wrote.
 
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
-:func:`guardrail.compaction.compact` once it grows past ``max_items``.
+:func:`guardrail.compaction.compact` once it reaches its trigger, also while a
+long run saves into it; its :meth:`~GuardedSession.model_input_filter` compacts
+the model's input with the same options. ``guard_agent(...,
+ledger_instructions=True)`` keeps the conversation's ID LEDGER block in the
+agent's instructions at every model call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import json
 import weakref
 from collections.abc import Collection, Mapping
@@ -66,8 +71,17 @@ from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._agents_sessions import GuardedSession, SessionId, compact_model_input
 from guardrail.integrations._agents_tools import RunIdentifierViolation, ToolGuard, guard_of
+from guardrail.integrations._every_turn import (
+    DEFAULT_BLOCK_TOKENS,
+    block_for,
+    check_budget,
+    with_block,
+)
 
 __all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
+
+#: Marks the instructions that add a guard's ledger block (the guard is its value).
+_LEDGER_OF = "__guardrail_ledger_of__"
 
 # -- agents -------------------------------------------------------------------------------
 
@@ -75,9 +89,12 @@ __all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", 
 class _Guarding:
     """One walk over an agent graph: each agent and each tool object guarded once."""
 
-    def __init__(self, tools: ToolGuard, allow_unguarded: Collection[str]) -> None:
+    def __init__(
+        self, tools: ToolGuard, allow_unguarded: Collection[str], ledger_tokens: int | None
+    ) -> None:
         self.tools = tools
         self.allow_unguarded = frozenset(allow_unguarded)
+        self.ledger_tokens = ledger_tokens  # None: the instructions are left as they are
         self.agents: dict[int, Agent[Any]] = {}
         self.guarded_tools: dict[int, FunctionTool] = {}
         self.keep: list[object] = []  # originals whose ids key the memos stay alive
@@ -105,7 +122,29 @@ class _Guarding:
             )
         clone.tools = [self.tool(agent, tool) for tool in agent.tools]
         clone.handoffs = [self.handoff(item) for item in agent.handoffs]
+        if self.ledger_tokens is not None:
+            clone.instructions = self.with_ledger(agent.instructions, self.ledger_tokens)
         return clone
+
+    def with_ledger(self, given: Any, budget: int) -> Any:
+        """Dynamic instructions: the agent's own, then the ledger block, built at each call."""
+        tools = self.tools
+        if getattr(given, _LEDGER_OF, None) is tools.guard:
+            return given  # an agent guarded twice shows the ledger once
+
+        async def instructions(context: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+            own = given(context, agent) if callable(given) else given
+            if inspect.isawaitable(own):
+                own = await own
+            guard = tools.guard
+            if tools.session_id is None:
+                ledger = guard.ledger
+            else:
+                ledger = await guard.ledger_for_async(tools.session_id(context.context))
+            return with_block(own, block_for(guard, ledger, budget))
+
+        setattr(instructions, _LEDGER_OF, tools.guard)
+        return instructions
 
     def tool(self, owner: Agent[Any], tool: Any) -> Any:
         if not isinstance(tool, FunctionTool):
@@ -222,6 +261,8 @@ def guard_agent(
     *,
     session_id: SessionId | None = None,
     allow_unguarded: Collection[str] = (),
+    ledger_instructions: bool = False,
+    ledger_tokens: int = DEFAULT_BLOCK_TOKENS,
 ) -> Agent[Any]:
     """A copy of ``agent`` whose every function tool is checked by ``guard``.
 
@@ -247,9 +288,16 @@ def guard_agent(
     ``Runner.run``), or, with ``session_id``, the one that function names
     for the context given to ``Runner.run(..., context=...)``
     (``lambda context: context.conversation_id``).
+
+    With ``ledger_instructions=True`` each copy's instructions become
+    dynamic: its own, then the conversation's ID LEDGER block, built before
+    every model call (the entries used last, as many as fit
+    ``ledger_tokens``, counted as characters / 4; sealed under a guard with
+    a ``secret``). The block is never read back into the ledger.
     """
     tools = ToolGuard(guard, session_id)
-    guarding = _Guarding(tools, allow_unguarded)
+    budget = check_budget(ledger_tokens) if ledger_instructions else None
+    guarding = _Guarding(tools, allow_unguarded, budget)
     guarded = guarding.agent(agent)
     if not any(guard_of(item) is guard for item in guarded.input_guardrails):
         guarded.input_guardrails = [tools.observe_guardrail, *guarded.input_guardrails]

@@ -22,8 +22,10 @@ the value exactly.
 
 :func:`guardrail_history_processor` compacts the message history with
 :func:`guardrail.compact` (pass it to ``ProcessHistory``): the ledger block
-and a summary replace the older turns, and a tool call never leaves its
-result.
+and a summary replace all but the last messages (or turns), within one run
+too, and a tool call never leaves its result. ``Guardrail(guard,
+ledger_instructions=True)`` keeps the conversation's ID LEDGER block in the
+model's instructions at every request.
 
 Which conversation a call belongs to: the ledger of the ``with
 guard.session(...)`` open around ``agent.run`` (or the guard's default
@@ -64,6 +66,7 @@ from guardrail._describe import describe_ids
 from guardrail._guard import Guard
 from guardrail._reprompt import Rejection
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, check_budget
 from guardrail.integrations._pydantic_ai_sessions import (
     SessionChooser,
     conversation,
@@ -313,11 +316,20 @@ class Guardrail(AbstractCapability[Any]):
     observed (``guard.observe_user``) as the run starts, so ids the user
     typed may be looked up by ``read`` tools; do not observe it yourself as
     well.
+
+    With ``ledger_instructions=True`` the capability adds dynamic
+    instructions: the conversation's ID LEDGER block, rebuilt before every
+    model request (the entries used last, as many as fit ``ledger_tokens``,
+    counted as characters / 4; sealed under a guard with a ``secret``), so
+    the ledger a refusal tells the model to copy from is there from the
+    first tool result on. It is never read back into the ledger.
     """
 
     guard: Guard
     session: SessionChooser | None = None
     observe_user: bool = True
+    ledger_instructions: bool = False
+    ledger_tokens: int = DEFAULT_BLOCK_TOKENS
     _bindings: Bindings = field(init=False, repr=False, compare=False)
     #: This run's calls checked before validation, by tool call id (see :meth:`for_run`).
     _checked: dict[str, _Checked] = field(init=False, repr=False, compare=False)
@@ -334,6 +346,7 @@ class Guardrail(AbstractCapability[Any]):
                 "Guardrail cannot be deferred (defer_loading=True): it must check every tool "
                 "call from the first; leave defer_loading off"
             )
+        check_budget(self.ledger_tokens)
         self._bindings = Bindings(self.guard, "Pydantic AI")
         self._checked = {}
 
@@ -347,6 +360,17 @@ class Guardrail(AbstractCapability[Any]):
         run = replace(self)
         run._bindings = self._bindings
         return run
+
+    def get_instructions(self) -> Callable[[RunContext[Any]], str] | None:
+        """The ledger block as dynamic instructions, where ``ledger_instructions`` asks."""
+        if not self.ledger_instructions:
+            return None
+
+        def id_ledger(ctx: RunContext[Any]) -> str:
+            with self._ledger(ctx) as ledger:
+                return block_for(self.guard, ledger, self.ledger_tokens)
+
+        return id_ledger
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
         """Observe the run's user prompt in its conversation's ledger."""

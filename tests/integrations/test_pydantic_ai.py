@@ -981,6 +981,7 @@ def test_the_example_runs_offline() -> None:
     ran = [line for line in done.stdout.splitlines() if line.startswith("refund ran on")]
     assert ran == ["refund ran on #W2378156", "refund ran on #W8855135"]
     assert "model reads the ledger block" in done.stdout
+    assert "from the ID LEDGER in its instructions: #W2378156" in done.stdout
     assert "guardrail." not in done.stdout  # audit events never print on their own
 
 
