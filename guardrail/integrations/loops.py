@@ -38,8 +38,8 @@ its evidence. The loop asks the user (the model is not asked: nothing it
 writes approves), passes each answer to ``guard.approve(request)`` or
 ``guard.deny(request)``, and answers the same message again: an approved
 call runs, once; a declined one is refused, the model told that the user
-declined. In ``raise`` mode :class:`~guardrail.ApprovalRequired` carries the
-same requests instead.
+declined. So in every mode but ``observe``: an ask is not a refusal, and
+``raise`` mode raises for refusals only.
 
 The tools are bound to the guard as every adapter binds a runtime's tools
 (:mod:`guardrail.integrations._tools`): a function whose parameters are
@@ -65,7 +65,7 @@ from guardrail._messages import SHAPES, Call, Shape, read, result_message
 from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text, is_refusal
 from guardrail._verdict import ApprovalRequest, Verdict
-from guardrail.errors import GuardrailUsageError
+from guardrail.errors import ApprovalRequired, GuardrailUsageError
 from guardrail.integrations._loops_tools import LoopTool, ToolResults, input_schemas, unwrapped
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -326,7 +326,10 @@ class Toolbox:
             # Checked by the names the guard declares, whatever names the model sent.
             bound = self._bound(tool)
             checked, undo = bound.to_check(arguments)
-            verdict = guard.enforce(call.name, checked)
+            try:
+                verdict = guard.enforce(call.name, checked)
+            except ApprovalRequired as asked:  # raise mode: the loop asks the user all the same
+                verdict = asked.verdict
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
                 if verdict.approvals:  # the call waits for the user: the loop asks them

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from guardrail import ApprovalRequired, Guard, GuardrailUsageError
+from guardrail import Guard, GuardrailUsageError
 from guardrail.integrations.loops import Toolbox, ToolResults, arun_tool_calls, run_tool_calls
 from tests.integrations.test_loops import SHAPES, answers, assistant
 
@@ -140,15 +140,14 @@ def test_the_other_calls_of_a_held_message_wait_too() -> None:
     assert bank.sent == [BILL_IBAN]
 
 
-def test_raise_mode_raises_the_requests_instead() -> None:
-    """In raise mode ApprovalRequired carries the requests; approved, the message runs."""
+def test_raise_mode_holds_the_message_too() -> None:
+    """An ask is not a refusal: in raise mode the message is held the same way, then runs."""
     guard, bank = bank_guard("raise"), Bank()
     tools = _bill_read(guard, bank, "anthropic")
     message = _pay("anthropic")
-    with pytest.raises(ApprovalRequired) as raised:
-        run_tool_calls(guard, message, tools, session="s")
-    assert bank.sent == []
-    guard.approve(raised.value.requests[0])
+    held = run_tool_calls(guard, message, tools, session="s")
+    assert list(held) == [] and bank.sent == []
+    guard.approve(held.approvals[0])
     run_tool_calls(guard, message, tools, session="s")
     assert bank.sent == [BILL_IBAN]
 
