@@ -106,6 +106,8 @@ def weigh(
         if entry.outside and _STRICT[kind.outside] > _STRICT[rule]:
             rule = kind.outside  # written by an outside party: the stricter policy
         refused = "outside" if rule == kind.outside and entry.outside else "mentioned"
+        if rule == "read":  # any read may take it; a write asks
+            rule = "ask" if write else "allow"
         answer = ALLOW if rule == "allow" else ASK if rule == "ask" else refused
         answers.append(Weighed(answer, mention_evidence(entry), "mentioned"))
     if not answers:
@@ -120,7 +122,7 @@ def weigh(
 
 
 _ORDER = {ALLOW: 0, ASK: 1}
-_STRICT = {"allow": 0, "ask": 1, "refuse": 2}
+_STRICT = {"allow": 0, "read": 1, "ask": 2, "refuse": 3}
 
 
 def mention_evidence(entry: Entry) -> str:

@@ -87,8 +87,8 @@ class Guard(Approvals):
             add to a ledger (None: a tenth of ``capacity``); a later use of
             one beyond it is refused with "narrow the search".
         max_cached_sessions: How many sessions stay cached as live ledgers.
-        approve: Answers a call that waits for the user on the spot (see
-            :doc:`approvals`): called once per request with the
+        approve: Answers a call that waits for the user on the spot (see the
+            approvals page of the docs): called once per request with the
             :class:`ApprovalRequest`, a truthy answer approves it, a falsy
             one declines it. A coroutine function answers for async tools
             only. Without it such a call raises :class:`ApprovalRequired` in

@@ -101,7 +101,7 @@ SCHEMA: dict[str, Any] = {
                     "enforce": {"type": "boolean"},
                     "description": {"type": "string"},
                     "user_typed": {"enum": ["verify", "allow", "ask"]},
-                    "mentions": {"enum": ["ignore", "ask", "refuse", "allow"]},
+                    "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
                     "outside": {"enum": ["allow", "ask", "refuse"]},
                 },
                 "additionalProperties": False,

@@ -60,9 +60,10 @@ class KindOptions(TypedDict, total=False):
         mentions: Values of the kind's pattern seen in the free text of a
             successful result: ``"ignore"`` (not taken; the default), or taken
             as ``mentioned`` (allowed on reads) and on a write or egress read
-            ``"ask"`` the user, ``"refuse"``, or ``"allow"`` (text the
-            program's own tools return is trusted; a mention in the result of
-            a tool declared ``outside=True`` still follows ``outside``).
+            ``"ask"`` the user or ``"refuse"``; or ``"read"``: any read may take
+            them, egress reads too (a link a colleague posted may be fetched),
+            and a write asks. A mention in the result of a tool declared
+            ``outside=True`` follows the stricter of this and ``outside``.
         outside: Values of a result field declared ``Id(kind, outside=True)``
             on a write or egress read: ``"allow"`` (the default), ``"ask"`` or
             ``"refuse"``.
@@ -81,7 +82,7 @@ class KindOptions(TypedDict, total=False):
 
 #: The policies of a kind (see :class:`KindOptions`), the first of each the default.
 UserTyped = Literal["verify", "allow", "ask"]
-Mentions = Literal["ignore", "ask", "refuse", "allow"]
+Mentions = Literal["ignore", "ask", "refuse", "read"]
 Outside = Literal["allow", "ask", "refuse"]
 POLICIES: dict[str, tuple[str, ...]] = {
     "user_typed": get_args(UserTyped),

@@ -24,6 +24,11 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -108,9 +113,27 @@ def load_runs(path: Path = CORPUS) -> list[dict[str, Any]]:
         return [json.loads(line) for line in lines if line.strip()]
 
 
-def guards(manifests: Mapping[str, Path] = MANIFESTS) -> dict[str, Guard]:
-    """One guard per suite, built from its manifest; silenced (no audit for a measurement)."""
-    return {suite: Guard.from_manifest(str(path)).silenced() for suite, path in manifests.items()}
+def guards(manifests: Mapping[str, Path] = MANIFESTS, *, strict: bool = False) -> dict[str, Guard]:
+    """One guard per suite, built from its manifest; silenced (no audit for a measurement).
+
+    ``strict``: the manifests without their approval policies (no ``user_typed``,
+    ``mentions``, ``outside`` or ``egress``), the guard as it was before asking.
+    """
+    built = {}
+    for suite, path in manifests.items():
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        if strict:
+            for kind in data.get("kinds", {}).values():
+                for option in ("user_typed", "mentions", "outside"):
+                    kind.pop(option, None)
+            for tool in data["tools"].values():
+                tool.pop("egress", None)
+                tool.pop("outside", None)
+                for produced in (tool.get("produces") or {}).values():
+                    if isinstance(produced, dict):
+                        produced.pop("outside", None)
+        built[suite] = Guard.from_manifest(data).silenced()
+    return built
 
 
 def attacker_values(guard: Guard, run: Mapping[str, Any]) -> set[tuple[str, str]]:
@@ -233,8 +256,9 @@ def measure(runs: Iterable[Mapping[str, Any]], by_suite: Mapping[str, Guard]) ->
     return figures
 
 
-def main() -> int:
-    """Print the figures for the shipped corpus and manifests."""
-    figures = measure(load_runs(), guards())
-    sys.stdout.write(f"{COMMAND}\n{figures.to_text()}\n")
+def main(argv: list[str] | None = None) -> int:
+    """Print the figures for the shipped corpus and manifests (``--strict``: without policies)."""
+    strict = "--strict" in (sys.argv[1:] if argv is None else argv)
+    figures = measure(load_runs(), guards(strict=strict))
+    sys.stdout.write(f"{COMMAND}{' --strict' if strict else ''}\n{figures.to_text()}\n")
     return 0
