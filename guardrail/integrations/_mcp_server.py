@@ -14,11 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.types import CallToolResult, ListToolsResult, TextContent, Tool
+from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, TextContent, Tool
 
 from guardrail._guard import internals
 from guardrail._reprompt import refusal_head
-from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.errors import (
+    ApprovalRequired,
+    GuardrailUsageError,
+    IdentifierViolation,
+    RepromptLimitExceeded,
+)
+from guardrail.integrations import _asking
+from guardrail.integrations._mcp_approvals import elicit_approval
 from guardrail.integrations._mcp_listing import declare_tools
 from guardrail.integrations._mcp_results import (
     CALL_ID_META_KEY,
@@ -36,6 +43,8 @@ from guardrail.ledger._ledger import state_of
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
+    from guardrail._verdict import Verdict
+    from guardrail.ledger import Ledger
 
 
 def request_session(ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -151,9 +160,16 @@ class GuardMiddleware:
                 verdict = guard.enforce(name, checked)
             except RepromptLimitExceeded as limit:
                 return refused_result(limit.verdict, str(limit), limit=limit.limit)
+            except ApprovalRequired as ask:  # an ask is not a refusal: the user is asked
+                verdict = ask.verdict
             except IdentifierViolation as violation:
                 # raise mode: a server has no program to raise to, only the model to answer.
                 return refused_result(violation.verdict, str(violation))
+            if _asking.waiting(guard, verdict):
+                asked = await self._asked(ctx, name, checked, verdict, ledger)
+                if isinstance(asked, (CallToolResult, InputRequiredResult)):
+                    return asked
+                verdict = asked
             if not verdict.allowed and guard.mode != "observe":
                 return refused_result(verdict)
             run_with = verdict.arguments if verdict.arguments is not None else checked
@@ -178,6 +194,26 @@ class GuardMiddleware:
                 ),
             )
             return sealed
+
+    async def _asked(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        checked: Mapping[str, Any],
+        verdict: Verdict,
+        ledger: Ledger,
+    ) -> Verdict | CallToolResult | InputRequiredResult:
+        """Ask the user about a call that waits: the verdict once approved, else the answer."""
+        guard, waiting = self.guard, verdict.approvals
+        answer = await elicit_approval(ctx, name, waiting)
+        if isinstance(answer, InputRequiredResult):
+            return answer  # the client asks the user and calls again with the answer
+        if answer is None:  # no form to show, or dismissed: the call waits
+            return refused_result(verdict)
+        if not answer:
+            _asking.declined(guard, waiting, ledger=ledger)
+            return refused_result(guard.check(name, checked, ledger=ledger))
+        return _asking.approved(guard, name, checked, ledger=ledger)
 
     def _stopped(self, name: str, stopped: str) -> CallToolResult:
         """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""
@@ -272,6 +308,17 @@ def guard_server(
     (the read shows that record), and a lookup that returns the id in a
     declared field verifies it. A near miss of a ledger value is refused as
     everywhere.
+
+    A call whose ids wait for the user's approval (an ``ask`` verdict, in
+    any mode but ``observe``) is put to the user by the server itself, through
+    the client: a form elicitation showing the call, each value and its
+    evidence, with one boolean field, ``approve``. Accepted with ``approve``
+    true, the values are approved for that session and tool and the call runs
+    once; declined (or ``approve`` false), the no is kept and the model gets
+    an ``isError`` result saying the user declined. A client that declares no
+    form elicitation, cannot take a request from the server, or whose user
+    dismisses the form gets an ``isError`` result saying the call waits for
+    the user's approval; nothing is recorded.
 
     When the re-prompts of one tool run out in a turn (``max_reprompts``),
     every later call of the conversation in that turn is answered with the
