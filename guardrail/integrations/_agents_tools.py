@@ -127,10 +127,10 @@ class ToolGuard:
         return self.guard.session(self.session_id(context))
 
     def requests(self, name: str, arguments: Any, context: Any) -> tuple[ApprovalRequest, ...]:
-        """What a call would wait for the user to approve (``check``: nothing counted, logged)."""
+        """What a call would wait for the user to approve (nothing counted or logged)."""
         checked, _ = self.bound(name).to_check(arguments)
         with self.scope(context):
-            return _asking.waiting(self.guard, self.guard.check(name, checked))
+            return _asking.peek(self.guard, name, checked)
 
     def check(
         self, name: str, arguments: Any, context: Any, *, approved: bool = False
@@ -327,7 +327,12 @@ class ToolGuard:
                 answer = own(context, arguments, call_id)
                 if await answer if inspect.isawaitable(answer) else answer:
                     return True
-            return bool(self.requests(name, arguments, context.context))
+            if not self.requests(name, arguments, context.context):
+                return False  # the input guardrail checks it, and logs it
+            checked, _ = self.bound(name).to_check(arguments)
+            with self.scope(context.context):
+                self.guard.check(name, checked)  # the ask, logged; the run stops here
+            return True
 
         return needs_approval
 

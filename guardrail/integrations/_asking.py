@@ -17,16 +17,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from guardrail._guard import internals
 from guardrail._reprompt import reprompt
 from guardrail._text import shorten
 from guardrail._verdict import ApprovalRequest, Finding, Verdict
 from guardrail.errors import ApprovalRequired
+from guardrail.ledger._ledger import state_of
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
     from guardrail.ledger import Ledger
 
-__all__ = ["KEY", "approved", "declined", "enforce", "payload", "question", "shown", "waiting"]
+__all__ = [
+    "KEY",
+    "approved",
+    "declined",
+    "enforce",
+    "payload",
+    "peek",
+    "question",
+    "shown",
+    "waiting",
+]
 
 #: The key under which an adapter's approval payload carries the guard's requests.
 KEY = "guardrail"
@@ -47,6 +59,19 @@ def waiting(guard: Guard, verdict: Verdict) -> tuple[ApprovalRequest, ...]:
     return verdict.approvals if guard.mode != "observe" else ()
 
 
+def peek(
+    guard: Guard, name: str, arguments: Mapping[str, Any], *, ledger: Ledger | None = None
+) -> tuple[ApprovalRequest, ...]:
+    """What a call would wait for the user to approve: checked, but logged and counted nowhere.
+
+    For a runtime that asks before the call is checked in earnest (a tool's
+    ``needs_approval``); the check that follows logs it.
+    """
+    parts = internals(guard)
+    state = state_of(ledger) if ledger is not None else parts.sessions.current()
+    return waiting(guard, parts.engine.verdict(name, arguments, state))
+
+
 def approved(
     guard: Guard, name: str, arguments: Mapping[str, Any], *, ledger: Ledger | None = None
 ) -> Verdict:
@@ -54,9 +79,10 @@ def approved(
 
     The requests are the ones a fresh check of these arguments makes (the
     arguments the runtime runs, edited ones included), so the approval is
-    bound to this session, tool and values; ``check`` counts no re-prompt.
+    bound to this session, tool and values; only the check that runs it is
+    logged and counted.
     """
-    for request in guard.check(name, arguments, ledger=ledger).approvals:
+    for request in peek(guard, name, arguments, ledger=ledger):
         guard.approve(request, ledger=ledger)
     return enforce(guard, name, arguments, ledger=ledger)
 

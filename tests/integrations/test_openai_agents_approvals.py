@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import structlog
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
 
@@ -150,3 +151,12 @@ def test_the_tools_own_approval_policy_still_applies() -> None:
         result = asyncio.run(Runner.run(agent, PROMPT))
         (item,) = result.interruptions
         assert item.tool_name == "read_file" and approval_requests(item) == ()
+
+
+def test_each_call_is_one_audit_event_the_ask_included() -> None:
+    """One call_checked per call: the allowed read once, and the ask that interrupts the run."""
+    guard, bank = bank_guard(), Bank()
+    with structlog.testing.capture_logs() as logs:
+        _interrupted(guard, bank)
+    checked = [(e["tool"], e["outcome"]) for e in logs if e["event"] == "guardrail.call_checked"]
+    assert checked == [("read_file", "allowed"), ("send_money", "ask")]
