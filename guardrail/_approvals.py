@@ -204,7 +204,7 @@ def weigh_value(
     if found is None:
         return None
     kind, held, typed = found
-    if held is not None and held.outside and not typed:
+    if held is not None and (held.outside or not held.verified) and not typed:
         typed = state.typed_by_user(text, kind)
     weighed = weigh(kind, held, spec.name, write=spec.effect == "write", typed=typed)
     if weighed.answer == ALLOW:
@@ -410,6 +410,11 @@ def decide(state: LedgerState, grant: Grant, approved: bool) -> Entry:
                     "value (every entry is pinned or in use this turn)"
                 )
             entry = admitted.added[0]
+            kind = state.kinds.get(grant.kind)
+            seen = text_mention(state, kind, grant.value) if kind is not None else None
+            if seen is not None:  # keep where it was seen: another tool asks with it again
+                entry.tier, entry.outside, entry.mention = "mentioned", seen.outside, seen.mention
+                entry.source = seen.source
         tool = frozenset((grant.tool,))
         if approved:
             entry.approved, entry.declined = entry.approved | tool, entry.declined - tool

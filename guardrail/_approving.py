@@ -13,7 +13,7 @@ from typing import Any
 
 from guardrail._approvals import read_token
 from guardrail._engine import Engine
-from guardrail._sessions import Sessions, SessionScope
+from guardrail._sessions import Sessions, SessionScope, check_session_id
 from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail.errors import GuardrailUsageError, StaleApproval
 from guardrail.ledger import Entry, Ledger
@@ -38,6 +38,7 @@ class Approvals:
         """:meth:`enforce` for an async runtime: ``Guard(approve=...)`` may be a coroutine."""
         if session is None:
             return await self._engine.enforce_async(name, arguments, self._state(ledger))
+        check_session_id(session)
         async with SessionScope(self._sessions, session, None) as scoped:
             return await self._engine.enforce_async(name, arguments, state_of(scoped))
 

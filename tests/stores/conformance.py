@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from guardrail import GuardrailError, IdentifierViolation, Ledger
+from guardrail import Guard, GuardrailError, Id, IdentifierViolation, Ledger
 from guardrail.errors import StoreError
 from guardrail.ledger._ledger import state_of
 from guardrail.stores import Store
@@ -54,6 +54,7 @@ __all__ = [
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
     "test_records_and_meta_round_trip",
     "test_threads_writing_one_session_lose_nothing",
+    "test_tiers_outside_marks_and_approvals_reach_another_worker",
     "test_versions_count_writes",
 ]
 
@@ -422,3 +423,35 @@ def test_a_record_a_guard_cannot_read_is_refused_with_its_session_named(
         guard.session("s").__enter__()
     assert isinstance(info.value, GuardrailError)
     assert guard.cached_sessions() == []
+
+
+def _bank_guard(store: Store) -> Guard:
+    """A guard whose IBANs are asked when only mentioned or sent by an outside party."""
+    guard = Guard(store=store, secret="shared")
+    guard.add_kind("iban", pattern=r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", mentions="ask", outside="ask")
+    guard.declare("read_file", effect="read")
+    guard.declare("get_transactions", produces={"[*].sender": Id("iban", outside=True)})
+    guard.declare("send_money", ids={"recipient": "iban"})
+    return guard
+
+
+def test_tiers_outside_marks_and_approvals_reach_another_worker(
+    store_factory: StoreFactory,
+) -> None:
+    """A mention with its evidence, an outside mark and an approval come back from the store."""
+    writer = _bank_guard(store_factory())
+    with writer.session("s"):
+        writer.record("read_file", {}, "Please pay to UK12345678901234567890, thanks")
+        writer.record("get_transactions", {}, [{"sender": "DE89370400440532013000"}])
+        request = writer.check("send_money", {"recipient": "UK12345678901234567890"}).approvals[0]
+        writer.approve(request)
+    reader = _bank_guard(store_factory())
+    with reader.session("s") as ledger:
+        bill = ledger.get("iban", "UK12345678901234567890")
+        sender = ledger.get("iban", "DE89370400440532013000")
+        assert bill is not None and sender is not None
+        assert (bill.tier, bill.approved) == ("mentioned", frozenset({"send_money"}))
+        assert bill.mention is not None and "Please pay" in bill.mention.excerpt
+        assert (sender.tier, sender.outside) == ("produced", True)
+        assert reader.check("send_money", {"recipient": "UK12345678901234567890"}).allowed
+        assert reader.check("send_money", {"recipient": "DE89370400440532013000"}).outcome == "ask"
