@@ -47,11 +47,20 @@ KEY = "guardrail"
 def enforce(
     guard: Guard, name: str, arguments: Mapping[str, Any], *, ledger: Ledger | None = None
 ) -> Verdict:
-    """``guard.enforce``, with a call that waits for the user returned, not raised."""
+    """``guard.enforce``, with a call that waits for the user returned, not raised.
+
+    The runtime puts that call to the user: no model is re-prompted, so it
+    does not count towards ``max_reprompts`` (four payments the user approves
+    in one turn are not four refusals).
+    """
     try:
-        return guard.enforce(name, arguments, ledger=ledger)
+        verdict = guard.enforce(name, arguments, ledger=ledger)
     except ApprovalRequired as asked:
-        return asked.verdict
+        verdict = asked.verdict
+    if waiting(guard, verdict):
+        state = state_of(ledger) if ledger is not None else internals(guard).sessions.current()
+        state.reprompts.discount(name, state.turn)
+    return verdict
 
 
 def waiting(guard: Guard, verdict: Verdict) -> tuple[ApprovalRequest, ...]:

@@ -18,12 +18,7 @@ from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, Text
 
 from guardrail._guard import internals
 from guardrail._reprompt import refusal_head
-from guardrail.errors import (
-    ApprovalRequired,
-    GuardrailUsageError,
-    IdentifierViolation,
-    RepromptLimitExceeded,
-)
+from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations import _asking
 from guardrail.integrations._mcp_approvals import elicit_approval
 from guardrail.integrations._mcp_listing import declare_tools
@@ -157,11 +152,9 @@ class GuardMiddleware:
             if self.reads_introduce_ids:
                 engine.introduce(name, checked, state)
             try:
-                verdict = guard.enforce(name, checked)
+                verdict = _asking.enforce(guard, name, checked)  # an ask: the user is asked
             except RepromptLimitExceeded as limit:
                 return refused_result(limit.verdict, str(limit), limit=limit.limit)
-            except ApprovalRequired as ask:  # an ask is not a refusal: the user is asked
-                verdict = ask.verdict
             except IdentifierViolation as violation:
                 # raise mode: a server has no program to raise to, only the model to answer.
                 return refused_result(violation.verdict, str(violation))

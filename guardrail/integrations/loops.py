@@ -65,7 +65,8 @@ from guardrail._messages import SHAPES, Call, Shape, read, result_message
 from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text, is_refusal
 from guardrail._verdict import ApprovalRequest, Verdict
-from guardrail.errors import ApprovalRequired, GuardrailUsageError
+from guardrail.errors import GuardrailUsageError
+from guardrail.integrations import _asking
 from guardrail.integrations._loops_tools import LoopTool, ToolResults, input_schemas, unwrapped
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -326,10 +327,7 @@ class Toolbox:
             # Checked by the names the guard declares, whatever names the model sent.
             bound = self._bound(tool)
             checked, undo = bound.to_check(arguments)
-            try:
-                verdict = guard.enforce(call.name, checked)
-            except ApprovalRequired as asked:  # raise mode: the loop asks the user all the same
-                verdict = asked.verdict
+            verdict = _asking.enforce(guard, call.name, checked)  # an ask, in any mode
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
                 if verdict.approvals:  # the call waits for the user: the loop asks them

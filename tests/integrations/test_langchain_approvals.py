@@ -168,3 +168,35 @@ def test_a_resume_that_is_not_a_decision_is_refused() -> None:
     with pytest.raises(ValidationError, match="ApproveDecision,RejectDecision"):
         agent.invoke(Command(resume="yes, approved"), CONFIG)
     assert bank.sent == []
+
+
+def test_asks_put_to_the_user_are_not_re_prompts() -> None:
+    """Four IBANs from one file, each approved in one turn: all paid, no RepromptLimitExceeded."""
+    guard, sent = bank_guard(), list[str]()
+    ibans = [f"UK1234567890123456789{n}" for n in range(4)]
+
+    @tool
+    def read_file(file_path: str) -> str:
+        """A file's text."""
+        return "Pay these landlords: " + ", ".join(ibans)
+
+    @tool
+    def send_money(recipient: str, amount: float) -> str:
+        """Send money to an IBAN."""
+        sent.append(recipient)
+        return "sent"
+
+    steps = [
+        calls(call("read_file", file_path="bill-december-2023.txt")),
+        *(calls(call("send_money", recipient=iban, amount=1.0)) for iban in ibans),
+    ]
+    agent: Any = create_agent(
+        ScriptedModel(script=lambda messages: steps.pop(0) if steps else AIMessage("done")),
+        [read_file, send_money],
+        middleware=[GuardrailMiddleware(guard)],
+        checkpointer=InMemorySaver(),
+    )
+    state = agent.invoke({"messages": [("user", PROMPT)]}, CONFIG)
+    while "__interrupt__" in state:
+        state = agent.invoke(Command(resume={"type": "approve"}), CONFIG)
+    assert sent == ibans

@@ -182,3 +182,16 @@ def test_an_approval_covers_its_tool_only() -> None:
     )
     assert other.waiting and other.approvals[0].tool == "schedule_transaction"
     assert bank.sent == []
+
+
+def test_a_held_message_is_no_re_prompt_however_often_it_is_answered() -> None:
+    """Held five times before the user answers: still held, never RepromptLimitExceeded."""
+    guard, bank = bank_guard(), Bank()
+    tools = _bill_read(guard, bank, "openai_chat")
+    message = _pay("openai_chat")
+    for _ in range(5):
+        held = run_tool_calls(guard, message, tools, session="s")
+        assert held.waiting and bank.sent == []
+    guard.approve(held.approvals[0])
+    run_tool_calls(guard, message, tools, session="s")
+    assert bank.sent == [BILL_IBAN]
