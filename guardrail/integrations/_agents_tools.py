@@ -163,11 +163,14 @@ class ToolGuard:
         # Text that is not JSON goes to the check as it is: it reports what it cannot read.
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments) if arguments else {}
-        # Set only by RunState.approve, which the program calls on the user's word.
-        approved = context.is_tool_approved(context.tool_name, context.tool_call_id) is True
-        verdict, run_with, recorded = self.check(
-            context.tool_name, arguments, context.context, approved=approved
-        )
+        verdict, run_with, recorded = self.check(context.tool_name, arguments, context.context)
+        # A call that waits and that the SDK reports approved: RunState.approve, which the
+        # program calls on the user's word, let it through needs_approval.
+        asks = _asking.waiting(self.guard, verdict)
+        if asks and context.is_tool_approved(context.tool_name, context.tool_call_id):
+            verdict, run_with, recorded = self.check(
+                context.tool_name, arguments, context.context, approved=True
+            )
         if verdict.allowed or self.guard.mode == "observe":
             if verdict.arguments is not None:
                 state = context.__dict__
