@@ -160,3 +160,28 @@ def test_each_call_is_one_audit_event_the_ask_included() -> None:
         _interrupted(guard, bank)
     checked = [(e["tool"], e["outcome"]) for e in logs if e["event"] == "guardrail.call_checked"]
     assert checked == [("read_file", "allowed"), ("send_money", "ask")]
+
+
+def test_with_session_id_the_helpers_take_the_runs_context() -> None:
+    """guard_agent(session_id=...): approval_requests and decline find the session by context."""
+    guard, bank = bank_guard(), Bank()
+    model = ScriptedModel(
+        [
+            calls(("read_file", {"file_path": "bill-december-2023.txt"}, "c1")),
+            calls(PAY),
+            [assistant_message("Not paid.")],
+        ]
+    )
+    plain = Agent(name="bank", model=model, tools=bank.tools)
+    agent = guard_agent(plain, guard, session_id=lambda context: context["conversation"])
+    context = {"conversation": "conv-9"}
+    result = asyncio.run(Runner.run(agent, PROMPT, context=context))
+    (item,) = result.interruptions
+    (request,) = approval_requests(item, context=context)
+    assert request.session == "conv-9" and request.value == BILL_IBAN
+    state = result.to_state()
+    decline(state, item, context=context)
+    asyncio.run(Runner.run(agent, state))
+    with guard.session("conv-9"):
+        assert guard.check("send_money", PAY[1]).outcome == "refused"
+    assert bank.sent == []
