@@ -170,3 +170,24 @@ def test_answers_for_calls_that_do_not_wait_are_a_usage_error() -> None:
     call_id = result.output.approvals[0].tool_call_id
     with pytest.raises(GuardrailUsageError, match="True or False"):
         answer_approvals(guard, result.output, {call_id: "yes"})  # type: ignore[dict-item]
+
+
+def test_a_call_beside_the_deferred_one_runs_once() -> None:
+    """Parallel calls: the allowed one runs in the first run, the approved one on resuming."""
+    guard, bank = bank_guard(), Bank()
+    pay = {"recipient": BILL_IBAN, "amount": 1.0}
+    script = scripted(
+        calls(("read_file", {"file_path": "bill-december-2023.txt"})),
+        calls(("send_money", pay), ("read_file", {"file_path": "bill-december-2023.txt"})),
+    )
+    agent = _agent(guard, bank, script)
+    with guard.session("s"):
+        result = _run(agent)
+        (call,) = result.output.approvals
+        answers = answer_approvals(guard, result.output, {call.tool_call_id: True})
+        resumed = _run(
+            agent, None, message_history=result.all_messages(), deferred_tool_results=answers
+        )
+    assert bank.sent == [BILL_IBAN]
+    assert len(returns(resumed.all_messages(), "read_file")) == 2
+    assert len(returns(resumed.all_messages(), "send_money")) == 1
