@@ -38,8 +38,9 @@ from guardrail._guard import Guard
 from guardrail._messages import unsuccessful
 from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text
-from guardrail._verdict import Verdict
+from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.integrations import _asking
 from guardrail.integrations._agents_sessions import SessionId
 from guardrail.integrations._tools import Bindings, Bound
 
@@ -119,20 +120,35 @@ class ToolGuard:
         schema, function = self.shapes.get(name, (None, None))
         return self.bindings.get(name, schema, source=function, function=function)
 
-    def check(self, name: str, arguments: Any, context: Any) -> tuple[Verdict, Any, Any]:
+    def scope(self, context: Any) -> contextlib.AbstractContextManager[Any]:
+        """The conversation of a run: its ``session_id``'s, else the session open around it."""
+        if self.session_id is None:
+            return contextlib.nullcontext()
+        return self.guard.session(self.session_id(context))
+
+    def requests(self, name: str, arguments: Any, context: Any) -> tuple[ApprovalRequest, ...]:
+        """What a call would wait for the user to approve (nothing counted or logged)."""
+        checked, _ = self.bound(name).to_check(arguments)
+        with self.scope(context):
+            return _asking.peek(self.guard, name, checked)
+
+    def check(
+        self, name: str, arguments: Any, context: Any, *, approved: bool = False
+    ) -> tuple[Verdict, Any, Any]:
         """Enforce one call as the model sent it: the verdict, the arguments to run, as checked.
 
-        Raises the SDK-friendly :class:`IdentifierViolation` and
-        :class:`RepromptLimitExceeded`, which reach the program unwrapped.
+        ``approved``: the user approved this call through the SDK, so the
+        values it waits for are approved first. A call that waits is a
+        verdict in every mode. Raises the SDK-friendly
+        :class:`IdentifierViolation` and :class:`RepromptLimitExceeded`,
+        which reach the program unwrapped.
         """
         bound = self.bound(name)
         checked, undo = bound.to_check(arguments)
+        enforce = _asking.approved if approved else _asking.enforce
         try:
-            if self.session_id is None:
-                verdict = self.guard.enforce(name, checked)
-            else:
-                with self.guard.session(self.session_id(context)):
-                    verdict = self.guard.enforce(name, checked)
+            with self.scope(context):
+                verdict = enforce(self.guard, name, checked)
         except RepromptLimitExceeded as stop:
             raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
         except IdentifierViolation as refusal:  # raise mode
@@ -148,6 +164,13 @@ class ToolGuard:
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments) if arguments else {}
         verdict, run_with, recorded = self.check(context.tool_name, arguments, context.context)
+        # A call that waits and that the SDK reports approved: RunState.approve, which the
+        # program calls on the user's word, let it through needs_approval.
+        asks = _asking.waiting(self.guard, verdict)
+        if asks and context.is_tool_approved(context.tool_name, context.tool_call_id):
+            verdict, run_with, recorded = self.check(
+                context.tool_name, arguments, context.context, approved=True
+            )
         if verdict.allowed or self.guard.mode == "observe":
             if verdict.arguments is not None:
                 state = context.__dict__
@@ -263,6 +286,7 @@ class ToolGuard:
         guarded = tool.__copy__()  # the SDK's copy rebinds the failure handling to the copy
         if bound.schema is not None and bound.schema != tool.params_json_schema:
             guarded.params_json_schema = dict(bound.schema)
+        guarded.needs_approval = self._needs_approval(tool.name, tool.needs_approval)
         guarded.tool_input_guardrails = [
             self.enforce_guardrail,
             *(tool.tool_input_guardrails or ()),
@@ -293,6 +317,36 @@ class ToolGuard:
             for item in guarded.tool_input_guardrails[1:]
         ]
         return guarded
+
+    def _needs_approval(self, name: str, own: Any) -> Callable[..., Awaitable[bool]]:
+        """The tool's ``needs_approval``: its own policy, or a call that waits for the user."""
+
+        async def needs_approval(
+            context: RunContextWrapper[Any], arguments: dict[str, Any], call_id: str
+        ) -> bool:
+            if own is True:
+                return True
+            if callable(own):
+                answer = own(context, arguments, call_id)
+                if await answer if inspect.isawaitable(answer) else answer:
+                    return True
+            if not self.requests(name, arguments, context.context):
+                return False  # the input guardrail checks it, and logs it
+            checked, _ = self.bound(name).to_check(arguments)
+            with self.scope(context.context):
+                self.guard.check(name, checked)  # the ask, logged; the run stops here
+            return True
+
+        return needs_approval
+
+
+def tool_guard(tool: Any) -> ToolGuard | None:
+    """The :class:`ToolGuard` that guards a function tool (None: no guard of guardrail's)."""
+    for item in getattr(tool, "tool_input_guardrails", None) or ():
+        owner = getattr(item.guardrail_function, "__self__", None)
+        if isinstance(owner, ToolGuard):
+            return owner
+    return None
 
 
 def guard_of(guardrail: ToolInputGuardrail[Any] | InputGuardrail[Any]) -> Guard | None:

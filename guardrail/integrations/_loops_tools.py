@@ -21,15 +21,48 @@ import jsonschema.exceptions
 import jsonschema.validators
 
 from guardrail._decorator import GUARDED_ATTRIBUTE, GuardedTool
+from guardrail._verdict import ApprovalRequest
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
 
-__all__ = ["NO_SCHEMA", "LoopTool", "input_schemas", "signature_schema", "unwrapped"]
+__all__ = [
+    "NO_SCHEMA",
+    "LoopTool",
+    "ToolResults",
+    "input_schemas",
+    "signature_schema",
+    "unwrapped",
+]
 
 #: Marks a tool given ``schemas={name: None}``: run without validating its arguments.
 NO_SCHEMA = object()
+
+
+class ToolResults(list[dict[str, Any]]):
+    """The messages answering a message's tool calls, and the approvals they wait for.
+
+    A list of the answers, in the message's shape, as before; ``approvals``
+    is empty unless a call waits for the user's approval of some of its ids.
+    Then no tool of the message ran and the list is empty: show each
+    request's ``tool``, ``param``, ``value``, ``kind`` and ``evidence`` to the
+    user, pass each answer to ``guard.approve(request)`` or
+    ``guard.deny(request)``, and answer the same message again. An approved
+    call then runs (once); a declined one is refused as the user declined.
+    """
+
+    def __init__(
+        self, answers: Iterable[dict[str, Any]] = (), approvals: Iterable[ApprovalRequest] = ()
+    ) -> None:
+        super().__init__(answers)
+        #: What the user is asked to approve, one request per value and tool.
+        self.approvals: tuple[ApprovalRequest, ...] = tuple(approvals)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the message waits for the user (``approvals`` is not empty)."""
+        return bool(self.approvals)
 
 
 @dataclass

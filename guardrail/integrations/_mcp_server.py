@@ -20,6 +20,7 @@ from mcp.types import (
     METHOD_NOT_FOUND,
     CallToolResult,
     GetPromptResult,
+    InputRequiredResult,
     ListPromptsResult,
     ListToolsResult,
     Prompt,
@@ -31,7 +32,9 @@ from mcp.types import (
 from guardrail._guard import internals
 from guardrail._reprompt import refusal_head
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.integrations import _asking
 from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, check_budget
+from guardrail.integrations._mcp_approvals import elicit_approval
 from guardrail.integrations._mcp_listing import declare_tools
 from guardrail.integrations._mcp_results import (
     CALL_ID_META_KEY,
@@ -49,6 +52,8 @@ from guardrail.ledger._ledger import state_of
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
+    from guardrail._verdict import Verdict
+    from guardrail.ledger import Ledger
 
 
 def request_session(ctx: ServerRequestContext[Any, Any]) -> str | None:
@@ -175,12 +180,17 @@ class GuardMiddleware:
             if self.reads_introduce_ids:
                 engine.introduce(name, checked, state)
             try:
-                verdict = guard.enforce(name, checked)
+                verdict = _asking.enforce(guard, name, checked)  # an ask: the user is asked
             except RepromptLimitExceeded as limit:
                 return refused_result(limit.verdict, str(limit), limit=limit.limit)
             except IdentifierViolation as violation:
                 # raise mode: a server has no program to raise to, only the model to answer.
                 return refused_result(violation.verdict, str(violation))
+            if _asking.waiting(guard, verdict):
+                asked = await self._asked(ctx, name, checked, verdict, ledger)
+                if isinstance(asked, (CallToolResult, InputRequiredResult)):
+                    return asked
+                verdict = asked
             if not verdict.allowed and guard.mode != "observe":
                 return refused_result(verdict)
             run_with = verdict.arguments if verdict.arguments is not None else checked
@@ -240,6 +250,26 @@ class GuardMiddleware:
             description=_LEDGER_PROMPT_ABOUT,
             messages=[PromptMessage(role="user", content=TextContent(type="text", text=block))],
         )
+
+    async def _asked(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        name: str,
+        checked: Mapping[str, Any],
+        verdict: Verdict,
+        ledger: Ledger,
+    ) -> Verdict | CallToolResult | InputRequiredResult:
+        """Ask the user about a call that waits: the verdict once approved, else the answer."""
+        guard, waiting = self.guard, verdict.approvals
+        answer = await elicit_approval(ctx, name, waiting)
+        if isinstance(answer, InputRequiredResult):
+            return answer  # the client asks the user and calls again with the answer
+        if answer is None:  # no form to show, or dismissed: the call waits
+            return refused_result(verdict)
+        if not answer:
+            _asking.declined(guard, waiting, ledger=ledger)
+            return refused_result(guard.check(name, checked, ledger=ledger))
+        return _asking.approved(guard, name, checked, ledger=ledger)
 
     def _stopped(self, name: str, stopped: str) -> CallToolResult:
         """The answer to every call of a turn whose re-prompts ran out: stop, ask the user."""
@@ -336,6 +366,17 @@ def guard_server(
     (the read shows that record), and a lookup that returns the id in a
     declared field verifies it. A near miss of a ledger value is refused as
     everywhere.
+
+    A call whose ids wait for the user's approval (an ``ask`` verdict, in
+    any mode but ``observe``) is put to the user by the server itself, through
+    the client: a form elicitation showing the call, each value and its
+    evidence, with one boolean field, ``approve``. Accepted with ``approve``
+    true, the values are approved for that session and tool and the call runs
+    once; declined (or ``approve`` false), the no is kept and the model gets
+    an ``isError`` result saying the user declined. A client that declares no
+    form elicitation, cannot take a request from the server, or whose user
+    dismisses the form gets an ``isError`` result saying the call waits for
+    the user's approval; nothing is recorded.
 
     When the re-prompts of one tool run out in a turn (``max_reprompts``),
     every later call of the conversation in that turn is answered with the

@@ -18,6 +18,16 @@ last, within ``ledger_tokens``), the ledger a refusal tells the model to copy fr
 :class:`GuardrailCompactionMiddleware` compacts the history before a model
 call with :func:`guardrail.compact`, so the ids survive the summary verbatim.
 
+A call whose ids wait for the user's approval (an ``ask`` verdict, in any
+mode but ``observe``) interrupts the run as LangChain's
+``HumanInTheLoopMiddleware`` does in ``per_call`` mode: LangGraph's
+``interrupt()`` with a ``"tool_approval"`` request whose ``description``
+shows each value and its evidence (the requests themselves under
+``"guardrail"``). Resume with ``Command(resume={"type": "approve"})``: the
+values are approved for that session and tool and the call runs once; or
+``{"type": "reject"}``: the guard keeps the no and the model is told the user
+declined. The agent needs a checkpointer, as for any interrupt.
+
 Under ``Guard(secret=...)`` the middleware seals each successful tool
 message's text, so a server that rebuilds the ledger from a history its
 client sends back trusts it, and no tool message the client wrote.
@@ -63,6 +73,7 @@ from guardrail._reprompt import Rejection
 from guardrail._verdict import Verdict
 from guardrail.compaction import DEFAULT_KEEP_RECENT, Summarizer, compact
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations import _asking
 from guardrail.integrations._compaction import Trigger, check_keep, check_trigger, reached
 from guardrail.integrations._every_turn import (
     DEFAULT_BLOCK_TOKENS,
@@ -70,6 +81,7 @@ from guardrail.integrations._every_turn import (
     check_budget,
     with_block,
 )
+from guardrail.integrations._langchain_approvals import ask
 from guardrail.integrations._langchain_messages import (
     from_chat,
     new_user_texts,
@@ -374,7 +386,13 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         call = request.tool_call
         bound = self._bound(request.tool, call["name"])
         checked, undo = bound.to_check(call["args"])
-        verdict = self.guard.enforce(call["name"], checked, ledger=ledger)
+        verdict = _asking.enforce(self.guard, call["name"], checked, ledger=ledger)
+        waiting = _asking.waiting(self.guard, verdict)
+        if waiting:  # interrupted until the user answers (Command(resume=decision))
+            answer = ask(self.guard, call, waiting, ledger)
+            if answer is not None:
+                return request, answer, checked
+            verdict = _asking.approved(self.guard, call["name"], checked, ledger=ledger)
         if not verdict.allowed:
             if self.guard.mode == "observe":
                 return request, None, checked  # runs as sent; the record learns nothing

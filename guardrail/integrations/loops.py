@@ -31,6 +31,16 @@ all at once, so none of them may lean on an id another of them is about to
 return, and in ``raise`` mode the refusal of one call raises before a single
 tool of the message ran (nothing half-done to undo).
 
+A call whose ids need the user's approval (its verdict's outcome is
+``"ask"``) holds the whole message: no tool runs, and the list returned is
+empty, its ``approvals`` (:class:`ToolResults`) naming what to ask, each with
+its evidence. The loop asks the user (the model is not asked: nothing it
+writes approves), passes each answer to ``guard.approve(request)`` or
+``guard.deny(request)``, and answers the same message again: an approved
+call runs, once; a declined one is refused, the model told that the user
+declined. So in every mode but ``observe``: an ask is not a refusal, and
+``raise`` mode raises for refusals only.
+
 The tools are bound to the guard as every adapter binds a runtime's tools
 (:mod:`guardrail.integrations._tools`): a function whose parameters are
 marked ``Id(...)`` is declared by the marks; each id is checked under the name
@@ -60,16 +70,17 @@ from guardrail._harvest import failed
 from guardrail._messages import SHAPES, Call, Shape, read, result_message
 from guardrail._reprompt import Rejection
 from guardrail._result_text import failure_text, is_refusal
-from guardrail._verdict import Verdict
+from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations import _asking
 from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
-from guardrail.integrations._loops_tools import LoopTool, input_schemas, unwrapped
+from guardrail.integrations._loops_tools import LoopTool, ToolResults, input_schemas, unwrapped
 from guardrail.integrations._tools import Bindings, Bound
 
 if TYPE_CHECKING:
     from guardrail._guard import Guard
 
-__all__ = ["Toolbox", "arun_tool_calls", "ledger_instructions", "run_tool_calls"]
+__all__ = ["ToolResults", "Toolbox", "arun_tool_calls", "ledger_instructions", "run_tool_calls"]
 
 #: The types of Responses output items this loop answers; the API runs the others itself.
 _RESPONSES_CALLS = frozenset({"function_call"})
@@ -219,7 +230,7 @@ class Toolbox:
 
     def run(
         self, message: Any, *, session: str | None = None, shape: Shape | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> ToolResults:
         """Answer every tool call of ``message``; see :func:`run_tool_calls`."""
         if session is not None:
             with self.guard.session(session):
@@ -228,7 +239,7 @@ class Toolbox:
 
     async def arun(
         self, message: Any, *, session: str | None = None, shape: Shape | None = None
-    ) -> list[dict[str, Any]]:
+    ) -> ToolResults:
         """Answer every tool call of ``message``; see :func:`arun_tool_calls`."""
         if session is not None:
             async with self.guard.session(session):
@@ -237,9 +248,11 @@ class Toolbox:
 
     # -- the three steps: check every call, run, record -----------------------------------
 
-    def _run(self, message: Any, shape: Shape | None) -> list[dict[str, Any]]:
+    def _run(self, message: Any, shape: Shape | None) -> ToolResults:
         shape, calls = _calls(message, shape)
         answers = self._check(shape, calls)
+        if any(answer.requests for answer in answers):
+            return _waiting(answers)
         for answer in answers:
             if answer.tool is not None and answer.tool.is_async:
                 raise GuardrailUsageError(
@@ -262,9 +275,11 @@ class Toolbox:
                 self._record(shape, answer)
         return _messages(shape, answers)
 
-    async def _arun(self, message: Any, shape: Shape | None) -> list[dict[str, Any]]:
+    async def _arun(self, message: Any, shape: Shape | None) -> ToolResults:
         shape, calls = _calls(message, shape)
         answers = self._check(shape, calls)
+        if any(answer.requests for answer in answers):
+            return _waiting(answers)
         running = [answer for answer in answers if answer.tool is not None]
 
         async def run(answer: _Answer) -> None:
@@ -319,9 +334,12 @@ class Toolbox:
             # Checked by the names the guard declares, whatever names the model sent.
             bound = self._bound(tool)
             checked, undo = bound.to_check(arguments)
-            verdict = guard.enforce(call.name, checked)
+            verdict = _asking.enforce(guard, call.name, checked)  # an ask, in any mode
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
+                if verdict.approvals:  # the call waits for the user: the loop asks them
+                    answer.requests = verdict.approvals
+                    continue
                 answer.refusal = Rejection(verdict).result_message(shape, call.id)
                 continue
             answer.tool = tool
@@ -363,6 +381,8 @@ class _Answer:
     #: The same, by the names the guard declares: what the record reads.
     recorded: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
+    #: What the user must approve before the call may run (the message waits for them).
+    requests: tuple[ApprovalRequest, ...] = ()
     refusal: dict[str, Any] | None = None
     result: Any = None
     failure: Exception | None = None
@@ -445,7 +465,16 @@ def _shorten(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _messages(shape: Shape, answers: list[_Answer]) -> list[dict[str, Any]]:
+def _waiting(answers: list[_Answer]) -> ToolResults:
+    """No answers yet: the requests of every call that waits for the user, each value once."""
+    requests: dict[str, ApprovalRequest] = {}
+    for answer in answers:
+        for request in answer.requests:
+            requests.setdefault(request.token, request)
+    return ToolResults((), requests.values())
+
+
+def _messages(shape: Shape, answers: list[_Answer]) -> ToolResults:
     """The answers in ``shape``: one message (or item) per call; Anthropic's in one message."""
     out = [
         answer.refusal
@@ -455,8 +484,8 @@ def _messages(shape: Shape, answers: list[_Answer]) -> list[dict[str, Any]]:
     ]
     if shape == "anthropic" and out:
         blocks = [block for message in out for block in message["content"]]
-        return [{"role": "user", "content": blocks}]
-    return out
+        return ToolResults([{"role": "user", "content": blocks}])
+    return ToolResults(out)
 
 
 def _toolbox(
@@ -481,7 +510,7 @@ def run_tool_calls(
     session: str | None = None,
     shape: Shape | None = None,
     schemas: Mapping[str, Any] | Iterable[Any] | None = None,
-) -> list[dict[str, Any]]:
+) -> ToolResults:
     """Run the tool calls of an assistant message, guarded; return the messages answering them.
 
     ``message`` is an OpenAI chat completion message (``{"role": "assistant",
@@ -496,7 +525,11 @@ def run_tool_calls(
     per call: the tool's result (text as it is, anything else as JSON), or an
     error: no such tool, arguments that are not an object or do not match the
     tool's schema, the guard's refusal (``reprompt`` mode), or the exception
-    the tool raised (recorded as a failure). In ``raise`` mode a refusal
+    the tool raised (recorded as a failure). A call that waits for the user's
+    approval holds the message: nothing runs, the list is empty, and its
+    ``approvals`` list the requests (see :class:`ToolResults`); answer them
+    with ``guard.approve`` or ``guard.deny`` and pass the same message again.
+    In ``raise`` mode a refusal
     raises :class:`~guardrail.IdentifierViolation`, and
     :class:`~guardrail.RepromptLimitExceeded` ends a loop that keeps sending
     bad ids; both are raised before any tool of the message ran. An async
@@ -513,7 +546,7 @@ async def arun_tool_calls(
     session: str | None = None,
     shape: Shape | None = None,
     schemas: Mapping[str, Any] | Iterable[Any] | None = None,
-) -> list[dict[str, Any]]:
+) -> ToolResults:
     """:func:`run_tool_calls` for async loops: the calls of one message run concurrently.
 
     Sync tools run in the event loop's thread, one after another (wrap a

@@ -36,6 +36,17 @@ Under ``Guard(secret=...)`` each successful output is sealed (the text the SDK
 writes for it, then the seal line), so a worker that rebuilds the ledger from
 the items trusts it, and no output a client wrote.
 
+A call whose ids wait for the user's approval (an ``ask`` verdict, in any
+mode but ``observe``) uses the SDK's tool approvals: each guarded tool's
+``needs_approval`` asks the guard (as well as the tool's own policy), so the
+run is interrupted and ``result.interruptions`` lists the call.
+:func:`approval_requests` gives what to show the user for it (each value,
+its kind and its evidence). ``state.approve(item)`` approves it: when the
+resumed run gets to the call, the guard approves those values for that
+session and tool, then the call runs once. :func:`decline` records the
+user's no and rejects the call, the model told the user declined. Nothing
+the model writes approves: only ``RunState.approve`` does.
+
 :class:`GuardedSession` wraps any SDK ``Session`` and compacts its history with
 :func:`guardrail.compaction.compact` once it reaches its trigger, also while a
 long run saves into it; its :meth:`~GuardedSession.model_input_filter` compacts
@@ -69,6 +80,7 @@ except ImportError as missing:  # pragma: no cover - exercised by simulating the
 
 from guardrail._guard import Guard
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations._agents_approvals import approval_requests, decline
 from guardrail.integrations._agents_sessions import GuardedSession, SessionId, compact_model_input
 from guardrail.integrations._agents_tools import RunIdentifierViolation, ToolGuard, guard_of
 from guardrail.integrations._every_turn import (
@@ -78,7 +90,15 @@ from guardrail.integrations._every_turn import (
     with_block,
 )
 
-__all__ = ["GuardedSession", "SessionId", "compact_model_input", "guard_agent", "guard_tool"]
+__all__ = [
+    "GuardedSession",
+    "SessionId",
+    "approval_requests",
+    "compact_model_input",
+    "decline",
+    "guard_agent",
+    "guard_tool",
+]
 
 #: Marks the instructions that add a guard's ledger block (the guard is its value).
 _LEDGER_OF = "__guardrail_ledger_of__"

@@ -20,6 +20,14 @@ output function with ``Id`` marks and no declaration is declared by them; and
 every tool definition the model is given says, on each id parameter, to copy
 the value exactly.
 
+A tool call whose ids wait for the user's approval (an ``ask`` verdict, in
+any mode but ``observe``) is deferred Pydantic AI's own way: it does not
+run, Pydantic AI's ``ApprovalRequired`` carries the guard's requests (with
+their evidence) to ``DeferredToolRequests.metadata``, and the run ends.
+:func:`answer_approvals` turns the user's answers into the
+``DeferredToolResults`` to resume with; a call resumed as approved has its
+values approved for that session and tool, then runs once.
+
 :func:`guardrail_history_processor` compacts the message history with
 :func:`guardrail.compact` (pass it to ``ProcessHistory``): the ledger block
 and a summary replace all but the last messages (or turns), within one run
@@ -65,8 +73,11 @@ except ImportError as missing:  # pragma: no cover - exercised with the module h
 from guardrail._describe import describe_ids
 from guardrail._guard import Guard
 from guardrail._reprompt import Rejection
+from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail.errors import GuardrailUsageError
+from guardrail.integrations import _asking
 from guardrail.integrations._every_turn import DEFAULT_BLOCK_TOKENS, block_for, check_budget
+from guardrail.integrations._pydantic_ai_approvals import answer_approvals, deferral
 from guardrail.integrations._pydantic_ai_sessions import (
     SessionChooser,
     conversation,
@@ -80,6 +91,7 @@ __all__ = [
     "GuardedToolset",
     "Guardrail",
     "SessionChooser",
+    "answer_approvals",
     "conversation_id_session",
     "guardrail_history_processor",
 ]
@@ -124,6 +136,8 @@ class _Checked:
     """A call the capability checked before Pydantic AI validated it: what the record reads."""
 
     arguments: Mapping[str, Any]
+    #: What the call waits for the user to approve (it raises ``ApprovalRequired``, not run).
+    requests: tuple[ApprovalRequest, ...] = ()
 
 
 @dataclass
@@ -216,12 +230,16 @@ class GuardedToolset(WrapperToolset[Any]):
         guard = self.guard
         call_id = ctx.tool_call_id
         done = self.checked.pop(call_id, None) if self.checked and call_id else None
+        if done is not None and done.requests:
+            raise deferral(name, done.requests)  # the run ends with DeferredToolRequests
         if done is not None:
             recorded, arguments = done.arguments, tool_args
         else:
             bound = self._bound(name, tool)
             checked, undo = bound.to_check(tool_args)
-            verdict = guard.enforce(name, checked, ledger=ledger)
+            verdict = _verdict(guard, name, checked, ctx, ledger)
+            if _asking.waiting(guard, verdict):
+                raise deferral(name, verdict.approvals)
             if not verdict.allowed and guard.mode == "reprompt":
                 raise ModelRetry(verdict.message)
             recorded = verdict.arguments if verdict.arguments is not None else checked
@@ -242,6 +260,19 @@ class GuardedToolset(WrapperToolset[Any]):
         if guard.seals_results and call_id:
             return _sealed(guard, result, value, name, call_id, ctx, ledger)
         return result
+
+
+def _verdict(
+    guard: Guard, name: str, checked: Mapping[str, Any], ctx: RunContext[Any], ledger: Ledger
+) -> Verdict:
+    """The call checked; one Pydantic AI resumes as approved by the user approves its asks first.
+
+    ``tool_call_approved`` is set only from the ``DeferredToolResults`` the
+    program resumes the run with, never from anything the model wrote.
+    """
+    if ctx.tool_call_approved:
+        return _asking.approved(guard, name, checked, ledger=ledger)
+    return _asking.enforce(guard, name, checked, ledger=ledger)
 
 
 def _sealed(
@@ -404,15 +435,28 @@ class Guardrail(AbstractCapability[Any]):
         with conversation(self.guard, self.session, ctx) as ledger:
             yield ledger
 
-    def _check(self, ctx: RunContext[Any], name: str, bound: Bound, args: Any) -> tuple[Any, Any]:
-        """Check a call as the model sent it: the arguments to go on with, and as checked."""
+    def _check(
+        self, ctx: RunContext[Any], name: str, bound: Bound, args: Any, *, tool: bool = False
+    ) -> tuple[Any, _Checked]:
+        """Check a call as the model sent it: the arguments to go on with, and as checked.
+
+        A tool call that waits for the user goes on unchanged, its requests
+        kept: the toolset defers it (an output function cannot be deferred,
+        so it is re-prompted, or raises, as a refusal).
+        """
         checked, undo = bound.to_check(args)
         with self._ledger(ctx) as ledger:
-            verdict = self.guard.enforce(name, checked, ledger=ledger)
+            if tool:
+                verdict = _verdict(self.guard, name, checked, ctx, ledger)
+            else:
+                verdict = self.guard.enforce(name, checked, ledger=ledger)
+        waiting = _asking.waiting(self.guard, verdict) if tool else ()
+        if waiting:
+            return args, _Checked(checked, waiting)
         if not verdict.allowed and self.guard.mode == "reprompt":
             raise ModelRetry(verdict.message)
         recorded = verdict.arguments if verdict.arguments is not None else checked
-        return bound.to_run(recorded, undo, args), recorded
+        return bound.to_run(recorded, undo, args), _Checked(recorded)
 
     async def before_tool_validate(
         self,
@@ -429,8 +473,7 @@ class Guardrail(AbstractCapability[Any]):
         bound = self._bindings.latest(name) or self._bindings.get(
             name, tool_def.parameters_json_schema
         )
-        run_with, recorded = self._check(ctx, name, bound, args)
-        self._checked[call.tool_call_id] = _Checked(recorded)
+        run_with, self._checked[call.tool_call_id] = self._check(ctx, name, bound, args, tool=True)
         return run_with if isinstance(run_with, (str, dict)) else args
 
     async def prepare_output_tools(
@@ -474,8 +517,7 @@ class Guardrail(AbstractCapability[Any]):
             definition = output_context.object_def
             schema = definition.json_schema if definition is not None else None
         bound = self._bindings.latest(name) or self._bindings.get(name, schema)
-        run_with, recorded = self._check(ctx, name, bound, output)
-        self._checked[_output_key(output_context)] = _Checked(recorded)
+        run_with, self._checked[_output_key(output_context)] = self._check(ctx, name, bound, output)
         return run_with if isinstance(run_with, (str, dict)) else output
 
     async def after_output_process(

@@ -35,6 +35,12 @@ class Reprompts:
         self.counts[tool] = count
         return count
 
+    def discount(self, tool: str, turn: int) -> None:
+        """Take back one count of ``tool`` in ``turn``: a call put to the user, not a re-prompt."""
+        count = self.counts.get(tool, 0) if turn == self.turn else 0
+        if count > 0:
+            self.counts[tool] = count - 1
+
     def of(self, turn: int) -> dict[str, int]:
         """The counts of ``turn`` (none for any other turn)."""
         return dict(self.counts) if turn == self.turn else {}
