@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import guardrail.replay._agents
 import guardrail.replay._arguments
 import guardrail.replay._lossy
-import guardrail.replay._replay
+import guardrail.replay._run
 from guardrail._text import ARGUMENT_ELLIPSES, ELLIPSES, TOKEN, has_token, is_word_char, shorten
 
 
@@ -107,6 +107,6 @@ def test_two_dots_cut_an_argument_short_but_not_prose() -> None:
 
 def test_the_replay_uses_the_linear_token_search() -> None:
     """One whole-token search: the replay's copy (quadratic on repeated values) is gone."""
-    for module in (guardrail.replay._replay, guardrail.replay._agents, guardrail.replay._lossy):
+    for module in (guardrail.replay._run, guardrail.replay._agents, guardrail.replay._lossy):
         assert vars(module)["has_token"] is has_token, module.__name__
     assert "has_token" not in vars(guardrail.replay._arguments)
