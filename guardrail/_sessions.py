@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
 from guardrail import _journal as journal
-from guardrail.errors import GuardrailUsageError
+from guardrail.errors import GuardrailUsageError, SessionDeleted
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
@@ -234,8 +234,13 @@ class Sessions:
         assert ledger is not None
         if delta is not None:
             records, meta = journal.checked(delta, session_id, self.store)
-            if delta.complete and cached.scopes == 1 and not journal.unwritten(state_of(ledger)):
-                # Deleted or started anew elsewhere, and no one here holds unwritten changes.
+            deleted = delta.complete and cached.version > 0
+            if deleted or (
+                delta.complete and cached.scopes == 1 and not journal.unwritten(state_of(ledger))
+            ):
+                # Deleted (or started anew) elsewhere since this copy read it: the delete wins
+                # over what this copy holds, unwritten changes too. Else (a copy that never read
+                # the session) nothing here is lost.
                 fresh = self.new_ledger(session_id)
                 journal.follow(state_of(fresh), all_of_it=False)
                 journal.load(state_of(fresh), records, meta)
@@ -251,6 +256,8 @@ class Sessions:
         for sid, held in self._unhold(session_id):
             try:
                 self._write(sid, held)
+            except SessionDeleted:
+                pass  # deleted elsewhere: nothing to keep
             except Exception:
                 continue  # kept, unwritten changes and all; the next scope's end writes them
             self._forget(sid, held)
@@ -259,6 +266,8 @@ class Sessions:
         for sid, held in self._unhold(session_id):
             try:
                 await self._write_async(sid, held)
+            except SessionDeleted:
+                pass
             except Exception:
                 continue
             self._forget(sid, held)
@@ -322,6 +331,9 @@ class Sessions:
                 return
             try:
                 written = store.apply(session_id, change)
+            except SessionDeleted:
+                self._discard(cached)
+                raise
             except BaseException:
                 journal.undo(state, names)
                 raise
@@ -338,10 +350,27 @@ class Sessions:
                 return
             try:
                 written = await cast(AsyncStore, self.store).apply(session_id, change)
+            except SessionDeleted:
+                self._discard(cached)
+                raise
             except BaseException:
                 journal.undo(state, names)
                 raise
             self._wrote(cached, ledger, change, written)
+
+    def _discard(self, cached: _Cached) -> None:
+        """Drop a cached copy of a session deleted elsewhere: the next use reads the store anew.
+
+        Scopes still open keep the old object until they end (and write nothing of
+        it: their ledger is no longer the cached one).
+        """
+        ledger = cached.ledger
+        cached.ledger = None
+        cached.version = 0
+        with self._open_lock:
+            if ledger is not None and ledger is self._default:
+                state_of(ledger).after_change = None
+                self._default = None
 
     @staticmethod
     def _wrote(cached: _Cached, ledger: Ledger, change: Change, written: Written) -> None:
@@ -412,10 +441,7 @@ class Sessions:
         _check_idle(max_idle)
         expired = self.sync_store().expire(float(max_idle))
         for session_id in expired:
-            try:
-                self.end(session_id, delete=False)
-            except GuardrailUsageError:
-                continue  # open in a scope right now: its next write starts it anew
+            self._drop(session_id)
         return expired
 
     async def expire_async(self, max_idle: float) -> list[str]:
@@ -425,11 +451,24 @@ class Sessions:
         _check_idle(max_idle)
         expired = await cast(AsyncStore, self.store).expire(float(max_idle))
         for session_id in expired:
-            try:
-                await self.end_async(session_id, delete=False)
-            except GuardrailUsageError:
-                continue
+            self._drop(session_id)
         return expired
+
+    def _drop(self, session_id: str) -> None:
+        """Forget the cached copy of a session the store deleted, writing nothing of it.
+
+        A scope open on it now goes on with its ledger; its write at the end is
+        refused (:class:`~guardrail.errors.SessionDeleted`): a deletion wins.
+        """
+        with self._open_lock:
+            cached = self._cache.get(session_id)
+        if cached is None:
+            return
+        with cached.lock:
+            self._discard(cached)
+        with self._open_lock:
+            if cached.scopes <= 0 and self._cache.get(session_id) is cached:
+                del self._cache[session_id]
 
     def _ending(self, session_id: str) -> _Cached | None:
         with self._open_lock:

@@ -15,9 +15,11 @@ from guardrail.stores.protocol import (
     Record,
     Snapshot,
     Written,
+    deleted,
     first_version,
     merge_meta,
     merge_record,
+    stale_base,
 )
 
 #: The fields of each record state after kind, key, state and turn, in the order a packed
@@ -120,6 +122,8 @@ class MemoryStore:
             ) from exc
         with self._lock:
             held = self._sessions.get(session_id)
+            if stale_base(change.base, None if held is None else held.created):
+                raise deleted(repr(self), session_id)
             if held is None:
                 start = first_version()
                 held = self._sessions[session_id] = _Session(start - 1, start - 1, 0.0)

@@ -48,6 +48,7 @@ from guardrail.stores.protocol import (
     Snapshot,
     Written,
     damaged,
+    deleted,
     merge_meta,
     merge_record,
 )
@@ -314,6 +315,8 @@ class PostgresStore(_PostgresBase):
         for attempt in range(_MAX_ATTEMPTS):
             params = self._params(session_id, base, records, meta)
             row = self._run("written", session_id, "apply", params)[0]
+            if row[0] == 0:
+                raise deleted(self._where(), session_id)
             if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
                 return Written(int(row[0]), attempt == 0 and bool(row[1]))
             records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
@@ -441,6 +444,8 @@ class AsyncPostgresStore(_PostgresBase):
         for attempt in range(_MAX_ATTEMPTS):
             params = self._params(session_id, base, records, meta)
             row = (await self._run("written", session_id, "apply", params))[0]
+            if row[0] == 0:
+                raise deleted(self._where(), session_id)
             if row[2] is None and row[4] is None:
                 return Written(int(row[0]), attempt == 0 and bool(row[1]))
             records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])

@@ -42,14 +42,28 @@ DECLARE
 BEGIN
     -- For this transaction only: whether its commit waits for the WAL to reach the disk.
     PERFORM set_config('synchronous_commit', CASE WHEN durable THEN 'on' ELSE 'off' END, true);
-    INSERT INTO {schema}.sessions AS s (session_id, version, created, meta, meta_version)
-    VALUES (sid, now, now - 1, new_meta, CASE WHEN new_meta IS NULL THEN 0 ELSE now END)
-    ON CONFLICT (session_id) DO NOTHING;
-    IF FOUND THEN  -- a new session: written alone
+    IF base > 0 THEN
+        -- The writer read a session: gone, or started again since, it was deleted after the
+        -- read, and the change is refused (version 0) rather than bringing it back.
+        SELECT * INTO held FROM {schema}.sessions AS s WHERE s.session_id = sid FOR UPDATE;
+        IF NOT FOUND OR held.created >= base THEN
+            version := 0;
+            alone := false;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    ELSE
+        INSERT INTO {schema}.sessions AS s (session_id, version, created, meta, meta_version)
+        VALUES (sid, now, now - 1, new_meta, CASE WHEN new_meta IS NULL THEN 0 ELSE now END)
+        ON CONFLICT (session_id) DO NOTHING;
+    END IF;
+    IF base = 0 AND FOUND THEN  -- a new session: written alone
         next := now;
         alone := true;
     ELSE
-        SELECT * INTO held FROM {schema}.sessions AS s WHERE s.session_id = sid FOR UPDATE;
+        IF base = 0 THEN
+            SELECT * INTO held FROM {schema}.sessions AS s WHERE s.session_id = sid FOR UPDATE;
+        END IF;
         IF held.version > base THEN
             SELECT array_agg(r.name), array_agg(r.record) INTO stake_names, stake_records
             FROM {schema}.records AS r

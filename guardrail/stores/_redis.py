@@ -34,6 +34,7 @@ from guardrail.stores.protocol import (
     Snapshot,
     Written,
     damaged,
+    deleted,
     merge_meta,
     merge_record,
 )
@@ -79,17 +80,25 @@ end
 
 # KEYS: session hash, records hash, versions zset.
 # ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), then name, record pairs.
-# Returns {version, 1 if no one else wrote since base else 0} when written, or {held version,
-# {name, held row, ...}} when rows at stake were written after base (the meta's name: '').
+# Returns {version, 1 if no one else wrote since base else 0} when written, {'0', 'deleted'}
+# when the session base names was deleted since, or {held version, {name, held row, ...}}
+# when rows at stake were written after base (the meta's name: '').
 _APPLY = (
     _LUA_HELPERS
     + """
 local s, r, z = KEYS[1], KEYS[2], KEYS[3]
 local base = tonumber(ARGV[1])
 local meta = ARGV[3]
-local held = redis.call('HMGET', s, 'version', 'meta_version')
+local held = redis.call('HMGET', s, 'version', 'meta_version', 'created')
 local version = number(held[1], 'version')
 if type(version) == 'table' then return version end
+if base > 0 then
+  -- The writer read a session: gone, or started again since, it was deleted after the read.
+  if not version then return {'0', 'deleted'} end
+  local created = number(held[3] or 'none', 'created')
+  if type(created) == 'table' then return created end
+  if created >= base then return {'0', 'deleted'} end
+end
 if version and version > base then
   local stake = {}
   for i = 4, #ARGV, 2 do
@@ -182,6 +191,7 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
 return 1
 """
 
+_DELETED = (b"deleted", "deleted")  # the apply script's answer to a change of a deleted session
 _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
 
 
@@ -425,6 +435,8 @@ class RedisStore(_RedisBase):
                 reply = self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
@@ -522,6 +534,8 @@ class AsyncRedisStore(_RedisBase):
                 reply = await self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])

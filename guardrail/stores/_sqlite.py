@@ -18,9 +18,11 @@ from guardrail.stores.protocol import (
     Snapshot,
     Written,
     damaged,
+    deleted,
     first_version,
     merge_meta,
     merge_record,
+    stale_base,
 )
 
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
@@ -249,6 +251,8 @@ class SQLiteStore:
         db = self._db
         sid = _column(session_id)
         head = self._head(session_id)
+        if stale_base(change.base, None if head is None else head[0]):
+            raise deleted(repr(self), session_id)
         if head is None:
             created = first_version() - 1
             version = created + 1

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from guardrail import GuardrailError, IdentifierViolation, Ledger
-from guardrail.errors import StoreError
+from guardrail.errors import SessionDeleted, StoreError
 from guardrail.ledger._ledger import state_of
 from guardrail.stores import Store
 from guardrail.stores.protocol import Change, Snapshot
@@ -38,6 +38,7 @@ __all__ = [
     "store",
     "test_a_change_is_all_or_nothing",
     "test_a_concurrent_removal_wins_over_an_older_use",
+    "test_a_delete_wins_over_a_scope_open_in_another_guard",
     "test_a_deleted_session_reads_as_new",
     "test_a_guard_keeps_the_ids_of_a_session_whose_user_typed_a_lone_surrogate",
     "test_a_guard_reads_every_ledger_field_back",
@@ -47,6 +48,7 @@ __all__ = [
     "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
     "test_a_record_of_any_shape_comes_back_as_written",
     "test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error",
+    "test_a_write_based_on_a_deleted_session_is_refused",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
     "test_concurrent_writers_merge_one_entry",
@@ -311,6 +313,40 @@ def test_a_deleted_session_reads_as_new(store: Store) -> None:
     store.apply("s", Change(0, [live("W9")], meta()))
     again = store.changes_since("s", old)
     assert again is not None and again.complete and set(by_key(again)) == {("order", "W9")}
+
+
+def test_a_write_based_on_a_deleted_session_is_refused(store: Store) -> None:
+    """A change read from a session deleted since is refused and brings nothing back."""
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
+    store.delete("s")
+    with pytest.raises(SessionDeleted, match=rf"{_store_name(store)}.*session 's' was deleted"):
+        store.apply("s", Change(base, [live("W1", turn=3), live("W2")], meta(turn=3)))
+    assert store.load("s") is None
+    # Started again by a writer that found nothing: the old base still names the deleted life.
+    store.apply("s", Change(0, [live("W9")], meta()))
+    with pytest.raises(SessionDeleted):
+        store.apply("s", Change(base, [live("W1", turn=3)]))
+    assert set(by_key(store.load("s"))) == {("order", "W9")}
+
+
+def test_a_delete_wins_over_a_scope_open_in_another_guard(store_factory: StoreFactory) -> None:
+    """B deletes while A is inside `with session(X)`: A's write is refused, the ids stay gone."""
+    a, b = shop_guard(store=store_factory()), shop_guard(store=store_factory())
+    a.record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    scope = a.session("X")
+    scope.__enter__()
+    assert a.check("issue_refund", {"order_id": "W8855135"}).allowed  # a use: written
+    a.record("get_order", {}, {"order_id": "W1000001"}, call_id="c2")
+    b.end_session("X", delete=True)
+    with pytest.raises(SessionDeleted, match="session 'X' was deleted"):
+        scope.__exit__(None, None, None)
+    fresh = shop_guard(store=store_factory())
+    for guard in (a, b, fresh):
+        for order in ("W8855135", "W2378156", "W1000001"):
+            verdict = guard.check("issue_refund", {"order_id": order}, session="X")
+            assert not verdict.allowed, (guard, order)
+    held = store_factory().load("X")  # the refusals above started it again, with no id
+    assert held is None or not held.records
 
 
 def test_expire_deletes_only_idle_sessions(store: Store) -> None:
