@@ -22,7 +22,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._merge import Meta
 from guardrail.ledger._records import absorb, fill, meta_of, names, record_of
 from guardrail.ledger._state import LedgerState, Name
-from guardrail.stores.protocol import Change, Snapshot
+from guardrail.stores.protocol import Change, Snapshot, damaged
 
 
 def follow(state: LedgerState, *, all_of_it: bool) -> None:
@@ -92,17 +92,24 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
 
 
 def checked(snapshot: Snapshot, session_id: str, store: object) -> tuple[list[Any], Meta | None]:
-    """A snapshot's records and meta, every field checked; a bad one names session and store."""
+    """A snapshot's records and meta, every field checked.
+
+    Damaged or missing data (a field that is wrong, a record of no known
+    state, a whole session without its meta) is a
+    :class:`~guardrail.errors.StoreError` naming the store and the session:
+    the guard fails closed, never opening a smaller ledger.
+    """
     from guardrail.ledger._saved import validate_meta, validate_records  # pydantic: on reading
 
+    if snapshot.complete and snapshot.version > 0 and snapshot.meta is None:
+        # Every guard writes the meta with a session's first change: without it the turn,
+        # capacities and counters are lost, and the session would open as something else.
+        raise damaged(repr(store), session_id, "its meta (turn, capacities, counters) is missing")
     try:
         found = validate_records(list(snapshot.records))
         meta = None if snapshot.meta is None else validate_meta(snapshot.meta)
     except GuardrailUsageError as exc:
-        raise GuardrailUsageError(
-            f"session {session_id!r} in {store!r} holds data that is not a ledger's: {exc}. "
-            "Delete the session (store.delete(session_id)) or restore it from a backup"
-        ) from None
+        raise damaged(repr(store), session_id, f"not a ledger's records: {exc}") from None
     return list(found), meta
 
 

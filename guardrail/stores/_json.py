@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
@@ -48,6 +49,25 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-def decode_all(texts: list[str]) -> list[Any]:
-    """Many records' JSON texts in one parse: one call into the C decoder, not one per row."""
-    return json.loads("[" + ",".join(texts) + "]") if texts else []
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def decode_rows(texts: Iterable[str | bytes], kinds: tuple[type, ...] = (dict,)) -> list[Any]:
+    """Each row's JSON text parsed alone: exactly one value of one of ``kinds`` per row.
+
+    A row holding anything else (two objects, text after the value, a value
+    of another type) is a ValueError naming what it holds: rows are never
+    parsed together, so no row can pass for two records.
+    """
+    out: list[Any] = []
+    append = out.append
+    for text in texts:
+        if not isinstance(text, str):  # a BLOB: text a tool wrote into the file
+            text = text.decode("utf-8")
+        value, end = _raw_decode(text)
+        if end != len(text):
+            raise ValueError(f"a row holds more than one JSON value: {text[:80]!r}")
+        if type(value) not in kinds:
+            raise ValueError(f"a row holds a JSON {type(value).__name__}, not a record")
+        append(value)
+    return out

@@ -34,12 +34,21 @@ from guardrail.stores._json import has_surrogates
 from guardrail.stores._postgres_sql import (
     APPLY,
     CHANGES,
+    COMPATIBLE,
     DELETE_RECORDS,
     DELETE_SESSIONS,
+    FUNCTION_NAME,
+    FUNCTIONS,
+    HAS_FUNCTION,
     IDLE,
+    INSPECT,
     LOCK,
     NOW,
-    SCHEMA,
+    SCHEMA_VERSION,
+    SET_VERSION,
+    TABLES,
+    VERSION_ROW,
+    VERSION_TABLE,
 )
 from guardrail.stores.protocol import (
     Change,
@@ -86,7 +95,11 @@ class _PostgresBase:
         self._sql = {
             key: sql.SQL(text).format(schema=name, now=sql.SQL(NOW))
             for key, text in (
-                ("schema", SCHEMA),
+                ("tables", TABLES),
+                ("functions", FUNCTIONS),
+                ("version_row", VERSION_ROW),
+                ("version_table", VERSION_TABLE),
+                ("set_version", SET_VERSION),
                 ("apply", APPLY),
                 ("changes", CHANGES),
                 ("lock", LOCK),
@@ -198,6 +211,49 @@ class _PostgresBase:
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value
+
+    def _layout(
+        self, session_id: str | None, tables: set[str], row: tuple[int, int] | None
+    ) -> bool:
+        """Check what the schema holds before using it; whether to write this layout's version.
+
+        A database whose version row says code of this layout may not use it is
+        refused; a used schema missing a table is damage (creating it anew, empty,
+        would open every session as new), never repaired here.
+        """
+        what = "sessions" if session_id is None else f"session {session_id!r}"
+        if row is not None and row[1] > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self._where()}: {what} cannot be used: the schema {self.schema!r} was set up "
+                f"by a newer guardrail (layout {row[0]}, usable from layout {row[1]} on; this "
+                f"code knows layout {SCHEMA_VERSION}). Upgrade guardrail-ids in this program",
+                session_id=session_id,
+            )
+        used = row is not None or bool(tables & {"sessions", "records"})
+        missing = sorted({"sessions", "records"} - tables)
+        if used and missing:
+            raise StoreError(
+                f"{self._where()}: {what} cannot be read: the table {', '.join(missing)} is "
+                f"missing from the schema {self.schema!r} (dropped), and the sessions it held "
+                "are lost. Restore it from a backup, or drop the schema to start with no "
+                "sessions",
+                session_id=session_id,
+            )
+        return row is None or row[0] < SCHEMA_VERSION
+
+    def _not_set_up(self, session_id: str | None, exc: Exception) -> StoreError:
+        """The error of a schema that could not be checked or created."""
+        if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
+            return self._failed("read", session_id, exc)
+        return StoreError(
+            f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
+            f"{exc}; check the connection string and that the user may create them",
+            session_id=session_id,
+        )
+
+    def _version_params(self, row: tuple[int, int] | None) -> dict[str, int]:
+        compatible = COMPATIBLE if row is None else max(row[1], COMPATIBLE)
+        return {"version": SCHEMA_VERSION, "compatible": compatible}
 
     def _where(self) -> str:
         """The store as a message names it: its class, server, database and schema."""
@@ -332,7 +388,7 @@ class PostgresStore(_PostgresBase):
     def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
-        self._setup()
+        self._setup(session_id)
         try:
             with self.pool.connection() as conn, conn.transaction():
                 conn.execute(self._sql["lock"], {"sid": session_id})
@@ -359,8 +415,13 @@ class PostgresStore(_PostgresBase):
         if self._owns_pool:
             self.pool.close()
 
-    def _setup(self) -> None:
-        """Create the schema, tables and functions once (concurrent stores take turns)."""
+    def _setup(self, session_id: str | None = None) -> None:
+        """Check or create the schema's tables, version row and function, once.
+
+        Concurrent stores take turns on an advisory lock. Nothing is redefined
+        that exists: a function is named by its layout, so workers of two
+        releases running at once each call their own.
+        """
         if self._ready:
             return
         with self._ready_lock:
@@ -369,19 +430,29 @@ class PostgresStore(_PostgresBase):
             try:
                 with self.pool.connection() as conn, conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
-                    conn.execute(self._sql["schema"])
+                    found = conn.execute(INSPECT, {"schema": self.schema}).fetchall()
+                    tables = {name for (name,) in found}
+                    row = None
+                    if "schema_version" in tables:
+                        row = conn.execute(self._sql["version_row"]).fetchone()
+                    write_version = self._layout(session_id, tables, row)
+                    if not tables & {"sessions", "records"}:
+                        conn.execute(self._sql["tables"])
+                    name = {"schema": self.schema, "name": FUNCTION_NAME}
+                    if conn.execute(HAS_FUNCTION, name).fetchone() is None:
+                        conn.execute(self._sql["functions"])
+                    if write_version:
+                        conn.execute(self._sql["version_table"])
+                        conn.execute(self._sql["set_version"], self._version_params(row))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                raise StoreError(
-                    f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
-                    f"{exc}; check the connection string and that the user may create them"
-                ) from exc
+                raise self._not_set_up(session_id, exc) from exc
             self._ready = True
 
     def _run(
         self, action: str, session_id: str, statement: str, params: dict[str, Any]
     ) -> list[tuple[Any, ...]]:
         """One statement, in a transaction of its own; its rows."""
-        self._setup()
+        self._setup(session_id)
         try:
             with self.pool.connection() as conn:
                 rows: list[tuple[Any, ...]]
@@ -461,7 +532,7 @@ class AsyncPostgresStore(_PostgresBase):
     async def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
-        await self._setup()
+        await self._setup(session_id)
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 await conn.execute(self._sql["lock"], {"sid": session_id})
@@ -489,8 +560,8 @@ class AsyncPostgresStore(_PostgresBase):
         if self._owns_pool and self._opened:
             await self.pool.close()
 
-    async def _setup(self) -> None:
-        """Open the store's own pool and create the schema, tables and functions, once."""
+    async def _setup(self, session_id: str | None = None) -> None:
+        """Open the store's own pool, then check or create what the schema holds, once."""
         if self._ready:
             return
         async with self._ready_lock:  # tasks starting at once: one opens, the others wait
@@ -504,19 +575,31 @@ class AsyncPostgresStore(_PostgresBase):
                     await conn.execute(
                         "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
                     )
-                    await conn.execute(self._sql["schema"])
+                    cursor = await conn.execute(INSPECT, {"schema": self.schema})
+                    tables = {name for (name,) in await cursor.fetchall()}
+                    row = None
+                    if "schema_version" in tables:
+                        cursor = await conn.execute(self._sql["version_row"])
+                        row = await cursor.fetchone()
+                    write_version = self._layout(session_id, tables, row)
+                    if not tables & {"sessions", "records"}:
+                        await conn.execute(self._sql["tables"])
+                    name = {"schema": self.schema, "name": FUNCTION_NAME}
+                    cursor = await conn.execute(HAS_FUNCTION, name)
+                    if await cursor.fetchone() is None:
+                        await conn.execute(self._sql["functions"])
+                    if write_version:
+                        await conn.execute(self._sql["version_table"])
+                        await conn.execute(self._sql["set_version"], self._version_params(row))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                raise StoreError(
-                    f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
-                    f"{exc}; check the connection string and that the user may create them"
-                ) from exc
+                raise self._not_set_up(session_id, exc) from exc
             self._ready = True
 
     async def _run(
         self, action: str, session_id: str, statement: str, params: dict[str, Any]
     ) -> list[tuple[Any, ...]]:
         """One statement, in a transaction of its own; its rows."""
-        await self._setup()
+        await self._setup(session_id)
         try:
             async with self.pool.connection() as conn:
                 rows: list[tuple[Any, ...]]

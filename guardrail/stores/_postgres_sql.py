@@ -1,4 +1,4 @@
-"""The PostgreSQL stores' SQL: the schema, the ``apply_change`` function and the statements.
+"""The PostgreSQL stores' SQL: the tables, the ``apply_change_v2`` function and the statements.
 
 Kept apart from :mod:`guardrail.stores._postgres` (the stores' Python) so each
 reads as one thing. The statements name ``{schema}``, filled in with the
@@ -8,9 +8,34 @@ filled in with :data:`NOW`.
 
 from __future__ import annotations
 
-# The merge rule is not here: apply_change refuses a change that would replace a row (or the
-# meta) written after the writer's base, and returns those rows for the store to merge in Python.
-SCHEMA = """
+#: The layout of the tables and functions this code uses. 1: the same tables, unversioned,
+#: with an ``apply_change`` each start redefined; 2: a version row, functions named by version.
+SCHEMA_VERSION = 2
+#: The oldest layout whose code may still use a database of this one (its functions kept).
+COMPATIBLE = 2
+
+# What the schema holds now: its tables, its version row if any, this layout's function.
+INSPECT = """
+SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
+  AND c.relname IN ('sessions', 'records', 'schema_version')
+"""
+VERSION_ROW = "SELECT version, compatible FROM {schema}.schema_version"
+HAS_FUNCTION = """
+SELECT 1 FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s AND p.proname = %(name)s
+"""
+VERSION_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.schema_version (
+    version integer NOT NULL, compatible integer NOT NULL,
+    installed timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+DELETE FROM {schema}.schema_version;
+"""
+SET_VERSION = (
+    "INSERT INTO {schema}.schema_version (version, compatible) VALUES (%(version)s, %(compatible)s)"
+)
+TABLES = """
 CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.sessions (
     session_id text PRIMARY KEY,
@@ -28,9 +53,12 @@ CREATE TABLE IF NOT EXISTS {schema}.records (
     PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS records_by_version ON {schema}.records (session_id, version);
-DROP FUNCTION IF EXISTS {schema}.merge_record(text, text);
-DROP FUNCTION IF EXISTS {schema}.merge_meta(text, text);
-CREATE OR REPLACE FUNCTION {schema}.apply_change(
+"""
+FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
+# The merge rule is not here: apply_change refuses a change that would replace a row (or the
+# meta) written after the writer's base, and returns those rows for the store to merge in Python.
+FUNCTIONS = """
+CREATE OR REPLACE FUNCTION {schema}.apply_change_v2(
     sid text, base bigint, new_meta text, names text[], texts text[], durable boolean
 ) RETURNS TABLE (
     version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
@@ -104,7 +132,7 @@ NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 APPLY = """
 SELECT version, alone, stake_names, stake_records, stake_meta
-FROM {schema}.apply_change(
+FROM {schema}.apply_change_v2(
     %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s
 )
 """

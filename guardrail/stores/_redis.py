@@ -171,6 +171,10 @@ if type(created) == 'table' then return created end
 local complete = created >= since
 local rows
 if complete then
+  -- Both are written by every write: a records hash that is gone or short is damage.
+  if redis.call('HLEN', r) ~= redis.call('ZCARD', z) then
+    return redis.error_reply('guardrail: the records of ' .. KEYS[1] .. ' are missing')
+  end
   rows = redis.call('HVALS', r)
 else
   rows = hmget(r, redis.call('ZRANGEBYSCORE', z, '(' .. ARGV[1], '+inf'))

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode, decode_all, encode, has_surrogates
+from guardrail.stores._json import decode, decode_rows, encode, has_surrogates
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -25,6 +25,8 @@ from guardrail.stores.protocol import (
     stale_base,
 )
 
+#: The layout of the tables this code writes (``PRAGMA user_version``): 2, a row per record.
+SCHEMA_VERSION = 2
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS guardrail_session ("
@@ -69,6 +71,7 @@ class SQLiteStore:
         self.path = os.fspath(path)
         self.timeout = float(timeout)
         self._lock = threading.Lock()
+        self._missing: str | None = None
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
@@ -76,9 +79,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints, atomic always
             with self._transaction():
-                for statement in _SCHEMA:
-                    self._db.execute(statement)
-                self._migrate()
+                self._missing = self._install()
         except sqlite3.Error as exc:
             raise StoreError(
                 f"{self!r}: cannot open the session database: {exc}; check the path and "
@@ -104,7 +105,9 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._failed("load", session_id, exc) from exc
             except ValueError as exc:
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
@@ -126,7 +129,9 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._failed("write", session_id, exc) from exc
             except ValueError as exc:  # a stored row it had to merge with
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
@@ -148,7 +153,9 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._failed("read", session_id, exc) from exc
             except ValueError as exc:
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -224,14 +231,12 @@ class SQLiteStore:
     ) -> Snapshot:
         db = self._db
         sid = _column(session_id)
-        records: list[Record] = decode_all(
-            [
-                text
-                for (text,) in db.execute(
-                    "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                    (sid, since),
-                )
-            ]
+        records: list[Record] = decode_rows(
+            text
+            for (text,) in db.execute(
+                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                (sid, since),
+            )
         )
         meta_text, meta_version = db.execute(
             "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (sid,)
@@ -280,7 +285,8 @@ class SQLiteStore:
                 for kind, key, text in rows:
                     held = newer.get((kind, key))
                     if held is not None:
-                        merged = merge_record(decode(held), by_name[kind, key], concurrent=True)
+                        old = decode_rows((held,))[0]
+                        merged = merge_record(old, by_name[kind, key], concurrent=True)
                         text = encode(merged)
                     merged_rows.append((kind, key, text))
                 rows = merged_rows
@@ -312,6 +318,38 @@ class SQLiteStore:
         self._db.execute("DELETE FROM guardrail_record WHERE session_id = ?", (sid,))
         self._db.execute("DELETE FROM guardrail_session WHERE session_id = ?", (sid,))
 
+    def _install(self) -> str | None:
+        """Create the tables of a new file, or check those of a used one; what is missing.
+
+        The file's ``user_version`` is its layout (:data:`SCHEMA_VERSION`; 0 in a
+        new file and in files of versions that did not number it). A file of a
+        newer layout is refused; tables missing from a used file are damage, never
+        created anew empty (which would open every session as new): the name of
+        the missing table is returned, and every call raises a StoreError naming it.
+        """
+        db = self._db
+        installed = db.execute("PRAGMA user_version").fetchone()[0]
+        if installed > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self!r}: the database was written by a newer guardrail (layout "
+                f"{installed}; this one knows {SCHEMA_VERSION}): upgrade guardrail-ids in this "
+                "program, or open another file"
+            )
+        tables = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        ours = {"guardrail_session", "guardrail_record"}
+        if installed or tables & ours:  # a used file: its tables must all be there
+            missing = sorted(ours - tables)
+            if missing:
+                return ", ".join(missing)
+        for statement in _SCHEMA:
+            db.execute(statement)
+        self._migrate()
+        if installed != SCHEMA_VERSION:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return None
+
     def _migrate(self) -> None:
         """Convert the one-JSON-row-per-session table of earlier versions, once, then drop it."""
         db = self._db
@@ -330,11 +368,12 @@ class SQLiteStore:
             try:
                 ledger = Ledger.from_json(text)
             except GuardrailUsageError as exc:
-                raise GuardrailUsageError(
+                raise StoreError(
                     f"session {session_id!r} in {self.path!r} (a file of an earlier version, "
                     f"being converted) is not a saved ledger: {exc}. Delete that row "
                     "(DELETE FROM guardrail_sessions WHERE session_id = ...) or fix it, "
-                    "then open the store again; nothing was converted"
+                    "then open the store again; nothing was converted",
+                    session_id=session_id,
                 ) from None
             state = state_of(ledger)
             found, meta = records(state), meta_of(state)
@@ -353,7 +392,15 @@ class SQLiteStore:
         return (info.st_dev, info.st_ino)
 
     def _check_file(self, session_id: str, action: str) -> None:
-        """Refuse to read or write through a connection whose file is gone or was replaced."""
+        """Refuse to read or write a file that lost a table, is gone or was replaced."""
+        if self._missing is not None:
+            raise StoreError(
+                f"{self!r}: session {session_id!r} could not {action}: the table "
+                f"{self._missing} is missing from the database (dropped, or the file is "
+                "damaged), and the sessions it held are lost. Restore the file from a backup, "
+                "or delete it to start with no sessions",
+                session_id=session_id,
+            )
         if self._identity is None:
             return
         now = self._stat()

@@ -9,9 +9,13 @@ A store's test module does::
         return StoreFactory(functools.partial(SQLiteStore, tmp_path / "s.sqlite3"))
 
 ``StoreFactory.build`` makes a new store over the same data each time it is
-called. A store that other processes share (SQLite, Redis, PostgreSQL) also
-runs :mod:`tests.stores.conformance_processes`, whose workers rebuild their
-store from the factory, so there it must pickle.
+called. The module also gives a ``damage`` fixture: a function
+``damage(store, session_id, how)`` that damages one stored session in one of
+the ways of :data:`DAMAGES`, as a failing disk, an operator or an attacker
+with access to the database would. A store that other processes share
+(SQLite, Redis, PostgreSQL) also runs
+:mod:`tests.stores.conformance_processes`, whose workers rebuild their store
+from the factory, so there it must pickle.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from guardrail.stores.protocol import Change, Snapshot
 from tests.conftest import ORDERS, shop_guard
 
 __all__ = [
+    "DAMAGES",
     "StoreFactory",
     "live",
     "store",
@@ -52,6 +57,7 @@ __all__ = [
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
     "test_concurrent_writers_merge_one_entry",
+    "test_damaged_or_missing_session_data_is_a_store_error",
     "test_expire_deletes_only_idle_sessions",
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
     "test_records_and_meta_round_trip",
@@ -76,6 +82,22 @@ def store(store_factory: StoreFactory) -> Iterator[Store]:
     built = store_factory()
     yield built
     built.close()
+
+
+#: How a stored session gets damaged: a record row that is not JSON, one holding two records
+#: (the second an id no tool returned), one holding a JSON value that is no object, every
+#: record gone (the table dropped, the key deleted), the meta gone, a record of no known state.
+DAMAGES = (
+    "row not json",
+    "two records in a row",
+    "row not an object",
+    "records gone",
+    "meta gone",
+    "unknown state",
+)
+
+#: The record a damaged row smuggles in beside its own: an id no tool returned.
+FORGED = "W9999999"
 
 
 def live(key: str, *, turn: int = 0, kind: str = "order", **fields: Any) -> dict[str, Any]:
@@ -345,8 +367,30 @@ def test_a_delete_wins_over_a_scope_open_in_another_guard(store_factory: StoreFa
         for order in ("W8855135", "W2378156", "W1000001"):
             verdict = guard.check("issue_refund", {"order_id": order}, session="X")
             assert not verdict.allowed, (guard, order)
-    held = store_factory().load("X")  # the refusals above started it again, with no id
+    probe = store_factory()
+    held = probe.load("X")  # the refusals above started it again, with no id
     assert held is None or not held.records
+    for built in (a.store, b.store, fresh.store, probe):
+        built.close()
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_or_missing_session_data_is_a_store_error(
+    store_factory: StoreFactory, damage: Callable[[Store, str, str], None], how: str
+) -> None:
+    """Each damage stops the session from opening: a StoreError naming store and session."""
+    writer, hurt = store_factory(), store_factory()
+    shop_guard(store=writer).record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    damage(hurt, "X", how)
+    store = store_factory()  # built after the damage: it must not take it for a new database
+    reader = shop_guard(store=store)
+    with pytest.raises(StoreError) as caught:
+        reader.check("issue_refund", {"order_id": FORGED}, session="X")
+    assert caught.value.session_id == "X"
+    assert _store_name(store) in str(caught.value) and "'X'" in str(caught.value)
+    assert reader.cached_sessions() == []
+    for built in (writer, hurt, store):
+        built.close()
 
 
 def test_expire_deletes_only_idle_sessions(store: Store) -> None:

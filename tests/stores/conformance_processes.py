@@ -206,3 +206,5 @@ def test_a_delete_in_one_process_wins_over_a_scope_open_in_another(
     assert outcomes == {"A": ("refused", True), "B": ("deleted", True)}
     after = shop_guard(store=store_factory())
     assert _refused_everywhere(after) and _refused_everywhere(setup)
+    after.store.close()
+    setup.store.close()

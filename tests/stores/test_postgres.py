@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 from guardrail.stores.protocol import Change, Snapshot
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
@@ -60,7 +62,7 @@ def test_the_store_keeps_no_merge_rule_of_its_own(pg: PostgresStore, postgres_ds
             " WHERE n.nspname = %s ORDER BY p.proname",
             (pg.schema,),
         ).fetchall()
-    assert [name for (name,) in functions] == ["apply_change"]
+    assert [name for (name,) in functions] == ["apply_change_v2"]
 
 
 # -- the server going away, and what it holds going bad ------------------------------------------
@@ -255,3 +257,103 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
 def test_any_sequence_of_writes_ends_as_in_memory(pg: PostgresStore) -> None:
     """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
     same_as_memory(pg)
+
+
+@pytest.fixture
+def damage(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, str], None]:
+    """Damages a session through a connection of the test's own."""
+    return lambda store, session_id, how: damages.postgres(
+        postgres_dsn, postgres_schema, session_id, how
+    )
+
+
+# -- the schema's layout version ------------------------------------------------------------
+
+
+def _proc_xmin(dsn: str, schema: str) -> list[tuple[str, str]]:
+    """The schema's functions with the transaction that last (re)defined each."""
+    with admin(dsn) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, p.xmin::text FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+            " ORDER BY p.proname",
+            (schema,),
+        ).fetchall()
+    return [(name, xmin) for name, xmin in rows]
+
+
+def test_a_store_starting_redefines_nothing(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A second store (a worker starting) finds the layout in place and leaves it untouched."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    before = _proc_xmin(postgres_dsn, pg.schema)
+    other = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        assert other.load("s") is not None
+    finally:
+        other.close()
+    assert _proc_xmin(postgres_dsn, pg.schema) == before
+    with admin(postgres_dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT version, compatible FROM {}").format(
+                sql.Identifier(pg.schema, "schema_version")
+            )
+        ).fetchall()
+    assert row == [(2, 2)]
+
+
+def _set_version(dsn: str, schema: str, version: int, compatible: int) -> None:
+    with admin(dsn) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {} SET version = %s, compatible = %s").format(
+                sql.Identifier(schema, "schema_version")
+            ),
+            (version, compatible),
+        )
+
+
+def test_a_database_of_a_newer_layout_is_refused(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A schema a newer release set up, usable only from its layout on: a StoreError saying so."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    _set_version(postgres_dsn, pg.schema, 3, 3)
+    older = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        with pytest.raises(StoreError, match=r"newer guardrail \(layout 3.*knows layout 2"):
+            older.load("s")
+    finally:
+        older.close()
+    _set_version(postgres_dsn, pg.schema, 3, 2)  # newer, but still usable by layout 2
+    compatible = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        assert compatible.load("s") is not None
+    finally:
+        compatible.close()
+
+
+def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Tables an earlier release made (no version row): used as they are, its function left."""
+    from guardrail.stores._postgres_sql import TABLES
+
+    name = sql.Identifier(postgres_schema)
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL(TABLES).format(schema=name))
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {}.apply_change() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+            ).format(name)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (session_id, version, created, meta) VALUES ('s', 5, 4, %s)"
+            ).format(sql.Identifier(postgres_schema, "sessions")),
+            (json.dumps(meta()),),
+        )
+    store = PostgresStore(postgres_dsn, schema=postgres_schema)
+    try:
+        assert store.load("s") is not None
+        store.apply("s", Change(5, [live("W1")]))
+    finally:
+        store.close()
+    names = [proc for proc, _ in _proc_xmin(postgres_dsn, postgres_schema)]
+    assert names == ["apply_change", "apply_change_v2"]

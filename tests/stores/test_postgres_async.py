@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from guardrail.stores._postgres import AsyncPostgresStore
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory
 from .syncover import SyncOverAsync
@@ -33,3 +35,11 @@ def store_factory(postgres_dsn: str, postgres_schema: str) -> Iterator[StoreFact
     yield StoreFactory(build)
     for store in built:
         store.close()
+
+
+@pytest.fixture
+def damage(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, str], None]:
+    """Damages a session through a connection of the test's own."""
+    return lambda store, session_id, how: damages.postgres(
+        postgres_dsn, postgres_schema, session_id, how
+    )

@@ -18,6 +18,7 @@ from guardrail.stores import MemoryStore
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
 from guardrail.stores.protocol import Change
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
@@ -289,3 +290,17 @@ def test_async_store_and_sync_store_share_sessions(redis_url: str, redis_prefix:
 def test_any_sequence_of_writes_ends_as_in_memory(client: redis.Redis, redis_prefix: str) -> None:
     """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
     same_as_memory(RedisStore(client, prefix=redis_prefix))
+
+
+@pytest.fixture
+def damage(redis_url: str) -> Iterator[Callable[[Any, str, str], None]]:
+    """Damages a session through a client of the test's own."""
+    made = redis.Redis.from_url(redis_url)
+
+    def hurt(store: Any, session_id: str, how: str) -> None:
+        damages.redis(
+            RedisStore(made, prefix=getattr(store, "store", store).prefix), session_id, how
+        )
+
+    yield hurt
+    made.close()
