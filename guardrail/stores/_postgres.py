@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -43,6 +44,7 @@ from guardrail.stores._postgres_sql import (
     IDLE,
     INSPECT,
     LOCK,
+    LOCK_WAIT,
     NOW,
     SCHEMA_VERSION,
     SET_VERSION,
@@ -77,10 +79,27 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
 _MAX_ATTEMPTS = 100
 
 
+def _ms(seconds: float) -> str:
+    """A timeout as PostgreSQL settings take it: whole milliseconds, at least one."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
 class _PostgresBase:
     """What the sync and the asyncio store share: the SQL, arguments, parsing, errors."""
 
-    def __init__(self, target: object, schema: str, pool_class: type) -> None:
+    def __init__(
+        self, target: object, schema: str, pool_class: type, timeouts: dict[str, float]
+    ) -> None:
+        for option, seconds in timeouts.items():
+            if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+                raise GuardrailUsageError(
+                    f"{option} is a number of seconds > 0 (the call fails with a StoreError "
+                    f"past it), not {seconds!r}"
+                )
+        self.connect_timeout = float(timeouts["connect_timeout"])
+        self.statement_timeout = float(timeouts["statement_timeout"])
+        self.lock_timeout = float(timeouts["lock_timeout"])
+        self.pool_timeout = float(timeouts["timeout"])
         if not isinstance(schema, str) or not schema:
             raise GuardrailUsageError(f"schema must be a non-empty name, not {schema!r}")
         if not isinstance(target, (str, pool_class)):
@@ -103,6 +122,7 @@ class _PostgresBase:
                 ("apply", APPLY),
                 ("changes", CHANGES),
                 ("lock", LOCK),
+                ("lock_wait", LOCK_WAIT),
                 ("delete_records", DELETE_RECORDS),
                 ("delete_sessions", DELETE_SESSIONS),
                 ("idle", IDLE),
@@ -111,6 +131,18 @@ class _PostgresBase:
         self._lock_key = f"guardrail:{schema}"
 
     synchronous_commit: bool
+
+    def _connection_options(self) -> dict[str, Any]:
+        """What each connection of the store's own pool is opened with: autocommit, timeouts."""
+        return {
+            "autocommit": True,
+            # libpq counts whole seconds, and at least 2.
+            "connect_timeout": max(2, math.ceil(self.connect_timeout)),
+            "options": (
+                f"-c statement_timeout={_ms(self.statement_timeout)} "
+                f"-c lock_timeout={_ms(self.lock_timeout)}"
+            ),
+        }
 
     def _sid(self, session_id: str, action: str) -> str:
         """``session_id`` as a parameter; one PostgreSQL text cannot hold is a StoreError.
@@ -156,6 +188,7 @@ class _PostgresBase:
         return {
             "sid": session_id,
             "durable": self.synchronous_commit,
+            "lock_wait": _ms(self.lock_timeout),
             "base": base,
             "meta": None if meta is None else json.dumps(meta, separators=(",", ":")),
             "names": list(records),
@@ -270,7 +303,26 @@ class _PostgresBase:
     def _failed(self, action: str, session_id: str | None, exc: Exception) -> StoreError:
         """A database error as a StoreError that names the store, the session and what to do."""
         what = "sessions" if session_id is None else f"session {session_id!r}"
-        if isinstance(
+        if isinstance(exc, pg_errors.LockNotAvailable):
+            advice = (
+                f"lock_timeout: it waited {self.lock_timeout:g}s for the session's row, which "
+                "another transaction holds locked (a long transaction, or a stuck worker); "
+                "retry, or give the store a longer lock_timeout="
+            )
+        elif isinstance(exc, pg_errors.QueryCanceled):
+            advice = (
+                f"statement_timeout: a statement ran longer than {self.statement_timeout:g}s "
+                f"and was cancelled ({exc}); retry, check the server's load, or give the store "
+                "a longer statement_timeout="
+            )
+        elif isinstance(exc, psycopg_pool.PoolTimeout) or "timeout expired" in str(exc):
+            advice = (
+                f"connect_timeout: no connection within {self.pool_timeout:g}s (each attempt "
+                f"gives up after connect_timeout={self.connect_timeout:g}s): the server is not "
+                "reachable, does not answer, or every connection is busy; check the server, "
+                "then retry (the ledger in memory is intact)"
+            )
+        elif isinstance(
             exc,
             (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction),
         ):
@@ -332,6 +384,15 @@ class PostgresStore(_PostgresBase):
     lose the last fraction of a second of writes (never half of one), as
     Redis's default persistence would, and the ids they held are refused
     until looked up again.
+
+    No call waits without bound: ``lock_timeout`` (2 s) for a session row
+    another transaction holds locked, ``statement_timeout`` (5 s) for a
+    statement, ``connect_timeout`` (3 s) for each connection attempt and
+    ``timeout`` (5 s) for a connection from the pool; each, exceeded, is a
+    :class:`~guardrail.errors.StoreError` naming it. The store's own pool
+    sets all of them on its connections; on a pool passed in, the store sets
+    ``lock_timeout`` for its own transactions, and the pool's connections
+    bring their statement and connect timeouts.
     """
 
     def __init__(
@@ -341,9 +402,18 @@ class PostgresStore(_PostgresBase):
         schema: str = "guardrail",
         synchronous_commit: bool = True,
         max_connections: int = 4,
-        timeout: float = 10.0,
+        timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        statement_timeout: float = 5.0,
+        lock_timeout: float = 2.0,
     ) -> None:
-        super().__init__(pool, schema, psycopg_pool.ConnectionPool)
+        timeouts = {
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "statement_timeout": statement_timeout,
+            "lock_timeout": lock_timeout,
+        }
+        super().__init__(pool, schema, psycopg_pool.ConnectionPool, timeouts)
         self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
@@ -351,7 +421,7 @@ class PostgresStore(_PostgresBase):
                 pool,
                 min_size=1,
                 max_size=max_connections,
-                kwargs={"autocommit": True},
+                kwargs=self._connection_options(),
                 timeout=timeout,
                 open=True,
                 name=f"guardrail-{schema}",
@@ -391,6 +461,7 @@ class PostgresStore(_PostgresBase):
         self._setup(session_id)
         try:
             with self.pool.connection() as conn, conn.transaction():
+                conn.execute(self._sql["lock_wait"], {"lock_wait": _ms(self.lock_timeout)})
                 conn.execute(self._sql["lock"], {"sid": session_id})
                 conn.execute(self._sql["delete_records"], {"sids": [session_id]})
                 conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})
@@ -484,9 +555,18 @@ class AsyncPostgresStore(_PostgresBase):
         schema: str = "guardrail",
         synchronous_commit: bool = True,
         max_connections: int = 4,
-        timeout: float = 10.0,
+        timeout: float = 5.0,
+        connect_timeout: float = 3.0,
+        statement_timeout: float = 5.0,
+        lock_timeout: float = 2.0,
     ) -> None:
-        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool)
+        timeouts = {
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "statement_timeout": statement_timeout,
+            "lock_timeout": lock_timeout,
+        }
+        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool, timeouts)
         self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
@@ -494,7 +574,7 @@ class AsyncPostgresStore(_PostgresBase):
                 pool,
                 min_size=1,
                 max_size=max_connections,
-                kwargs={"autocommit": True},
+                kwargs=self._connection_options(),
                 timeout=timeout,
                 open=False,
                 name=f"guardrail-{schema}",
@@ -535,6 +615,7 @@ class AsyncPostgresStore(_PostgresBase):
         await self._setup(session_id)
         try:
             async with self.pool.connection() as conn, conn.transaction():
+                await conn.execute(self._sql["lock_wait"], {"lock_wait": _ms(self.lock_timeout)})
                 await conn.execute(self._sql["lock"], {"sid": session_id})
                 await conn.execute(self._sql["delete_records"], {"sids": [session_id]})
                 await conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})

@@ -59,7 +59,8 @@ FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
 # meta) written after the writer's base, and returns those rows for the store to merge in Python.
 FUNCTIONS = """
 CREATE OR REPLACE FUNCTION {schema}.apply_change_v2(
-    sid text, base bigint, new_meta text, names text[], texts text[], durable boolean
+    sid text, base bigint, new_meta text, names text[], texts text[], durable boolean,
+    lock_wait text
 ) RETURNS TABLE (
     version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
 ) LANGUAGE plpgsql AS $$
@@ -70,6 +71,8 @@ DECLARE
 BEGIN
     -- For this transaction only: whether its commit waits for the WAL to reach the disk.
     PERFORM set_config('synchronous_commit', CASE WHEN durable THEN 'on' ELSE 'off' END, true);
+    -- How long to wait for the session row's lock before giving up (lock_timeout).
+    PERFORM set_config('lock_timeout', lock_wait, true);
     IF base > 0 THEN
         -- The writer read a session: gone, or started again since, it was deleted after the
         -- read, and the change is refused (version 0) rather than bringing it back.
@@ -133,7 +136,8 @@ NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 APPLY = """
 SELECT version, alone, stake_names, stake_records, stake_meta
 FROM {schema}.apply_change_v2(
-    %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s
+    %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
+    %(lock_wait)s
 )
 """
 
@@ -151,6 +155,7 @@ WHERE r.session_id = %(sid)s AND s.version <> %(since)s
   AND r.version > CASE WHEN s.created >= %(since)s THEN 0 ELSE %(since)s END
 """
 
+LOCK_WAIT = "SELECT set_config('lock_timeout', %(lock_wait)s, true)"
 LOCK = "SELECT 1 FROM {schema}.sessions WHERE session_id = %(sid)s FOR UPDATE"
 DELETE_RECORDS = "DELETE FROM {schema}.records WHERE session_id = ANY(%(sids)s)"
 DELETE_SESSIONS = "DELETE FROM {schema}.sessions WHERE session_id = ANY(%(sids)s)"

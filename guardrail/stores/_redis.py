@@ -199,6 +199,19 @@ _DELETED = (b"deleted", "deleted")  # the apply script's answer to a change of a
 _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
 
 
+#: How long a store's own client waits for Redis: each command, and each connection.
+SOCKET_TIMEOUT, CONNECT_TIMEOUT = 5.0, 3.0
+
+
+def _timeouts(options: dict[str, Any]) -> dict[str, Any]:
+    """Client options with the socket timeouts set: a silent server never blocks a call."""
+    return {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        **options,
+    }
+
+
 def _text(value: bytes | str) -> str:
     # surrogatepass: a name or key written by _wire reads back as the text it was.
     return value.decode("utf-8", "surrogatepass") if isinstance(value, bytes) else value
@@ -363,7 +376,13 @@ class _RedisBase:
                 f"the stored session is damaged: {exc}; delete it (store.delete(session_id)) "
                 "or restore it from a backup"
             )
-        elif isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        elif isinstance(exc, redis.TimeoutError):
+            advice = (
+                f"Redis did not answer within the client's timeout ({exc}: socket_timeout, or "
+                "socket_connect_timeout while connecting); check the server, then retry (the "
+                "ledger in memory is intact)"
+            )
+        elif isinstance(exc, redis.ConnectionError):
             advice = (
                 f"Redis is not reachable: {exc}; check that the server is running and "
                 "reachable, then retry (the ledger in memory is intact)"
@@ -414,9 +433,11 @@ class RedisStore(_RedisBase):
     ) -> RedisStore:
         """A store with a client of its own for ``url`` (``redis://host:6379/0``), closed by close.
 
-        ``options`` go to ``redis.Redis.from_url`` (``socket_timeout=``, say).
+        ``options`` go to ``redis.Redis.from_url``. The client gives up on a server
+        that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
+        ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        store = cls(redis.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store = cls(redis.Redis.from_url(url, **_timeouts(options)), prefix=prefix, ttl=ttl)
         store._owns_client = True
         return store
 
@@ -514,8 +535,12 @@ class AsyncRedisStore(_RedisBase):
     def from_url(
         cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
     ) -> AsyncRedisStore:
-        """A store with an asyncio client of its own for ``url``, closed by close()."""
-        store = cls(redis.asyncio.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        """A store with an asyncio client of its own for ``url``, closed by close().
+
+        Timeouts as :meth:`RedisStore.from_url` sets them.
+        """
+        client = redis.asyncio.Redis.from_url(url, **_timeouts(options))
+        store = cls(client, prefix=prefix, ttl=ttl)
         store._owns_client = True
         return store
 

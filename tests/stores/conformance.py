@@ -24,7 +24,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -39,6 +39,7 @@ from tests.conftest import ORDERS, shop_guard
 __all__ = [
     "DAMAGES",
     "StoreFactory",
+    "_close_built_stores",
     "live",
     "store",
     "test_a_change_is_all_or_nothing",
@@ -68,12 +69,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StoreFactory:
-    """Builds stores over the same data (each call a new store object)."""
+    """Builds stores over the same data (each call a new store object), closed after the test."""
 
     build: Callable[[], Store]
+    built: list[Store] = field(default_factory=list, repr=False, compare=False)
 
     def __call__(self) -> Store:
-        return self.build()
+        store = self.build()
+        self.built.append(store)
+        return store
+
+    def close_all(self) -> None:
+        """Close every store built so far (a pool left to the collector may fail in a thread)."""
+        while self.built:
+            self.built.pop().close()
+
+
+@pytest.fixture(autouse=True)
+def _close_built_stores(store_factory: StoreFactory) -> Iterator[None]:
+    """After each test, the stores its factory built are closed."""
+    yield
+    store_factory.close_all()
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import functools
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,7 +26,7 @@ from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 from .differential import same_as_memory
-from .proxy import Proxy
+from .proxy import Proxy, Silent
 
 
 @pytest.fixture
@@ -357,3 +359,94 @@ def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(
         store.close()
     names = [proc for proc, _ in _proc_xmin(postgres_dsn, postgres_schema)]
     assert names == ["apply_change", "apply_change_v2"]
+
+
+# -- never hanging ----------------------------------------------------------------------------
+
+
+def _hold_row_lock(dsn: str, schema: str, session_id: str, seconds: float) -> threading.Thread:
+    """Another connection locks the session's row (SELECT ... FOR UPDATE) for ``seconds``."""
+    locked = threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE session_id = %s FOR UPDATE").format(
+                    sql.Identifier(schema, "sessions")
+                ),
+                (session_id,),
+            )
+            locked.set()
+            time.sleep(seconds)
+            conn.rollback()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert locked.wait(timeout=30)
+    return thread
+
+
+def test_a_row_lock_held_elsewhere_is_a_lock_timeout_not_a_hang(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A second connection holds the session's row: apply and delete give up with lock_timeout."""
+    store = PostgresStore(postgres_dsn, schema=postgres_schema, lock_timeout=0.3)
+    try:
+        base = store.apply("s", Change(0, [live("W1")], meta())).version
+        # Held far longer than the store waits: without a lock timeout the write would wait
+        # for it and then succeed, and this test fail.
+        holder = _hold_row_lock(postgres_dsn, postgres_schema, "s", 4)
+        with pytest.raises(StoreError, match=r"lock_timeout: it waited 0\.3s") as caught:
+            store.apply("s", Change(base, [live("W2")]))
+        assert caught.value.session_id == "s"
+        with pytest.raises(StoreError, match="lock_timeout"):
+            store.delete("s")
+        holder.join()
+        assert store.apply("s", Change(base, [live("W2")])).alone
+    finally:
+        store.close()
+
+
+def test_a_statement_past_its_timeout_is_cancelled_and_named(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A read stuck behind a table lock past statement_timeout: a StoreError that says so."""
+    store = PostgresStore(
+        postgres_dsn, schema=postgres_schema, statement_timeout=0.3, lock_timeout=30
+    )
+    try:
+        store.apply("s", Change(0, [live("W1")], meta()))
+        with admin(postgres_dsn) as conn, conn.transaction():
+            conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(postgres_schema, "records")
+                )
+            )
+            with pytest.raises(StoreError, match=r"statement_timeout: .*longer than 0\.3s"):
+                store.load("s")
+    finally:
+        store.close()
+
+
+def test_a_server_that_never_answers_is_a_connect_timeout(postgres_schema: str) -> None:
+    """A server that accepts and stays silent: StoreError naming connect_timeout, not a hang."""
+    with Silent() as silent:
+        store = PostgresStore(
+            f"host=127.0.0.1 port={silent.port} dbname=test",
+            schema=postgres_schema,
+            connect_timeout=1,
+            timeout=3,
+        )
+        try:
+            with pytest.raises(StoreError, match="connect_timeout") as caught:
+                store.load("s")
+            assert caught.value.session_id == "s"
+        finally:
+            store.close()
+
+
+def test_timeouts_must_be_positive_seconds(postgres_dsn: str) -> None:
+    """A timeout of zero or not a number is a usage error saying what to pass."""
+    for option in ("connect_timeout", "statement_timeout", "lock_timeout", "timeout"):
+        with pytest.raises(GuardrailUsageError, match=f"{option} is a number of seconds"):
+            PostgresStore(postgres_dsn, **{option: 0})  # type: ignore[arg-type]

@@ -23,7 +23,7 @@ from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 from .differential import same_as_memory
-from .proxy import Proxy
+from .proxy import Proxy, Silent
 
 
 @pytest.fixture
@@ -304,3 +304,27 @@ def damage(redis_url: str) -> Iterator[Callable[[Any, str, str], None]]:
 
     yield hurt
     made.close()
+
+
+def test_a_server_that_never_answers_is_a_timeout_not_a_hang() -> None:
+    """A server that accepts and stays silent: from_url's own timeouts end the call."""
+    with Silent() as silent:
+        store = RedisStore.from_url(f"redis://127.0.0.1:{silent.port}/0", socket_timeout=0.5)
+        try:
+            with pytest.raises(StoreError, match="did not answer within") as caught:
+                store.load("s")
+            assert caught.value.session_id == "s"
+        finally:
+            store.close()
+
+
+def test_a_store_s_own_client_has_its_timeouts_set(redis_url: str) -> None:
+    """from_url sets socket and connect timeouts explicitly; options passed in win."""
+    store = RedisStore.from_url(redis_url)
+    options = store.client.connection_pool.connection_kwargs  # type: ignore[union-attr]
+    assert (options["socket_timeout"], options["socket_connect_timeout"]) == (5.0, 3.0)
+    store.close()
+    store = RedisStore.from_url(redis_url, socket_timeout=1.5)
+    pool = store.client.connection_pool  # type: ignore[union-attr]
+    assert pool.connection_kwargs["socket_timeout"] == 1.5
+    store.close()
