@@ -42,25 +42,36 @@ def unwritten(state: LedgerState) -> bool:
 
 def take(state: LedgerState, base: int) -> tuple[Change, set[Name]]:
     """The unwritten changes as one Change, and the journal they came from (for :func:`undo`)."""
-    if not state.journal and state.written_mark == _mark(state):
+    if not state.journal and not state.pruned and state.written_mark == _mark(state):
         return Change(base), set()  # the allowed path's usual case: nothing to write
     with state.lock:
         changed = state.journal or set()
         state.journal = set()
         turn = state.turn
-        found = [record_of(state, name) or gone_record(*name, turn) for name in changed]
+        found = []
+        pruned = []
+        for name in changed | state.pruned:
+            record = record_of(state, name)
+            if record is not None:
+                found.append(record)
+            elif name in state.pruned:  # past the bound: nothing kept, no row either
+                pruned.append(name)
+            else:
+                found.append(gone_record(*name, turn))
+        state.pruned = set()
         meta: dict[str, Any] | None = meta_of(state)
         if meta == state.written_meta:
             meta = None
-    return Change(base, found, meta), changed
+    return Change(base, found, meta, pruned), changed | set(pruned)
 
 
-def undo(state: LedgerState, changed: set[Name]) -> None:
-    """A write failed: its ids count as unwritten again (nothing is lost)."""
+def undo(state: LedgerState, changed: set[Name], change: Change) -> None:
+    """A write failed: its ids count as unwritten again, its prunings pending (nothing lost)."""
     with state.lock:
         if state.journal is None:
             state.journal = set()
-        state.journal.update(changed)
+        state.journal.update(changed.difference(change.pruned))
+        state.pruned.update(change.pruned)
 
 
 def written(state: LedgerState, change: Change) -> None:

@@ -335,7 +335,7 @@ class Sessions:
                 self._discard(cached)
                 raise
             except BaseException:
-                journal.undo(state, names)
+                journal.undo(state, names, change)
                 raise
             self._wrote(cached, ledger, change, written)
 
@@ -354,7 +354,7 @@ class Sessions:
                 self._discard(cached)
                 raise
             except BaseException:
-                journal.undo(state, names)
+                journal.undo(state, names, change)
                 raise
             self._wrote(cached, ledger, change, written)
 

@@ -73,7 +73,8 @@ class LedgerState:
       change; reads of a table take a snapshot);
     - ``journal``: the names of the ids changed since the last write to a
       store, or None while no store keeps this ledger
-      (:mod:`guardrail._journal`); ``after_change``: what to run after
+      (:mod:`guardrail._journal`), and ``pruned``, those whose mark went past
+      the tombstone bound (their rows are deleted); ``after_change``: what to run after
       a change no scope's end will write (:meth:`persist`);
     - ``ledger``: the public :class:`~guardrail.ledger.Ledger` wrapping it
       (typed through :func:`guardrail.ledger._ledger.ledger_of`).
@@ -114,6 +115,9 @@ class LedgerState:
         #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
         self.seal_key: bytes = secrets.token_bytes(32)
         self.journal: set[Name] | None = None
+        #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
+        #: ledgers only): the next write deletes their rows from the store.
+        self.pruned: set[Name] = set()
         #: Run after a change made outside a scope that would write it: the guard's default
         #: session writes itself there (None: nothing to do).
         self.after_change: Callable[[], None] | None = None
@@ -499,7 +503,10 @@ class LedgerState:
         self.tombstones[(tomb.kind, tomb.key)] = tomb
         self.tomb_roles.add(tomb.role)
         while len(self.tombstones) > self.tombstone_capacity:
-            self.drop_tombstone(next(iter(self.tombstones)))
+            oldest = next(iter(self.tombstones))
+            self.drop_tombstone(oldest)
+            if self.journal is not None:
+                self.pruned.add(oldest)
 
     def drop_tombstone(self, name: Name) -> None:
         """Forget the tombstone of ``name``, if there is one (its role is free again)."""
@@ -513,7 +520,10 @@ class LedgerState:
         self.dropped.pop(where, None)  # named again: the newest mark, last to go
         self.dropped[where] = mark
         while len(self.dropped) > self.tombstone_capacity:
-            del self.dropped[next(iter(self.dropped))]
+            oldest = next(iter(self.dropped))
+            del self.dropped[oldest]
+            if self.journal is not None:
+                self.pruned.add(oldest)
 
     def recount(self) -> None:
         """Recount the entries and pinned entries after tables were rebuilt."""

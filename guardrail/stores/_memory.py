@@ -133,6 +133,10 @@ class MemoryStore:
                 alone = held.version == change.base
             version = held.version + 1
             rows = held.rows
+            for name in change.pruned:
+                row = rows.get((name[0], name[1]))
+                if row is not None and row[0] <= change.base:
+                    del rows[(name[0], name[1])]
             for name, record, text in texts:
                 row = rows.get(name)
                 if row is not None and row[0] > change.base:

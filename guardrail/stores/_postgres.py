@@ -182,10 +182,18 @@ class _PostgresBase:
         return records
 
     def _params(
-        self, session_id: str, base: int, records: dict[str, Record], meta: Meta | None
+        self,
+        session_id: str,
+        base: int,
+        records: dict[str, Record],
+        meta: Meta | None,
+        change: Change | None = None,
     ) -> dict[str, Any]:
-        """The apply statement's parameters: every record as JSON."""
+        """The apply statement's parameters: every record as JSON, the names to prune."""
+        pruned = [] if change is None else [json.dumps([k, key]) for k, key in change.pruned]
         return {
+            "pruned": pruned,
+            "prune_base": 0 if change is None else change.base,
             "sid": session_id,
             "durable": self.synchronous_commit,
             "lock_wait": _ms(self.lock_timeout),
@@ -439,7 +447,7 @@ class PostgresStore(_PostgresBase):
         originals = self._encode(session_id, change)
         records, meta, base = originals, change.meta, change.base
         for attempt in range(_MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta)
+            params = self._params(session_id, base, records, meta, change)
             row = self._run("written", session_id, "apply", params)[0]
             if row[0] == 0:
                 raise deleted(self._where(), session_id)
@@ -593,7 +601,7 @@ class AsyncPostgresStore(_PostgresBase):
         originals = self._encode(session_id, change)
         records, meta, base = originals, change.meta, change.base
         for attempt in range(_MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta)
+            params = self._params(session_id, base, records, meta, change)
             row = (await self._run("written", session_id, "apply", params))[0]
             if row[0] == 0:
                 raise deleted(self._where(), session_id)

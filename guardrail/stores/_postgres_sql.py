@@ -60,7 +60,7 @@ FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
 FUNCTIONS = """
 CREATE OR REPLACE FUNCTION {schema}.apply_change_v2(
     sid text, base bigint, new_meta text, names text[], texts text[], durable boolean,
-    lock_wait text
+    lock_wait text, pruned text[], prune_base bigint
 ) RETURNS TABLE (
     version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
 ) LANGUAGE plpgsql AS $$
@@ -118,6 +118,11 @@ BEGIN
             meta_version = CASE WHEN new_meta IS NULL THEN s.meta_version ELSE next END
         WHERE s.session_id = sid;
     END IF;
+    -- Marks past the writer's bound: their rows go, unless written after the change's base.
+    IF cardinality(pruned) > 0 THEN
+        DELETE FROM {schema}.records AS r
+        WHERE r.session_id = sid AND r.name = ANY(pruned) AND r.version <= prune_base;
+    END IF;
     INSERT INTO {schema}.records AS r (session_id, name, version, record)
     SELECT sid, u.name, next, u.record FROM unnest(names, texts) AS u(name, record)
     ON CONFLICT (session_id, name) DO UPDATE SET record = excluded.record, version = next;
@@ -137,7 +142,7 @@ APPLY = """
 SELECT version, alone, stake_names, stake_records, stake_meta
 FROM {schema}.apply_change_v2(
     %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
-    %(lock_wait)s
+    %(lock_wait)s, %(pruned)s::text[], %(prune_base)s
 )
 """
 

@@ -79,7 +79,9 @@ end
 """
 
 # KEYS: session hash, records hash, versions zset.
-# ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), then name, record pairs.
+# ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), the number P of pruned
+# names, the change's own base (a retry's base is later), the P names (rows deleted unless
+# written after the change's base), then name, record pairs.
 # Returns {version, 1 if no one else wrote since base else 0} when written, {'0', 'deleted'}
 # when the session base names was deleted since, or {held version, {name, held row, ...}}
 # when rows at stake were written after base (the meta's name: '').
@@ -89,6 +91,8 @@ _APPLY = (
 local s, r, z = KEYS[1], KEYS[2], KEYS[3]
 local base = tonumber(ARGV[1])
 local meta = ARGV[3]
+local first = 6 + tonumber(ARGV[4])  -- the first record name
+local own_base = tonumber(ARGV[5])
 local held = redis.call('HMGET', s, 'version', 'meta_version', 'created')
 local version = number(held[1], 'version')
 if type(version) == 'table' then return version end
@@ -101,7 +105,7 @@ if base > 0 then
 end
 if version and version > base then
   local stake = {}
-  for i = 4, #ARGV, 2 do
+  for i = first, #ARGV, 2 do
     local at = redis.call('ZSCORE', z, ARGV[i])
     if at and tonumber(at) > base then
       stake[#stake + 1] = ARGV[i]
@@ -135,7 +139,14 @@ if meta ~= '' then
   fields[#fields + 1] = 'meta_version'
   fields[#fields + 1] = new
 end
-for i = 4, #ARGV, 2000 do
+for i = 6, first - 1 do
+  local at = redis.call('ZSCORE', z, ARGV[i])
+  if at and tonumber(at) <= own_base then
+    redis.call('HDEL', r, ARGV[i])
+    redis.call('ZREM', z, ARGV[i])
+  end
+end
+for i = first, #ARGV, 2000 do
   local rows, scores = {}, {}
   for j = i, math.min(i + 1998, #ARGV - 1), 2 do
     rows[#rows + 1] = ARGV[j]
@@ -276,7 +287,7 @@ class _RedisBase:
         """The change's records by name, and the script's arguments: nothing sent if one is bad."""
         try:
             records = {self._name(record): record for record in change.records}
-            args = self._args(change.base, records, change.meta)
+            args = self._args(change.base, records, change.meta, change.pruned, change.base)
         except GuardrailUsageError:
             raise
         except (TypeError, ValueError, KeyError) as exc:
@@ -318,12 +329,19 @@ class _RedisBase:
         return records, meta
 
     def _args(
-        self, base: int, records: Mapping[str, Record], meta: Meta | None
+        self,
+        base: int,
+        records: Mapping[str, Record],
+        meta: Meta | None,
+        pruned: Sequence[tuple[str, str]] = (),
+        own_base: int = 0,
     ) -> list[str | bytes]:
         # json.dumps writes ASCII: a lone surrogate in a record is escaped, and reads back.
-        args: list[str | bytes] = [str(base), str(self._ttl_ms), ""]
+        args: list[str | bytes] = [str(base), str(self._ttl_ms), "", str(len(pruned)), "0"]
         if meta is not None:
             args[2] = json.dumps(meta, separators=(",", ":"))
+        args[4] = str(own_base)
+        args += [_wire(self._name({"kind": kind, "key": key})) for kind, key in pruned]
         for name, record in records.items():
             args += (_wire(name), json.dumps(record, separators=(",", ":")))
         return args
@@ -465,7 +483,7 @@ class RedisStore(_RedisBase):
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta)
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "
             f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
@@ -568,7 +586,7 @@ class AsyncRedisStore(_RedisBase):
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta)
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "
             f"it {_MAX_ATTEMPTS} times while this change was merged; retry",

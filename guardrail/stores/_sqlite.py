@@ -290,6 +290,12 @@ class SQLiteStore:
                         text = encode(merged)
                     merged_rows.append((kind, key, text))
                 rows = merged_rows
+        if change.pruned:  # past the writer's bound; a row written since its base stays
+            db.executemany(
+                "DELETE FROM guardrail_record"
+                " WHERE session_id = ? AND kind = ? AND key = ? AND version <= ?",
+                [(sid, _column(kind), _column(key), change.base) for kind, key in change.pruned],
+            )
         db.executemany(
             "INSERT OR REPLACE INTO guardrail_record (session_id, kind, key, version, record)"
             " VALUES (?, ?, ?, ?, ?)",

@@ -72,14 +72,21 @@ class Change:
     with (0: none, a writer that never read the session): rows written
     after it are merged with this change's, rows written before it are
     replaced. A change holds at most one record per ``(kind, key)``.
+
+    ``pruned`` names the ids whose tombstone or drop mark the writer's ledger
+    let go past its bound: the store deletes their rows, unless written after
+    ``base`` (another writer's newer state of the id stays). So a session
+    keeps about ``capacity`` live rows and ``tombstone_capacity`` of each kind
+    of mark, however many ids passed through it.
     """
 
     base: int
     records: Sequence[Record] = ()
     meta: Meta | None = None
+    pruned: Sequence[tuple[str, str]] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.records) or self.meta is not None
+        return bool(self.records) or self.meta is not None or bool(self.pruned)
 
 
 class Written(NamedTuple):

@@ -61,6 +61,9 @@ __all__ = [
     "test_damaged_or_missing_session_data_is_a_store_error",
     "test_expire_deletes_only_idle_sessions",
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
+    "test_marks_past_the_bound_are_pruned_by_the_write_that_evicts_them",
+    "test_pruned_rows_go_unless_written_since_the_base",
+    "test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write",
     "test_records_and_meta_round_trip",
     "test_threads_writing_one_session_lose_nothing",
     "test_versions_count_writes",
@@ -407,6 +410,51 @@ def test_damaged_or_missing_session_data_is_a_store_error(
     assert reader.cached_sessions() == []
     for built in (writer, hurt, store):
         built.close()
+
+
+def _evicted(key: str, turn: int) -> dict[str, Any]:
+    return {"kind": "order", "key": key, "state": "evicted", "turn": turn, "value": key, "role": key}
+
+
+def test_pruned_rows_go_unless_written_since_the_base(store: Store) -> None:
+    """Change.pruned deletes rows the writer had seen; a row another wrote since stays."""
+    base = store.apply("s", Change(0, [_evicted("W1", 1), _evicted("W2", 1)], meta())).version
+    store.apply("s", Change(base, [live("W2", turn=3)]))  # another writer: W2 seen again
+    store.apply("s", Change(base, [], None, [("order", "W1"), ("order", "W2")]))
+    held = by_key(store.load("s"))
+    assert set(held) == {("order", "W2")} and held["order", "W2"]["state"] == "live"
+
+
+def test_marks_past_the_bound_are_pruned_by_the_write_that_evicts_them(
+    store_factory: StoreFactory,
+) -> None:
+    """200 ids through a 10-entry ledger with 5 tombstones: about 15 rows stored, not 200."""
+    guard = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    for n in range(200):
+        guard.record("get_order", {}, {"order_id": f"W1{n:06d}"}, call_id=f"c{n}", session="X")
+    stored = store_factory().load("X")
+    assert stored is not None
+    states = [record["state"] for record in stored.records]
+    assert states.count("live") == 10 and states.count("evicted") == 5 and len(states) == 15
+    reader = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    assert reader.check("issue_refund", {"order_id": "W1000199"}, session="X").allowed
+    old = reader.check("issue_refund", {"order_id": "W1000000"}, session="X")
+    assert not old.allowed and old.findings[0].problem == "unknown"
+
+
+def test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write(
+    store_factory: StoreFactory,
+) -> None:
+    """A session holding 50 tombstones over a bound of 5: the first scope's end prunes 45."""
+    records = [_evicted(f"W1{n:06d}", n) for n in range(50)]
+    store_factory().apply("X", Change(0, records, meta(capacity=10, tombstone_capacity=5)))
+    guard = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    with guard.session("X"):
+        pass
+    stored = store_factory().load("X")
+    assert stored is not None and sorted(r["key"] for r in stored.records) == [
+        f"W1{n:06d}" for n in range(45, 50)
+    ]
 
 
 def test_expire_deletes_only_idle_sessions(store: Store) -> None:
