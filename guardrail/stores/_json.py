@@ -49,24 +49,24 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-_raw_decode = json.JSONDecoder().raw_decode
-
-
 def decode_rows(texts: Iterable[str | bytes], kinds: tuple[type, ...] = (dict,)) -> list[Any]:
     """Each row's JSON text parsed alone: exactly one value of one of ``kinds`` per row.
 
     A row holding anything else (two objects, text after the value, a value
     of another type) is a ValueError naming what it holds: rows are never
-    parsed together, so no row can pass for two records.
+    parsed together, so no row can pass for two records. pydantic-core's
+    parser (a dependency already) reads a row about twice as fast as the
+    standard library's; both refuse text after the value.
     """
+    from pydantic_core import from_json  # here: `import guardrail` does not load it
+
     out: list[Any] = []
     append = out.append
     for text in texts:
-        if not isinstance(text, str):  # a BLOB: text a tool wrote into the file
-            text = text.decode("utf-8")
-        value, end = _raw_decode(text)
-        if end != len(text):
-            raise ValueError(f"a row holds more than one JSON value: {text[:80]!r}")
+        try:
+            value = from_json(text)
+        except ValueError:  # it refuses an escaped lone surrogate, which json reads back
+            value = json.loads(text)  # and refuses text after the value alike
         if type(value) not in kinds:
             raise ValueError(f"a row holds a JSON {type(value).__name__}, not a record")
         append(value)

@@ -63,8 +63,8 @@ __all__ = [
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
     "test_marks_past_the_bound_are_pruned_by_the_write_that_evicts_them",
     "test_pruned_rows_go_unless_written_since_the_base",
-    "test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write",
     "test_records_and_meta_round_trip",
+    "test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write",
     "test_threads_writing_one_session_lose_nothing",
     "test_versions_count_writes",
 ]
@@ -413,7 +413,15 @@ def test_damaged_or_missing_session_data_is_a_store_error(
 
 
 def _evicted(key: str, turn: int) -> dict[str, Any]:
-    return {"kind": "order", "key": key, "state": "evicted", "turn": turn, "value": key, "role": key}
+    """A tombstone's record, as a ledger writes one."""
+    return {
+        "kind": "order",
+        "key": key,
+        "state": "evicted",
+        "turn": turn,
+        "value": key,
+        "role": "o",
+    }
 
 
 def test_pruned_rows_go_unless_written_since_the_base(store: Store) -> None:
