@@ -51,6 +51,7 @@ from guardrail.stores._postgres_sql import (
     TABLES,
     VERSION_ROW,
     VERSION_TABLE,
+    WRITTEN_INDEX,
 )
 from guardrail.stores.protocol import (
     Change,
@@ -79,6 +80,10 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
 _MAX_ATTEMPTS = 100
 
 
+#: What _snapshot answers for a session past its ttl, for the caller to delete it.
+_EXPIRED = Snapshot(-1)
+
+
 def _ms(seconds: float) -> str:
     """A timeout as PostgreSQL settings take it: whole milliseconds, at least one."""
     return f"{max(1, round(seconds * 1000))}ms"
@@ -88,8 +93,21 @@ class _PostgresBase:
     """What the sync and the asyncio store share: the SQL, arguments, parsing, errors."""
 
     def __init__(
-        self, target: object, schema: str, pool_class: type, timeouts: dict[str, float]
+        self,
+        target: object,
+        schema: str,
+        pool_class: type,
+        timeouts: dict[str, float],
+        ttl: float | None,
     ) -> None:
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
+        ):
+            raise GuardrailUsageError(
+                f"ttl is how many seconds a session no one wrote is kept (> 0), or None, "
+                f"not {ttl!r}"
+            )
+        self.ttl = None if ttl is None else float(ttl)
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise GuardrailUsageError(
@@ -115,6 +133,7 @@ class _PostgresBase:
             key: sql.SQL(text).format(schema=name, now=sql.SQL(NOW))
             for key, text in (
                 ("tables", TABLES),
+                ("written_index", WRITTEN_INDEX),
                 ("functions", FUNCTIONS),
                 ("version_row", VERSION_ROW),
                 ("version_table", VERSION_TABLE),
@@ -192,6 +211,7 @@ class _PostgresBase:
         """The apply statement's parameters: every record as JSON, the names to prune."""
         pruned = [] if change is None else [json.dumps([k, key]) for k, key in change.pruned]
         return {
+            "ttl": self.ttl or 0.0,
             "pruned": pruned,
             "prune_base": 0 if change is None else change.base,
             "sid": session_id,
@@ -234,7 +254,9 @@ class _PostgresBase:
         head = [row for row in rows if row[0] == 0]
         if not head:
             return None if since == 0 else Snapshot(0)
-        _, version, created, meta_text = head[0]
+        _, version, created, meta_text, expired = head[0]
+        if expired:  # past its ttl: gone (the caller deletes it)
+            return _EXPIRED
         if version == since:
             return None
         records = [self._parse(session_id, row[3], "a record") for row in rows if row[0] == 1]
@@ -414,6 +436,7 @@ class PostgresStore(_PostgresBase):
         connect_timeout: float = 3.0,
         statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
+        ttl: float | None = None,
     ) -> None:
         timeouts = {
             "timeout": timeout,
@@ -421,7 +444,7 @@ class PostgresStore(_PostgresBase):
             "statement_timeout": statement_timeout,
             "lock_timeout": lock_timeout,
         }
-        super().__init__(pool, schema, psycopg_pool.ConnectionPool, timeouts)
+        super().__init__(pool, schema, psycopg_pool.ConnectionPool, timeouts, ttl)
         self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
@@ -460,8 +483,14 @@ class PostgresStore(_PostgresBase):
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         sid = self._sid(session_id, "read")
-        rows = self._run("read", session_id, "changes", {"sid": sid, "since": version})
-        return self._snapshot(session_id, rows, version)
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        snapshot = self._snapshot(
+            session_id, self._run("read", session_id, "changes", params), version
+        )
+        if snapshot is _EXPIRED:
+            self.delete(session_id)
+            return None if version == 0 else Snapshot(0)
+        return snapshot
 
     def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
@@ -517,6 +546,8 @@ class PostgresStore(_PostgresBase):
                     write_version = self._layout(session_id, tables, row)
                     if not tables & {"sessions", "records"}:
                         conn.execute(self._sql["tables"])
+                    elif "sessions_by_written" not in tables:
+                        conn.execute(self._sql["written_index"])
                     name = {"schema": self.schema, "name": FUNCTION_NAME}
                     if conn.execute(HAS_FUNCTION, name).fetchone() is None:
                         conn.execute(self._sql["functions"])
@@ -567,6 +598,7 @@ class AsyncPostgresStore(_PostgresBase):
         connect_timeout: float = 3.0,
         statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
+        ttl: float | None = None,
     ) -> None:
         timeouts = {
             "timeout": timeout,
@@ -574,7 +606,7 @@ class AsyncPostgresStore(_PostgresBase):
             "statement_timeout": statement_timeout,
             "lock_timeout": lock_timeout,
         }
-        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool, timeouts)
+        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool, timeouts, ttl)
         self.synchronous_commit = bool(synchronous_commit)
         self._owns_pool = isinstance(pool, str)
         if isinstance(pool, str):
@@ -614,8 +646,13 @@ class AsyncPostgresStore(_PostgresBase):
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         sid = self._sid(session_id, "read")
-        rows = await self._run("read", session_id, "changes", {"sid": sid, "since": version})
-        return self._snapshot(session_id, rows, version)
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        rows = await self._run("read", session_id, "changes", params)
+        snapshot = self._snapshot(session_id, rows, version)
+        if snapshot is _EXPIRED:
+            await self.delete(session_id)
+            return None if version == 0 else Snapshot(0)
+        return snapshot
 
     async def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
@@ -673,6 +710,8 @@ class AsyncPostgresStore(_PostgresBase):
                     write_version = self._layout(session_id, tables, row)
                     if not tables & {"sessions", "records"}:
                         await conn.execute(self._sql["tables"])
+                    elif "sessions_by_written" not in tables:
+                        await conn.execute(self._sql["written_index"])
                     name = {"schema": self.schema, "name": FUNCTION_NAME}
                     cursor = await conn.execute(HAS_FUNCTION, name)
                     if await cursor.fetchone() is None:

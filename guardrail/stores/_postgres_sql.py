@@ -17,9 +17,11 @@ COMPATIBLE = 2
 # What the schema holds now: its tables, its version row if any, this layout's function.
 INSPECT = """
 SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
-  AND c.relname IN ('sessions', 'records', 'schema_version')
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p', 'i')
+  AND c.relname IN ('sessions', 'records', 'schema_version', 'sessions_by_written')
 """
+# What layout 1 lacked: created once, when a store of layout 2 first finds it missing.
+WRITTEN_INDEX = "CREATE INDEX IF NOT EXISTS sessions_by_written ON {schema}.sessions (written)"
 VERSION_ROW = "SELECT version, compatible FROM {schema}.schema_version"
 HAS_FUNCTION = """
 SELECT 1 FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace
@@ -53,6 +55,7 @@ CREATE TABLE IF NOT EXISTS {schema}.records (
     PRIMARY KEY (session_id, name)
 );
 CREATE INDEX IF NOT EXISTS records_by_version ON {schema}.records (session_id, version);
+CREATE INDEX IF NOT EXISTS sessions_by_written ON {schema}.sessions (written);
 """
 FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
 # The merge rule is not here: apply_change refuses a change that would replace a row (or the
@@ -60,7 +63,7 @@ FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
 FUNCTIONS = """
 CREATE OR REPLACE FUNCTION {schema}.apply_change_v2(
     sid text, base bigint, new_meta text, names text[], texts text[], durable boolean,
-    lock_wait text, pruned text[], prune_base bigint
+    lock_wait text, pruned text[], prune_base bigint, ttl double precision
 ) RETURNS TABLE (
     version bigint, alone boolean, stake_names text[], stake_records text[], stake_meta text
 ) LANGUAGE plpgsql AS $$
@@ -68,11 +71,28 @@ DECLARE
     now bigint := {now};
     held {schema}.sessions%ROWTYPE;
     next bigint;
+    idle text;
 BEGIN
     -- For this transaction only: whether its commit waits for the WAL to reach the disk.
     PERFORM set_config('synchronous_commit', CASE WHEN durable THEN 'on' ELSE 'off' END, true);
     -- How long to wait for the session row's lock before giving up (lock_timeout).
     PERFORM set_config('lock_timeout', lock_wait, true);
+    IF ttl > 0 THEN
+        -- Sessions no one wrote for ttl seconds are gone: this one if it is (before the base
+        -- is checked, so a writer that read it is refused), and a few of the oldest others.
+        FOR idle IN
+            SELECT s.session_id FROM {schema}.sessions AS s
+            WHERE s.written <= clock_timestamp() - make_interval(secs => ttl)
+              AND (s.session_id = sid OR s.session_id IN (
+                  SELECT o.session_id FROM {schema}.sessions AS o
+                  WHERE o.written <= clock_timestamp() - make_interval(secs => ttl)
+                  ORDER BY o.written LIMIT 8))
+            FOR UPDATE SKIP LOCKED
+        LOOP
+            DELETE FROM {schema}.records AS r WHERE r.session_id = idle;
+            DELETE FROM {schema}.sessions AS s WHERE s.session_id = idle;
+        END LOOP;
+    END IF;
     IF base > 0 THEN
         -- The writer read a session: gone, or started again since, it was deleted after the
         -- read, and the change is refused (version 0) rather than bringing it back.
@@ -142,7 +162,7 @@ APPLY = """
 SELECT version, alone, stake_names, stake_records, stake_meta
 FROM {schema}.apply_change_v2(
     %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
-    %(lock_wait)s, %(pruned)s::text[], %(prune_base)s
+    %(lock_wait)s, %(pruned)s::text[], %(prune_base)s, %(ttl)s
 )
 """
 
@@ -151,10 +171,11 @@ FROM {schema}.apply_change_v2(
 CHANGES = """
 SELECT 0, version, created,
        CASE WHEN version <> %(since)s AND (created >= %(since)s OR meta_version > %(since)s)
-            THEN meta END
+            THEN meta END,
+       %(ttl)s > 0 AND written <= clock_timestamp() - make_interval(secs => %(ttl)s)
 FROM {schema}.sessions WHERE session_id = %(sid)s
 UNION ALL
-SELECT 1, r.version, NULL, r.record
+SELECT 1, r.version, NULL, r.record, NULL
 FROM {schema}.records AS r JOIN {schema}.sessions AS s ON s.session_id = r.session_id
 WHERE r.session_id = %(sid)s AND s.version <> %(since)s
   AND r.version > CASE WHEN s.created >= %(since)s THEN 0 ELSE %(since)s END

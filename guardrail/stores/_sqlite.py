@@ -25,6 +25,8 @@ from guardrail.stores.protocol import (
     stale_base,
 )
 
+#: How many sessions past their ttl a write deletes besides its own (a bounded sweep).
+_SWEPT_PER_WRITE = 8
 #: The layout of the tables this code writes (``PRAGMA user_version``): 2, a row per record.
 SCHEMA_VERSION = 2
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
@@ -59,7 +61,9 @@ class SQLiteStore:
     it is opened.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 5.0, ttl: float | None = None
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise GuardrailUsageError(
                 f"path is the database file (a str or os.PathLike), not {type(path).__name__}"
@@ -68,14 +72,25 @@ class SQLiteStore:
             raise GuardrailUsageError(
                 f"timeout is how many seconds to wait for a locked database (>= 0), not {timeout!r}"
             )
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
+        ):
+            raise GuardrailUsageError(
+                f"ttl is how many seconds a session no one wrote is kept (> 0), or None, "
+                f"not {ttl!r}"
+            )
         self.path = os.fspath(path)
         self.timeout = float(timeout)
+        self.ttl = None if ttl is None else float(ttl)
         self._lock = threading.Lock()
         self._missing: str | None = None
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
             )
+            # A new file gives the pages of deleted sessions back to the file system
+            # (incremental_vacuum after expiry); a file with tables already keeps its mode.
+            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints, atomic always
             with self._transaction():
@@ -99,15 +114,18 @@ class SQLiteStore:
             try:
                 with self._transaction(write=False):
                     head = self._head(session_id)
-                    if head is None:
-                        return None
-                    return self._read(session_id, head, 0, complete=True)
+                    snapshot = (
+                        None if head is None else self._read(session_id, head, 0, complete=True)
+                    )
+                if snapshot is None:
+                    self._drop_expired(session_id)
             except sqlite3.Error as exc:
                 raise self._failed("load", session_id, exc) from exc
             except ValueError as exc:
                 raise damaged(
                     repr(self), session_id, f"a stored row is not one JSON record ({exc})"
                 ) from exc
+            return snapshot
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
@@ -140,6 +158,7 @@ class SQLiteStore:
             try:
                 head = self._head(session_id)  # the usual answer: one indexed look-up
                 if head is None:
+                    self._drop_expired(session_id)
                     return None if version == 0 else Snapshot(0)
                 if head[1] == version:
                     return None
@@ -184,6 +203,8 @@ class SQLiteStore:
                     ]
                     for session_id in idle:
                         self._delete(session_id)
+                if idle:
+                    self._vacuum()
             except sqlite3.Error as exc:
                 raise self._failed("expire", "*", exc) from exc
         return idle
@@ -219,12 +240,48 @@ class SQLiteStore:
         db.execute("COMMIT")
 
     def _head(self, session_id: str) -> tuple[int, int] | None:
-        """``(created, version)`` of a session, or None."""
+        """``(created, version)`` of a session, or None (for one past its ttl too)."""
         row = self._db.execute(
-            "SELECT created, version FROM guardrail_session WHERE session_id = ?",
+            "SELECT created, version, written FROM guardrail_session WHERE session_id = ?",
             (_column(session_id),),
         ).fetchone()
-        return None if row is None else (row[0], row[1])
+        if row is None or (self.ttl is not None and row[2] <= time.time() - self.ttl):
+            return None
+        return (row[0], row[1])
+
+    def _drop_expired(self, session_id: str) -> bool:
+        """Delete a session past its ttl (in a write transaction); whether it was one."""
+        if self.ttl is None:
+            return False
+        with self._transaction():
+            row = self._db.execute(
+                "SELECT written FROM guardrail_session WHERE session_id = ?",
+                (_column(session_id),),
+            ).fetchone()
+            if row is None or row[0] > time.time() - self.ttl:
+                return False
+            self._delete(session_id)
+        return True
+
+    def _sweep(self) -> int:
+        """Delete a few sessions past their ttl (the oldest; a write's bounded share of them)."""
+        if self.ttl is None:
+            return 0
+        idle = [
+            _text(row[0])
+            for row in self._db.execute(
+                "SELECT session_id FROM guardrail_session WHERE written <= ?"
+                " ORDER BY written LIMIT ?",
+                (time.time() - self.ttl, _SWEPT_PER_WRITE),
+            )
+        ]
+        for session_id in idle:
+            self._delete(session_id)
+        return len(idle)
+
+    def _vacuum(self) -> None:
+        """Give the pages of deleted sessions back to the file system (auto_vacuum files)."""
+        self._db.execute("PRAGMA incremental_vacuum")
 
     def _read(
         self, session_id: str, head: tuple[int, int], since: int, *, complete: bool
@@ -256,6 +313,8 @@ class SQLiteStore:
         db = self._db
         sid = _column(session_id)
         head = self._head(session_id)
+        if head is None and self.ttl is not None:
+            self._delete(session_id)  # past its ttl: gone, as if expired by a sweep
         if stale_base(change.base, None if head is None else head[0]):
             raise deleted(repr(self), session_id)
         if head is None:
@@ -317,6 +376,7 @@ class SQLiteStore:
             "UPDATE guardrail_session SET version = ?, written = ? WHERE session_id = ?",
             (version, time.time(), sid),
         )
+        self._sweep()
         return Written(version, alone)
 
     def _delete(self, session_id: str) -> None:

@@ -104,3 +104,40 @@ def postgres(dsn: str, schema: str, session_id: str, how: str) -> None:
                 ),
                 (_row(row[1], how), session_id, row[0]),
             )
+
+
+# -- ageing: a session made to look idle for longer, with no clock to wait for ---------------
+
+
+def age_memory(store: Any, session_id: str, seconds: float) -> None:
+    """Make a MemoryStore session's last write ``seconds`` older."""
+    store._sessions[session_id].written -= seconds
+
+
+def age_sqlite(store: Any, session_id: str, seconds: float) -> None:
+    """Make a SQLiteStore session's last write ``seconds`` older."""
+    with closing(sqlite3.connect(store.path)) as db, db:
+        db.execute(
+            "UPDATE guardrail_session SET written = written - ? WHERE session_id = ?",
+            (seconds, session_id),
+        )
+
+
+def age_redis(store: Any, session_id: str, seconds: float) -> None:
+    """Make a RedisStore session's last write ``seconds`` older (``written`` is microseconds)."""
+    session, _, _ = store._keys(session_id)
+    store.client.hincrby(session, "written", -round(seconds * 1_000_000))
+
+
+def age_postgres(dsn: str, schema: str, session_id: str, seconds: float) -> None:
+    """Make a PostgresStore session's last write ``seconds`` older."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET written = written - make_interval(secs => %s) WHERE session_id = %s"
+            ).format(sql.Identifier(schema, "sessions")),
+            (seconds, session_id),
+        )

@@ -25,3 +25,9 @@ def store_factory() -> StoreFactory:
 def damage() -> Callable[[Any, str, str], None]:
     """Damages a session in the store's own dict of rows."""
     return damages.memory
+
+
+@pytest.fixture
+def age() -> Callable[[Any, str, float], None]:
+    """Ages a session in the store's own dict."""
+    return damages.age_memory

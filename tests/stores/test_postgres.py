@@ -25,6 +25,7 @@ from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 from .differential import same_as_memory
 from .proxy import Proxy, Silent
 
@@ -33,6 +34,14 @@ from .proxy import Proxy, Silent
 def store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
     """Stores with pools of their own, one schema: the same sessions, in any process."""
     return StoreFactory(functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema))
+
+
+@pytest.fixture
+def ttl_store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
+    """Stores with ttl=60 on the schema store_factory uses."""
+    return StoreFactory(
+        functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema, ttl=60)
+    )
 
 
 @pytest.fixture
@@ -450,3 +459,11 @@ def test_timeouts_must_be_positive_seconds(postgres_dsn: str) -> None:
     for option in ("connect_timeout", "statement_timeout", "lock_timeout", "timeout"):
         with pytest.raises(GuardrailUsageError, match=f"{option} is a number of seconds"):
             PostgresStore(postgres_dsn, **{option: 0})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def age(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own."""
+    return lambda store, session_id, seconds: damages.age_postgres(
+        postgres_dsn, postgres_schema, session_id, seconds
+    )

@@ -13,6 +13,7 @@ from guardrail.stores._postgres import AsyncPostgresStore
 from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 from .syncover import SyncOverAsync
 
 
@@ -38,8 +39,26 @@ def store_factory(postgres_dsn: str, postgres_schema: str) -> Iterator[StoreFact
 
 
 @pytest.fixture
+def ttl_store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
+    """Async stores with ttl=60, on the schema store_factory uses (closed by the suite)."""
+    return StoreFactory(
+        lambda: SyncOverAsync(
+            functools.partial(AsyncPostgresStore, postgres_dsn, schema=postgres_schema, ttl=60)
+        )
+    )
+
+
+@pytest.fixture
 def damage(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, str], None]:
     """Damages a session through a connection of the test's own."""
     return lambda store, session_id, how: damages.postgres(
         postgres_dsn, postgres_schema, session_id, how
+    )
+
+
+@pytest.fixture
+def age(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own."""
+    return lambda store, session_id, seconds: damages.age_postgres(
+        postgres_dsn, postgres_schema, session_id, seconds
     )

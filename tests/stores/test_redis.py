@@ -328,3 +328,16 @@ def test_a_store_s_own_client_has_its_timeouts_set(redis_url: str) -> None:
     pool = store.client.connection_pool  # type: ignore[union-attr]
     assert pool.connection_kwargs["socket_timeout"] == 1.5
     store.close()
+
+
+@pytest.fixture
+def age(redis_url: str) -> Iterator[Callable[[Any, str, float], None]]:
+    """Ages a session through a client of the test's own."""
+    made = redis.Redis.from_url(redis_url)
+
+    def older(store: Any, session_id: str, seconds: float) -> None:
+        prefix = getattr(store, "store", store).prefix
+        damages.age_redis(RedisStore(made, prefix=prefix), session_id, seconds)
+
+    yield older
+    made.close()

@@ -50,3 +50,16 @@ def damage(redis_url: str) -> Iterator[Callable[[Any, str, str], None]]:
 
     yield hurt
     made.close()
+
+
+@pytest.fixture
+def age(redis_url: str) -> Iterator[Callable[[Any, str, float], None]]:
+    """Ages a session through a client of the test's own."""
+    made = redis.Redis.from_url(redis_url)
+
+    def older(store: Any, session_id: str, seconds: float) -> None:
+        prefix = getattr(store, "store", store).prefix
+        damages.age_redis(RedisStore(made, prefix=prefix), session_id, seconds)
+
+    yield older
+    made.close()

@@ -19,12 +19,19 @@ from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 
 
 @pytest.fixture
 def store_factory(tmp_path: Path) -> StoreFactory:
     """Stores on one file: each call is a new connection, in this process or another."""
     return StoreFactory(functools.partial(SQLiteStore, tmp_path / "sessions.sqlite3"))
+
+
+@pytest.fixture
+def ttl_store_factory(tmp_path: Path) -> StoreFactory:
+    """Stores with ttl=60 on the file store_factory uses."""
+    return StoreFactory(functools.partial(SQLiteStore, tmp_path / "sessions.sqlite3", ttl=60))
 
 
 @pytest.fixture
@@ -78,3 +85,9 @@ def test_a_dropped_table_is_never_created_anew_empty(tmp_path: Path) -> None:
     with closing(sqlite3.connect(path)) as db:
         tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
     assert "guardrail_session" not in tables
+
+
+@pytest.fixture
+def age() -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own to the file."""
+    return damages.age_sqlite
