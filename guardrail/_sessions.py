@@ -365,8 +365,7 @@ class Sessions:
     def _discard(self, cached: _Cached) -> None:
         """Drop a cached copy of a session deleted elsewhere: the next use reads the store anew.
 
-        Scopes still open keep the old object until they end (and write nothing of
-        it: their ledger is no longer the cached one).
+        Scopes still open keep the old object, and write nothing of it when they end.
         """
         ledger = cached.ledger
         cached.ledger = None

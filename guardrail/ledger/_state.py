@@ -38,6 +38,7 @@ from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
 from guardrail.ledger._typed import UserTexts
@@ -362,8 +363,8 @@ class LedgerState:
                 journal.update([(entry.kind, entry.key) for entry in added])
                 journal.update([(entry.kind, entry.key) for entry in upgraded])
             evicted = self.evict_over_capacity()
-            taken = self._take_back(added, revived)
-            dropped = self._mark_dropped(taken, skipped, tool, source)
+            taken = take_back(self, added, revived)
+            dropped = mark_dropped(self, taken, skipped, tool, source)
         return Admitted(added, upgraded, evicted, dropped)
 
     def backdate(self, entry: Entry, *, first_seen: int, last_used: int) -> None:
@@ -557,51 +558,3 @@ class LedgerState:
             self.remove(victim)
             evicted.append(victim)
         return evicted
-
-    def _take_back(self, added: list[Entry], revived: Mapping[Name, Tombstone]) -> list[Entry]:
-        """Take out of ``added`` (newest first) what still does not fit after eviction.
-
-        The entries go without a new tombstone (they were never kept; the
-        caller marks them dropped); an evicted id that came back gets its
-        old tombstone back, so its role stays its own. Returned oldest first.
-        """
-        taken: list[Entry] = []
-        while added and self.size - self.pinned > self.capacity:
-            entry = added.pop()
-            self.unlink(entry)
-            self.changed(entry.kind, entry.key)
-            taken.append(entry)
-        taken.reverse()
-        for entry in taken:  # oldest first, as they were remembered
-            tomb = revived.get((entry.kind, entry.key))
-            if tomb is not None:
-                self.add_tombstone(tomb)
-        return taken
-
-    def _mark_dropped(
-        self,
-        taken: list[Entry],
-        skipped: dict[Name, str],
-        tool: str | None,
-        source: Source | Mapping[str, Source],
-    ) -> list[Dropped]:
-        """Drop marks for the ids of one admission that were not kept, oldest first.
-
-        Kept apart from tombstones (so a flood never pushes a real
-        tombstone out) and bounded alike: the newest ``tombstone_capacity``.
-        """
-        if not taken and not skipped:
-            return []
-        if tool is None:
-            first = source if isinstance(source, Source) else next(iter(source.values()), None)
-            tool = first.tool if first is not None else "?"
-        turn = self.turn
-        dropped = [Dropped(e.value, e.kind, e.key, tool, turn) for e in taken]
-        dropped.extend(
-            Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
-        )
-        keep = self.tombstone_capacity
-        for mark in dropped[-keep:] if keep else ():
-            self.add_drop_mark(mark)
-            self.changed(mark.kind, mark.key)
-        return dropped

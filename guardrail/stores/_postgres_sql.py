@@ -181,6 +181,15 @@ WHERE r.session_id = %(sid)s AND s.version <> %(since)s
   AND r.version > CASE WHEN s.created >= %(since)s THEN 0 ELSE %(since)s END
 """
 
+# A session past its ttl, deleted with its records, unless written since it was found so.
+EXPIRE_ONE = """
+WITH gone AS (
+    DELETE FROM {schema}.sessions
+    WHERE session_id = %(sid)s AND written <= clock_timestamp() - make_interval(secs => %(ttl)s)
+    RETURNING session_id
+)
+DELETE FROM {schema}.records WHERE session_id IN (SELECT session_id FROM gone) RETURNING 1
+"""
 LOCK_WAIT = "SELECT set_config('lock_timeout', %(lock_wait)s, true)"
 LOCK = "SELECT 1 FROM {schema}.sessions WHERE session_id = %(sid)s FOR UPDATE"
 DELETE_RECORDS = "DELETE FROM {schema}.records WHERE session_id = ANY(%(sids)s)"
