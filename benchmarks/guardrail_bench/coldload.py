@@ -123,7 +123,7 @@ def bench_pruning(run: Run) -> None:
             writer.end_session(flowed)
             with writer.session(flowed):  # a scope's end writes what the load let go
                 pass
-            _stored(writer, plain, ids(run.rng, "ord_", 10, capacity))
+            _stored(writer, plain, ids(run.rng, "ord_", 10, capacity), capacity // 10)
             rows = len(factory().load(flowed).records)
             opened = _cold(factory, flowed, rounds, **options)
             baseline = _cold(factory, plain, rounds, **options)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import has_surrogates
+from guardrail.stores._json import decode_rows, has_surrogates
 from guardrail.stores._postgres_sql import (
     APPLY,
     CHANGES,
@@ -240,7 +240,11 @@ class PostgresBase:
             return EXPIRED
         if version == since:
             return None
-        records = [self._parse(session_id, row[3], "a record") for row in rows if row[0] == 1]
+        texts = [row[3] for row in rows if row[0] == 1]
+        try:  # each row alone, by the fast parser
+            records = decode_rows(texts)
+        except ValueError:  # the row at fault, named
+            records = [self._parse(session_id, text, "a record") for text in texts]
         meta: Meta | None = None
         if meta_text is not None:
             meta = self._parse(session_id, meta_text, "the meta")

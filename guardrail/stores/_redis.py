@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import has_surrogates
+from guardrail.stores._json import decode_rows, has_surrogates
 from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
 from guardrail.stores.protocol import (
     Change,
@@ -216,7 +216,10 @@ class _RedisBase:
         if len(reply) == 1:
             return None
         complete, meta_row, rows = bool(reply[1]), reply[2], reply[3]
-        records = [self._parse(session_id, row, "a record") for row in rows]
+        try:  # each row alone, by the fast parser
+            records = decode_rows(rows)
+        except ValueError:  # the row at fault, named
+            records = [self._parse(session_id, row, "a record") for row in rows]
         meta = None if meta_row is None else self._parse(session_id, meta_row, "the meta")
         return Snapshot(version, records, meta, complete)
 
