@@ -5,24 +5,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from guardrail._audit import audit_to_json
+from guardrail._describe import describe_ids
 from guardrail._guard import Guard, SessionScope
 from guardrail._patching import Patch
 from guardrail._reprompt import Rejection
-from guardrail._spec import DeclareOptions, Id, ToolOptions, ToolSpec, describe_ids
-from guardrail._verdict import Finding, Verdict
+from guardrail._spec import DeclareOptions, Id, ToolOptions, ToolSpec
+from guardrail._verdict import ApprovalRequest, Finding, Verdict
 from guardrail.errors import (
+    ApprovalRequired,
     GuardrailError,
     GuardrailUsageError,
     IdentifierViolation,
     ManifestError,
     RepromptLimitExceeded,
     SessionDeleted,
+    StaleApproval,
     StoreError,
     TraceFileError,
     TranscriptError,
 )
 from guardrail.kinds import Kind
-from guardrail.ledger import Entry, Ledger, Source, Tombstone
+from guardrail.ledger import Entry, Ledger, Mention, Source, Tombstone
 from guardrail.stores import MemoryStore, Store
 
 if TYPE_CHECKING:
@@ -70,6 +73,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ApprovalRequest",
+    "ApprovalRequired",
     "CompactionReport",
     "CompactionResult",
     "DeclareOptions",
@@ -84,6 +89,7 @@ __all__ = [
     "Ledger",
     "ManifestError",
     "MemoryStore",
+    "Mention",
     "Patch",
     "Rejection",
     "RepromptLimitExceeded",
@@ -91,6 +97,7 @@ __all__ = [
     "SessionDeleted",
     "SessionScope",
     "Source",
+    "StaleApproval",
     "Store",
     "StoreError",
     "Summarizer",

@@ -54,7 +54,7 @@ from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from guardrail._entry import Dropped, Entry
-    from guardrail._verdict import Finding, Verdict
+    from guardrail._verdict import ApprovalRequest, Finding, Verdict
 
 DEBUG, INFO, WARNING, ERROR = logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR
 T = TypeVar("T")
@@ -222,6 +222,13 @@ def omitted(count: int) -> dict[str, int]:
     return {"omitted": count - LISTED} if count > LISTED else {}
 
 
+def _tiers(entries: Sequence[Entry]) -> dict[str, Any]:
+    """``tiers`` of recorded entries, where any is not what its ``verified`` says already."""
+    if all(entry.tier == ("produced" if entry.verified else "user") for entry in entries):
+        return {}
+    return {"tiers": [entry.tier for entry in entries]}
+
+
 class AuditListener(Protocol):
     """Something else that consumes audit events: an OpenTelemetry bridge, a metrics counter.
 
@@ -348,8 +355,11 @@ class Audit:
     ) -> None:
         """``guardrail.call_checked``: one per checked call, allowed or refused."""
         clean = verdict.allowed and not verdict.findings
+        asks = verdict.approvals
         if clean:
             level = INFO if effect == "write" else DEBUG
+        elif asks:  # waits for the user: no one did anything wrong yet
+            level = INFO
         elif not verdict.allowed:  # refused, or would_refuse in observe mode
             level = WARNING
         else:  # allowed, with findings of an advisory kind
@@ -363,6 +373,8 @@ class Audit:
                 **omitted(len(verdict.used)),
             }
             if clean
+            else self._asks(asks)
+            if asks
             else self._findings(verdict.findings)
         )
         self.emit(
@@ -375,6 +387,19 @@ class Audit:
             outcome=outcome,
             **details,
         )
+
+    def _asks(self, asks: Sequence[ApprovalRequest]) -> dict[str, Any]:
+        """The fields of a call that waits for the user: what it asks, and each value's tier."""
+        shown = listed(asks)
+        return {
+            "approvals": len(asks),
+            "params": [r.param for r in shown],
+            "kinds": [r.kind for r in shown],
+            "values": self.values(r.value for r in shown),
+            "tiers": [r.tier for r in shown],
+            "outside": [r.outside for r in shown],
+            **omitted(len(asks)),
+        }
 
     def _findings(self, findings: Sequence[Finding]) -> dict[str, Any]:
         first = findings[0]
@@ -437,6 +462,7 @@ class Audit:
             dropped=len(dropped),
             roles=[entry.role for entry in shown],
             values=self.values(entry.value for entry in shown),
+            **_tiers(shown),
             **omitted(len(added) + len(verified)),
         )
 

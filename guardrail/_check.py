@@ -16,11 +16,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
+from guardrail._approvals import ask_message, text_mention, weigh_value
 from guardrail._nearmiss import near_miss, within_reach
 from guardrail._reprompt import dropped_detail, refusal_head, reprompt
 from guardrail._spec import ParamSpec, ToolSpec
 from guardrail._text import ARGUMENT_ELLIPSES
-from guardrail._verdict import Finding, Problem, TypedId, Verdict
+from guardrail._verdict import ApprovalRequest, Finding, Problem, TypedId, Verdict
 from guardrail.kinds import Kind, id_text
 from guardrail.ledger import Entry
 from guardrail.ledger._state import LedgerState
@@ -77,6 +78,9 @@ class CheckPlan:
     read: bool
     lookups: Mapping[str, tuple[str, ...]]
     fast: FastParams | None = None
+    #: A write or egress read taking a kind with an approval policy: its ids are weighed
+    #: (:func:`guardrail._approvals.weigh`) before they are allowed.
+    weighs: bool = False
 
 
 def compile_plan(
@@ -99,7 +103,14 @@ def compile_plan(
             )
         )
     fast: FastParams | None = None
-    if all(param.simple for param in params):
+    writes = spec.effect == "write" or spec.egress
+    weighs = writes and any(_has_policy(kind) for param in params for kind in param.kinds)
+    # The allowed path takes any verified id on a write, any id on a read: it cannot tell
+    # an outside party's id, nor (on an egress read) an unverified one, so such plans skip it.
+    tells = not weighs or not (
+        spec.egress or any(kind.outside != "allow" for param in params for kind in param.kinds)
+    )
+    if tells and all(param.simple for param in params):
         fast = tuple(
             (
                 param.name,
@@ -112,8 +123,18 @@ def compile_plan(
             for param in params
         )
     return CheckPlan(
-        spec=spec, params=tuple(params), read=spec.effect == "read", lookups=lookups, fast=fast
+        spec=spec,
+        params=tuple(params),
+        read=spec.effect == "read",
+        lookups=lookups,
+        fast=fast,
+        weighs=weighs,
     )
+
+
+def _has_policy(kind: Kind) -> bool:
+    """Whether a kind asks or allows beyond the defaults (user_typed, mentions or outside)."""
+    return kind.user_typed != "verify" or kind.mentions != "ignore" or kind.outside != "allow"
 
 
 # -- reading argument values ----------------------------------------------------------------
@@ -234,6 +255,7 @@ def check_arguments(
     used: list[Entry] = []
     typed: list[TypedId] = []
     findings: list[Finding] = []
+    asks: list[ApprovalRequest] = []
     # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
     spellings: dict[int, dict[str, str]] = {}
     for index, param in enumerate(plan.params):
@@ -251,25 +273,24 @@ def check_arguments(
                 continue
             text = value if type(value) is str else id_text(value)
             if text is not None:
-                for kind in param.kinds:
-                    key = kind.key(text)
-                    if key is None:  # this kind's normaliser cannot read it: _classify says so
-                        continue
-                    table = by_kind.get(kind.name)
-                    entry = None if table is None else table.get(key)
-                    if entry is not None and (entry.verified or read):
-                        used.append(entry)
-                        break
-                else:
-                    entry = None
+                entry = _held(param.kinds, text, by_kind, read)
+                if plan.weighs:
+                    weighed = weigh_value(
+                        plan.spec, param.kinds, param.name, param.enforced, text, entry, state
+                    )
+                    if weighed is not None:
+                        entry = _sort(weighed, findings, asks)
+                        if entry is None:
+                            continue
                 if entry is not None:
+                    used.append(entry)
                     if type(value) is str and value != entry.value:
                         spellings.setdefault(index, {})[value] = entry.value
                     continue
             outcome = _classify(plan, param, value, text, state)
             if isinstance(outcome, TypedId):
                 typed.append(outcome)
-            else:
+            elif outcome is not None:
                 findings.append(outcome)
     refused = [finding for finding in findings if finding.enforced]
     if refused:
@@ -279,6 +300,15 @@ def check_arguments(
             findings=tuple(findings),
             message=reprompt(plan.spec.name, refused, read=plan.read, lookups=plan.lookups),
             arguments=arguments,
+        )
+    if asks:  # nothing refused, but the user must approve some values first
+        return Verdict(
+            tool=plan.spec.name,
+            allowed=False,
+            findings=tuple(findings),
+            message=ask_message(plan.spec.name, asks),
+            arguments=arguments,
+            approvals=tuple(asks),
         )
     for entry in used:
         state.touch(entry)
@@ -341,17 +371,49 @@ def _packed_fix(spelling: Mapping[str, str], sep: str) -> Callable[[Any], Any]:
     return fix
 
 
+def _held(
+    kinds: Sequence[Kind], text: str, by_kind: Mapping[str, Mapping[str, Entry]], read: bool
+) -> Entry | None:
+    """The entry that allows ``text`` outright: verified, or any on a read (None: no such)."""
+    for kind in kinds:
+        key = kind.key(text)
+        if key is None:  # this kind's normaliser cannot read it: _classify says so
+            continue
+        table = by_kind.get(kind.name)
+        entry = None if table is None else table.get(key)
+        if entry is not None and (entry.verified or read):
+            return entry
+    return None
+
+
+def _sort(
+    weighed: Entry | Finding | ApprovalRequest | None,
+    findings: list[Finding],
+    asks: list[ApprovalRequest],
+) -> Entry | None:
+    """The entry a weighed value uses, else None, with its finding or request put aside."""
+    if isinstance(weighed, Finding):
+        findings.append(weighed)
+    elif isinstance(weighed, ApprovalRequest):
+        asks.append(weighed)
+    elif isinstance(weighed, Entry):
+        return weighed
+    return None
+
+
 def _classify(
     plan: CheckPlan,
     param: _ParamPlan,
     value: Any,
     text: str | None,
     state: LedgerState,
-) -> Finding | TypedId:
+) -> Finding | TypedId | None:
     """The finding for one value that was not allowed outright, or the id the user typed.
 
     A user-typed id (of a kind's shape, passed to a ``read`` tool) is no
     finding: the read may look it up, and its result may then verify it.
+    None: a value of a kind with no pattern seen in a result's text, which a
+    read may take (and never verifies).
     """
     tool = plan.spec.name
     first = param.kinds[0]
@@ -386,9 +448,11 @@ def _classify(
     for kind, key in keys:
         # Written by the user as it is, or as the kind's normaliser reads it (a pattern's
         # matches entered the ledger already; a kind with no pattern is matched here).
-        if (not kind.has_pattern or kind.matches(text)) and state.typed_by_user(text, kind):
+        typed = (not kind.has_pattern or kind.matches(text)) and state.typed_by_user(text, kind)
+        # Or, with no pattern, seen in a result's text: a read may look (it never verifies).
+        if typed or (plan.read and text_mention(state, kind, text) is not None):
             if plan.read:
-                return TypedId(kind.name, text, key)
+                return TypedId(kind.name, text, key) if typed else None
             return finding("unverified", kind, None, _unverified(plan, kind))
     for kind, key in keys:
         dropped = state.drop_mark(kind.name, key)

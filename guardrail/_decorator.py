@@ -161,6 +161,13 @@ class GuardedTool:
         arguments = self.bind(args, kwargs)
         return arguments, self.engine.enforce(self.name, arguments, state)
 
+    async def enforce_async(
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Verdict]:
+        """:meth:`enforce` for an async tool (an async ``Guard(approve=...)`` may answer)."""
+        arguments = self.bind(args, kwargs)
+        return arguments, await self.engine.enforce_async(self.name, arguments, state)
+
     def record(
         self, state: LedgerState, arguments: Mapping[str, Any], verdict: Verdict, result: Any
     ) -> None:
@@ -245,7 +252,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
                     tool.settle(state, used, args, kwargs, result)
                 return result
-            arguments, verdict = tool.enforce(state, args, kwargs)
+            arguments, verdict = await tool.enforce_async(state, args, kwargs)
             if not verdict.allowed:
                 if engine.mode == "reprompt":
                     return Rejection(verdict)

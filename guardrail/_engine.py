@@ -1,44 +1,53 @@
 """The engine: checks calls and records results against a given ledger, and logs each decision.
 
-It holds no session: every method takes the ledger to work on. Checks run
-in the guard's mode (refusals raise, re-prompt, or are only logged in
-observe mode; refusals of one tool are counted per turn of a ledger; undeclared
-tools are refused or warned about once); records bring in the ids a
-successful result declares, the ids a successful call vouches for first,
-never more new ids per call than ``max_ids_per_call``. It works on a
-ledger's state (:class:`~guardrail.ledger._state.LedgerState`); after a
-change it asks the state to persist it (the default session writes
-itself). Every decision is an event of its :class:`~guardrail._audit.Audit`.
+It holds no session: every method takes the ledger's state to work on.
+Checks run in the guard's mode (refusals raise, re-prompt, or are only
+logged; a call that waits for the user is put to the inline approver, if
+any; refusals of one tool are counted per turn); records bring in the ids a
+successful result declares (and its mentions), the ids a successful call
+vouches for first, never more new ids per call than ``max_ids_per_call``.
+After a change it asks the state to persist it. Every decision is an event
+of its :class:`~guardrail._audit.Audit`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
+from guardrail._approvals import answer_async, answer_now, decide_request, signed
 from guardrail._audit import Audit
 from guardrail._check import CheckPlan, check_arguments, malformed_arguments, undeclared_verdict
 from guardrail._harvest import (
     Batch,
     Harvest,
+    append_id,
     failed,
     recordable,
     unreadable_problem,
     yields_nothing,
 )
+from guardrail._mentions import admit_mentions, mentioned_in
 from guardrail._messages import parse_arguments
 from guardrail._registry import Registry
 from guardrail._spec import ParamSpec, ToolSpec
-from guardrail._verdict import Verdict
+from guardrail._verdict import ApprovalRequest, Verdict
 from guardrail._words import COMMON_WORDS
-from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
+from guardrail.errors import (
+    ApprovalRequired,
+    GuardrailUsageError,
+    IdentifierViolation,
+    RepromptLimitExceeded,
+)
 from guardrail.ledger import Entry, Source
 from guardrail.ledger._state import LedgerState
 
 Mode = Literal["raise", "reprompt", "observe"]
+#: ``Guard(approve=...)``: answers one request, truthy to approve (a coroutine for async tools).
+Approver = Callable[[ApprovalRequest], object]
 MODES: tuple[str, ...] = ("raise", "reprompt", "observe")
 
 _USER = "user"
@@ -47,9 +56,9 @@ _USER = "user"
 INTRODUCED = "introduced"
 #: The declared path of the ids a call vouches for by taking them (its arguments).
 _ARGUMENTS = "arguments"
-#: Unknown tool names remembered for warning once each; beyond this many, no more warnings
-#: (a model inventing tool names must not grow the guard's memory without bound).
+#: Unknown tool names warned about once each, at most (a model inventing names costs no memory).
 _UNDECLARED_KEPT = 1000
+Answers = Callable[[Approver, tuple[ApprovalRequest, ...]], list[bool]]
 
 
 @dataclass(frozen=True)
@@ -93,8 +102,14 @@ class Engine:
         registry: Registry,
         audit: Audit,
         options: Options,
+        *,
+        approval_key: bytes = b"",
+        approver: Approver | None = None,
     ) -> None:
         self.registry = registry
+        #: Signs approval requests; the user's inline answer (``Guard(approve=...)``), if any.
+        self.approval_key = approval_key
+        self.approver = approver
         #: The registry's plans (the same mapping), read by every call.
         self.plans = registry.plans
         self.audit = audit
@@ -122,7 +137,8 @@ class Engine:
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
-        return check_arguments(plan, args, state)
+        verdict = check_arguments(plan, args, state)
+        return signed(self.approval_key, verdict, state) if verdict.approvals else verdict
 
     def check(self, name: str, arguments: Mapping[str, Any] | str, state: LedgerState) -> Verdict:
         """:meth:`verdict`, logged as a check (nothing is counted: no call is about to run)."""
@@ -132,13 +148,41 @@ class Engine:
             verdict,
             effect=self._effect(name),
             mode=self.mode,
-            outcome=self._allowed_outcome(name) if verdict.allowed else "refused",
+            outcome=self._allowed_outcome(name) if verdict.allowed else verdict.outcome,
         )
         return verdict
 
     def enforce(self, name: str, arguments: Any, state: LedgerState) -> Verdict:
-        """Check a call about to run in the engine's mode: log, count re-prompts, maybe raise."""
+        """Check a call about to run (a call that waits for the user goes to the approver)."""
         verdict = self.verdict(name, arguments, state)
+        if verdict.approvals and self.approver is not None and self.mode != "observe":
+            verdict = self._answered(name, arguments, state, verdict, answer_now)
+        return self.enforced(name, verdict, state)
+
+    async def enforce_async(self, name: str, arguments: Any, state: LedgerState) -> Verdict:
+        """:meth:`enforce` for an async tool: ``Guard(approve=...)`` may be a coroutine function."""
+        verdict = self.verdict(name, arguments, state)
+        if verdict.approvals and self.approver is not None and self.mode != "observe":
+            answers = await answer_async(self.approver, verdict.approvals)
+            verdict = self._answered(name, arguments, state, verdict, lambda _, __: answers)
+        return self.enforced(name, verdict, state)
+
+    def _answered(
+        self, name: str, arguments: Any, state: LedgerState, verdict: Verdict, answer: Answers
+    ) -> Verdict:
+        """The verdict once the inline approver answered each request (truthy: approved)."""
+        assert self.approver is not None
+        answers = answer(self.approver, verdict.approvals)
+        for request, ok in zip(verdict.approvals, answers, strict=True):
+            self.decide(state, request, ok)
+        return self.verdict(name, arguments, state)
+
+    def decide(self, state: LedgerState, request: ApprovalRequest | str, approved: bool) -> Entry:
+        """Record the user's answer to a request of this ledger's session; logged."""
+        return decide_request(self.approval_key, self.audit, state, request, approved)
+
+    def enforced(self, name: str, verdict: Verdict, state: LedgerState) -> Verdict:
+        """Act on a checked call in the engine's mode: log, count re-prompts, maybe raise."""
         session = state.session_id
         if verdict.allowed:
             # An allowed call does not reset the count: a model that sends one good and one
@@ -151,16 +195,15 @@ class Engine:
                 outcome=self._allowed_outcome(name),
             )
             return verdict
-        effect = self._effect(name)
+        effect, outcome = self._effect(name), verdict.outcome
         if self.mode == "observe":
-            self.audit.call_checked(
-                session, verdict, effect=effect, mode="observe", outcome="would_refuse"
-            )
+            would = "would_ask" if outcome == "ask" else "would_refuse"
+            self.audit.call_checked(session, verdict, effect=effect, mode="observe", outcome=would)
             return verdict
         count = state.reprompts.add(name, state.turn)
-        self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome="refused")
+        self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome=outcome)
         if self.mode == "raise":
-            raise IdentifierViolation(verdict)
+            raise ApprovalRequired(verdict) if outcome == "ask" else IdentifierViolation(verdict)
         limit = self.options.max_reprompts
         if count > limit:
             self.audit.reprompt_limit(session, name, limit)
@@ -285,17 +328,20 @@ class Engine:
                 )
                 return []
             batches, problems = harvested
+            mentions = None
             if trusted:
                 taken = self._taken_ids(spec, arguments, verdict, problems, state)
+                if self.registry.mentions or self.registry.text_kinds:
+                    mentions = mentioned_in(spec, arguments, result, self.registry, state, call_id)
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
                 taken = []
-                batches = [batch._replace(statuses=None) for batch in batches]
+                batches = [batch._replace(statuses=None, notes=None) for batch in batches]
         except Exception as exc:  # a user normaliser failed: the tool's result must still return
             problem = f"nothing recorded: {type(exc).__name__}: {exc}"
             self.log_nothing_recorded(state, spec.name, call_id, [problem])
             return []
-        if not batches and not taken and not problems:
+        if not batches and not taken and not problems and not (mentions and mentions[0]):
             if self.audit.enabled(logging.DEBUG):
                 self.log_nothing_recorded(state, spec.name, call_id)
             return []
@@ -309,6 +355,11 @@ class Engine:
         admitted = state.admit(
             batches, source=sources, verified=trusted, limit=limit, tool=spec.name
         )
+        if mentions and mentions[0]:  # counted against the same cap, after the declared ids
+            room = limit - len(admitted.added)
+            admitted.added.extend(
+                admit_mentions(state, mentions, tool=spec.name, call_id=call_id, room=room)
+            )
         self.audit.ids_recorded(
             state.session_id,
             spec.name,
@@ -361,13 +412,14 @@ class Engine:
                 return _unintroduced(self._argument_ids(spec.params, arguments, problems), state)
             taken: list[Batch] = []
             for typed in verdict.typed:
-                _append(taken, typed.kind, _ARGUMENTS, typed.value, typed.key)
+                append_id(taken, typed.kind, _ARGUMENTS, typed.value, typed.key)
             for entry in verdict.used:
-                if not entry.verified:
-                    _append(taken, entry.kind, _ARGUMENTS, entry.value, entry.key)
+                if not entry.verified and entry.tier != "mentioned":  # a mention never verifies
+                    append_id(taken, entry.kind, _ARGUMENTS, entry.value, entry.key)
             return _unintroduced(taken, state)
         if spec.effect == "write" and spec.mints:
-            return self._argument_ids(spec.mints, arguments, problems)
+            minted = self._argument_ids(spec.mints, arguments, problems)
+            return [batch._replace(tier="minted") for batch in minted]
         return []
 
     def _argument_ids(
@@ -396,7 +448,7 @@ class Engine:
                     if key is None:
                         unreadable += 1
                     elif key and key not in kind.examples:
-                        _append(taken, kind.name, param.path.text, text, key)
+                        append_id(taken, kind.name, param.path.text, text, key, param.role)
         if unreadable:
             problems.append(unreadable_problem(unreadable))
         return taken
@@ -424,6 +476,7 @@ class Engine:
                 found,
                 source=Source(_USER, None, "text", turn),
                 verified=False,
+                tier=_USER,
                 limit=self.max_ids_per_call,
                 tool=_USER,
             )
@@ -448,13 +501,11 @@ class Engine:
     def introduce(self, name: str, arguments: Any, state: LedgerState) -> list[Entry]:
         """Bring in, unverified, the ids a ``read`` call takes that appear nowhere yet.
 
-        For a runtime that never sees the user's messages (an MCP server): its
-        reads are where a conversation's ids first appear. Only a call whose
-        every refused id is ``unknown`` qualifies (a near miss, a placeholder
-        or an id of another kind stays refused). The ids enter with the
-        provenance ``introduced``: a read may take them, a write refuses them,
-        and only a declared result field that returns them verifies them (a
-        lookup's success does not, whatever its ``verifies``). No turn starts.
+        For a runtime that never sees the user's messages (an MCP server).
+        Only a call whose every refused id is ``unknown`` qualifies. The ids
+        enter as ``introduced``: a read may take them, a write refuses them,
+        and only a declared result field that returns them verifies them. No
+        turn starts.
         """
         spec = self.registry.specs.get(name)
         if spec is None or spec.effect != "read":
@@ -468,7 +519,7 @@ class Engine:
         for finding in findings:
             key = kinds[finding.kind].key(finding.value)
             if key:
-                _append(batches, finding.kind, finding.param, finding.value, key)
+                append_id(batches, finding.kind, finding.param, finding.value, key)
         turn = state.turn
         sources = {batch.path: Source(INTRODUCED, None, batch.path, turn) for batch in batches}
         admitted = state.admit(
@@ -525,7 +576,7 @@ class Engine:
 
 
 def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
-    """``batches`` without the ids that entered as introduced and that the user never typed.
+    """``batches`` without the ids that entered introduced or mentioned and the user never typed.
 
     An introduced id came from a runtime that could not tell the user's ids
     from the model's: a lookup's success proves it exists, not that it is
@@ -540,20 +591,10 @@ def _unintroduced(batches: list[Batch], state: LedgerState) -> list[Batch]:
             if table is None
             or (entry := table.get(key)) is None
             or entry.verified
-            or entry.source.tool != INTRODUCED
+            or (entry.source.tool != INTRODUCED and entry.tier != "mentioned")
             or state.typed_by_user(value)
         ]
         if pairs:
             values, keys = (list(column) for column in zip(*pairs, strict=True))
-            kept.append(batch._replace(values=values, keys=keys, statuses=None))
+            kept.append(batch._replace(values=values, keys=keys, statuses=None, notes=None))
     return kept
-
-
-def _append(batches: list[Batch], kind: str, path: str, value: str, key: str) -> None:
-    """Add one id to ``batches``, in order: to the last batch when its kind and path are these."""
-    last = batches[-1] if batches else None
-    if last is None or last.kind != kind or last.path != path:
-        batches.append(Batch.one(kind, value, key, path))
-    else:
-        last.values.append(value)
-        last.keys.append(key)

@@ -32,20 +32,80 @@ class Source:
     turn: int
 
 
+#: Provenance tiers, most permissive first: a value with several sources keeps the first.
+#: ``produced``: a declared field of a successful result; ``minted``: a ``mints=`` parameter
+#: of a successful write; ``user``: typed by the user; ``mentioned``: found in the free text
+#: of a successful result; ``introduced``: taken on no one's word (a read's argument seen
+#: nowhere else, an unsealed result or block read back from a transcript).
+TIERS: tuple[str, ...] = ("produced", "minted", "user", "mentioned", "introduced")
+_RANK = {tier: rank for rank, tier in enumerate(TIERS)}
+
+
+def tier_rank(tier: str) -> int:
+    """A tier's place in :data:`TIERS` (lower is more permissive; unknown tiers last)."""
+    return _RANK.get(tier, len(TIERS))
+
+
+def provenance_order(tier: str, outside: bool) -> float:
+    """How permissive a provenance is (lower is more).
+
+    A value an outside party chose comes after one of the same tier that it
+    did not, and before the next tier.
+    """
+    return tier_rank(tier) + (0.5 if outside else 0.0)
+
+
+def raise_tier(entry: Entry, tier: str, outside: bool) -> bool:
+    """Give ``entry`` the more permissive of two provenances; True if it changed.
+
+    A value with several sources keeps the most permissive: the bill's IBAN
+    a read later returns in a declared field is produced, not mentioned.
+    """
+    if provenance_order(tier, outside) < provenance_order(entry.tier, entry.outside):
+        entry.tier = tier
+        entry.outside = outside
+        return True
+    return False
+
+
+def implied_tier(verified: bool, tool: str) -> str:
+    """The tier an entry has when its record names none: what records written before tiers mean."""
+    if verified:
+        return "produced"
+    return "user" if tool == "user" else "introduced"
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """Where a mentioned value was seen: the call (``read_file(file_path='bill.txt')``), an excerpt.
+
+    The result's tool, the place in it and the turn are the entry's :class:`Source`.
+    """
+
+    call: str
+    excerpt: str
+
+
 class Entry:
     """One identifier in the ledger."""
 
     __slots__ = (
         "aliases",
+        "approved",
+        "declined",
         "epoch",
         "first_seen",
         "key",
         "kind",
         "last_used",
+        "mention",
+        "note",
+        "outside",
         "pinned",
         "role",
         "source",
         "status",
+        "tier",
         "value",
         "verified",
     )
@@ -65,6 +125,12 @@ class Entry:
         pinned: bool = False,
         aliases: tuple[str, ...] = (),
         epoch: int = 0,
+        note: str | None = None,
+        tier: str | None = None,
+        outside: bool = False,
+        mention: Mention | None = None,
+        approved: frozenset[str] = frozenset(),
+        declined: frozenset[str] = frozenset(),
     ) -> None:
         self.value = value
         self.kind = kind
@@ -78,6 +144,21 @@ class Entry:
         self.pinned = pinned
         self.aliases = aliases
         self.epoch = epoch
+        #: A few words from the record the id came from, for the model (never an id source).
+        self.note = note
+        #: The provenance tier (see :data:`TIERS`); ``outside``: produced by a field an
+        #: outside party chooses; ``mention``: where it was seen in a result's text, if it was.
+        self.tier = tier if tier is not None else implied_tier(verified, source.tool)
+        self.outside = outside
+        self.mention = mention
+        #: The tools the user approved (or declined) this value for, by request.
+        self.approved = approved
+        self.declined = declined
+
+    @property
+    def confirmed(self) -> bool:
+        """Whether the user approved this value for some tool (its tier shows as ``confirmed``)."""
+        return bool(self.approved)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict of every field (its live record without ``state`` and ``turn``)."""
@@ -88,6 +169,9 @@ class Entry:
     def __repr__(self) -> str:
         flags = "" if self.verified else ", unverified"
         flags += ", pinned" if self.pinned else ""
+        if self.tier != implied_tier(self.verified, self.source.tool):
+            flags += f", {self.tier}"
+        flags += ", outside" if self.outside else ""
         return f"Entry({self.role}={self.value!r}, kind={self.kind!r}{flags})"
 
 
@@ -131,7 +215,7 @@ class Admitted(NamedTuple):
 def live_record(entry: Entry) -> dict[str, Any]:
     """An entry as a ``live`` record; its ``turn`` is its last use."""
     source = entry.source
-    return {
+    record: dict[str, Any] = {
         "kind": entry.kind,
         "key": entry.key,
         "state": "live",
@@ -151,7 +235,21 @@ def live_record(entry: Entry) -> dict[str, Any]:
         "status": entry.status,
         "pinned": entry.pinned,
         "epoch": entry.epoch,
+        **({"note": entry.note} if entry.note is not None else {}),
     }
+    # Provenance beyond what ``verified`` and the source imply, only where there is some:
+    # a record of an entry with none is the same as before tiers.
+    if entry.tier != implied_tier(entry.verified, source.tool):
+        record["tier"] = entry.tier
+    if entry.outside:
+        record["outside"] = True
+    if entry.mention is not None:
+        record["mention"] = {"call": entry.mention.call, "excerpt": entry.mention.excerpt}
+    if entry.approved:
+        record["approved"] = sorted(entry.approved)
+    if entry.declined:
+        record["declined"] = sorted(entry.declined)
+    return record
 
 
 _allocate = object.__new__
@@ -183,6 +281,13 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     entry.status = record["status"]
     entry.pinned = record["pinned"]
     entry.epoch = record["epoch"]
+    entry.note = record.get("note")
+    entry.tier = record.get("tier") or implied_tier(entry.verified, source.tool)
+    entry.outside = bool(record.get("outside", False))
+    mention = record.get("mention")
+    entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
+    entry.approved = frozenset(record.get("approved", ()))
+    entry.declined = frozenset(record.get("declined", ()))
     return entry
 
 

@@ -20,9 +20,10 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
+from guardrail._approving import Approvals
 from guardrail._audit import Audit, SilentLogger
 from guardrail._decorator import guarded
-from guardrail._engine import MODES, Engine, Mode, Options
+from guardrail._engine import MODES, Approver, Engine, Mode, Options
 from guardrail._patching import Patch
 from guardrail._registry import Registry
 from guardrail._seal import check_sealable, seal_result
@@ -44,7 +45,7 @@ __all__ = ["MODES", "Guard", "GuardInternals", "Mode", "SessionScope", "internal
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Guard:
+class Guard(Approvals):
     """Checks every identifier argument of every declared tool call against a ledger.
 
     A tool the guard does not know is allowed by default, and a guard with
@@ -86,6 +87,13 @@ class Guard:
             add to a ledger (None: a tenth of ``capacity``); a later use of
             one beyond it is refused with "narrow the search".
         max_cached_sessions: How many sessions stay cached as live ledgers.
+        approve: Answers a call that waits for the user on the spot (see the
+            approvals page of the docs): called once per request with the
+            :class:`ApprovalRequest`, a truthy answer approves it, a falsy
+            one declines it. A coroutine function answers for async tools
+            only. Without it such a call raises :class:`ApprovalRequired` in
+            ``raise`` mode, or returns a :class:`Rejection` saying the call
+            waits for the user in ``reprompt`` mode.
     """
 
     _registry: Registry
@@ -107,12 +115,17 @@ class Guard:
         secret: bytes | str | None = None,
         max_ids_per_call: int | None = None,
         max_cached_sessions: int = 1024,
+        approve: Approver | None = None,
     ) -> None:
         if not isinstance(capacity, int) or capacity < 1:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
         options = Options.checked(
             mode, max_reprompts, refuse_undeclared, max_ids_per_call, capacity
         )
+        if approve is not None and not callable(approve):
+            raise GuardrailUsageError(
+                f"approve= is a function taking an ApprovalRequest, not {approve!r}"
+            )
         try:
             audit = Audit(logger, redact=redact)
         except ValueError as exc:
@@ -128,7 +141,13 @@ class Guard:
             not_saved=audit.session_not_saved,
             max_cached=max_cached_sessions,
         )
-        self._engine = Engine(self._registry, audit, options)
+        self._engine = Engine(
+            self._registry,
+            audit,
+            options,
+            approval_key=self._sessions.approval_key,
+            approver=approve,
+        )
 
     # -- what the guard was built with ----------------------------------------------------
 
@@ -298,7 +317,14 @@ class Guard:
         quiet = object.__new__(Guard)
         quiet._registry = self._registry
         quiet._sessions = self._sessions
-        quiet._engine = Engine(self._registry, Audit(SilentLogger()), self._engine.options)
+        engine = self._engine
+        quiet._engine = Engine(
+            self._registry,
+            Audit(SilentLogger()),
+            engine.options,
+            approval_key=engine.approval_key,
+            approver=engine.approver,
+        )
         return quiet
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:

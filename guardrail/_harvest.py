@@ -18,7 +18,8 @@ from dataclasses import replace
 from itertools import repeat
 from typing import Any, NamedTuple, cast
 
-from guardrail._paths import EACH, Path
+from guardrail._notes import DEFAULT_NOTES, declared_note, default_note
+from guardrail._paths import EACH, KEY, Path
 from guardrail._result_text import Refusal, is_failure, is_refusal
 from guardrail._spec import Producer, ToolSpec, type_producers
 from guardrail.errors import GuardrailUsageError
@@ -36,9 +37,10 @@ class Batch(NamedTuple):
     """The ids one producer found, as columns: how ids travel from a result into a ledger.
 
     ``kind``, ``path`` (the declaration) and ``role`` (a role template) are
-    shared; ``values``, ``keys`` and ``statuses`` (None when no status is
-    read) hold one item per id. A result of tens of thousands of ids costs
-    no object per id on its way to the ledger.
+    shared; ``values``, ``keys``, ``statuses`` (None when no status is
+    read) and ``notes`` (None when no note is read) hold one item per id. A
+    result of tens of thousands of ids costs no object per id on its way to
+    the ledger.
     """
 
     kind: str
@@ -47,6 +49,11 @@ class Batch(NamedTuple):
     values: list[str]
     keys: list[str]
     statuses: list[str | None] | None
+    notes: list[str | None] | None = None
+    #: The provenance tier the ids enter with (None: the admission's), and whether an outside
+    #: party chose them (a producer declared ``Id(kind, outside=True)``).
+    tier: str | None = None
+    outside: bool = False
 
     @classmethod
     def one(
@@ -73,13 +80,14 @@ class Harvest(NamedTuple):
 
 
 class _Leaves(NamedTuple):
-    """What one producer reaches in a result, as columns: the values, and their statuses.
+    """What one producer reaches in a result, as columns: the values, statuses and notes.
 
-    ``statuses`` is None when the producer reads no status.
+    ``statuses`` (``notes``) is None when the producer reads no status (note).
     """
 
     values: list[Any]
     statuses: list[str | None] | None
+    notes: list[str | None] | None = None
 
 
 def _looks_like_json(text: str) -> bool:
@@ -124,7 +132,7 @@ def yields_nothing(spec: ToolSpec, result: Any) -> bool:
     return not spec.produces and opaque(result)
 
 
-def _decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
+def decode(result: Any, problems: list[str]) -> tuple[Any, str | None]:
     """The structured value and the plain text of a result (either may be missing).
 
     The plain text, which ``re:`` producers read, is a text that is not JSON,
@@ -232,7 +240,7 @@ def failed(result: Any) -> bool:
     (:func:`guardrail._messages.is_failure`). Nothing is learned from such a
     result: it may echo the very id that was not found.
     """
-    value, text = _decode(result, [])
+    value, text = decode(result, [])
     return _failed(value, text)
 
 
@@ -267,18 +275,35 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     assert path is not None
     if path.is_root:
         return _Leaves([value.strip() if isinstance(value, str) else value], None)
-    if producer.status is None:
+    fields = producer.note
+    if producer.status is None and fields == ():
         return _Leaves(path.extract(value), None)
+    if producer.status is None and fields is None:
+        found = path.extract(value)
+        if len(found) > DEFAULT_NOTES:  # a flood: no default notes, no cost per id
+            return _Leaves(found, None)
     values: list[Any] = []
-    statuses: list[str | None] = []
+    statuses: list[str | None] | None = None if producer.status is None else []
+    notes: list[str | None] | None = None if fields == () else []
+    last_op, own = path.steps[-1]  # a default note describes the record whose own id this is
+    own = own if last_op == KEY else None
     for leaf, holder in path.extract_with_parents(value):
-        if isinstance(holder, Mapping):
-            status = holder.get(producer.status)
-        else:  # a model or dataclass holds its status as an attribute
-            status = getattr(holder, producer.status, None)
         values.append(leaf)
-        statuses.append(status if isinstance(status, str) else None)
-    return _Leaves(values, statuses)
+        if statuses is not None:
+            if isinstance(holder, Mapping):
+                status = holder.get(producer.status)
+            else:  # a model or dataclass holds its status as an attribute
+                status = getattr(holder, cast(str, producer.status), None)
+            statuses.append(status if isinstance(status, str) else None)
+        if notes is not None:
+            # Text for the model only: a note is never harvested and never verifies.
+            if fields is not None:
+                notes.append(declared_note(holder, fields))
+            else:
+                notes.append(default_note(holder, producer.status, own))
+    if notes is not None and not any(notes):
+        notes = None
+    return _Leaves(values, statuses, notes)
 
 
 def _structured_producers(value: Any, problems: list[str]) -> tuple[Producer, ...]:
@@ -310,14 +335,14 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     whatever a tool says.
     """
     problems: list[str] = []
-    value, text = _decode(result, problems)
+    value, text = decode(result, problems)
     return _batches(spec, value, text, problems, kinds)
 
 
 def recordable(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest | None:
     """:func:`harvest`, or None for a result that :func:`failed` (decoded once)."""
     problems: list[str] = []
-    value, text = _decode(result, problems)
+    value, text = decode(result, problems)
     if _failed(value, text):
         return None
     return _batches(spec, value, text, problems, kinds)
@@ -345,8 +370,10 @@ def _batches(
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
         leaves = _leaves(producer, value, text)
+        notes: list[str | None] | None = None if leaves.notes is None else []
         found = leaves.statuses if leaves.statuses is not None else repeat(None)
-        for leaf, status in zip(leaves.values, found, strict=False):
+        noted = leaves.notes if leaves.notes is not None else repeat(None)
+        for leaf, status, note in zip(leaves.values, found, noted, strict=False):
             raw = leaf if type(leaf) is str else id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None
@@ -368,8 +395,21 @@ def _batches(
             keys.append(key)
             if statuses is not None:
                 statuses.append(status)
+            if notes is not None:
+                notes.append(note)
         if values:
-            batches.append(Batch(name, producer.source, producer.role, values, keys, statuses))
+            batches.append(
+                Batch(
+                    name,
+                    producer.source,
+                    producer.role,
+                    values,
+                    keys,
+                    statuses,
+                    notes,
+                    outside=producer.outside or spec.outside,
+                )
+            )
     if skipped:
         problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "
@@ -386,3 +426,15 @@ def unreadable_problem(count: int) -> str:
         f"{count} value(s) at declared paths could not be read by their kind's normaliser "
         "(it failed or gave no text); skipped, the rest recorded"
     )
+
+
+def append_id(
+    batches: list[Batch], kind: str, path: str, value: str, key: str, role: str | None = None
+) -> None:
+    """Add one id to ``batches``, in order: to the last batch when its kind and path are these."""
+    last = batches[-1] if batches else None
+    if last is None or last.kind != kind or last.path != path:
+        batches.append(Batch.one(kind, value, key, path, role=role))
+    else:
+        last.values.append(value)
+        last.keys.append(key)

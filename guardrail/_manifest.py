@@ -12,14 +12,18 @@ A manifest is an object with two tables::
     ids = { order_id = "order" }
     produces = { "items[*].item_id" = "item" }
 
-A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce`` and
-``description``, or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
+A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce``,
+``description`` and the approval policies ``user_typed``, ``mentions`` and
+``outside`` (see ``Guard.add_kind``), or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
 ``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
-``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``; absent
-means ``write``), ``verifies`` (``true``, ``false`` or ``"on_success"``,
-see ``Guard.tool``), ``description``, ``ids`` and ``mints``
-(parameter path -> kind, list of kinds, or ``{kind, sep}``) and ``produces``
-(result path or ``re:PATTERN`` -> kind or ``{kind, role, status}``). The
+``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``;
+absent means ``write``), ``egress`` (a read that sends data out), ``outside``
+(an outside party writes its results: a web page, a received e-mail), ``verifies``
+(``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
+``ids`` and ``mints`` (parameter path -> kind, list of kinds, or ``{kind, sep}``;
+a mint also ``role``) and ``produces`` (result path or ``re:PATTERN`` -> kind or
+``{kind, role, status, note, outside}``, ``note`` a list of fields beside the id or
+``false``). The
 shape is checked with JSON Schema before anything is compiled, and every
 error names the file and the place in it. A JSON key written twice in one
 object (a tool declared twice) is an error, not the last one winning.
@@ -57,6 +61,23 @@ _PARAM = {
         },
     ]
 }
+_MINT = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        _KIND_LIST,
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "minLength": 1},
+                "kinds": _KIND_LIST,
+                "sep": {"type": "string", "minLength": 1},
+                "role": {"type": "string", "minLength": 1},
+            },
+            "additionalProperties": False,
+            "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
+        },
+    ]
+}
 _PRODUCER = {
     "oneOf": [
         {"type": "string", "minLength": 1},
@@ -66,6 +87,13 @@ _PRODUCER = {
                 "kind": {"type": "string", "minLength": 1},
                 "role": {"type": "string", "minLength": 1},
                 "status": {"type": "string", "minLength": 1},
+                "note": {
+                    "oneOf": [
+                        {"type": "boolean"},
+                        {"type": "array", "items": {"type": "string", "minLength": 1}},
+                    ]
+                },
+                "outside": {"type": "boolean"},
             },
             "required": ["kind"],
             "additionalProperties": False,
@@ -96,6 +124,9 @@ SCHEMA: dict[str, Any] = {
                     "examples": {"type": "array", "items": {"type": "string"}},
                     "enforce": {"type": "boolean"},
                     "description": {"type": "string"},
+                    "user_typed": {"enum": ["verify", "allow", "ask"]},
+                    "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
+                    "outside": {"enum": ["allow", "ask", "refuse"]},
                 },
                 "additionalProperties": False,
             },
@@ -107,9 +138,11 @@ SCHEMA: dict[str, Any] = {
                 "properties": {
                     "effect": {"enum": ["read", "write"]},
                     "verifies": {"enum": [True, False, "on_success"]},
+                    "egress": {"type": "boolean"},
+                    "outside": {"type": "boolean"},
                     "description": {"type": "string"},
                     "ids": {"type": "object", "additionalProperties": _PARAM},
-                    "mints": {"type": "object", "additionalProperties": _PARAM},
+                    "mints": {"type": "object", "additionalProperties": _MINT},
                     "produces": {"type": "object", "additionalProperties": _PRODUCER},
                 },
                 "additionalProperties": False,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from guardrail._check import CheckPlan, compile_plan
 from guardrail._manifest import read_manifest
+from guardrail._mentions import mention_kinds
 from guardrail._spec import (
     EFFECTS,
     ON_SUCCESS,
@@ -62,6 +63,10 @@ class Registry:
         self.lookups: Mapping[str, tuple[str, ...]] = {}
         #: Whether any write tool is declared: then an unknown tool is worth a warning.
         self.has_writes = False
+        #: The kinds whose mentions in result text are taken (see :mod:`guardrail._mentions`),
+        #: and whether a kind with no pattern takes them (result texts are then kept).
+        self.mentions: list[Kind] = []
+        self.text_kinds = False
 
     # -- kinds ----------------------------------------------------------------------------
 
@@ -85,6 +90,8 @@ class Registry:
             mints=param_specs(options.get("mints"), tool=name),
             effect=options.get("effect") or "write",
             verifies=options.get("verifies", True),
+            egress=options.get("egress", False),
+            outside=options.get("outside", False),
             description=options.get("description") or "",
         )
         self._register(spec, origin)
@@ -161,6 +168,8 @@ class Registry:
             mints=minted,
             effect=options.get("effect") or "write",
             verifies=options.get("verifies", True),
+            egress=options.get("egress", False),
+            outside=options.get("outside", False),
             description=_description(options.get("description"), function),
             positions=at,
             defaults=defaults,
@@ -180,6 +189,8 @@ class Registry:
         effect: str,
         verifies: Verifies,
         description: str,
+        egress: object = False,
+        outside: object = False,
         positions: Mapping[str, int] | None = None,
         defaults: Mapping[str, Any] | None = None,
     ) -> ToolSpec:
@@ -202,6 +213,16 @@ class Registry:
                 f"for unknown ids), not {verifies!r} on a {effect} tool",
                 tool=name,
             )
+        if not isinstance(egress, bool) or (egress and effect != "read"):
+            raise GuardrailUsageError(
+                f"tool {name!r}: egress is True for a read tool that sends data out "
+                f"(a write is weighed as one already), not {egress!r} on a {effect} tool",
+                tool=name,
+            )
+        if not isinstance(outside, bool):
+            raise GuardrailUsageError(
+                f"tool {name!r}: outside is True or False, not {outside!r}", tool=name
+            )
         if mints and effect != "write":
             raise GuardrailUsageError(
                 f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
@@ -215,6 +236,8 @@ class Registry:
             effect=cast(Effect, effect),
             verifies=verifies,
             description=description or "",
+            egress=bool(egress),
+            outside=outside,
             positions=dict(positions or {}),
             defaults=dict(defaults or {}),
         )
@@ -279,6 +302,10 @@ class Registry:
         frozen = {kind: tuple(names) for kind, names in lookups.items()}
         self.lookups = frozen
         self.has_writes = any(spec.effect == "write" for spec in self.specs.values())
+        self.mentions = mention_kinds(self.kinds)
+        self.text_kinds = any(
+            kind.mentions != "ignore" and not kind.has_pattern for kind in self.kinds.values()
+        )
         # In place, plan by plan: a call reading its plan meanwhile finds the old or the new
         # one, never none (which would read as an undeclared tool).
         self.plans.update(

@@ -18,16 +18,14 @@ save through its guard's audit.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import gc
 import hashlib
 import hmac
 import inspect
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
 from guardrail import _journal as journal
@@ -41,6 +39,10 @@ from guardrail.stores.protocol import AsyncStore, Change, Snapshot, Store, Writt
 
 if TYPE_CHECKING:
     import asyncio
+
+
+#: Ended sessions remembered for refusing their approval requests as stale.
+_ENDED_KEPT = 10_000
 
 
 class _Cached:
@@ -121,6 +123,10 @@ class Sessions:
         #: Cached sessions by id, least recently opened first.
         self._cache: OrderedDict[str, _Cached] = OrderedDict()
         self._default: Ledger | None = None
+        #: Sessions ended here and not opened since (bounded), whose approval requests are stale.
+        self.ended: OrderedDict[str, None] = OrderedDict()
+        #: Signs approval requests (:mod:`guardrail._approvals`): derived from the secret.
+        self.approval_key = hmac.new(self._secret, b"guardrail approvals", hashlib.sha256).digest()
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with the guard's capacity and kinds, outside any store.
@@ -163,7 +169,7 @@ class Sessions:
         try:
             with cached.lock:
                 if cached.ledger is None:
-                    with _no_collection():
+                    with journal.no_collection():
                         snapshot = store.load(session_id)
                         cached.ledger = self._loaded(session_id, given, cached, snapshot)
                 else:
@@ -184,7 +190,7 @@ class Sessions:
                 store = cast(AsyncStore, self.store)
                 if cached.ledger is None:
                     snapshot = await store.load(session_id)
-                    with _no_collection():
+                    with journal.no_collection():
                         cached.ledger = self._loaded(session_id, given, cached, snapshot)
                 else:
                     delta = await store.changes_since(session_id, cached.version)
@@ -197,6 +203,7 @@ class Sessions:
     def _hold(self, session_id: str) -> _Cached:
         """The cache entry of a session, one more scope holding it, most recently used."""
         with self._open_lock:
+            self.ended.pop(session_id, None)
             cached = self._cache.get(session_id)
             if cached is None:
                 cached = self._cache[session_id] = _Cached()
@@ -485,6 +492,9 @@ class Sessions:
 
     def _ended(self, session_id: str, cached: _Cached | None) -> None:
         with self._open_lock:
+            self.ended[session_id] = None
+            while len(self.ended) > _ENDED_KEPT:
+                self.ended.popitem(last=False)
             if self._cache.get(session_id) is cached:
                 self._cache.pop(session_id, None)
             default = self._default
@@ -570,23 +580,6 @@ class SessionScope:
         add_note = getattr(exc, "add_note", None)  # Python 3.11+
         if add_note is not None:
             add_note(f"guardrail: session {self.session_id!r} was not saved: {failure}")
-
-
-@contextlib.contextmanager
-def _no_collection() -> Iterator[None]:
-    """No cyclic garbage collection while a whole session is read and rebuilt.
-
-    A session of 10,000 ids allocates tens of thousands of objects, none of
-    them garbage; the collector, run over and over as they are made, took
-    about 40% of the time. It runs again (if the program had it on) after.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
 
 
 def check_session_id(session_id: object) -> None:

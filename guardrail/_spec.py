@@ -27,6 +27,7 @@ from typing import (
     get_origin,
 )
 
+from guardrail._describe import KIND_KEY, SEP_KEY, describe_node
 from guardrail._paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 from guardrail.errors import GuardrailUsageError
 
@@ -49,9 +50,17 @@ class Id:
     ``Annotated[str, Id("order")]``; ``Id(["customer", "line"])`` accepts
     either kind; ``sep=","`` reads several ids packed in one string;
     ``role`` is a role template for ids a result produces (``"order_{n}"``),
-    ``status`` the key beside the id holding its status. A parameter left at
+    ``status`` the key beside the id holding its status, ``note`` the
+    fields beside it that say which record it is (paths from the record
+    holding the id: ``["items[*].name", "placed"]``; default: its short
+    ``name``, ``title``, ``status``, ``date``... fields; ``False``: none).
+    On a ``mints=`` parameter, ``role`` names the ids it brings into
+    existence. A parameter left at
     a default other than None is checked as if the default were passed,
     unless ``default_ok=True`` says the default is a known-good id.
+    ``outside=True`` on a result field says an outside party chose its
+    values (an incoming payment's sender, a received e-mail's ``from``):
+    they keep that mark, and the kind's ``outside`` policy decides them.
 
     In a JSON schema pydantic writes (a tool's parameters, as agent
     frameworks send them to a model), an identifier says how to fill it:
@@ -67,6 +76,8 @@ class Id:
     role: str | None
     status: str | None
     default_ok: bool
+    note: tuple[str, ...] | bool
+    outside: bool
 
     def __init__(
         self,
@@ -76,6 +87,8 @@ class Id:
         role: str | None = None,
         status: str | None = None,
         default_ok: bool = False,
+        note: Sequence[str] | bool = True,
+        outside: bool = False,
     ) -> None:
         kinds = (kind,) if isinstance(kind, str) else tuple(kind)
         if not kinds or not all(isinstance(k, str) and k for k in kinds):
@@ -87,6 +100,10 @@ class Id:
         object.__setattr__(self, "role", role)
         object.__setattr__(self, "status", status)
         object.__setattr__(self, "default_ok", default_ok)
+        object.__setattr__(self, "note", _note_fields(note))
+        if not isinstance(outside, bool):
+            raise GuardrailUsageError(f"Id(outside=) is True or False, not {outside!r}")
+        object.__setattr__(self, "outside", outside)
 
     def __get_pydantic_json_schema__(
         self, schema: CoreSchema, handler: GetJsonSchemaHandler
@@ -96,81 +113,24 @@ class Id:
         json_schema[KIND_KEY] = self.kinds[0] if len(self.kinds) == 1 else list(self.kinds)
         if self.sep:
             json_schema[SEP_KEY] = self.sep
-        _describe(json_schema)
+        describe_node(json_schema)
         return json_schema
 
 
-#: The JSON schema key naming an identifier's kind (a list where it accepts several).
-KIND_KEY = "x-guardrail-kind"
-#: The JSON schema key holding the separator of an identifier parameter that packs several.
-SEP_KEY = "x-guardrail-sep"
-#: What every identifier's description tells the model; also how an added one is known.
-ID_INSTRUCTION = "copy the value exactly from a tool result or the ID LEDGER, never from memory"
-
-
-def id_description(kinds: Sequence[str], sep: str | None = None) -> str:
-    """The instruction an identifier's JSON schema carries, naming its kinds."""
-    text = f"Identifier ({' or '.join(kinds)}): {ID_INSTRUCTION}."
-    if sep:
-        text += f" Several are separated by {sep!r}."
-    return text
-
-
-def _describe(node: dict[str, Any]) -> None:
-    """Add the instruction to the description of one identifier schema, after the user's own."""
-    kinds = node.get(KIND_KEY)
-    if isinstance(kinds, str):
-        kinds = [kinds]
-    if not isinstance(kinds, list) or not all(isinstance(kind, str) for kind in kinds):
-        return
-    sep = node.get(SEP_KEY)
-    instruct(node, kinds, sep if isinstance(sep, str) else None)
-
-
-def instruct(node: dict[str, Any], kinds: Sequence[str], sep: str | None = None) -> None:
-    """Put the instruction for an id of ``kinds`` in a schema node's description, after its own.
-
-    Used for identifiers that a declaration names but the schema does not
-    mark (``guard.declare``, a manifest): the model must read it all the same.
-    """
-    ours = id_description(kinds, sep)
-    own = node.get("description")
-    if not isinstance(own, str) or not own.strip():
-        node["description"] = ours
-    elif ID_INSTRUCTION not in own:
-        own = own.rstrip()
-        node["description"] = f"{own}{'' if own.endswith(('.', '!', '?')) else '.'} {ours}"
-
-
-def describe_ids(schema: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of a JSON schema in which every identifier's description says how to fill it.
-
-    pydantic writes the instruction when it builds a schema from
-    ``Annotated[str, Id(...)]``, but a field description set afterwards (as
-    frameworks do with a docstring's ``Args:``) replaces it; the
-    ``x-guardrail-kind`` stays. This puts the instruction back after that
-    description, everywhere in the schema (nested objects, list items,
-    ``$defs``), and leaves everything else as it was. Call it on a tool's
-    parameter schema before it goes to the model; calling it twice adds
-    nothing.
-    """
-    if not isinstance(schema, Mapping):
-        raise GuardrailUsageError(
-            f"describe_ids takes a JSON schema (a mapping), not {type(schema).__name__}"
-        )
-    return cast("dict[str, Any]", _described(schema))
-
-
-def _described(value: Any) -> Any:
-    """:func:`describe_ids` on any JSON value: mappings and lists copied, the rest as is."""
-    if isinstance(value, Mapping):
-        node = {key: _described(item) for key, item in value.items()}
-        if KIND_KEY in node:
-            _describe(node)
-        return node
-    if isinstance(value, list):
-        return [_described(item) for item in value]
-    return value
+def _note_fields(note: object) -> tuple[str, ...] | bool:
+    """``Id(note=)`` checked: True (the default fields), False (none), or field paths."""
+    if isinstance(note, bool):
+        return note
+    if (
+        isinstance(note, Sequence)
+        and not isinstance(note, (str, bytes))
+        and all(isinstance(field, str) and field for field in note)
+    ):
+        return tuple(cast(Sequence[str], note))
+    raise GuardrailUsageError(
+        f"Id(note=) is a list of field paths beside the id (['items[*].name', 'status']), "
+        f"True (the default fields) or False (no note), not {note!r}"
+    )
 
 
 @dataclass(frozen=True)
@@ -184,6 +144,8 @@ class ParamSpec:
     kinds: tuple[str, ...]
     sep: str | None = None
     default_ok: bool = False
+    #: A role template for the ids a ``mints=`` parameter brings into existence.
+    role: str | None = None
 
     @property
     def name(self) -> str:
@@ -205,6 +167,10 @@ class Producer:
     regex: re.Pattern[str] | None = None
     role: str | None = None
     status: str | None = None
+    #: The fields beside the id its note is read from; None: the default fields; (): no note.
+    note: tuple[Path, ...] | None = None
+    #: An outside party chooses the values (see :class:`Id`).
+    outside: bool = False
 
     @property
     def source(self) -> str:
@@ -233,6 +199,10 @@ class ToolSpec:
     description: str = ""
     positions: Mapping[str, int] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: A read that sends data out (fetching a URL): its ids are weighed as a write's are.
+    egress: bool = False
+    #: An outside party writes its results (a web page): every id they hold keeps that mark.
+    outside: bool = False
 
     @property
     def confirms_arguments(self) -> bool:
@@ -258,10 +228,11 @@ class DeclareOptions(TypedDict, total=False):
             beyond the ones annotated ``Id`` in the signature).
         produces: Result paths (``orders[*].order_id``, ``$``,
             ``re:PATTERN``) to the kind of the ids they hold (or
-            ``{"kind": ..., "status": ..., "role": ...}``, or an ``Id``); for
-            ``tool``, beyond the result type's ``Id`` fields.
+            ``{"kind": ..., "status": ..., "role": ..., "note": [...]}``, or
+            an ``Id``); for ``tool``, beyond the result type's ``Id`` fields.
         mints: Parameters whose values a successful ``write`` brings into
-            existence (they enter the ledger verified).
+            existence (they enter the ledger verified; ``{"kind": ...,
+            "role": ...}`` or ``Id(kind, role=...)`` names them).
         effect: ``"read"`` or ``"write"``; a tool with none is a write (the
             strict side).
         verifies: How a successful ``read`` verifies a user-typed id it took:
@@ -271,6 +242,13 @@ class DeclareOptions(TypedDict, total=False):
         description: The tool's description (default for ``tool``: the
             function's docstring); ids of a kind's shape quoted in it are
             placeholders, refused as ``example``.
+        egress: A ``read`` that sends data out even though it changes
+            nothing (fetching a URL, loading an image): the ids it takes are
+            weighed by their kinds' ``user_typed``, ``mentions`` and
+            ``outside`` policies, as a write's are (default: False).
+        outside: An outside party writes what the tool returns (a web page,
+            a received e-mail): every id its results hold, declared or
+            mentioned, keeps the outside mark (default: False).
     """
 
     ids: Mapping[str, ParamDecl] | None
@@ -279,6 +257,8 @@ class DeclareOptions(TypedDict, total=False):
     effect: Effect | None
     verifies: Verifies
     description: str | None
+    egress: bool
+    outside: bool
 
 
 class ToolOptions(DeclareOptions, total=False):
@@ -308,11 +288,20 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
     ):
         return Id(cast(Sequence[str], decl))
     if isinstance(decl, Mapping):
-        unknown = set(decl) - {"kind", "kinds", "sep", "role", "status", "default_ok"}
+        unknown = set(decl) - {
+            "kind",
+            "kinds",
+            "sep",
+            "role",
+            "status",
+            "default_ok",
+            "note",
+            "outside",
+        }
         if unknown:
             raise GuardrailUsageError(
                 f"tool {tool!r}: {where}: unknown option(s) {sorted(unknown)}; "
-                "use kind (or kinds), sep, role, status, default_ok",
+                "use kind (or kinds), sep, role, status, note, default_ok, outside",
                 tool=tool,
                 param=where,
             )
@@ -327,6 +316,8 @@ def _as_id(decl: object, *, tool: str, where: str) -> Id:
             role=decl.get("role"),
             status=decl.get("status"),
             default_ok=decl.get("default_ok", False),
+            note=decl.get("note", True),
+            outside=decl.get("outside", False),
         )
     raise GuardrailUsageError(
         f"tool {tool!r}: {where}: expected a kind name, a list of kind names or Id(...), "
@@ -349,7 +340,13 @@ def param_specs(decls: Mapping[str, ParamDecl] | None, *, tool: str) -> list[Par
                 param=where,
             )
         specs.append(
-            ParamSpec(path=path, kinds=marker.kinds, sep=marker.sep, default_ok=marker.default_ok)
+            ParamSpec(
+                path=path,
+                kinds=marker.kinds,
+                sep=marker.sep,
+                default_ok=marker.default_ok,
+                role=marker.role,
+            )
         )
     return specs
 
@@ -373,7 +370,10 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                 raise GuardrailUsageError(
                     f"tool {tool!r}: bad regex producer {where!r}: {exc}", tool=tool, param=where
                 ) from None
-            compiled.append(Producer(kind=kind, regex=regex, role=marker.role))
+            _note_paths(marker, None, tool=tool, where=where)  # a regex has no record beside it
+            compiled.append(
+                Producer(kind=kind, regex=regex, role=marker.role, note=(), outside=marker.outside)
+            )
         else:
             path = compile_path(where, tool=tool, param=where)
             if marker.status is not None and path.steps and path.steps[-1][0] not in (KEY, KEYS):
@@ -383,8 +383,45 @@ def producers(decls: Mapping[str, ProducerDecl] | None, *, tool: str) -> list[Pr
                     tool=tool,
                     param=where,
                 )
-            compiled.append(Producer(kind=kind, path=path, role=marker.role, status=marker.status))
+            compiled.append(_producer(kind, path, marker, tool=tool))
     return compiled
+
+
+def _producer(kind: str, path: Path, marker: Id, *, tool: str | None) -> Producer:
+    """The producer of ``kind`` at ``path``, its note fields compiled."""
+    note = _note_paths(marker, path, tool=tool, where=path.text)
+    return Producer(
+        kind=kind,
+        path=path,
+        role=marker.role,
+        status=marker.status,
+        note=note,
+        outside=marker.outside,
+    )
+
+
+def _note_paths(
+    marker: Id, path: Path | None, *, tool: str | None, where: str
+) -> tuple[Path, ...] | None:
+    """The compiled note fields of a producer: None for the default ones, () for none.
+
+    A note is read from the record holding the id, so only a path ending in a
+    key (or ``.~``) has one; elsewhere the default is no note and declared
+    fields are an error.
+    """
+    beside = path is not None and bool(path.steps) and path.steps[-1][0] in (KEY, KEYS)
+    if marker.note is True:
+        return None if beside else ()
+    if marker.note is False or not marker.note:
+        return ()
+    if not beside:
+        raise GuardrailUsageError(
+            f"tool {tool!r}: a note is read from the record holding the id, so {where!r} "
+            "must end in a key or '.~' (not '$', '[*]' or 're:')",
+            tool=tool,
+            param=where,
+        )
+    return tuple(compile_path(field, tool=tool, param=f"{where} note") for field in marker.note)
 
 
 # -- declarations read from type annotations ------------------------------------------------
@@ -522,9 +559,7 @@ def _producers_of(pairs: Iterable[tuple[Path, Id]], *, tool: str | None) -> list
                 tool=tool,
                 param=path.text,
             )
-        produced.append(
-            Producer(kind=marker.kinds[0], path=path, role=marker.role, status=marker.status)
-        )
+        produced.append(_producer(marker.kinds[0], path, marker, tool=tool))
     return produced
 
 

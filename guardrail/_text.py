@@ -106,3 +106,17 @@ def _has_token_marked(text: str, value: str) -> bool:
     marked_text = mark.join(_NON_WORD.split(f" {text} "))
     marked_value = mark.join(_NON_WORD.split(value))
     return f"{mark}{marked_value}{mark}" in marked_text
+
+
+#: Characters of context kept on each side of a mention, for the evidence shown to the user.
+_CONTEXT = 40
+_SPACE = re.compile(r"\s+")
+
+
+def excerpt(text: str, token: str) -> str:
+    """The words around ``token`` in ``text``, white space folded, cut to a short line."""
+    at = text.find(token)
+    start = max(0, at - _CONTEXT)
+    end = min(len(text), at + len(token) + _CONTEXT)
+    body = _SPACE.sub(" ", text[start:end]).strip()
+    return ("…" if start else "") + body + ("…" if end < len(text) else "")

@@ -35,6 +35,9 @@ Problem = Literal[
     "unknown",
     "malformed",
     "undeclared",
+    "declined",
+    "mentioned",
+    "outside",
 ]
 PROBLEMS: Final[tuple[str, ...]] = get_args(Problem)
 
@@ -75,6 +78,48 @@ class Finding:
         }
 
 
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A value the user must approve before the call runs: what, where it came from, a token.
+
+    ``tier`` is the value's provenance (``user``, ``mentioned``, or
+    ``produced``/``minted`` with ``outside``); ``evidence`` says where it
+    came from in words a user can judge ("seen in the text of
+    read_file(file_path='bill.txt') at turn 3: ..."). ``token`` is signed by
+    the guard and bound to ``session``, ``tool``, ``kind`` and the value: pass
+    the request (or the token alone) to ``guard.approve`` or ``guard.deny``.
+    Nothing a model writes can make one.
+    """
+
+    tool: str
+    param: str
+    value: str
+    kind: str
+    tier: str
+    outside: bool
+    evidence: str
+    session: str | None = None
+    token: str = field(default="", repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, JSON-safe fields (the value cut short), for a runtime to show or send."""
+        return {
+            "tool": self.tool,
+            "param": self.param,
+            "value": shorten(self.value),
+            "kind": self.kind,
+            "tier": self.tier,
+            "outside": self.outside,
+            "evidence": self.evidence,
+            "session": self.session,
+            "token": self.token,
+        }
+
+
+#: What a check decides: the call may run, is refused, or waits for the user's approval.
+Outcome = Literal["allowed", "refused", "ask"]
+
+
 @dataclass(frozen=True, init=False)
 class Verdict:
     """The outcome of checking one call: allowed, or refused with findings and a message.
@@ -91,6 +136,10 @@ class Verdict:
     is its ledger entry's value, or the mapping checked itself when every
     value already was. The mapping given is never changed. None when the
     arguments could not be read as a mapping.
+
+    ``approvals`` holds the requests of a call that waits for the user
+    (``outcome == "ask"``): every id is allowed or may be approved, none is
+    refused. A refused verdict lists no approvals.
     """
 
     tool: str
@@ -100,6 +149,7 @@ class Verdict:
     used: tuple[Entry, ...] = field(default=(), repr=False, compare=False)
     typed: tuple[TypedId, ...] = field(default=(), repr=False, compare=False)
     arguments: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
+    approvals: tuple[ApprovalRequest, ...] = ()
 
     def __init__(
         self,
@@ -110,6 +160,7 @@ class Verdict:
         used: tuple[Entry, ...] = (),
         typed: tuple[TypedId, ...] = (),
         arguments: Mapping[str, Any] | None = None,
+        approvals: tuple[ApprovalRequest, ...] = (),
     ) -> None:
         # One update of the instance dict: the generated frozen __init__ sets each field
         # through object.__setattr__, which cost more than the rest of an allowed check.
@@ -121,7 +172,15 @@ class Verdict:
             used=used,
             typed=typed,
             arguments=arguments,
+            approvals=approvals,
         )
+
+    @property
+    def outcome(self) -> Outcome:
+        """``"allowed"``, ``"refused"``, or ``"ask"`` (the call waits for the user's approval)."""
+        if self.allowed:
+            return "allowed"
+        return "ask" if self.approvals else "refused"
 
     def __bool__(self) -> bool:
         return self.allowed

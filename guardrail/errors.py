@@ -11,15 +11,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from guardrail._verdict import Finding, Verdict
+    from guardrail._verdict import ApprovalRequest, Finding, Verdict
 
 __all__ = [
+    "ApprovalRequired",
     "GuardrailError",
     "GuardrailUsageError",
     "IdentifierViolation",
     "ManifestError",
     "RepromptLimitExceeded",
     "SessionDeleted",
+    "StaleApproval",
     "StoreError",
     "TraceFileError",
     "TranscriptError",
@@ -89,6 +91,28 @@ class IdentifierViolation(GuardrailError):
     def findings(self) -> tuple[Finding, ...]:
         """The findings of the refused call, most specific first."""
         return self.verdict.findings
+
+
+class ApprovalRequired(IdentifierViolation):
+    """The call waits for the user: some of its ids need their approval (none is refused).
+
+    ``requests`` (the verdict's ``approvals``) carry the tool, argument,
+    value, kind, tier, evidence and token of each; show them to the user and
+    pass the approved ones to ``guard.approve`` (the declined to
+    ``guard.deny``), then call again.
+    """
+
+    @property
+    def requests(self) -> tuple[ApprovalRequest, ...]:
+        """What the user is asked to approve, one request per value."""
+        return self.verdict.approvals
+
+
+class StaleApproval(GuardrailUsageError):
+    """An approval request of a session that ended (or no longer exists): it approves nothing.
+
+    Ask again in a live session: the user's answer applies to the session it was asked in.
+    """
 
 
 class RepromptLimitExceeded(IdentifierViolation):

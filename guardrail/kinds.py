@@ -15,7 +15,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final, TypedDict
+from typing import TYPE_CHECKING, Any, Final, Literal, TypedDict, get_args
 
 from guardrail._normalizers import Normalizer, NormalizeSpec, compile_normalizer
 from guardrail.errors import BroadPatternWarning, GuardrailUsageError
@@ -53,6 +53,20 @@ class KindOptions(TypedDict, total=False):
             this one takes: ``"email"``, ``"uuid"``, ``"url"``, ``"phone"``,
             ``"iban"`` or ``"prefixed:<prefix>"`` (``"prefixed:cus_"``); it
             replaces ``pattern`` and ``normalize``, which are then not given.
+        user_typed: What a value the user typed may do on a write or an
+            egress read: ``"verify"`` (a tool must confirm it first; the
+            default), ``"allow"`` (the user's word settles it: recipients,
+            e-mails, channel names) or ``"ask"`` (the user approves the call).
+        mentions: Values of the kind's pattern seen in the free text of a
+            successful result: ``"ignore"`` (not taken; the default), or taken
+            as ``mentioned`` (allowed on reads) and on a write or egress read
+            ``"ask"`` the user or ``"refuse"``; or ``"read"``: any read may take
+            them, egress reads too (a link a colleague posted may be fetched),
+            and a write asks. A mention in the result of a tool declared
+            ``outside=True`` follows the stricter of this and ``outside``.
+        outside: Values of a result field declared ``Id(kind, outside=True)``
+            on a write or egress read: ``"allow"`` (the default), ``"ask"`` or
+            ``"refuse"``.
     """
 
     pattern: str | None
@@ -61,6 +75,20 @@ class KindOptions(TypedDict, total=False):
     enforce: bool
     description: str
     like: str | None
+    user_typed: UserTyped
+    mentions: Mentions
+    outside: Outside
+
+
+#: The policies of a kind (see :class:`KindOptions`), the first of each the default.
+UserTyped = Literal["verify", "allow", "ask"]
+Mentions = Literal["ignore", "ask", "refuse", "read"]
+Outside = Literal["allow", "ask", "refuse"]
+POLICIES: dict[str, tuple[str, ...]] = {
+    "user_typed": get_args(UserTyped),
+    "mentions": get_args(Mentions),
+    "outside": get_args(Outside),
+}
 
 
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -180,6 +208,9 @@ class Kind:
     #: A further test of an id found in text, given its key (an IBAN's check digits): an id
     #: of the kind's shape that fails it is not taken from text.
     accept: Callable[[str], bool] | None = field(default=None, repr=False)
+    user_typed: UserTyped = "verify"
+    mentions: Mentions = "ignore"
+    outside: Outside = "allow"
     _full: re.Pattern[str] | None = field(default=None, init=False, repr=False)
     _scan: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
@@ -238,6 +269,13 @@ class Kind:
             normalizer = compile_normalizer(normalize, kind=name)
         if isinstance(examples, str):
             examples = [examples]
+        for option, allowed in POLICIES.items():
+            given = options.get(option, allowed[0])
+            if given not in allowed:
+                raise GuardrailUsageError(
+                    f"kind {name!r}: {option} is one of {', '.join(map(repr, allowed))}, "
+                    f"not {given!r}"
+                )
         kind = cls(
             name=name,
             pattern=pattern,
@@ -246,6 +284,9 @@ class Kind:
             enforce=options.get("enforce", True),
             description=description,
             accept=accept,
+            user_typed=options.get("user_typed", "verify"),
+            mentions=options.get("mentions", "ignore"),
+            outside=options.get("outside", "allow"),
         )
         words = kind.plain_words()
         if words:

@@ -158,7 +158,7 @@ class CorpusReplay:
     """One run of the README's replay command: its exit code, its tables and its report."""
 
     code: int
-    printed: str  # the tables, 100 characters wide
+    printed: str  # the tables, as printed to a file: each as wide as it is
     report: ReplayReport  # the report the command printed; --json prints report.to_json()
 
 
@@ -189,7 +189,7 @@ def corpus_replay(tmp_path_factory: pytest.TempPathFactory) -> CorpusReplay:
     def run() -> CorpusReplay:
         out = io.StringIO()
         with reports_kept() as reports, contextlib.redirect_stdout(out):
-            code = cli.main([*CORPUS_REPLAY, "--width", "100", "--no-progress"])
+            code = cli.main([*CORPUS_REPLAY, "--no-progress"])
         (report,) = reports
         return CorpusReplay(code=code, printed=out.getvalue(), report=report)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import json
 import subprocess
 import sys
@@ -196,6 +197,36 @@ def test_json_prints_the_report_the_command_built(
     (report,) = reports
     assert out == report.to_json() + "\n"
     assert json.loads(out)["settings"]["agent"] == REFERENCE_AGENT
+
+
+def test_tables_piped_to_a_file_are_not_cut_at_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --width and without a terminal, each table has its natural width: nothing folds."""
+    folder = tmp_path / ("a-folder-with-a-long-name-" * 3)
+    folder.mkdir()
+    path = _small_trace(folder)
+    code, out, err = _run(capsys, "replay", path, "--manifest", MANIFEST, "--no-progress")
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if str(path) in line)  # one line, not folded
+    assert len(row) > 80
+    code, narrow, _ = _run(capsys, "replay", path, "--manifest", MANIFEST, "--width", "80")
+    assert str(path) not in narrow  # --width still folds, as asked
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+
+
+def test_tables_piped_to_an_ascii_stream_use_ascii_boxes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The width-keeping stream passes its encoding on: rich draws ASCII boxes, never fails."""
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", stream)
+    assert main(["replay", str(_small_trace(tmp_path)), "--manifest", str(MANIFEST)]) == 0
+    stream.flush()
+    out = raw.getvalue().decode("ascii")
+    assert "+---" in out
+    assert all(line == line.rstrip() for line in out.splitlines())
 
 
 def test_malformed_lines_and_unknown_tools_are_counted(
@@ -514,6 +545,26 @@ def test_check_prints_a_refusal_its_reprompt_and_the_ledger(
     assert "look it up with search_orders" in out
     for row in ("customer", "cus_41ZpA9", "#W8855135", "#W2378156"):
         assert row in out
+
+
+def test_check_piped_to_a_file_keeps_its_tables_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --width and without a terminal, the finding's row is one line, not folded at 80."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W2378157"}}',
+    )
+    assert code == REFUSED_EXIT
+    row = next(line for line in out.splitlines() if line.startswith("│ mutated"))
+    assert row.rstrip("│ ").endswith("one character changed (position 8)")
+    assert len(row) > 80
 
 
 REFUSED_EXIT = 1

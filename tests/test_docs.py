@@ -9,25 +9,20 @@ run their examples, and test the hooks' checks on their own.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
-import structlog.testing
 
+from . import docblocks, docrun
 from .conftest import REPO
 
 DOCS = REPO / "docs"
 PAGES = sorted(path for path in DOCS.rglob("*.md") if "_tooling" not in path.parts)
-NOT_RUN = re.compile(r"<!-- not run: [^>]+ -->\s*$")
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.DOTALL | re.MULTILINE)
 
 
 def _tooling(name: str) -> ModuleType:
@@ -49,61 +44,165 @@ def _page_id(path: Path) -> str:
     return path.relative_to(DOCS).as_posix()
 
 
-# -- the examples run and print what the pages say ---------------------------------------------
+# -- every code block runs, or says what it needs ---------------------------------------------
 
 
-def _examples(text: str) -> Iterator[tuple[str, str | None, bool]]:
-    """``(code, expected output or None, run)`` for each Python block of a page, in order.
-
-    A block runs unless the line before it is ``<!-- not run: why -->``; a ``text``
-    block right after it (blank lines between) is what it prints.
-    """
-    blocks = list(FENCE.finditer(text))
-    for i, block in enumerate(blocks):
-        if block.group(1) != "python":
-            continue
-        run = NOT_RUN.search(text[: block.start()].rstrip("\n") + "\n") is None
-        output = None
-        if i + 1 < len(blocks) and blocks[i + 1].group(1) == "text":
-            between = text[block.end() : blocks[i + 1].start()]
-            if not between.strip():
-                output = blocks[i + 1].group(2)
-        yield block.group(2), output, run
+def _marks(page: str) -> list[pytest.MarkDecorator]:
+    """An adapter's page imports its runtime; a page that replays the corpus is slow."""
+    marks = [pytest.mark.runtimes] if "/integrations/" in f"/{page}" else []
+    text = (REPO / page).read_text(encoding="utf-8")
+    if "corpus/tau-airline" in text and "guardrail replay" in text:
+        marks.append(pytest.mark.slow)
+    return marks
 
 
-RUNNABLE = [
-    # An adapter's page imports its runtime.
-    pytest.param(path, marks=pytest.mark.runtimes) if "integrations" in path.parts else path
-    for path in PAGES
-    if any(run for _, _, run in _examples(path.read_text()))
+CODE_PAGES = [
+    pytest.param(page, marks=_marks(page), id=page)
+    for page in (docblocks.page_id(path) for path in docblocks.pages())
+    # Every page with a block that is not plain text: one without a language fails, too.
+    if any(
+        block.language != docblocks.OUTPUT
+        for block in docblocks.blocks((REPO / page).read_text(encoding="utf-8"), page)
+    )
 ]
 
 
-@pytest.mark.parametrize("page", RUNNABLE, ids=_page_id)
-def test_the_examples_of_a_page_run_and_print_what_it_says(
-    page: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("page", CODE_PAGES)
+def test_every_code_block_of_a_page_runs_and_prints_what_it_shows(
+    page: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """Each page's Python blocks run in order, in one namespace, and print the text shown."""
-    monkeypatch.chdir(REPO)  # examples name examples/tau_airline.toml and the corpus
-    namespace: dict[str, Any] = {"__name__": "docs_example"}
-    for number, (code, expected, run) in enumerate(_examples(page.read_text()), 1):
-        if not run:
-            continue
-        out = io.StringIO()
-        # Audit events are captured, not printed: the output is the example's own.
-        with structlog.testing.capture_logs(), contextlib.redirect_stdout(out):
-            exec(compile(code, f"{_page_id(page)} example {number}", "exec"), namespace)
-        if expected is not None:
-            assert expected.strip() in out.getvalue(), f"{_page_id(page)} example {number}"
+    """Each code block runs as written (or its *Needs* line says why not) and prints its output.
+
+    The page's blocks run in order, in a scratch folder holding the repository's examples/
+    and corpus/; README.md is one of the pages.
+    """
+    listed = docblocks.blocks((REPO / page).read_text(encoding="utf-8"), page)
+    with docrun.Runner(tmp_path, REPO, request) as runner:
+        for block in listed:
+            runner.run(block)
 
 
-def test_a_block_marked_not_run_is_skipped_and_output_pairs_with_its_block() -> None:
-    """The example reader honours the not-run mark and pairs a text block with its code."""
+def test_the_block_reader_knows_code_outputs_marks_and_files() -> None:
+    """Output pairs with the block before it; *Needs* and *Continues* lines are read."""
     page = (
         "```python\nprint(1)\n```\n\n```text\n1\n```\n"
-        "<!-- not run: needs a model -->\n```python\nboom()\n```\n"
+        "*Needs an OpenAI API key.*\n```python\nboom()\n```\n"
+        "*Continues the example above.*\n\n```python\nx\n```\n"
+        "<!-- not run: hidden -->\n```toml\n# tools.toml\n```\nA diagram:\n```text\ndiagram\n```\n"
     )
-    assert list(_examples(page)) == [("print(1)\n", "1\n", True), ("boom()\n", None, False)]
+    found = docblocks.blocks(page, "p.md")
+    assert [(b.language, b.output, b.needs, b.continues, b.runs) for b in found] == [
+        ("python", "1\n", None, False, True),
+        ("python", None, "an OpenAI API key", False, False),
+        ("python", None, None, True, True),
+        ("toml", None, None, False, True),
+        ("text", None, None, False, False),
+    ]
+    assert found[3].hidden_mark and found[3].file == "tools.toml"
+    # In a list item, or fenced otherwise, a block is found all the same.
+    nested = "- a step:\n\n  ```python\n  print(1)\n  ```\n~~~toml\na = 1\n~~~\n"
+    assert [(b.language, b.code) for b in docblocks.blocks(nested)] == [
+        ("python", "print(1)\n"),
+        ("toml", "a = 1\n"),
+    ]
+    assert docblocks.blocks("*Needs a key*\n```python\nx\n```\n")[0].needs == "a key"
+    assert [b.line for b in found] == [1, 9, 14, 18, 22]
+
+
+def test_shell_lines_are_read_as_the_shell_reads_them() -> None:
+    """Continued lines join, quotes may span lines, comments go, a here-document is stdin."""
+    code = (
+        'guardrail check --user "a #b" \\\n    --call \'{"x":\n 1}\'  # why\n'
+        "python - <<'EOF'\nprint(2)\nEOF\n"
+    )
+    assert docblocks.commands(code) == [
+        docblocks.Command(["guardrail", "check", "--user", "a #b", "--call", '{"x":\n 1}']),
+        docblocks.Command(["python", "-"], "print(2)\n"),
+    ]
+
+
+def test_an_output_matches_in_order_with_dots_for_any_lines() -> None:
+    """A shown output is found in what is printed, its runs in order, ... standing for lines."""
+    printed = "head\na   \nb\nc\nd\ntail\n"
+    assert docblocks.output_matches("a\nb\n...\nd\n", printed)
+    assert docblocks.output_matches("a\nb\n", printed)
+    assert not docblocks.output_matches("d\n...\na\n", printed)
+    assert not docblocks.output_matches("a\nc\n", printed)
+    assert docblocks.output_matches("ta...\n", printed)
+    assert not docblocks.output_matches("tail x...\n", printed)
+
+
+@pytest.mark.parametrize(
+    ("markdown", "says"),
+    [
+        ("```python\nundefined_name\n```\n", "NameError"),
+        ("```python\nprint(1)\n```\n\n```text\n2\n```\n", "prints something else"),
+        ('```toml\n[tools.t]\nids = { a = "nokind" }\n```\n', "nokind"),
+        ("```sh\npip install guardrail-ids\n```\n", "cannot run 'pip'"),
+        ("<!-- not run: x -->\n```python\nx\n```\n", "an HTML comment"),
+        ("```\nx\n```\n", "no language"),
+    ],
+)
+def test_a_block_that_fails_says_where_and_how_to_fix_or_mark_it(
+    markdown: str, says: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A new unmarked block that fails breaks the test, naming the page, line and the fix."""
+    (block,) = docblocks.blocks(markdown, "docs/new.md")
+    with (
+        docrun.Runner(tmp_path, REPO, request) as runner,
+        pytest.raises(docrun.BlockFailed) as failed,
+    ):
+        runner.run(block)
+    message = str(failed.value)
+    assert message.startswith(("docs/new.md:1 ", "docs/new.md:2 "))
+    assert says in message
+    assert "*Needs <what it needs>.*" in message
+
+
+def test_a_block_runs_on_its_own_unless_it_continues_the_example(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A block without the mark sees none of the page's names; one with it sees the first."""
+    page = (
+        "```python\nguard = 'first'\n```\n"
+        "```python\nguard = 'its own'\n```\n"
+        "*Continues the example above.*\n```python\nprint(guard)\n```\n\n```text\nfirst\n```\n"
+        "```python\nprint(guard)\n```\n"
+    )
+    *runs, alone = docblocks.blocks(page, "docs/p.md")
+    with docrun.Runner(tmp_path, REPO, request) as runner:
+        for block in runs:
+            runner.run(block)
+        with pytest.raises(docrun.BlockFailed, match="NameError"):
+            runner.run(alone)
+
+
+def test_a_block_marked_needs_is_not_run(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """A block whose *Needs* line says it needs a key is skipped, shown as such."""
+    (block,) = docblocks.blocks("*Needs an OpenAI API key.*\n```python\nboom()\n```\n")
+    with docrun.Runner(tmp_path, REPO, request) as runner:
+        runner.run(block)
+        assert runner.skipped == [block]
+
+
+@pytest.mark.slow  # every step in a subprocess
+def test_the_first_hour_timer_runs_every_step_of_the_page() -> None:
+    """benchmarks/first_hour.py, which the page's table of times quotes, runs each step."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "first_hour.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")][1:]
+    steps = {row.split(" | ")[0][2:4] for row in rows}
+    assert steps == {"1.", "2.", "3.", "4.", "5.", "6."}
+    assert "`guardrail replay support.json" in done.stdout
+    assert not (REPO / "first-hour-work").exists()
 
 
 # -- the pages name what exists ----------------------------------------------------------------

@@ -16,7 +16,7 @@ from guardrail._harvest import (
     MAX_ID_LENGTH,
     MAX_LITERAL_CHARS,
     Harvest,
-    _decode,
+    decode,
     failed,
     harvest,
     recordable,
@@ -263,7 +263,7 @@ def test_a_python_repr_reads_back_to_the_value_it_was_written_from() -> None:
         "nested": {"a": [], "b": {}},
     }
     text = str(value)
-    assert _decode(text, []) == (value, None)
+    assert decode(text, []) == (value, None)
 
 
 def test_a_python_repr_error_is_a_failure() -> None:

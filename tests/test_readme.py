@@ -47,7 +47,7 @@ reservation_2     AIXC49
 
 SUMMARY OF EARLIER TURNS (identifiers appear as [role]; copy their values from the ID LEDGER)
 - User: Hi, I am [user]. Please cancel my Seattle trip.
-- Agent called get_user_details(user_id=[user]) -> done"""
+- Agent called get_user_details(user_id=[user]) -> [reservation], [reservation_2]"""
 
 
 def test_compaction_example_runs_and_prints_what_it_says(

@@ -125,6 +125,54 @@ def test_false_refusals_are_told_apart() -> None:
     assert genuine.trace == "t"
 
 
+def test_a_genuine_false_refusal_names_the_result_and_the_declaration_to_add() -> None:
+    """For an id a tool result did return, replay says which result and which path admits it."""
+    messages = [
+        *opening(),
+        call("c5", "describe", {"order_id": ORDERS[0]}),
+        result("c5", {"replacement": {"order_id": "ord_QQQQQQQQ"}, "note": "see ord_RRRRRRRR"}),
+        call("c6", "refund", {"order_id": "ord_QQQQQQQQ"}),  # a whole field no path declares
+        result("c6", "ok"),
+        call("c7", "refund", {"order_id": "ord_RRRRRRRR"}),  # inside a longer text
+        result("c7", "ok"),
+    ]
+    report = run(*messages)
+    whole, inside = report.total.false_refusal_examples["genuine"]
+    assert whole.hint == (
+        "describe returned it (message 6) at replacement.order_id: "
+        'declare produces={"replacement.order_id": "order"} on describe'
+    )
+    assert inside.hint == (
+        "describe returned it (message 6) at note, inside a longer text: "
+        "return it in a field of its own"
+    )
+    with pytest.raises(AssertionError, match=r"replacement\.order_id"):
+        report.assert_no_false_refusals()
+    assert 'declare produces={"replacement.order_id"' in report.to_text(width=400)
+    # The declaration the hint names admits the id: only the one inside the text is left.
+    describe = dict(SHOP["tools"]["describe"], produces={"replacement.order_id": "order"})
+    fixed = Guard.from_manifest({**SHOP, "tools": {**SHOP["tools"], "describe": describe}})
+    again = replay(trace_from_messages(messages, id="t"), fixed)
+    assert [e.hint for e in again.total.false_refusal_examples["genuine"]] == [inside.hint]
+
+
+@pytest.mark.parametrize(
+    ("output", "found"),
+    [
+        ({"orders": [{"id": "x1"}, {"id": "x2"}]}, [("orders[*].id", True)]),
+        ({"by_id": {"x2": {"total": 1}}}, [("by_id.~", True)]),
+        ('[{"odd key": "x2"}]', [('[*]["odd key"]', True)]),
+        ("Your order x2 ships today", [("$", False)]),
+        ({"n": 7, "ok": True}, []),
+    ],
+)
+def test_provenance_finds_the_path_a_declaration_would_name(output: Any, found: list[Any]) -> None:
+    """Lists are [*], keys are ~, odd keys are quoted, plain text is $ (a re: producer)."""
+    from guardrail.replay._provenance import places
+
+    assert list(places(output, "x2")) == found
+
+
 def test_refused_calls_that_failed_or_got_no_result_are_not_false_refusals() -> None:
     """A refused call that failed in the recording, or has no result, is counted apart."""
     report = run(
@@ -288,6 +336,23 @@ def test_advisory_kinds_are_not_corrupted() -> None:
     report = run(*opening(), call("c3", "ship", {"order_id": ORDERS[0], "to": "JFK"}))
     assert report.total.advisory_arguments == 1
     assert report.total.identifier_arguments == 2
+
+
+def test_the_header_counts_every_identifier_argument_of_every_checked_call() -> None:
+    """Refused calls' and advisory arguments count too: the header is every id argument checked."""
+    report = run(
+        *opening(),
+        call("c3", "refund", {"order_id": "ord_8F3kQ2xN"}),  # refused: mutated
+        result("c3", "Error: no such order", error=True),
+        call("c4", "ship", {"order_id": ORDERS[0], "to": "JFK"}),  # one advisory argument
+        call("c5", "refund_many", {"order_ids": ORDERS}),  # two, in one list
+    )
+    total = report.total
+    assert total.refused == 1
+    assert (total.identifier_arguments, total.advisory_arguments) == (5, 1)
+    assert "6 identifier arguments checked" in report.to_text().splitlines()[0]
+    # Detection corrupts the enforced arguments of allowed calls only: 4 of them.
+    assert report.total.detection["inserted"].variants == 4
 
 
 @pytest.mark.parametrize(
@@ -501,6 +566,25 @@ def test_assert_no_false_refusals() -> None:
         genuine.assert_no_false_refusals()
 
 
+def test_assert_no_false_refusals_fails_on_what_the_tables_call_false_refusals() -> None:
+    """The assertion and the command print one sentence: what fails it, and what it allows."""
+    typed = run(
+        *opening(),
+        user("Also refund ord_AAAAAAAA please"),
+        call("c3", "refund", {"order_id": "ord_AAAAAAAA"}),  # typed, never looked up
+        result("c3", "ok"),
+    )
+    text = typed.to_text()
+    start = text.index("False refusals")
+    line = " ".join(text[start : text.index("No result recorded: 0.") + 22].split())  # unwrapped
+    assert line.startswith("False refusals (succeeded in the recording, refused): 0 genuine, ")
+    assert "1 expected (0 invented id, 1 unverified), which it allows unless" in line
+    typed.assert_no_false_refusals()  # as the line says
+    with pytest.raises(AssertionError) as failed:
+        typed.assert_no_false_refusals(allow_expected=False)
+    assert str(failed.value).splitlines()[0] == line
+
+
 def test_assert_detection() -> None:
     """assert_detection fails for a class refused less often than asked, naming it."""
     report = run(*opening(), call("c3", "refund", {"order_id": ORDERS[0]}), result("c3", "ok"))
@@ -520,6 +604,23 @@ def test_corpus_replay(corpus_replay: CorpusReplay) -> None:
     assert dict(total.refused_failed) == {"invented": 4}
     report.assert_no_false_refusals()
     report.assert_detection(0.99)
+
+
+@needs_corpus
+def test_corpus_which_one_after_compaction(corpus_replay: CorpusReplay) -> None:
+    """The airline manifest's notes tell 681 of 1,403 ids with rivals apart; a plain summary 0."""
+    availability = corpus_replay.report.to_dict()["total"]["availability"]
+    guarded, plain = availability["guardrail k=0"], availability["plain summary k=0"]
+    assert (guarded["which_ids"], guarded["which_told"]) == (1403, 681)
+    assert (plain["which_ids"], plain["which_told"]) == (1403, 0)
+    assert guarded["which_by_kind"] == {
+        "airport": {"asked": 417, "told_apart": 16},  # a code has no record that describes it
+        "flight": {"asked": 376, "told_apart": 341},
+        "payment_method": {"asked": 182, "told_apart": 175},
+        # Most of the rest are looked up by the very call: get_user_details lists ids only.
+        "reservation": {"asked": 428, "told_apart": 149},
+    }
+    assert "Which one after compaction" in corpus_replay.printed
 
 
 def test_in_memory_traces_and_files_mix(tmp_path: Path) -> None:

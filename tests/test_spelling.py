@@ -113,6 +113,8 @@ def test_tool_options_are_written_once() -> None:
         "effect",
         "verifies",
         "description",
+        "egress",
+        "outside",
     }
     assert guardrail.ToolOptions.__optional_keys__ == {
         *guardrail.DeclareOptions.__optional_keys__,

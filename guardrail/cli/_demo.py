@@ -58,9 +58,12 @@ KEEP_RECENT = 1
 
 
 class Order(BaseModel):
-    """An order as ``list_orders`` returns it; ``order_id`` is harvested by its annotation."""
+    """An order as ``list_orders`` returns it; ``order_id`` is harvested by its annotation.
 
-    order_id: Annotated[str, Id("order")]
+    Its note, the items and the date, tells the model which order is which.
+    """
+
+    order_id: Annotated[str, Id("order", note=["items", "placed"])]
     placed: str
     items: list[str]
     total_cents: int
@@ -340,7 +343,7 @@ class _Story:
 
 def _ledger_table(ledger: Ledger) -> Table:
     table = Table(title="ID LEDGER (kept by guardrail, copied byte for byte)", title_justify="left")
-    for name in ("role", "kind", "value", "from", "status"):
+    for name in ("role", "kind", "value", "from", "note"):
         table.add_column(name)
     for entry in ledger.entries():
         table.add_row(
@@ -348,7 +351,7 @@ def _ledger_table(ledger: Ledger) -> Table:
             entry.kind,
             Text(entry.value, style="bold"),
             entry.source.tool,
-            entry.status or "",
+            Text(entry.note or entry.status or ""),
         )
     return table
 

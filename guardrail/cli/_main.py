@@ -17,9 +17,10 @@ unreadable trace file, an agent that cannot be loaded, a bad option.
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -42,6 +43,10 @@ from guardrail.replay import (
 
 #: The exit code of an error of use (argparse uses it for bad options too).
 USAGE_ERROR = 2
+
+#: The width of tables printed to a file or a pipe: wider than any table, so none is cut. Tables
+#: take their natural width; a line of text is not wrapped.
+UNBOUNDED = 100_000
 
 
 def _classes(text: str) -> list[str]:
@@ -164,6 +169,13 @@ def _parser() -> argparse.ArgumentParser:
         "arguments (e.g. guardrail.replay:reference_agent); implies --compact",
     )
     rep.add_argument(
+        "--approve",
+        choices=("all", "none"),
+        help="answer every call that would wait for the user's approval: approve all (the call "
+        "is checked again) or none (refused as declined); without it such calls are counted "
+        "as asked, neither allowed nor refused",
+    )
+    rep.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
     )
     rep.add_argument("--width", type=_count(40), help="table width in characters")
@@ -225,6 +237,7 @@ def _replay(args: argparse.Namespace) -> int:
                 compaction=compaction or None,
                 agent=agent,
                 progress=advance,
+                approve=args.approve,
             )
     except GuardrailUsageError as exc:
         return _fail(str(exc))
@@ -237,8 +250,41 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
-        Console(width=args.width, highlight=False).print(report)
+        output_console(args.width).print(report)
     return 0
+
+
+def output_console(width: int | None) -> Console:
+    """Where tables go: ``--width`` columns, else the terminal's width, else as wide as they are.
+
+    Rich gives a console that is not a terminal 80 columns; a report piped to a file or to
+    another program has no screen to fit, so it is not cut at 80.
+    """
+    console = Console(width=width, highlight=False)
+    if width is None and not console.is_terminal:
+        console = Console(file=_Trimmed(sys.stdout), width=UNBOUNDED, highlight=False)
+    return console
+
+
+class _Trimmed(io.StringIO):
+    """Text written to a file or a pipe, each line without the spaces rich pads it with."""
+
+    def __init__(self, out: TextIO) -> None:
+        super().__init__()
+        self._out = out
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        self._out.writelines(line.rstrip() + "\n" for line in lines)
+        return len(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # rich picks its box characters by it
+        return getattr(self._out, "encoding", None) or "utf-8"
 
 
 def _describe_summariser(summariser: LossySummarizer) -> str:
@@ -254,7 +300,7 @@ def _check(args: argparse.Namespace) -> int:
     from guardrail.cli._check import run_check
 
     try:
-        return run_check(args, Console(width=args.width, highlight=False))
+        return run_check(args, output_console(args.width))
     except GuardrailUsageError as exc:
         return _fail(str(exc))
 

@@ -8,7 +8,7 @@ lint, the summarizers, the ledger block, the report, and the six steps
 themselves. The message shapes are the core's (:mod:`guardrail._messages`).
 """
 
-from guardrail.compaction._block import BLOCK_HEADER, ledger_block, ledger_values
+from guardrail.compaction._block import BLOCK_HEADER, ledger_block, ledger_facts, ledger_values
 from guardrail.compaction._compact import (
     DEFAULT_KEEP_RECENT,
     CompactOptions,
@@ -41,6 +41,7 @@ __all__ = [
     "compact_text",
     "extractive_summary",
     "ledger_block",
+    "ledger_facts",
     "ledger_values",
     "model_summarizer",
 ]

@@ -2,8 +2,11 @@
 
 The format: a header line, one line per entry (role, value, and in
 parentheses the seen and last-used turns when they differ, the status,
-``unverified``, ``pinned``), then a note of the roles evicted. A value that
-would not read back as one word is written as a JSON string.
+``unverified``, ``pinned`` and the entry's note, JSON-quoted), then a note
+of the roles evicted. A value that would not read back as one word is
+written as a JSON string. A note is text for the model: cleaned and bounded
+(:mod:`guardrail._notes`), ids of entries inside it shown by ``[role]``,
+never read back as an id.
 
 Compaction writes the block sealed: a last line ``(seal <hex>)`` holds an
 HMAC-SHA256 (128 bits) of the text above it, keyed with the ledger's seal
@@ -20,11 +23,13 @@ import hmac
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from guardrail._entry import TIERS, implied_tier
 from guardrail._harvest import Batch
 from guardrail._messages import COMPACTED_HEADER, Repair, content_text
+from guardrail._notes import bounded, by_role
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
@@ -42,7 +47,10 @@ _NOT_PLAIN = frozenset('",()')  # characters a status is JSON-quoted for
 _NOTE_PART = re.compile(
     r"seen turn (?P<seen>\d+)|last used turn (?P<last>\d+)"
     r'|status: (?P<status>"(?:[^"\\]|\\.)*"|[^",()]+)|unverified|pinned'
+    r'|note: (?P<note>"(?:[^"\\]|\\.)*")'
+    r"|tier: (?P<tier>[a-z]+)|outside|confirmed"
 )
+_ROLE_REF = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,18 @@ class BlockLine:
     status: str | None = None
     verified: bool = True
     pinned: bool = False
+    note: str | None = None
+    #: Provenance beyond ``verified``: a tier other than produced (verified) or user
+    #: (unverified), an outside party's value, one the user approved for some tool.
+    tier: str | None = None
+    outside: bool = False
+    confirmed: bool = False
+
+
+def _provenance(tier: str | None, verified: bool, outside: bool, confirmed: bool) -> list[str]:
+    """The notes of an entry's provenance, where it is not what ``unverified`` already says."""
+    notes = [f"tier: {tier}"] if tier and tier != implied_tier(verified, "user") else []
+    return notes + ["outside"] * outside + ["confirmed"] * confirmed
 
 
 def ledger_block(ledger: Ledger) -> str:
@@ -65,12 +85,38 @@ def ledger_block(ledger: Ledger) -> str:
 
 def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
     """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted."""
+    entries = state.entries()
+    noted = shown_notes(state, carried)
     rows = [
-        (e.role, _shown(e.value), _notes(e.first_seen, e.last_used, e.status, e.verified, e.pinned))
-        for e in state.entries()
+        (
+            e.role,
+            _shown(e.value),
+            _notes(
+                e.first_seen,
+                e.last_used,
+                e.status,
+                e.verified,
+                e.pinned,
+                noted.get(e.role),
+                _provenance(e.tier, e.verified, e.outside, e.confirmed),
+            ),
+        )
+        for e in entries
     ]
     rows += [
-        (c.role, _shown(c.value), _notes(c.seen, c.last, c.status, c.verified, c.pinned))
+        (
+            c.role,
+            _shown(c.value),
+            _notes(
+                c.seen,
+                c.last,
+                c.status,
+                c.verified,
+                c.pinned,
+                noted.get(c.role),
+                _provenance(c.tier, c.verified, c.outside, c.confirmed),
+            ),
+        )
         for c in carried
     ]
     lines = [BLOCK_HEADER]
@@ -91,6 +137,28 @@ def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequ
         more = len(gone) - _EVICTED_SHOWN
         lines.append(f"{_EVICTED}{shown}{f' and {more} earlier' if more > 0 else ''})")
     return "\n".join(lines)
+
+
+def shown_notes(state: LedgerState, carried: Sequence[BlockLine] = ()) -> dict[str, str]:
+    """``{role: note}`` of every entry with a note, as the block shows it.
+
+    Bounded and cleaned again whatever wrote it (a store, a saved ledger),
+    with every word that names an entry (or a carried line) shown as its
+    ``[role]``: the note of a list of orders that names the customer says
+    ``[customer]``.
+    """
+    carried_roles = {line.value: line.role for line in carried}
+    known: dict[str, str | None] = {}  # words repeat across notes: each looked up once
+
+    def role_of(word: str) -> str | None:
+        if word not in known:
+            found = state.lookup(word)
+            known[word] = found[0].role if found else carried_roles.get(word)
+        return known[word]
+
+    notes = [(e.role, e.note) for e in state.entries()]
+    notes += [(line.role, line.note) for line in carried]
+    return {role: by_role(bounded(note), role_of) for role, note in notes if note and bounded(note)}
 
 
 def seal(block: str, state: LedgerState) -> str:
@@ -123,9 +191,20 @@ def _mac(text: str, state: LedgerState) -> str:
 
 
 def _notes(
-    seen: int | None, last: int | None, status: str | None, verified: bool, pinned: bool
+    seen: int | None,
+    last: int | None,
+    status: str | None,
+    verified: bool,
+    pinned: bool,
+    note: str | None,
+    provenance: list[str],
 ) -> str:
-    if last == seen and seen is not None and verified and not status and not pinned:
+    if (
+        last == seen
+        and seen is not None
+        and verified
+        and not (status or pinned or note or provenance)
+    ):
         return ""  # most lines: nothing to note
     notes = []
     if seen is not None and last is not None and last != seen:
@@ -138,6 +217,9 @@ def _notes(
         notes.append("unverified")
     if pinned:
         notes.append("pinned")
+    notes += provenance
+    if note:
+        notes.append(f"note: {json.dumps(note, ensure_ascii=False)}")
     return f"({', '.join(notes)})" if notes else ""
 
 
@@ -200,6 +282,38 @@ def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
     return {}
 
 
+_SUMMARY_NOTE = re.compile(r"\[([A-Za-z0-9_.-]+)\] \(([^()]*)\)")
+
+
+def ledger_facts(messages: Sequence[Any]) -> dict[str, set[str]]:
+    """What the first ledger block in ``messages`` and its summary say of each role but its value.
+
+    The facts of a role are its status (``status: pending``) and the parts of
+    its note (``Kettle K2``, ``2025-03-02``), from its line in the block and
+    from ``[role] (note)`` in the summary after it. Every role of the block
+    has an entry, maybe empty: how a reader (or the replay harness) tells
+    which of several entries of one kind is which.
+    """
+    for index, message in enumerate(messages):
+        content = message.get("content") if isinstance(message, Mapping) else None
+        text = content_text(content) or ""
+        if not text.startswith(BLOCK_HEADER + "\n"):
+            continue
+        block, _, summary = text.partition("\n\n")
+        lines, _, _ = parse_block(block, index)
+        facts: dict[str, set[str]] = {line.role: set() for line in lines}
+        for line in lines:
+            if line.status:
+                facts[line.role].add(f"status: {line.status}")
+            if line.note:
+                facts[line.role].update(part for part in line.note.split("; ") if part)
+        for role, note in _SUMMARY_NOTE.findall(summary):
+            if role in facts:
+                facts[role].update(part for part in note.split("; ") if part)
+        return facts
+    return {}
+
+
 def _parse_line(line: str) -> BlockLine | None:
     role, _, rest = line.partition(" ")
     rest = rest.lstrip()
@@ -234,8 +348,17 @@ def _parse_note(body: str) -> dict[str, Any] | None:
         match = _NOTE_PART.match(body, at)
         if match is None:
             return None
-        seen, last, status = match.group("seen", "last", "status")
-        if seen is not None:
+        seen, last, status, note, tier = match.group("seen", "last", "status", "note", "tier")
+        if note is not None:
+            try:
+                fields["note"] = json.loads(note)
+            except ValueError:
+                return None
+        elif tier is not None:
+            fields["tier"] = tier
+        elif match.group() in ("outside", "confirmed"):
+            fields[match.group()] = True
+        elif seen is not None:
             fields["seen"] = int(seen)
         elif last is not None:
             fields["last"] = int(last)
@@ -271,6 +394,10 @@ def restore(
     """
     if not trusted:
         lines = [_untrusted(line) for line in lines]
+    else:
+        # A note shows ids by role: back to their values, to be shown by role again.
+        values = {line.role: line.value for line in lines}
+        lines = [_unmasked(line, values) for line in lines]
     evicted = {tomb.value for tomb in state.tombstones.values()}
     carried = []
     for line in lines:
@@ -283,8 +410,17 @@ def restore(
             continue
         state.turn = max(state.turn, line.seen or 0, line.last or 0)
         found = Batch.one(kind, line.value, key, "ledger_block", line.status, line.role)
+        # The tier the block says (an unverified line with none was typed by the user); an
+        # untrusted block's lines say none and enter as introduced.
+        tier = line.tier if trusted else "introduced"
+        if tier is None and not line.verified:
+            tier = "user"
+        elif tier is not None and tier not in TIERS:
+            tier = "introduced"
+        found = found._replace(tier=tier, outside=line.outside and trusted)
         source = Source("compaction", None, "ledger_block", state.turn)
         for entry in state.admit([found], source=source, verified=line.verified).added:
+            entry.note = line.note  # text for the model, from a block this ledger sealed
             seen = line.seen if line.seen is not None else entry.first_seen
             state.backdate(
                 entry, first_seen=seen, last_used=line.last if line.last is not None else seen
@@ -295,8 +431,20 @@ def restore(
 
 
 def _untrusted(line: BlockLine) -> BlockLine:
-    """A line as far as an unsealed block can be believed: a value under a role, no more."""
+    """A line as far as an unsealed block can be believed: a value under a role, no more.
+
+    Its note goes too: anyone could have written it, and a sealed block
+    would then show it as the ledger's own.
+    """
     return BlockLine(line.role, line.value, status=line.status, verified=False)
+
+
+def _unmasked(line: BlockLine, values: Mapping[str, str]) -> BlockLine:
+    """A line whose note names ids by ``[role]`` as their values (an unknown role as text)."""
+    if not line.note:
+        return line
+    note = _ROLE_REF.sub(lambda m: values.get(m.group(1), m.group(1)), line.note)
+    return replace(line, note=note)
 
 
 def _held(value: str, state: LedgerState) -> bool:

@@ -24,7 +24,15 @@ from guardrail._audit import Audit
 from guardrail._content import map_text, nesting_fault
 from guardrail._messages import Repair, Shape, default_role, read, read_role, text_message, write
 from guardrail._spec import check_options
-from guardrail.compaction._block import BlockLine, parse_block, render_block, restore, seal, unseal
+from guardrail.compaction._block import (
+    BlockLine,
+    parse_block,
+    render_block,
+    restore,
+    seal,
+    shown_notes,
+    unseal,
+)
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._masking import Masker, lint
 from guardrail.compaction._report import (
@@ -320,7 +328,9 @@ def _compact(
             part.insert(0, text_message(shape, role, f"{SUMMARY_HEADER}\n{earlier_summary}"))
         if summarize is None:
             limit = options.get("summary_chars", DEFAULT_SUMMARY_CHARS)
-            summary = extractive_summary(part, roles, max_chars=limit)
+            summary = extractive_summary(
+                part, roles, max_chars=limit, notes=shown_notes(state, carried)
+            )
         else:
             summary = summarize(part, roles)
         if not isinstance(summary, str):

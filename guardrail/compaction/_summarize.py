@@ -60,11 +60,14 @@ def extractive_summary(
     roles: Mapping[str, str],
     *,
     max_chars: int = DEFAULT_SUMMARY_CHARS,
+    notes: Mapping[str, str] | None = None,
 ) -> str:
     """A summary made of pieces of the conversation itself: no model, deterministic, bounded.
 
     It keeps the earlier summary's lines, each user request, what the agent
-    said and every tool call it made with its outcome, then the open items:
+    said and every tool call it made with its outcome (what a call returned:
+    the ``[role]`` of each id in its result, with the entry's note from
+    ``notes``, ``{role: note}``, where it has one), then the open items:
     a last request not yet answered and the agent's last questions. Longer
     than ``max_chars``, it keeps the earlier summary, the first request and
     the latest lines, and says how many lines it left out.
@@ -96,7 +99,7 @@ def extractive_summary(
             lines.append(f"- Agent: {_clip(_lead(message.text), width)}")
         for call in message.calls:
             called = _clip(_call_text(call.name, call.arguments), width)
-            lines.append(f"- Agent called {called}{_outcome(call, width // 2)}")
+            lines.append(f"- Agent called {called}{_outcome(call, width, notes or {})}")
             last_user = None
     open_items = []
     if last_user is not None:
@@ -183,15 +186,44 @@ def _value_text(value: Any) -> str:
 REFUSED_OUTCOME = "refused by guardrail; the tool did not run"
 
 
-def _outcome(call: Call, width: int) -> str:
+_RETURNED = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
+
+
+def _outcome(call: Call, width: int, notes: Mapping[str, str]) -> str:
     result = call.result
     if result is None:
         return " (no result yet)"
     if refused(result.text, result.data):
         return f" -> {REFUSED_OUTCOME}"
     if _failed(result):
-        return f" -> failed: {_clip(result.text, width)}"
-    return " -> done"
+        return f" -> failed: {_clip(result.text, width // 2)}"
+    taken = set(_RETURNED.findall(_call_text(call.name, call.arguments)))
+    return f" -> {_returned(result.text, taken, width, notes)}"
+
+
+def _returned(text: str, taken: set[str], width: int, notes: Mapping[str, str]) -> str:
+    """What a successful call returned: each id's ``[role]`` with its note, within ``width``.
+
+    The result is masked, so its ids read ``[role]``. An id the call took
+    that comes back with no note says nothing new; a result naming nothing
+    else is "done".
+    """
+    found = dict.fromkeys(_RETURNED.findall(text))
+    roles = [role for role in found if role not in taken or notes.get(role)]
+    if not roles:
+        return "done"
+    shown: list[str] = []
+    room = width
+    for index, role in enumerate(roles):
+        note = notes.get(role)
+        part = f"[{role}] ({note})" if note else f"[{role}]"
+        more = len(roles) - index - 1
+        tail = len(f", and {more} more") if more else 0
+        if shown and len(part) + 2 + tail > room:
+            return f"{', '.join(shown)}, and {len(roles) - index} more"
+        shown.append(part)
+        room -= len(part) + 2
+    return ", ".join(shown)
 
 
 def _failed(result: Result) -> bool:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from guardrail._spec import KIND_KEY, SEP_KEY
+from guardrail._describe import KIND_KEY, SEP_KEY
 
 __all__ = ["MAX_DEPTH", "Mark", "follow", "kinds_in", "marks_in", "plain"]
 

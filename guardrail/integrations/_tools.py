@@ -35,9 +35,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Union, get_args, get_origin
 
+from guardrail._describe import describe_ids, instruct
 from guardrail._guard import internals
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES, Path, Step
-from guardrail._spec import Id, ToolSpec, annotation_ids, describe_ids, instruct
+from guardrail._spec import Id, ToolSpec, annotation_ids
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._marks import MAX_DEPTH, follow, kinds_in, marks_in, plain
 
@@ -406,7 +407,9 @@ def _return_producers(function: Callable[..., Any] | None) -> dict[str, Id]:
     produced: dict[str, Id] = {}
     for path, marker in annotation_ids(hint):
         if len(marker.kinds) == 1:
-            produced[path.text] = Id(marker.kinds[0], role=marker.role, status=marker.status)
+            produced[path.text] = Id(
+                marker.kinds[0], role=marker.role, status=marker.status, note=marker.note
+            )
     return produced
 
 

@@ -60,9 +60,9 @@ except ImportError as missing:  # pragma: no cover - exercised with the module h
         "pip install 'guardrail-ids[pydantic-ai]'"
     ) from missing
 
+from guardrail._describe import describe_ids
 from guardrail._guard import Guard
 from guardrail._reprompt import Rejection
-from guardrail._spec import describe_ids
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations._pydantic_ai_sessions import (
     SessionChooser,

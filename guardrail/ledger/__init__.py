@@ -15,7 +15,7 @@ records, loading and merging (``_records``), the store journal
 (``_journal``) and the checked saved format (``_saved``).
 """
 
-from guardrail._entry import Dropped, Entry, Source, Tombstone
+from guardrail._entry import Dropped, Entry, Mention, Source, Tombstone
 from guardrail.ledger._ledger import FORMAT_VERSION, Ledger
 from guardrail.ledger._merge import USER_TEXTS_KEPT
 from guardrail.ledger._state import DEFAULT_CAPACITY
@@ -27,6 +27,7 @@ __all__ = [
     "Dropped",
     "Entry",
     "Ledger",
+    "Mention",
     "Source",
     "Tombstone",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail._entry import Record
+from guardrail._entry import Record, implied_tier, provenance_order
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
 #: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is
@@ -41,7 +41,7 @@ def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Recor
       removal over a drop mark);
     - two live entries become one: verified if either is (the value and
       source of the verified copy), first seen at the earlier turn, last
-      used at the later (with that use's status), pinned if either is, the
+      used at the later (with that use's status and note), pinned if either is, the
       held role kept and the other's names added as aliases.
 
     The answer does not depend on which copy is ``held`` but for the names
@@ -72,14 +72,53 @@ def _combine(held: Record, new: Record) -> Record:
     merged["first_seen"] = min(held["first_seen"], new["first_seen"])
     if _status_order(new) > _status_order(held):
         merged["status"] = new["status"]
+    # The note of the later use, as the status; a copy with none keeps the other's.
+    if new.get("note") is not None and (held.get("note") is None or new["turn"] > held["turn"]):
+        merged["note"] = new["note"]
     merged["last_used"] = merged["turn"] = max(held["turn"], new["turn"])
     merged["epoch"] = max(held["epoch"], new["epoch"])
     merged["pinned"] = bool(held["pinned"] or new["pinned"])
+    _combine_provenance(merged, held, new)
     names = [held["role"], *held["aliases"]]
     merged["aliases"] = list(held["aliases"]) + [
         name for name in (new["role"], *new["aliases"]) if name not in names
     ]
     return merged
+
+
+def _combine_provenance(merged: dict[str, Any], held: Record, new: Record) -> None:
+    """The most permissive tier of two copies, and each tool's latest approval or denial.
+
+    A tool both copies decided for takes the decision of the copy used last.
+    """
+    mine, theirs = _provenance(held), _provenance(new)
+    best = min(mine, theirs, key=lambda p: provenance_order(p[0], p[1]))
+    for name in ("tier", "outside", "mention", "approved", "declined"):
+        merged.pop(name, None)
+    source = merged["source"]
+    if best[0] != implied_tier(merged["verified"], source["tool"]):
+        merged["tier"] = best[0]
+    if best[1]:
+        merged["outside"] = True
+    mention = held.get("mention") or new.get("mention")
+    if mention is not None:
+        merged["mention"] = mention
+    older, newer = (
+        (held, new) if (held["turn"], held["epoch"]) <= (new["turn"], new["epoch"]) else (new, held)
+    )
+    approved = set(older.get("approved", ())) - set(newer.get("declined", ()))
+    declined = set(older.get("declined", ())) - set(newer.get("approved", ()))
+    approved |= set(newer.get("approved", ()))
+    declined |= set(newer.get("declined", ()))
+    if approved:
+        merged["approved"] = sorted(approved)
+    if declined:
+        merged["declined"] = sorted(declined)
+
+
+def _provenance(record: Record) -> tuple[str, bool]:
+    tier = record.get("tier") or implied_tier(record["verified"], record["source"]["tool"])
+    return tier, bool(record.get("outside", False))
 
 
 def _status_order(record: Record) -> tuple[int, bool, str]:

@@ -26,6 +26,8 @@ _strict = with_config(ConfigDict(strict=True, extra="forbid"))
 
 Count = Annotated[int, Field(ge=0)]
 SealKey = Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")]
+#: An entry's note: text for the model, cleaned and bounded again whenever it is shown.
+Note = str
 
 
 @_strict
@@ -34,6 +36,12 @@ class SavedSource(TypedDict):
     call_id: str | None
     path: str
     turn: Count
+
+
+@_strict
+class SavedMention(TypedDict):
+    call: str
+    excerpt: str
 
 
 # -- records and meta: what a store keeps, and what format 3 saves --------------------------------
@@ -55,6 +63,14 @@ class LiveRecord(TypedDict):
     status: str | None
     pinned: bool
     epoch: Count
+    #: Written only when the entry has one (records of earlier versions have none).
+    note: NotRequired[Note]
+    #: Provenance beyond what ``verified`` and the source imply (see :mod:`guardrail._entry`).
+    tier: NotRequired[Literal["produced", "minted", "user", "mentioned", "introduced"]]
+    outside: NotRequired[bool]
+    mention: NotRequired[SavedMention]
+    approved: NotRequired[list[str]]
+    declined: NotRequired[list[str]]
 
 
 @_strict

@@ -1,9 +1,8 @@
 """A ledger's state: the id tables, roles, eviction and look-ups, for the modules that run a guard.
 
-:class:`LedgerState` is the working half of a :class:`~guardrail.ledger.Ledger`
-(which wraps it and shows a program only what it uses). It is guardrail's
-own interface, documented here so the check, the engine, compaction and
-the session journal use names, not a class's private members:
+:class:`LedgerState` is the working half of a :class:`~guardrail.ledger.Ledger` (which
+wraps it and shows a program only what it uses): guardrail's own interface, documented
+here so the check, the engine, compaction and the journal use names, not private members:
 
 - look-ups for the check: :attr:`LedgerState.tables` (kind -> normalised
   key -> entry), :meth:`~LedgerState.key`, :meth:`~LedgerState.get`,
@@ -20,8 +19,7 @@ the session journal use names, not a class's private members:
 - conversation state beside the tables: :attr:`~LedgerState.reprompts` and
   :attr:`~LedgerState.user_texts`.
 
-Records, loading and merging are :mod:`guardrail.ledger._records`; the
-store journal is :mod:`guardrail._journal`.
+Records, loading, merging: :mod:`guardrail.ledger._records`; journal: :mod:`guardrail._journal`.
 """
 
 from __future__ import annotations
@@ -33,15 +31,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from typing import Any
 
-from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone
+from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone, raise_tier
 from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.ledger._notes import take_notes
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
-from guardrail.ledger._typed import UserTexts
+from guardrail.ledger._typed import ResultTexts, UserTexts
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -50,6 +49,7 @@ DEFAULT_CAPACITY = 1000
 Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a store
 
 _allocate = object.__new__
+_TIER = {True: "produced", False: "introduced"}  # an admission's tier when it names none
 
 
 class LedgerState:
@@ -107,9 +107,8 @@ class LedgerState:
         self.tomb_roles: set[str] = set()  # roles evicted ids still hold
         self.dropped: dict[Name, Dropped] = {}
         self.index: dict[str, KeyIndex] = {}
-        self.size = 0
-        self.pinned = 0  # pinned entries do not count against the capacity
-        self.user_texts = UserTexts()
+        self.size, self.pinned = 0, 0  # pinned entries do not count against the capacity
+        self.user_texts, self.result_texts = UserTexts(), ResultTexts()
         self.reprompts = Reprompts()
         self.kinds: Mapping[str, Kind] = kinds or {}
         self.lock = threading.RLock()
@@ -119,8 +118,7 @@ class LedgerState:
         #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
         #: ledgers only): the next write deletes their rows from the store.
         self.pruned: set[Name] = set()
-        #: Run after a change made outside a scope that would write it: the guard's default
-        #: session writes itself there (None: nothing to do).
+        #: Run after a change no scope will write (the default session writes itself there).
         self.after_change: Callable[[], None] | None = None
         #: The meta as last written to the store, and a cheap mark of its changing fields.
         self.written_meta: dict[str, Any] | None = None
@@ -128,8 +126,7 @@ class LedgerState:
 
     def persist(self) -> None:
         """After a change: write it where no scope's end will (``after_change``; else nothing)."""
-        hook = self.after_change
-        if hook is not None:
+        if (hook := self.after_change) is not None:
             hook()
 
     # -- reading --------------------------------------------------------------------------
@@ -142,8 +139,7 @@ class LedgerState:
 
     def entries(self) -> list[Entry]:
         """Every entry in order of first appearance (the order a ledger block lists them)."""
-        # The role table is filled as entries arrive; aliases only repeat an entry.
-        with self.lock:
+        with self.lock:  # the role table is filled as entries arrive; aliases only repeat one
             return list(dict.fromkeys(self.roles.values()))
 
     def role(self, name: str) -> Entry:
@@ -156,8 +152,7 @@ class LedgerState:
 
     def key(self, kind: str, value: str) -> str | None:
         """``value`` as the ledger keys it for ``kind``, or None where the normaliser fails."""
-        known = self.kinds.get(kind)
-        return known.key(value) if known is not None else value.strip()
+        return known.key(value) if (known := self.kinds.get(kind)) is not None else value.strip()
 
     def get(self, kind: str, value: str) -> Entry | None:
         """The entry of ``kind`` whose value is ``value`` in any written form."""
@@ -254,6 +249,7 @@ class LedgerState:
         verified: bool = True,
         limit: int | None = None,
         tool: str | None = None,
+        tier: str | None = None,
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
@@ -270,7 +266,10 @@ class LedgerState:
         with "narrow the search": one result listing 10,000 ids must not
         push every real id and its tombstone out. From turn 1 on, eviction
         spares the ids used in the current turn; new ids that still do not
-        fit are taken out again, newest first, as drop marks too.
+        fit are taken out again, newest first, as drop marks too. ``tier``:
+        the provenance of batches that name none (default: ``produced`` when
+        ``verified``, else ``introduced``); an id already present keeps the
+        more permissive (:func:`~guardrail._entry.raise_tier`).
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
@@ -279,15 +278,14 @@ class LedgerState:
         skipped: dict[Name, str] = {}  # (kind, key) -> value of new ids beyond limit
         revived: dict[Name, Tombstone] = {}  # tombstones of evicted ids seen again
         room = sys.maxsize if limit is None else limit
-        turn = self.turn
-        tables = self.tables
-        roles = self.roles
-        counters = self.counters
+        turn, tables, roles, counters = self.turn, self.tables, self.roles, self.counters
         with self.lock:
             tomb_roles = self.tomb_roles
             marks = self.dropped
-            for kind, path, template, values, keys, statuses in batches:
+            for batch in batches:
+                kind, path, template, values, keys, statuses, notes = batch[:7]
                 where = source if isinstance(source, Source) else source[path]
+                level, outside = batch.tier or tier or _TIER[verified], batch.outside
                 table = tables.get(kind)
                 if table is None:
                     table = tables[kind] = {}
@@ -306,10 +304,11 @@ class LedgerState:
                             entry.verified = True
                             entry.source = where
                             upgraded.append(entry)
-                        if status is not None and status != entry.status:
+                        fresh_status = status is not None and status != entry.status
+                        if fresh_status:
                             entry.status = status
-                            if self.journal is not None:
-                                self.journal.add((kind, key))
+                        if raise_tier(entry, level, outside) or fresh_status:
+                            self.changed(kind, key)
                         self.touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
@@ -335,9 +334,11 @@ class LedgerState:
                     entry.last_used = turn
                     entry.verified = verified
                     entry.status = status
-                    entry.pinned = False
-                    entry.aliases = ()
-                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    entry.note = None  # given below with the rest of the batch's notes
+                    # epoch 0 as Entry() has it until the admission ends
+                    entry.pinned, entry.aliases, entry.epoch = False, (), 0
+                    entry.tier, entry.outside, entry.mention = level, outside, None
+                    entry.approved = entry.declined = frozenset()
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -349,6 +350,7 @@ class LedgerState:
                     if marks:  # in the ledger for real now: no longer "not kept"
                         marks.pop((kind, key), None)
                     added.append(entry)
+                take_notes(table, keys, notes, self.journal)  # new ids take theirs too
                 if number != start:
                     counters[kind] = number
                 if fresh:
@@ -358,10 +360,8 @@ class LedgerState:
                 self.epoch += 1
                 for entry in added:
                     entry.epoch = self.epoch
-            journal = self.journal
-            if journal is not None:
-                journal.update([(entry.kind, entry.key) for entry in added])
-                journal.update([(entry.kind, entry.key) for entry in upgraded])
+            if (journal := self.journal) is not None:
+                journal.update([(entry.kind, entry.key) for entry in (*added, *upgraded)])
             evicted = self.evict_over_capacity()
             taken = take_back(self, added, revived)
             dropped = mark_dropped(self, taken, skipped, tool, source)
@@ -451,16 +451,15 @@ class LedgerState:
     def _free_role(self, base: str) -> str:
         role, suffix = base, 1
         while self.role_taken(role):
-            suffix += 1
-            role = f"{base}_{suffix}"
+            suffix, role = suffix + 1, f"{base}_{suffix + 1}"
         return role
 
     # -- the tables -----------------------------------------------------------------------
 
     def changed(self, kind: str, key: str) -> None:
         """Note that the id ``(kind, key)`` changed, for the next write to the store."""
-        if self.journal is not None:
-            self.journal.add((kind, key))
+        if (journal := self.journal) is not None:
+            journal.add((kind, key))
 
     def table(self, kind: str) -> dict[str, Entry]:
         """``kind``'s table, made (empty) if the ledger has none yet."""

@@ -10,13 +10,63 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
+from guardrail._entry import Source
 from guardrail._text import has_token
 from guardrail.kinds import _RUN_WORDS, Kind
 from guardrail.ledger._merge import USER_TEXTS_KEPT
 
 #: Kinds (by run length) whose keys in the user texts are kept worked out.
 _TYPED_KEYS_KEPT = 64
+#: Result texts kept for recognising mentions of kinds with no pattern, and each one's bound.
+RESULT_TEXTS_KEPT = 16
+RESULT_TEXT_CHARS = 20_000
+
+
+class ResultText(NamedTuple):
+    """The free text of a successful result, kept for a mention of a kind with no pattern.
+
+    Where it came from is its :class:`~guardrail._entry.Source` and the call
+    as the user would recognise it; ``outside``: an outside party wrote it.
+    """
+
+    text: str
+    source: Source
+    call: str
+    outside: bool
+
+
+class ResultTexts:
+    """The free texts of the last results (in memory with the live ledger; never saved).
+
+    A value of a kind with no pattern cannot be found in text when a result
+    arrives; it is looked for here when a call uses it. Not saved: a ledger
+    loaded elsewhere finds nothing here, and refuses such a value as before.
+    """
+
+    __slots__ = ("_texts",)
+
+    def __init__(self) -> None:
+        self._texts: deque[ResultText] = deque(maxlen=RESULT_TEXTS_KEPT)
+
+    def add(self, text: ResultText) -> None:
+        """Keep one more result's text (cut to its bound; the oldest goes past the count)."""
+        self._texts.append(text._replace(text=text.text[:RESULT_TEXT_CHARS]))
+
+    def find(self, value: str, kind: Kind) -> ResultText | None:
+        """The newest text holding ``value`` as a whole token (or as ``kind`` reads it).
+
+        One an outside party did not write comes first: the most permissive source.
+        """
+        key = kind.key(value)
+        found: ResultText | None = None
+        for kept in reversed(self._texts):
+            if has_token(kept.text, value) or (key and key in kind.keys_in(kept.text)):
+                if not kept.outside:
+                    return kept
+                found = found or kept
+        return found
 
 
 class UserTexts:

@@ -24,8 +24,9 @@ from guardrail.replay._lossy import (
     side_by_side,
     strategies,
 )
-from guardrail.replay._replay import Compaction, TraceSource, replay
+from guardrail.replay._replay import TraceSource, replay
 from guardrail.replay._report import ReplayReport
+from guardrail.replay._run import Compaction
 from guardrail.replay._sample import SampleCorpus, sample_corpus
 from guardrail.replay._stats import (
     AgentDiff,

@@ -38,10 +38,11 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from guardrail._content import strings
+from guardrail._describe import id_description
 from guardrail._guard import Guard
 from guardrail._messages import content_text, parse_arguments
 from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
-from guardrail._spec import ToolSpec, id_description
+from guardrail._spec import ToolSpec
 from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token
 from guardrail.compaction import ledger_values
 from guardrail.errors import GuardrailUsageError

@@ -39,15 +39,16 @@ from guardrail.compaction import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
-from guardrail.replay._replay import Compaction
+from guardrail.replay._run import Compaction
 
 M = TypeVar("M", bound=Mapping[str, Any])
 
 #: What the lossy summarizer may do to one identifier (``keep``: leave it intact).
 FATES = ("drop", "generalize", "truncate", "mutate", "keep")
 PLAIN_HEADER = "SUMMARY OF EARLIER TURNS"
-# Without kinds, an identifier is a token mixing letters (or _) and digits, four characters or more.
-_ID_LIKE = re.compile(r"(?<![\w#])#?(?=[\w-]*\d)(?=[\w-]*[A-Za-z_])[\w-]{4,}(?![\w])")
+# Without kinds, an identifier is a token mixing letters (or _) and digits, four characters or more;
+# a [role] (order_5) is a name the summary must keep, not an identifier to spoil.
+_ID_LIKE = re.compile(r"(?<![\w#\[])#?(?=[\w-]*\d)(?=[\w-]*[A-Za-z_])[\w-]{4,}(?![\w\]])")
 
 
 class LossySummarizer:

@@ -26,6 +26,7 @@ from guardrail.replay._stats import (
     Stats,
     _n,
     _pct,
+    false_refusals_line,
 )
 
 
@@ -62,15 +63,20 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     seed = report.settings.get("seed")
     head = Text(
         f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
-        f"{_n(total.identifier_arguments)} identifier arguments checked"
-        + (f" (seed {seed})" if seed is not None else ""),
+        f"{_n(total.identifier_arguments + total.advisory_arguments)} identifier arguments "
+        "checked" + (f" (seed {seed})" if seed is not None else ""),
         style="bold",
     )
     yield head
     yield _files_table(report)
+    # Above the table, not its title: a title wraps at the table's width.
+    yield Text(false_refusals_line(total))
     yield _false_refusals(report)
+    if total.asked or "approve" in report.settings:
+        yield _asks(report)
     yield _detection_table(report)
     yield _availability(report)
+    yield from _which_one(report)
     yield from _agent(report)
     yield _input_problems(report)
     if report.seconds:
@@ -89,22 +95,30 @@ def _files_table(report: ReplayReport) -> Table:
     return table
 
 
+def _asks(report: ReplayReport) -> Text:
+    """Calls that would wait for the user's approval, by the tier of the values asked about."""
+    total = report.total
+    tiers = ", ".join(f"{tier} {count}" for tier, count in sorted(total.ask_tiers.items()))
+    answer = {
+        "all": f", all approved ({total.approved})",
+        "none": f", all declined ({total.declined})",
+    }
+    line = (
+        f"Asked the user (the call waits for approval, nothing refused): {_n(total.asked)} calls"
+        + (f"; values by tier: {tiers}" if tiers else "")
+        + answer.get(str(report.settings.get("approve")), "")
+        + "."
+    )
+    for example in total.ask_examples[:5]:
+        line += f"\n  {example.trace} (message {example.message}) {example.tool}: "
+        line += example.describe()
+    return Text(line)
+
+
 def _false_refusals(report: ReplayReport) -> Table:
 
     total = report.total
-    counts, failed = total.false_refusals, total.refused_failed
-    title = (
-        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
-        f"{counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified. "
-        f"Refused and failed in the recording too: {sum(failed.values())}"
-        + (
-            " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
-            if failed
-            else ""
-        )
-        + f". No result recorded: {total.refused_no_result}."
-    )
-    table = Table(title=Text(title), title_justify="left")
+    table = Table()
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
         table.add_column(name, overflow="fold")
     for reason in REASONS:
@@ -116,7 +130,7 @@ def _false_refusals(report: ReplayReport) -> Table:
                 example.trace,
                 str(example.message),
                 example.tool,
-                example.describe(),
+                example.describe() + (f"; {example.hint}" if example.hint else ""),
             )
     for example in total.refused_failed_examples:
         _row(
@@ -231,6 +245,22 @@ def _availability(report: ReplayReport) -> Table | Text:
     return table
 
 
+def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
+    """Of the ledger ids with rivals of their kind, those the compacted context tells apart."""
+    if not any(a.which_ids for a in report.total.availability.values()):
+        return
+    yield Text(
+        "Which one after compaction: of the ledger ids whose kind has several entries, those "
+        "told apart by a note or status of their role that each other entry of the kind lacks"
+    )
+    table = Table()
+    for lead, stats in _strategy_rows(report, table, ["strategy", "asked", "told apart", "rate"]):
+        for name, avail in stats.availability.items():
+            told = _pct(avail.which_rate)
+            _row(table, *lead, name, _n(avail.which_ids), _n(avail.which_told), told)
+    yield table
+
+
 def _agent(report: ReplayReport) -> Iterator[Table | Text]:
 
     recorded = report.total.agent_recorded
@@ -304,7 +334,7 @@ def _input_problems(report: ReplayReport) -> Text:
         f"unreadable arguments {total.unreadable_arguments}",
         f"results with no call {total.orphan_results}",
         f"calls with no result {total.unanswered_calls}",
-        f"advisory id arguments not corrupted {total.advisory_arguments}",
+        f"advisory id arguments (checked, not corrupted) {total.advisory_arguments}",
     ]
     text = Text("Input: " + "; ".join(parts))
     for problem in total.malformed[:5]:

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from guardrail.replay._corruption import CLASSES
-from guardrail.replay._stats import GENUINE, REASONS, Availability, Stats, _pct
+from guardrail.replay._stats import (
+    GENUINE,
+    REASONS,
+    Availability,
+    Stats,
+    _pct,
+    false_refusals_line,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console, ConsoleOptions, RenderResult
@@ -46,6 +53,11 @@ class ReplayReport:
         return stats.rate if stats is not None else None
 
     @property
+    def asked(self) -> int:
+        """Calls in all files that would wait for the user's approval (no id refused)."""
+        return self.total.asked
+
+    @property
     def availability(self) -> dict[str, Availability]:
         """Availability after compaction, per strategy (empty when no compaction was given)."""
         return self.total.availability
@@ -66,14 +78,29 @@ class ReplayReport:
         if not bad:
             return
         reasons = [GENUINE] if allow_expected else list(REASONS)
-        lines = [f"{bad} call(s) that succeeded in the recording would be refused:"]
+        lines = [
+            false_refusals_line(total),
+            f"{bad} call(s) that succeeded in the recording would be refused:",
+        ]
         for reason in reasons:
             lines += (
                 f"  {example.trace} ({example.path}, message {example.message}) "
                 f"{example.tool}: {example.describe()} [{reason}]"
+                + (f"\n    {example.hint}" if example.hint else "")
                 for example in total.false_refusal_examples.get(reason, [])
             )
         raise AssertionError("\n".join(lines))
+
+    def assert_asks(self, at_most: int) -> None:
+        """Fail when more than ``at_most`` calls would wait for the user's approval."""
+        total = self.total
+        if total.asked <= at_most:
+            return
+        shown = "\n".join(
+            f"  {e.trace} ({e.path}, message {e.message}) {e.tool}: {e.describe()}"
+            for e in total.ask_examples
+        )
+        raise AssertionError(f"{total.asked} call(s) would ask the user, over {at_most}:\n{shown}")
 
     def assert_detection(self, at_least: float = 0.99, *, classes: Sequence[str] = CLASSES) -> None:
         """Fail when a corruption class is refused less often than ``at_least``."""

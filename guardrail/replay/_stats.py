@@ -39,10 +39,13 @@ class Example:
     tool: str
     label: str
     findings: tuple[Mapping[str, Any], ...] = ()
+    #: For a genuine false refusal: the result that returned the id and the path to declare.
+    hint: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe fields."""
         return {
+            **({"hint": self.hint} if self.hint else {}),
             "trace": self.trace,
             "path": self.path,
             "line": self.line,
@@ -150,11 +153,21 @@ class Availability:
     the context but from no tool result: typed by the user or written by the
     agent, such as an airport code), with ``other_present`` still there after
     compaction, and ``not_in_context`` (nowhere before the call: invented).
+
+    "Which one": ``which_ids`` of the ledger ids have a kind with several
+    entries in the ledger; ``which_told`` of them are told apart in the
+    compacted context (their role's block line or summary carries a note
+    part or a status that each other entry of the kind lacks; see
+    :mod:`guardrail.replay._which`), also counted by kind.
     """
 
     compactions: int = 0
     ids: int = 0
     present: int = 0
+    which_ids: int = 0
+    which_told: int = 0
+    which_asked_by_kind: Counter[str] = field(default_factory=Counter)
+    which_told_by_kind: Counter[str] = field(default_factory=Counter)
     evicted: int = 0
     other_ids: int = 0
     other_present: int = 0
@@ -165,6 +178,19 @@ class Availability:
     def rate(self) -> float | None:
         """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
+
+    def which(self, kind: str, told: bool) -> None:
+        """Count one id argument with rivals of its kind, told apart or not."""
+        self.which_ids += 1
+        self.which_asked_by_kind[kind] += 1
+        if told:
+            self.which_told += 1
+            self.which_told_by_kind[kind] += 1
+
+    @property
+    def which_rate(self) -> float | None:
+        """The share of ids with rivals of their kind that the compacted context tells apart."""
+        return self.which_told / self.which_ids if self.which_ids else None
 
     @property
     def other_rate(self) -> float | None:
@@ -182,6 +208,13 @@ class Availability:
             "ids": self.ids,
             "present": self.present,
             "rate": self.rate,
+            "which_ids": self.which_ids,
+            "which_told": self.which_told,
+            "which_rate": self.which_rate,
+            "which_by_kind": {
+                kind: {"asked": asked, "told_apart": self.which_told_by_kind[kind]}
+                for kind, asked in sorted(self.which_asked_by_kind.items())
+            },
             "evicted": self.evicted,
             "other_ids": self.other_ids,
             "other_present": self.other_present,
@@ -282,6 +315,13 @@ class Stats:
     agent: dict[str, AgentDiff] = field(default_factory=dict)
     #: The agent's call on the uncompacted context against the recorded call (None: no agent).
     agent_recorded: AgentDiff | None = None
+    #: Calls that would wait for the user's approval (none refused), by the tier of each value
+    #: asked about; with ``approve="all"`` or ``"none"`` each was then approved or declined.
+    asked: int = 0
+    ask_tiers: Counter[str] = field(default_factory=Counter)
+    ask_examples: list[Example] = field(default_factory=list)
+    approved: int = 0
+    declined: int = 0
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -314,6 +354,12 @@ class Stats:
         self.refused_failed[reason] += 1
         _add_examples(self.refused_failed_examples, [example], self.max_examples)
 
+    def add_ask(self, tiers: Iterable[str], example: Example) -> None:
+        """Count one call that would wait for the user, and the tier of each value asked about."""
+        self.asked += 1
+        self.ask_tiers.update(tiers)
+        _add_examples(self.ask_examples, [example], self.max_examples)
+
     def detection_for(self, name: str) -> ClassStats:
         """The detection counts of one class (created on first use)."""
         stats = self.detection.get(name)
@@ -337,8 +383,13 @@ class Stats:
             "unanswered_calls",
             "identifier_arguments",
             "advisory_arguments",
+            "asked",
+            "approved",
+            "declined",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.ask_tiers.update(other.ask_tiers)
+        _add_examples(self.ask_examples, other.ask_examples, cap)
         self.false_refusals.update(other.false_refusals)
         self.refused_failed.update(other.refused_failed)
         _add_examples(self.refused_failed_examples, other.refused_failed_examples, cap)
@@ -358,10 +409,23 @@ class Stats:
             self.agent_recorded.merge(other.agent_recorded, cap)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe counts, rates and examples."""
+        """JSON-safe counts, rates and examples (``asked`` only where a call would ask)."""
         detection = {
             name: self.detection[name].to_dict() for name in ALL_CLASSES if name in self.detection
         }
+        asked = (
+            {
+                "asked": {
+                    "total": self.asked,
+                    "by_tier": dict(sorted(self.ask_tiers.items())),
+                    "approved": self.approved,
+                    "declined": self.declined,
+                    "examples": [e.to_dict() for e in self.ask_examples],
+                }
+            }
+            if self.asked
+            else {}
+        )
         return {
             "path": self.path,
             "traces": self.traces,
@@ -414,7 +478,28 @@ class Stats:
                     name: diff.to_dict() for name, diff in self.agent.items()
                 },
             },
+            **asked,
         }
+
+
+def false_refusals_line(stats: Stats) -> str:
+    """The false refusals in one sentence: the tables' title and the assertion's first line.
+
+    One sentence for both, so that what ``guardrail replay`` prints and what
+    ``ReplayReport.assert_no_false_refusals`` fails on never disagree.
+    """
+    counts, failed = stats.false_refusals, stats.refused_failed
+    expected = counts[INVENTED] + counts[UNVERIFIED]
+    line = (
+        f"False refusals (succeeded in the recording, refused): {counts[GENUINE]} genuine, "
+        "which assert_no_false_refusals() fails on; "
+        f"{expected} expected ({counts[INVENTED]} invented id, {counts[UNVERIFIED]} unverified), "
+        "which it allows unless allow_expected=False. "
+        f"Refused and failed in the recording too: {sum(failed.values())}"
+    )
+    if failed:
+        line += " (" + ", ".join(f"{failed[r]} {r}" for r in REASONS if failed[r]) + ")"
+    return line + f". No result recorded: {stats.refused_no_result}."
 
 
 def _pct(rate: float | None) -> str:

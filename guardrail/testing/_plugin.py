@@ -8,6 +8,7 @@ suite the ``guardrail_replay`` fixture::
         report = guardrail_replay("traces/*.jsonl", guard)
         report.assert_no_false_refusals()
         report.assert_detection(at_least=0.99)
+        report.assert_asks(at_most=0)   # calls that would wait for the user's approval
 
 The fixture takes what :func:`guardrail.replay.replay` takes (paths may be
 glob patterns) and returns its :class:`~guardrail.replay.ReplayReport`.
@@ -20,7 +21,7 @@ import glob
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pytest
 
@@ -54,6 +55,7 @@ class GuardrailReplay(Protocol):
         agent: Agent | None = ...,
         tools: Sequence[Mapping[str, Any]] | None = ...,
         progress: Callable[[int, int], None] | None = ...,
+        approve: Literal["all", "none"] | None = ...,
     ) -> ReplayReport: ...
 
 

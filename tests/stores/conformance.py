@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from guardrail import GuardrailError, IdentifierViolation, Ledger
+from guardrail import Guard, GuardrailError, Id, IdentifierViolation, Ledger
 from guardrail.errors import SessionDeleted, StoreError
 from guardrail.ledger._ledger import state_of
 from guardrail.stores import Store
@@ -58,6 +58,7 @@ __all__ = [
     "test_a_write_based_on_a_deleted_session_is_refused",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
+    "test_concurrent_writers_keep_the_note_of_the_later_use",
     "test_concurrent_writers_merge_one_entry",
     "test_damaged_or_missing_session_data_is_a_store_error",
     "test_expire_deletes_only_idle_sessions",
@@ -67,6 +68,7 @@ __all__ = [
     "test_records_and_meta_round_trip",
     "test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write",
     "test_threads_writing_one_session_lose_nothing",
+    "test_tiers_outside_marks_and_approvals_reach_another_worker",
     "test_versions_count_writes",
 ]
 
@@ -316,6 +318,16 @@ def test_concurrent_writers_merge_one_entry(store: Store) -> None:
     assert record["verified"] and record["value"] == "#W1" and record["pinned"]
     assert (record["turn"], record["last_used"], record["first_seen"]) == (3, 3, 1)
     assert (record["role"], record["aliases"]) == ("typed", ["order"])
+
+
+def test_concurrent_writers_keep_the_note_of_the_later_use(store: Store) -> None:
+    """A note merges as a status does: the later use's, and a copy without one keeps it."""
+    base = store.apply("s", Change(0, [], meta())).version
+    store.apply("s", Change(base, [live("W1", turn=1, note="Kettle K2; 2025-03-02")]))
+    store.apply("s", Change(base, [live("W1", turn=3)]))
+    assert by_key(store.load("s"))["order", "W1"]["note"] == "Kettle K2; 2025-03-02"
+    store.apply("s", Change(base, [live("W1", turn=5, note="Vortex 900 blender")]))
+    assert by_key(store.load("s"))["order", "W1"]["note"] == "Vortex 900 blender"
 
 
 def test_a_writer_that_saw_a_row_replaces_it(store: Store) -> None:
@@ -576,3 +588,35 @@ def test_a_record_a_guard_cannot_read_is_refused_with_its_session_named(
         guard.session("s").__enter__()
     assert isinstance(info.value, GuardrailError)
     assert guard.cached_sessions() == []
+
+
+def _bank_guard(store: Store) -> Guard:
+    """A guard whose IBANs are asked when only mentioned or sent by an outside party."""
+    guard = Guard(store=store, secret="shared")
+    guard.add_kind("iban", pattern=r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}", mentions="ask", outside="ask")
+    guard.declare("read_file", effect="read")
+    guard.declare("get_transactions", produces={"[*].sender": Id("iban", outside=True)})
+    guard.declare("send_money", ids={"recipient": "iban"})
+    return guard
+
+
+def test_tiers_outside_marks_and_approvals_reach_another_worker(
+    store_factory: StoreFactory,
+) -> None:
+    """A mention with its evidence, an outside mark and an approval come back from the store."""
+    writer = _bank_guard(store_factory())
+    with writer.session("s"):
+        writer.record("read_file", {}, "Please pay to UK12345678901234567890, thanks")
+        writer.record("get_transactions", {}, [{"sender": "DE89370400440532013000"}])
+        request = writer.check("send_money", {"recipient": "UK12345678901234567890"}).approvals[0]
+        writer.approve(request)
+    reader = _bank_guard(store_factory())
+    with reader.session("s") as ledger:
+        bill = ledger.get("iban", "UK12345678901234567890")
+        sender = ledger.get("iban", "DE89370400440532013000")
+        assert bill is not None and sender is not None
+        assert (bill.tier, bill.approved) == ("mentioned", frozenset({"send_money"}))
+        assert bill.mention is not None and "Please pay" in bill.mention.excerpt
+        assert (sender.tier, sender.outside) == ("produced", True)
+        assert reader.check("send_money", {"recipient": "UK12345678901234567890"}).allowed
+        assert reader.check("send_money", {"recipient": "DE89370400440532013000"}).outcome == "ask"

@@ -157,8 +157,12 @@ with guard.session("conv-1") as ledger:
             "unknown",
             "malformed",
             "undeclared",
+            "declined",
+            "mentioned",
+            "outside",
         ],
     )
+    assert_type(verdict.outcome, Literal["allowed", "refused", "ask"])
     assert_type(verdict.findings[0].nearest_role, str | None)
     assert_type(guard.check("refund", '{"order_id": "W1000001"}'), Verdict)
     assert_type(guard.enforce("refund", {"order_id": "W1000001"}), Verdict)
