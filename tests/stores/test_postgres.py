@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -373,9 +372,13 @@ def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(
 # -- never hanging ----------------------------------------------------------------------------
 
 
-def _hold_row_lock(dsn: str, schema: str, session_id: str, seconds: float) -> threading.Thread:
-    """Another connection locks the session's row (SELECT ... FOR UPDATE) for ``seconds``."""
-    locked = threading.Event()
+def _hold_row_lock(dsn: str, schema: str, session_id: str) -> tuple[threading.Thread, Any]:
+    """Another connection locks the session's row (SELECT ... FOR UPDATE) until released.
+
+    Returns the holding thread and the event that releases it (at the latest after 30 s:
+    a store with no lock timeout would wait that long, then write, and fail the test).
+    """
+    locked, release = threading.Event(), threading.Event()
 
     def hold() -> None:
         with psycopg.connect(dsn) as conn:
@@ -386,13 +389,13 @@ def _hold_row_lock(dsn: str, schema: str, session_id: str, seconds: float) -> th
                 (session_id,),
             )
             locked.set()
-            time.sleep(seconds)
+            release.wait(timeout=30)
             conn.rollback()
 
     thread = threading.Thread(target=hold, daemon=True)
     thread.start()
     assert locked.wait(timeout=30)
-    return thread
+    return thread, release
 
 
 def test_a_row_lock_held_elsewhere_is_a_lock_timeout_not_a_hang(
@@ -402,15 +405,16 @@ def test_a_row_lock_held_elsewhere_is_a_lock_timeout_not_a_hang(
     store = PostgresStore(postgres_dsn, schema=postgres_schema, lock_timeout=0.3)
     try:
         base = store.apply("s", Change(0, [live("W1")], meta())).version
-        # Held far longer than the store waits: without a lock timeout the write would wait
-        # for it and then succeed, and this test fail.
-        holder = _hold_row_lock(postgres_dsn, postgres_schema, "s", 4)
-        with pytest.raises(StoreError, match=r"lock_timeout: it waited 0\.3s") as caught:
-            store.apply("s", Change(base, [live("W2")]))
-        assert caught.value.session_id == "s"
-        with pytest.raises(StoreError, match="lock_timeout"):
-            store.delete("s")
-        holder.join()
+        holder, release = _hold_row_lock(postgres_dsn, postgres_schema, "s")
+        try:
+            with pytest.raises(StoreError, match=r"lock_timeout: it waited 0\.3s") as caught:
+                store.apply("s", Change(base, [live("W2")]))
+            assert caught.value.session_id == "s"
+            with pytest.raises(StoreError, match="lock_timeout"):
+                store.delete("s")
+        finally:
+            release.set()
+            holder.join()
         assert store.apply("s", Change(base, [live("W2")])).alone
     finally:
         store.close()
