@@ -108,8 +108,8 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
 def no_collection() -> Iterator[None]:
     """No cyclic garbage collection while a whole session is read and rebuilt.
 
-    A session of 10,000 ids allocates tens of thousands of objects, none of
-    them garbage; the collector, run over and over as they are made, took
+    A session of 10,000 ids allocates tens of thousands of objects that the
+    ledger keeps; the collector, run over and over as they are made, took
     about 40% of the time. It runs again (if the program had it on) after.
     """
     was_on = gc.isenabled()
