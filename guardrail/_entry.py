@@ -9,8 +9,9 @@ functions here are the only place an entry is spelled out field by field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 #: One id's state as a record (see the module docstring).
@@ -337,10 +338,10 @@ def gone_record(kind: str, key: str, turn: int) -> dict[str, Any]:
     return {"kind": kind, "key": key, "state": "gone", "turn": turn}
 
 
-def recency(entry: Entry) -> tuple[int, int, int, str]:
-    """The order of least recent use, with ties broken the same way in every copy.
-
-    Last use first; then the epoch of the last use (a later change of the
-    ledger within the same turn); then first seen and the key.
-    """
-    return (entry.last_used, entry.epoch, entry.first_seen, entry.key)
+#: The order of least recent use, with ties broken the same way in every copy: last use
+#: first; then the epoch of the last use (a later change of the ledger within the same
+#: turn); then first seen and the key. An attrgetter: a sort of 100,000 entries calls it
+#: once each, in C.
+recency: Callable[[Entry], tuple[int, int, int, str]] = attrgetter(
+    "last_used", "epoch", "first_seen", "key"
+)

@@ -14,7 +14,9 @@ never a silently smaller ledger.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from guardrail._entry import Record, gone_record
@@ -22,7 +24,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._merge import Meta
 from guardrail.ledger._records import absorb, fill, meta_of, names, record_of
 from guardrail.ledger._state import LedgerState, Name
-from guardrail.stores.protocol import Change, Snapshot
+from guardrail.stores.protocol import Change, Snapshot, damaged
 
 
 def follow(state: LedgerState, *, all_of_it: bool) -> None:
@@ -42,25 +44,36 @@ def unwritten(state: LedgerState) -> bool:
 
 def take(state: LedgerState, base: int) -> tuple[Change, set[Name]]:
     """The unwritten changes as one Change, and the journal they came from (for :func:`undo`)."""
-    if not state.journal and state.written_mark == _mark(state):
+    if not state.journal and not state.pruned and state.written_mark == _mark(state):
         return Change(base), set()  # the allowed path's usual case: nothing to write
     with state.lock:
         changed = state.journal or set()
         state.journal = set()
         turn = state.turn
-        found = [record_of(state, name) or gone_record(*name, turn) for name in changed]
+        found = []
+        pruned = []
+        for name in changed | state.pruned:
+            record = record_of(state, name)
+            if record is not None:
+                found.append(record)
+            elif name in state.pruned:  # past the bound: nothing kept, no row either
+                pruned.append(name)
+            else:
+                found.append(gone_record(*name, turn))
+        state.pruned = set()
         meta: dict[str, Any] | None = meta_of(state)
         if meta == state.written_meta:
             meta = None
-    return Change(base, found, meta), changed
+    return Change(base, found, meta, pruned), changed | set(pruned)
 
 
-def undo(state: LedgerState, changed: set[Name]) -> None:
-    """A write failed: its ids count as unwritten again (nothing is lost)."""
+def undo(state: LedgerState, changed: set[Name], change: Change) -> None:
+    """A write failed: its ids count as unwritten again, its prunings pending (nothing lost)."""
     with state.lock:
         if state.journal is None:
             state.journal = set()
-        state.journal.update(changed)
+        state.journal.update(changed.difference(change.pruned))
+        state.pruned.update(change.pruned)
 
 
 def written(state: LedgerState, change: Change) -> None:
@@ -91,18 +104,42 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
 # -- reading a store back ------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def no_collection() -> Iterator[None]:
+    """No cyclic garbage collection while a whole session is read and rebuilt.
+
+    A session of 10,000 ids allocates tens of thousands of objects that the
+    ledger keeps; the collector, run over and over as they are made, took
+    about 40% of the time. It runs again (if the program had it on) after.
+    """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
 def checked(snapshot: Snapshot, session_id: str, store: object) -> tuple[list[Any], Meta | None]:
-    """A snapshot's records and meta, every field checked; a bad one names session and store."""
+    """A snapshot's records and meta, every field checked.
+
+    Damaged or missing data (a field that is wrong, a record of no known
+    state, a whole session without its meta) is a
+    :class:`~guardrail.errors.StoreError` naming the store and the session:
+    the guard fails closed, never opening a smaller ledger.
+    """
     from guardrail.ledger._saved import validate_meta, validate_records  # pydantic: on reading
 
+    if snapshot.complete and snapshot.version > 0 and snapshot.meta is None:
+        # Every guard writes the meta with a session's first change: without it the turn,
+        # capacities and counters are lost, and the session would open as something else.
+        raise damaged(repr(store), session_id, "its meta (turn, capacities, counters) is missing")
     try:
         found = validate_records(list(snapshot.records))
         meta = None if snapshot.meta is None else validate_meta(snapshot.meta)
     except GuardrailUsageError as exc:
-        raise GuardrailUsageError(
-            f"session {session_id!r} in {store!r} holds data that is not a ledger's: {exc}. "
-            "Delete the session (store.delete(session_id)) or restore it from a backup"
-        ) from None
+        raise damaged(repr(store), session_id, f"not a ledger's records: {exc}") from None
     return list(found), meta
 
 

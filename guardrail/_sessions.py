@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, cast
 
 from guardrail import _journal as journal
-from guardrail.errors import GuardrailUsageError
+from guardrail.errors import GuardrailUsageError, SessionDeleted
 from guardrail.kinds import Kind
 from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
@@ -169,8 +169,9 @@ class Sessions:
         try:
             with cached.lock:
                 if cached.ledger is None:
-                    snapshot = store.load(session_id)
-                    cached.ledger = self._loaded(session_id, given, cached, snapshot)
+                    with journal.no_collection():
+                        snapshot = store.load(session_id)
+                        cached.ledger = self._loaded(session_id, given, cached, snapshot)
                 else:
                     delta = store.changes_since(session_id, cached.version)
                     self._refreshed(session_id, cached, delta, given)
@@ -189,7 +190,8 @@ class Sessions:
                 store = cast(AsyncStore, self.store)
                 if cached.ledger is None:
                     snapshot = await store.load(session_id)
-                    cached.ledger = self._loaded(session_id, given, cached, snapshot)
+                    with journal.no_collection():
+                        cached.ledger = self._loaded(session_id, given, cached, snapshot)
                 else:
                     delta = await store.changes_since(session_id, cached.version)
                     self._refreshed(session_id, cached, delta, given)
@@ -243,8 +245,13 @@ class Sessions:
         assert ledger is not None
         if delta is not None:
             records, meta = journal.checked(delta, session_id, self.store)
-            if delta.complete and cached.scopes == 1 and not journal.unwritten(state_of(ledger)):
-                # Deleted or started anew elsewhere, and no one here holds unwritten changes.
+            deleted = delta.complete and cached.version > 0
+            if deleted or (
+                delta.complete and cached.scopes == 1 and not journal.unwritten(state_of(ledger))
+            ):
+                # Deleted (or started anew) elsewhere since this copy read it: the delete wins
+                # over what this copy holds, unwritten changes too. Else (a copy that never read
+                # the session) nothing here is lost.
                 fresh = self.new_ledger(session_id)
                 journal.follow(state_of(fresh), all_of_it=False)
                 journal.load(state_of(fresh), records, meta)
@@ -260,6 +267,8 @@ class Sessions:
         for sid, held in self._unhold(session_id):
             try:
                 self._write(sid, held)
+            except SessionDeleted:
+                pass  # deleted elsewhere: nothing to keep
             except Exception:
                 continue  # kept, unwritten changes and all; the next scope's end writes them
             self._forget(sid, held)
@@ -268,6 +277,8 @@ class Sessions:
         for sid, held in self._unhold(session_id):
             try:
                 await self._write_async(sid, held)
+            except SessionDeleted:
+                pass
             except Exception:
                 continue
             self._forget(sid, held)
@@ -331,8 +342,11 @@ class Sessions:
                 return
             try:
                 written = store.apply(session_id, change)
+            except SessionDeleted:
+                self._discard(cached)
+                raise
             except BaseException:
-                journal.undo(state, names)
+                journal.undo(state, names, change)
                 raise
             self._wrote(cached, ledger, change, written)
 
@@ -347,10 +361,26 @@ class Sessions:
                 return
             try:
                 written = await cast(AsyncStore, self.store).apply(session_id, change)
+            except SessionDeleted:
+                self._discard(cached)
+                raise
             except BaseException:
-                journal.undo(state, names)
+                journal.undo(state, names, change)
                 raise
             self._wrote(cached, ledger, change, written)
+
+    def _discard(self, cached: _Cached) -> None:
+        """Drop a cached copy of a session deleted elsewhere: the next use reads the store anew.
+
+        Scopes still open keep the old object, and write nothing of it when they end.
+        """
+        ledger = cached.ledger
+        cached.ledger = None
+        cached.version = 0
+        with self._open_lock:
+            if ledger is not None and ledger is self._default:
+                state_of(ledger).after_change = None
+                self._default = None
 
     @staticmethod
     def _wrote(cached: _Cached, ledger: Ledger, change: Change, written: Written) -> None:
@@ -421,10 +451,7 @@ class Sessions:
         _check_idle(max_idle)
         expired = self.sync_store().expire(float(max_idle))
         for session_id in expired:
-            try:
-                self.end(session_id, delete=False)
-            except GuardrailUsageError:
-                continue  # open in a scope right now: its next write starts it anew
+            self._drop(session_id)
         return expired
 
     async def expire_async(self, max_idle: float) -> list[str]:
@@ -434,11 +461,24 @@ class Sessions:
         _check_idle(max_idle)
         expired = await cast(AsyncStore, self.store).expire(float(max_idle))
         for session_id in expired:
-            try:
-                await self.end_async(session_id, delete=False)
-            except GuardrailUsageError:
-                continue
+            self._drop(session_id)
         return expired
+
+    def _drop(self, session_id: str) -> None:
+        """Forget the cached copy of a session the store deleted, writing nothing of it.
+
+        A scope open on it now goes on with its ledger; its write at the end is
+        refused (:class:`~guardrail.errors.SessionDeleted`): a deletion wins.
+        """
+        with self._open_lock:
+            cached = self._cache.get(session_id)
+        if cached is None:
+            return
+        with cached.lock:
+            self._discard(cached)
+        with self._open_lock:
+            if cached.scopes <= 0 and self._cache.get(session_id) is cached:
+                del self._cache[session_id]
 
     def _ending(self, session_id: str) -> _Cached | None:
         with self._open_lock:

@@ -20,6 +20,7 @@ __all__ = [
     "IdentifierViolation",
     "ManifestError",
     "RepromptLimitExceeded",
+    "SessionDeleted",
     "StaleApproval",
     "StoreError",
     "TraceFileError",
@@ -63,6 +64,16 @@ class StoreError(GuardrailError):
     def __init__(self, message: str, *, session_id: str | None = None):
         super().__init__(message)
         self.session_id = session_id
+
+
+class SessionDeleted(StoreError):
+    """A write was refused: the session was deleted (or expired) after the writer read it.
+
+    A delete wins over every write that began before it: the store writes
+    nothing of the change, and the guard drops its cached copy, so the ids
+    the deleted session held are refused again. Open the session anew to
+    start a new conversation under the same id.
+    """
 
 
 class IdentifierViolation(GuardrailError):

@@ -27,6 +27,7 @@ from guardrail import (
     Ledger,
     Rejection,
     SQLiteStore,
+    StoreError,
     Verdict,
     _nearmiss,
     compact,
@@ -1447,7 +1448,7 @@ def test_a_verified_flag_written_as_text_never_verifies_a_typed_id(tmp_path: Pat
         with guard.session("victim"):
             refund("W7777777")
 
-    with pytest.raises(GuardrailUsageError, match=r"record 'order' 'W7777777': verified"):
+    with pytest.raises(StoreError, match=r"record 'order' 'W7777777': verified"):
         resume()
     assert refunded == []
 

@@ -75,6 +75,16 @@ EXPECTED_ROWS = {
         "| PostgreSQL: bytes per entry, a 200-entry session |",
         "| Redis: tool calls/s, 2 worker processes (a check and a record each) |",
     ),
+    "coldload": (
+        "| MemoryStore, 1,000 entries: json.loads of the records |",
+        "| SQLiteStore, 1,000 entries: first open in a guard |",
+        "| SQLiteStore, 1,000 entries: first open / json.loads |",
+    ),
+    "pruning": (
+        "| MemoryStore: rows stored after 2,000 ids |",
+        "| SQLiteStore: first open of that session |",
+        "| SQLiteStore: first open, flowed / plain |",
+    ),
 }
 
 

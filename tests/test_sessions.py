@@ -271,7 +271,7 @@ def test_a_typed_id_stays_unverified_through_a_refresh(tmp_path: Path) -> None:
     forged = _live(store, "s", "#W7777777")
     forged["verified"] = "yes"
     _forge(path, "s", forged)
-    with pytest.raises(GuardrailUsageError, match="verified: expected a boolean"):
+    with pytest.raises(StoreError, match="verified: expected a boolean"):
         guard.check("issue_refund", {"order_id": "W7777777"}, session="s")
 
 

@@ -360,7 +360,7 @@ def test_a_failed_save_never_hides_the_original_exception(tmp_path: Path, run_as
 
 
 def test_a_bad_stored_record_names_its_session_store_and_field(tmp_path: Path) -> None:
-    """A stored record that is not an entry's is a usage error naming session, file and field."""
+    """A stored record that is not an entry's is a StoreError naming session, file and field."""
     path = tmp_path / "s.sqlite3"
     guard = shop_guard(store=SQLiteStore(path))
     with guard.session("conv-9"):
@@ -370,8 +370,8 @@ def test_a_bad_stored_record_names_its_session_store_and_field(tmp_path: Path) -
     other = shop_guard(store=SQLiteStore(path))
     with (
         pytest.raises(
-            GuardrailUsageError,
-            match=r"session 'conv-9' in SQLiteStore\('.*s\.sqlite3'\).*pinned: expected a boolean",
+            StoreError,
+            match=r"SQLiteStore\('.*s\.sqlite3'\): session 'conv-9' .*pinned: expected a boolean",
         ),
         other.session("conv-9"),
     ):
@@ -417,7 +417,7 @@ def test_an_old_file_with_a_bad_row_is_refused_and_left_as_it_was(tmp_path: Path
     """A bad row in an old file stops the conversion, naming its session; nothing changes."""
     path = tmp_path / "old.sqlite3"
     old_file(path, {"good": Ledger(session_id="good").to_json(), "bad": '{"format": 2}'})
-    with pytest.raises(GuardrailUsageError, match=r"session 'bad' .*earlier version"):
+    with pytest.raises(StoreError, match=r"session 'bad' .*earlier version"):
         SQLiteStore(path)
     with closing(sqlite3.connect(path)) as db:
         assert db.execute("SELECT count(*) FROM guardrail_sessions").fetchone() == (2,)

@@ -68,6 +68,8 @@ GROUPS = (
     ),
     Group("pydantic-ai", "integrations.pydantic_ai:bench_pydantic_ai", "Guardrail, GuardedToolset"),
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
+    Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),
+    Group("pruning", "coldload:bench_pruning", "20k ids through a 1k ledger: rows and load"),
 )
 BY_NAME = {group.name: group for group in GROUPS}
 

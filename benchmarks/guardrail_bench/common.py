@@ -168,7 +168,7 @@ def ids(rng: random.Random, prefix: str, length: int, count: int) -> list[str]:
 
 def make_guard(**options: Any) -> Guard:
     """The shop guard of the core groups: customers, orders and a ``list_orders`` lookup."""
-    guard = Guard(capacity=10_000_000, **options)
+    guard = Guard(**{"capacity": 10_000_000, **options})
     guard.add_kind(CUSTOMER, pattern=r"cus_[A-Za-z0-9]{8}")
     guard.add_kind(ORDER, pattern=r"ord_[A-Za-z0-9]{10}")
     guard.declare(

@@ -85,7 +85,7 @@ def difference(a: Row, b: Row) -> float:
 
 
 def _scale(unit: str) -> float:
-    return {"µs": 1e6, "ms": 1e3, "s": 1.0, "B": 1.0, "KB": 1e-3, "MB": 1e-6}[unit]
+    return {"µs": 1e6, "ms": 1e3, "s": 1.0, "B": 1.0, "KB": 1e-3, "MB": 1e-6, "rows": 1.0}[unit]
 
 
 def _fmt(value: float) -> str:

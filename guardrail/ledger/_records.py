@@ -13,6 +13,7 @@ cached session catching up with its store are the same code.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from guardrail._entry import (
@@ -89,6 +90,11 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
 # -- reading records back ------------------------------------------------------------------------
 
 
+#: Sort keys of records, in C: a cold load of 100,000 records sorts them all.
+_FIRST_SEEN = itemgetter("first_seen", "kind", "key")
+_TURN = itemgetter("turn")
+
+
 def fill(
     state: LedgerState, found: Sequence[Record], meta: Meta | None, *, ordered: bool = False
 ) -> None:
@@ -113,8 +119,8 @@ def fill(
         entries = [record for record in found if record["state"] == "live"]
         marks = [record for record in found if record["state"] != "live"]
         if not ordered:
-            entries.sort(key=lambda r: (r["first_seen"], r["kind"], r["key"]))
-            marks.sort(key=lambda r: r["turn"])
+            entries.sort(key=_FIRST_SEEN)
+            marks.sort(key=_TURN)
         # Every entry's own role first, then aliases where free: an alias never takes a
         # name that is another entry's role, whichever entry comes first.
         placed: list[tuple[Entry, Record]] = []

@@ -37,6 +37,7 @@ from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._notes import take_notes
+from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
 from guardrail.ledger._typed import ResultTexts, UserTexts
@@ -73,7 +74,8 @@ class LedgerState:
       change; reads of a table take a snapshot);
     - ``journal``: the names of the ids changed since the last write to a
       store, or None while no store keeps this ledger
-      (:mod:`guardrail._journal`); ``after_change``: what to run after
+      (:mod:`guardrail._journal`), and ``pruned``, those whose mark went past
+      the tombstone bound (their rows are deleted); ``after_change``: what to run after
       a change no scope's end will write (:meth:`persist`);
     - ``ledger``: the public :class:`~guardrail.ledger.Ledger` wrapping it
       (typed through :func:`guardrail.ledger._ledger.ledger_of`).
@@ -113,6 +115,9 @@ class LedgerState:
         #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
         self.seal_key: bytes = secrets.token_bytes(32)
         self.journal: set[Name] | None = None
+        #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
+        #: ledgers only): the next write deletes their rows from the store.
+        self.pruned: set[Name] = set()
         #: Run after a change no scope will write (the default session writes itself there).
         self.after_change: Callable[[], None] | None = None
         #: The meta as last written to the store, and a cheap mark of its changing fields.
@@ -358,8 +363,8 @@ class LedgerState:
             if (journal := self.journal) is not None:
                 journal.update([(entry.kind, entry.key) for entry in (*added, *upgraded)])
             evicted = self.evict_over_capacity()
-            taken = self._take_back(added, revived)
-            dropped = self._mark_dropped(taken, skipped, tool, source)
+            taken = take_back(self, added, revived)
+            dropped = mark_dropped(self, taken, skipped, tool, source)
         return Admitted(added, upgraded, evicted, dropped)
 
     def backdate(self, entry: Entry, *, first_seen: int, last_used: int) -> None:
@@ -498,7 +503,10 @@ class LedgerState:
         self.tombstones[(tomb.kind, tomb.key)] = tomb
         self.tomb_roles.add(tomb.role)
         while len(self.tombstones) > self.tombstone_capacity:
-            self.drop_tombstone(next(iter(self.tombstones)))
+            oldest = next(iter(self.tombstones))
+            self.drop_tombstone(oldest)
+            if self.journal is not None:
+                self.pruned.add(oldest)
 
     def drop_tombstone(self, name: Name) -> None:
         """Forget the tombstone of ``name``, if there is one (its role is free again)."""
@@ -512,7 +520,10 @@ class LedgerState:
         self.dropped.pop(where, None)  # named again: the newest mark, last to go
         self.dropped[where] = mark
         while len(self.dropped) > self.tombstone_capacity:
-            del self.dropped[next(iter(self.dropped))]
+            oldest = next(iter(self.dropped))
+            del self.dropped[oldest]
+            if self.journal is not None:
+                self.pruned.add(oldest)
 
     def recount(self) -> None:
         """Recount the entries and pinned entries after tables were rebuilt."""
@@ -546,51 +557,3 @@ class LedgerState:
             self.remove(victim)
             evicted.append(victim)
         return evicted
-
-    def _take_back(self, added: list[Entry], revived: Mapping[Name, Tombstone]) -> list[Entry]:
-        """Take out of ``added`` (newest first) what still does not fit after eviction.
-
-        The entries go without a new tombstone (they were never kept; the
-        caller marks them dropped); an evicted id that came back gets its
-        old tombstone back, so its role stays its own. Returned oldest first.
-        """
-        taken: list[Entry] = []
-        while added and self.size - self.pinned > self.capacity:
-            entry = added.pop()
-            self.unlink(entry)
-            self.changed(entry.kind, entry.key)
-            taken.append(entry)
-        taken.reverse()
-        for entry in taken:  # oldest first, as they were remembered
-            tomb = revived.get((entry.kind, entry.key))
-            if tomb is not None:
-                self.add_tombstone(tomb)
-        return taken
-
-    def _mark_dropped(
-        self,
-        taken: list[Entry],
-        skipped: dict[Name, str],
-        tool: str | None,
-        source: Source | Mapping[str, Source],
-    ) -> list[Dropped]:
-        """Drop marks for the ids of one admission that were not kept, oldest first.
-
-        Kept apart from tombstones (so a flood never pushes a real
-        tombstone out) and bounded alike: the newest ``tombstone_capacity``.
-        """
-        if not taken and not skipped:
-            return []
-        if tool is None:
-            first = source if isinstance(source, Source) else next(iter(source.values()), None)
-            tool = first.tool if first is not None else "?"
-        turn = self.turn
-        dropped = [Dropped(e.value, e.kind, e.key, tool, turn) for e in taken]
-        dropped.extend(
-            Dropped(value, kind, key, tool, turn) for (kind, key), value in skipped.items()
-        )
-        keep = self.tombstone_capacity
-        for mark in dropped[-keep:] if keep else ():
-            self.add_drop_mark(mark)
-            self.changed(mark.kind, mark.key)
-        return dropped

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from typing import Any
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
@@ -48,6 +49,25 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-def decode_all(texts: list[str]) -> list[Any]:
-    """Many records' JSON texts in one parse: one call into the C decoder, not one per row."""
-    return json.loads("[" + ",".join(texts) + "]") if texts else []
+def decode_rows(texts: Iterable[str | bytes], kinds: tuple[type, ...] = (dict,)) -> list[Any]:
+    """Each row's JSON text parsed alone: exactly one value of one of ``kinds`` per row.
+
+    A row holding anything else (two objects, text after the value, a value
+    of another type) is a ValueError naming what it holds: rows are never
+    parsed together, so no row can pass for two records. pydantic-core's
+    parser (a dependency already) reads a row about twice as fast as the
+    standard library's; both refuse text after the value.
+    """
+    from pydantic_core import from_json  # here: `import guardrail` does not load it
+
+    out: list[Any] = []
+    append = out.append
+    for text in texts:
+        try:
+            value = from_json(text)
+        except ValueError:  # it refuses an escaped lone surrogate, which json reads back
+            value = json.loads(text)  # and refuses text after the value alike
+        if type(value) not in kinds:
+            raise ValueError(f"a row holds a JSON {type(value).__name__}, not a record")
+        append(value)
+    return out

@@ -8,16 +8,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from guardrail.errors import StoreError
-from guardrail.stores._json import decode, decode_all, encode
+from guardrail.stores._json import decode, decode_rows, encode
 from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,
     Snapshot,
     Written,
+    damaged,
+    deleted,
     first_version,
     merge_meta,
     merge_record,
+    stale_base,
 )
 
 #: The fields of each record state after kind, key, state and turn, in the order a packed
@@ -104,7 +107,7 @@ class MemoryStore:
             held = self._sessions.get(session_id)
             if held is None:
                 return None
-            return self._snapshot(held, 0, complete=True)
+            return self._read(session_id, held, 0, complete=True)
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
@@ -120,6 +123,8 @@ class MemoryStore:
             ) from exc
         with self._lock:
             held = self._sessions.get(session_id)
+            if stale_base(change.base, None if held is None else held.created):
+                raise deleted(repr(self), session_id)
             if held is None:
                 start = first_version()
                 held = self._sessions[session_id] = _Session(start - 1, start - 1, 0.0)
@@ -128,6 +133,10 @@ class MemoryStore:
                 alone = held.version == change.base
             version = held.version + 1
             rows = held.rows
+            for name in change.pruned:
+                row = rows.get((name[0], name[1]))
+                if row is not None and row[0] <= change.base:
+                    del rows[(name[0], name[1])]
             for name, record, text in texts:
                 row = rows.get(name)
                 if row is not None and row[0] > change.base:
@@ -152,8 +161,8 @@ class MemoryStore:
             if held.version == version:
                 return None
             if held.created >= version:  # started (again) after that version
-                return self._snapshot(held, 0, complete=True)
-            return self._snapshot(held, version, complete=False)
+                return self._read(session_id, held, 0, complete=True)
+            return self._read(session_id, held, version, complete=False)
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -181,9 +190,16 @@ class MemoryStore:
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._sessions
 
+    def _read(self, session_id: str, held: _Session, since: int, *, complete: bool) -> Snapshot:
+        """:meth:`_snapshot`, with rows that cannot be read a StoreError naming the session."""
+        try:
+            return self._snapshot(held, since, complete=complete)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            raise damaged(repr(self), session_id, f"a stored row is not a record ({exc})") from None
+
     @staticmethod
     def _snapshot(held: _Session, since: int, *, complete: bool) -> Snapshot:
-        rows = decode_all([text for v, text in held.rows.values() if v > since])
+        rows = decode_rows([text for v, text in held.rows.values() if v > since], (list, dict))
         records = [_unpack(row) for row in rows]
         meta: Meta | None = None
         if held.meta is not None and held.meta[0] > since:

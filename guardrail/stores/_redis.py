@@ -26,7 +26,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import has_surrogates
+from guardrail.stores._json import decode_rows, has_surrogates
+from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -34,6 +35,7 @@ from guardrail.stores.protocol import (
     Snapshot,
     Written,
     damaged,
+    deleted,
     merge_meta,
     merge_record,
 )
@@ -52,137 +54,21 @@ if TYPE_CHECKING:
 _SyncClient = Union["redis.Redis", "redis.RedisCluster"]
 _AsyncClient = Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"]
 
-# Lua numbers are doubles: versions (microseconds since 1970, about 2**51) stay exact, and
-# string.format('%d') writes them back without the exponent tostring() would use.
-_LUA_HELPERS = """
-local function number(value, what)
-  local n = tonumber(value)
-  if value and not n then
-    return redis.error_reply('guardrail: ' .. what .. ' of ' .. KEYS[1] .. ' is not a number')
-  end
-  return n
-end
-local function hmget(key, names)
-  local out = {}
-  for i = 1, #names, 1000 do
-    local part = redis.call('HMGET', key, unpack(names, i, math.min(i + 999, #names)))
-    for j = 1, #part do out[#out + 1] = part[j] end
-  end
-  return out
-end
-local function refresh(ttl)
-  if ttl > 0 then
-    for i = 1, 3 do redis.call('PEXPIRE', KEYS[i], ttl) end
-  end
-end
-"""
-
-# KEYS: session hash, records hash, versions zset.
-# ARGV: base version, ttl in ms (0: none), meta JSON ('' for none), then name, record pairs.
-# Returns {version, 1 if no one else wrote since base else 0} when written, or {held version,
-# {name, held row, ...}} when rows at stake were written after base (the meta's name: '').
-_APPLY = (
-    _LUA_HELPERS
-    + """
-local s, r, z = KEYS[1], KEYS[2], KEYS[3]
-local base = tonumber(ARGV[1])
-local meta = ARGV[3]
-local held = redis.call('HMGET', s, 'version', 'meta_version')
-local version = number(held[1], 'version')
-if type(version) == 'table' then return version end
-if version and version > base then
-  local stake = {}
-  for i = 4, #ARGV, 2 do
-    local at = redis.call('ZSCORE', z, ARGV[i])
-    if at and tonumber(at) > base then
-      stake[#stake + 1] = ARGV[i]
-      stake[#stake + 1] = redis.call('HGET', r, ARGV[i])
-    end
-  end
-  if meta ~= '' and held[2] and tonumber(held[2]) > base then
-    stake[#stake + 1] = ''
-    stake[#stake + 1] = redis.call('HGET', s, 'meta')
-  end
-  if #stake > 0 then return {held[1], stake} end
-end
-local time = redis.call('TIME')
-local now = string.format('%d', time[1] * 1000000 + time[2])
-local fields = {'written', now}
-local new
-local alone = 1
-if version then
-  if version ~= base then alone = 0 end
-  new = string.format('%d', version + 1)
-else
-  new = now
-  fields[#fields + 1] = 'created'
-  fields[#fields + 1] = string.format('%d', tonumber(now) - 1)
-end
-fields[#fields + 1] = 'version'
-fields[#fields + 1] = new
-if meta ~= '' then
-  fields[#fields + 1] = 'meta'
-  fields[#fields + 1] = meta
-  fields[#fields + 1] = 'meta_version'
-  fields[#fields + 1] = new
-end
-for i = 4, #ARGV, 2000 do
-  local rows, scores = {}, {}
-  for j = i, math.min(i + 1998, #ARGV - 1), 2 do
-    rows[#rows + 1] = ARGV[j]
-    rows[#rows + 1] = ARGV[j + 1]
-    scores[#scores + 1] = new
-    scores[#scores + 1] = ARGV[j]
-  end
-  redis.call('HSET', r, unpack(rows))
-  redis.call('ZADD', z, unpack(scores))
-end
-redis.call('HSET', s, unpack(fields))
-refresh(tonumber(ARGV[2]))
-return {new, alone}
-"""
-)
-
-# KEYS as above. ARGV: the version the reader holds (0: none), ttl in ms.
-# Returns {'0'} for a missing session, {version} when still at that version, else
-# {version, complete (1 or 0), meta or nil, {record, ...}}.
-_CHANGES = (
-    _LUA_HELPERS
-    + """
-local s, r, z = KEYS[1], KEYS[2], KEYS[3]
-local held = redis.call('HMGET', s, 'version', 'created', 'meta', 'meta_version')
-if not held[1] then return {'0'} end
-local since = tonumber(ARGV[1])
-local version = number(held[1], 'version')
-if type(version) == 'table' then return version end
-refresh(tonumber(ARGV[2]))
-if version == since then return {held[1]} end
-local created = number(held[2] or 'none', 'created')
-if type(created) == 'table' then return created end
-local complete = created >= since
-local rows
-if complete then
-  rows = redis.call('HVALS', r)
-else
-  rows = hmget(r, redis.call('ZRANGEBYSCORE', z, '(' .. ARGV[1], '+inf'))
-end
-local meta = false
-if held[3] and (complete or (tonumber(held[4]) or 0) > since) then meta = held[3] end
-return {held[1], complete and 1 or 0, meta, rows}
-"""
-)
-
-# KEYS as above. ARGV: seconds of idleness. Deletes the session if no one wrote it since.
-_EXPIRE = """
-local written = tonumber(redis.call('HGET', KEYS[1], 'written'))
-if not written then return 0 end
-local time = redis.call('TIME')
-if time[1] * 1000000 + time[2] - written < tonumber(ARGV[1]) * 1000000 then return 0 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
-return 1
-"""
-
+_DELETED = (b"deleted", "deleted")  # the apply script's answer to a change of a deleted session
 _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
+
+
+#: How long a store's own client waits for Redis: each command, and each connection.
+SOCKET_TIMEOUT, CONNECT_TIMEOUT = 5.0, 3.0
+
+
+def _timeouts(options: dict[str, Any]) -> dict[str, Any]:
+    """Client options with the socket timeouts set: a silent server never blocks a call."""
+    return {
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_connect_timeout": CONNECT_TIMEOUT,
+        **options,
+    }
 
 
 def _text(value: bytes | str) -> str:
@@ -249,7 +135,7 @@ class _RedisBase:
         """The change's records by name, and the script's arguments: nothing sent if one is bad."""
         try:
             records = {self._name(record): record for record in change.records}
-            args = self._args(change.base, records, change.meta)
+            args = self._args(change.base, records, change.meta, change.pruned, change.base)
         except GuardrailUsageError:
             raise
         except (TypeError, ValueError, KeyError) as exc:
@@ -291,12 +177,19 @@ class _RedisBase:
         return records, meta
 
     def _args(
-        self, base: int, records: Mapping[str, Record], meta: Meta | None
+        self,
+        base: int,
+        records: Mapping[str, Record],
+        meta: Meta | None,
+        pruned: Sequence[tuple[str, str]] = (),
+        own_base: int = 0,
     ) -> list[str | bytes]:
         # json.dumps writes ASCII: a lone surrogate in a record is escaped, and reads back.
-        args: list[str | bytes] = [str(base), str(self._ttl_ms), ""]
+        args: list[str | bytes] = [str(base), str(self._ttl_ms), "", str(len(pruned)), "0"]
         if meta is not None:
             args[2] = json.dumps(meta, separators=(",", ":"))
+        args[4] = str(own_base)
+        args += [_wire(self._name({"kind": kind, "key": key})) for kind, key in pruned]
         for name, record in records.items():
             args += (_wire(name), json.dumps(record, separators=(",", ":")))
         return args
@@ -323,7 +216,10 @@ class _RedisBase:
         if len(reply) == 1:
             return None
         complete, meta_row, rows = bool(reply[1]), reply[2], reply[3]
-        records = [self._parse(session_id, row, "a record") for row in rows]
+        try:  # each row alone, by the fast parser
+            records = decode_rows(rows)
+        except ValueError:  # the row at fault, named
+            records = [self._parse(session_id, row, "a record") for row in rows]
         meta = None if meta_row is None else self._parse(session_id, meta_row, "the meta")
         return Snapshot(version, records, meta, complete)
 
@@ -349,7 +245,13 @@ class _RedisBase:
                 f"the stored session is damaged: {exc}; delete it (store.delete(session_id)) "
                 "or restore it from a backup"
             )
-        elif isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        elif isinstance(exc, redis.TimeoutError):
+            advice = (
+                f"Redis did not answer within the client's timeout ({exc}: socket_timeout, or "
+                "socket_connect_timeout while connecting); check the server, then retry (the "
+                "ledger in memory is intact)"
+            )
+        elif isinstance(exc, redis.ConnectionError):
             advice = (
                 f"Redis is not reachable: {exc}; check that the server is running and "
                 "reachable, then retry (the ledger in memory is intact)"
@@ -390,9 +292,9 @@ class RedisStore(_RedisBase):
             )
         self._client = client
         self._owns_client = False
-        self._apply: Script = client.register_script(_APPLY)
-        self._changes: Script = client.register_script(_CHANGES)
-        self._expire: Script = client.register_script(_EXPIRE)
+        self._apply: Script = client.register_script(APPLY)
+        self._changes: Script = client.register_script(CHANGES)
+        self._expire: Script = client.register_script(EXPIRE)
 
     @classmethod
     def from_url(
@@ -400,9 +302,11 @@ class RedisStore(_RedisBase):
     ) -> RedisStore:
         """A store with a client of its own for ``url`` (``redis://host:6379/0``), closed by close.
 
-        ``options`` go to ``redis.Redis.from_url`` (``socket_timeout=``, say).
+        ``options`` go to ``redis.Redis.from_url``. The client gives up on a server
+        that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
+        ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        store = cls(redis.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store = cls(redis.Redis.from_url(url, **_timeouts(options)), prefix=prefix, ttl=ttl)
         store._owns_client = True
         return store
 
@@ -425,10 +329,12 @@ class RedisStore(_RedisBase):
                 reply = self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta)
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "
             f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
@@ -490,16 +396,20 @@ class AsyncRedisStore(_RedisBase):
             )
         self._client = client
         self._owns_client = False
-        self._apply: AsyncScript = client.register_script(_APPLY)
-        self._changes: AsyncScript = client.register_script(_CHANGES)
-        self._expire: AsyncScript = client.register_script(_EXPIRE)
+        self._apply: AsyncScript = client.register_script(APPLY)
+        self._changes: AsyncScript = client.register_script(CHANGES)
+        self._expire: AsyncScript = client.register_script(EXPIRE)
 
     @classmethod
     def from_url(
         cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
     ) -> AsyncRedisStore:
-        """A store with an asyncio client of its own for ``url``, closed by close()."""
-        store = cls(redis.asyncio.Redis.from_url(url, **options), prefix=prefix, ttl=ttl)
+        """A store with an asyncio client of its own for ``url``, closed by close().
+
+        Timeouts as :meth:`RedisStore.from_url` sets them.
+        """
+        client = redis.asyncio.Redis.from_url(url, **_timeouts(options))
+        store = cls(client, prefix=prefix, ttl=ttl)
         store._owns_client = True
         return store
 
@@ -522,10 +432,12 @@ class AsyncRedisStore(_RedisBase):
                 reply = await self._apply(keys=keys, args=args)
             except redis.RedisError as exc:
                 raise self._failed("written", session_id, exc) from exc
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta)
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
         raise StoreError(
             f"{self._where()}: session {session_id!r} was not written: other writers changed "
             f"it {_MAX_ATTEMPTS} times while this change was merged; retry",

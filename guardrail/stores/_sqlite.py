@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode, decode_all, encode, has_surrogates
+from guardrail.stores._json import decode, decode_rows, encode, has_surrogates
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -18,11 +18,17 @@ from guardrail.stores.protocol import (
     Snapshot,
     Written,
     damaged,
+    deleted,
     first_version,
     merge_meta,
     merge_record,
+    stale_base,
 )
 
+#: How many sessions past their ttl a write deletes besides its own (a bounded sweep).
+_SWEPT_PER_WRITE = 8
+#: The layout of the tables this code writes (``PRAGMA user_version``): 2, a row per record.
+SCHEMA_VERSION = 2
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS guardrail_session ("
@@ -55,7 +61,9 @@ class SQLiteStore:
     it is opened.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 5.0) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, timeout: float = 5.0, ttl: float | None = None
+    ) -> None:
         if not isinstance(path, (str, os.PathLike)):
             raise GuardrailUsageError(
                 f"path is the database file (a str or os.PathLike), not {type(path).__name__}"
@@ -64,19 +72,29 @@ class SQLiteStore:
             raise GuardrailUsageError(
                 f"timeout is how many seconds to wait for a locked database (>= 0), not {timeout!r}"
             )
+        if ttl is not None and (
+            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
+        ):
+            raise GuardrailUsageError(
+                f"ttl is how many seconds a session no one wrote is kept (> 0), or None, "
+                f"not {ttl!r}"
+            )
         self.path = os.fspath(path)
         self.timeout = float(timeout)
+        self.ttl = None if ttl is None else float(ttl)
         self._lock = threading.Lock()
+        self._missing: str | None = None
         try:
             self._db = sqlite3.connect(
                 self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
             )
+            # A new file gives the pages of deleted sessions back to the file system
+            # (incremental_vacuum after expiry); a file with tables already keeps its mode.
+            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints, atomic always
             with self._transaction():
-                for statement in _SCHEMA:
-                    self._db.execute(statement)
-                self._migrate()
+                self._missing = self._install()
         except sqlite3.Error as exc:
             raise StoreError(
                 f"{self!r}: cannot open the session database: {exc}; check the path and "
@@ -96,13 +114,18 @@ class SQLiteStore:
             try:
                 with self._transaction(write=False):
                     head = self._head(session_id)
-                    if head is None:
-                        return None
-                    return self._read(session_id, head, 0, complete=True)
+                    snapshot = (
+                        None if head is None else self._read(session_id, head, 0, complete=True)
+                    )
+                if snapshot is None:
+                    self._drop_expired(session_id)
             except sqlite3.Error as exc:
                 raise self._failed("load", session_id, exc) from exc
             except ValueError as exc:
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
+            return snapshot
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
@@ -124,7 +147,9 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._failed("write", session_id, exc) from exc
             except ValueError as exc:  # a stored row it had to merge with
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
@@ -133,6 +158,7 @@ class SQLiteStore:
             try:
                 head = self._head(session_id)  # the usual answer: one indexed look-up
                 if head is None:
+                    self._drop_expired(session_id)
                     return None if version == 0 else Snapshot(0)
                 if head[1] == version:
                     return None
@@ -146,7 +172,9 @@ class SQLiteStore:
             except sqlite3.Error as exc:
                 raise self._failed("read", session_id, exc) from exc
             except ValueError as exc:
-                raise damaged(repr(self), session_id, f"a record is not JSON ({exc})") from exc
+                raise damaged(
+                    repr(self), session_id, f"a stored row is not one JSON record ({exc})"
+                ) from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -175,6 +203,8 @@ class SQLiteStore:
                     ]
                     for session_id in idle:
                         self._delete(session_id)
+                if idle:
+                    self._vacuum()
             except sqlite3.Error as exc:
                 raise self._failed("expire", "*", exc) from exc
         return idle
@@ -210,26 +240,60 @@ class SQLiteStore:
         db.execute("COMMIT")
 
     def _head(self, session_id: str) -> tuple[int, int] | None:
-        """``(created, version)`` of a session, or None."""
+        """``(created, version)`` of a session, or None (for one past its ttl too)."""
         row = self._db.execute(
-            "SELECT created, version FROM guardrail_session WHERE session_id = ?",
+            "SELECT created, version, written FROM guardrail_session WHERE session_id = ?",
             (_column(session_id),),
         ).fetchone()
-        return None if row is None else (row[0], row[1])
+        if row is None or (self.ttl is not None and row[2] <= time.time() - self.ttl):
+            return None
+        return (row[0], row[1])
+
+    def _drop_expired(self, session_id: str) -> bool:
+        """Delete a session past its ttl (in a write transaction); whether it was one."""
+        if self.ttl is None:
+            return False
+        with self._transaction():
+            row = self._db.execute(
+                "SELECT written FROM guardrail_session WHERE session_id = ?",
+                (_column(session_id),),
+            ).fetchone()
+            if row is None or row[0] > time.time() - self.ttl:
+                return False
+            self._delete(session_id)
+        return True
+
+    def _sweep(self) -> int:
+        """Delete a few sessions past their ttl (the oldest; a write's bounded share of them)."""
+        if self.ttl is None:
+            return 0
+        idle = [
+            _text(row[0])
+            for row in self._db.execute(
+                "SELECT session_id FROM guardrail_session WHERE written <= ?"
+                " ORDER BY written LIMIT ?",
+                (time.time() - self.ttl, _SWEPT_PER_WRITE),
+            )
+        ]
+        for session_id in idle:
+            self._delete(session_id)
+        return len(idle)
+
+    def _vacuum(self) -> None:
+        """Give the pages of deleted sessions back to the file system (auto_vacuum files)."""
+        self._db.execute("PRAGMA incremental_vacuum")
 
     def _read(
         self, session_id: str, head: tuple[int, int], since: int, *, complete: bool
     ) -> Snapshot:
         db = self._db
         sid = _column(session_id)
-        records: list[Record] = decode_all(
-            [
-                text
-                for (text,) in db.execute(
-                    "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                    (sid, since),
-                )
-            ]
+        records: list[Record] = decode_rows(
+            text
+            for (text,) in db.execute(
+                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                (sid, since),
+            )
         )
         meta_text, meta_version = db.execute(
             "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (sid,)
@@ -249,6 +313,10 @@ class SQLiteStore:
         db = self._db
         sid = _column(session_id)
         head = self._head(session_id)
+        if head is None and self.ttl is not None:
+            self._delete(session_id)  # past its ttl: gone, as if expired by a sweep
+        if stale_base(change.base, None if head is None else head[0]):
+            raise deleted(repr(self), session_id)
         if head is None:
             created = first_version() - 1
             version = created + 1
@@ -276,10 +344,17 @@ class SQLiteStore:
                 for kind, key, text in rows:
                     held = newer.get((kind, key))
                     if held is not None:
-                        merged = merge_record(decode(held), by_name[kind, key], concurrent=True)
+                        old = decode_rows((held,))[0]
+                        merged = merge_record(old, by_name[kind, key], concurrent=True)
                         text = encode(merged)
                     merged_rows.append((kind, key, text))
                 rows = merged_rows
+        if change.pruned:  # past the writer's bound; a row written since its base stays
+            db.executemany(
+                "DELETE FROM guardrail_record"
+                " WHERE session_id = ? AND kind = ? AND key = ? AND version <= ?",
+                [(sid, _column(kind), _column(key), change.base) for kind, key in change.pruned],
+            )
         db.executemany(
             "INSERT OR REPLACE INTO guardrail_record (session_id, kind, key, version, record)"
             " VALUES (?, ?, ?, ?, ?)",
@@ -301,12 +376,45 @@ class SQLiteStore:
             "UPDATE guardrail_session SET version = ?, written = ? WHERE session_id = ?",
             (version, time.time(), sid),
         )
+        self._sweep()
         return Written(version, alone)
 
     def _delete(self, session_id: str) -> None:
         sid = _column(session_id)
         self._db.execute("DELETE FROM guardrail_record WHERE session_id = ?", (sid,))
         self._db.execute("DELETE FROM guardrail_session WHERE session_id = ?", (sid,))
+
+    def _install(self) -> str | None:
+        """Create the tables of a new file, or check those of a used one; what is missing.
+
+        The file's ``user_version`` is its layout (:data:`SCHEMA_VERSION`; 0 in a
+        new file and in files of versions that did not number it). A file of a
+        newer layout is refused; tables missing from a used file are damage, never
+        created anew empty (which would open every session as new): the name of
+        the missing table is returned, and every call raises a StoreError naming it.
+        """
+        db = self._db
+        installed = db.execute("PRAGMA user_version").fetchone()[0]
+        if installed > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self!r}: the database was written by a newer guardrail (layout "
+                f"{installed}; this one knows {SCHEMA_VERSION}): upgrade guardrail-ids in this "
+                "program, or open another file"
+            )
+        tables = {
+            name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        ours = {"guardrail_session", "guardrail_record"}
+        if installed or tables & ours:  # a used file: its tables must all be there
+            missing = sorted(ours - tables)
+            if missing:
+                return ", ".join(missing)
+        for statement in _SCHEMA:
+            db.execute(statement)
+        self._migrate()
+        if installed != SCHEMA_VERSION:
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return None
 
     def _migrate(self) -> None:
         """Convert the one-JSON-row-per-session table of earlier versions, once, then drop it."""
@@ -326,11 +434,12 @@ class SQLiteStore:
             try:
                 ledger = Ledger.from_json(text)
             except GuardrailUsageError as exc:
-                raise GuardrailUsageError(
+                raise StoreError(
                     f"session {session_id!r} in {self.path!r} (a file of an earlier version, "
                     f"being converted) is not a saved ledger: {exc}. Delete that row "
                     "(DELETE FROM guardrail_sessions WHERE session_id = ...) or fix it, "
-                    "then open the store again; nothing was converted"
+                    "then open the store again; nothing was converted",
+                    session_id=session_id,
                 ) from None
             state = state_of(ledger)
             found, meta = records(state), meta_of(state)
@@ -349,7 +458,15 @@ class SQLiteStore:
         return (info.st_dev, info.st_ino)
 
     def _check_file(self, session_id: str, action: str) -> None:
-        """Refuse to read or write through a connection whose file is gone or was replaced."""
+        """Refuse to read or write a file that lost a table, is gone or was replaced."""
+        if self._missing is not None:
+            raise StoreError(
+                f"{self!r}: session {session_id!r} could not {action}: the table "
+                f"{self._missing} is missing from the database (dropped, or the file is "
+                "damaged), and the sessions it held are lost. Restore the file from a backup, "
+                "or delete it to start with no sessions",
+                session_id=session_id,
+            )
         if self._identity is None:
             return
         now = self._stat()

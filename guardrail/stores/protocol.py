@@ -31,6 +31,16 @@ than it); a row the writer had seen is simply replaced, so forgetting,
 unpinning and relabelling persist. Nothing a writer sends is ever lost to
 another writer's save.
 
+A delete wins over every write that began before it. A ``Change.base``
+above 0 names the life of the session the writer read (versions only
+grow, and a session started again begins above any version it reached
+before): when that session is gone, or was started again after ``base``
+(its first version is above ``base``), the store writes nothing of the
+change and raises :class:`~guardrail.errors.SessionDeleted`, so a worker
+still holding a deleted conversation never brings it back. A change with
+base 0 (a writer that found no session) starts the session, or merges
+into the one another writer started meanwhile.
+
 Stores keep records as JSON and do not check them: the guard checks every
 record field by field when it rebuilds a ledger, and a record that is not
 valid is a :class:`~guardrail.errors.StoreError` naming the session, never
@@ -45,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from guardrail._entry import Record
-from guardrail.errors import StoreError
+from guardrail.errors import SessionDeleted, StoreError
 from guardrail.ledger._merge import USER_TEXTS_KEPT, Meta, merge_meta, merge_record
 
 _T = TypeVar("_T")
@@ -62,14 +72,21 @@ class Change:
     with (0: none, a writer that never read the session): rows written
     after it are merged with this change's, rows written before it are
     replaced. A change holds at most one record per ``(kind, key)``.
+
+    ``pruned`` names the ids whose tombstone or drop mark the writer's ledger
+    let go past its bound: the store deletes their rows, unless written after
+    ``base`` (another writer's newer state of the id stays). So a session
+    keeps about ``capacity`` live rows and ``tombstone_capacity`` of each kind
+    of mark, however many ids passed through it.
     """
 
     base: int
     records: Sequence[Record] = ()
     meta: Meta | None = None
+    pruned: Sequence[tuple[str, str]] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.records) or self.meta is not None
+        return bool(self.records) or self.meta is not None or bool(self.pruned)
 
 
 class Written(NamedTuple):
@@ -208,6 +225,26 @@ def first_version() -> int:
     return time.time_ns() // 1000
 
 
+def stale_base(base: int, created: int | None) -> bool:
+    """Whether a change based on ``base`` was read from a session since deleted.
+
+    ``created`` is the held session's creation mark (its first version less
+    one), None when the store holds no session: a base above 0 names a
+    session that existed, so either means it was deleted after the read.
+    """
+    return base > 0 and (created is None or created >= base)
+
+
+def deleted(where: str, session_id: str) -> SessionDeleted:
+    """The error for a change based on a session deleted (or expired) since it was read."""
+    return SessionDeleted(
+        f"{where}: session {session_id!r} was deleted (or expired) after this writer read it; "
+        "nothing of the change was written, and the ids it held stay gone. Open the session "
+        "again to start it anew",
+        session_id=session_id,
+    )
+
+
 def damaged(where: str, session_id: str, problem: str) -> StoreError:
     """The error for a session whose stored data a server store cannot read, saying what to do."""
     return StoreError(
@@ -229,7 +266,9 @@ __all__ = [
     "ThreadedAsyncStore",
     "Written",
     "damaged",
+    "deleted",
     "first_version",
     "merge_meta",
     "merge_record",
+    "stale_base",
 ]

@@ -9,35 +9,43 @@ A store's test module does::
         return StoreFactory(functools.partial(SQLiteStore, tmp_path / "s.sqlite3"))
 
 ``StoreFactory.build`` makes a new store over the same data each time it is
-called. A store that other processes share (SQLite, Redis, PostgreSQL) also
-runs :mod:`tests.stores.conformance_processes`, whose workers rebuild their
-store from the factory, so there it must pickle.
+called. The module also gives an ``age`` fixture, ``age(store, session_id,
+seconds)``, making a session's last write that much older (time-dependent
+tests use it, never sleeps), and a ``damage`` fixture: a function
+``damage(store, session_id, how)`` that damages one stored session in one of
+the ways of :data:`DAMAGES`, as a failing disk, an operator or an attacker
+with access to the database would. A store that other processes share
+(SQLite, Redis, PostgreSQL) also runs
+:mod:`tests.stores.conformance_processes`, whose workers rebuild their store
+from the factory, so there it must pickle.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from guardrail import Guard, GuardrailError, Id, IdentifierViolation, Ledger
-from guardrail.errors import StoreError
+from guardrail.errors import SessionDeleted, StoreError
 from guardrail.ledger._ledger import state_of
 from guardrail.stores import Store
 from guardrail.stores.protocol import Change, Snapshot
 from tests.conftest import ORDERS, shop_guard
 
 __all__ = [
+    "DAMAGES",
     "StoreFactory",
+    "_close_built_stores",
     "live",
     "store",
     "test_a_change_is_all_or_nothing",
     "test_a_concurrent_removal_wins_over_an_older_use",
+    "test_a_delete_wins_over_a_scope_open_in_another_guard",
     "test_a_deleted_session_reads_as_new",
     "test_a_guard_keeps_the_ids_of_a_session_whose_user_typed_a_lone_surrogate",
     "test_a_guard_reads_every_ledger_field_back",
@@ -47,13 +55,18 @@ __all__ = [
     "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
     "test_a_record_of_any_shape_comes_back_as_written",
     "test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error",
+    "test_a_write_based_on_a_deleted_session_is_refused",
     "test_a_writer_that_saw_a_row_replaces_it",
     "test_changes_since_gives_only_other_writers_rows",
     "test_concurrent_writers_keep_the_note_of_the_later_use",
     "test_concurrent_writers_merge_one_entry",
+    "test_damaged_or_missing_session_data_is_a_store_error",
     "test_expire_deletes_only_idle_sessions",
     "test_lone_surrogates_round_trip_in_ids_roles_texts_and_statuses",
+    "test_marks_past_the_bound_are_pruned_by_the_write_that_evicts_them",
+    "test_pruned_rows_go_unless_written_since_the_base",
     "test_records_and_meta_round_trip",
+    "test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write",
     "test_threads_writing_one_session_lose_nothing",
     "test_tiers_outside_marks_and_approvals_reach_another_worker",
     "test_versions_count_writes",
@@ -62,12 +75,27 @@ __all__ = [
 
 @dataclass(frozen=True)
 class StoreFactory:
-    """Builds stores over the same data (each call a new store object)."""
+    """Builds stores over the same data (each call a new store object), closed after the test."""
 
     build: Callable[[], Store]
+    built: list[Store] = field(default_factory=list, repr=False, compare=False)
 
     def __call__(self) -> Store:
-        return self.build()
+        store = self.build()
+        self.built.append(store)
+        return store
+
+    def close_all(self) -> None:
+        """Close every store built so far (a pool left to the collector may fail in a thread)."""
+        while self.built:
+            self.built.pop().close()
+
+
+@pytest.fixture(autouse=True)
+def _close_built_stores(store_factory: StoreFactory) -> Iterator[None]:
+    """After each test, the stores its factory built are closed."""
+    yield
+    store_factory.close_all()
 
 
 @pytest.fixture
@@ -76,6 +104,22 @@ def store(store_factory: StoreFactory) -> Iterator[Store]:
     built = store_factory()
     yield built
     built.close()
+
+
+#: How a stored session gets damaged: a record row that is not JSON, one holding two records
+#: (the second an id no tool returned), one holding a JSON value that is no object, every
+#: record gone (the table dropped, the key deleted), the meta gone, a record of no known state.
+DAMAGES = (
+    "row not json",
+    "two records in a row",
+    "row not an object",
+    "records gone",
+    "meta gone",
+    "unknown state",
+)
+
+#: The record a damaged row smuggles in beside its own: an id no tool returned.
+FORGED = "W9999999"
 
 
 def live(key: str, *, turn: int = 0, kind: str = "order", **fields: Any) -> dict[str, Any]:
@@ -325,15 +369,125 @@ def test_a_deleted_session_reads_as_new(store: Store) -> None:
     assert again is not None and again.complete and set(by_key(again)) == {("order", "W9")}
 
 
-def test_expire_deletes_only_idle_sessions(store: Store) -> None:
+def test_a_write_based_on_a_deleted_session_is_refused(store: Store) -> None:
+    """A change read from a session deleted since is refused and brings nothing back."""
+    base = store.apply("s", Change(0, [live("W1")], meta())).version
+    store.delete("s")
+    with pytest.raises(SessionDeleted, match=rf"{_store_name(store)}.*session 's' was deleted"):
+        store.apply("s", Change(base, [live("W1", turn=3), live("W2")], meta(turn=3)))
+    assert store.load("s") is None
+    # Started again by a writer that found nothing: the old base still names the deleted life.
+    store.apply("s", Change(0, [live("W9")], meta()))
+    with pytest.raises(SessionDeleted):
+        store.apply("s", Change(base, [live("W1", turn=3)]))
+    assert set(by_key(store.load("s"))) == {("order", "W9")}
+
+
+def test_a_delete_wins_over_a_scope_open_in_another_guard(store_factory: StoreFactory) -> None:
+    """B deletes while A is inside `with session(X)`: A's write is refused, the ids stay gone."""
+    a, b = shop_guard(store=store_factory()), shop_guard(store=store_factory())
+    a.record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    scope = a.session("X")
+    scope.__enter__()
+    assert a.check("issue_refund", {"order_id": "W8855135"}).allowed  # a use: written
+    a.record("get_order", {}, {"order_id": "W1000001"}, call_id="c2")
+    b.end_session("X", delete=True)
+    with pytest.raises(SessionDeleted, match="session 'X' was deleted"):
+        scope.__exit__(None, None, None)
+    fresh = shop_guard(store=store_factory())
+    for guard in (a, b, fresh):
+        for order in ("W8855135", "W2378156", "W1000001"):
+            verdict = guard.check("issue_refund", {"order_id": order}, session="X")
+            assert not verdict.allowed, (guard, order)
+    probe = store_factory()
+    held = probe.load("X")  # the refusals above started it again, with no id
+    assert held is None or not held.records
+    for built in (a.store, b.store, fresh.store, probe):
+        built.close()
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_damaged_or_missing_session_data_is_a_store_error(
+    store_factory: StoreFactory, damage: Callable[[Store, str, str], None], how: str
+) -> None:
+    """Each damage stops the session from opening: a StoreError naming store and session."""
+    writer, hurt = store_factory(), store_factory()
+    shop_guard(store=writer).record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    damage(hurt, "X", how)
+    store = store_factory()  # built after the damage: it must not take it for a new database
+    reader = shop_guard(store=store)
+    with pytest.raises(StoreError) as caught:
+        reader.check("issue_refund", {"order_id": FORGED}, session="X")
+    assert caught.value.session_id == "X"
+    assert _store_name(store) in str(caught.value) and "'X'" in str(caught.value)
+    assert reader.cached_sessions() == []
+    for built in (writer, hurt, store):
+        built.close()
+
+
+def _evicted(key: str, turn: int) -> dict[str, Any]:
+    """A tombstone's record, as a ledger writes one."""
+    return {
+        "kind": "order",
+        "key": key,
+        "state": "evicted",
+        "turn": turn,
+        "value": key,
+        "role": "o",
+    }
+
+
+def test_pruned_rows_go_unless_written_since_the_base(store: Store) -> None:
+    """Change.pruned deletes rows the writer had seen; a row another wrote since stays."""
+    base = store.apply("s", Change(0, [_evicted("W1", 1), _evicted("W2", 1)], meta())).version
+    store.apply("s", Change(base, [live("W2", turn=3)]))  # another writer: W2 seen again
+    store.apply("s", Change(base, [], None, [("order", "W1"), ("order", "W2")]))
+    held = by_key(store.load("s"))
+    assert set(held) == {("order", "W2")} and held["order", "W2"]["state"] == "live"
+
+
+def test_marks_past_the_bound_are_pruned_by_the_write_that_evicts_them(
+    store_factory: StoreFactory,
+) -> None:
+    """200 ids through a 10-entry ledger with 5 tombstones: about 15 rows stored, not 200."""
+    guard = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    for n in range(200):
+        guard.record("get_order", {}, {"order_id": f"W1{n:06d}"}, call_id=f"c{n}", session="X")
+    stored = store_factory().load("X")
+    assert stored is not None
+    states = [record["state"] for record in stored.records]
+    assert states.count("live") == 10 and states.count("evicted") == 5 and len(states) == 15
+    reader = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    assert reader.check("issue_refund", {"order_id": "W1000199"}, session="X").allowed
+    old = reader.check("issue_refund", {"order_id": "W1000000"}, session="X")
+    assert not old.allowed and old.findings[0].problem == "unknown"
+
+
+def test_rows_an_earlier_version_left_past_the_bound_go_at_the_next_write(
+    store_factory: StoreFactory,
+) -> None:
+    """A session holding 50 tombstones over a bound of 5: the first scope's end prunes 45."""
+    records = [_evicted(f"W1{n:06d}", n) for n in range(50)]
+    store_factory().apply("X", Change(0, records, meta(capacity=10, tombstone_capacity=5)))
+    guard = shop_guard(store=store_factory(), capacity=10, tombstones=5)
+    with guard.session("X"):
+        pass
+    stored = store_factory().load("X")
+    assert stored is not None and sorted(r["key"] for r in stored.records) == [
+        f"W1{n:06d}" for n in range(45, 50)
+    ]
+
+
+def test_expire_deletes_only_idle_sessions(
+    store: Store, age: Callable[[Store, str, float], None]
+) -> None:
     """expire(max_idle) deletes the sessions no one wrote for that long, and returns their ids."""
     store.apply("old", Change(0, [live("W1")], meta()))
-    # Margins of most of a second: a loaded machine (the suite runs on every core) stalls
-    # for tenths of one between two statements.
-    time.sleep(1.5)
     store.apply("new", Change(0, [live("W2")], meta()))
     assert store.expire(3600) == []
-    assert store.expire(0.75) == ["old"]
+    age(store, "old", 7200)  # no clock to wait for: the store's own record of the last write
+    age(store, "new", 1800)
+    assert store.expire(3600) == ["old"]
     assert store.load("old") is None and store.load("new") is not None
 
 

@@ -18,11 +18,13 @@ import threading
 import time
 from typing import Any
 
-from tests.conftest import shop_guard
+from guardrail.errors import SessionDeleted
+from tests.conftest import ORDERS, shop_guard
 
 from .conformance import StoreFactory
 
 __all__ = [
+    "test_a_delete_in_one_process_wins_over_a_scope_open_in_another",
     "test_a_killed_writer_leaves_all_or_none_of_a_result",
     "test_eight_processes_serving_interleaved_turns_lose_nothing",
     "test_two_processes_with_two_threads_each_on_one_session_lose_nothing",
@@ -142,3 +144,67 @@ def test_two_processes_with_two_threads_each_on_one_session_lose_nothing(
     guard = shop_guard(store=store_factory())
     with guard.session("s") as ledger:
         assert len(ledger) == 160
+
+
+_DELETED_IDS = ("W8855135", "W2378156", "W1000001")
+
+
+def _refused_everywhere(guard: Any) -> bool:
+    """Whether ``guard`` refuses every id session "X" held before it was deleted."""
+    return not any(
+        guard.check("issue_refund", {"order_id": order}, session="X").allowed
+        for order in _DELETED_IDS
+    )
+
+
+def _holder(factory: StoreFactory, inside: Any, deleted: Any, result: Any) -> None:
+    """Worker A: inside `with guard.session("X")` while the other process deletes it."""
+    guard = shop_guard(store=factory())
+    outcome = "no error"
+    try:
+        with guard.session("X"):
+            guard.check("issue_refund", {"order_id": "W8855135"})
+            guard.record("get_order", {}, {"order_id": "W1000001"}, call_id="a2")
+            inside.set()
+            assert deleted.wait(timeout=60)
+    except SessionDeleted:
+        outcome = "refused"
+    result.put(("A", outcome, _refused_everywhere(guard)))
+
+
+def _deleter(factory: StoreFactory, inside: Any, deleted: Any, result: Any) -> None:
+    """Worker B: has the session cached, deletes it while A is inside its scope."""
+    guard = shop_guard(store=factory())
+    guard.ledger_for("X")
+    assert inside.wait(timeout=60)
+    guard.end_session("X", delete=True)
+    deleted.set()
+    result.put(("B", "deleted", _refused_everywhere(guard)))
+
+
+def test_a_delete_in_one_process_wins_over_a_scope_open_in_another(
+    store_factory: StoreFactory,
+) -> None:
+    """B deletes X while A is in `with session(X)`: A's write fails; A, B, a new worker refuse."""
+    setup = shop_guard(store=store_factory())
+    setup.record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    context = multiprocessing.get_context("fork")
+    inside, deleted, result = context.Event(), context.Event(), context.Queue()
+    procs = [
+        context.Process(target=_holder, args=(store_factory, inside, deleted, result)),
+        context.Process(target=_deleter, args=(store_factory, inside, deleted, result)),
+    ]
+    for proc in procs:
+        proc.start()
+    outcomes = {}
+    for _ in procs:
+        name, outcome, refused = result.get(timeout=120)
+        outcomes[name] = (outcome, refused)
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert outcomes == {"A": ("refused", True), "B": ("deleted", True)}
+    after = shop_guard(store=store_factory())
+    assert _refused_everywhere(after) and _refused_everywhere(setup)
+    after.store.close()
+    setup.store.close()

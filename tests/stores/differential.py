@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from guardrail.errors import SessionDeleted
 from guardrail.stores import MemoryStore, Store
 from guardrail.stores.protocol import Change
 
@@ -70,7 +71,8 @@ def same_as_memory(store: Store, *, examples: int = 25) -> None:
     """Plays random write sequences on ``store`` and on a MemoryStore: same rows, same answers.
 
     A base names an earlier write of the sequence (so the two stores' versions, which
-    differ, line up), possibly a stale one: the stores must merge what it never saw.
+    differ, line up), possibly a stale one: the stores must merge what it never saw, and
+    refuse alike a base from before a delete.
     """
     played = [0]
 
@@ -82,6 +84,7 @@ def same_as_memory(store: Store, *, examples: int = 25) -> None:
         memory = MemoryStore()
         versions: dict[int, list[int]] = {id(memory): [0], id(store): [0]}
         for step in steps:
+            refused = []
             for target in (memory, store):
                 history = versions[id(target)]
                 if step is None:
@@ -90,8 +93,15 @@ def same_as_memory(store: Store, *, examples: int = 25) -> None:
                     continue
                 back, records, written_meta = step
                 base = history[max(0, len(history) - 1 - back)]
-                written = target.apply(session, Change(base, records, written_meta))
+                try:
+                    written = target.apply(session, Change(base, records, written_meta))
+                except SessionDeleted:  # based on a life of the session deleted since
+                    refused.append(True)
+                    history.append(base)
+                    continue
+                refused.append(False)
                 history.append(written.version)
+            assert len(set(refused)) <= 1
             mine, theirs = memory.load(session), store.load(session)
             assert (mine is None) == (theirs is None)
             if mine is not None and theirs is not None:

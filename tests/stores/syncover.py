@@ -33,6 +33,9 @@ class SyncOverAsync:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
 
+    def __repr__(self) -> str:
+        return repr(self.store)
+
     def load(self, session_id: str) -> Snapshot | None:
         return self._run(self.store.load(session_id))
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -18,17 +20,27 @@ from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 from guardrail.stores.protocol import Change, Snapshot
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 from .differential import same_as_memory
-from .proxy import Proxy
+from .proxy import Proxy, Silent
 
 
 @pytest.fixture
 def store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
     """Stores with pools of their own, one schema: the same sessions, in any process."""
     return StoreFactory(functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema))
+
+
+@pytest.fixture
+def ttl_store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
+    """Stores with ttl=60 on the schema store_factory uses."""
+    return StoreFactory(
+        functools.partial(PostgresStore, postgres_dsn, schema=postgres_schema, ttl=60)
+    )
 
 
 @pytest.fixture
@@ -60,7 +72,7 @@ def test_the_store_keeps_no_merge_rule_of_its_own(pg: PostgresStore, postgres_ds
             " WHERE n.nspname = %s ORDER BY p.proname",
             (pg.schema,),
         ).fetchall()
-    assert [name for (name,) in functions] == ["apply_change"]
+    assert [name for (name,) in functions] == ["apply_change_v2"]
 
 
 # -- the server going away, and what it holds going bad ------------------------------------------
@@ -255,3 +267,207 @@ def test_without_the_extra_the_import_says_what_to_install() -> None:
 def test_any_sequence_of_writes_ends_as_in_memory(pg: PostgresStore) -> None:
     """Writes from stale and fresh bases, deletes: the same rows as the memory store keeps."""
     same_as_memory(pg)
+
+
+@pytest.fixture
+def damage(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, str], None]:
+    """Damages a session through a connection of the test's own."""
+    return lambda store, session_id, how: damages.postgres(
+        postgres_dsn, postgres_schema, session_id, how
+    )
+
+
+# -- the schema's layout version ------------------------------------------------------------
+
+
+def _proc_xmin(dsn: str, schema: str) -> list[tuple[str, str]]:
+    """The schema's functions with the transaction that last (re)defined each."""
+    with admin(dsn) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, p.xmin::text FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = %s"
+            " ORDER BY p.proname",
+            (schema,),
+        ).fetchall()
+    return [(name, xmin) for name, xmin in rows]
+
+
+def test_a_store_starting_redefines_nothing(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A second store (a worker starting) finds the layout in place and leaves it untouched."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    before = _proc_xmin(postgres_dsn, pg.schema)
+    other = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        assert other.load("s") is not None
+    finally:
+        other.close()
+    assert _proc_xmin(postgres_dsn, pg.schema) == before
+    with admin(postgres_dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT version, compatible FROM {}").format(
+                sql.Identifier(pg.schema, "schema_version")
+            )
+        ).fetchall()
+    assert row == [(2, 2)]
+
+
+def _set_version(dsn: str, schema: str, version: int, compatible: int) -> None:
+    with admin(dsn) as conn:
+        conn.execute(
+            sql.SQL("UPDATE {} SET version = %s, compatible = %s").format(
+                sql.Identifier(schema, "schema_version")
+            ),
+            (version, compatible),
+        )
+
+
+def test_a_database_of_a_newer_layout_is_refused(pg: PostgresStore, postgres_dsn: str) -> None:
+    """A schema a newer release set up, usable only from its layout on: a StoreError saying so."""
+    pg.apply("s", Change(0, [live("W1")], meta()))
+    _set_version(postgres_dsn, pg.schema, 3, 3)
+    older = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        with pytest.raises(StoreError, match=r"newer guardrail \(layout 3.*knows layout 2"):
+            older.load("s")
+    finally:
+        older.close()
+    _set_version(postgres_dsn, pg.schema, 3, 2)  # newer, but still usable by layout 2
+    compatible = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        assert compatible.load("s") is not None
+    finally:
+        compatible.close()
+
+
+def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Tables an earlier release made (no version row): used as they are, its function left."""
+    from guardrail.stores._postgres_sql import TABLES
+
+    name = sql.Identifier(postgres_schema)
+    with admin(postgres_dsn) as conn:
+        conn.execute(sql.SQL(TABLES).format(schema=name))
+        conn.execute(
+            sql.SQL(
+                "CREATE FUNCTION {}.apply_change() RETURNS int LANGUAGE sql AS 'SELECT 1'"
+            ).format(name)
+        )
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (session_id, version, created, meta) VALUES ('s', 5, 4, %s)"
+            ).format(sql.Identifier(postgres_schema, "sessions")),
+            (json.dumps(meta()),),
+        )
+    store = PostgresStore(postgres_dsn, schema=postgres_schema)
+    try:
+        assert store.load("s") is not None
+        store.apply("s", Change(5, [live("W1")]))
+    finally:
+        store.close()
+    names = [proc for proc, _ in _proc_xmin(postgres_dsn, postgres_schema)]
+    assert names == ["apply_change", "apply_change_v2"]
+
+
+# -- never hanging ----------------------------------------------------------------------------
+
+
+def _hold_row_lock(dsn: str, schema: str, session_id: str) -> tuple[threading.Thread, Any]:
+    """Another connection locks the session's row (SELECT ... FOR UPDATE) until released.
+
+    Returns the holding thread and the event that releases it (at the latest after 30 s:
+    a store with no lock timeout would wait that long, then write, and fail the test).
+    """
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                sql.SQL("SELECT 1 FROM {} WHERE session_id = %s FOR UPDATE").format(
+                    sql.Identifier(schema, "sessions")
+                ),
+                (session_id,),
+            )
+            locked.set()
+            release.wait(timeout=30)
+            conn.rollback()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert locked.wait(timeout=30)
+    return thread, release
+
+
+def test_a_row_lock_held_elsewhere_is_a_lock_timeout_not_a_hang(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A second connection holds the session's row: apply and delete give up with lock_timeout."""
+    store = PostgresStore(postgres_dsn, schema=postgres_schema, lock_timeout=0.3)
+    try:
+        base = store.apply("s", Change(0, [live("W1")], meta())).version
+        holder, release = _hold_row_lock(postgres_dsn, postgres_schema, "s")
+        try:
+            with pytest.raises(StoreError, match=r"lock_timeout: it waited 0\.3s") as caught:
+                store.apply("s", Change(base, [live("W2")]))
+            assert caught.value.session_id == "s"
+            with pytest.raises(StoreError, match="lock_timeout"):
+                store.delete("s")
+        finally:
+            release.set()
+            holder.join()
+        assert store.apply("s", Change(base, [live("W2")])).alone
+    finally:
+        store.close()
+
+
+def test_a_statement_past_its_timeout_is_cancelled_and_named(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A read stuck behind a table lock past statement_timeout: a StoreError that says so."""
+    store = PostgresStore(
+        postgres_dsn, schema=postgres_schema, statement_timeout=0.3, lock_timeout=30
+    )
+    try:
+        store.apply("s", Change(0, [live("W1")], meta()))
+        with admin(postgres_dsn) as conn, conn.transaction():
+            conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(
+                    sql.Identifier(postgres_schema, "records")
+                )
+            )
+            with pytest.raises(StoreError, match=r"statement_timeout: .*longer than 0\.3s"):
+                store.load("s")
+    finally:
+        store.close()
+
+
+def test_a_server_that_never_answers_is_a_connect_timeout(postgres_schema: str) -> None:
+    """A server that accepts and stays silent: StoreError naming connect_timeout, not a hang."""
+    with Silent() as silent:
+        store = PostgresStore(
+            f"host=127.0.0.1 port={silent.port} dbname=test",
+            schema=postgres_schema,
+            connect_timeout=1,
+            timeout=3,
+        )
+        try:
+            with pytest.raises(StoreError, match="connect_timeout") as caught:
+                store.load("s")
+            assert caught.value.session_id == "s"
+        finally:
+            store.close()
+
+
+def test_timeouts_must_be_positive_seconds(postgres_dsn: str) -> None:
+    """A timeout of zero or not a number is a usage error saying what to pass."""
+    for option in ("connect_timeout", "statement_timeout", "lock_timeout", "timeout"):
+        with pytest.raises(GuardrailUsageError, match=f"{option} is a number of seconds"):
+            PostgresStore(postgres_dsn, **{option: 0})  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def age(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own."""
+    return lambda store, session_id, seconds: damages.age_postgres(
+        postgres_dsn, postgres_schema, session_id, seconds
+    )

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
 from guardrail.stores._postgres import AsyncPostgresStore
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 from .syncover import SyncOverAsync
 
 
@@ -33,3 +36,29 @@ def store_factory(postgres_dsn: str, postgres_schema: str) -> Iterator[StoreFact
     yield StoreFactory(build)
     for store in built:
         store.close()
+
+
+@pytest.fixture
+def ttl_store_factory(postgres_dsn: str, postgres_schema: str) -> StoreFactory:
+    """Async stores with ttl=60, on the schema store_factory uses (closed by the suite)."""
+    return StoreFactory(
+        lambda: SyncOverAsync(
+            functools.partial(AsyncPostgresStore, postgres_dsn, schema=postgres_schema, ttl=60)
+        )
+    )
+
+
+@pytest.fixture
+def damage(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, str], None]:
+    """Damages a session through a connection of the test's own."""
+    return lambda store, session_id, how: damages.postgres(
+        postgres_dsn, postgres_schema, session_id, how
+    )
+
+
+@pytest.fixture
+def age(postgres_dsn: str, postgres_schema: str) -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own."""
+    return lambda store, session_id, seconds: damages.age_postgres(
+        postgres_dsn, postgres_schema, session_id, seconds
+    )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,15 +15,29 @@ from guardrail.errors import StoreError
 from guardrail.stores import SQLiteStore
 from guardrail.stores.protocol import Change
 
+from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
+from .conformance_ttl import *  # noqa: F403  (the ttl tests)
 
 
 @pytest.fixture
 def store_factory(tmp_path: Path) -> StoreFactory:
     """Stores on one file: each call is a new connection, in this process or another."""
     return StoreFactory(functools.partial(SQLiteStore, tmp_path / "sessions.sqlite3"))
+
+
+@pytest.fixture
+def ttl_store_factory(tmp_path: Path) -> StoreFactory:
+    """Stores with ttl=60 on the file store_factory uses."""
+    return StoreFactory(functools.partial(SQLiteStore, tmp_path / "sessions.sqlite3", ttl=60))
+
+
+@pytest.fixture
+def damage() -> Callable[[Any, str, str], None]:
+    """Damages a session through a connection of the test's own to the file."""
+    return damages.sqlite
 
 
 def test_a_row_that_is_not_json_is_a_store_error_naming_the_store(tmp_path: Path) -> None:
@@ -38,3 +54,40 @@ def test_a_row_that_is_not_json_is_a_store_error_naming_the_store(tmp_path: Path
     with pytest.raises(StoreError, match="holds bad data"):  # a write that must merge with it
         store.apply("s", Change(0, [live("W1", turn=3)]))
     store.close()
+
+
+def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
+    """A file a newer release wrote (user_version above this code's) is a StoreError saying so."""
+    path = tmp_path / "sessions.sqlite3"
+    SQLiteStore(path).close()
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (2,)
+        db.execute("PRAGMA user_version = 3")
+    with pytest.raises(StoreError, match=r"newer guardrail \(layout 3; this one knows 2\)"):
+        SQLiteStore(path)
+
+
+def test_a_dropped_table_is_never_created_anew_empty(tmp_path: Path) -> None:
+    """A used file missing a table: every call is a StoreError naming it, nothing recreated."""
+    path = tmp_path / "sessions.sqlite3"
+    store = SQLiteStore(path)
+    store.apply("s", Change(0, [live("W1")], meta()))
+    store.close()
+    with closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE guardrail_session")
+    reopened = SQLiteStore(path)
+    with pytest.raises(StoreError, match="the table guardrail_session is missing") as caught:
+        reopened.load("s")
+    assert caught.value.session_id == "s"
+    with pytest.raises(StoreError, match="missing"):
+        reopened.apply("t", Change(0, [live("W1")], meta()))
+    reopened.close()
+    with closing(sqlite3.connect(path)) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+    assert "guardrail_session" not in tables
+
+
+@pytest.fixture
+def age() -> Callable[[Any, str, float], None]:
+    """Ages a session through a connection of the test's own to the file."""
+    return damages.age_sqlite
