@@ -428,10 +428,13 @@ def test_an_old_file_with_a_bad_row_is_refused_and_left_as_it_was(tmp_path: Path
 def test_a_default_session_that_cannot_be_saved_says_so(tmp_path: Path) -> None:
     """A change to the default session with its file gone raises StoreError and logs it."""
     path = tmp_path / "s.sqlite3"
-    guard = shop_guard(default_session="d", store=SQLiteStore(path))
-    guard.record("search_orders", {}, ORDERS)
-    remove_database(path)
-    with capture_logs() as logs, pytest.raises(StoreError, match="deleted"):
-        guard.record("get_order", {}, {"order_id": "W1234567"})
+    # Captured from the start: a guard's audit picks its route (structlog or the standard
+    # library) at its first event.
+    with capture_logs() as logs:
+        guard = shop_guard(default_session="d", store=SQLiteStore(path))
+        guard.record("search_orders", {}, ORDERS)
+        remove_database(path)
+        with pytest.raises(StoreError, match="deleted"):
+            guard.record("get_order", {}, {"order_id": "W1234567"})
     assert [e["session"] for e in logs if e["event"] == "guardrail.session_not_saved"] == ["d"]
     assert guard.check("issue_refund", {"order_id": "W1234567"}).allowed  # still in memory
