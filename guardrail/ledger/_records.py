@@ -13,7 +13,7 @@ cached session catching up with its store are the same code.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator, Sequence
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from guardrail._entry import (
@@ -90,8 +90,8 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
 # -- reading records back ------------------------------------------------------------------------
 
 
-#: Sort keys of records, in C: a cold load of 100,000 records sorts them all.
-_FIRST_SEEN = itemgetter("first_seen", "kind", "key")
+#: Sort keys of records and entries, in C: a cold load of 100,000 records sorts them all.
+_FIRST_SEEN = attrgetter("first_seen", "kind", "key")
 _TURN = itemgetter("turn")
 
 
@@ -101,13 +101,32 @@ def fill(
     """Make an empty ledger the one ``found`` (checked records) and ``meta`` describe.
 
     The one loader: a saved ledger and a stored session both come back
-    through it. ``ordered``: the live records are in order of first
-    appearance and the marks oldest first (a saved ledger); else (a store,
-    which keeps no order) they are sorted so. Entries take their own role
-    first, a fresh one where another entry holds it, then their aliases
-    where free; each table is put in order of least recent use; the
-    normalisers re-key what they would write otherwise; and a ledger over
-    capacity evicts.
+    through it (a stored one by way of :func:`place`). ``ordered``: the
+    live records are in order of first appearance and the marks oldest
+    first (a saved ledger); else (a store, which keeps no order) they are
+    sorted so.
+    """
+    sources: dict[tuple[Any, ...], Source] = {}  # one per call and path, as admission shares
+    entries = [entry_of(record, sources) for record in found if record["state"] == "live"]
+    marks = [record for record in found if record["state"] != "live"]
+    place(state, entries, marks, meta, ordered=ordered)
+
+
+def place(
+    state: LedgerState,
+    entries: list[Entry],
+    marks: list[Record],
+    meta: Meta | None,
+    *,
+    ordered: bool = False,
+) -> None:
+    """Make an empty ledger the one of ``entries`` (of no ledger), ``marks`` and ``meta``.
+
+    Entries take their own role first, a fresh one where another entry
+    holds it, then their aliases where free; each table is put in order of
+    least recent use; the normalisers re-key what they would write
+    otherwise; and a ledger over capacity evicts. ``ordered``: as for
+    :func:`fill`.
     """
     with state.lock:
         if meta is not None:
@@ -116,39 +135,38 @@ def fill(
             take_meta(state, meta)
             for kind in meta["kinds"]:
                 state.table(kind)
-        entries = [record for record in found if record["state"] == "live"]
-        marks = [record for record in found if record["state"] != "live"]
         if not ordered:
             entries.sort(key=_FIRST_SEEN)
             marks.sort(key=_TURN)
         # Every entry's own role first, then aliases where free: an alias never takes a
         # name that is another entry's role, whichever entry comes first.
-        placed: list[tuple[Entry, Record]] = []
+        roles = state.roles
         keys: dict[str, list[str]] = {}
-        sources: dict[tuple[Any, ...], Source] = {}  # one per call and path, as admission shares
-        for record in entries:
-            entry = entry_of(record, sources)
-            entry.aliases = ()  # given below, where free
+        named: list[Entry] = []  # the entries whose records give aliases
+        for entry in entries:
             kind = entry.kind
             table = state.table(kind)
-            if state.role_taken(entry.role):
-                entry.role = state.new_role(kind, entry.key, None, entry.status, entry.source)
+            role = entry.role
+            if role in roles or role in state.tomb_roles:
+                entry.role = role = state.new_role(
+                    kind, entry.key, None, entry.status, entry.source
+                )
             table[entry.key] = entry
-            state.roles[entry.role] = entry
+            roles[role] = entry
             keys.setdefault(kind, []).append(entry.key)
-            placed.append((entry, record))
-        for entry, record in placed:
-            free = [name for name in record["aliases"] if not state.role_taken(name)]
-            if free:
-                entry.aliases = tuple(free)
-                for name in free:
-                    state.roles[name] = entry
+            if entry.aliases:
+                named.append(entry)
+        for entry in named:
+            free = tuple(name for name in entry.aliases if not state.role_taken(name))
+            entry.aliases = free
+            for name in free:
+                roles[name] = entry
         for kind, added in keys.items():
             state.index[kind].add(added)
         state.recount()
         for record in marks:
             _put(state, record)
-        _settle(state, {record["kind"] for record in entries})
+        _settle(state, set(keys))
     # The normaliser is authoritative: a key that is not what it makes of the value is re-keyed.
     use_kinds(state, state.kinds)
     with state.lock:
