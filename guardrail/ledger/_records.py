@@ -25,7 +25,6 @@ from guardrail._entry import (
     entry_of,
     evicted_record,
     live_record,
-    recency,
     tombstone_of,
 )
 from guardrail.ledger._merge import Meta, merge_meta, merge_record
@@ -90,9 +89,18 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
 # -- reading records back ------------------------------------------------------------------------
 
 
-#: Sort keys of records and entries, in C: a cold load of 100,000 records sorts them all.
-_FIRST_SEEN = attrgetter("first_seen", "kind", "key")
 _TURN = itemgetter("turn")
+
+
+def _sort(entries: list[Entry], *fields: str) -> None:
+    """Sort ``entries`` by ``fields``, the first the most significant.
+
+    One stable sort per field, least significant first: each compares one
+    int or str in C, where a sort by a tuple of them compares tuples. A cold
+    load of 100,000 entries sorts about three times faster so.
+    """
+    for field in reversed(fields):
+        entries.sort(key=attrgetter(field))
 
 
 def fill(
@@ -136,24 +144,29 @@ def place(
             for kind in meta["kinds"]:
                 state.table(kind)
         if not ordered:
-            entries.sort(key=_FIRST_SEEN)
+            _sort(entries, "first_seen", "kind", "key")
             marks.sort(key=_TURN)
         # Every entry's own role first, then aliases where free: an alias never takes a
         # name that is another entry's role, whichever entry comes first.
         roles = state.roles
+        tomb_roles = state.tomb_roles
         keys: dict[str, list[str]] = {}
         named: list[Entry] = []  # the entries whose records give aliases
+        kind = None
+        table: dict[str, Entry] = {}
+        added: list[str] = []
         for entry in entries:
-            kind = entry.kind
-            table = state.table(kind)
+            if entry.kind != kind:  # sorted by kind within a turn: the same as the last, mostly
+                kind = entry.kind
+                table = state.table(kind)
+                added = keys.setdefault(kind, [])
+            key = entry.key
             role = entry.role
-            if role in roles or role in state.tomb_roles:
-                entry.role = role = state.new_role(
-                    kind, entry.key, None, entry.status, entry.source
-                )
-            table[entry.key] = entry
+            if role in roles or role in tomb_roles:
+                entry.role = role = state.new_role(kind, key, None, entry.status, entry.source)
+            table[key] = entry
             roles[role] = entry
-            keys.setdefault(kind, []).append(entry.key)
+            added.append(key)
             if entry.aliases:
                 named.append(entry)
         for entry in named:
@@ -166,7 +179,11 @@ def place(
         state.recount()
         for record in marks:
             _put(state, record)
-        _settle(state, set(keys))
+        if ordered:
+            _settle(state, set(keys))
+        else:  # in order of first appearance already: by last use, and the rest as it is
+            _sort(entries, "last_used", "epoch")
+            _settle_sorted(state, entries, set(keys))
     # The normaliser is authoritative: a key that is not what it makes of the value is re-keyed.
     use_kinds(state, state.kinds)
     with state.lock:
@@ -297,5 +314,20 @@ def _settle(state: LedgerState, kinds: set[str]) -> None:
     for kind in kinds:
         table = state.tables.get(kind)
         if table:
-            ordered = sorted(table.values(), key=recency)
+            ordered = list(table.values())
+            _sort(ordered, "last_used", "epoch", "first_seen", "key")
             state.tables[kind] = {entry.key: entry for entry in ordered}
+
+
+def _settle_sorted(state: LedgerState, entries: list[Entry], kinds: set[str]) -> None:
+    """:func:`_settle` with ``entries`` (the tables' and others) in order of least recent use."""
+    settled: dict[str, dict[str, Entry]] = {kind: {} for kind in kinds}
+    tables = state.tables
+    for entry in entries:
+        if tables[entry.kind].get(entry.key) is entry:  # an entry the ledger holds
+            settled[entry.kind][entry.key] = entry
+    for kind, table in settled.items():
+        if len(table) != len(tables[kind]):  # the table holds entries of before: all of them
+            _settle(state, {kind})
+        else:
+            tables[kind] = table
