@@ -22,7 +22,8 @@ from typing import Any
 from guardrail._entry import Record, gone_record
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._merge import Meta
-from guardrail.ledger._records import absorb, fill, meta_of, names, record_of
+from guardrail.ledger._rebuild import Rebuilt, rebuilt
+from guardrail.ledger._records import absorb, fill, meta_of, names, place, record_of
 from guardrail.ledger._state import LedgerState, Name
 from guardrail.stores.protocol import Change, Snapshot, damaged
 
@@ -129,23 +130,54 @@ def checked(snapshot: Snapshot, session_id: str, store: object) -> tuple[list[An
     :class:`~guardrail.errors.StoreError` naming the store and the session:
     the guard fails closed, never opening a smaller ledger.
     """
-    from guardrail.ledger._saved import validate_meta, validate_records  # pydantic: on reading
+    from guardrail.ledger._saved import validate_records  # pydantic: on reading
+
+    meta = _checked_meta(snapshot, session_id, store)
+    try:
+        found = validate_records(list(snapshot.records))
+    except GuardrailUsageError as exc:
+        raise damaged(repr(store), session_id, f"not a ledger's records: {exc}") from None
+    return list(found), meta
+
+
+def opened(
+    snapshot: Snapshot, session_id: str, store: object
+) -> tuple[Rebuilt | list[Any], Meta | None]:
+    """:func:`checked` for a whole session, its live records made entries in the same pass.
+
+    Where that pass is not sure of a record (:func:`~guardrail.ledger._rebuild.rebuilt`),
+    :func:`checked` decides, with the same error for the same damage.
+    """
+    meta = _checked_meta(snapshot, session_id, store)
+    found = rebuilt(snapshot.records)
+    if found is None:
+        return checked(snapshot, session_id, store)
+    return found, meta
+
+
+def _checked_meta(snapshot: Snapshot, session_id: str, store: object) -> Meta | None:
+    """A snapshot's meta, checked; a whole session without one is damaged."""
+    from guardrail.ledger._saved import validate_meta  # pydantic: on reading
 
     if snapshot.complete and snapshot.version > 0 and snapshot.meta is None:
         # Every guard writes the meta with a session's first change: without it the turn,
         # capacities and counters are lost, and the session would open as something else.
         raise damaged(repr(store), session_id, "its meta (turn, capacities, counters) is missing")
     try:
-        found = validate_records(list(snapshot.records))
-        meta = None if snapshot.meta is None else validate_meta(snapshot.meta)
+        return None if snapshot.meta is None else validate_meta(snapshot.meta)
     except GuardrailUsageError as exc:
         raise damaged(repr(store), session_id, f"not a ledger's records: {exc}") from None
-    return list(found), meta
 
 
-def load(state: LedgerState, found: Sequence[Record], meta: Meta | None) -> None:
-    """Make an empty ledger the session that ``found`` and ``meta`` describe (checked ones)."""
-    fill(state, found, meta)
+def load(state: LedgerState, found: Rebuilt | Sequence[Record], meta: Meta | None) -> None:
+    """Make an empty ledger the session that ``found`` and ``meta`` describe (checked ones).
+
+    ``found``: the checked records, or what :func:`opened` made of them.
+    """
+    if isinstance(found, Rebuilt):
+        place(state, found.entries, found.marks, meta)
+    else:
+        fill(state, found, meta)
     with state.lock:
         if state.journal is not None:
             state.journal.clear()

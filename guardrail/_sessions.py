@@ -228,7 +228,7 @@ class Sessions:
             self.seal(state, session_id)
             journal.follow(state, all_of_it=True)
             return ledger
-        records, meta = journal.checked(snapshot, session_id, self.store)
+        records, meta = journal.opened(snapshot, session_id, self.store)
         ledger = self.new_ledger(session_id)
         journal.follow(state_of(ledger), all_of_it=False)
         journal.load(state_of(ledger), records, meta)

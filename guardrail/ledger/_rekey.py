@@ -32,8 +32,9 @@ def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
             kind = kinds.get(name)
             if kind is None:
                 continue
-            keys = [kind.key(entry.value) for entry in table.values()]
-            if all(new == old for new, old in zip(keys, table, strict=True)):
+            key = kind.key
+            keys = [key(entry.value) for entry in table.values()]
+            if keys == list(table):  # compared in C: a cold load re-keys nothing, mostly
                 continue
             _rekey(state, name, keys)
 

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from operator import itemgetter
 
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode, decode_rows, encode, has_surrogates
@@ -29,6 +30,8 @@ from guardrail.stores.protocol import (
 _SWEPT_PER_WRITE = 8
 #: The layout of the tables this code writes (``PRAGMA user_version``): 2, a row per record.
 SCHEMA_VERSION = 2
+#: A row's one column, in C: a cold load reads every record row.
+_FIRST = itemgetter(0)
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS guardrail_session ("
@@ -289,10 +292,14 @@ class SQLiteStore:
         db = self._db
         sid = _column(session_id)
         records: list[Record] = decode_rows(
-            text
-            for (text,) in db.execute(
-                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                (sid, since),
+            list(
+                map(
+                    _FIRST,
+                    db.execute(
+                        "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                        (sid, since),
+                    ),
+                )
             )
         )
         meta_text, meta_version = db.execute(

@@ -47,6 +47,7 @@ __all__ = [
     "test_a_concurrent_removal_wins_over_an_older_use",
     "test_a_delete_wins_over_a_scope_open_in_another_guard",
     "test_a_deleted_session_reads_as_new",
+    "test_a_field_equal_to_a_right_value_but_of_the_wrong_type_is_refused",
     "test_a_guard_keeps_the_ids_of_a_session_whose_user_typed_a_lone_surrogate",
     "test_a_guard_reads_every_ledger_field_back",
     "test_a_guard_sees_what_another_guard_wrote_since",
@@ -587,6 +588,36 @@ def test_a_record_a_guard_cannot_read_is_refused_with_its_session_named(
     with pytest.raises(Exception, match=r"session 's'.*verified: expected a boolean") as info:
         guard.session("s").__enter__()
     assert isinstance(info.value, GuardrailError)
+    assert guard.cached_sessions() == []
+
+
+#: Wrong values that a Python comparison takes for right ones (false == 0, 1.0 == 1), each in
+#: a record whose call another, good record shares: a check that remembered the call's source
+#: by equality would let them pass.
+LOOKALIKES: dict[str, dict[str, Any]] = {
+    "source turn false": {
+        "source": {"tool": "get_order", "call_id": "c1", "path": "order_id", "turn": False}
+    },
+    "epoch true": {"epoch": True},
+    "first_seen a float": {"first_seen": 0.0},
+    "verified one": {"verified": 1},
+    "pinned zero": {"pinned": 0},
+    "aliases holding a number": {"aliases": [1]},
+}
+
+
+@pytest.mark.parametrize("how", LOOKALIKES)
+def test_a_field_equal_to_a_right_value_but_of_the_wrong_type_is_refused(
+    store_factory: StoreFactory, how: str
+) -> None:
+    """A record field of the wrong type (false for a turn of 0) stops the session from opening."""
+    store = store_factory()
+    records = [live("W1000001"), live("W1000002", **LOOKALIKES[how])]
+    store.apply("s", Change(0, records, meta()))
+    guard = shop_guard(store=store_factory())
+    with pytest.raises(StoreError, match=r"session 's'") as info:
+        guard.check("issue_refund", {"order_id": "W1000002"}, session="s")
+    assert info.value.session_id == "s"
     assert guard.cached_sessions() == []
 
 
