@@ -32,6 +32,23 @@ class Source:
     turn: int
 
 
+#: The fields every ``live`` record has after kind, key, state and turn, in the order a record
+#: lists them (see :func:`live_record`).
+LIVE_FIELDS: tuple[str, ...] = (
+    "value",
+    "role",
+    "aliases",
+    "source",
+    "first_seen",
+    "last_used",
+    "verified",
+    "status",
+    "pinned",
+    "epoch",
+)
+#: The fields a ``live`` record has only where the entry has some (see :func:`live_record`).
+LIVE_OPTIONAL: tuple[str, ...] = ("note", "tier", "outside", "mention", "approved", "declined")
+
 #: Provenance tiers, most permissive first: a value with several sources keeps the first.
 #: ``produced``: a declared field of a successful result; ``minted``: a ``mints=`` parameter
 #: of a successful write; ``user``: typed by the user; ``mentioned``: found in the free text

@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from guardrail._entry import TIERS, Entry, entry_of
+from guardrail._entry import LIVE_FIELDS, LIVE_OPTIONAL, TIERS, Entry, entry_of, live_record
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._rebuild import rebuilt
 from guardrail.ledger._saved import validate_records
@@ -217,3 +217,21 @@ def test_entries_of_one_call_share_one_source() -> None:
     assert fast is not None
     one, two, three = fast.entries
     assert one.source is two.source and one.source is not three.source
+
+
+def test_the_field_lists_are_those_a_live_record_is_written_with() -> None:
+    """The field lists the one pass and the memory store read are live_record's."""
+    entry = entry_of(
+        live(
+            "W1",
+            note="Kettle",
+            tier="mentioned",
+            outside=True,
+            mention={"call": "read(x)", "excerpt": "pay W1"},
+            approved=["pay"],
+            declined=["send"],
+        )
+    )
+    written = live_record(entry)
+    assert list(written)[4 : 4 + len(LIVE_FIELDS)] == list(LIVE_FIELDS)
+    assert set(written) == {"kind", "key", "state", "turn", *LIVE_FIELDS, *LIVE_OPTIONAL}

@@ -16,28 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from guardrail._entry import TIERS, Entry, Mention, Record, Source, implied_tier
-
-_LIVE = frozenset(
-    (
-        "kind",
-        "key",
-        "state",
-        "turn",
-        "value",
-        "role",
-        "aliases",
-        "source",
-        "first_seen",
-        "last_used",
-        "verified",
-        "status",
-        "pinned",
-        "epoch",
-    )
+from guardrail._entry import (
+    LIVE_FIELDS,
+    LIVE_OPTIONAL,
+    TIERS,
+    Entry,
+    Mention,
+    Record,
+    Source,
+    implied_tier,
 )
+
+_LIVE = frozenset(("kind", "key", "state", "turn", *LIVE_FIELDS))
 #: The fields a live record has only where the entry has some (see ``live_record``).
-_LIVE_ALL = _LIVE | {"note", "tier", "outside", "mention", "approved", "declined"}
+_LIVE_ALL = _LIVE | frozenset(LIVE_OPTIONAL)
 _MARKS = {
     "evicted": frozenset(("kind", "key", "state", "turn", "value", "role")),
     "dropped": frozenset(("kind", "key", "state", "turn", "value", "tool")),

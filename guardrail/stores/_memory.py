@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardrail._entry import LIVE_FIELDS
 from guardrail.errors import StoreError
 from guardrail.stores._json import decode, decode_rows, encode
 from guardrail.stores.protocol import (
@@ -26,18 +27,7 @@ from guardrail.stores.protocol import (
 #: The fields of each record state after kind, key, state and turn, in the order a packed
 #: record lists them; a record with other fields is kept as a JSON object instead.
 _FIELDS = {
-    "live": (
-        "value",
-        "role",
-        "aliases",
-        "source",
-        "first_seen",
-        "last_used",
-        "verified",
-        "status",
-        "pinned",
-        "epoch",
-    ),
+    "live": LIVE_FIELDS,
     "evicted": ("value", "role"),
     "dropped": ("value", "tool"),
     "gone": (),
