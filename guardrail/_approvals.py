@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import hashlib
 import hmac
 import inspect
@@ -271,17 +272,7 @@ def sign(key: bytes, request: ApprovalRequest, value_key: str) -> ApprovalReques
         separators=(",", ":"),
     ).encode("utf-8", "surrogatepass")
     token = f"{_b64(payload)}.{_mac(key, payload)}"
-    return ApprovalRequest(
-        tool=request.tool,
-        param=request.param,
-        value=request.value,
-        kind=request.kind,
-        tier=request.tier,
-        outside=request.outside,
-        evidence=request.evidence,
-        session=request.session,
-        token=token,
-    )
+    return dataclasses.replace(request, token=token)
 
 
 def signed(key: bytes, verdict: Verdict, state: LedgerState) -> Verdict:
@@ -289,16 +280,7 @@ def signed(key: bytes, verdict: Verdict, state: LedgerState) -> Verdict:
     approvals = tuple(
         sign(key, r, state.key(r.kind, r.value) or r.value) for r in verdict.approvals
     )
-    return Verdict(
-        tool=verdict.tool,
-        allowed=verdict.allowed,
-        findings=verdict.findings,
-        message=verdict.message,
-        used=verdict.used,
-        typed=verdict.typed,
-        arguments=verdict.arguments,
-        approvals=approvals,
-    )
+    return dataclasses.replace(verdict, approvals=approvals)
 
 
 def answer_now(

@@ -45,39 +45,32 @@ if TYPE_CHECKING:
     import jsonschema
 
 _KIND_LIST = {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1}
-_PARAM = {
-    "oneOf": [
-        {"type": "string", "minLength": 1},
-        _KIND_LIST,
-        {
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "minLength": 1},
-                "kinds": _KIND_LIST,
-                "sep": {"type": "string", "minLength": 1},
-            },
-            "additionalProperties": False,
-            "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
-        },
-    ]
+_KIND_PROPERTIES: dict[str, object] = {
+    "kind": {"type": "string", "minLength": 1},
+    "kinds": _KIND_LIST,
+    "sep": {"type": "string", "minLength": 1},
 }
-_MINT = {
-    "oneOf": [
-        {"type": "string", "minLength": 1},
-        _KIND_LIST,
-        {
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "minLength": 1},
-                "kinds": _KIND_LIST,
-                "sep": {"type": "string", "minLength": 1},
-                "role": {"type": "string", "minLength": 1},
+
+
+def _declaration(properties: dict[str, object]) -> dict[str, object]:
+    """The schema of an id parameter's declaration: a kind, a list of kinds, or an object."""
+    return {
+        "oneOf": [
+            {"type": "string", "minLength": 1},
+            _KIND_LIST,
+            {
+                "type": "object",
+                "properties": properties,
+                "additionalProperties": False,
+                "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
             },
-            "additionalProperties": False,
-            "oneOf": [{"required": ["kind"]}, {"required": ["kinds"]}],
-        },
-    ]
-}
+        ]
+    }
+
+
+_PARAM = _declaration(_KIND_PROPERTIES)
+# A mint takes what a parameter takes, and a role for the ids it brings into existence.
+_MINT = _declaration({**_KIND_PROPERTIES, "role": {"type": "string", "minLength": 1}})
 _PRODUCER = {
     "oneOf": [
         {"type": "string", "minLength": 1},
