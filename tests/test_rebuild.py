@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from guardrail._entry import LIVE_FIELDS, LIVE_OPTIONAL, TIERS, Entry, entry_of, live_record
+from guardrail._rows import Rows
 from guardrail.errors import GuardrailUsageError
-from guardrail.ledger._rebuild import rebuilt
+from guardrail.ledger._rebuild import Rebuilt, rebuilt
 from guardrail.ledger._saved import validate_records
+from guardrail.stores._json import encode_record
 
 SOURCE = {"tool": "get_order", "call_id": "c1", "path": "order_id", "turn": 0}
 
@@ -99,8 +102,18 @@ def test_the_one_pass_accepts_only_what_the_reference_check_accepts(records: lis
 
 
 def agree(records: list[Any]) -> bool:
-    """Assert the one pass refuses what the reference refuses, else builds alike; refused?"""
-    fast = rebuilt(copy.deepcopy(records))
+    """Assert the one pass refuses what the reference refuses, else builds alike; refused?
+
+    Twice: over the records, and over their rows as a store writes and parses them.
+    """
+    rows = Rows([json.loads(encode_record(record)) for record in records])
+    assert [dict(record) for record in rows] == records  # a row reads back as its record
+    refused = [_agree(records, rebuilt(copy.deepcopy(records))), _agree(records, rebuilt(rows))]
+    assert refused[0] == refused[1], records
+    return refused[0]
+
+
+def _agree(records: list[Any], fast: Rebuilt | None) -> bool:
     try:
         reference = validate_records(copy.deepcopy(records))
     except GuardrailUsageError:

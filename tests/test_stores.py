@@ -24,6 +24,7 @@ from guardrail import (
     StoreError,
     compact,
 )
+from guardrail._rows import FIELDS
 from guardrail.ledger._ledger import state_of
 from guardrail.stores.protocol import Change, Written
 
@@ -366,7 +367,8 @@ def test_a_bad_stored_record_names_its_session_store_and_field(tmp_path: Path) -
     with guard.session("conv-9"):
         guard.record("search_orders", {}, ORDERS)
     with closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE guardrail_record SET record = json_set(record, '$.pinned', 'yes')")
+        pinned = f"$[{FIELDS['live'].index('pinned')}]"  # a record is written as a row of values
+        db.execute("UPDATE guardrail_record SET record = json_set(record, ?, 'yes')", (pinned,))
     other = shop_guard(store=SQLiteStore(path))
     with (
         pytest.raises(

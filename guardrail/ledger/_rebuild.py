@@ -13,11 +13,11 @@ and the same data gets the same answer either way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from guardrail._entry import (
-    LIVE_FIELDS,
     LIVE_OPTIONAL,
     TIERS,
     Entry,
@@ -26,16 +26,17 @@ from guardrail._entry import (
     Source,
     implied_tier,
 )
+from guardrail._rows import FIELDS, LIVE_LENGTH, SOURCE, Rows, record_of
 
-_LIVE = frozenset(("kind", "key", "state", "turn", *LIVE_FIELDS))
+_LIVE = frozenset(FIELDS["live"])
+#: A live record's values in the order of its row, in one call.
+_live_values = itemgetter(*FIELDS["live"])
+_source_values = itemgetter(*SOURCE)
 #: The fields a live record has only where the entry has some (see ``live_record``).
-_LIVE_ALL = _LIVE | frozenset(LIVE_OPTIONAL)
-_MARKS = {
-    "evicted": frozenset(("kind", "key", "state", "turn", "value", "role")),
-    "dropped": frozenset(("kind", "key", "state", "turn", "value", "tool")),
-    "gone": frozenset(("kind", "key", "state", "turn")),
-}
-_SOURCE = frozenset(("tool", "call_id", "path", "turn"))
+_OPTIONAL = frozenset(LIVE_OPTIONAL)
+_LIVE_ALL = _LIVE | _OPTIONAL
+_MARKS = {state: frozenset(FIELDS[state]) for state in ("evicted", "dropped", "gone")}
+_SOURCE = frozenset(SOURCE)
 _MENTION = frozenset(("call", "excerpt"))
 _TIERS = frozenset(TIERS)
 #: Shared by every entry approved for nothing (most): one object, not one per entry.
@@ -53,6 +54,8 @@ class Rebuilt(NamedTuple):
 def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
     """``records`` checked and the live ones made entries, or None: let the reference check decide.
 
+    ``records`` may be :class:`~guardrail._rows.Rows` as a store parsed
+    them: their lists are read as they are, never made dictionaries first.
     One :class:`~guardrail._entry.Source` per call and path is shared, as
     admission shares it. An entry's aliases are every name its record
     gives; the loader keeps the free ones.
@@ -61,12 +64,40 @@ def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
     marks: list[Record] = []
     sources: dict[tuple[Any, ...], Source] = {}
     add = entries.append
-    for record in records:
-        if type(record) is not dict:
+    for record in records.values if isinstance(records, Rows) else records:
+        shape = type(record)
+        if shape is list:  # a row: ["live", kind, key, turn, value, ...]
+            if not record or record[0] != "live":
+                record = record_of(record)  # a mark, checked as a record below
+            elif len(record) == LIVE_LENGTH:
+                entry = _entry(record, None, sources)
+                if entry is None:
+                    return None
+                add(entry)
+                continue
+            elif (
+                len(record) == LIVE_LENGTH + 1
+                and type(record[-1]) is dict
+                and record[-1].keys() <= _OPTIONAL
+            ):
+                entry = _entry(record[:-1], record[-1], sources)
+                if entry is None:
+                    return None
+                add(entry)
+                continue
+            else:
+                return None
+        elif shape is not dict:
             return None
         state = record.get("state")
         if state == "live":
-            entry = _entry(record, sources)
+            fields = record.keys()
+            if fields == _LIVE:  # most records: no note, no provenance beyond the implied
+                entry = _entry(_live_values(record), None, sources)
+            elif _LIVE < fields <= _LIVE_ALL:
+                entry = _entry(_live_values(record), record, sources)
+            else:
+                return None
             if entry is None:
                 return None
             add(entry)
@@ -77,25 +108,29 @@ def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
     return Rebuilt(entries, marks)
 
 
-def _entry(record: dict[str, Any], sources: dict[tuple[Any, ...], Source]) -> Entry | None:
-    """A live record as an entry, or None if the reference check might refuse it."""
-    fields = record.keys()
-    plain = fields == _LIVE  # most records: no note, no provenance beyond the implied
-    if not plain and not (_LIVE <= fields <= _LIVE_ALL):
-        return None
-    kind = record["kind"]
-    key = record["key"]
-    value = record["value"]
-    role = record["role"]
-    turn = record["turn"]
-    first_seen = record["first_seen"]
-    last_used = record["last_used"]
-    epoch = record["epoch"]
-    verified = record["verified"]
-    status = record["status"]
-    pinned = record["pinned"]
-    aliases = record["aliases"]
-    raw = record["source"]
+def _entry(
+    row: Sequence[Any], extra: dict[str, Any] | None, sources: dict[tuple[Any, ...], Source]
+) -> Entry | None:
+    """A live record's values, in a row's order, as an entry; None where the check might refuse.
+
+    ``extra``: where the fields only some entries have are, if anywhere.
+    """
+    (
+        _,
+        kind,
+        key,
+        turn,
+        value,
+        role,
+        aliases,
+        raw,
+        first_seen,
+        last_used,
+        verified,
+        status,
+        pinned,
+        epoch,
+    ) = row
     if not (
         type(kind) is str
         and type(key) is str
@@ -114,14 +149,14 @@ def _entry(record: dict[str, Any], sources: dict[tuple[Any, ...], Source]) -> En
         and (status is None or type(status) is str)
         and type(aliases) is list
         and _strings(aliases)
-        and type(raw) is dict
-        and raw.keys() == _SOURCE
     ):
         return None
-    tool = raw["tool"]
-    call_id = raw["call_id"]
-    path = raw["path"]
-    at = raw["turn"]
+    if type(raw) is list and len(raw) == 4:  # a row's source
+        tool, call_id, path, at = raw
+    elif type(raw) is dict and raw.keys() == _SOURCE:  # a record's
+        tool, call_id, path, at = _source_values(raw)
+    else:
+        return None
     # Checked before the look-up, whose equality is looser than the check (0 == False).
     if not (
         type(tool) is str
@@ -149,14 +184,14 @@ def _entry(record: dict[str, Any], sources: dict[tuple[Any, ...], Source]) -> En
     entry.status = status
     entry.pinned = pinned
     entry.epoch = epoch
-    if plain:
+    if extra is None:
         entry.note = None
-        entry.tier = implied_tier(verified, source.tool)
+        entry.tier = implied_tier(verified, tool)
         entry.outside = False
         entry.mention = None
         entry.approved = entry.declined = _NOTHING
         return entry
-    return entry if _provenance(entry, record) else None
+    return entry if _provenance(entry, extra) else None
 
 
 def _provenance(entry: Entry, record: dict[str, Any]) -> bool:

@@ -1,4 +1,4 @@
-"""Records as JSON text and back, fast: the stores' one encoding.
+"""Records as JSON text and back, fast: the stores' one encoding (rows, :mod:`guardrail._rows`).
 
 Text from a JSON request may hold a lone surrogate (``"\\ud83d"``, half an
 emoji cut off): a ``str`` holds it, but no UTF-8 codec encodes it, so a
@@ -14,6 +14,9 @@ import json
 import re
 from collections.abc import Iterable
 from typing import Any
+
+from guardrail._entry import Record
+from guardrail._rows import Rows, is_row, record_of, row_of
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -49,15 +52,37 @@ def decode(text: str) -> Any:
     return json.loads(text)
 
 
-def decode_rows(texts: Iterable[str | bytes], kinds: tuple[type, ...] = (dict,)) -> list[Any]:
-    """Each row's JSON text parsed alone: exactly one value of one of ``kinds`` per row.
+def encode_record(record: Record) -> str:
+    """A record as the JSON text of its row (:mod:`guardrail._rows`): what every store writes."""
+    return encode(row_of(record))
 
-    A row holding anything else (two objects, text after the value, a value
+
+def decode_record(text: str | bytes) -> Record:
+    """One stored row's JSON text as a record; a ValueError if it holds anything else."""
+    value = json.loads(text)
+    if type(value) is not dict and not is_row(value):
+        raise ValueError(f"a row holds a JSON {type(value).__name__}, not a record")
+    return record_of(value)  # type: ignore[no-any-return]
+
+
+def decode_rows(texts: Iterable[str | bytes]) -> Rows:
+    """Each row's JSON text parsed alone: exactly one row (an array) or record (an object) each.
+
+    A row holding anything else (two values, text after the value, a value
     of another type) is a ValueError naming what it holds: rows are never
     parsed together, so no row can pass for two records. pydantic-core's
     parser (a dependency already) reads a row about twice as fast as the
     standard library's; both refuse text after the value.
     """
+    values = _parsed(texts, (list, dict))
+    for value in values:
+        if type(value) is list and not is_row(value):
+            raise ValueError(f"a row holds a JSON list that is not a record's row: {value!r:.80}")
+    return Rows(values)
+
+
+def _parsed(texts: Iterable[str | bytes], kinds: tuple[type, ...]) -> list[Any]:
+    """Each text parsed alone, each a value of one of ``kinds``."""
     from pydantic_core import from_json  # here: `import guardrail` does not load it
 
     texts = texts if isinstance(texts, list) else list(texts)

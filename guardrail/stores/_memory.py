@@ -5,15 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from guardrail._entry import LIVE_FIELDS
 from guardrail.errors import StoreError
-from guardrail.stores._json import decode, decode_rows, encode
+from guardrail.stores._json import decode, decode_record, decode_rows, encode, encode_record
 from guardrail.stores.protocol import (
     Change,
     Meta,
-    Record,
     Snapshot,
     Written,
     damaged,
@@ -23,50 +20,6 @@ from guardrail.stores.protocol import (
     merge_record,
     stale_base,
 )
-
-#: The fields of each record state after kind, key, state and turn, in the order a packed
-#: record lists them; a record with other fields is kept as a JSON object instead.
-_FIELDS = {
-    "live": LIVE_FIELDS,
-    "evicted": ("value", "role"),
-    "dropped": ("value", "tool"),
-    "gone": (),
-}
-_SOURCE = ("tool", "call_id", "path", "turn")
-#: The field names of a packed record of each state, in its order.
-_PACKED = {state: ("state", "kind", "key", "turn", *names) for state, names in _FIELDS.items()}
-_SETS = {state: {"kind", "key", "state", "turn", *names} for state, names in _FIELDS.items()}
-
-
-def _pack(record: Record) -> str:
-    """A record as short JSON: its values in a fixed order, without the field names.
-
-    Most of a record's text is its field names; an ended conversation held in
-    memory costs about a third as much without them. A record of any other
-    shape (the store checks nothing) is kept whole, as a JSON object.
-    """
-    state = record.get("state")
-    if not isinstance(state, str) or state not in _FIELDS or record.keys() != _SETS[state]:
-        return encode(record)
-    names = _FIELDS[state]
-    values = [state, record["kind"], record["key"], record["turn"]]
-    values += [record[name] for name in names]
-    if state == "live":
-        source = record["source"]
-        if isinstance(source, dict) and source.keys() == set(_SOURCE):
-            values[7] = [source[name] for name in _SOURCE]
-    return encode(values)
-
-
-def _unpack(value: Any) -> Record:
-    """A record as :func:`_pack` kept it (one decoded JSON value)."""
-    if isinstance(value, dict):
-        return value
-    state = value[0]
-    record = dict(zip(_PACKED[state], value, strict=True))  # one call in C: a load unpacks all
-    if state == "live" and isinstance(record["source"], list):
-        record["source"] = dict(zip(_SOURCE, record["source"], strict=True))
-    return record
 
 
 @dataclass(slots=True)
@@ -81,9 +34,10 @@ class _Session:
 class MemoryStore:
     """Sessions kept in this process, as the records any store keeps (the default store).
 
-    Records are held as short JSON text (their values without the field
-    names), so what a guard reads back is a copy that nothing else changes,
-    and an ended conversation costs about what that text does. Several
+    Records are held as the JSON text of their rows (their values without
+    the field names, see :mod:`guardrail._rows`), so what a guard reads back
+    is a copy that nothing else changes, and an ended conversation costs
+    about what that text does. Several
     guards sharing one MemoryStore merge their writes as they would over
     SQLite. It is lost when the process ends.
     """
@@ -104,7 +58,7 @@ class MemoryStore:
         """Write ``change`` atomically, merging rows written since ``change.base``."""
         # Every record as text before anything is written: a bad one changes nothing.
         try:
-            texts = [((r["kind"], r["key"]), r, _pack(r)) for r in change.records]
+            texts = [((r["kind"], r["key"]), r, encode_record(r)) for r in change.records]
             meta_text = None if change.meta is None else encode(change.meta)
         except (TypeError, ValueError, KeyError) as exc:
             raise StoreError(
@@ -131,8 +85,8 @@ class MemoryStore:
             for name, record, text in texts:
                 row = rows.get(name)
                 if row is not None and row[0] > change.base:
-                    merged = merge_record(_unpack(decode(row[1])), record, concurrent=True)
-                    text = _pack(merged)
+                    merged = merge_record(decode_record(row[1]), record, concurrent=True)
+                    text = encode_record(merged)
                 rows[name] = (version, text)
             if change.meta is not None and meta_text is not None:
                 if held.meta is not None and held.meta[0] > change.base:
@@ -190,8 +144,7 @@ class MemoryStore:
 
     @staticmethod
     def _snapshot(held: _Session, since: int, *, complete: bool) -> Snapshot:
-        rows = decode_rows([text for v, text in held.rows.values() if v > since], (list, dict))
-        records = [_unpack(row) for row in rows]
+        records = decode_rows([text for v, text in held.rows.values() if v > since])
         meta: Meta | None = None
         if held.meta is not None and held.meta[0] > since:
             meta = decode(held.meta[1])

@@ -11,8 +11,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from guardrail._rows import is_row, record_of
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode_rows, has_surrogates
+from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._postgres_sql import (
     APPLY,
     CHANGES,
@@ -20,6 +21,7 @@ from guardrail.stores._postgres_sql import (
     DELETE_RECORDS,
     DELETE_SESSIONS,
     EXPIRE_ONE,
+    FUNCTION_NAME,
     FUNCTIONS,
     IDLE,
     LOCK,
@@ -110,7 +112,9 @@ class PostgresBase:
         self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
-            key: sql.SQL(text).format(schema=name, now=sql.SQL(NOW))
+            key: sql.SQL(text).format(
+                schema=name, now=sql.SQL(NOW), function=sql.Identifier(FUNCTION_NAME)
+            )
             for key, text in (
                 ("tables", TABLES),
                 ("written_index", WRITTEN_INDEX),
@@ -201,7 +205,7 @@ class PostgresBase:
             "base": base,
             "meta": None if meta is None else json.dumps(meta, separators=(",", ":")),
             "names": list(records),
-            "records": [json.dumps(record, separators=(",", ":")) for record in records.values()],
+            "records": [encode_record(record) for record in records.values()],
         }
 
     def _merged(
@@ -221,7 +225,7 @@ class PostgresBase:
         names, rows, meta_text = stake
         records, meta = dict(sending[0]), sending[1]
         for name, row in zip(names or (), rows or (), strict=True):
-            held = self._parse(session_id, row, f"record {name}")
+            held = self._parse(session_id, row, f"record {name}", record=True)
             records[name] = merge_record(held, originals[name], concurrent=True)
         if meta_text is not None and change.meta is not None:
             held_meta = self._parse(session_id, meta_text, "the meta")
@@ -242,20 +246,24 @@ class PostgresBase:
             return None
         texts = [row[3] for row in rows if row[0] == 1]
         try:  # each row alone, by the fast parser
-            records = decode_rows(texts)
+            records: Sequence[Record] = decode_rows(texts)
         except ValueError:  # the row at fault, named
-            records = [self._parse(session_id, text, "a record") for text in texts]
+            records = [self._parse(session_id, text, "a record", record=True) for text in texts]
         meta: Meta | None = None
         if meta_text is not None:
             meta = self._parse(session_id, meta_text, "the meta")
         return Snapshot(version, records, meta, created >= since)
 
-    def _parse(self, session_id: str, text: str, what: str) -> dict[str, Any]:
-        """A stored JSON object; anything else is a StoreError naming the session."""
+    def _parse(
+        self, session_id: str, text: str, what: str, *, record: bool = False
+    ) -> dict[str, Any]:
+        """A stored JSON object (or row, for a ``record``); else a StoreError naming the session."""
         try:
             value = json.loads(text)
         except (TypeError, ValueError) as exc:
             raise self._corrupt(session_id, f"{what} is not JSON ({exc})") from None
+        if record and is_row(value):
+            return record_of(value)  # type: ignore[no-any-return]
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value

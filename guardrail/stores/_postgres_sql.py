@@ -1,4 +1,4 @@
-"""The PostgreSQL stores' SQL: the tables, the ``apply_change_v2`` function and the statements.
+"""The PostgreSQL stores' SQL: the tables, the ``apply_change_v3`` function and the statements.
 
 Kept apart from :mod:`guardrail.stores._postgres` (the stores' Python) so each
 reads as one thing. The statements name ``{schema}``, filled in with the
@@ -9,10 +9,11 @@ filled in with :data:`NOW`.
 from __future__ import annotations
 
 #: The layout of the tables and functions this code uses. 1: the same tables, unversioned,
-#: with an ``apply_change`` each start redefined; 2: a version row, functions named by version.
-SCHEMA_VERSION = 2
+#: with an ``apply_change`` each start redefined; 2: a version row, functions named by version;
+#: 3: records written as rows (:mod:`guardrail._rows`), which code of layout 2 cannot read.
+SCHEMA_VERSION = 3
 #: The oldest layout whose code may still use a database of this one (its functions kept).
-COMPATIBLE = 2
+COMPATIBLE = 3
 
 # What the schema holds now: its tables, its version row if any, this layout's function.
 INSPECT = """
@@ -61,7 +62,7 @@ FUNCTION_NAME = f"apply_change_v{SCHEMA_VERSION}"
 # The merge rule is not here: apply_change refuses a change that would replace a row (or the
 # meta) written after the writer's base, and returns those rows for the store to merge in Python.
 FUNCTIONS = """
-CREATE OR REPLACE FUNCTION {schema}.apply_change_v2(
+CREATE OR REPLACE FUNCTION {schema}.{function}(
     sid text, base bigint, new_meta text, names text[], texts text[], durable boolean,
     lock_wait text, pruned text[], prune_base bigint, ttl double precision
 ) RETURNS TABLE (
@@ -160,7 +161,7 @@ NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
 APPLY = """
 SELECT version, alone, stake_names, stake_records, stake_meta
-FROM {schema}.apply_change_v2(
+FROM {schema}.{function}(
     %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
     %(lock_wait)s, %(pruned)s::text[], %(prune_base)s, %(ttl)s
 )

@@ -25,8 +25,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
+from guardrail._rows import is_row, record_of
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode_rows, has_surrogates
+from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
 from guardrail.stores.protocol import (
     Change,
@@ -172,7 +173,7 @@ class _RedisBase:
                 assert change.meta is not None  # the script asks about the meta only when sent
                 meta = merge_meta(held_meta, change.meta, concurrent=True)
             else:
-                held = self._parse(session_id, row, f"record {name!r}")
+                held = self._parse(session_id, row, f"record {name!r}", record=True)
                 records[name] = merge_record(held, originals[name], concurrent=True)
         return records, meta
 
@@ -184,26 +185,30 @@ class _RedisBase:
         pruned: Sequence[tuple[str, str]] = (),
         own_base: int = 0,
     ) -> list[str | bytes]:
-        # json.dumps writes ASCII: a lone surrogate in a record is escaped, and reads back.
+        # Lone surrogates are escaped (json.dumps writes ASCII, encode_record escapes them).
         args: list[str | bytes] = [str(base), str(self._ttl_ms), "", str(len(pruned)), "0"]
         if meta is not None:
             args[2] = json.dumps(meta, separators=(",", ":"))
         args[4] = str(own_base)
         args += [_wire(self._name({"kind": kind, "key": key})) for kind, key in pruned]
         for name, record in records.items():
-            args += (_wire(name), json.dumps(record, separators=(",", ":")))
+            args += (_wire(name), encode_record(record))
         return args
 
     # -- replies --------------------------------------------------------------------------
 
-    def _parse(self, session_id: str, row: bytes | str | None, what: str) -> dict[str, Any]:
-        """A stored JSON object; anything else is a StoreError naming the session."""
+    def _parse(
+        self, session_id: str, row: bytes | str | None, what: str, *, record: bool = False
+    ) -> dict[str, Any]:
+        """A stored JSON object (or row, for a ``record``); else a StoreError naming the session."""
         if row is None:
             raise self._corrupt(session_id, f"{what} is missing from the records hash")
         try:
             value = json.loads(row)
         except ValueError as exc:
             raise self._corrupt(session_id, f"{what} is not JSON ({exc})") from None
+        if record and is_row(value):
+            return record_of(value)  # type: ignore[no-any-return]
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value
@@ -217,9 +222,9 @@ class _RedisBase:
             return None
         complete, meta_row, rows = bool(reply[1]), reply[2], reply[3]
         try:  # each row alone, by the fast parser
-            records = decode_rows(rows)
+            records: Sequence[Record] = decode_rows(rows)
         except ValueError:  # the row at fault, named
-            records = [self._parse(session_id, row, "a record") for row in rows]
+            records = [self._parse(session_id, row, "a record", record=True) for row in rows]
         meta = None if meta_row is None else self._parse(session_id, meta_row, "the meta")
         return Snapshot(version, records, meta, complete)
 

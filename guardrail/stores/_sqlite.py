@@ -11,11 +11,17 @@ from contextlib import contextmanager
 from operator import itemgetter
 
 from guardrail.errors import GuardrailUsageError, StoreError
-from guardrail.stores._json import decode, decode_rows, encode, has_surrogates
+from guardrail.stores._json import (
+    decode,
+    decode_record,
+    decode_rows,
+    encode,
+    encode_record,
+    has_surrogates,
+)
 from guardrail.stores.protocol import (
     Change,
     Meta,
-    Record,
     Snapshot,
     Written,
     damaged,
@@ -28,8 +34,9 @@ from guardrail.stores.protocol import (
 
 #: How many sessions past their ttl a write deletes besides its own (a bounded sweep).
 _SWEPT_PER_WRITE = 8
-#: The layout of the tables this code writes (``PRAGMA user_version``): 2, a row per record.
-SCHEMA_VERSION = 2
+#: The layout of the tables this code writes (``PRAGMA user_version``): 2, a table row per
+#: record; 3, records written as rows (:mod:`guardrail._rows`), which code of layout 2 refuses.
+SCHEMA_VERSION = 3
 #: A row's one column, in C: a cold load reads every record row.
 _FIRST = itemgetter(0)
 _PRIVATE = ("", ":memory:")  # names of databases no other connection can see
@@ -134,7 +141,9 @@ class SQLiteStore:
         """Write ``change`` in one transaction, merging rows written since ``change.base``."""
         # Every record as text before the transaction: a bad one changes nothing.
         try:
-            rows = [(_column(r["kind"]), _column(r["key"]), encode(r)) for r in change.records]
+            rows = [
+                (_column(r["kind"]), _column(r["key"]), encode_record(r)) for r in change.records
+            ]
             meta_text = None if change.meta is None else encode(change.meta)
         except (TypeError, ValueError, KeyError) as exc:
             raise StoreError(
@@ -291,17 +300,17 @@ class SQLiteStore:
     ) -> Snapshot:
         db = self._db
         sid = _column(session_id)
-        records: list[Record] = decode_rows(
-            list(
-                map(
-                    _FIRST,
-                    db.execute(
-                        "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
-                        (sid, since),
-                    ),
-                )
+        # A whole session is read in key order, along the table's own primary key: five times
+        # faster at 10,000 rows than through the version index, which looks up every row again.
+        rows = (
+            db.execute("SELECT record FROM guardrail_record WHERE session_id = ?", (sid,))
+            if since == 0
+            else db.execute(
+                "SELECT record FROM guardrail_record WHERE session_id = ? AND version > ?",
+                (sid, since),
             )
         )
+        records = decode_rows(list(map(_FIRST, rows)))
         meta_text, meta_version = db.execute(
             "SELECT meta, meta_version FROM guardrail_session WHERE session_id = ?", (sid,)
         ).fetchone()
@@ -351,9 +360,9 @@ class SQLiteStore:
                 for kind, key, text in rows:
                     held = newer.get((kind, key))
                     if held is not None:
-                        old = decode_rows((held,))[0]
+                        old = decode_record(held)
                         merged = merge_record(old, by_name[kind, key], concurrent=True)
-                        text = encode(merged)
+                        text = encode_record(merged)
                     merged_rows.append((kind, key, text))
                 rows = merged_rows
         if change.pruned:  # past the writer's bound; a row written since its base stays
@@ -450,7 +459,7 @@ class SQLiteStore:
                 ) from None
             state = state_of(ledger)
             found, meta = records(state), meta_of(state)
-            rows = [(_column(r["kind"]), _column(r["key"]), encode(r)) for r in found]
+            rows = [(_column(r["kind"]), _column(r["key"]), encode_record(r)) for r in found]
             self._apply(session_id, Change(0, found, meta), rows, encode(meta))
         db.execute("DROP TABLE guardrail_sessions")
 

@@ -55,6 +55,7 @@ __all__ = [
     "test_a_missing_session_loads_as_none",
     "test_a_record_a_guard_cannot_read_is_refused_with_its_session_named",
     "test_a_record_of_any_shape_comes_back_as_written",
+    "test_a_row_written_as_a_json_object_reads_the_same",
     "test_a_session_id_with_a_lone_surrogate_round_trips_or_is_a_store_error",
     "test_a_write_based_on_a_deleted_session_is_refused",
     "test_a_writer_that_saw_a_row_replaces_it",
@@ -117,6 +118,9 @@ DAMAGES = (
     "records gone",
     "meta gone",
     "unknown state",
+    "row of the wrong length",
+    "row of a mark's state with an entry's values",
+    "row whose extra fields name the value",
 )
 
 #: The record a damaged row smuggles in beside its own: an id no tool returned.
@@ -424,6 +428,26 @@ def test_damaged_or_missing_session_data_is_a_store_error(
     assert reader.cached_sessions() == []
     for built in (writer, hurt, store):
         built.close()
+
+
+def test_a_row_written_as_a_json_object_reads_the_same(
+    store_factory: StoreFactory, damage: Callable[[Store, str, str], None]
+) -> None:
+    """Records written as objects (layout 2) read back as the rows written now do."""
+    writer, rewriter = store_factory(), store_factory()
+    shop_guard(store=writer).record("search_orders", {}, ORDERS, call_id="c1", session="X")
+    before = writer.load("X")
+    damage(rewriter, "X", "row as an object")  # not damage: the record as layout 2 wrote it
+    after = store_factory().load("X")
+    assert before is not None and after is not None
+    assert sorted(map(json.dumps, after.records)) == sorted(map(json.dumps, before.records))
+    reader = shop_guard(store=store_factory())
+    for order in ORDERS["orders"]:
+        assert reader.check("issue_refund", {"order_id": order["order_id"]}, session="X").allowed
+    assert not reader.check("issue_refund", {"order_id": FORGED}, session="X").allowed
+    for built in (writer, rewriter, reader.store, after):
+        if hasattr(built, "close"):
+            built.close()
 
 
 def _evicted(key: str, turn: int) -> dict[str, Any]:

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from guardrail._rows import record_of
+
 from .conformance import FORGED, live
 
 #: A record of no state the protocol knows, as valid JSON.
@@ -22,11 +24,18 @@ HAUNTED = {"kind": "order", "key": "W8855135", "state": "haunted", "turn": 0}
 
 def _row(text: str, how: str) -> str:
     """One record row's JSON text after the damage ``how`` (a damage of one row)."""
+    row = json.loads(text)
+    assert row[0] == "live", "the first row of the damaged session is an entry's"
     return {
         "row not json": "{not json",
         "two records in a row": text + "," + json.dumps(live(FORGED)),
         "row not an object": "[1]",
         "unknown state": json.dumps(HAUNTED),
+        "row of the wrong length": json.dumps(row[:-1]),
+        "row of a mark's state with an entry's values": json.dumps(["evicted", *row[1:]]),
+        # The fields only some entries have come last, in an object: never the value.
+        "row whose extra fields name the value": json.dumps([*row, {"value": FORGED}]),
+        "row as an object": json.dumps(record_of(row)),  # not damage: layout 2's way
     }[how]
 
 

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
+from guardrail.stores._postgres_sql import COMPATIBLE, FUNCTION_NAME, SCHEMA_VERSION
 from guardrail.stores.protocol import Change, Snapshot
 
 from . import damage as damages
@@ -72,7 +73,7 @@ def test_the_store_keeps_no_merge_rule_of_its_own(pg: PostgresStore, postgres_ds
             " WHERE n.nspname = %s ORDER BY p.proname",
             (pg.schema,),
         ).fetchall()
-    assert [name for (name,) in functions] == ["apply_change_v2"]
+    assert [name for (name,) in functions] == [FUNCTION_NAME]
 
 
 # -- the server going away, and what it holds going bad ------------------------------------------
@@ -308,7 +309,7 @@ def test_a_store_starting_redefines_nothing(pg: PostgresStore, postgres_dsn: str
                 sql.Identifier(pg.schema, "schema_version")
             )
         ).fetchall()
-    assert row == [(2, 2)]
+    assert row == [(SCHEMA_VERSION, COMPATIBLE)]
 
 
 def _set_version(dsn: str, schema: str, version: int, compatible: int) -> None:
@@ -324,14 +325,17 @@ def _set_version(dsn: str, schema: str, version: int, compatible: int) -> None:
 def test_a_database_of_a_newer_layout_is_refused(pg: PostgresStore, postgres_dsn: str) -> None:
     """A schema a newer release set up, usable only from its layout on: a StoreError saying so."""
     pg.apply("s", Change(0, [live("W1")], meta()))
-    _set_version(postgres_dsn, pg.schema, 3, 3)
+    newer = SCHEMA_VERSION + 1
+    _set_version(postgres_dsn, pg.schema, newer, newer)
     older = PostgresStore(postgres_dsn, schema=pg.schema)
     try:
-        with pytest.raises(StoreError, match=r"newer guardrail \(layout 3.*knows layout 2"):
+        with pytest.raises(
+            StoreError, match=rf"newer guardrail \(layout {newer}.*knows layout {SCHEMA_VERSION}"
+        ):
             older.load("s")
     finally:
         older.close()
-    _set_version(postgres_dsn, pg.schema, 3, 2)  # newer, but still usable by layout 2
+    _set_version(postgres_dsn, pg.schema, newer, SCHEMA_VERSION)  # newer, but usable by this one
     compatible = PostgresStore(postgres_dsn, schema=pg.schema)
     try:
         assert compatible.load("s") is not None
@@ -366,7 +370,7 @@ def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(
     finally:
         store.close()
     names = [proc for proc, _ in _proc_xmin(postgres_dsn, postgres_schema)]
-    assert names == ["apply_change", "apply_change_v2"]
+    assert names == ["apply_change", FUNCTION_NAME]
 
 
 # -- never hanging ----------------------------------------------------------------------------

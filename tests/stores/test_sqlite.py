@@ -13,6 +13,7 @@ import pytest
 
 from guardrail.errors import StoreError
 from guardrail.stores import SQLiteStore
+from guardrail.stores._sqlite import SCHEMA_VERSION
 from guardrail.stores.protocol import Change
 
 from . import damage as damages
@@ -61,9 +62,10 @@ def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "sessions.sqlite3"
     SQLiteStore(path).close()
     with closing(sqlite3.connect(path)) as db:
-        assert db.execute("PRAGMA user_version").fetchone() == (2,)
-        db.execute("PRAGMA user_version = 3")
-    with pytest.raises(StoreError, match=r"newer guardrail \(layout 3; this one knows 2\)"):
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    newer = rf"newer guardrail \(layout {SCHEMA_VERSION + 1}; this one knows {SCHEMA_VERSION}\)"
+    with pytest.raises(StoreError, match=newer):
         SQLiteStore(path)
 
 
