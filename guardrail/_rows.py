@@ -41,6 +41,10 @@ SOURCE_AT = FIELDS["live"].index("source")
 #: How long a live row is without and with the fields only some entries have.
 LIVE_LENGTH = len(FIELDS["live"])
 _LIVE_ROW = FIELDS["live"]
+#: Every row's (state, length): a row is a list of one of these.
+SHAPES = frozenset(
+    {(state, len(names)) for state, names in FIELDS.items()} | {("live", LIVE_LENGTH + 1)}
+)
 _OPTIONAL = frozenset(LIVE_OPTIONAL)
 _NAMES = {state: frozenset(names) for state, names in FIELDS.items()}
 _SOURCE_NAMES = frozenset(SOURCE)

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from guardrail._entry import Record
-from guardrail._rows import Rows, is_row, record_of, row_of
+from guardrail._rows import SHAPES, Rows, is_row, record_of, row_of
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -75,9 +75,13 @@ def decode_rows(texts: Iterable[str | bytes]) -> Rows:
     standard library's; both refuse text after the value.
     """
     values = _parsed(texts, (list, dict))
-    for value in values:
-        if type(value) is list and not is_row(value):
-            raise ValueError(f"a row holds a JSON list that is not a record's row: {value!r:.80}")
+    try:  # every row's (state, length) at once: a call per row would cost a third of the parse
+        shapes = {(value[0], len(value)) for value in values if type(value) is list}
+    except (IndexError, TypeError):  # an empty list, or one led by a list or an object
+        shapes = {("", -1)}
+    if not shapes <= SHAPES:
+        bad = next(value for value in values if type(value) is list and not is_row(value))
+        raise ValueError(f"a row holds a JSON list that is not a record's row: {bad!r:.80}")
     return Rows(values)
 
 
