@@ -129,8 +129,9 @@ class PostgresStore(PostgresBase):
         """None if the session is still at ``version``; else what was written since."""
         sid = self._sid(session_id, "read")
         params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        statement = "load" if version == 0 else "changes"
         snapshot = self._snapshot(
-            session_id, self._run("read", session_id, "changes", params), version
+            session_id, self._run("read", session_id, statement, params), version
         )
         if snapshot is EXPIRED:
             self._run("deleted", session_id, "expire_one", params)
@@ -292,7 +293,7 @@ class AsyncPostgresStore(PostgresBase):
         """None if the session is still at ``version``; else what was written since."""
         sid = self._sid(session_id, "read")
         params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
-        rows = await self._run("read", session_id, "changes", params)
+        rows = await self._run("read", session_id, "load" if version == 0 else "changes", params)
         snapshot = self._snapshot(session_id, rows, version)
         if snapshot is EXPIRED:
             await self._run("deleted", session_id, "expire_one", params)
