@@ -148,7 +148,7 @@ def _entry(
         and type(pinned) is bool
         and (status is None or type(status) is str)
         and type(aliases) is list
-        and _strings(aliases)
+        and (not aliases or _strings(aliases))
     ):
         return None
     if type(raw) is list and len(raw) == 4:  # a row's source

@@ -9,11 +9,14 @@ here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from operator import attrgetter
 
 from guardrail._entry import Entry, Tombstone
 from guardrail._index import KeyIndex
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
+
+_value = attrgetter("value")
 
 
 def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
@@ -32,11 +35,13 @@ def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
             kind = kinds.get(name)
             if kind is None:
                 continue
-            key = kind.key
-            keys = [key(entry.value) for entry in table.values()]
-            if keys == list(table):  # compared in C: a cold load re-keys nothing, mostly
-                continue
-            _rekey(state, name, keys)
+            try:  # every value at once, in C: a cold load re-keys nothing, mostly
+                same = list(map(kind.normalize, map(_value, table.values()))) == list(table)
+            except Exception:  # a value it cannot read: each one apart, below
+                same = False
+            if not same:  # equal lists hold only the tables' own keys (text): nothing to do
+                key = kind.key
+                _rekey(state, name, [key(entry.value) for entry in table.values()])
 
 
 def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:

@@ -29,6 +29,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone, raise_tier
@@ -50,6 +51,7 @@ Name = tuple[str, str]  # (kind, key): what names one id in a ledger and in a st
 
 _allocate = object.__new__
 _TIER = {True: "produced", False: "introduced"}  # an admission's tier when it names none
+_PINNED = attrgetter("pinned")
 
 
 class LedgerState:
@@ -528,7 +530,7 @@ class LedgerState:
     def recount(self) -> None:
         """Recount the entries and pinned entries after tables were rebuilt."""
         self.size = sum(len(table) for table in self.tables.values())
-        self.pinned = sum(entry.pinned for entry in self)
+        self.pinned = sum(map(_PINNED, self))
 
     def evict_over_capacity(self, *, spare_current: bool = True) -> list[Entry]:
         """Evict the least recently used entries until the ledger fits.
