@@ -322,6 +322,42 @@ def _set_version(dsn: str, schema: str, version: int, compatible: int) -> None:
         )
 
 
+def test_a_schema_of_layout_2_is_taken_over_and_its_object_records_still_read(
+    pg: PostgresStore, postgres_dsn: str
+) -> None:
+    """Layout 2 wrote records as JSON objects: they read the same, and the schema says 3."""
+    pg.apply("s", Change(0, [live("W1"), live("W2", turn=2)], meta()))
+    written = pg.load("s")
+    assert written is not None
+    records = sql.Identifier(pg.schema, "records")
+    with admin(postgres_dsn) as conn:
+        for (name,) in conn.execute(sql.SQL("SELECT name FROM {}").format(records)).fetchall():
+            key = json.loads(name)[1]
+            record = next(r for r in written.records if r["key"] == key)
+            conn.execute(
+                sql.SQL("UPDATE {} SET record = %s WHERE name = %s").format(records),
+                (json.dumps(dict(record)), name),
+            )
+    _set_version(postgres_dsn, pg.schema, 2, 2)
+    upgraded = PostgresStore(postgres_dsn, schema=pg.schema)
+    try:
+        read = upgraded.load("s")
+        assert read is not None
+        assert sorted(map(json.dumps, read.records)) == sorted(map(json.dumps, written.records))
+        upgraded.apply("s", Change(read.version, [live("W3")]))  # written as a row beside them
+        again = upgraded.load("s")
+        assert again is not None and {r["key"] for r in again.records} == {"W1", "W2", "W3"}
+    finally:
+        upgraded.close()
+    with admin(postgres_dsn) as conn:
+        row = conn.execute(
+            sql.SQL("SELECT version, compatible FROM {}").format(
+                sql.Identifier(pg.schema, "schema_version")
+            )
+        ).fetchall()
+    assert row == [(SCHEMA_VERSION, COMPATIBLE)]
+
+
 def test_a_database_of_a_newer_layout_is_refused(pg: PostgresStore, postgres_dsn: str) -> None:
     """A schema a newer release set up, usable only from its layout on: a StoreError saying so."""
     pg.apply("s", Change(0, [live("W1")], meta()))

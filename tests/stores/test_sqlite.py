@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
@@ -55,6 +56,33 @@ def test_a_row_that_is_not_json_is_a_store_error_naming_the_store(tmp_path: Path
     with pytest.raises(StoreError, match="holds bad data"):  # a write that must merge with it
         store.apply("s", Change(0, [live("W1", turn=3)]))
     store.close()
+
+
+def test_a_file_of_layout_2_is_taken_over_and_its_object_records_still_read(
+    tmp_path: Path,
+) -> None:
+    """Layout 2 wrote records as JSON objects: they read the same, and the file says 3."""
+    path = tmp_path / "sessions.sqlite3"
+    store = SQLiteStore(path)
+    store.apply("s", Change(0, [live("W1"), live("W2", turn=2)], meta()))
+    written = store.load("s")
+    store.close()
+    assert written is not None
+    with closing(sqlite3.connect(path)) as db, db:
+        for record in written.records:
+            db.execute(
+                "UPDATE guardrail_record SET record = ? WHERE key = ?",
+                (json.dumps(dict(record)), record["key"]),
+            )
+        db.execute("PRAGMA user_version = 2")
+    upgraded = SQLiteStore(path)
+    read = upgraded.load("s")
+    assert read is not None
+    assert sorted(map(json.dumps, read.records)) == sorted(map(json.dumps, written.records))
+    upgraded.close()
+    with closing(sqlite3.connect(path)) as db:
+        assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+        assert db.execute("SELECT record FROM guardrail_record").fetchone()[0].startswith("{")
 
 
 def test_a_file_of_a_newer_layout_is_refused(tmp_path: Path) -> None:
