@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -206,6 +207,46 @@ def test_garbage_in_a_session_is_an_error_naming_it(client: redis.Redis, redis_p
         store.load("s")
     with pytest.raises(StoreError, match="damaged"):
         store.apply("s", Change(0, [live("W3")]))
+
+
+def _both_ways(store: RedisStore, session_id: str) -> list[Any]:
+    """What load (one MULTI/EXEC) and the changes script (since 0) answer: a result or an error."""
+    answers: list[Any] = []
+    for read in (store.load, lambda sid: store.changes_since(sid, 0)):
+        try:
+            held = read(session_id)
+        except StoreError as exc:
+            answers.append(str(exc))
+        else:
+            answers.append(
+                None
+                if held is None
+                else (held.version, sorted(map(json.dumps, held.records)), held.meta, held.complete)
+            )
+    return answers
+
+
+def test_a_whole_session_read_in_a_transaction_answers_as_the_script_does(
+    client: redis.Redis, redis_prefix: str
+) -> None:
+    """Missing, whole, damaged, and a ttl's count started again: the same either way."""
+    store = RedisStore(client, prefix=redis_prefix, ttl=600)
+    assert _both_ways(store, "s") == [None, None]
+    store.apply("s", Change(0, [live("W1"), live("W2", turn=3)], meta()))
+    keys = store._keys("s")
+    for key in keys:
+        client.pexpire(key, 1000)
+    assert store.load("s") is not None
+    assert all(client.pttl(key) > 500_000 for key in keys)  # the read started the count again
+    first, second = _both_ways(store, "s")
+    assert first == second and first is not None and len(first[1]) == 2
+    session, records, _ = keys
+    client.hdel(records, min(client.hkeys(records)))
+    first, second = _both_ways(store, "s")
+    assert first == second and "records of" in first and "are missing" in first
+    client.hset(session, "version", "many")
+    first, second = _both_ways(store, "s")
+    assert first == second and "version of" in first and "is not a number" in first
 
 
 def test_a_change_naming_one_id_twice_is_refused(client: redis.Redis, redis_prefix: str) -> None:
