@@ -6,6 +6,7 @@ import asyncio
 import multiprocessing
 import sqlite3
 import threading
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -440,3 +441,13 @@ def test_a_default_session_that_cannot_be_saved_says_so(tmp_path: Path) -> None:
             guard.record("get_order", {}, {"order_id": "W1234567"})
     assert [e["session"] for e in logs if e["event"] == "guardrail.session_not_saved"] == ["d"]
     assert guard.check("issue_refund", {"order_id": "W1234567"}).allowed  # still in memory
+
+
+@pytest.mark.parametrize("ttl", [0, -1, True, "60", float("inf"), float("nan")])
+@pytest.mark.parametrize("build", [MemoryStore, lambda ttl: SQLiteStore(":memory:", ttl=ttl)])
+def test_a_ttl_that_is_not_a_positive_number_of_seconds_is_a_usage_error(
+    build: Callable[..., Any], ttl: object
+) -> None:
+    """Zero, a negative, a bool, text, infinity or NaN: an error saying what ttl is."""
+    with pytest.raises(GuardrailUsageError, match=r"ttl is how many seconds .* \(> 0\), or None"):
+        build(ttl=ttl)

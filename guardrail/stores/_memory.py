@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from itertools import islice
 
 from guardrail.errors import StoreError
 from guardrail.stores._json import decode, decode_record, decode_rows, encode, encode_record
@@ -13,6 +14,7 @@ from guardrail.stores.protocol import (
     Meta,
     Snapshot,
     Written,
+    checked_ttl,
     damaged,
     deleted,
     first_version,
@@ -20,6 +22,9 @@ from guardrail.stores.protocol import (
     merge_record,
     stale_base,
 )
+
+#: How many sessions past their ttl a write deletes besides its own (a bounded sweep).
+_SWEPT_PER_WRITE = 8
 
 
 @dataclass(slots=True)
@@ -37,19 +42,26 @@ class MemoryStore:
     Records are held as the JSON text of their rows (their values without
     the field names, see :mod:`guardrail._rows`), so what a guard reads back
     is a copy that nothing else changes, and an ended conversation costs
-    about what that text does. Several
-    guards sharing one MemoryStore merge their writes as they would over
-    SQLite. It is lost when the process ends.
+    about what that text does. Several guards sharing one MemoryStore merge
+    their writes as they would over SQLite. It is lost when the process ends.
+
+    With ``ttl`` (seconds), a session no one wrote for that long is deleted
+    when it is next used (it reads as gone, and a write based on it is
+    refused with :class:`~guardrail.errors.SessionDeleted`) and, a few of
+    the oldest at a time, by every write: a long-running process serving
+    many conversations does not keep the finished ones.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, ttl: float | None = None) -> None:
+        self.ttl = checked_ttl(ttl)
+        #: In order of last write, oldest first: a write's sweep looks at the front only.
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
     def load(self, session_id: str) -> Snapshot | None:
         """The whole session, or None."""
         with self._lock:
-            held = self._sessions.get(session_id)
+            held = self._held(session_id)
             if held is None:
                 return None
             return self._read(session_id, held, 0, complete=True)
@@ -67,7 +79,8 @@ class MemoryStore:
                 session_id=session_id,
             ) from exc
         with self._lock:
-            held = self._sessions.get(session_id)
+            held = self._held(session_id)
+            self._sweep()
             if stale_base(change.base, None if held is None else held.created):
                 raise deleted(repr(self), session_id)
             if held is None:
@@ -95,12 +108,13 @@ class MemoryStore:
                 held.meta = (version, meta_text)
             held.version = version
             held.written = time.monotonic()
+            self._sessions[session_id] = self._sessions.pop(session_id)  # the newest write, last
             return Written(version, alone)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         with self._lock:
-            held = self._sessions.get(session_id)
+            held = self._held(session_id)
             if held is None:
                 return None if version == 0 else Snapshot(0)
             if held.version == version:
@@ -127,13 +141,34 @@ class MemoryStore:
         """Nothing to close: the sessions stay until the store is dropped."""
 
     def __repr__(self) -> str:
-        return f"MemoryStore({len(self._sessions)} sessions)"
+        ttl = "" if self.ttl is None else f", ttl={self.ttl:g}"
+        return f"MemoryStore({len(self._sessions)} sessions{ttl})"
 
     def __len__(self) -> int:
         return len(self._sessions)
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self._sessions
+
+    def _held(self, session_id: str) -> _Session | None:
+        """A session, or None (deleted now if it is past its ttl); the lock is held."""
+        held = self._sessions.get(session_id)
+        if held is not None and self._expired(held):
+            del self._sessions[session_id]
+            return None
+        return held
+
+    def _expired(self, held: _Session) -> bool:
+        return self.ttl is not None and held.written <= time.monotonic() - self.ttl
+
+    def _sweep(self) -> None:
+        """Delete a few of the sessions past their ttl, the oldest; the lock is held."""
+        if self.ttl is None:
+            return
+        for session_id, held in list(islice(self._sessions.items(), _SWEPT_PER_WRITE)):
+            if not self._expired(held):
+                break  # written later than this one: every session after it too
+            del self._sessions[session_id]
 
     def _read(self, session_id: str, held: _Session, since: int, *, complete: bool) -> Snapshot:
         """:meth:`_snapshot`, with rows that cannot be read a StoreError naming the session."""

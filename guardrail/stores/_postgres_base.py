@@ -40,6 +40,7 @@ from guardrail.stores.protocol import (
     Meta,
     Record,
     Snapshot,
+    checked_ttl,
     damaged,
     merge_meta,
     merge_record,
@@ -83,14 +84,7 @@ class PostgresBase:
         timeouts: dict[str, float],
         ttl: float | None,
     ) -> None:
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
-        ):
-            raise GuardrailUsageError(
-                f"ttl is how many seconds a session no one wrote is kept (> 0), or None, "
-                f"not {ttl!r}"
-            )
-        self.ttl = None if ttl is None else float(ttl)
+        self.ttl = checked_ttl(ttl)
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise GuardrailUsageError(

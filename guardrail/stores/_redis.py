@@ -35,6 +35,7 @@ from guardrail.stores.protocol import (
     Record,
     Snapshot,
     Written,
+    checked_ttl,
     damaged,
     deleted,
     merge_meta,
@@ -102,15 +103,9 @@ class _RedisBase:
                 f"prefix must be a non-empty name without any of {{ }} : * ? [ ] \\, not "
                 f"{prefix!r}: it starts every key of the store's sessions, inside their hash tag"
             )
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
-        ):
-            raise GuardrailUsageError(
-                f"ttl is how many seconds an unused session is kept (> 0), or None, not {ttl!r}"
-            )
         self.prefix = prefix
-        self.ttl = ttl
-        self._ttl_ms = 0 if ttl is None else max(1, round(ttl * 1000))
+        self.ttl = checked_ttl(ttl, "no one used")
+        self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
 
     # -- keys and arguments ---------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from guardrail.stores.protocol import (
     Meta,
     Snapshot,
     Written,
+    checked_ttl,
     damaged,
     deleted,
     first_version,
@@ -82,16 +83,9 @@ class SQLiteStore:
             raise GuardrailUsageError(
                 f"timeout is how many seconds to wait for a locked database (>= 0), not {timeout!r}"
             )
-        if ttl is not None and (
-            isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0
-        ):
-            raise GuardrailUsageError(
-                f"ttl is how many seconds a session no one wrote is kept (> 0), or None, "
-                f"not {ttl!r}"
-            )
         self.path = os.fspath(path)
         self.timeout = float(timeout)
-        self.ttl = None if ttl is None else float(ttl)
+        self.ttl = checked_ttl(ttl)
         self._lock = threading.Lock()
         self._missing: str | None = None
         try:

@@ -49,13 +49,14 @@ a silently smaller ledger.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from guardrail._entry import Record
-from guardrail.errors import SessionDeleted, StoreError
+from guardrail.errors import GuardrailUsageError, SessionDeleted, StoreError
 from guardrail.ledger._merge import USER_TEXTS_KEPT, Meta, merge_meta, merge_record
 
 _T = TypeVar("_T")
@@ -223,6 +224,20 @@ def first_version() -> int:
     old one reached: a reader holding an old version sees it as new.
     """
     return time.time_ns() // 1000
+
+
+def checked_ttl(ttl: object, counted_from: str = "no one wrote") -> float | None:
+    """A store's ``ttl`` argument as seconds (None: sessions are kept until deleted).
+
+    ``counted_from`` says what starts a session's count again, for the error.
+    """
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl < math.inf:
+        raise GuardrailUsageError(
+            f"ttl is how many seconds a session {counted_from} is kept (> 0), or None, not {ttl!r}"
+        )
+    return float(ttl)
 
 
 def stale_base(base: int, created: int | None) -> bool:

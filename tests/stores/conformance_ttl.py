@@ -1,4 +1,4 @@
-"""The tests every store with a ``ttl`` passes (SQLite, PostgreSQL; Redis expires keys itself).
+"""The tests every store with a ``ttl`` passes (memory, SQLite, PostgreSQL; Redis expires itself).
 
 A store's test module imports them beside the suite and gives a
 ``ttl_store_factory`` fixture (stores with ``ttl=60`` over the same data as

@@ -119,8 +119,12 @@ def postgres(dsn: str, schema: str, session_id: str, how: str) -> None:
 
 
 def age_memory(store: Any, session_id: str, seconds: float) -> None:
-    """Make a MemoryStore session's last write ``seconds`` older."""
-    store._sessions[session_id].written -= seconds
+    """Make a MemoryStore session's last write ``seconds`` older, its place in order kept."""
+    sessions = store._sessions
+    sessions[session_id].written -= seconds
+    ordered = sorted(sessions.items(), key=lambda item: item[1].written)
+    sessions.clear()
+    sessions.update(ordered)
 
 
 def age_sqlite(store: Any, session_id: str, seconds: float) -> None:
