@@ -29,6 +29,7 @@ def ttl_store_factory(store_factory: StoreFactory) -> StoreFactory:
     Memory is one process's: the two stores share the one dict of sessions and its lock.
     """
     plain = store_factory()
+    assert isinstance(plain, MemoryStore)
 
     def build() -> MemoryStore:
         store = MemoryStore(ttl=60)
