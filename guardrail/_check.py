@@ -444,7 +444,8 @@ def _classify(
     for kind, key in keys:
         entry = state.tables.get(kind.name, {}).get(key)
         if entry is not None:  # present, but unverified and the tool writes
-            return finding("unverified", kind, entry.role, _unverified(plan, kind))
+            origin = _ORIGINS.get(entry.tier, _ORIGINS["introduced"])
+            return finding("unverified", kind, entry.role, _unverified(plan, kind, origin))
     for kind, key in keys:
         # Written by the user as it is, or as the kind's normaliser reads it (a pattern's
         # matches entered the ledger already; a kind with no pattern is matched here).
@@ -453,7 +454,8 @@ def _classify(
         if typed or (plan.read and text_mention(state, kind, text) is not None):
             if plan.read:
                 return TypedId(kind.name, text, key) if typed else None
-            return finding("unverified", kind, None, _unverified(plan, kind))
+            origin = _ORIGINS["user" if typed else "mentioned"]
+            return finding("unverified", kind, None, _unverified(plan, kind, origin))
     for kind, key in keys:
         dropped = state.drop_mark(kind.name, key)
         if dropped is not None:
@@ -478,11 +480,19 @@ def _classify(
     return finding("unknown", first, None, "appears in no tool result")
 
 
-def _unverified(plan: CheckPlan, kind: Kind) -> str:
-    """The detail of a user-typed value passed to a write: and whether any tool can confirm it."""
+#: Where an unverified value came from, by tier, as a refusal says it (see TIERS).
+_ORIGINS = {
+    "user": "typed by the user",
+    "mentioned": "seen only in the text of a result",
+    "introduced": "taken from no tool result",
+}
+
+
+def _unverified(plan: CheckPlan, kind: Kind, origin: str) -> str:
+    """A refused unverified value's detail: where it came from, and can a tool confirm it."""
     if plan.lookups.get(kind.name):
-        return "typed by the user, never looked up"
-    return f"typed by the user; no declared read tool looks up kind {kind.name!r} to confirm it"
+        return f"{origin}, never looked up"
+    return f"{origin}; no declared read tool looks up kind {kind.name!r} to confirm it"
 
 
 def _unreadable(kinds: Sequence[Kind]) -> str:

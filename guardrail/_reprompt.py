@@ -9,6 +9,7 @@ entry exactly, look it up again, or ask the user.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -96,15 +97,16 @@ def _explain(
             f"{finding.kind!r} here; if you do not have one, {fallback}."
         )
     if problem == "unverified":
+        origin = re.split("[,;] ", finding.detail, maxsplit=1)[0]  # "typed by the user", ...
         if tools is None:
             return (
-                f"{head} was typed by the user and no tool has confirmed it. None of your "
+                f"{head} was {origin} and no tool has confirmed it. None of your "
                 f"tools can confirm an identifier of kind {finding.kind!r}, so do not retry "
                 f"with it: tell the user this {'call' if read else 'change'} needs a "
                 f"{finding.kind!r} that a tool returned."
             )
         return (
-            f"{head} was typed by the user and no tool has confirmed it yet. Before this "
+            f"{head} was {origin} and no tool has confirmed it yet. Before this "
             f"{'call' if read else 'change'}, confirm it with a lookup ({tools}), then retry."
         )
     if problem in _POLICY:

@@ -185,6 +185,27 @@ def test_the_block_shows_tiers_and_reads_them_back() -> None:
     assert {e.tier for e in untrusted} == {"introduced"}
 
 
+def test_a_refusal_says_where_an_unverified_value_came_from() -> None:
+    """A value read back from an unsealed block was "taken from no tool result", not typed.
+
+    The model would otherwise ask the user about a value they never gave.
+    """
+    guard = _bank()
+    with guard.session("s") as ledger:
+        guard.record("get_iban", {}, OTHER_IBAN)
+        block = ledger_block(ledger)
+    lines, _, _ = parse_block(block, 0)
+    untrusted = guard.new_ledger("s2")
+    restore(lines, state_of(untrusted), trusted=False)
+    verdict = guard.check("send_money", {"recipient": OTHER_IBAN}, ledger=untrusted)
+    assert verdict.outcome == "refused"
+    (found,) = verdict.findings
+    assert found.problem == "unverified"
+    assert found.detail.startswith("taken from no tool result")
+    assert "was taken from no tool result and no tool has confirmed it" in verdict.message
+    assert "typed by the user" not in verdict.message
+
+
 def test_a_guard_with_no_policy_changes_nothing() -> None:
     """No policy declared: no mention is taken, and the refusal reads as it always did."""
     guard = _bank()
