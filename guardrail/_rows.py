@@ -12,8 +12,9 @@ field names. A row lists the values alone, in a fixed order per state::
 
 It is about half the text, and reading it back makes lists instead of
 dictionaries: a cold load parses and builds entries in about half the
-time the objects take (10k entries: 25 ms against 49 ms). A record of any other shape is written as the
-JSON object it is, and both forms read back the same.
+time the objects take (10k entries: 25 ms against 49 ms). A record of any
+other shape is written as the JSON object it is, and both forms read back
+the same.
 
 :class:`Rows` holds what a store parsed: the loader reads the lists
 directly (:mod:`guardrail.ledger._rebuild`), and everything else sees
