@@ -58,6 +58,11 @@ TIERS: tuple[str, ...] = ("produced", "minted", "user", "mentioned", "introduced
 _RANK = {tier: rank for rank, tier in enumerate(TIERS)}
 
 
+#: The tools an entry is approved (or declined) for when it is for none, as most are: one
+#: object for all of them (each ``frozenset()`` is a new 216-byte object).
+NOTHING: frozenset[str] = frozenset()
+
+
 def tier_rank(tier: str) -> int:
     """A tier's place in :data:`TIERS` (lower is more permissive; unknown tiers last)."""
     return _RANK.get(tier, len(TIERS))
@@ -146,8 +151,8 @@ class Entry:
         tier: str | None = None,
         outside: bool = False,
         mention: Mention | None = None,
-        approved: frozenset[str] = frozenset(),
-        declined: frozenset[str] = frozenset(),
+        approved: frozenset[str] = NOTHING,
+        declined: frozenset[str] = NOTHING,
     ) -> None:
         self.value = value
         self.kind = kind
@@ -303,8 +308,9 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     entry.outside = bool(record.get("outside", False))
     mention = record.get("mention")
     entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
-    entry.approved = frozenset(record.get("approved", ()))
-    entry.declined = frozenset(record.get("declined", ()))
+    approved, declined = record.get("approved"), record.get("declined")
+    entry.approved = frozenset(approved) if approved else NOTHING
+    entry.declined = frozenset(declined) if declined else NOTHING
     return entry
 
 

@@ -711,3 +711,24 @@ def test_an_empty_value_is_never_typed_by_the_user() -> None:
     assert state_of(ledger).typed_by_user("refund")
     assert not state_of(ledger).typed_by_user("")
     assert not state_of(ledger).typed_by_user("  ")
+
+
+def test_entries_approved_for_nothing_share_one_empty_set() -> None:
+    """Admitted, loaded from a save or from a store: no entry holds an empty set of its own.
+
+    Each ``frozenset()`` is a new 216-byte object: one per entry more than doubled a
+    ledger's memory per entry (benchmarks/ memory group).
+    """
+    from guardrail._entry import NOTHING
+    from guardrail.stores import MemoryStore
+    from tests.conftest import ORDERS, shop_guard
+
+    store = MemoryStore()
+    guard = shop_guard(store=store)
+    with guard.session("s") as ledger:
+        guard.record("search_orders", {}, ORDERS)
+        admitted = list(ledger)
+    saved = Ledger.from_json(ledger.to_json())
+    loaded = shop_guard(store=store).ledger_for("s")
+    for entries in (admitted, list(saved), list(loaded)):
+        assert entries and all(e.approved is NOTHING and e.declined is NOTHING for e in entries)

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from guardrail._entry import (
     LIVE_OPTIONAL,
+    NOTHING,
     TIERS,
     Entry,
     Mention,
@@ -39,8 +40,6 @@ _MARKS = {state: frozenset(FIELDS[state]) for state in ("evicted", "dropped", "g
 _SOURCE = frozenset(SOURCE)
 _MENTION = frozenset(("call", "excerpt"))
 _TIERS = frozenset(TIERS)
-#: Shared by every entry approved for nothing (most): one object, not one per entry.
-_NOTHING: frozenset[str] = frozenset()
 _allocate = object.__new__
 
 
@@ -189,7 +188,7 @@ def _entry(
         entry.tier = implied_tier(verified, tool)
         entry.outside = False
         entry.mention = None
-        entry.approved = entry.declined = _NOTHING
+        entry.approved = entry.declined = NOTHING
         return entry
     return entry if _provenance(entry, extra) else None
 
@@ -227,8 +226,8 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     entry.tier = tier or implied_tier(entry.verified, entry.source.tool)
     entry.outside = outside
     entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
-    entry.approved = frozenset(approved) if approved else _NOTHING
-    entry.declined = frozenset(declined) if declined else _NOTHING
+    entry.approved = frozenset(approved) if approved else NOTHING
+    entry.declined = frozenset(declined) if declined else NOTHING
     return True
 
 

@@ -32,7 +32,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from guardrail._entry import Admitted, Dropped, Entry, Source, Tombstone, raise_tier
+from guardrail._entry import NOTHING, Admitted, Dropped, Entry, Source, Tombstone, raise_tier
 from guardrail._harvest import Batch
 from guardrail._index import KeyIndex
 from guardrail.errors import GuardrailUsageError
@@ -340,7 +340,7 @@ class LedgerState:
                     # epoch 0 as Entry() has it until the admission ends
                     entry.pinned, entry.aliases, entry.epoch = False, (), 0
                     entry.tier, entry.outside, entry.mention = level, outside, None
-                    entry.approved = entry.declined = frozenset()
+                    entry.approved = entry.declined = NOTHING
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
