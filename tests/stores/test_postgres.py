@@ -342,7 +342,9 @@ def test_a_reader_that_is_up_to_date_touches_no_record_whatever_the_plan(
     with admin(postgres_dsn) as conn:
         statement = pg._sql["changes"].as_bytes(conn)
         params = {"sid": "s", "since": held.version, "ttl": 0.0}
-        (plan,) = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()[0]
+        explained = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()
+    assert explained is not None
+    (plan,) = explained[0]
     nodes = _plan_nodes(plan["Plan"])
     gates = [node for node in nodes if "One-Time Filter" in node]
     assert gates, "no one-time filter: the records' scan depends on the plan"
