@@ -68,24 +68,22 @@ def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
         if shape is list:  # a row: ["live", kind, key, turn, value, ...]
             if not record or record[0] != "live":
                 record = record_of(record)  # a mark, checked as a record below
-            elif len(record) == LIVE_LENGTH:
-                entry = _entry(record, None, sources)
-                if entry is None:
-                    return None
-                add(entry)
-                continue
-            elif (
-                len(record) == LIVE_LENGTH + 1
-                and type(record[-1]) is dict
-                and record[-1].keys() <= _OPTIONAL
-            ):
-                entry = _entry(record[:-1], record[-1], sources)
-                if entry is None:
-                    return None
-                add(entry)
-                continue
             else:
-                return None
+                if len(record) == LIVE_LENGTH:
+                    row, extra = record, None
+                elif (
+                    len(record) == LIVE_LENGTH + 1
+                    and type(record[-1]) is dict
+                    and record[-1].keys() <= _OPTIONAL
+                ):
+                    row, extra = record[:-1], record[-1]
+                else:
+                    return None
+                entry = _entry(row, extra, sources)
+                if entry is None:
+                    return None
+                add(entry)
+                continue
         elif shape is not dict:
             return None
         state = record.get("state")
