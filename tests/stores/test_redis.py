@@ -19,12 +19,12 @@ from guardrail.stores import MemoryStore
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
 from guardrail.stores.protocol import Change
 
-from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory, by_key, live, meta
 from .conformance_processes import *  # noqa: F403  (the multi-process tests)
 from .differential import same_as_memory
 from .proxy import Proxy, Silent
+from .redis_fixtures import age, damage  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
@@ -333,20 +333,6 @@ def test_any_sequence_of_writes_ends_as_in_memory(client: redis.Redis, redis_pre
     same_as_memory(RedisStore(client, prefix=redis_prefix))
 
 
-@pytest.fixture
-def damage(redis_url: str) -> Iterator[Callable[[Any, str, str], None]]:
-    """Damages a session through a client of the test's own."""
-    made = redis.Redis.from_url(redis_url)
-
-    def hurt(store: Any, session_id: str, how: str) -> None:
-        damages.redis(
-            RedisStore(made, prefix=getattr(store, "store", store).prefix), session_id, how
-        )
-
-    yield hurt
-    made.close()
-
-
 def test_a_server_that_never_answers_is_a_timeout_not_a_hang() -> None:
     """A server that accepts and stays silent: from_url's own timeouts end the call."""
     with Silent() as silent:
@@ -369,16 +355,3 @@ def test_a_store_s_own_client_has_its_timeouts_set(redis_url: str) -> None:
     pool = store.client.connection_pool  # type: ignore[union-attr]
     assert pool.connection_kwargs["socket_timeout"] == 1.5
     store.close()
-
-
-@pytest.fixture
-def age(redis_url: str) -> Iterator[Callable[[Any, str, float], None]]:
-    """Ages a session through a client of the test's own."""
-    made = redis.Redis.from_url(redis_url)
-
-    def older(store: Any, session_id: str, seconds: float) -> None:
-        prefix = getattr(store, "store", store).prefix
-        damages.age_redis(RedisStore(made, prefix=prefix), session_id, seconds)
-
-    yield older
-    made.close()

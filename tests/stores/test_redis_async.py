@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
-import redis
 
-from guardrail.stores._redis import AsyncRedisStore, RedisStore
+from guardrail.stores._redis import AsyncRedisStore
 
-from . import damage as damages
 from .conformance import *  # noqa: F403  (the suite)
 from .conformance import StoreFactory
+from .redis_fixtures import age, damage  # noqa: F401  (fixtures)
 from .syncover import SyncOverAsync
 
 
@@ -36,30 +34,3 @@ def store_factory(redis_url: str, redis_prefix: str) -> Iterator[StoreFactory]:
     yield StoreFactory(build)
     for store in built:
         store.close()
-
-
-@pytest.fixture
-def damage(redis_url: str) -> Iterator[Callable[[Any, str, str], None]]:
-    """Damages a session through a client of the test's own."""
-    made = redis.Redis.from_url(redis_url)
-
-    def hurt(store: Any, session_id: str, how: str) -> None:
-        damages.redis(
-            RedisStore(made, prefix=getattr(store, "store", store).prefix), session_id, how
-        )
-
-    yield hurt
-    made.close()
-
-
-@pytest.fixture
-def age(redis_url: str) -> Iterator[Callable[[Any, str, float], None]]:
-    """Ages a session through a client of the test's own."""
-    made = redis.Redis.from_url(redis_url)
-
-    def older(store: Any, session_id: str, seconds: float) -> None:
-        prefix = getattr(store, "store", store).prefix
-        damages.age_redis(RedisStore(made, prefix=prefix), session_id, seconds)
-
-    yield older
-    made.close()
