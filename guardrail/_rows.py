@@ -51,7 +51,7 @@ _NAMES = {state: frozenset(names) for state, names in FIELDS.items()}
 _SOURCE_NAMES = frozenset(SOURCE)
 
 
-def row_of(record: Record) -> list[Any] | Record:
+def to_row(record: Record) -> list[Any] | Record:
     """A record as the row a store writes; a record of any other shape, as it is."""
     state = record.get("state")
     if type(state) is not str or state not in FIELDS:
@@ -84,7 +84,7 @@ def is_row(value: Any) -> bool:
     return len(value) == len(names) or (names is _LIVE_ROW and len(value) == LIVE_LENGTH + 1)
 
 
-def record_of(value: Any) -> Any:
+def from_row(value: Any) -> Any:
     """What a store parsed of one row, as a record.
 
     A row of the wrong length or of no known state becomes an object the
@@ -135,11 +135,11 @@ class Rows(Sequence[Record]):
     def __getitem__(self, index: slice) -> Sequence[Record]: ...
     def __getitem__(self, index: int | slice) -> Record | Sequence[Record]:
         if isinstance(index, slice):
-            return [record_of(value) for value in self.values[index]]
-        return record_of(self.values[index])  # type: ignore[no-any-return]
+            return [from_row(value) for value in self.values[index]]
+        return from_row(self.values[index])  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[Record]:
-        return map(record_of, self.values)
+        return map(from_row, self.values)
 
     def __repr__(self) -> str:
         return f"Rows({len(self.values)} records)"

@@ -27,7 +27,7 @@ from guardrail._entry import (
     Source,
     implied_tier,
 )
-from guardrail._rows import FIELDS, LIVE_LENGTH, SOURCE, Rows, record_of
+from guardrail._rows import FIELDS, LIVE_LENGTH, SOURCE, Rows, from_row
 
 _LIVE = frozenset(FIELDS["live"])
 #: A live record's values in the order of its row, in one call.
@@ -67,7 +67,7 @@ def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
         shape = type(record)
         if shape is list:  # a row: ["live", kind, key, turn, value, ...]
             if not record or record[0] != "live":
-                record = record_of(record)  # a mark, checked as a record below
+                record = from_row(record)  # a mark, checked as a record below
             else:
                 if len(record) == LIVE_LENGTH:
                     row, extra = record, None

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from guardrail._entry import Record
-from guardrail._rows import SHAPES, Rows, is_row, record_of, row_of
+from guardrail._rows import SHAPES, Rows, from_row, is_row, to_row
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -54,7 +54,7 @@ def decode(text: str) -> Any:
 
 def encode_record(record: Record) -> str:
     """A record as the JSON text of its row (:mod:`guardrail._rows`): what every store writes."""
-    return encode(row_of(record))
+    return encode(to_row(record))
 
 
 def decode_record(text: str | bytes) -> Record:
@@ -62,7 +62,7 @@ def decode_record(text: str | bytes) -> Record:
     value = json.loads(text)
     if type(value) is not dict and not is_row(value):
         raise ValueError(f"a row holds a JSON {type(value).__name__}, not a record")
-    return record_of(value)  # type: ignore[no-any-return]
+    return from_row(value)  # type: ignore[no-any-return]
 
 
 def decode_rows(texts: Iterable[str | bytes]) -> Rows:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from guardrail._rows import is_row, record_of
+from guardrail._rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._postgres_sql import (
@@ -259,7 +259,7 @@ class PostgresBase:
         except (TypeError, ValueError) as exc:
             raise self._corrupt(session_id, f"{what} is not JSON ({exc})") from None
         if record and is_row(value):
-            return record_of(value)  # type: ignore[no-any-return]
+            return from_row(value)  # type: ignore[no-any-return]
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value

@@ -25,7 +25,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from guardrail._rows import is_row, record_of
+from guardrail._rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
@@ -204,7 +204,7 @@ class _RedisBase:
         except ValueError as exc:
             raise self._corrupt(session_id, f"{what} is not JSON ({exc})") from None
         if record and is_row(value):
-            return record_of(value)  # type: ignore[no-any-return]
+            return from_row(value)  # type: ignore[no-any-return]
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value

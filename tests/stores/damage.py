@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from guardrail._rows import record_of
+from guardrail._rows import from_row
 
 from .conformance import FORGED, live
 
@@ -35,7 +35,7 @@ def _row(text: str, how: str) -> str:
         "row of a mark's state with an entry's values": json.dumps(["evicted", *row[1:]]),
         # The fields only some entries have come last, in an object: never the value.
         "row whose extra fields name the value": json.dumps([*row, {"value": FORGED}]),
-        "row as an object": json.dumps(record_of(row)),  # not damage: layout 2's way
+        "row as an object": json.dumps(from_row(row)),  # not damage: layout 2's way
     }[how]
 
 
