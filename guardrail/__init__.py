@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from guardrail._audit import audit_to_json
-from guardrail._describe import describe_ids
-from guardrail._guard import Guard, SessionScope
-from guardrail._patching import Patch
-from guardrail._reprompt import Rejection
-from guardrail._spec import DeclareOptions, Id, ToolOptions, ToolSpec
-from guardrail._verdict import ApprovalRequest, Finding, Verdict
+from guardrail._check.reprompt import Rejection
+from guardrail._data.verdict import ApprovalRequest, Finding, Verdict
+from guardrail._declare.describe import describe_ids
+from guardrail._declare.spec import DeclareOptions, Id, ToolOptions, ToolSpec
+from guardrail._guard.audit import audit_to_json
+from guardrail._guard.facade import Guard, SessionScope
+from guardrail._guard.patching import Patch
 from guardrail.errors import (
     ApprovalRequired,
     GuardrailError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from guardrail._verdict import ApprovalRequest, Finding, Verdict
+    from guardrail._data.verdict import ApprovalRequest, Finding, Verdict
 
 __all__ = [
     "ApprovalRequired",

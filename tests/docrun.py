@@ -30,7 +30,7 @@ import structlog.testing
 from packaging.requirements import Requirement
 
 from guardrail import Guard
-from guardrail._audit import _Routing
+from guardrail._guard.audit import _Routing
 from guardrail.cli import _main as cli
 
 from . import docblocks

@@ -29,12 +29,12 @@ from guardrail import (
     SQLiteStore,
     StoreError,
     Verdict,
-    _nearmiss,
     compact,
 )
-from guardrail._audit import SilentLogger
-from guardrail._guard import Mode
-from guardrail._messages import SHAPES, Shape, default_role, result_message, text_message
+from guardrail._check import nearmiss
+from guardrail._guard.audit import SilentLogger
+from guardrail._guard.facade import Mode
+from guardrail._transcript.messages import SHAPES, Shape, default_role, result_message, text_message
 from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.integrations.loops import run_tool_calls
@@ -777,13 +777,13 @@ def test_a_32k_character_id_is_refused_without_any_near_miss_search(
 ) -> None:
     """An id far longer than any ledger key is unknown at once: no variant is ever built."""
     searched: list[str] = []
-    real = _nearmiss._first_variant
+    real = nearmiss._first_variant
 
     def counting(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
         searched.append(key)
         return real(key, letters, keys)
 
-    monkeypatch.setattr(_nearmiss, "_first_variant", counting)
+    monkeypatch.setattr(nearmiss, "_first_variant", counting)
     guard = shop_guard()
     refund, ran = _refund_tool(guard)
     with guard.session("s"):

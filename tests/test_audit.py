@@ -19,7 +19,7 @@ from structlog.testing import capture_logs
 
 import guardrail
 from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation
-from guardrail._audit import LISTED, StdlibLogger, _Routing
+from guardrail._guard.audit import LISTED, StdlibLogger, _Routing
 
 from .conftest import ORDERS, REPO, shop_guard
 

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail._audit import SilentLogger
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
+from guardrail._guard.audit import SilentLogger
 from guardrail.compaction._block import (
     BLOCK_HEADER,
     BlockLine,

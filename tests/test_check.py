@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Ledger, Verdict
-from guardrail._nearmiss import MARGIN
+from guardrail._check.nearmiss import MARGIN
 from guardrail.ledger import USER_TEXTS_KEPT
 from guardrail.ledger._ledger import state_of
 

@@ -23,10 +23,10 @@ from guardrail import (
     Rejection,
     TranscriptError,
 )
-from guardrail._audit import SilentLogger
-from guardrail._content import MAX_DEPTH, strings
-from guardrail._harvest import Batch
-from guardrail._messages import SHAPES, Shape, read, text_message
+from guardrail._data.batch import Batch
+from guardrail._guard.audit import SilentLogger
+from guardrail._transcript.content import MAX_DEPTH, strings
+from guardrail._transcript.messages import SHAPES, Shape, read, text_message
 from guardrail.compaction import compact, compact_text, extractive_summary, model_summarizer
 from guardrail.compaction._block import (
     BLOCK_HEADER,

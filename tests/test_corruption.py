@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of

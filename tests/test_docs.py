@@ -242,7 +242,10 @@ def test_the_modules_and_tests_a_page_names_exist(page: Path) -> None:
         )
         assert found, f"{_page_id(page)} names {dotted}, which is in no module of guardrail"
     for private in PRIVATE_MODULE.findall(text):
-        located = list((REPO / "guardrail").rglob(f"{private}.py"))
+        located = [
+            *(REPO / "guardrail").rglob(f"{private}.py"),
+            *(REPO / "guardrail").rglob(f"{private}/__init__.py"),
+        ]
         assert located, f"{_page_id(page)} names the module {private}, which does not exist"
     for name in TEST_FILE.findall(text):
         assert (REPO / name).exists(), f"{_page_id(page)} names {name}, which does not exist"

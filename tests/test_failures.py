@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from guardrail._failures import flagged, runtime_failure
+from guardrail._transcript.failures import flagged, runtime_failure
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from guardrail import (
     Source,
     StoreError,
 )
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.ledger._ledger import state_of
 from guardrail.stores.protocol import Snapshot
 

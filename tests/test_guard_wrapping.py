@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 
 from guardrail import Guard, Id, IdentifierViolation, Ledger, Rejection
-from guardrail._check import check_arguments
-from guardrail._spec import ProducerDecl
+from guardrail._check.plan import check_arguments
+from guardrail._declare.spec import ProducerDecl
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._ledger import state_of
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import Guard, Id, Rejection
-from guardrail._harvest import (
+from guardrail._provenance.harvest import (
     MAX_ID_LENGTH,
     MAX_LITERAL_CHARS,
     Harvest,

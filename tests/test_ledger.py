@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Kind, Ledger, Source
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 from guardrail.ledger._ledger import state_of
 
@@ -719,7 +719,7 @@ def test_entries_approved_for_nothing_share_one_empty_set() -> None:
     Each ``frozenset()`` is a new 216-byte object: one per entry more than doubled a
     ledger's memory per entry (benchmarks/ memory group).
     """
-    from guardrail._entry import NOTHING
+    from guardrail._data.entry import NOTHING
     from guardrail.stores import MemoryStore
     from tests.conftest import ORDERS, shop_guard
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail._audit import SilentLogger
-from guardrail._content import strings
+from guardrail._guard.audit import SilentLogger
+from guardrail._transcript.content import strings
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.replay import (
     FATES,

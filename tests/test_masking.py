@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.compaction._block import BlockLine
 from guardrail.compaction._masking import Masker, lint
 from guardrail.ledger import Source

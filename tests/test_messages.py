@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
-from guardrail._audit import SilentLogger
-from guardrail._content import MAX_DEPTH, map_text, nesting_fault, strings
-from guardrail._messages import (
+from guardrail._guard.audit import SilentLogger
+from guardrail._transcript.content import MAX_DEPTH, map_text, nesting_fault, strings
+from guardrail._transcript.messages import (
     SHAPES,
     Shape,
     default_role,
@@ -25,7 +25,7 @@ from guardrail._messages import (
     text_message,
     write,
 )
-from guardrail._result_text import failure_text
+from guardrail._transcript.result_text import failure_text
 from guardrail.compaction._block import BLOCK_HEADER
 from guardrail.errors import TranscriptError
 

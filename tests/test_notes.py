@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact
-from guardrail._audit import SilentLogger
-from guardrail._notes import DEFAULT_NOTES, FIELD_CHARS, NOTE_CHARS, NOTE_FIELDS, clean
+from guardrail._guard.audit import SilentLogger
+from guardrail._provenance.notes import DEFAULT_NOTES, FIELD_CHARS, NOTE_CHARS, NOTE_FIELDS, clean
 from guardrail.compaction import ledger_facts
 from guardrail.compaction._block import (
     BLOCK_HEADER,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from guardrail import GuardrailUsageError
-from guardrail._paths import compile_path
+from guardrail._declare.paths import compile_path
 
 
 class Line(BaseModel):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Kind, ManifestError
-from guardrail._presets import iban_checksum_ok
+from guardrail.kinds._presets import iban_checksum_ok
 
 LIKES = ("email", "uuid", "url", "phone", "iban", "prefixed:cus_")
 

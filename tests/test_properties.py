@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from guardrail import Guard, Ledger, Source
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.kinds import NormalizeSpec, compile_normalizer
 from guardrail.ledger._ledger import state_of
 

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from guardrail._entry import LIVE_FIELDS, LIVE_OPTIONAL, TIERS, Entry, entry_of, live_record
-from guardrail._rows import Rows
+from guardrail._data.entry import LIVE_FIELDS, LIVE_OPTIONAL, TIERS, Entry, entry_of, live_record
+from guardrail._data.rows import Rows
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger._rebuild import Rebuilt, rebuilt
 from guardrail.ledger._saved import validate_records

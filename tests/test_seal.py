@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail._messages import SHAPES, Shape, read, result_message
-from guardrail._result_text import split_seal
-from guardrail._seal import canonical_arguments, seal_result, seal_verifies
+from guardrail._provenance.seal import canonical_arguments, seal_result, seal_verifies
+from guardrail._transcript.messages import SHAPES, Shape, read, result_message
+from guardrail._transcript.result_text import split_seal
 from guardrail.ledger._ledger import state_of
 
 from .conftest import shop_guard

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, Field, TypeAdapter, validate_call
 
 from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, describe_ids
-from guardrail._spec import annotation_ids, param_specs, producers, signature_ids
+from guardrail._declare.spec import annotation_ids, param_specs, producers, signature_ids
 
 from .conftest import ORDERS, shop_guard
 

@@ -14,7 +14,7 @@ import guardrail.compaction
 import guardrail.replay
 import guardrail.testing
 from guardrail import Guard, compact
-from guardrail._audit import SilentLogger
+from guardrail._guard.audit import SilentLogger
 from guardrail.compaction import CompactOptions, Summarizer, model_summarizer
 from guardrail.replay import LossySummarizer, plain_compact, side_by_side, strategies
 

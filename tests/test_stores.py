@@ -25,7 +25,7 @@ from guardrail import (
     StoreError,
     compact,
 )
-from guardrail._rows import FIELDS
+from guardrail._data.rows import FIELDS
 from guardrail.ledger._ledger import state_of
 from guardrail.stores.protocol import Change, Written
 

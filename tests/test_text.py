@@ -13,7 +13,14 @@ import guardrail.replay._agents
 import guardrail.replay._arguments
 import guardrail.replay._lossy
 import guardrail.replay._run
-from guardrail._text import ARGUMENT_ELLIPSES, ELLIPSES, TOKEN, has_token, is_word_char, shorten
+from guardrail._data.text import (
+    ARGUMENT_ELLIPSES,
+    ELLIPSES,
+    TOKEN,
+    has_token,
+    is_word_char,
+    shorten,
+)
 
 
 def test_short_values_are_shown_whole() -> None:

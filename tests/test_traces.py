@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail._result_text import failure_text
+from guardrail._transcript.result_text import failure_text
 from guardrail.errors import GuardrailUsageError, TraceFileError
 from guardrail.replay._traces import (
     Trace,

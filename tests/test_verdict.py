@@ -10,8 +10,8 @@ import pydantic
 import pytest
 
 from guardrail import Guard, Id, Rejection
-from guardrail._audit import SilentLogger
-from guardrail._harvest import failed
+from guardrail._guard.audit import SilentLogger
+from guardrail._provenance.harvest import failed
 
 from .conftest import ORDERS, shop_guard
 

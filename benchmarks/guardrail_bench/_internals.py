@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from guardrail import Ledger
-from guardrail._harvest import Batch
+from guardrail._data.batch import Batch
 from guardrail.ledger import Source
 from guardrail.ledger._ledger import state_of
 from guardrail.stores._json import encode

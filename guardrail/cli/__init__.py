@@ -1,4 +1,9 @@
-"""The ``guardrail`` command: ``guardrail demo`` and ``guardrail replay``."""
+"""The ``guardrail`` command: ``guardrail demo``, ``guardrail check`` and ``guardrail replay``.
+
+Inside: ``_main`` (the command and its options), ``_check_call`` (``guardrail
+check``: a manifest tried on one conversation) and ``_demo`` (the scripted
+support conversation of ``guardrail demo``).
+"""
 
 from guardrail.cli._main import main
 

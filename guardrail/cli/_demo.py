@@ -32,9 +32,9 @@ from rich.rule import Rule
 from rich.table import Table
 from rich.text import Text
 
-from guardrail._guard import Guard
-from guardrail._reprompt import Rejection
-from guardrail._spec import Id
+from guardrail._check.reprompt import Rejection
+from guardrail._declare.spec import Id
+from guardrail._guard.facade import Guard
 from guardrail.compaction import CompactionReport, compact, ledger_values
 from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of

@@ -1,7 +1,7 @@
 """The ``guardrail`` command: ``guardrail demo``, ``check``, ``replay`` and ``--version``.
 
 ``guardrail check --manifest FILE --user TEXT --result JSON --call JSON``
-tries a manifest's rules on one call (see :mod:`guardrail.cli._check`);
+tries a manifest's rules on one call (see :mod:`guardrail.cli._check_call`);
 ``--kinds-only`` shows what each kind's pattern takes from the user's text.
 
 ``guardrail replay TRACES... --manifest FILE`` replays recorded
@@ -26,8 +26,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from guardrail import __version__
-from guardrail._guard import Guard
-from guardrail.cli._check import add_parser as add_check
+from guardrail._guard.facade import Guard
+from guardrail.cli._check_call import add_parser as add_check
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay import (
     ALL_CLASSES,
@@ -297,7 +297,7 @@ def _capacity(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from guardrail.cli._check import run_check
+    from guardrail.cli._check_call import run_check
 
     try:
         return run_check(args, output_console(args.width))

@@ -5,7 +5,7 @@ parentheses the seen and last-used turns when they differ, the status,
 ``unverified``, ``pinned`` and the entry's note, JSON-quoted), then a note
 of the roles evicted. A value that would not read back as one word is
 written as a JSON string. A note is text for the model: cleaned and bounded
-(:mod:`guardrail._notes`), ids of entries inside it shown by ``[role]``,
+(:mod:`guardrail._provenance.notes`), ids of entries inside it shown by ``[role]``,
 never read back as an id.
 
 Compaction writes the block sealed: a last line ``(seal <hex>)`` holds an
@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from guardrail._entry import TIERS, implied_tier
-from guardrail._harvest import Batch
-from guardrail._messages import COMPACTED_HEADER, Repair, content_text
-from guardrail._notes import bounded, by_role
+from guardrail._data.batch import Batch
+from guardrail._data.entry import TIERS, implied_tier
+from guardrail._provenance.notes import bounded, by_role
+from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState

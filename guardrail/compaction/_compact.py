@@ -20,10 +20,18 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
-from guardrail._audit import Audit
-from guardrail._content import map_text, nesting_fault
-from guardrail._messages import Repair, Shape, default_role, read, read_role, text_message, write
-from guardrail._spec import check_options
+from guardrail._declare.spec import check_options
+from guardrail._guard.audit import Audit
+from guardrail._transcript.content import map_text, nesting_fault
+from guardrail._transcript.messages import (
+    Repair,
+    Shape,
+    default_role,
+    read,
+    read_role,
+    text_message,
+    write,
+)
 from guardrail.compaction._block import (
     BlockLine,
     parse_block,
@@ -35,7 +43,7 @@ from guardrail.compaction._block import (
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._masking import Masker, lint
-from guardrail.compaction._report import (
+from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
     M,
@@ -59,7 +67,7 @@ from guardrail.ledger._state import LedgerState
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from guardrail._guard import Guard
+    from guardrail._guard.facade import Guard
 
 #: How many of the last turns ``compact()`` keeps raw unless told otherwise.
 DEFAULT_KEEP_RECENT = 2
@@ -145,7 +153,7 @@ def compact(
 
     Args:
         messages: The conversation, in one of the shapes of
-            :mod:`guardrail._messages` (OpenAI chat, Responses, Anthropic).
+            :mod:`guardrail._transcript.messages` (OpenAI chat, Responses, Anthropic).
         ledger: The conversation's :class:`Ledger`: ``guard.ledger`` (the
             current session), the one ``with guard.session(id) as ledger``
             gives, or ``guard.new_ledger()``.

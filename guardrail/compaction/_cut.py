@@ -14,16 +14,17 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING
 
-from guardrail._harvest import Batch, harvest
-from guardrail._messages import Message, Transcript
-from guardrail._seal import seal_verifies
+from guardrail._data.batch import Batch
+from guardrail._provenance.harvest import harvest
+from guardrail._provenance.seal import seal_verifies
+from guardrail._transcript.messages import Message, Transcript
 from guardrail.compaction._block import BLOCK_HEADER, unseal
 from guardrail.compaction._summarize import SUMMARY_HEADER
 from guardrail.ledger._ledger import ledger_of
 from guardrail.ledger._state import LedgerState
 
 if TYPE_CHECKING:
-    from guardrail._guard import Guard
+    from guardrail._guard.facade import Guard
 
 #: How long a runtime's text before a compacted message's block may be (its own
 #: "Summary of the conversation so far:" line); a longer one is not looked through.

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
 from typing import Literal, NamedTuple
 
-from guardrail._nearmiss import near_miss
-from guardrail._text import ELLIPSES, TOKEN, is_word_char
+from guardrail._check.nearmiss import near_miss
+from guardrail._data.text import ELLIPSES, TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, cast
 
-from guardrail._entry import Entry
+from guardrail._data.entry import Entry
 from guardrail.compaction._block import _EMPTY, render_block, seal
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger

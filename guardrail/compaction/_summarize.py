@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from guardrail._harvest import failed
-from guardrail._messages import Call, Message, Result, read, refused
+from guardrail._provenance.harvest import failed
+from guardrail._transcript.messages import Call, Message, Result, read, refused
 from guardrail.errors import GuardrailUsageError
 
 #: The first line of a summary in a compacted context, right after the ledger block.

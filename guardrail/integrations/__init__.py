@@ -12,4 +12,8 @@
   (``pip install 'guardrail-ids[langchain]'``).
 - :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
   (``pip install 'guardrail-ids[otel]'``).
+
+One folder per runtime, its private helpers inside it; what they share is in
+``_common``. Each imports the public guard and the core below it, and its own
+runtime's package, never another adapter's private modules.
 """

@@ -1,7 +1,7 @@
 """OpenTelemetry: the guard's decisions in the traces and metrics a team already watches.
 
 ``instrument(guard)`` subscribes a bridge to the guard's audit (see
-:meth:`guardrail._audit.Audit.subscribe`): the audit stays the record of
+:meth:`guardrail._guard.audit.Audit.subscribe`): the audit stays the record of
 every decision, and the bridge turns the few that matter on a dashboard
 into OpenTelemetry signals. Each adds an event to the current span (the
 agent turn or tool call your tracing already opened) and one to a counter:
@@ -40,7 +40,7 @@ except ImportError as missing:  # pragma: no cover - exercised with the module h
 from guardrail import __version__
 
 if TYPE_CHECKING:
-    from guardrail._guard import Guard
+    from guardrail._guard.facade import Guard
 
 __all__ = ["SIGNALS", "OpenTelemetryBridge", "Signal", "instrument"]
 

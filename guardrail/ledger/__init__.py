@@ -9,13 +9,27 @@ and leaves a bounded tombstone so a later use is reported as evicted rather
 than invented. One call adds a bounded number of new ids; those it named but
 the ledger did not keep are remembered (bounded too) as dropped.
 
-:class:`Ledger` is what a program holds; the modules inside are the state
-the guard works on (``_state``), entries and their records (``_entry``),
-records, loading and merging (``_records``), the store journal
-(``_journal``) and the checked saved format (``_saved``).
+:class:`Ledger` is what a program holds. Inside, top-down:
+
+- ``_ledger``: the public :class:`Ledger`, wrapping a state;
+- ``_records``: the ledger as records and meta, the one loader and the one
+  merge (``absorb``) that read them back;
+- ``_rekey``: entries keyed again under a guard's normalisers;
+- ``_state``: ``LedgerState``, the id tables the check, the engine, masking
+  and the journal work on, with a named interface (``admit``, ``touch``,
+  ``lookup``, ``tombstone``...);
+- ``_texts``: the user's last texts and result texts kept beside the tables;
+- ``_index`` (each kind's keys in order, for prefix search), ``_merge`` (the
+  merge rule every store follows), ``_overflow`` (what one admission could
+  not keep), ``_rebuild`` (a stored session checked and built in one pass),
+  ``_reprompts`` (re-prompt counts), ``_roles`` (role names and templates)
+  and ``_saved`` (the saved format, checked field by field).
+
+Imports: :mod:`guardrail.kinds`, :mod:`guardrail.errors` and the plain data
+below them.
 """
 
-from guardrail._entry import Dropped, Entry, Mention, Source, Tombstone
+from guardrail._data.entry import Dropped, Entry, Mention, Source, Tombstone
 from guardrail.ledger._ledger import FORMAT_VERSION, Ledger
 from guardrail.ledger._merge import USER_TEXTS_KEPT
 from guardrail.ledger._state import DEFAULT_CAPACITY

@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
 
-from guardrail._entry import Entry, Tombstone
+from guardrail._data.entry import Entry, Tombstone
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._records import absorb, fill, meta_of, records

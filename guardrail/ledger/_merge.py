@@ -5,7 +5,7 @@ taking in another copy (``Ledger.merge``), a cached session catching up
 with what other writers stored, and every store merging concurrent writes
 (:mod:`guardrail.stores.protocol` re-exports it for store authors). Each
 id is merged by :func:`merge_record` as a record (see
-:mod:`guardrail._entry`); the session-wide fields by :func:`merge_meta`.
+:mod:`guardrail._data.entry`); the session-wide fields by :func:`merge_meta`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail._entry import Record, implied_tier, provenance_order
+from guardrail._data.entry import Record, implied_tier, provenance_order
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
 #: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is

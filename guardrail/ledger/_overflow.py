@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
-from guardrail._entry import Dropped, Entry, Source, Tombstone
+from guardrail._data.entry import Dropped, Entry, Source, Tombstone
 
 Name = tuple[str, str]
 

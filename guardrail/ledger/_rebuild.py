@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any, NamedTuple
 
-from guardrail._entry import (
+from guardrail._data.entry import (
     LIVE_OPTIONAL,
     NOTHING,
     TIERS,
@@ -27,7 +27,7 @@ from guardrail._entry import (
     Source,
     implied_tier,
 )
-from guardrail._rows import FIELDS, LIVE_LENGTH, SOURCE, Rows, from_row
+from guardrail._data.rows import FIELDS, LIVE_LENGTH, SOURCE, Rows, from_row
 
 _LIVE = frozenset(FIELDS["live"])
 #: A live record's values in the order of its row, in one call.
@@ -53,9 +53,9 @@ class Rebuilt(NamedTuple):
 def rebuilt(records: Iterable[Any]) -> Rebuilt | None:
     """``records`` checked and the live ones made entries, or None: let the reference check decide.
 
-    ``records`` may be :class:`~guardrail._rows.Rows` as a store parsed
+    ``records`` may be :class:`~guardrail._data.rows.Rows` as a store parsed
     them: their lists are read as they are, never made dictionaries first.
-    One :class:`~guardrail._entry.Source` per call and path is shared, as
+    One :class:`~guardrail._data.entry.Source` per call and path is shared, as
     admission shares it. An entry's aliases are every name its record
     gives; the loader keeps the free ones.
     """

@@ -1,6 +1,6 @@
 """A ledger as records and meta, and the one loader and merge that read them back.
 
-Every id a ledger knows of is one record (:mod:`guardrail._entry`);
+Every id a ledger knows of is one record (:mod:`guardrail._data.entry`);
 the session-wide fields are the meta. The same records are a saved ledger
 (``Ledger.to_json``) and a session in a store, so one loader rebuilds both
 (:func:`fill`), and one merge takes in another copy's records by the store
@@ -16,7 +16,7 @@ from collections.abc import Container, Iterable, Iterator, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any
 
-from guardrail._entry import (
+from guardrail._data.entry import (
     Entry,
     Record,
     Source,
@@ -180,10 +180,10 @@ def place(
         for record in marks:
             _put(state, record)
         if ordered:
-            _settle(state, set(keys))
+            _reorder(state, set(keys))
         else:  # in order of first appearance already: by last use, and the rest as it is
             _sort(entries, "last_used", "epoch")
-            _settle_sorted(state, entries, set(keys))
+            _reorder_sorted(state, entries, set(keys))
     # The normaliser is authoritative: a key that is not what it makes of the value is re-keyed.
     use_kinds(state, state.kinds)
     with state.lock:
@@ -241,7 +241,7 @@ def absorb(
             # Epochs of two copies count apart: no entry taken in may look used in the
             # current epoch, or its next use would not move it (see LedgerState.touch).
             state.epoch = top + 1
-        _settle(state, kinds)
+        _reorder(state, kinds)
         return state.evict_over_capacity(spare_current=False)
 
 
@@ -309,7 +309,7 @@ def _adopt(state: LedgerState, entry: Entry) -> None:
     state.dropped.pop((entry.kind, entry.key), None)
 
 
-def _settle(state: LedgerState, kinds: set[str]) -> None:
+def _reorder(state: LedgerState, kinds: set[str]) -> None:
     """Each changed kind's table back in order of least recent use."""
     for kind in kinds:
         table = state.tables.get(kind)
@@ -319,15 +319,15 @@ def _settle(state: LedgerState, kinds: set[str]) -> None:
             state.tables[kind] = {entry.key: entry for entry in ordered}
 
 
-def _settle_sorted(state: LedgerState, entries: list[Entry], kinds: set[str]) -> None:
-    """:func:`_settle` with ``entries`` (the tables' and others) in order of least recent use."""
-    settled: dict[str, dict[str, Entry]] = {kind: {} for kind in kinds}
+def _reorder_sorted(state: LedgerState, entries: list[Entry], kinds: set[str]) -> None:
+    """:func:`_reorder` with ``entries`` (the tables' and others) in order of least recent use."""
+    reordered: dict[str, dict[str, Entry]] = {kind: {} for kind in kinds}
     tables = state.tables
     for entry in entries:
         if tables[entry.kind].get(entry.key) is entry:  # an entry the ledger holds
-            settled[entry.kind][entry.key] = entry
-    for kind, table in settled.items():
+            reordered[entry.kind][entry.key] = entry
+    for kind, table in reordered.items():
         if len(table) != len(tables[kind]):  # the table holds entries of before: all of them
-            _settle(state, {kind})
+            _reorder(state, {kind})
         else:
             tables[kind] = table

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from operator import attrgetter
 
-from guardrail._entry import Entry, Tombstone
-from guardrail._index import KeyIndex
+from guardrail._data.entry import Entry, Tombstone
 from guardrail.kinds import Kind
+from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._state import LedgerState
 
 _value = attrgetter("value")

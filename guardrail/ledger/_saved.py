@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, with_config
 from typing_extensions import NotRequired, TypedDict
 
-from guardrail._entry import Dropped, Tombstone, dropped_record, evicted_record
+from guardrail._data.entry import Dropped, Tombstone, dropped_record, evicted_record
 from guardrail.errors import GuardrailUsageError
 
 _strict = with_config(ConfigDict(strict=True, extra="forbid"))
@@ -65,7 +65,7 @@ class LiveRecord(TypedDict):
     epoch: Count
     #: Written only when the entry has one (records of earlier versions have none).
     note: NotRequired[Note]
-    #: Provenance beyond what ``verified`` and the source imply (see :mod:`guardrail._entry`).
+    #: Provenance beyond what ``verified`` and the source imply (see :mod:`guardrail._data.entry`).
     tier: NotRequired[Literal["produced", "minted", "user", "mentioned", "introduced"]]
     outside: NotRequired[bool]
     mention: NotRequired[SavedMention]

@@ -19,7 +19,8 @@ here so the check, the engine, compaction and the journal use names, not private
 - conversation state beside the tables: :attr:`~LedgerState.reprompts` and
   :attr:`~LedgerState.user_texts`.
 
-Records, loading, merging: :mod:`guardrail.ledger._records`; journal: :mod:`guardrail._journal`.
+Records, loading, merging: :mod:`guardrail.ledger._records`; journal:
+:mod:`guardrail._guard.journal`.
 """
 
 from __future__ import annotations
@@ -27,21 +28,20 @@ from __future__ import annotations
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from guardrail._entry import NOTHING, Admitted, Dropped, Entry, Source, Tombstone, raise_tier
-from guardrail._harvest import Batch
-from guardrail._index import KeyIndex
+from guardrail._data.batch import Batch
+from guardrail._data.entry import NOTHING, Admitted, Dropped, Entry, Source, Tombstone, raise_tier
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
-from guardrail.ledger._notes import take_notes
+from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
 from guardrail.ledger._roles import check_role_name, templated
-from guardrail.ledger._typed import ResultTexts, UserTexts
+from guardrail.ledger._texts import ResultTexts, UserTexts
 
 DEFAULT_CAPACITY = 1000
 """The entries a ledger keeps when no capacity is given (pinned ones apart)."""
@@ -69,14 +69,14 @@ class LedgerState:
     - ``turn`` and ``epoch`` (bumped at every change of the tables: a use
       reorders an entry once per epoch), ``counters`` (the numbers default
       roles took), ``user_texts`` (the last ones, a
-      :class:`~guardrail.ledger._typed.UserTexts`), ``reprompts``;
+      :class:`~guardrail.ledger._texts.UserTexts`), ``reprompts``;
     - ``kinds`` (the normalisers keys are made with), ``session_id``,
       ``capacity``, ``seal_key`` (in memory only: see
       :meth:`guardrail.Guard`'s ``secret``), ``lock`` (held by every
       change; reads of a table take a snapshot);
     - ``journal``: the names of the ids changed since the last write to a
       store, or None while no store keeps this ledger
-      (:mod:`guardrail._journal`), and ``pruned``, those whose mark went past
+      (:mod:`guardrail._guard.journal`), and ``pruned``, those whose mark went past
       the tombstone bound (their rows are deleted); ``after_change``: what to run after
       a change no scope's end will write (:meth:`persist`);
     - ``ledger``: the public :class:`~guardrail.ledger.Ledger` wrapping it
@@ -255,7 +255,7 @@ class LedgerState:
     ) -> Admitted:
         """Record harvested ids: the entries added, verified by this call, and evicted.
 
-        Ids come in :class:`~guardrail._harvest.Batch` columns, in order: a
+        Ids come in :class:`~guardrail._provenance.harvest.Batch` columns, in order: a
         result of tens of thousands of ids is admitted without building an
         object or calling a helper per id. ``source`` is one Source, or one
         per declared path. An id already present is refreshed (and verified,
@@ -271,7 +271,7 @@ class LedgerState:
         fit are taken out again, newest first, as drop marks too. ``tier``:
         the provenance of batches that name none (default: ``produced`` when
         ``verified``, else ``introduced``); an id already present keeps the
-        more permissive (:func:`~guardrail._entry.raise_tier`).
+        more permissive (:func:`~guardrail._data.entry.raise_tier`).
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
@@ -352,7 +352,7 @@ class LedgerState:
                     if marks:  # in the ledger for real now: no longer "not kept"
                         marks.pop((kind, key), None)
                     added.append(entry)
-                take_notes(table, keys, notes, self.journal)  # new ids take theirs too
+                _take_notes(table, keys, notes, self.journal)  # new ids take theirs too
                 if number != start:
                     counters[kind] = number
                 if fresh:
@@ -559,3 +559,27 @@ class LedgerState:
             self.remove(victim)
             evicted.append(victim)
         return evicted
+
+
+def _take_notes(
+    table: dict[str, Entry],
+    keys: Sequence[str],
+    notes: Sequence[str | None] | None,
+    changed: set[tuple[str, str]] | None,
+) -> None:
+    """Give each entry of ``keys`` still in ``table`` its note from ``notes`` (None: keep its own).
+
+    An id seen again with another note takes the new one, as it takes a new
+    status; each entry changed is added to ``changed`` (the journal, for the
+    store; None: no store keeps the ledger). ``notes`` None: the batch read none.
+    """
+    if notes is None:
+        return
+    for key, note in zip(keys, notes, strict=False):
+        if note is None:
+            continue
+        entry = table.get(key)
+        if entry is not None and entry.note != note:
+            entry.note = note
+            if changed is not None:
+                changed.add((entry.kind, entry.key))

@@ -4,6 +4,20 @@ Traces (the corpus shape or OpenAI chat messages), seeded corruptions of
 identifier arguments, :func:`replay` and its report, a lossy summarizer with
 the plain-summary baseline for compaction, and agents for the decisive test
 (the reference agent, and adapters for OpenAI and Anthropic clients).
+
+Inside, top-down: ``_replay`` (the replay itself) and ``_lossy`` (the lossy
+summarizer and the plain-summary baseline); ``_run`` (one trace replayed)
+and ``_report`` (the report as data and assertions); ``_render`` (the report
+as rich tables, imported only to print it) and ``_asks`` (calls that would
+wait for the user); ``_agents`` (the agent contract, the reference agent,
+the OpenAI and Anthropic adapters) and ``_stats`` (the counts);
+``_traces`` (trace files), ``_corruption`` (seeded corruptions),
+``_arguments`` (identifier arguments inside recorded calls), ``_origin``
+(which earlier result a refused value came from), ``_which`` (whether a
+compacted context tells entries apart) and ``_sample`` (the corpus the
+wheel ships).
+
+Imports: the guard and everything below it, and :mod:`guardrail.compaction`.
 """
 
 from guardrail.replay._agents import (

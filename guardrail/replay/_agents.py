@@ -37,13 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from guardrail._content import strings
-from guardrail._describe import id_description
-from guardrail._guard import Guard
-from guardrail._messages import content_text, parse_arguments
-from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES
-from guardrail._spec import ToolSpec
-from guardrail._text import ELLIPSES, TOKEN_BREAKS, has_token
+from guardrail._data.text import ELLIPSES, TOKEN_BREAKS, has_token
+from guardrail._declare.arguments import parse_arguments
+from guardrail._declare.describe import id_description
+from guardrail._declare.paths import EACH, INDEX, KEY, KEYS, VALUES
+from guardrail._declare.spec import ToolSpec
+from guardrail._guard.facade import Guard
+from guardrail._transcript.content import strings
+from guardrail._transcript.messages import content_text
 from guardrail.compaction import ledger_values
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
@@ -261,7 +262,7 @@ def _text(message: Any) -> str:
 
 
 #: A token of a tool output or a message as the reference agent reads one: a token of prose
-#: (:data:`~guardrail._text.TOKEN`) that ``|`` and ``=`` end as well, so a value in a table
+#: (:data:`~guardrail._data.text.TOKEN`) that ``|`` and ``=`` end as well, so a value in a table
 #: cell or on a ``key=value`` line is a token of its own. The summary lint judges such a
 #: token whole (what it flags would change with it).
 _TOKEN = re.compile(f"[^{TOKEN_BREAKS}|=]+")

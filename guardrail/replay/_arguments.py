@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
-from guardrail._paths import EACH, INDEX, KEY, KEYS, VALUES, Step, maybe_json
-from guardrail._spec import ParamSpec, ToolSpec
+from guardrail._declare.paths import EACH, INDEX, KEY, KEYS, VALUES, Step, maybe_json
+from guardrail._declare.spec import ParamSpec, ToolSpec
 from guardrail.kinds import Kind, id_text
 
 RENAME: Final = "rename"  # a location step: an identifier used as a key of an object

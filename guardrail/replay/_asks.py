@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from guardrail._guard import Guard
-from guardrail._verdict import Verdict
+from guardrail._data.verdict import Verdict
+from guardrail._guard.facade import Guard
 from guardrail.ledger import Ledger
 from guardrail.replay._stats import Example, Stats
 from guardrail.replay._traces import ToolCall

@@ -22,11 +22,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from guardrail._content import strings
-from guardrail._guard import Guard
-from guardrail._harvest import harvest
-from guardrail._messages import Shape, default_role, read, text_message, write
-from guardrail._text import has_token
+from guardrail._data.text import has_token
+from guardrail._guard.facade import Guard
+from guardrail._provenance.harvest import harvest
+from guardrail._transcript.content import strings
+from guardrail._transcript.messages import Shape, default_role, read, text_message, write
 from guardrail.compaction import (
     DEFAULT_KEEP_RECENT,
     CompactionReport,

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
-from guardrail._guard import Guard
+from guardrail._guard.facade import Guard
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay._agents import Agent, Asker, agent_name, tool_definitions
 from guardrail.replay._corruption import ALL_CLASSES

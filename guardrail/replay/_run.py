@@ -7,19 +7,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from guardrail._content import strings
-from guardrail._guard import Guard
-from guardrail._harvest import harvest
-from guardrail._messages import unsuccessful
-from guardrail._text import has_token
-from guardrail._verdict import Finding, Verdict
+from guardrail._data.text import has_token
+from guardrail._data.verdict import Finding, Verdict
+from guardrail._guard.facade import Guard
+from guardrail._provenance.harvest import harvest
+from guardrail._transcript.content import strings
+from guardrail._transcript.messages import unsuccessful
 from guardrail.compaction import ledger_facts
 from guardrail.ledger import Ledger
 from guardrail.replay._agents import Asker, Intent
 from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._asks import answer
 from guardrail.replay._corruption import SAME_KIND, Context, collision, corrupt
-from guardrail.replay._provenance import Returned, admitting
+from guardrail.replay._origin import Returned, admitting
 from guardrail.replay._stats import (
     ABSENT,
     EVICTED,

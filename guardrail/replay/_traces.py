@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from guardrail._messages import content_text, parse_arguments, unsuccessful
-from guardrail._result_text import split_seal
+from guardrail._declare.arguments import parse_arguments
+from guardrail._transcript.messages import content_text, unsuccessful
+from guardrail._transcript.result_text import split_seal
 from guardrail.errors import TraceFileError
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -194,7 +195,7 @@ def _is_error(raw: Mapping[str, Any], text: str) -> bool:
 
     A refusal sent back as the result (its text, or its JSON), a failure
     guardrail wrote (its text begins ``guardrail:``) and one the Agents SDK
-    wrote (its sentences, see :mod:`guardrail._failures`) are failures whatever
+    wrote (its sentences, see :mod:`guardrail._transcript.failures`) are failures whatever
     the flags say: no tool produced them.
     """
     if unsuccessful(text, raw.get("result")):

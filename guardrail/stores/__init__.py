@@ -3,6 +3,13 @@
 A store keeps each session as one record per identifier and a little meta;
 the guard keeps the sessions it uses cached as live ledgers and writes only
 what changed. Writing a store of one's own: :mod:`guardrail.stores.protocol`.
+
+Inside: ``protocol`` (public, for store authors), ``_json`` (records as
+JSON text), ``_memory``, ``_sqlite``, ``_redis`` (its scripts in
+``_redis_lua``) and ``_postgres`` (on ``_postgres_base``, its SQL in
+``_postgres_sql``).
+
+Imports: :mod:`guardrail.ledger` and the plain data below it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Records as JSON text and back, fast: the stores' one encoding (rows, :mod:`guardrail._rows`).
+"""Records as JSON text and back, fast: the stores' one encoding, of rows.
+
+A row is a record's short form (:mod:`guardrail._data.rows`).
 
 Text from a JSON request may hold a lone surrogate (``"\\ud83d"``, half an
 emoji cut off): a ``str`` holds it, but no UTF-8 codec encodes it, so a
@@ -15,8 +17,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from guardrail._entry import Record
-from guardrail._rows import SHAPES, Rows, from_row, is_row, to_row
+from guardrail._data.entry import Record
+from guardrail._data.rows import SHAPES, Rows, from_row, is_row, to_row
 
 #: One encoder for every record: json.dumps with options builds a new encoder per call.
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
@@ -53,7 +55,7 @@ def decode(text: str) -> Any:
 
 
 def encode_record(record: Record) -> str:
-    """A record as the JSON text of its row (:mod:`guardrail._rows`): what every store writes."""
+    """A record as the JSON text of its row: what every store writes."""
     return encode(to_row(record))
 
 

@@ -40,7 +40,7 @@ class MemoryStore:
     """Sessions kept in this process, as the records any store keeps (the default store).
 
     Records are held as the JSON text of their rows (their values without
-    the field names, see :mod:`guardrail._rows`), so what a guard reads back
+    the field names, see :mod:`guardrail._data.rows`), so what a guard reads back
     is a copy that nothing else changes, and an ended conversation costs
     about what that text does. Several guards sharing one MemoryStore merge
     their writes as they would over SQLite. It is lost when the process ends.

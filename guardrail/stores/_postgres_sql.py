@@ -10,7 +10,7 @@ from __future__ import annotations
 
 #: The layout of the tables and functions this code uses. 1: the same tables, unversioned,
 #: with an ``apply_change`` each start redefined; 2: a version row, functions named by version;
-#: 3: records written as rows (:mod:`guardrail._rows`), which code of layout 2 cannot read.
+#: 3: records written as rows (:mod:`guardrail._data.rows`), which code of layout 2 cannot read.
 SCHEMA_VERSION = 3
 #: The oldest layout whose code may still use a database of this one (its functions kept).
 COMPATIBLE = 3

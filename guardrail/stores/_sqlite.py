@@ -36,7 +36,7 @@ from guardrail.stores.protocol import (
 #: How many sessions past their ttl a write deletes besides its own (a bounded sweep).
 _SWEPT_PER_WRITE = 8
 #: The layout of the tables this code writes (``PRAGMA user_version``): 2, a table row per
-#: record; 3, records written as rows (:mod:`guardrail._rows`), which code of layout 2 refuses.
+#: record; 3, records written as rows (:mod:`guardrail._data.rows`), which code of layout 2 refuses.
 SCHEMA_VERSION = 3
 #: A row's one column, in C: a cold load reads every record row.
 _FIRST = itemgetter(0)

@@ -55,7 +55,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
-from guardrail._entry import Record
+from guardrail._data.entry import Record
 from guardrail.errors import GuardrailUsageError, SessionDeleted, StoreError
 from guardrail.ledger._merge import USER_TEXTS_KEPT, Meta, merge_meta, merge_record
 

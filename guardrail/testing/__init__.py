@@ -2,7 +2,8 @@
 
 The fixture comes with the ``pytest11`` entry point (:mod:`guardrail.testing._plugin`);
 :func:`strategies` gives the two compactions a replay compares. The
-evaluation harness itself lives in :mod:`guardrail.replay`.
+evaluation harness itself lives in :mod:`guardrail.replay`. Inside:
+``_plugin``, the fixture.
 """
 
 from __future__ import annotations

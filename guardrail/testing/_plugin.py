@@ -28,7 +28,7 @@ import pytest
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
-    from guardrail._guard import Guard
+    from guardrail._guard.facade import Guard
     from guardrail.replay import Agent, Compaction, ReplayReport, TraceSource
 
 _PATTERN_CHARS = frozenset("*?[")

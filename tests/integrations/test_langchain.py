@@ -45,8 +45,8 @@ from guardrail import (
     Ledger,
     RepromptLimitExceeded,
 )
-from guardrail._guard import Mode
-from guardrail._result_text import REFUSAL_PREFIX, REFUSED_ERROR
+from guardrail._guard.facade import Mode
+from guardrail._transcript.result_text import REFUSAL_PREFIX, REFUSED_ERROR
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.integrations.langchain import (
     GuardrailCompactionMiddleware,
@@ -762,7 +762,7 @@ def test_compaction_never_separates_a_call_from_its_result() -> None:
 
 def test_compaction_does_not_harvest_a_failed_result() -> None:
     """An error tool message compacted away adds nothing to the ledger, even if it names ids."""
-    from guardrail.integrations._langchain_messages import from_chat, to_chat
+    from guardrail.integrations.langchain._messages import from_chat, to_chat
 
     shop = Shop()
     messages: list[BaseMessage] = [

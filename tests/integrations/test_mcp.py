@@ -29,7 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, Tool, ToolAnnotations
 
 from guardrail import Guard
-from guardrail._messages import SHAPES, Shape, result_message, text_message
+from guardrail._transcript.messages import SHAPES, Shape, result_message, text_message
 from guardrail.compaction import compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations.mcp import (

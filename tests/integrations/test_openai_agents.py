@@ -43,7 +43,7 @@ from agents.tool_context import ToolContext
 from pydantic import BaseModel, Field
 
 from guardrail import Guard, GuardrailUsageError, Id, IdentifierViolation, RepromptLimitExceeded
-from guardrail._result_text import is_refusal
+from guardrail._transcript.result_text import is_refusal
 from guardrail.integrations.openai_agents import (
     GuardedSession,
     compact_model_input,

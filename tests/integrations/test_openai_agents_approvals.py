@@ -12,7 +12,7 @@ from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail._result_text import is_refusal
+from guardrail._transcript.result_text import is_refusal
 from guardrail.integrations.openai_agents import approval_requests, decline, guard_agent
 from tests.integrations.test_loops_approvals import BILL, BILL_IBAN, bank_guard
 from tests.integrations.test_openai_agents import calls, outputs

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from guardrail import Guard, Verdict, compact
-from guardrail._audit import SilentLogger
-from guardrail._verdict import Finding
+from guardrail._data.verdict import Finding
+from guardrail._guard.audit import SilentLogger
 from guardrail.integrations.otel import SIGNALS, OpenTelemetryBridge, instrument
 from tests.conftest import ORDERS, shop_guard
 

@@ -44,14 +44,14 @@ from guardrail import (
     Ledger,
     RepromptLimitExceeded,
 )
-from guardrail._result_text import REFUSAL_PREFIX
-from guardrail.integrations._pydantic_ai_messages import from_chat, to_chat
+from guardrail._transcript.result_text import REFUSAL_PREFIX
 from guardrail.integrations.pydantic_ai import (
     GuardedToolset,
     Guardrail,
     conversation_id_session,
     guardrail_history_processor,
 )
+from guardrail.integrations.pydantic_ai._messages import from_chat, to_chat
 
 REPO = Path(__file__).resolve().parents[2]
 SECOND = "#W2378156"

@@ -1,4 +1,4 @@
-"""The binding every adapter applies to a runtime's tools (guardrail/integrations/_tools.py).
+"""The binding every adapter applies to a runtime's tools (guardrail/integrations/_common/tools.py).
 
 Framework-free: a tool is its parameter schema (as pydantic writes it, which
 is what every runtime sends the model), and the model or function that
@@ -13,7 +13,7 @@ import pytest
 from pydantic import AliasChoices, BaseModel, Field, TypeAdapter
 
 from guardrail import Guard, GuardrailUsageError, Id
-from guardrail.integrations._tools import Bindings, bind, kinds_in, marks_in
+from guardrail.integrations._common.tools import Bindings, bind, kinds_in, marks_in
 
 
 def shop() -> Guard:

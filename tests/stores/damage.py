@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from guardrail._rows import from_row
+from guardrail._data.rows import from_row
 
 from .conformance import FORGED, live
 

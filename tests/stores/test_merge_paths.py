@@ -23,8 +23,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Ledger, Source
-from guardrail._harvest import Batch
-from guardrail._journal import checked
+from guardrail._data.batch import Batch
+from guardrail._guard.journal import checked
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._records import fill, meta_of, records
 from guardrail.stores import MemoryStore, SQLiteStore, Store

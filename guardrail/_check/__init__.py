@@ -1,0 +1,16 @@
+"""The verdict on one call: findings, near misses, asks and re-prompts.
+
+- :mod:`~guardrail._check.plan`: a tool's check plan, compiled once, and the
+  check of a call's identifier arguments against a ledger (the allowed path
+  is a few dictionary look-ups).
+- :mod:`~guardrail._check.nearmiss`: a refused value one edit, one swap or only
+  look-alike letters from a ledger value.
+- :mod:`~guardrail._check.approvals`: when a value's provenance calls for the
+  user's word, the signed request, and recording the answer.
+- :mod:`~guardrail._check.reprompt`: what a refused call returns, worded for
+  the model: what was wrong and what to do next.
+
+Imports: :mod:`guardrail.ledger`, :mod:`guardrail._declare`,
+:mod:`guardrail._transcript`, :mod:`guardrail.kinds` and below, never
+:mod:`guardrail._provenance`; its own modules top-down in the order above.
+"""

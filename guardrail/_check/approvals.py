@@ -1,0 +1,419 @@
+"""Approvals: when an id's provenance calls for the user's word, and how that word is taken.
+
+A value with weaker provenance than a declared result field (typed by the
+user, seen in a result's free text, chosen by an outside party) is weighed
+by its kind's policy on a write or an egress read (:func:`weigh`): allowed,
+refused, or asked of the user. An ask is an
+:class:`~guardrail._data.verdict.ApprovalRequest` carrying the evidence and a
+token: an HMAC, under the guard's approval key, of the session, tool, kind
+and value. Only the program holds the key, so only the program can approve
+(:func:`decide`); nothing a model writes is a token, and a token names the
+one session, tool, kind and value it was made for.
+
+For a runtime adapter: run ``guard.enforce`` (or ``guard.check``); a
+verdict whose ``outcome`` is ``"ask"`` lists ``verdict.approvals``; show
+each request's ``tool``, ``param``, ``value``, ``kind``, ``tier`` and
+``evidence`` to the user through the runtime's own approval mechanism, keep
+its ``token``, and on the user's answer call ``guard.approve(request)`` or
+``guard.deny(request)`` (or pass the token alone). Then run the call
+again: an approved value is allowed for that session, tool and kind; a
+denied one is refused as ``declined``. Never take an approval from model
+output.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import hmac
+import inspect
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NamedTuple
+
+from guardrail._data.batch import Batch
+from guardrail._data.entry import Entry, Mention, Source
+from guardrail._data.text import excerpt, shorten
+from guardrail._data.verdict import ApprovalRequest, Finding, Problem, Verdict
+from guardrail._declare.spec import ToolSpec
+from guardrail._transcript.result_text import REFUSAL_PREFIX
+from guardrail.errors import GuardrailUsageError
+from guardrail.kinds import Kind
+from guardrail.ledger._state import LedgerState
+
+#: What :func:`weigh` answers for a value that may go ahead.
+ALLOW: Final = "allow"
+#: What :func:`weigh` answers for a value the user must approve first.
+ASK: Final = "ask"
+
+_TOKEN_VERSION = "a1"  # noqa: S105 (a format tag, not a secret)
+
+
+class Weighed(NamedTuple):
+    """A value weighed by its kind's policy: ``ALLOW``, ``ASK`` or a refusal's problem."""
+
+    answer: str
+    evidence: str = ""
+    tier: str = ""
+
+
+def weigh(
+    kind: Kind, entry: Entry | None, tool: str, *, write: bool, typed: bool = False
+) -> Weighed:
+    """What an id of ``kind`` may do in a call of ``tool`` (a write, or an egress read).
+
+    ``entry`` is the ledger's entry for the value (None: a value of a kind
+    with no pattern that the user typed, ``typed``). An approval for this
+    tool lets it through; a verified value is weighed only when an outside
+    party chose it; an unverified one by its tiers' policies, the most
+    permissive winning. On an egress read (``write`` false) a value the
+    policies would only have verified goes ahead, as on any read. A value
+    the user declined for this tool is refused where it would be asked.
+    """
+    if entry is not None and tool in entry.approved:
+        return Weighed(ALLOW)
+    declined = entry is not None and tool in entry.declined
+    if entry is not None and entry.verified:
+        if not entry.outside or kind.outside == "allow":
+            return Weighed(ALLOW)
+        if typed:  # the user named it too: their word weighs, on a value a tool returned
+            if kind.user_typed != "ask":
+                return Weighed(ALLOW)
+            return Weighed("declined" if declined else ASK, "typed by the user", "user")
+        evidence = _outside_evidence(entry)
+        if kind.outside == "refuse":
+            return Weighed("outside", evidence, entry.tier)
+        return Weighed("declined" if declined else ASK, evidence, entry.tier)
+    answers: list[Weighed] = []
+    if typed or (entry is not None and entry.tier == "user"):
+        evidence = (
+            f"typed by the user at turn {entry.source.turn}"
+            if entry is not None and entry.source.tool == "user"
+            else "typed by the user"
+        )
+        policy = kind.user_typed
+        answers.append(
+            Weighed(
+                ALLOW if policy == "allow" else ASK if policy == "ask" else "unverified",
+                evidence,
+                "user",
+            )
+        )
+    if entry is not None and entry.mention is not None and kind.mentions != "ignore":
+        rule: str = kind.mentions
+        if entry.outside and _STRICT[kind.outside] > _STRICT[rule]:
+            rule = kind.outside  # written by an outside party: the stricter policy
+        refused = "outside" if rule == kind.outside and entry.outside else "mentioned"
+        if rule == "read":  # any read may take it; a write asks
+            rule = "ask" if write else "allow"
+        answer = ALLOW if rule == "allow" else ASK if rule == "ask" else refused
+        answers.append(Weighed(answer, mention_evidence(entry), "mentioned"))
+    if not answers:
+        return Weighed(ALLOW if not write else "unverified")
+    best = min(answers, key=lambda w: _ORDER.get(w.answer, 2))
+    if not write and best.answer == "unverified":
+        return Weighed(ALLOW)
+    if best.answer == ASK:
+        evidence = "; ".join(w.evidence for w in answers if w.answer != "unverified")
+        return Weighed("declined" if declined else ASK, evidence or best.evidence, best.tier)
+    return best
+
+
+_ORDER = {ALLOW: 0, ASK: 1}
+_STRICT = {"allow": 0, "read": 1, "ask": 2, "refuse": 3}
+
+
+def mention_evidence(entry: Entry) -> str:
+    """Where a mentioned value was seen, for the user: the call, the place, the turn, the text."""
+    mention = entry.mention
+    if mention is None:
+        return ""
+    source = entry.source
+    place = "" if source.path in ("$", "") else f" (at {source.path})"
+    who = ", written by an outside party" if entry.outside else ""
+    return (
+        f"seen in the text of {mention.call}{who} at turn {source.turn}{place}: {mention.excerpt!r}"
+    )
+
+
+def _outside_evidence(entry: Entry) -> str:
+    source = entry.source
+    return (
+        f"chosen by an outside party: the field {source.path} of a {source.tool} result "
+        f"at turn {source.turn}"
+    )
+
+
+def refusal(
+    weighed: Weighed, *, tool: str, param: str, value: str, kind: str, role: str | None
+) -> Finding:
+    """The finding of a value its kind's policy refuses: mentioned, outside, or declined."""
+    details = {
+        "declined": "the user declined this value for this tool",
+        "mentioned": "only seen in the text of a result, and its kind refuses such values",
+        "outside": "chosen by an outside party, and its kind refuses such values",
+    }
+    problem: Problem = weighed.answer  # type: ignore[assignment]
+    detail = details.get(weighed.answer, "")
+    if weighed.evidence:
+        detail = f"{detail} ({weighed.evidence})" if detail else weighed.evidence
+    return Finding(problem, tool, param, value, kind, role, detail)
+
+
+#: What :func:`weigh_value` gives for a value the user typed that its kind allows, with no entry.
+TYPED: Final[Any] = object()
+
+
+def weigh_value(
+    spec: ToolSpec,
+    kinds: Sequence[Kind],
+    param: str,
+    enforced: bool,
+    text: str | None,
+    entry: Entry | None,
+    state: LedgerState,
+) -> Entry | Finding | ApprovalRequest | None:
+    """One id argument of a call that weighs its ids (a write or egress read), by policy.
+
+    ``entry``: the one the check found for it (verified, or on a read). Gives
+    the entry to use (allowed; :data:`TYPED` for a typed value with no entry),
+    a finding (refused by policy), a request (the user must approve it), or
+    None: not weighed here, on to the usual check (an unknown value, say).
+    """
+    if text is None:
+        return None
+    found: tuple[Kind, Entry | None, bool] | None = None
+    if entry is not None:
+        found = (next(k for k in kinds if k.name == entry.kind), entry, False)
+    else:
+        for kind in kinds:
+            key = kind.key(text)
+            held = None if key is None else state.tables.get(kind.name, {}).get(key)
+            if held is not None and key not in kind.examples:
+                found = (kind, held, False)
+                break
+            if key is not None and not kind.has_pattern and state.typed_by_user(text, kind):
+                found = (kind, None, True)
+                break
+            seen = text_mention(state, kind, text) if key is not None else None
+            if seen is not None:
+                found = (kind, seen, False)
+                break
+    if found is None:
+        return None
+    kind, held, typed = found
+    if held is not None and (held.outside or not held.verified) and not typed:
+        typed = state.typed_by_user(text, kind)
+    weighed = weigh(kind, held, spec.name, write=spec.effect == "write", typed=typed)
+    if weighed.answer == ALLOW:
+        return held if held is not None and held.key else TYPED
+    if weighed.answer == "unverified" or not enforced:
+        return None  # the usual check words it (or logs it, for an advisory kind)
+    if weighed.answer != ASK:
+        role = held.role if held is not None else None
+        return refusal(weighed, tool=spec.name, param=param, value=text, kind=kind.name, role=role)
+    return ApprovalRequest(
+        tool=spec.name,
+        param=param,
+        value=held.value if held is not None else text,
+        kind=kind.name,
+        tier=weighed.tier,
+        outside=held.outside if held is not None else False,
+        evidence=weighed.evidence,
+        session=state.session_id,
+    )
+
+
+def text_mention(state: LedgerState, kind: Kind, value: str) -> Entry | None:
+    """A value of a kind with no pattern seen in a kept result text, as an entry of no ledger.
+
+    Its key is empty: it stands for the evidence only, and is never used or stored.
+    """
+    if kind.has_pattern or kind.mentions == "ignore":
+        return None
+    kept = state.result_texts.find(value, kind)
+    if kept is None:
+        return None
+    entry = Entry(
+        value=value,
+        kind=kind.name,
+        key="",
+        role="",
+        source=kept.source,
+        first_seen=kept.source.turn,
+        last_used=kept.source.turn,
+        verified=False,
+        tier="mentioned",
+        outside=kept.outside,
+        mention=Mention(kept.call, excerpt(kept.text, value)),
+    )
+    return entry
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _mac(key: bytes, payload: bytes) -> str:
+    return hmac.new(key, b"guardrail approval\0" + payload, hashlib.sha256).hexdigest()[:32]
+
+
+def sign(key: bytes, request: ApprovalRequest, value_key: str) -> ApprovalRequest:
+    """``request`` with its token: the session, tool, kind and value's key, and their MAC."""
+    payload = json.dumps(
+        [_TOKEN_VERSION, request.session, request.tool, request.kind, value_key, request.value],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode("utf-8", "surrogatepass")
+    token = f"{_b64(payload)}.{_mac(key, payload)}"
+    return dataclasses.replace(request, token=token)
+
+
+def signed(key: bytes, verdict: Verdict, state: LedgerState) -> Verdict:
+    """``verdict`` with each request signed: only the program can answer it."""
+    approvals = tuple(
+        sign(key, r, state.key(r.kind, r.value) or r.value) for r in verdict.approvals
+    )
+    return dataclasses.replace(verdict, approvals=approvals)
+
+
+def answer_now(
+    approve: Callable[[ApprovalRequest], object], requests: Sequence[ApprovalRequest]
+) -> list[bool]:
+    """The inline approver's answer to each request, for a sync call (it must not be async)."""
+    answers = [approve(request) for request in requests]
+    if any(inspect.isawaitable(answer) for answer in answers):
+        for answer in answers:
+            if inspect.iscoroutine(answer):
+                answer.close()
+        raise GuardrailUsageError(
+            "Guard(approve=...) is a coroutine function: it answers for async tools only. "
+            "Give a plain function to answer for sync tools and guard.enforce"
+        )
+    return [bool(answer) for answer in answers]
+
+
+async def answer_async(
+    approve: Callable[[ApprovalRequest], object], requests: Sequence[ApprovalRequest]
+) -> list[bool]:
+    """The inline approver's answer to each request, awaited where it is a coroutine."""
+    answers = []
+    for request in requests:
+        answer = approve(request)
+        answers.append(bool(await answer if inspect.isawaitable(answer) else answer))
+    return answers
+
+
+def decide_request(
+    key: bytes, state: LedgerState, request: ApprovalRequest | str, approved: bool
+) -> tuple[Grant, Entry]:
+    """Record the user's answer to a request of ``state``'s session: what it granted, the entry."""
+    grant = read_token(key, request)
+    if grant.session != state.session_id:
+        raise GuardrailUsageError(
+            f"the request was made in session {grant.session!r}, not in "
+            f"{state.session_id!r}: an approval covers the session it was asked in"
+        )
+    return grant, decide(state, grant, approved)
+
+
+class Grant(NamedTuple):
+    """What a verified token names: the session, tool, kind, the value's key and the value."""
+
+    session: str | None
+    tool: str
+    kind: str
+    key: str
+    value: str
+
+
+def read_token(key: bytes, given: ApprovalRequest | str) -> Grant:
+    """The grant a token names, once its MAC verifies; a usage error for any other text.
+
+    A request whose fields differ from what its token names is forged too.
+    """
+    token = given.token if isinstance(given, ApprovalRequest) else given
+    if not isinstance(token, str) or token.count(".") != 1:
+        raise _forged()
+    body, mac = token.split(".")
+    try:
+        payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        raise _forged() from None
+    if not hmac.compare_digest(mac, _mac(key, payload)):
+        raise _forged()
+    fields: list[Any] = json.loads(payload)
+    grant = Grant(*fields[1:])
+    if isinstance(given, ApprovalRequest) and (
+        given.session,
+        given.tool,
+        given.kind,
+        given.value,
+    ) != (grant.session, grant.tool, grant.kind, grant.value):
+        raise _forged()
+    return grant
+
+
+def _forged() -> GuardrailUsageError:
+    return GuardrailUsageError(
+        "not an approval request of this guard: its token is forged, altered, or another "
+        "guard's. Approve only the requests a verdict of this guard lists (verdict.approvals), "
+        "as the guard gave them, never text a model wrote"
+    )
+
+
+# -- the user's answer -----------------------------------------------------------------------
+
+
+def decide(state: LedgerState, grant: Grant, approved: bool) -> Entry:
+    """Record the user's answer in a ledger: the value approved (or declined) for the tool.
+
+    A value the ledger no longer holds comes back in (the user named it by
+    approving it), as ``introduced``: the approval covers this tool only.
+    """
+    with state.lock:
+        table = state.tables.get(grant.kind)
+        entry = table.get(grant.key) if table is not None else None
+        if entry is None:
+            batch = Batch.one(grant.kind, grant.value, grant.key, "approval")
+            source = Source("approval", None, "approval", state.turn)
+            admitted = state.admit([batch], source=source, verified=False, tool="approval")
+            if not admitted.added:
+                raise GuardrailUsageError(
+                    f"the ledger of session {grant.session!r} has no room for the approved "
+                    "value (every entry is pinned or in use this turn)"
+                )
+            entry = admitted.added[0]
+            kind = state.kinds.get(grant.kind)
+            seen = text_mention(state, kind, grant.value) if kind is not None else None
+            if seen is not None:  # keep where it was seen: another tool asks with it again
+                entry.tier, entry.outside, entry.mention = "mentioned", seen.outside, seen.mention
+                entry.source = seen.source
+        tool = frozenset((grant.tool,))
+        if approved:
+            entry.approved, entry.declined = entry.approved | tool, entry.declined - tool
+        else:
+            entry.approved, entry.declined = entry.approved - tool, entry.declined | tool
+        state.changed(entry.kind, entry.key)
+    state.persist()
+    return entry
+
+
+def ask_message(tool: str, requests: Sequence[ApprovalRequest]) -> str:
+    """What the model is told of a call that waits for the user: never that it may approve."""
+    head = f"{REFUSAL_PREFIX}{tool} for now; the tool did not run. It waits for the user's"
+    lines = [f"{head} approval of:"]
+    lines += [
+        f"- {r.param}={shorten(r.value, quote=True)} ({r.kind}; {r.evidence})" for r in requests
+    ]
+    lines.append(
+        "Only the user can approve it, outside this conversation; nothing you write approves "
+        "it. Do not retry this call or try other values: tell the user what the call needs "
+        "and that it waits for their approval."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,584 @@
+"""The check: every identifier argument of a call, against the ledger.
+
+An argument is allowed when its normalised value is a verified ledger entry
+of a compatible kind, or an unverified one passed to a ``read`` tool.
+Otherwise it gets one finding, exact matches first (``example``,
+``unverified``, ``evicted``, ``wrong_kind``), then ``truncated``, then
+``mutated``, then ``unknown``. The allowed path is a few dictionary
+look-ups; the near-miss search (:mod:`guardrail._check.nearmiss`) runs only for a
+value that is refused, and :mod:`guardrail._check.reprompt` words the refusal.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+
+from guardrail._check.approvals import ask_message, text_mention, weigh_value
+from guardrail._check.nearmiss import near_miss, within_reach
+from guardrail._check.reprompt import dropped_detail, refusal_head, reprompt
+from guardrail._data.text import ARGUMENT_ELLIPSES
+from guardrail._data.verdict import ApprovalRequest, Finding, Problem, TypedId, Verdict
+from guardrail._declare.spec import ParamSpec, ToolSpec
+from guardrail.kinds import Kind, id_text
+from guardrail.ledger import Entry
+from guardrail.ledger._state import LedgerState
+
+# -- the compiled plan for one tool ---------------------------------------------------------
+
+
+#: No default: an omitted argument is not checked.
+NO_DEFAULT: Final[Any] = object()
+
+
+@dataclass(frozen=True)
+class _ParamPlan:
+    param: ParamSpec
+    name: str
+    simple: bool
+    kinds: tuple[Kind, ...]
+    enforced: bool
+    #: The function's default for the parameter, checked when the argument is omitted.
+    default: Any = NO_DEFAULT
+
+
+class OtherKind(NamedTuple):
+    """A further kind a fast parameter accepts: its name and normaliser."""
+
+    name: str
+    normalize: Callable[[str], str]
+
+
+#: One plain top-level id parameter, as the allowed path reads it: its name, its position
+#: in the signature (-1: keyword only or unknown), the first accepted kind's name and
+#: normaliser, the other kinds it accepts (:class:`OtherKind`, usually none), and the
+#: default an omitted argument takes (``NO_DEFAULT``: none to check). A plain tuple on
+#: purpose: the allowed path unpacks one per parameter per call, and Python unpacks an
+#: exact tuple fastest (a named tuple costs some 35 ns more each: with two parameters, 5% of
+#: the whole allowed call).
+FastParam = tuple[str, int, str, Callable[[str], str], tuple[OtherKind, ...], Any]
+
+
+#: The parameters of a tool whose id parameters are all plain top-level arguments.
+FastParams = tuple[FastParam, ...]
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """A tool spec with its kinds resolved, compiled once per declaration.
+
+    ``fast`` is set when every identifier parameter is a plain top-level
+    argument: the allowed path then reads it with one look-up per kind.
+    """
+
+    spec: ToolSpec
+    params: tuple[_ParamPlan, ...]
+    read: bool
+    lookups: Mapping[str, tuple[str, ...]]
+    fast: FastParams | None = None
+    #: A write or egress read taking a kind with an approval policy: its ids are weighed
+    #: (:func:`guardrail._check.approvals.weigh`) before they are allowed.
+    weighs: bool = False
+
+
+def compile_plan(
+    spec: ToolSpec, kinds: Mapping[str, Kind], lookups: Mapping[str, tuple[str, ...]]
+) -> CheckPlan:
+    """Resolve the kinds of every parameter of ``spec`` (which must all exist)."""
+    params = []
+    for param in spec.params:
+        resolved = tuple(kinds[name] for name in param.kinds)
+        params.append(
+            _ParamPlan(
+                param=param,
+                name=param.path.text,
+                simple=param.simple,
+                kinds=resolved,
+                enforced=any(kind.enforce for kind in resolved),
+                default=(
+                    NO_DEFAULT if param.default_ok else spec.defaults.get(param.name, NO_DEFAULT)
+                ),
+            )
+        )
+    fast: FastParams | None = None
+    writes = spec.effect == "write" or spec.egress
+    weighs = writes and any(_has_policy(kind) for param in params for kind in param.kinds)
+    # The allowed path takes any verified id on a write, any id on a read: it cannot tell
+    # an outside party's id, nor (on an egress read) an unverified one, so such plans skip it.
+    tells = not weighs or not (
+        spec.egress or any(kind.outside != "allow" for param in params for kind in param.kinds)
+    )
+    if tells and all(param.simple for param in params):
+        fast = tuple(
+            (
+                param.name,
+                spec.positions.get(param.name, -1),
+                param.kinds[0].name,
+                param.kinds[0].normalize,
+                tuple(OtherKind(kind.name, kind.normalize) for kind in param.kinds[1:]),
+                param.default,
+            )
+            for param in params
+        )
+    return CheckPlan(
+        spec=spec,
+        params=tuple(params),
+        read=spec.effect == "read",
+        lookups=lookups,
+        fast=fast,
+        weighs=weighs,
+    )
+
+
+def _has_policy(kind: Kind) -> bool:
+    """Whether a kind asks or allows beyond the defaults (user_typed, mentions or outside)."""
+    return kind.user_typed != "verify" or kind.mentions != "ignore" or kind.outside != "allow"
+
+
+# -- reading argument values ----------------------------------------------------------------
+
+
+def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
+    param = plan.param
+    values = param.path.extract(arguments, parse_json_strings=True)
+    if param.sep is None:
+        return values
+    split: list[Any] = []
+    for value in values:
+        if isinstance(value, str):
+            split.extend(part for part in (p.strip() for p in value.split(param.sep)) if part)
+        else:
+            split.append(value)
+    return split
+
+
+# -- the check ------------------------------------------------------------------------------
+
+
+class Respelling(NamedTuple):
+    """An argument to give its ledger spelling: the parameter, its position, the ledger's value."""
+
+    name: str
+    position: int
+    value: Any
+
+
+#: The arguments of one call to give their ledger spelling, in parameter order.
+Respellings = list[Respelling]
+
+#: What :func:`allowed_entries` returns for a call allowed outright: the entries it uses,
+#: and its :data:`Respellings` (None, the usual case, when every value is the ledger's).
+#: A plain tuple on purpose: it is built on every allowed call, and a named tuple costs ten
+#: times as much to build (a sixth of the whole allowed path).
+AllowedCall = tuple[list[Entry], Respellings | None]
+
+
+def allowed_entries(
+    fast: FastParams,
+    read: bool,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    state: LedgerState,
+) -> AllowedCall | None:
+    """The entries a call uses when every identifier argument is allowed outright, else None.
+
+    The allowed path of :func:`check_arguments` for plain top-level
+    parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
+    arguments is ``((), arguments)``). The entries are marked used, and
+    returned with the arguments whose value is not their entry's verbatim
+    value (None, the usual case, when every value is). None sends the call
+    through the full check, which also finds the problems; so does a
+    normaliser that fails, which the full check reports as a malformed
+    value.
+    """
+    by_kind = state.tables
+    used: list[Entry] = []
+    respelled: Respellings | None = None
+    try:
+        for name, position, kind, normalize, others, default in fast:
+            if name in kwargs:
+                value = kwargs[name]
+            elif 0 <= position < len(args):
+                value = args[position]
+            elif default is NO_DEFAULT:
+                continue
+            else:
+                value = default
+            if value is None:
+                continue
+            if type(value) is not str:
+                return None
+            table = by_kind.get(kind)
+            entry = None if table is None else table.get(normalize(value))
+            if entry is None or not (entry.verified or read):
+                for other, normalize_other in others:
+                    table = by_kind.get(other)
+                    entry = None if table is None else table.get(normalize_other(value))
+                    if entry is not None and (entry.verified or read):
+                        break
+                else:
+                    return None
+            used.append(entry)
+            if value != entry.value:  # the tool gets the ledger's spelling, not the model's
+                if respelled is None:
+                    respelled = []
+                respelled.append(Respelling(name, position, entry.value))
+    except Exception:  # a user normaliser failed, or gave a key no table can hold
+        return None
+    epoch = state.epoch
+    for entry in used:
+        if entry.epoch != epoch:
+            state.touch(entry)
+    return used, respelled
+
+
+def check_arguments(
+    plan: CheckPlan,
+    arguments: Mapping[str, Any],
+    state: LedgerState,
+) -> Verdict:
+    """Check every identifier argument of one call; touch the entries of an allowed call.
+
+    The verdict's ``arguments`` give each identifier its ledger spelling.
+    """
+    if plan.fast is not None:
+        allowed = allowed_entries(plan.fast, plan.read, (), arguments, state)
+        if allowed is not None:
+            used_fast, respelled = allowed
+            if respelled is not None:
+                arguments = {**arguments, **{name: value for name, _, value in respelled}}
+            return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
+    by_kind = state.tables
+    read = plan.read
+    used: list[Entry] = []
+    typed: list[TypedId] = []
+    findings: list[Finding] = []
+    asks: list[ApprovalRequest] = []
+    # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
+    spellings: dict[int, dict[str, str]] = {}
+    for index, param in enumerate(plan.params):
+        if param.simple:
+            value = arguments.get(param.name, param.default)
+            if value is NO_DEFAULT or value is None:
+                continue
+            values: Iterable[Any] = (value,)
+        elif param.default is not NO_DEFAULT and param.param.name not in arguments:
+            values = _values(param, {param.param.name: param.default})
+        else:
+            values = _values(param, arguments)
+        for value in values:
+            if value is None:
+                continue
+            text = value if type(value) is str else id_text(value)
+            if text is not None:
+                entry = _held(param.kinds, text, by_kind, read)
+                if plan.weighs:
+                    weighed = weigh_value(
+                        plan.spec, param.kinds, param.name, param.enforced, text, entry, state
+                    )
+                    if weighed is not None:
+                        entry = _sort(weighed, findings, asks)
+                        if entry is None:
+                            continue
+                if entry is not None:
+                    used.append(entry)
+                    if type(value) is str and value != entry.value:
+                        spellings.setdefault(index, {})[value] = entry.value
+                    continue
+            outcome = _classify(plan, param, value, text, state)
+            if isinstance(outcome, TypedId):
+                typed.append(outcome)
+            elif outcome is not None:
+                findings.append(outcome)
+    refused = [finding for finding in findings if finding.enforced]
+    if refused:
+        return Verdict(
+            tool=plan.spec.name,
+            allowed=False,
+            findings=tuple(findings),
+            message=reprompt(plan.spec.name, refused, read=plan.read, lookups=plan.lookups),
+            arguments=arguments,
+        )
+    if asks:  # nothing refused, but the user must approve some values first
+        return Verdict(
+            tool=plan.spec.name,
+            allowed=False,
+            findings=tuple(findings),
+            message=ask_message(plan.spec.name, asks),
+            arguments=arguments,
+            approvals=tuple(asks),
+        )
+    for entry in used:
+        state.touch(entry)
+    return Verdict(
+        tool=plan.spec.name,
+        allowed=True,
+        findings=tuple(findings),
+        used=tuple(used),
+        typed=tuple(typed),
+        arguments=_respelled(plan, arguments, spellings) if spellings else arguments,
+    )
+
+
+def _respelled(
+    plan: CheckPlan, arguments: Mapping[str, Any], spellings: Mapping[int, Mapping[str, str]]
+) -> dict[str, Any]:
+    """A copy of ``arguments`` with each value in ``spellings`` in its ledger spelling.
+
+    Nested values are replaced in copies of their containers, packed strings
+    part by part, and a list given as JSON text stays JSON text.
+    """
+    respelled = dict(arguments)
+    for index, spelling in spellings.items():
+        param = plan.params[index]
+        if param.simple:
+            given = respelled.get(param.name, param.default)
+            respelled[param.name] = spelling.get(given, given)
+            continue
+        head = param.param.name
+        root = {head: respelled.get(head, param.default)}
+        fix = _packed_fix(spelling, param.param.sep) if param.param.sep else _fix(spelling)
+        respelled[head] = param.param.path.replace(root, fix, parse_json_strings=True)[head]
+    return respelled
+
+
+def _fix(spelling: Mapping[str, str]) -> Callable[[Any], Any]:
+    def fix(value: Any) -> Any:
+        return spelling.get(value, value) if type(value) is str else value
+
+    return fix
+
+
+def _packed_fix(spelling: Mapping[str, str], sep: str) -> Callable[[Any], Any]:
+    """Respell the ids packed in one string part by part, keeping separators and spaces."""
+
+    def fix(value: Any) -> Any:
+        if type(value) is not str:
+            return value
+        parts = value.split(sep)
+        changed = False
+        for number, part in enumerate(parts):
+            core = part.strip()
+            new = spelling.get(core)
+            if new is not None and core:
+                start = part.index(core)
+                parts[number] = part[:start] + new + part[start + len(core) :]
+                changed = True
+        return sep.join(parts) if changed else value
+
+    return fix
+
+
+def _held(
+    kinds: Sequence[Kind], text: str, by_kind: Mapping[str, Mapping[str, Entry]], read: bool
+) -> Entry | None:
+    """The entry that allows ``text`` outright: verified, or any on a read (None: no such)."""
+    for kind in kinds:
+        key = kind.key(text)
+        if key is None:  # this kind's normaliser cannot read it: _classify says so
+            continue
+        table = by_kind.get(kind.name)
+        entry = None if table is None else table.get(key)
+        if entry is not None and (entry.verified or read):
+            return entry
+    return None
+
+
+def _sort(
+    weighed: Entry | Finding | ApprovalRequest | None,
+    findings: list[Finding],
+    asks: list[ApprovalRequest],
+) -> Entry | None:
+    """The entry a weighed value uses, else None, with its finding or request put aside."""
+    if isinstance(weighed, Finding):
+        findings.append(weighed)
+    elif isinstance(weighed, ApprovalRequest):
+        asks.append(weighed)
+    elif isinstance(weighed, Entry):
+        return weighed
+    return None
+
+
+def _classify(
+    plan: CheckPlan,
+    param: _ParamPlan,
+    value: Any,
+    text: str | None,
+    state: LedgerState,
+) -> Finding | TypedId | None:
+    """The finding for one value that was not allowed outright, or the id the user typed.
+
+    A user-typed id (of a kind's shape, passed to a ``read`` tool) is no
+    finding: the read may look it up, and its result may then verify it.
+    None: a value of a kind with no pattern seen in a result's text, which a
+    read may take (and never verifies).
+    """
+    tool = plan.spec.name
+    first = param.kinds[0]
+
+    def finding(problem: Problem, kind: Kind, role: str | None = None, detail: str = "") -> Finding:
+        return Finding(
+            problem=problem,
+            tool=tool,
+            param=param.name,
+            value=text if text is not None else _describe(value),
+            kind=kind.name,
+            nearest_role=role,
+            detail=detail,
+            enforced=param.enforced,
+        )
+
+    if text is None:
+        detail = f"expected an identifier as text, got {type(value).__name__}"
+        return finding("malformed", first, detail=detail)
+
+    # Kind.key: a normaliser that raises or gives no text reads no key, never crashes the call.
+    keys = [(kind, key) for kind in param.kinds if (key := kind.key(text)) is not None]
+    if not keys:
+        return finding("malformed", first, detail=_unreadable(param.kinds))
+    for kind, key in keys:
+        if key in kind.examples:
+            return finding("example", kind, detail="placeholder from a tool description")
+    for kind, key in keys:
+        entry = state.tables.get(kind.name, {}).get(key)
+        if entry is not None:  # present, but unverified and the tool writes
+            origin = _ORIGINS.get(entry.tier, _ORIGINS["introduced"])
+            return finding("unverified", kind, entry.role, _unverified(plan, kind, origin))
+    for kind, key in keys:
+        # Written by the user as it is, or as the kind's normaliser reads it (a pattern's
+        # matches entered the ledger already; a kind with no pattern is matched here).
+        typed = (not kind.has_pattern or kind.matches(text)) and state.typed_by_user(text, kind)
+        # Or, with no pattern, seen in a result's text: a read may look (it never verifies).
+        if typed or (plan.read and text_mention(state, kind, text) is not None):
+            if plan.read:
+                return TypedId(kind.name, text, key) if typed else None
+            origin = _ORIGINS["user" if typed else "mentioned"]
+            return finding("unverified", kind, None, _unverified(plan, kind, origin))
+    for kind, key in keys:
+        dropped = state.drop_mark(kind.name, key)
+        if dropped is not None:
+            return finding("evicted", kind, None, dropped_detail(dropped.tool, dropped.turn))
+        tomb = state.tombstone(kind.name, key)
+        if tomb is not None:
+            return finding("evicted", kind, tomb.role, f"evicted at turn {tomb.evicted_turn}")
+    for other in state.lookup(text, exclude={kind.name for kind in param.kinds}):
+        wanted = " or ".join(repr(k.name) for k in param.kinds)
+        detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
+        return finding("wrong_kind", first, other.role, detail)
+    # Only a value within reach of a kind's keys is searched: a megabyte id costs no search.
+    near = [(kind, key) for kind, key in keys if within_reach(kind, key, state)]
+    for kind, key in near:
+        cut = _truncated(kind, key, state)
+        if cut is not None:
+            return finding("truncated", kind, cut.role, cut.detail)
+    for kind, key in near:
+        close = near_miss(kind, key, state)
+        if close is not None:
+            return finding("mutated", kind, close.entry.role, close.detail)
+    return finding("unknown", first, None, "appears in no tool result")
+
+
+#: Where an unverified value came from, by tier, as a refusal says it (see TIERS).
+_ORIGINS = {
+    "user": "typed by the user",
+    "mentioned": "seen only in the text of a result",
+    "introduced": "taken from no tool result",
+}
+
+
+def _unverified(plan: CheckPlan, kind: Kind, origin: str) -> str:
+    """A refused unverified value's detail: where it came from, and can a tool confirm it."""
+    if plan.lookups.get(kind.name):
+        return f"{origin}, never looked up"
+    return f"{origin}; no declared read tool looks up kind {kind.name!r} to confirm it"
+
+
+def _unreadable(kinds: Sequence[Kind]) -> str:
+    """The detail of a value no accepted kind's normaliser could read."""
+    if len(kinds) == 1:
+        return f"the normaliser of kind {kinds[0].name!r} could not read the value"
+    names = " and ".join(repr(kind.name) for kind in kinds)
+    return f"the normalisers of kinds {names} could not read the value"
+
+
+#: Bounds for describing a value that is not text: nested and long values are cut short.
+_REPR = reprlib.Repr()
+_REPR.maxstring = _REPR.maxother = 80
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value that is not an identifier's text.
+
+    Bounded however large or deep the value, and never raising: an object
+    whose ``repr`` fails is described by its type.
+    """
+    try:
+        text = _REPR.repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Cut(NamedTuple):
+    """An id cut short: the role of the entry it most likely was (None: no telling), and how."""
+
+    role: str | None
+    detail: str
+
+
+def _truncated(kind: Kind, key: str, state: LedgerState) -> _Cut | None:
+    stem = key
+    for ellipsis in ARGUMENT_ELLIPSES:
+        if stem.endswith(ellipsis):
+            stem = stem[: -len(ellipsis)].rstrip()
+            matches = state.keys_with_prefix(kind.name, stem) if stem else []
+            return _Cut(_most_recent(matches), "ends in an ellipsis")
+    if len(stem) < 2:
+        return None
+    matches = state.keys_with_prefix(kind.name, stem)
+    if not matches:
+        return None
+    return _Cut(_most_recent(matches), "a prefix of a ledger value")
+
+
+def _most_recent(entries: Sequence[Entry]) -> str | None:
+    if not entries:
+        return None
+    return max(entries, key=lambda entry: entry.last_used).role
+
+
+def undeclared_verdict(name: str) -> Verdict:
+    """A refusal for a tool the guard does not know, when undeclared tools are refused."""
+    finding = Finding(
+        problem="undeclared",
+        tool=name,
+        param="",
+        value="",
+        kind="",
+        detail="the tool is not declared to the guard",
+    )
+    message = (
+        f"{refusal_head(name)}\n"
+        f"- {name} is not a tool this agent may call. Use one of the tools you were given."
+    )
+    return Verdict(tool=name, allowed=False, findings=(finding,), message=message)
+
+
+def malformed_arguments(plan: CheckPlan, arguments: object) -> Verdict:
+    """A refusal for arguments that are not an object (nor a JSON object as text)."""
+    finding = Finding(
+        problem="malformed",
+        tool=plan.spec.name,
+        param="",
+        value=_describe(arguments),
+        kind="",
+        detail=f"arguments must be an object, got {type(arguments).__name__}",
+    )
+    return Verdict(
+        tool=plan.spec.name,
+        allowed=False,
+        findings=(finding,),
+        message=reprompt(plan.spec.name, [finding], read=plan.read, lookups=plan.lookups),
+    )

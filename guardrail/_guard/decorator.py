@@ -1,0 +1,303 @@
+"""The decorator: a tool function with the check before it and the record after it.
+
+``@guard.tool`` compiles everything once (the spec, where each identifier
+parameter sits in the signature) into a :class:`GuardedTool`, then wraps the
+function in a plain function whose sync and async forms differ only by
+``await``. A plain function rather than an object proxy: a call costs what a
+pass-through costs, and methods, class and static methods, signatures,
+annotations and ``iscoroutinefunction`` behave as the undecorated
+function's do. Nothing on the per-call path inspects anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from guardrail._check.plan import AllowedCall, Respelling, Respellings, allowed_entries
+from guardrail._check.reprompt import Rejection
+from guardrail._data.verdict import Verdict
+from guardrail._declare.spec import ToolSpec
+from guardrail._provenance.harvest import OPAQUE_TYPES, opaque
+from guardrail.ledger import Entry
+from guardrail.ledger._state import LedgerState
+
+if TYPE_CHECKING:
+    from guardrail._guard.engine import Engine
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The attribute of a guarded function holding its :class:`GuardedTool`.
+GUARDED_ATTRIBUTE = "__guardrail_tool__"
+
+
+class GuardedTool:
+    """One decorated tool: its spec and argument positions, and the halves of a call.
+
+    What a call needs is resolved once, here: the ``engine`` that checks and
+    records (and its compiled plans and audit levels), ``session`` (the
+    ledger state of the innermost open scope, or None: the cheap look-up every
+    call makes) and ``current`` (the full resolution, with the default
+    session and the error outside any). ``leading`` holds the defaults of
+    the function's positional-only parameters (``inspect.Parameter.empty``
+    where there is none), to pass a respelled default of one that the call
+    left out.
+    """
+
+    __slots__ = (
+        "allowed_level",
+        "confirms",
+        "current",
+        "engine",
+        "heads",
+        "leading",
+        "levels",
+        "name",
+        "plans",
+        "quiet",
+        "session",
+        "spec",
+    )
+
+    def __init__(
+        self,
+        spec: ToolSpec,
+        engine: Engine,
+        *,
+        session: Callable[[], LedgerState | None],
+        current: Callable[[], LedgerState],
+        leading: tuple[Any, ...] = (),
+    ) -> None:
+        self.engine = engine
+        self.plans = engine.plans
+        self.levels = engine.audit.levels
+        self.session = session
+        self.current = current
+        self.name = spec.name
+        self.spec = spec
+        self.heads = tuple(spec.positions.items())
+        self.leading = leading
+        self.confirms = spec.confirms_arguments
+        self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
+        # After a call allowed outright, only a result with ids can bring anything in.
+        self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
+
+    def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The identifier arguments of one call, by parameter name."""
+        # The wrapper is a plain function, so a method's self (or cls) is args[0], just as
+        # in the signature the positions were read from.
+        arguments = {}
+        for head, position in self.heads:
+            if head in kwargs:
+                arguments[head] = kwargs[head]
+            elif 0 <= position < len(args):
+                arguments[head] = args[position]
+        return arguments
+
+    def before(
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> AllowedCall | None:
+        """The allowed path: the entries a call uses when each id is allowed outright, else None.
+
+        With them come the arguments to give their ledger spelling (None when none).
+        """
+        plan = self.plans.get(self.name)
+        if plan is None or plan.fast is None or plan.spec is not self.spec:
+            return None
+        admitted = allowed_entries(plan.fast, plan.read, args, kwargs, state)
+        if admitted is not None and self.levels[self.allowed_level]:
+            self.engine.log_allowed(plan, state, admitted[0])
+        return admitted
+
+    def respell(
+        self, respelled: Respellings, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The call's arguments with the given parameters set to their ledger spelling.
+
+        ``kwargs`` is the wrapper's own dict (a call always gets a fresh one);
+        ``args`` is copied when a positional value changes. A parameter the
+        call left out (a checked default) is passed by keyword, or by
+        position with the defaults before it when it is positional-only.
+        """
+        new_args: list[Any] | None = None
+        omitted: list[tuple[int, Any]] = []  # positional-only parameters left at their default
+        for name, position, value in respelled:
+            if name in kwargs:
+                kwargs[name] = value
+            elif 0 <= position < len(args):
+                if new_args is None:
+                    new_args = list(args)
+                new_args[position] = value
+            elif 0 <= position < len(self.leading):
+                omitted.append((position, value))
+            else:
+                kwargs[name] = value
+        if omitted:
+            new_args = list(args) if new_args is None else new_args
+            for position, value in sorted(omitted):
+                while len(new_args) < position and self.leading[len(new_args)] is not _EMPTY:
+                    new_args.append(self.leading[len(new_args)])
+                if len(new_args) != position:
+                    break  # a parameter before it has no default: the call fails as it would
+                new_args.append(value)
+        return (tuple(new_args) if new_args is not None else args), kwargs
+
+    def changes(self, arguments: dict[str, Any], verdict: Verdict) -> Respellings:
+        """What the full check respelled: the parameters whose value it replaced."""
+        given = verdict.arguments or {}
+        return [
+            Respelling(head, position, given[head])
+            for head, position in self.heads
+            if head in given and given[head] is not arguments.get(head, _EMPTY)
+        ]
+
+    def enforce(
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Verdict]:
+        """The full check in the guard's mode (which may raise), for any other call."""
+        arguments = self.bind(args, kwargs)
+        return arguments, self.engine.enforce(self.name, arguments, state)
+
+    async def enforce_async(
+        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], Verdict]:
+        """:meth:`enforce` for an async tool (an async ``Guard(approve=...)`` may answer)."""
+        arguments = self.bind(args, kwargs)
+        return arguments, await self.engine.enforce_async(self.name, arguments, state)
+
+    def record(
+        self, state: LedgerState, arguments: Mapping[str, Any], verdict: Verdict, result: Any
+    ) -> None:
+        """Record the result of a call that went through :meth:`enforce`."""
+        plan = self.plans[self.name]
+        if verdict.allowed and verdict.arguments is not None:
+            arguments = verdict.arguments  # what the tool ran with
+        self.engine.record_call(plan, arguments, result, state, verdict=verdict)
+
+    def after(
+        self,
+        state: LedgerState,
+        used: list[Entry],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        result: Any,
+    ) -> None:
+        """Record what a call allowed outright brought in: usually nothing."""
+        plan = self.plans[self.name]
+        spec = plan.spec
+        # No result paths, nothing minted, no user-typed id to confirm, and a result that is
+        # neither a model nor text to parse: nothing to walk.
+        if (
+            not spec.produces
+            and not spec.mints
+            and (not self.confirms or all(entry.verified for entry in used))
+            and opaque(result)
+        ):
+            if self.levels[logging.DEBUG]:
+                self.engine.log_nothing_recorded(state, self.name)
+            return
+        verdict = Verdict(self.name, True, used=tuple(used))
+        self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
+
+
+def guarded(
+    function: F,
+    spec: ToolSpec,
+    signature: inspect.Signature | None,
+    engine: Engine,
+    *,
+    session: Callable[[], LedgerState | None],
+    current: Callable[[], LedgerState],
+) -> F:
+    """``function`` guarded as the tool ``spec`` declares (``signature`` is its own, if any)."""
+    leading = tuple(
+        parameter.default
+        for parameter in (signature.parameters.values() if signature is not None else ())
+        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
+    )
+    tool = GuardedTool(spec, engine, session=session, current=current, leading=leading)
+    return wrap(tool, function)
+
+
+def wrap(tool: GuardedTool, function: F) -> F:
+    """The guarded function: sync or async as ``function`` is, methods kept methods.
+
+    The two forms differ only by ``await``. On the allowed path a call costs
+    the session look-up, :meth:`GuardedTool.before` and, for the few results
+    that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
+    each identifier as the ledger spells it (:meth:`GuardedTool.respell`),
+    which copies nothing when the model copied every value exactly.
+    """
+    target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
+    engine = tool.engine
+    session = tool.session
+    current = tool.current
+    levels = tool.levels
+    wrapper: Callable[..., Any]
+    if inspect.iscoroutinefunction(target):
+
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
+            state = session()
+            if state is None:
+                state = current()
+            admitted = tool.before(state, args, kwargs)
+            if admitted is not None:
+                used, respelled = admitted
+                if respelled is not None:
+                    args, kwargs = tool.respell(respelled, args, kwargs)
+                result = await target(*args, **kwargs)
+                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
+                    tool.after(state, used, args, kwargs, result)
+                return result
+            arguments, verdict = await tool.enforce_async(state, args, kwargs)
+            if not verdict.allowed:
+                if engine.mode == "reprompt":
+                    return Rejection(verdict)
+            elif verdict.arguments is not arguments:
+                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
+            result = await target(*args, **kwargs)
+            tool.record(state, arguments, verdict, result)
+            return result
+
+        wrapper = guarded_async
+    else:
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            state = session()
+            if state is None:
+                state = current()
+            admitted = tool.before(state, args, kwargs)
+            if admitted is not None:
+                used, respelled = admitted
+                if respelled is not None:
+                    args, kwargs = tool.respell(respelled, args, kwargs)
+                result = target(*args, **kwargs)
+                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
+                    tool.after(state, used, args, kwargs, result)
+                return result
+            arguments, verdict = tool.enforce(state, args, kwargs)
+            if not verdict.allowed:
+                if engine.mode == "reprompt":
+                    return Rejection(verdict)
+            elif verdict.arguments is not arguments:
+                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
+            result = target(*args, **kwargs)
+            tool.record(state, arguments, verdict, result)
+            return result
+
+        wrapper = guarded
+    functools.update_wrapper(wrapper, target)
+    # Runtimes that check and record calls themselves (guardrail.integrations.loops) run
+    # the function underneath instead, so a call is never checked twice.
+    wrapper.__dict__[GUARDED_ATTRIBUTE] = tool
+    if isinstance(function, classmethod):
+        return cast(F, classmethod(wrapper))
+    if isinstance(function, staticmethod):
+        return cast(F, staticmethod(wrapper))
+    return cast(F, wrapper)
+
+
+_EMPTY: Any = inspect.Parameter.empty

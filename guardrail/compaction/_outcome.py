@@ -1,0 +1,167 @@
+"""What a compaction reports: the result, its report, and how ids and tokens are counted.
+
+The report is data: :meth:`CompactionReport.to_dict` for JSON, and
+:meth:`CompactionReport.audit_fields` for the audit event, which takes
+plain fields and knows nothing of this type.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Generic
+
+from guardrail._guard.audit import listed, omitted
+from guardrail._transcript.content import strings
+from guardrail._transcript.messages import Repair
+from guardrail.compaction._masking import LintIssue, Masker
+
+if TYPE_CHECKING:
+    # A default, so that a bare ``CompactionResult`` annotation stays valid under --strict;
+    # only type checkers read it (typing.TypeVar takes ``default`` from Python 3.13 on).
+    from typing_extensions import TypeVar
+
+    M = TypeVar("M", bound=Mapping[str, Any], default=Mapping[str, Any])
+else:
+    from typing import TypeVar
+
+    M = TypeVar("M", bound=Mapping[str, Any])
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What a compaction carried, masked and scrubbed, and how much smaller the context got.
+
+    Identifiers are counted as distinct known ids (ledger entries, evicted
+    ones and ones carried from an earlier block) written verbatim, in any
+    form their kind's normaliser accepts, in the messages before and after.
+    """
+
+    shape: str
+    keep_recent: int
+    messages_before: int
+    messages_after: int
+    summarized: int
+    identifiers_before: int
+    identifiers_after: int
+    ledger_entries: int
+    harvested: int
+    masked: int
+    scrubbed: int
+    flagged: int
+    tokens_before: int
+    tokens_after: int
+    token_estimate: str
+    ledger_block: str
+    summary: str
+    lint: tuple[LintIssue, ...] = ()
+    repairs: tuple[Repair, ...] = ()
+    keep_last_messages: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe fields."""
+        return asdict(self)
+
+    def audit_fields(self) -> dict[str, Any]:
+        """The fields of the ``guardrail.compacted`` event: counts only, no value, no text."""
+        return {
+            "shape": self.shape,
+            "keep_recent": self.keep_recent,
+            "messages_before": self.messages_before,
+            "messages_after": self.messages_after,
+            "summarised": self.summarized,  # the event key keeps its name: log queries use it
+            "identifiers_before": self.identifiers_before,
+            "identifiers_after": self.identifiers_after,
+            "ledger_entries": self.ledger_entries,
+            "harvested": self.harvested,
+            "masked": self.masked,
+            "scrubbed": self.scrubbed,
+            "flagged": self.flagged,
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "repairs": [repair.problem for repair in listed(self.repairs)],
+            **omitted(len(self.repairs)),
+        }
+
+
+@dataclass(frozen=True)
+class CompactionResult(Generic[M]):
+    """The compacted message list and its report.
+
+    The list is in the shape of the input, and typed as its messages were:
+    the messages kept are the very objects given, and the one compaction
+    writes (like the error results it puts in for unanswered calls) is a
+    plain dict of that shape, valid as the provider SDK's message type.
+    """
+
+    messages: list[M]
+    report: CompactionReport
+
+
+@dataclass
+class Masked:
+    """What masking the summarised part saw: the strings, their characters, the ids."""
+
+    strings: int = 0
+    chars: int = 0
+    count: int = 0
+    roles: set[str] = field(default_factory=set)
+
+
+def counted_before(
+    originals: list[Any],
+    start: int,
+    cut: int,
+    left: list[str],
+    masker: Masker,
+    masked: Masked,
+    count: Callable[[str], int],
+) -> tuple[int, int]:
+    """Identifiers and tokens of the whole context before, reusing what masking saw.
+
+    The context's text is every string of every message joined by line breaks.
+    The strings of the summarised part were searched while they were masked, so
+    only the rest is searched here (no identifier spans two strings unless a
+    value holds a line break). Characters / 4 needs only the length.
+    """
+    if not masker.one_line:
+        text = all_text(originals)
+        return identifiers(masker, text), count(text)
+    rest = [*strings(originals[:start]), *strings(originals[cut:]), *left]
+    found = len(masked.roles | masker.roles_in("\n".join(rest)))
+    if count is not quarter:
+        return found, count(all_text(originals))
+    size = masked.chars + sum(map(len, rest)) + max(masked.strings + len(rest) - 1, 0)
+    return found, math.ceil(size / 4)
+
+
+def identifiers(masker: Masker, text: str) -> int:
+    """How many distinct known ids ``text`` writes."""
+    return len(masker.roles_in(text))
+
+
+def all_text(messages: Any) -> str:
+    """Every string of ``messages``, joined by line breaks."""
+    return "\n".join(strings(messages))
+
+
+def counter(tokens: Callable[[str], int] | None) -> tuple[Callable[[str], int], str]:
+    """The token counter: the one given, tiktoken where installed, else characters / 4."""
+    if tokens is not None:
+        return tokens, getattr(tokens, "__name__", "custom")
+    try:
+        encoding = importlib.import_module("tiktoken").get_encoding("o200k_base")
+    except Exception:  # not installed, or its encoding files cannot be fetched
+        return quarter, "chars/4"
+
+    def tiktoken_count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    return tiktoken_count, "tiktoken:o200k_base"
+
+
+def quarter(text: str) -> int:
+    """Characters / 4, rounded up: a token estimate with no tokenizer."""
+    return math.ceil(len(text) / 4)

@@ -1,0 +1,181 @@
+"""Ready-made kinds: the pattern and normaliser of ids every program meets, written once.
+
+``guard.add_kind("email", like="email")`` (or ``like = "email"`` in a
+manifest) gives a kind the pattern, normaliser and description of one of
+these: ``email``, ``uuid``, ``url``, ``phone``, ``iban``, and
+``prefixed:<prefix>`` for ids that start with a fixed prefix (``cus_...``).
+Each pattern finds the id in what users write (any case, in quotes, angle
+brackets or parentheses, after ``mailto:``, before a full stop), and each
+normaliser gives every way of writing one id the same key, so the pattern
+and the normaliser agree: what the pattern takes from a text, the
+normaliser keys as the id it is. Writing these by hand is where a first
+guard goes wrong (a pattern that takes ``close`` as an id, an address that
+stops counting once capitalised).
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from guardrail.errors import GuardrailUsageError
+from guardrail.kinds._normalizers import _email, _url
+
+#: What ``like=`` accepts, in the order the docs list them.
+NAMES: Final = ("email", "uuid", "url", "phone", "iban", "prefixed:<prefix>")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A ready-made kind: its pattern, normaliser, the test of ids found in text, a description."""
+
+    pattern: str
+    normalize: Callable[[str], str]
+    accept: Callable[[str], bool] | None
+    description: str
+
+
+# -- e-mail -----------------------------------------------------------------------------------
+
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+EMAIL_PATTERN: Final = rf"[\w.%+'-]+@(?:{_LABEL}\.)+[A-Za-z]{{2,63}}"
+
+
+# -- UUID -------------------------------------------------------------------------------------
+
+UUID_PATTERN: Final = (
+    r"\{?[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}\}?"
+)
+
+
+def uuid_text(value: str) -> str:
+    """A UUID in its canonical form: lower case, hyphenated; braces and ``urn:uuid:`` go.
+
+    Raises ValueError for what is no UUID.
+    """
+    return str(uuid.UUID(value.strip()))
+
+
+# -- URL --------------------------------------------------------------------------------------
+
+URL_PATTERN: Final = r"(?i:https?)://[^\s<>\"'`]+"
+
+
+# -- phone numbers ----------------------------------------------------------------------------
+
+#: International (``+`` or ``00`` and the country code), North American (``(415) 555-0132``)
+#: and national numbers with a trunk prefix (``020 7946 0958``). Dates and times never fit.
+PHONE_PATTERN: Final = (
+    r"(?:\+|00)[1-9][0-9]{0,3}(?:[ .-]?(?:\([0-9]{1,4}\)|[0-9]{1,5})){2,7}"
+    r"|\(?[2-9][0-9]{2}\)?[ .-]?[2-9][0-9]{2}[ .-][0-9]{4}"
+    r"|0[1-9][0-9]{0,4}[ /.-]?[0-9]{2,}(?:[ .-][0-9]{2,}){0,4}"
+)
+_PHONE_PUNCTUATION: Final = re.compile(r"[\s().\-/]")
+_PHONE_DIGITS: Final = re.compile(r"\+?[0-9]{3,15}")
+
+
+def phone_number(value: str) -> str:
+    """A phone number as E.164 writes it where it can: ``+1 (415) 555-0132`` is ``+14155550132``.
+
+    Spaces, dashes, dots, slashes and parentheses go, a ``tel:`` scheme too;
+    ``00`` before the country code becomes ``+``, and the ``(0)`` some write
+    after it goes. A number written without a country code keeps its digits
+    as written (``4155550132``): which country it is in, the text does not
+    say. Raises ValueError for what is no phone number.
+    """
+    text = value.strip()
+    if text[:4].casefold() == "tel:":
+        text = text[4:]
+    international = text.startswith(("+", "00"))
+    if international:
+        text = text.replace("(0)", "")
+    digits = _PHONE_PUNCTUATION.sub("", text)
+    if digits.startswith("00"):
+        digits = "+" + digits[2:]
+    if not _PHONE_DIGITS.fullmatch(digits):
+        raise ValueError("not a phone number")
+    return digits
+
+
+def _plausible_phone(key: str) -> bool:
+    """Enough digits for a phone number found in text: 8 with a country code, else 9."""
+    digits = len(key.lstrip("+"))
+    return digits <= 15 and digits >= (8 if key.startswith("+") else 9)
+
+
+# -- IBAN -------------------------------------------------------------------------------------
+
+#: Country, check digits, then the account in groups of four (a space between, or none).
+IBAN_PATTERN: Final = r"[A-Za-z]{2}[0-9]{2}(?:[ ]?[A-Za-z0-9]{4}){2,7}(?:[ ]?[A-Za-z0-9]{1,4})?"
+_IBAN: Final = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}")
+
+
+def iban_text(value: str) -> str:
+    """An IBAN as one block of capitals: ``de89 3704 0044 …`` is ``DE89370400440532013000``.
+
+    Raises ValueError for what has not the shape of an IBAN. The check
+    digits are not tested here, so a value one character off is still
+    compared with the ledger and refused as a near miss of the IBAN it
+    copies; :func:`iban_checksum_ok` keeps the wrong ones out of what is
+    taken from text.
+    """
+    text = "".join(value.split()).replace("-", "").upper()
+    if not _IBAN.fullmatch(text):
+        raise ValueError("not an IBAN")
+    return text
+
+
+def iban_checksum_ok(key: str) -> bool:
+    """Whether an IBAN's check digits are right (ISO 13616: the number mod 97 is 1)."""
+    moved = key[4:] + key[:4]
+    return int("".join(str(int(char, 36)) for char in moved)) % 97 == 1
+
+
+# -- prefixed ids -----------------------------------------------------------------------------
+
+_PREFIX: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]{0,31}")
+
+
+def _strip(value: str) -> str:
+    return value.strip()
+
+
+def _prefixed(prefix: str, kind: str) -> Preset:
+    if not _PREFIX.fullmatch(prefix):
+        raise GuardrailUsageError(
+            f"kind {kind!r}: like='prefixed:{prefix}' needs a prefix of letters, digits and "
+            "_ . : / - (up to 32 characters, starting with a letter or digit), e.g. "
+            "like='prefixed:cus_'"
+        )
+    return Preset(
+        pattern=rf"{re.escape(prefix)}[A-Za-z0-9]+(?:[_-][A-Za-z0-9]+)*",
+        normalize=_strip,
+        accept=None,
+        description=f"an identifier that starts with {prefix!r}",
+    )
+
+
+_PRESETS: Final = {
+    "email": Preset(EMAIL_PATTERN, _email, None, "an e-mail address"),
+    "uuid": Preset(UUID_PATTERN, uuid_text, None, "a UUID"),
+    "url": Preset(URL_PATTERN, _url, None, "an http or https URL"),
+    "phone": Preset(PHONE_PATTERN, phone_number, _plausible_phone, "a phone number"),
+    "iban": Preset(IBAN_PATTERN, iban_text, iban_checksum_ok, "an IBAN (bank account)"),
+}
+
+
+def preset(like: str, *, kind: str) -> Preset:
+    """The ready-made kind ``like`` names, for the kind called ``kind`` (named in errors)."""
+    if not isinstance(like, str):
+        raise GuardrailUsageError(f"kind {kind!r}: like= takes a name, such as 'email'")
+    if like.startswith("prefixed:"):
+        return _prefixed(like[len("prefixed:") :], kind)
+    try:
+        return _PRESETS[like]
+    except KeyError:
+        raise GuardrailUsageError(
+            f"kind {kind!r}: no ready-made kind {like!r}; like= takes one of {', '.join(NAMES)}"
+        ) from None

@@ -1,0 +1,111 @@
+"""Look-up aids for refusals: the characters a kind's keys use, and its keys in order.
+
+A ledger keeps one :class:`KeyIndex` per kind beside its entries. Adding a
+key costs an append; the sorting needed for prefix search (is this value a
+cut-short ledger value?) is paid on the refusal path, a little at a time.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar
+
+E = TypeVar("E")
+
+
+class KeyIndex:
+    """One kind's keys, for the near-miss classification of a refused value.
+
+    ``alphabet`` and ``longest`` (the length of the longest key) only grow:
+    a superset is harmless, and beyond ``longest`` a value is near no key
+    at all, so its refusal needs no search. ``keys`` and ``recent``
+    are sorted, read together as one sorted list without repeats for prefix
+    search; new keys wait in ``pending``, are sorted into the small
+    ``recent`` when there are enough of them, and ``recent`` joins ``keys``
+    only when it has grown to a fraction of it, so a refusal after new ids
+    arrived sorts a few hundred keys, not the whole index. Evicted keys stay
+    until a rebuild, so adding an id stays O(1).
+    """
+
+    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "stale")
+
+    def __init__(self) -> None:
+        self.alphabet: set[str] = set()
+        self.longest = 0
+        self.keys: list[str] = []
+        self.recent: list[str] = []
+        self.pending: list[str] = []
+        self.stale = 0
+
+    def sort_pending(self) -> None:
+        """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
+        recent = self.recent
+        fresh = [key for key in sorted(set(self.pending)) if not _has(recent, key)]
+        self.pending.clear()
+        recent = recent + fresh
+        recent.sort()  # two sorted runs: merged in linear time
+        if len(recent) > max(4096, len(self.keys) // 16):
+            merged = self.keys + recent
+            merged.sort()
+            # A key evicted and seen again may be in both: keep one of each.
+            self.keys = [key for i, key in enumerate(merged) if not i or merged[i - 1] != key]
+            self.recent = []
+        else:
+            self.recent = recent
+
+    def sorted_from(self, prefix: str) -> Iterator[str]:
+        """Indexed keys from the first one not below ``prefix``, sorted, each once."""
+        keys, recent = self.keys, self.recent
+        i, j = bisect.bisect_left(keys, prefix), bisect.bisect_left(recent, prefix)
+        while i < len(keys) or j < len(recent):
+            if j >= len(recent) or (i < len(keys) and keys[i] < recent[j]):
+                yield keys[i]
+                i += 1
+            else:
+                if i < len(keys) and keys[i] == recent[j]:
+                    i += 1
+                yield recent[j]
+                j += 1
+
+    def add(self, keys: Iterable[str]) -> None:
+        """Take in new keys (O(1) each: they wait in ``pending``)."""
+        fresh = list(keys)
+        if fresh:
+            self.alphabet.update("".join(fresh))
+            self.longest = max(self.longest, *map(len, fresh))
+            self.pending.extend(fresh)
+
+    def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:
+        """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
+        if self.stale > max(64, len(table)):
+            self.keys = sorted(table)
+            self.recent = []
+            self.pending.clear()
+            self.stale = 0
+        elif len(self.pending) > 256:
+            self.sort_pending()
+        found: list[E] = []
+        for key in self.sorted_from(prefix):
+            if not key.startswith(prefix) or len(found) >= limit:
+                break
+            entry = table.get(key)
+            if entry is not None and key != prefix and entry not in found:
+                found.append(entry)
+        for key in self.pending:
+            entry = table.get(key)
+            if (
+                len(found) < limit
+                and entry is not None
+                and key != prefix
+                and key.startswith(prefix)
+                and entry not in found
+            ):
+                found.append(entry)
+        return found
+
+
+def _has(ordered: list[str], key: str) -> bool:
+    """Whether the sorted list ``ordered`` holds ``key``."""
+    at = bisect.bisect_left(ordered, key)
+    return at < len(ordered) and ordered[at] == key
