@@ -15,17 +15,9 @@ import structlog
 from guardrail import Guard
 from guardrail.compaction import BLOCK_HEADER, ledger_block, ledger_values
 from guardrail.errors import GuardrailUsageError
-from guardrail.replay._agents import (
-    Intent,
-    anthropic_agent,
-    anthropic_messages,
-    as_call,
-    load_agent,
-    openai_agent,
-    reference_agent,
-    takes_intent,
-    tool_definitions,
-)
+from guardrail.replay._agent import Intent, as_call, load_agent, takes_intent, tool_definitions
+from guardrail.replay._model_agents import anthropic_agent, openai_agent
+from guardrail.replay._reference_agent import reference_agent
 
 from .conftest import AIRLINE_MANIFEST as MANIFEST
 
@@ -277,15 +269,6 @@ def test_anthropic_agent_converts_the_context_and_reads_tool_use() -> None:
     cancel = next(t for t in request["tools"] if t["name"] == "cancel_reservation")
     assert cancel["input_schema"]["properties"]["reservation_id"]["type"] == "string"
     assert anthropic_agent(FakeAnthropic([]), model="m")(CONTEXT, tools) is None
-
-
-def test_anthropic_messages_start_with_the_user() -> None:
-    """A compacted context of system messages only still gives the API a user message."""
-    system, messages = anthropic_messages(
-        [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}]
-    )
-    assert system == "a\n\nb"
-    assert messages == [{"role": "user", "content": [{"type": "text", "text": "(continue)"}]}]
 
 
 def test_adapters_import_their_sdk_only_when_they_build_a_client(

@@ -752,7 +752,7 @@ def test_the_agent_is_asked_on_each_context_with_the_tools() -> None:
 def test_the_reference_agent_diff_is_empty_with_the_ledger_and_not_without() -> None:
     """Copying by role from the ledger block keeps every id; a mutating summary changes them."""
     from guardrail.replay import LossySummarizer, strategies
-    from guardrail.replay._agents import reference_agent
+    from guardrail.replay._reference_agent import reference_agent
 
     guard = shop()
     lossy = LossySummarizer(seed=3, drop=0, generalize=0, truncate=0, mutate=1.0, kinds=guard.kinds)

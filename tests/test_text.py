@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import guardrail.replay._agents
 import guardrail.replay._arguments
 import guardrail.replay._lossy
+import guardrail.replay._reference_agent
 import guardrail.replay._run
 from guardrail._data.text import (
     ARGUMENT_ELLIPSES,
@@ -114,6 +114,10 @@ def test_two_dots_cut_an_argument_short_but_not_prose() -> None:
 
 def test_the_replay_uses_the_linear_token_search() -> None:
     """One whole-token search: the replay's copy (quadratic on repeated values) is gone."""
-    for module in (guardrail.replay._run, guardrail.replay._agents, guardrail.replay._lossy):
+    for module in (
+        guardrail.replay._run,
+        guardrail.replay._reference_agent,
+        guardrail.replay._lossy,
+    ):
         assert vars(module)["has_token"] is has_token, module.__name__
     assert "has_token" not in vars(guardrail.replay._arguments)

@@ -6,11 +6,14 @@ the plain-summary baseline for compaction, and agents for the decisive test
 (the reference agent, and adapters for OpenAI and Anthropic clients).
 
 Inside, top-down: ``_replay`` (the replay itself) and ``_lossy`` (the lossy
-summarizer and the plain-summary baseline); ``_run`` (one trace replayed)
-and ``_report`` (the report as data and assertions); ``_render`` (the report
-as rich tables, imported only to print it) and ``_asks`` (calls that would
-wait for the user); ``_agents`` (the agent contract, the reference agent,
-the OpenAI and Anthropic adapters) and ``_stats`` (the counts);
+summarizer and the plain-summary baseline); ``_reference_agent`` (the
+deterministic agent that makes the recorded call with ids read from the
+context) and ``_model_agents`` (agents backed by OpenAI and Anthropic
+clients); ``_run`` (one trace replayed) and ``_report`` (the report as data
+and assertions); ``_render`` (the report as rich tables, imported only to
+print it) and ``_asks`` (calls that would wait for the user); ``_agent``
+(the agent contract: the recorded call's intent, the tools a model sees,
+loading an agent and asking it) and ``_stats`` (the counts);
 ``_traces`` (trace files), ``_corruption`` (seeded corruptions),
 ``_arguments`` (identifier arguments inside recorded calls), ``_origin``
 (which earlier result a refused value came from), ``_which`` (whether a
@@ -20,15 +23,7 @@ wheel ships).
 Imports: the guard and everything below it, and :mod:`guardrail.compaction`.
 """
 
-from guardrail.replay._agents import (
-    Agent,
-    Intent,
-    anthropic_agent,
-    load_agent,
-    openai_agent,
-    reference_agent,
-    tool_definitions,
-)
+from guardrail.replay._agent import Agent, Intent, load_agent, tool_definitions
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
 from guardrail.replay._lossy import (
     FATES,
@@ -38,6 +33,8 @@ from guardrail.replay._lossy import (
     side_by_side,
     strategies,
 )
+from guardrail.replay._model_agents import anthropic_agent, openai_agent
+from guardrail.replay._reference_agent import reference_agent
 from guardrail.replay._replay import TraceSource, replay
 from guardrail.replay._report import ReplayReport
 from guardrail.replay._run import Compaction

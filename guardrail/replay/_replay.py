@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeAlias
 
 from guardrail._guard.facade import Guard
 from guardrail.errors import GuardrailUsageError
-from guardrail.replay._agents import Agent, Asker, agent_name, tool_definitions
+from guardrail.replay._agent import Agent, Asker, agent_name, tool_definitions
 from guardrail.replay._corruption import ALL_CLASSES
 from guardrail.replay._report import ReplayReport
 from guardrail.replay._run import Compaction, TraceRun

@@ -15,7 +15,7 @@ from guardrail._transcript.content import strings
 from guardrail._transcript.messages import unsuccessful
 from guardrail.compaction import ledger_facts
 from guardrail.ledger import Ledger
-from guardrail.replay._agents import Asker, Intent
+from guardrail.replay._agent import Asker, Intent
 from guardrail.replay._arguments import Leaf, leaves, with_value
 from guardrail.replay._asks import answer
 from guardrail.replay._corruption import SAME_KIND, Context, collision, corrupt
