@@ -15,7 +15,14 @@ import structlog
 from guardrail import Guard
 from guardrail.compaction import BLOCK_HEADER, ledger_block, ledger_values
 from guardrail.errors import GuardrailUsageError
-from guardrail.replay._agent import Intent, as_call, load_agent, takes_intent, tool_definitions
+from guardrail.replay._agent import (
+    Intent,
+    agent_name,
+    as_call,
+    load_agent,
+    takes_intent,
+    tool_definitions,
+)
 from guardrail.replay._model_agents import anthropic_agent, openai_agent
 from guardrail.replay._reference_agent import reference_agent
 
@@ -93,6 +100,17 @@ def test_intent_blanks_ids_and_fills_them_back() -> None:
 def context_with_block(guard: Any, ledger: Any, summary: str) -> list[dict[str, Any]]:
     text = f"{ledger_block(ledger)}\n\nSUMMARY OF EARLIER TURNS\n{summary}"
     return [{"role": "system", "content": "policy"}, {"role": "system", "content": text}]
+
+
+def test_an_agent_is_named_by_the_public_module_that_exports_it() -> None:
+    """A replay names the reference agent by guardrail.replay, other agents where defined."""
+
+    def mine(messages: Any, tools: Any) -> None:
+        return None
+
+    assert agent_name(reference_agent) == "guardrail.replay:reference_agent"
+    assert agent_name(load_agent(agent_name(reference_agent))) == agent_name(reference_agent)
+    assert agent_name(mine) == f"{__name__}:{mine.__qualname__}"
 
 
 def test_reference_agent_copies_by_role_from_the_ledger_block() -> None:

@@ -280,10 +280,23 @@ def as_call(output: Any) -> tuple[str, Any] | None:
 
 
 def agent_name(agent: Agent) -> str:
-    """How the replay's settings name an agent: ``module:qualname``."""
+    """How the replay's settings name an agent: ``module:qualname``, by its public module.
+
+    An agent defined in a private module and exported by its package
+    (``guardrail.replay.reference_agent``) is named by the package, the path
+    a program imports it from (and ``--agent`` takes).
+    """
     module = getattr(agent, "__module__", None)
     name = getattr(agent, "__qualname__", None) or type(agent).__name__
-    return f"{module}:{name}" if module else name
+    if not module:
+        return name
+    parts = module.split(".")
+    while len(parts) > 1 and parts[-1].startswith("_"):
+        package = sys.modules.get(".".join(parts[:-1]))
+        if getattr(package, name, None) is not agent:
+            break
+        parts.pop()
+    return f"{'.'.join(parts)}:{name}"
 
 
 class Asker:
