@@ -7,9 +7,10 @@ the plain-summary baseline for compaction, agents for the decisive test
 :func:`replay_live`: the recorded calls run through the real tools, without
 and with the guard.
 
-Inside, top-down: ``_live`` (the live replay) and ``_live_run`` (one trace
-run live: the baseline, the guarded run through a runtime's loop, and the
-one place a live call's success is read); ``_replay`` (the replay itself)
+Inside, top-down: ``_live`` (the live replay), ``_live_run`` (one trace
+run live: the baseline, and the guarded run through a runtime's loop) and
+``_live_call`` (one live call: what the tool received, and the one place a
+live call's success is read); ``_replay`` (the replay itself)
 and ``_lossy`` (the lossy summarizer and the plain-summary baseline);
 ``_run`` (one trace replayed) and ``_report`` (the report as data and
 assertions); ``_render`` (the report as rich tables, imported only to print
