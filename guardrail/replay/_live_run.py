@@ -20,7 +20,7 @@ import inspect
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from guardrail._data.entry import tier_rank
 from guardrail._data.text import shorten
@@ -28,7 +28,6 @@ from guardrail._data.verdict import Finding, Problem
 from guardrail._guard.facade import Guard
 from guardrail._transcript.result_text import is_refusal, split_seal
 from guardrail.errors import GuardrailUsageError, RepromptLimitExceeded
-from guardrail.integrations.loops import Toolbox, ToolResults
 from guardrail.replay._arguments import leaves
 from guardrail.replay._live_call import Ran, Snapshot, Tools, recording, respellings
 from guardrail.replay._live_stats import (
@@ -43,6 +42,9 @@ from guardrail.replay._origin import Returned
 from guardrail.replay._run import TraceRun, answered, refusal_reason
 from guardrail.replay._stats import Example, Stats
 from guardrail.replay._traces import Message, ToolCall, Trace
+
+if TYPE_CHECKING:
+    from guardrail.integrations.loops import Toolbox, ToolResults
 
 
 @dataclass
@@ -206,6 +208,10 @@ class LiveRun:
         }
 
     def _guarded(self, runnable: list[_Planned]) -> dict[int, _Guarded]:
+        # Here, not at the top: the loop's schema validation (jsonschema) loads when a live
+        # replay runs, not with `import guardrail.replay`.
+        from guardrail.integrations.loops import Toolbox
+
         ran: list[Ran] = []
         tools = {
             name: recording(name, function, ran, self._snapshot)
