@@ -676,3 +676,95 @@ def test_check_errors_of_use_say_what_to_write(
     assert code == 2
     assert out == ""
     assert message in err
+
+
+# -- guardrail replay --live -----------------------------------------------------------------
+
+SHOP_TRACES = REPO / "examples" / "live_shop.jsonl"
+SHOP_MANIFEST = REPO / "examples" / "live_shop.toml"
+
+
+def test_live_runs_the_shop_and_prints_its_tables(capsys: pytest.CaptureFixture[str]) -> None:
+    """--live module:factory: the recorded calls through the shop's tools, both sides, as tables."""
+    code, out, err = _run(
+        capsys,
+        "replay",
+        SHOP_TRACES,
+        "--manifest",
+        SHOP_MANIFEST,
+        "--live",
+        "examples.live_shop:fresh",
+        "--width",
+        "200",
+    )
+    assert (code, err) == (0, "")
+    assert "guardrail replay --live: 4 conversations, 15 tool calls, 15 run" in out
+    assert "12 / 3" in out  # the baseline: 12 succeeded, 3 failed
+    assert "Refused, ok without, by cause: get_order_details.order_id: unknown 1." in out
+
+
+def test_live_json_is_the_replay_report_with_its_live_part(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--live --json: the report's JSON, the environment as typed in its settings."""
+    code, out, _ = _run(
+        capsys,
+        "replay",
+        SHOP_TRACES,
+        "--manifest",
+        SHOP_MANIFEST,
+        "--live",
+        "examples.live_shop",
+        "--json",
+        "--approve",
+        "none",
+        "--limit",
+        "2",
+    )
+    assert code == 0
+    report = json.loads(out)
+    assert report["settings"]["live"] == "examples.live_shop"
+    assert report["settings"]["approve"] == "none"
+    assert report["total"]["traces"] == 2
+    assert report["total"]["live"]["unguarded"] == {"succeeded": 4, "failed": 3}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--compact"], "--compact corrupt or compact"),
+        (["--seed", "3", "--variants", "2"], "--seed, --variants"),
+        (["--agent", "guardrail.replay:reference_agent"], "--agent"),
+    ],
+)
+def test_live_with_replay_only_options_is_an_error_of_use(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Corruption and compaction options are a replay's: with --live they say so; nothing runs."""
+    code, out, err = _run(
+        capsys,
+        "replay",
+        SHOP_TRACES,
+        "--manifest",
+        SHOP_MANIFEST,
+        "--live",
+        "examples.live_shop:fresh",
+        *extra,
+    )
+    assert (code, out) == (USAGE_ERROR, "")
+    assert message in err
+
+
+def test_live_environment_that_cannot_be_loaded_is_an_error_of_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A module that does not import, or an attribute that is not tools: the usage code."""
+    for spec, message in [
+        ("no_such_module_here:fresh", "cannot import the live environment's module"),
+        ("examples.live_shop:USERS", "neither a function returning the tools"),
+    ]:
+        code, out, err = _run(
+            capsys, "replay", SHOP_TRACES, "--manifest", SHOP_MANIFEST, "--live", spec
+        )
+        assert (code, out) == (USAGE_ERROR, "")
+        assert message in err

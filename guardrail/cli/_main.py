@@ -10,8 +10,11 @@ would cost (false refusals) and catch (detection per corruption class), as
 tables or, with ``--json``, for machines. ``--compact`` adds availability
 after compaction (guardrail's and a plain summary's, both through the
 seeded lossy summariser) and ``--agent module:callable`` the agent diff.
+``--live module:attribute`` runs the recorded calls through the real tools
+instead, without and with the guard (see :func:`guardrail.replay.replay_live`).
 The exit code is non-zero only for errors of use: a bad manifest, an
-unreadable trace file, an agent that cannot be loaded, a bad option.
+unreadable trace file, an agent or environment that cannot be loaded, a
+bad option.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from guardrail.replay import (
     LossySummarizer,
     TraceFile,
     load_agent,
+    load_live,
     load_trace_file,
     replay,
+    replay_live,
     strategies,
 )
 
@@ -117,7 +122,6 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--seed",
         type=int,
-        default=0,
         metavar="N",
         help="seed of the corruptions and of the lossy summariser (default 0)",
     )
@@ -125,14 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument(
         "--classes",
         type=_classes,
-        default=list(ALL_CLASSES),
         metavar="LIST",
         help=f"corruption classes, comma-separated (default: all: {','.join(ALL_CLASSES)})",
     )
     rep.add_argument(
         "--variants",
         type=_count(0),
-        default=1,
         metavar="N",
         help="variants per class and identifier argument (default 1)",
     )
@@ -173,7 +175,16 @@ def _parser() -> argparse.ArgumentParser:
         choices=("all", "none"),
         help="answer every call that would wait for the user's approval: approve all (the call "
         "is checked again) or none (refused as declined); without it such calls are counted "
-        "as asked, neither allowed nor refused",
+        "as asked, neither allowed nor refused (with --live: all approved)",
+    )
+    rep.add_argument(
+        "--live",
+        metavar="MODULE[:ATTRIBUTE]",
+        help="run the recorded calls through the real tools, without the guard and behind it "
+        "(re-prompt mode), on a fresh environment for each conversation and side: a function "
+        "returning the tools of a fresh environment ({name: callable}), or an object (or "
+        "module) with tools, and optionally environment and schemas (e.g. "
+        "examples.live_shop:fresh); replaces detection and compaction",
     )
     rep.add_argument(
         "--no-progress", action="store_true", help="no progress bar (it goes to stderr)"
@@ -189,7 +200,73 @@ def _fail(message: str) -> int:
     return USAGE_ERROR
 
 
+def _progress(args: argparse.Namespace) -> tuple[Progress, Callable[[int, int], None]]:
+    """A progress bar on stderr (where it is a terminal, unless --no-progress), and its update."""
+    err = Console(stderr=True)
+    progress = Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("traces"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=args.no_progress or not err.is_terminal,
+    )
+    task = progress.add_task("replay", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return progress, advance
+
+
+#: Replay options that corrupt or compact: a live replay runs the real calls instead.
+_NOT_LIVE = ("seed", "classes", "variants", "compact", "keep_recent", "agent")
+
+
+def _live(args: argparse.Namespace) -> int:
+    """``guardrail replay --live``: the recorded calls through the real tools, guarded and not."""
+    given = [name for name in _NOT_LIVE if getattr(args, name) not in (None, False)]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        return _fail(
+            f"--live runs the recorded calls through the real tools; {options} corrupt or "
+            "compact a replay of recorded results: run those without --live"
+        )
+    try:
+        tools, environment, schemas = load_live(args.live)
+        files: list[TraceFile] = [load_trace_file(path) for path in args.traces]
+        progress, advance = _progress(args)
+        with progress:
+            report = replay_live(
+                files,
+                args.manifest,
+                tools,
+                environment=environment,
+                schemas=schemas,
+                limit=args.limit,
+                examples=args.examples,
+                capacity=args.capacity,
+                approve=args.approve or "all",
+                progress=advance,
+            )
+    except GuardrailUsageError as exc:
+        return _fail(str(exc))
+    report.settings["live"] = args.live
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        output_console(args.width).print(report)
+    return 0
+
+
 def _replay(args: argparse.Namespace) -> int:
+    if args.live is not None:
+        return _live(args)
+    args.seed = 0 if args.seed is None else args.seed
+    args.classes = list(ALL_CLASSES) if args.classes is None else args.classes
+    args.variants = 1 if args.variants is None else args.variants
     # Errors of use first, before anything runs: the manifest, then every trace file.
     try:
         guard = Guard.from_manifest(args.manifest, **_capacity(args))
@@ -207,23 +284,7 @@ def _replay(args: argparse.Namespace) -> int:
                 guard, summarize=summariser, keep_recent=depth
             ).items():
                 compaction[f"{name} k={depth}"] = strategy
-    err = Console(stderr=True)
-    show = not args.no_progress and err.is_terminal
-    progress = Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("traces"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not show,
-    )
-    task = progress.add_task("replay", total=None)
-
-    def advance(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
+    progress, advance = _progress(args)
     try:
         with progress:
             report = replay(

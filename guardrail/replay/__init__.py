@@ -2,29 +2,39 @@
 
 Traces (the corpus shape or OpenAI chat messages), seeded corruptions of
 identifier arguments, :func:`replay` and its report, a lossy summarizer with
-the plain-summary baseline for compaction, and agents for the decisive test
-(the reference agent, and adapters for OpenAI and Anthropic clients).
+the plain-summary baseline for compaction, agents for the decisive test
+(the reference agent, and adapters for OpenAI and Anthropic clients), and
+:func:`replay_live`: the recorded calls run through the real tools, without
+and with the guard.
 
-Inside, top-down: ``_replay`` (the replay itself) and ``_lossy`` (the lossy
-summarizer and the plain-summary baseline); ``_reference_agent`` (the
-deterministic agent that makes the recorded call with ids read from the
+Inside, top-down: ``_live`` (the live replay), ``_live_run`` (one trace
+run live: the baseline, and the guarded run through a runtime's loop) and
+``_live_call`` (one live call: what the tool received, and the one place a
+live call's success is read); ``_replay`` (the replay itself) and ``_lossy``
+(the lossy summarizer and the plain-summary baseline); ``_reference_agent``
+(the deterministic agent that makes the recorded call with ids read from the
 context) and ``_model_agents`` (agents backed by OpenAI and Anthropic
 clients); ``_run`` (one trace replayed) and ``_report`` (the report as data
 and assertions); ``_render`` (the report as rich tables, imported only to
 print it) and ``_asks`` (calls that would wait for the user); ``_agent``
 (the agent contract: the recorded call's intent, the tools a model sees,
-loading an agent and asking it) and ``_stats`` (the counts);
+loading an agent and asking it) and ``_stats`` (the counts), with
+``_live_stats`` (a live replay's counts);
 ``_traces`` (trace files), ``_corruption`` (seeded corruptions),
 ``_arguments`` (identifier arguments inside recorded calls), ``_origin``
 (which earlier result a refused value came from), ``_which`` (whether a
 compacted context tells entries apart) and ``_sample`` (the corpus the
 wheel ships).
 
-Imports: the guard and everything below it, and :mod:`guardrail.compaction`.
+Imports: the guard and everything below it, :mod:`guardrail.compaction`,
+and :mod:`guardrail.integrations.loops` (the loop a live replay runs the
+guarded calls through).
 """
 
 from guardrail.replay._agent import Agent, Intent, load_agent, tool_definitions
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
+from guardrail.replay._live import ToolSource, load_live, replay_live
+from guardrail.replay._live_stats import LiveExample, LiveStats, Respelling
 from guardrail.replay._lossy import (
     FATES,
     LossySummarizer,
@@ -69,26 +79,32 @@ __all__ = [
     "Compaction",
     "Example",
     "Intent",
+    "LiveExample",
+    "LiveStats",
     "LossySummarizer",
     "Malformed",
     "Message",
     "ReplayReport",
+    "Respelling",
     "SampleCorpus",
     "SideBySide",
     "Stats",
     "ToolCall",
+    "ToolSource",
     "Trace",
     "TraceFile",
     "TraceSource",
     "anthropic_agent",
     "corrupt",
     "load_agent",
+    "load_live",
     "load_trace_file",
     "load_traces",
     "openai_agent",
     "plain_compact",
     "reference_agent",
     "replay",
+    "replay_live",
     "sample_corpus",
     "side_by_side",
     "strategies",

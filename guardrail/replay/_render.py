@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, DESCRIPTIONS, SAME_KIND
+from guardrail.replay._live_stats import FAILED, NOT_RUN, REFUSED, SUCCEEDED, LiveStats
 from guardrail.replay._stats import (
     GENUINE,
     INVENTED,
@@ -60,6 +61,9 @@ def as_text(report: ReplayReport, *, width: int = 100) -> str:
 def renderables(report: ReplayReport) -> Iterator[Any]:
     """The report's parts, in order: the heading, then each table."""
     total = report.total
+    if total.live is not None:
+        yield from _live_renderables(report, total.live)
+        return
     seed = report.settings.get("seed")
     head = Text(
         f"guardrail replay: {_n(total.traces)} traces, {_n(total.calls)} tool calls, "
@@ -81,6 +85,98 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     yield _input_problems(report)
     if report.seconds:
         yield Text(f"{report.seconds:.1f} s", style="dim")
+
+
+def _live_renderables(report: ReplayReport, live: LiveStats) -> Iterator[Any]:
+    """A live replay's parts: the heading, the per-file table, refusals, then the live counts."""
+    total = report.total
+    yield Text(
+        f"guardrail replay --live: {_n(total.traces)} conversations, {_n(total.calls)} tool "
+        f"calls, {_n(live.calls)} run through the real tools without the guard and behind it "
+        "(re-prompt mode), each side on a fresh environment per conversation",
+        style="bold",
+    )
+    yield _files_table(report)
+    yield Text(false_refusals_line(total))
+    yield _false_refusals(report)
+    if total.asked:
+        yield _asks(report)
+    yield _live_table(report)
+    if live.refusal_causes:
+        causes = ", ".join(f"{cause} {n}" for cause, n in live.refusal_causes.most_common())
+        yield Text(f"Refused, ok without, by cause: {causes}.")
+    yield from _live_examples(live)
+    yield _input_problems(report)
+    if report.seconds:
+        yield Text(f"{report.seconds:.1f} s", style="dim")
+
+
+def _live_table(report: ReplayReport) -> Table:
+    """The live counts, per file where there are several, and in total."""
+    table = Table(
+        title="Live: the same calls without the guard and behind it", title_justify="left"
+    )
+    names = [
+        *("without: ok / failed", "behind: ok / failed / refused / not run"),
+        *("refused, ok\nwithout", "failed only\nbehind", "rewritten\n(no tool's)"),
+        *("ids from\nfailures", "refused\nlive / replay"),
+    ]
+    for lead, stats in _strategy_rows(report, table, names):
+        live = stats.live
+        if live is None:
+            continue
+        base, behind = live.unguarded, live.guarded
+        _row(
+            table,
+            *lead,
+            f"{_n(base[SUCCEEDED])} / {_n(base[FAILED])}",
+            " / ".join(_n(behind[name]) for name in (SUCCEEDED, FAILED, REFUSED, NOT_RUN)),
+            _n(live.refused_succeeded),
+            _n(live.failed_behind_guard),
+            f"{_n(live.rewritten_arguments)} ({_n(live.respelled_unreturned)})",
+            f"{_n(live.harvested_ids)} in {_n(live.harvested_from_failed)}",
+            f"{_n(behind[REFUSED])} / {_n(live.replay_refused)}",
+        )
+    live = report.total.live
+    assert live is not None
+    table.caption = Text(
+        "Refused, ok without: refused behind the guard, succeeded in the recording and "
+        "without the guard. Failed only behind: failed "
+        "behind the guard, succeeded without it. Rewritten: arguments the tool received "
+        "otherwise than the model wrote them (in a spelling no tool returned). Ids from "
+        "failures: ids that entered the ledger from results that were failures. Refused "
+        "live / replay: behind the guard, and in a replay of the recorded results. The "
+        f"baseline agrees with the recording on {_n(live.recording_agrees)} of "
+        f"{_n(live.recording_agrees + live.recording_disagrees)} calls"
+        + (f"; re-prompt limit reached {_n(live.stopped)} times" if live.stopped else "")
+        + (
+            "; no tool in the environment for: "
+            + ", ".join(f"{name} {count}" for name, count in live.missing_tools.most_common())
+            if live.missing_tools
+            else ""
+        )
+        + "."
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _live_examples(live: LiveStats) -> Iterator[Table]:
+    """The calls behind each live count (up to the report's examples each)."""
+    table = Table(title="Live examples", title_justify="left")
+    for name in ("what", "trace", "msg", "tool", "detail"):
+        table.add_column(name, overflow="fold")
+    groups = (
+        ("refused, ok without", live.refused_examples),
+        ("failed only behind", live.failed_examples),
+        ("rewritten", live.rewritten_examples),
+        ("ids from a failure", live.harvested_examples),
+    )
+    for what, examples in groups:
+        for example in examples:
+            _row(table, what, example.trace, str(example.message), example.tool, example.describe())
+    if table.rows:
+        yield table
 
 
 def _files_table(report: ReplayReport) -> Table:

@@ -43,7 +43,8 @@ TraceSource: TypeAlias = "str | os.PathLike[str] | TraceFile | Trace"
 """What replay takes as traces: a trace file's path, a loaded file, or one trace."""
 
 
-def _files(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
+def files_of(traces: TraceSource | Iterable[TraceSource]) -> list[TraceFile]:
+    """The trace files a replay reads: paths loaded, loose traces gathered into one file."""
     if isinstance(traces, (str, os.PathLike, TraceFile, Trace)):
         traces = [traces]
     files: list[TraceFile] = []
@@ -153,7 +154,7 @@ def replay(
         if agent is None
         else Asker(agent, [dict(t) for t in tools] if tools else tool_definitions(guard))
     )
-    files = _files(traces)
+    files = files_of(traces)
     strategies: dict[str, Compaction] = (
         {}
         if compaction is None

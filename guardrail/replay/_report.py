@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from guardrail.replay._corruption import CLASSES
+from guardrail.replay._live_stats import LiveStats
 from guardrail.replay._stats import (
     GENUINE,
     REASONS,
@@ -58,6 +59,11 @@ class ReplayReport:
         return self.total.asked
 
     @property
+    def live(self) -> LiveStats | None:
+        """A live replay's counts over all files (None: the recorded results were replayed)."""
+        return self.total.live
+
+    @property
     def availability(self) -> dict[str, Availability]:
         """Availability after compaction, per strategy (empty when no compaction was given)."""
         return self.total.availability
@@ -101,6 +107,45 @@ class ReplayReport:
             for e in total.ask_examples
         )
         raise AssertionError(f"{total.asked} call(s) would ask the user, over {at_most}:\n{shown}")
+
+    def assert_live_clean(self) -> None:
+        """Fail when, live, the guard broke what works without it (needs :func:`replay_live`).
+
+        Three things fail it: a call that fails behind the guard but not
+        without it, an argument the tool received in a spelling no tool
+        returned and the model did not write, and an id that entered the
+        ledger from a result that was a failure. Refusals are left to
+        :meth:`assert_no_false_refusals`.
+        """
+        live = self.total.live
+        if live is None:
+            raise AssertionError("not a live replay: run replay_live() for this assertion")
+        problems = [
+            (
+                live.failed_behind_guard,
+                "call(s) fail behind the guard but not without it",
+                live.failed_examples,
+            ),
+            (
+                live.respelled_unreturned,
+                "argument(s) received in a spelling no tool returned",
+                [e for e in live.rewritten_examples if any(not r.returned for r in e.respellings)],
+            ),
+            (
+                live.harvested_ids,
+                "id(s) entered the ledger from failed results",
+                live.harvested_examples,
+            ),
+        ]
+        lines = []
+        for count, what, examples in problems:
+            if count:
+                lines.append(f"{count} {what}:")
+                lines += (
+                    f"  {e.trace} (message {e.message}) {e.tool}: {e.describe()}" for e in examples
+                )
+        if lines:
+            raise AssertionError("\n".join(lines))
 
     def assert_detection(self, at_least: float = 0.99, *, classes: Sequence[str] = CLASSES) -> None:
         """Fail when a corruption class is refused less often than ``at_least``."""

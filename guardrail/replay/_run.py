@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 from guardrail._data.text import has_token
 from guardrail._data.verdict import Finding, Verdict
@@ -52,6 +52,51 @@ class _Pending:
     verdict: Verdict | None
     reason: str | None  # for a refused call: genuine, invented or unverified
     hint: str = ""  # for a genuine one: the result that returned the id, the path to declare
+
+
+class _Open(Protocol):
+    @property
+    def call(self) -> ToolCall: ...
+
+
+_O = TypeVar("_O", bound=_Open)
+
+
+def answered(open_calls: list[_O], message: Message) -> _O | None:
+    """Take the open call a recorded result answers: the latest with its id (else its name)."""
+    for i in range(len(open_calls) - 1, -1, -1):
+        call = open_calls[i].call
+        if message.tool_call_id is not None:
+            hit = call.id == message.tool_call_id
+        else:
+            hit = message.name is None or call.name == message.name
+        if hit:
+            return open_calls.pop(i)
+    return None
+
+
+def refusal_reason(
+    findings: Iterable[Finding], outputs: str, returned: list[Returned]
+) -> tuple[str, str]:
+    """Why a refusal may be right (an invented id, or a typed one never looked up), or not.
+
+    ``outputs`` is the text of the successful tool results before the call,
+    ``returned`` those results. A genuine one comes with the result that
+    returned the id and the path to declare.
+    """
+    reasons = set()
+    for finding in findings:
+        if not finding.enforced:
+            continue
+        if has_token(outputs, finding.value):  # a tool returned it: the manifest misses a path
+            return GENUINE, admitting(returned, finding.value, finding.kind)
+        if finding.problem in ("unknown", "mutated", "example"):
+            reasons.add(INVENTED)
+        elif finding.problem in ("unverified", "declined", "mentioned", "outside"):
+            reasons.add(UNVERIFIED)  # a value no tool confirmed, or the user turned down
+        else:
+            return GENUINE, ""
+    return (INVENTED if INVENTED in reasons else UNVERIFIED), ""
 
 
 class TraceRun:
@@ -155,24 +200,8 @@ class TraceRun:
         self.pending.append(_Pending(call, index, verdict, reason, hint))
 
     def _reason(self, verdict: Verdict) -> tuple[str, str]:
-        """Why a refusal may be right (an invented id, or a typed one never looked up), or not.
-
-        A genuine one comes with the result that returned the id and the path to declare.
-        """
-        outputs = "\n".join(self.outputs)
-        reasons = set()
-        for finding in verdict.findings:
-            if not finding.enforced:
-                continue
-            if has_token(outputs, finding.value):  # a tool returned it: the manifest misses a path
-                return GENUINE, admitting(self.returned, finding.value, finding.kind)
-            if finding.problem in ("unknown", "mutated", "example"):
-                reasons.add(INVENTED)
-            elif finding.problem in ("unverified", "declined", "mentioned", "outside"):
-                reasons.add(UNVERIFIED)  # a value no tool confirmed, or the user turned down
-            else:
-                return GENUINE, ""
-        return (INVENTED if INVENTED in reasons else UNVERIFIED), ""
+        """Why a refusal may be right, or not (see :func:`refusal_reason`)."""
+        return refusal_reason(verdict.findings, "\n".join(self.outputs), self.returned)
 
     def _result(self, index: int, message: Message) -> None:
         pending = self._answer(message)
@@ -214,16 +243,8 @@ class TraceRun:
                 self.produced.update((batch.kind, key) for batch in found for key in batch.keys)
 
     def _answer(self, message: Message) -> _Pending | None:
-        """The open call a result answers: the latest with its id (or, with no id, its name)."""
-        for i in range(len(self.pending) - 1, -1, -1):
-            call = self.pending[i].call
-            if message.tool_call_id is not None:
-                hit = call.id == message.tool_call_id
-            else:
-                hit = message.name is None or call.name == message.name
-            if hit:
-                return self.pending.pop(i)
-        return None
+        """The open call a result answers (see :func:`answered`)."""
+        return answered(self.pending, message)
 
     # -- detection ------------------------------------------------------------------------
 

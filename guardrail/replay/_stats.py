@@ -7,7 +7,8 @@ corrupted identifier arguments refused, per corruption class) and what
 could not be read (malformed lines, unknown tools). ``availability`` holds
 one :class:`Availability` per compaction strategy, and stays empty when the
 replay ran without one; ``agent`` one :class:`AgentDiff` per strategy, and
-``agent_recorded`` the agent against the recording, when an agent ran.
+``agent_recorded`` the agent against the recording, when an agent ran;
+``live`` the counts of a live replay (see :mod:`guardrail.replay._live_stats`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 from guardrail.replay._corruption import ALL_CLASSES
+from guardrail.replay._live_stats import LiveStats
 from guardrail.replay._traces import Malformed
 
 #: Why a refused call that succeeded in the recording was refused.
@@ -322,6 +324,9 @@ class Stats:
     ask_examples: list[Example] = field(default_factory=list)
     approved: int = 0
     declined: int = 0
+    #: A live replay's counts: the calls run through the real tools, guarded and not (None: the
+    #: recorded results were replayed).
+    live: LiveStats | None = None
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -407,6 +412,10 @@ class Stats:
             if self.agent_recorded is None:
                 self.agent_recorded = AgentDiff()
             self.agent_recorded.merge(other.agent_recorded, cap)
+        if other.live is not None:
+            if self.live is None:
+                self.live = LiveStats(max_examples=cap)
+            self.live.merge(other.live)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe counts, rates and examples (``asked`` only where a call would ask)."""
@@ -479,6 +488,7 @@ class Stats:
                 },
             },
             **asked,
+            **({"live": self.live.to_dict()} if self.live is not None else {}),
         }
 
 

@@ -1,0 +1,166 @@
+"""One live call: what the tool received, what it returned, and whether it failed.
+
+A live replay wraps each tool (:func:`recording`) to keep a copy of the
+arguments it received and what it returned or raised, and compares the
+arguments with those the model wrote (:func:`respellings`). Whether a call
+failed is decided here, in :func:`call_failed`, for both sides of a live
+replay alike: the one place the live replay reads success.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from guardrail._provenance.harvest import failed
+from guardrail._transcript.result_text import failure_text
+from guardrail.replay._live_stats import Respelling
+from guardrail.replay._traces import parse_message
+
+#: ``{name: callable}``: the tools of one environment.
+Tools: TypeAlias = Mapping[str, Callable[..., Any]]
+
+#: A ledger as the harness compares it: ``(kind, key) -> (value, verified, tier rank)``.
+Snapshot: TypeAlias = dict[tuple[str, str], tuple[str, bool, int]]
+
+
+def call_failed(result: Any, raised: BaseException | None) -> bool:
+    """Whether a live call failed: the one place the live replay reads success.
+
+    A call failed when the tool raised, when its result is an error in
+    success's clothing (:func:`guardrail._provenance.harvest.failed`: an
+    error mapping, a refusal), or when the result reads as a failure the
+    way the replay reads a recorded result (:func:`parse_message`: a text
+    that says ``Error:``), so a live run and a replay of its recording judge
+    a result alike.
+    """
+    if raised is not None:
+        return True
+    if failed(result):
+        return True
+    value = None if isinstance(result, str) else _jsonable(result)
+    message, _ = parse_message({"role": "tool", "content": _text(result), "result": value})
+    return message is not None and message.error
+
+
+def _jsonable(result: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return to_jsonable_python(result)
+    except Exception:  # not JSON-like: its text
+        return str(result)
+
+
+def _text(result: Any) -> str:
+    """A result as the text a model reads: text as it is, anything else as JSON (or its text)."""
+    if isinstance(result, str):
+        return result
+    from pydantic_core import to_jsonable_python
+
+    try:
+        return json.dumps(to_jsonable_python(result), ensure_ascii=False)
+    except Exception:  # not JSON-like: its text
+        return str(result)
+
+
+@dataclass
+class Ran:
+    """One tool run: the tool, what it received, and what it returned or raised."""
+
+    tool: str
+    received: dict[str, Any]
+    result: Any = None
+    raised: BaseException | None = None
+    #: The ledger when the tool was called (guarded side only).
+    before: Snapshot | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the call failed (:func:`call_failed`)."""
+        return call_failed(self.result, self.raised)
+
+    @property
+    def text(self) -> str:
+        """What it returned as text, or the exception it raised as its type and message."""
+        if self.raised is not None:
+            return f"{type(self.raised).__name__}: {self.raised}"
+        return _text(self.result)
+
+    @property
+    def answer(self) -> str:
+        """The text a runtime's loop answers the model with for this run (its seal apart)."""
+        if self.raised is not None:
+            return failure_text(f"{self.tool} failed: {self.text}")
+        return self.text
+
+
+def recording(
+    name: str, function: Callable[..., Any], ran: list[Ran], snapshot: Callable[[], Snapshot]
+) -> Callable[..., Any]:
+    """``function``, keeping what each call received and returned, and the ledger before it.
+
+    Its name, docstring, annotations and signature are the function's, so the toolbox
+    validates and binds it as it would the function itself.
+    """
+
+    def tool(*args: Any, **kwargs: Any) -> Any:
+        # A copy: a tool may change what it was given (append to a list it received).
+        record = Ran(name, _copied(kwargs), before=snapshot())
+        ran.append(record)
+        try:
+            record.result = function(*args, **kwargs)
+        except Exception as exc:
+            record.raised = exc
+            raise
+        return record.result
+
+    functools.update_wrapper(tool, function, updated=())
+    return tool
+
+
+def _copied(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The arguments as the tool received them, kept apart from what the tool may change."""
+    try:
+        return copy.deepcopy(dict(arguments))
+    except Exception:  # an argument that cannot be copied: as it is
+        return dict(arguments)
+
+
+def _differences(written: Any, received: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
+    """``(path, written, received)`` for each place where the two arguments differ."""
+    if isinstance(written, Mapping) and isinstance(received, Mapping):
+        for key in dict.fromkeys([*written, *received]):
+            where = f"{path}.{key}" if path else str(key)
+            yield from _differences(written.get(key), received.get(key), where)
+    elif isinstance(written, list) and isinstance(received, list) and len(written) == len(received):
+        for i, (w, r) in enumerate(zip(written, received, strict=True)):
+            yield from _differences(w, r, f"{path}[{i}]")
+    elif written != received or type(written) is not type(received):
+        yield path, written, received
+
+
+def respellings(
+    written: Mapping[str, Any], received: Mapping[str, Any], before: str
+) -> tuple[Respelling, ...]:
+    """Each argument received otherwise than written; ``before``: the tool results so far."""
+    return tuple(
+        Respelling(path, w, r, returned=isinstance(r, str) and _returned(before, r))
+        for path, w, r in _differences(dict(written), dict(received))
+    )
+
+
+#: What may stand on either side of a spelling a result holds: the edges of a JSON string or
+#: of a word of text, never a character of an id (``W1000002`` is not in ``#W1000002``).
+_BEFORE, _AFTER = r"(?:^|(?<=[\s\"'(\[{,:]))", r"(?=$|[\s\"')\]},.;:!?])"
+
+
+def _returned(before: str, value: str) -> bool:
+    """Whether a tool result so far holds ``value`` exactly as a spelling of its own."""
+    value = value.strip()
+    return bool(value) and re.search(_BEFORE + re.escape(value) + _AFTER, before) is not None
