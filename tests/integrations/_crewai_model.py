@@ -103,5 +103,13 @@ def crewai_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
             raise AssertionError(f"a CrewAI test tried to reach {address!r}")
         return connect(self, address)
 
+    resolve = socket.getaddrinfo
+
+    def resolve_local(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host not in (None, "127.0.0.1", "::1", "localhost"):
+            raise AssertionError(f"a CrewAI test tried to look up {host!r}")
+        return resolve(host, *args, **kwargs)
+
     monkeypatch.setattr(socket.socket, "connect", local_only)
+    monkeypatch.setattr(socket, "getaddrinfo", resolve_local)
     yield
