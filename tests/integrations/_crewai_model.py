@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ class ScriptedLLM(BaseLLM):
             self.script = lambda messages: replies.pop(0) if replies else final()
         self.seen: list[Messages] = []
 
-    def call(
+    def call(  # type: ignore[override]
         self,
         messages: str | Messages,
         tools: Any = None,
@@ -90,7 +90,7 @@ class ScriptedLLM(BaseLLM):
 
 
 @pytest.fixture(autouse=True)
-def crewai_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+def crewai_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """CrewAI's switches off, its files in a temporary folder, and no socket leaves the machine."""
     for name, value in OFFLINE.items():
         monkeypatch.setenv(name, value)
@@ -112,4 +112,3 @@ def crewai_offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[
 
     monkeypatch.setattr(socket.socket, "connect", local_only)
     monkeypatch.setattr(socket, "getaddrinfo", resolve_local)
-    yield

@@ -70,9 +70,17 @@ def shop_tools(shop: Shop) -> list[BaseTool]:
     return [search, refund]
 
 
-def support(llm: ScriptedLLM, tools: list[BaseTool], role: str = "support", **options: Any) -> Agent:
-    return Agent(role=role, goal="help the customer", backstory="the shop's support", llm=llm,
-                 tools=tools, **options)
+def support(
+    llm: ScriptedLLM, tools: list[BaseTool], role: str = "support", **options: Any
+) -> Agent:
+    return Agent(
+        role=role,
+        goal="help the customer",
+        backstory="the shop's support",
+        llm=llm,
+        tools=tools,
+        **options,
+    )
 
 
 def one_task_crew(agent: Agent, description: str = "Refund the second order.") -> Crew:
@@ -156,7 +164,12 @@ def test_when_the_reprompts_run_out_kickoff_raises_and_the_task_is_not_run_again
     guard, shop = make_guard(max_reprompts=2), Shop()
     searches: list[str] = []
     original = shop.search
-    shop.search = lambda query: searches.append(query) or original(query)  # type: ignore[method-assign]
+
+    def search(query: str) -> dict[str, Any]:
+        searches.append(query)
+        return original(query)
+
+    shop.search = search  # type: ignore[method-assign]
     forged = [act("refund", order_id=f"#W999999{n}") for n in range(5)]
     llm_calls: list[int] = []
 
@@ -264,7 +277,7 @@ def test_a_fifty_call_run_is_compacted_in_the_run_and_no_id_is_lost() -> None:
         pages.append(page)
         return {"orders": page}
 
-    shop.search = search  # type: ignore[method-assign,assignment]
+    shop.search = search  # type: ignore[method-assign]
     lengths: list[int] = []
 
     def script(messages: list[dict[str, Any]]) -> str:
@@ -365,7 +378,7 @@ def test_an_id_a_delegated_coworker_writes_is_not_verified_for_the_delegator() -
 
 
 def test_a_previous_tasks_output_in_the_users_message_is_never_the_users_words() -> None:
-    """Task 2's prompt (CrewAI's user message) holds task 1's output; compaction reads none of it."""
+    """Task 2's prompt (CrewAI's user message) holds task 1's output: never the user's words."""
     guard, shop = make_guard(), Shop()
     guard.add_kind("email", pattern=r"[^@\s]+@[^@\s]+\.\w+", user_typed="allow")
     guard.declare("notify", ids={"address": "email"}, effect="write")
@@ -402,7 +415,7 @@ def test_a_previous_tasks_output_in_the_users_message_is_never_the_users_words()
 
 def test_the_user_observed_by_the_program_is_the_users_words() -> None:
     """guard.observe_user(message): an address the user typed is allowed where user_typed allows."""
-    guard, shop = make_guard(), Shop()
+    guard = make_guard()
     guard.add_kind("email", pattern=r"[^@\s]+@[^@\s]+\.\w+", user_typed="allow")
     guard.declare("notify", ids={"address": "email"}, effect="write")
     sent: list[str] = []
@@ -421,19 +434,24 @@ def test_the_user_observed_by_the_program_is_the_users_words() -> None:
     assert sent == ["ann@shop.example"]
 
 
+def saying(said: list[str]) -> Any:
+    """An undeclared tool that keeps what it was told to say."""
+
+    @tool("say")
+    def say(text: str) -> str:
+        """Say something."""
+        said.append(text)
+        return "said"
+
+    return say
+
+
 def test_a_tool_the_guard_does_not_know_runs_unless_the_guard_refuses_undeclared_tools() -> None:
     """An undeclared tool is allowed (and logged); Guard(refuse_undeclared=True) refuses it."""
     for refuse, expected in ((False, ["hi"]), (True, [])):
         guard, said = shop_guard("reprompt", refuse_undeclared=refuse), list[str]()
-
-        @tool("say")
-        def say(text: str) -> str:
-            """Say something."""
-            said.append(text)
-            return "said"
-
         llm = ScriptedLLM([act("say", text="hi")])
-        crew = guard_crew(one_task_crew(support(llm, [say])), guard)
+        crew = guard_crew(one_task_crew(support(llm, [saying(said)])), guard)
         with guard.session("conv"):
             crew.kickoff()
         assert said == expected
@@ -466,7 +484,7 @@ def test_a_tools_id_annotations_declare_it() -> None:
     with guard.session("conv"):
         crew.kickoff()
     assert cancel.done == [] and "cancel" in guard.specs
-    assert "copy the value exactly" in crew.agents[0].tools[0].description
+    assert "copy the value exactly" in (crew.agents[0].tools or [])[0].description
 
 
 def test_a_hierarchical_crews_workers_tools_are_guarded() -> None:
@@ -503,7 +521,7 @@ def test_a_hierarchical_crews_workers_tools_are_guarded() -> None:
 
 
 def test_an_agent_with_tools_crewai_adds_itself_is_refused_unless_allowed() -> None:
-    """An agent with MCP servers: a usage error naming them; allow_unguarded=True guards the rest."""
+    """An agent with MCP servers: a usage error naming them; allow_unguarded=True lets it be."""
     agent = support(ScriptedLLM([]), [], mcps=["https://mcp.example.com/mcp"])
     with pytest.raises(GuardrailUsageError, match="MCP servers"):
         guard_crew(one_task_crew(agent), make_guard())
@@ -530,7 +548,7 @@ def test_a_crew_guarded_twice_is_guarded_once() -> None:
     guard, shop = make_guard(), Shop()
     crew = one_task_crew(support(ScriptedLLM([]), shop_tools(shop)))
     guard_crew(crew, guard)
-    tools = list(crew.agents[0].tools)
+    tools = list(crew.agents[0].tools or [])
     assert guard_crew(crew, guard) is crew and crew.agents[0].tools == tools
     assert len(crew.before_kickoff_callbacks) == 1
     with pytest.raises(GuardrailUsageError, match="another guard"):
@@ -570,3 +588,14 @@ def test_import_guardrail_never_imports_crewai() -> None:
         env=fresh_environment(),
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_an_agent_of_two_crews_of_one_guard_is_guarded_for_each() -> None:
+    """The same agent in a second crew: its tools belong to the second crew's adapter."""
+    guard, shop = make_guard(), Shop()
+    agent = support(ScriptedLLM([]), shop_tools(shop))
+    guard_crew(one_task_crew(agent), guard)
+    second = guard_crew(one_task_crew(agent), guard, ledger_instructions=True)
+    (callback,) = second.before_kickoff_callbacks
+    owners = {getattr(tool, "crew_guard", None) for tool in agent.tools or []}
+    assert owners == {getattr(callback, "__self__", None)}

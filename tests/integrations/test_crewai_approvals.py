@@ -1,5 +1,8 @@
-"""CrewAI: a call that waits for the user is asked through ``ask`` (CrewAI's human input or the
-program's own), with the value's evidence; approved it runs once, declined it is refused."""
+"""CrewAI: a call that waits for the user is asked through ``ask``, with the value's evidence.
+
+``ask`` is CrewAI's human input or the program's own; approved the call runs once, declined
+it is refused.
+"""
 
 from __future__ import annotations
 
@@ -78,14 +81,18 @@ class Asker:
 READ = act("read_file", file_path="bill-december-2023.txt")
 
 
-def bank_crew(guard: Guard, bank: Bank, steps: list[str], **options: Any) -> tuple[Crew, ScriptedLLM]:
+def bank_crew(
+    guard: Guard, bank: Bank, steps: list[str], **options: Any
+) -> tuple[Crew, ScriptedLLM]:
     llm = ScriptedLLM(steps)
     agent = Agent(role="assistant", goal="pay bills", backstory="a bank", llm=llm, tools=bank.tools)
     task = Task(description="Pay the bill.", expected_output="done", agent=agent)
     return guard_crew(Crew(agents=[agent], tasks=[task]), guard, **options), llm
 
 
-def pay(guard: Guard, bank: Bank, steps: list[str], session: str = "s", **options: Any) -> ScriptedLLM:
+def pay(
+    guard: Guard, bank: Bank, steps: list[str], session: str = "s", **options: Any
+) -> ScriptedLLM:
     crew, llm = bank_crew(guard, bank, steps, **options)
     with guard.session(session):
         guard.observe_user("Can you please pay the bill 'bill-december-2023.txt' for me?")
@@ -112,8 +119,7 @@ def test_the_user_is_asked_with_the_value_and_where_it_was_seen() -> None:
 
 
 def test_an_approval_runs_the_held_call_once_and_covers_that_tool_only() -> None:
-    """Approved once: the payment runs once; the same payment again runs without asking; another
-    tool with the same IBAN asks again."""
+    """Approved once: it runs; the same payment again runs unasked; another tool asks again."""
     guard, bank, asker = bank_guard(), Bank(), Asker(True, False)
     pay(
         guard,
@@ -175,7 +181,7 @@ def test_two_async_tasks_waiting_at_once_are_asked_one_at_a_time() -> None:
         for n, agent in enumerate(agents)
     ]
     tasks.append(Task(description="Report", expected_output="done", agent=agents[0]))
-    crew = guard_crew(Crew(agents=agents, tasks=tasks), guard, ask=asker)
+    crew = guard_crew(Crew(agents=list[Any](agents), tasks=tasks), guard, ask=asker)
     with guard.session("s"):
         guard.observe_user("Can you please pay the bill 'bill-december-2023.txt' for me?")
         crew.kickoff()
@@ -184,8 +190,7 @@ def test_two_async_tasks_waiting_at_once_are_asked_one_at_a_time() -> None:
 
 
 def test_without_ask_the_agent_reads_that_the_call_waits_and_it_is_not_cached() -> None:
-    """No ask: the call waits; the program approves; the same call in the next run runs once
-    (not answered from the crew's cache, which holds the same call's earlier text)."""
+    """No ask: the call waits; approved, the same call in the next run runs (not from the cache)."""
     guard, bank = bank_guard(), Bank()
     crew, llm = bank_crew(guard, bank, [READ, act("send_money", **PAY)])
     with guard.session("s"):

@@ -50,7 +50,7 @@ call waits for the user, and the program approves with
 **The model's calls.** ``ledger_instructions=True`` puts the conversation's
 ID LEDGER block at the end of each guarded agent's system prompt before
 every model call; ``compact_trigger`` compacts an agent's history within a
-task with :func:`guardrail.compact` once it reaches the trigger. Both run as
+task with :func:`guardrail.compaction.compact` once it reaches the trigger. Both run as
 CrewAI's ``before_llm_call`` hook, registered while the crew runs and acting
 on its own agents only.
 

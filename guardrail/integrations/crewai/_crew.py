@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from crewai.hooks import (
     LLMCallHookContext,
@@ -85,6 +85,8 @@ class CrewGuard:
         self.ledger_tokens = ledger_tokens  # None: the agents' prompts are left as they are
         self.compaction = compaction
         self.bindings = Bindings(guard, "CrewAI")
+        #: Each tool's argument model and the JSON schema pydantic wrote for it, by tool name.
+        self._schemas: dict[str, tuple[Any, dict[str, Any]]] = {}
         #: The agents of the crew, by id: the model calls this adapter's hook acts on.
         self.agents: dict[int, Any] = {}
         #: The ledger of the conversation the crew runs in now, for the threads CrewAI starts
@@ -99,12 +101,14 @@ class CrewGuard:
     def wrap(self, tool: BaseTool) -> BaseTool:
         """``tool`` guarded by this adapter (a tool guarded already is given back as it is)."""
         if isinstance(tool, GuardedTool):
-            if tool.crew_guard is self or tool.crew_guard.guard is self.guard:
+            if tool.crew_guard is self:
                 return tool
-            raise GuardrailUsageError(
-                f"the tool {tool.name!r} is guarded by another guard already; guard each crew "
-                "with one guard"
-            )
+            if tool.crew_guard.guard is not self.guard:
+                raise GuardrailUsageError(
+                    f"the tool {tool.name!r} is guarded by another guard already; guard each "
+                    "crew with one guard"
+                )
+            tool = tool.guarded  # an agent of another crew of this guard: guarded for this one
         if not isinstance(tool, BaseTool):
             raise GuardrailUsageError(
                 f"guard_crew guards CrewAI tools (crewai.tools.BaseTool, what @tool makes), "
@@ -126,7 +130,13 @@ class CrewGuard:
 
     def bound(self, tool: GuardedTool) -> Bound:
         """The tool bound to the guard: declared by its ``Id`` marks, held to its arguments."""
-        schema = tool.args_schema.model_json_schema()
+        held = self._schemas.get(tool.name)
+        if held is None or held[0] is not tool.args_schema:  # pydantic writes a schema slowly
+            if len(self._schemas) >= 10_000:  # tools made per run: the memory stays bounded
+                self._schemas.clear()
+            held = (tool.args_schema, tool.args_schema.model_json_schema())
+            self._schemas[tool.name] = held
+        schema = held[1]
         function = getattr(tool.guarded, "func", None)
         return self.bindings.get(
             tool.name,
@@ -202,15 +212,25 @@ class CrewGuard:
             # guard=None: CrewAI's messages hold no tool results of their own (an agent's
             # observations are in its own text, recorded as they ran), and its user message is
             # the task's prompt with other agents' outputs: never read as the user's words.
-            result = compact(
-                list(messages),
-                ledger,
-                keep_recent=compaction.keep_recent,
-                keep_last_messages=compaction.keep_last_messages,
-                **({"summarize": compaction.summarize} if compaction.summarize else {}),
+            chat: list[object] = list(messages)
+            result = (
+                compact(
+                    chat,
+                    ledger,
+                    keep_recent=compaction.keep_recent,
+                    keep_last_messages=compaction.keep_last_messages,
+                    summarize=compaction.summarize,
+                )
+                if compaction.summarize is not None
+                else compact(
+                    chat,
+                    ledger,
+                    keep_recent=compaction.keep_recent,
+                    keep_last_messages=compaction.keep_last_messages,
+                )
             )
             if result.report.summarized:
-                messages[:] = result.messages  # in place: the executor keeps its list
+                messages[:] = cast(Any, result.messages)  # in place: the executor keeps its list
         if self.ledger_tokens is None:
             return
         block = block_for(self.guard, ledger, self.ledger_tokens)

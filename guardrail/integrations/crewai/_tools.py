@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from crewai.tools import BaseTool
 from crewai.tools.structured_tool import CrewStructuredTool
@@ -23,9 +23,6 @@ from pydantic import ConfigDict, Field
 from guardrail.errors import GuardrailError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations._common import asking
 from guardrail.integrations._common.tools import Bound
-
-if TYPE_CHECKING:
-    from guardrail.integrations.crewai._crew import CrewGuard
 
 #: Every name of CrewAI's that is not its public API and that the adapter relies on, in one
 #: place (tests/integrations/test_crewai.py fails with the name when a release drops one):
@@ -137,7 +134,7 @@ class _Call:
     def run(self, *args: Any, **kwargs: Any) -> Any:
         """Check the call, ask the user where it waits, run the tool, record what it returned."""
         tool = self.tool
-        crew: CrewGuard = tool.crew_guard
+        crew = tool.crew_guard  # the CrewGuard of _crew, which imports this module
         guard = crew.guard
         name = tool.name
         if args:  # CrewAI passes arguments by name; positional ones are read as its legacy path
@@ -211,4 +208,3 @@ def _type_name(annotation: Any) -> str:
         inner = ", ".join(_type_name(arg) for arg in args)
         return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
     return getattr(annotation, "__name__", str(annotation))
-
