@@ -58,7 +58,14 @@ def computed_once(name: str, compute: Callable[[], T], factory: pytest.TempPathF
 
 
 #: The agent runtimes' packages: `--core` runs the tests that import none of them.
-RUNTIMES = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp")
+RUNTIMES = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp", "crewai")
+
+# `import crewai` reports the install to CrewAI's servers unless its telemetry is off, and a
+# crew's first run asks on the console whether to show traces unless it runs under test: set
+# before any test module imports it (tests/integrations/_crewai_model.py sets them per test too).
+for _name in ("CREWAI_DISABLE_TELEMETRY", "CREWAI_DISABLE_TRACKING", "CREWAI_TESTING"):
+    os.environ.setdefault(_name, "true")
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -67,6 +67,7 @@ GROUPS = (
         default_logging=True,
     ),
     Group("pydantic-ai", "integrations.pydantic_ai:bench_pydantic_ai", "Guardrail, GuardedToolset"),
+    Group("crewai", "integrations.crewai:bench_crewai", "guard_crew"),
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
     Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),
     Group("pruning", "coldload:bench_pruning", "20k ids through a 1k ledger: rows and load"),
@@ -77,7 +78,7 @@ BY_NAME = {group.name: group for group in GROUPS}
 PUBLISHED = ("sync", "async", "refused", "harvest", "memory", "compaction", "stores", "langchain")
 #: Names that stand for several groups.
 FAMILIES = {
-    "integrations": ("langchain", "loops", "mcp", "openai-agents", "pydantic-ai"),
+    "integrations": ("langchain", "loops", "mcp", "openai-agents", "pydantic-ai", "crewai"),
     "all": tuple(BY_NAME),
 }
 
