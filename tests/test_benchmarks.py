@@ -50,6 +50,11 @@ EXPECTED_ROWS = {
         "| create_agent run, GuardrailMiddleware |",
         "| LangChain's tool.invoke / the middleware's own cost |",
     ),
+    "crewai": (
+        "| the tool alone: guard_crew adds |",
+        "| crew.kickoff, 2 calls: guard_crew adds per call |",
+        "| the tool alone: guard_crew adds / CrewAI's invoke |",
+    ),
     "loops": (
         "| hand-written loop (parse, call, answer), no guard |",
         "| run_tool_calls, Anthropic message, schema validated / hand-written loop |",
@@ -221,7 +226,7 @@ def test_save_refuses_a_run_that_is_not_the_full_one(
 
 
 def test_only_expands_families_and_runs_groups_in_their_order() -> None:
-    """`integrations` names the five adapters, `all` every group; the run keeps one order."""
+    """`integrations` names the adapters, `all` every group; the run keeps one order."""
     _, groups, _ = cli.parse(["--only", "servers,integrations,sync"])
     assert groups == [
         "sync",
@@ -230,6 +235,7 @@ def test_only_expands_families_and_runs_groups_in_their_order() -> None:
         "mcp",
         "openai-agents",
         "pydantic-ai",
+        "crewai",
         "servers",
     ]
     assert cli.parse(["--only", "all"])[1] == list(cli.BY_NAME)

@@ -24,7 +24,7 @@ from typing import Any
 from guardrail import Guard
 from guardrail_bench.common import Run
 from guardrail_bench.report import Row, Section
-from guardrail_bench.timing import calls, interleaved, paired_ratio
+from guardrail_bench.timing import calls, interleaved, paired_ratio, single
 
 ORDERS = [f"#W{n:07d}" for n in range(1000)]
 TITLE = "CrewAI: what guard_crew adds to an allowed tool call (per call)"
@@ -124,18 +124,11 @@ def bench_crewai(run: Run) -> None:
             )
 
             def kickoff(which: Guard | None, turns_made: int) -> Any:
-                def runner(count: int) -> float:
-                    import time
-
-                    total = 0.0
-                    for _ in range(count):
-                        crew = crew_of(which, refund, turns_made)
-                        start = time.perf_counter()
-                        crew.kickoff()
-                        total += time.perf_counter() - start
-                    return total
-
-                return runner
+                built: list[Any] = []  # each run's crew, built untimed before it runs
+                return single(
+                    lambda: built.pop().kickoff(),
+                    setup=lambda: built.append(crew_of(which, refund, turns_made)),
+                )
 
             whole = interleaved(
                 {"bare": kickoff(None, 0), "plain": kickoff(None, turns),
