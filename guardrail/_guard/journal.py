@@ -132,8 +132,9 @@ def opened(state: LedgerState, snapshot: Snapshot, session_id: str, store: objec
     damage. The cyclic collector waits meanwhile: a session of 10,000 ids
     makes tens of thousands of objects the ledger keeps, and the collector,
     run over and over as they are made, would walk them again and again. It
-    runs again (if the program had it on) once what the load made and did
-    not keep is gone, so it then walks only what the ledger keeps.
+    runs again (if the program had it on) once what this made and did not
+    keep is gone. The store's read comes before, with the collector on: an
+    asynchronous store's is awaited, and other tasks run meanwhile.
     """
     was_on = gc.isenabled()
     gc.disable()
