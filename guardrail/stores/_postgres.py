@@ -70,6 +70,9 @@ class PostgresStore(PostgresBase):
     bring their statement and connect timeouts.
     """
 
+    _pool_class = psycopg_pool.ConnectionPool
+    pool: psycopg_pool.ConnectionPool[Any]
+
     def __init__(
         self,
         pool: str | psycopg_pool.ConnectionPool[Any],
@@ -83,27 +86,17 @@ class PostgresStore(PostgresBase):
         lock_timeout: float = 2.0,
         ttl: float | None = None,
     ) -> None:
-        timeouts = {
-            "timeout": timeout,
-            "connect_timeout": connect_timeout,
-            "statement_timeout": statement_timeout,
-            "lock_timeout": lock_timeout,
-        }
-        super().__init__(pool, schema, psycopg_pool.ConnectionPool, timeouts, ttl)
-        self.synchronous_commit = bool(synchronous_commit)
-        self._owns_pool = isinstance(pool, str)
-        if isinstance(pool, str):
-            pool = psycopg_pool.ConnectionPool(
-                pool,
-                min_size=1,
-                max_size=max_connections,
-                kwargs=self._connection_options(),
-                timeout=timeout,
-                open=True,
-                name=f"guardrail-{schema}",
-            )
-        self.pool = pool
-        self._ready = False
+        super().__init__(
+            pool,
+            schema=schema,
+            synchronous_commit=synchronous_commit,
+            max_connections=max_connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            ttl=ttl,
+        )
         self._ready_lock = threading.Lock()
 
     def load(self, session_id: str) -> Snapshot | None:
@@ -233,6 +226,9 @@ class AsyncPostgresStore(PostgresBase):
     share their sessions.
     """
 
+    _pool_class = psycopg_pool.AsyncConnectionPool
+    pool: psycopg_pool.AsyncConnectionPool[Any]
+
     def __init__(
         self,
         pool: str | psycopg_pool.AsyncConnectionPool[Any],
@@ -246,27 +242,17 @@ class AsyncPostgresStore(PostgresBase):
         lock_timeout: float = 2.0,
         ttl: float | None = None,
     ) -> None:
-        timeouts = {
-            "timeout": timeout,
-            "connect_timeout": connect_timeout,
-            "statement_timeout": statement_timeout,
-            "lock_timeout": lock_timeout,
-        }
-        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool, timeouts, ttl)
-        self.synchronous_commit = bool(synchronous_commit)
-        self._owns_pool = isinstance(pool, str)
-        if isinstance(pool, str):
-            pool = psycopg_pool.AsyncConnectionPool(
-                pool,
-                min_size=1,
-                max_size=max_connections,
-                kwargs=self._connection_options(),
-                timeout=timeout,
-                open=False,
-                name=f"guardrail-{schema}",
-            )
-        self.pool = pool
-        self._ready = False
+        super().__init__(
+            pool,
+            schema=schema,
+            synchronous_commit=synchronous_commit,
+            max_connections=max_connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            ttl=ttl,
+        )
         self._opened = not self._owns_pool
         self._ready_lock = asyncio.Lock()  # bound to a loop at first use, not here
 

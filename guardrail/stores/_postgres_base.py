@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
@@ -74,37 +74,52 @@ def milliseconds(seconds: float) -> str:
 
 
 class PostgresBase:
-    """What the sync and the asyncio store share: the SQL, arguments, parsing, errors."""
+    """What the sync and the asyncio store share: options, the SQL, arguments, parsing, errors."""
+
+    #: The pool a store of this class takes, and builds from a connection string.
+    _pool_class: ClassVar[type[Any]]
+    pool: Any
 
     def __init__(
         self,
-        target: object,
+        pool: object,
+        *,
         schema: str,
-        pool_class: type,
-        timeouts: dict[str, float],
+        synchronous_commit: bool,
+        max_connections: int,
+        timeout: float,
+        connect_timeout: float,
+        statement_timeout: float,
+        lock_timeout: float,
         ttl: float | None,
     ) -> None:
         self.ttl = checked_ttl(ttl)
+        timeouts = {
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "statement_timeout": statement_timeout,
+            "lock_timeout": lock_timeout,
+        }
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise GuardrailUsageError(
                     f"{option} is a number of seconds > 0 (the call fails with a StoreError "
                     f"past it), not {seconds!r}"
                 )
-        self.connect_timeout = float(timeouts["connect_timeout"])
-        self.statement_timeout = float(timeouts["statement_timeout"])
-        self.lock_timeout = float(timeouts["lock_timeout"])
-        self.pool_timeout = float(timeouts["timeout"])
+        self.connect_timeout = float(connect_timeout)
+        self.statement_timeout = float(statement_timeout)
+        self.lock_timeout = float(lock_timeout)
+        self.pool_timeout = float(timeout)
         if not isinstance(schema, str) or not schema:
             raise GuardrailUsageError(f"schema must be a non-empty name, not {schema!r}")
-        if not isinstance(target, (str, pool_class)):
+        if not isinstance(pool, (str, self._pool_class)):
             raise GuardrailUsageError(
                 f"{type(self).__name__} takes a connection string or a "
-                f"psycopg_pool.{pool_class.__name__}, not {type(target).__name__}"
+                f"psycopg_pool.{self._pool_class.__name__}, not {type(pool).__name__}"
             )
         self.schema = schema
-        self.synchronous_commit = True
-        self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
+        self.synchronous_commit = bool(synchronous_commit)
+        self._conninfo = pool if isinstance(pool, str) else str(getattr(pool, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
             key: sql.SQL(text).format(
@@ -129,8 +144,21 @@ class PostgresBase:
             )
         }
         self._lock_key = f"guardrail:{schema}"
-
-    synchronous_commit: bool
+        #: Whether the store built its pool from a connection string (and closes it).
+        self._owns_pool = isinstance(pool, str)
+        self.pool = pool
+        if isinstance(pool, str):
+            self.pool = self._pool_class(
+                pool,
+                min_size=1,
+                max_size=max_connections,
+                kwargs=self._connection_options(),
+                timeout=timeout,
+                # An asyncio pool opens on first use, in the loop that uses it.
+                open=not issubclass(self._pool_class, psycopg_pool.AsyncConnectionPool),
+                name=f"guardrail-{schema}",
+            )
+        self._ready = False
 
     def _connection_options(self) -> dict[str, Any]:
         """What each connection of the store's own pool is opened with: autocommit, timeouts."""

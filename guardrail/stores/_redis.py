@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
@@ -63,15 +63,8 @@ _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each o
 
 #: How long a store's own client waits for Redis: each command, and each connection.
 SOCKET_TIMEOUT, CONNECT_TIMEOUT = 5.0, 3.0
-
-
-def _timeouts(options: dict[str, Any]) -> dict[str, Any]:
-    """Client options with the socket timeouts set: a silent server never blocks a call."""
-    return {
-        "socket_timeout": SOCKET_TIMEOUT,
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        **options,
-    }
+_ASYNC_CLIENTS = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+_Store = TypeVar("_Store", bound="_RedisBase")
 
 
 def _text(value: bytes | str) -> str:
@@ -90,12 +83,13 @@ def _wire(text: str) -> str | bytes:
 
 
 class _RedisBase:
-    """What the sync and the asyncio store share: keys, arguments, merging, parsing, errors."""
+    """What the sync and the asyncio store share: the client, keys, arguments, merging, errors."""
 
-    _client: Any
-    _owns_client: bool
+    #: The client class :meth:`_from_url` builds; the error for a client of the other kind.
+    _client_class: ClassVar[type[Any]]
+    _wrong_client: ClassVar[str]
 
-    def __init__(self, prefix: str, ttl: float | None) -> None:
+    def __init__(self, client: Any, *, prefix: str, ttl: float | None) -> None:
         if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
             # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
             # prefix's sessions, one with braces would cut the hash tag short.
@@ -106,6 +100,28 @@ class _RedisBase:
         self.prefix = prefix
         self.ttl = checked_ttl(ttl, "no one used")
         self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
+        # The sync store refuses an asyncio client, the asyncio store takes nothing else.
+        if isinstance(client, _ASYNC_CLIENTS) is not issubclass(self._client_class, _ASYNC_CLIENTS):
+            raise GuardrailUsageError(self._wrong_client)
+        self._client = client
+        self._owns_client = False
+        self._apply = client.register_script(APPLY)
+        self._changes = client.register_script(CHANGES)
+        self._expire = client.register_script(EXPIRE)
+
+    @classmethod
+    def _from_url(
+        cls: type[_Store], url: str, prefix: str, ttl: float | None, options: dict[str, Any]
+    ) -> _Store:
+        """A store with a client of its own for ``url``; socket timeouts set unless given."""
+        options = {
+            "socket_timeout": SOCKET_TIMEOUT,
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            **options,
+        }
+        store = cls(cls._client_class.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store._owns_client = True
+        return store
 
     # -- keys and arguments ---------------------------------------------------------------
 
@@ -328,20 +344,18 @@ class RedisStore(_RedisBase):
     wrote, is a :class:`~guardrail.errors.StoreError`.
     """
 
+    _client_class = redis.Redis
+    _wrong_client = (
+        "RedisStore takes a redis.Redis client; for a redis.asyncio client use AsyncRedisStore"
+    )
+    _apply: Script
+    _changes: Script
+    _expire: Script
+
     def __init__(
         self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
     ) -> None:
-        super().__init__(prefix, ttl)
-        if isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-            raise GuardrailUsageError(
-                "RedisStore takes a redis.Redis client; for a redis.asyncio client use "
-                "AsyncRedisStore"
-            )
-        self._client = client
-        self._owns_client = False
-        self._apply: Script = client.register_script(APPLY)
-        self._changes: Script = client.register_script(CHANGES)
-        self._expire: Script = client.register_script(EXPIRE)
+        super().__init__(client, prefix=prefix, ttl=ttl)
 
     @classmethod
     def from_url(
@@ -353,9 +367,7 @@ class RedisStore(_RedisBase):
         that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
         ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        store = cls(redis.Redis.from_url(url, **_timeouts(options)), prefix=prefix, ttl=ttl)
-        store._owns_client = True
-        return store
+        return cls._from_url(url, prefix, ttl, options)
 
     @property
     def client(self) -> _SyncClient:
@@ -441,20 +453,19 @@ class AsyncRedisStore(_RedisBase):
     their sessions.
     """
 
+    _client_class = redis.asyncio.Redis
+    _wrong_client = (
+        "AsyncRedisStore takes a redis.asyncio.Redis client; for a redis.Redis client use "
+        "RedisStore"
+    )
+    _apply: AsyncScript
+    _changes: AsyncScript
+    _expire: AsyncScript
+
     def __init__(
         self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
     ) -> None:
-        super().__init__(prefix, ttl)
-        if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-            raise GuardrailUsageError(
-                "AsyncRedisStore takes a redis.asyncio.Redis client; for a redis.Redis client "
-                "use RedisStore"
-            )
-        self._client = client
-        self._owns_client = False
-        self._apply: AsyncScript = client.register_script(APPLY)
-        self._changes: AsyncScript = client.register_script(CHANGES)
-        self._expire: AsyncScript = client.register_script(EXPIRE)
+        super().__init__(client, prefix=prefix, ttl=ttl)
 
     @classmethod
     def from_url(
@@ -464,10 +475,7 @@ class AsyncRedisStore(_RedisBase):
 
         Timeouts as :meth:`RedisStore.from_url` sets them.
         """
-        client = redis.asyncio.Redis.from_url(url, **_timeouts(options))
-        store = cls(client, prefix=prefix, ttl=ttl)
-        store._owns_client = True
-        return store
+        return cls._from_url(url, prefix, ttl, options)
 
     @property
     def client(self) -> _AsyncClient:
