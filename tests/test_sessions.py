@@ -83,6 +83,23 @@ def test_session_handles_work_without_a_with_block() -> None:
         guard.check("issue_refund", {}, session="s", ledger=guard.new_ledger())
 
 
+def test_session_and_ledger_together_are_refused_by_every_form() -> None:
+    """session= with ledger= is a usage error for the sync calls and enforce_async alike."""
+    guard = shop_guard()
+    both: dict[str, Any] = {"session": "s", "ledger": guard.new_ledger()}
+    calls: list[Callable[[], object]] = [
+        lambda: guard.observe_user("hi", **both),
+        lambda: guard.check("issue_refund", {}, **both),
+        lambda: guard.enforce("issue_refund", {}, **both),
+        lambda: guard.record("get_order", {}, {"order_id": "W1000001"}, **both),
+        lambda: asyncio.run(guard.enforce_async("issue_refund", {}, **both)),
+    ]
+    for call in calls:
+        with pytest.raises(GuardrailUsageError, match="not both"):
+            call()
+    assert guard.cached_sessions() == []
+
+
 def test_ledger_for_is_the_live_ledger_of_the_session() -> None:
     """ledger_for(id) is the object a scope of that session works on, up to date."""
     guard = shop_guard()
