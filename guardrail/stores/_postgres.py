@@ -27,16 +27,10 @@ import asyncio
 import threading
 from typing import Any
 
-from guardrail.stores._postgres_base import (
-    EXPIRED,
-    MAX_ATTEMPTS,
-    PostgresBase,
-    milliseconds,
-    psycopg,
-    psycopg_pool,
-)
+from guardrail.stores._postgres_base import PostgresBase, milliseconds, psycopg, psycopg_pool
 from guardrail.stores._postgres_sql import FUNCTION_NAME, HAS_FUNCTION, INSPECT
-from guardrail.stores.protocol import Change, Snapshot, Written, deleted
+from guardrail.stores._steps import run, run_async
+from guardrail.stores.protocol import Change, Snapshot, Written
 
 
 class PostgresStore(PostgresBase):
@@ -105,31 +99,11 @@ class PostgresStore(PostgresBase):
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        originals = self._encode(session_id, change)
-        records, meta, base = originals, change.meta, change.base
-        for attempt in range(MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta, change)
-            row = self._run("written", session_id, "apply", params)[0]
-            if row[0] == 0:
-                raise deleted(self._where(), session_id)
-            if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
-                return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
-            base = int(row[0])
-        raise self._busy(session_id)
+        return run(self._applying(session_id, change), self._run)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
-        statement = "load" if version == 0 else "changes"
-        snapshot = self._snapshot(
-            session_id, self._run("read", session_id, statement, params), version
-        )
-        if snapshot is EXPIRED:
-            self._run("deleted", session_id, "expire_one", params)
-            return None if version == 0 else Snapshot(0)
-        return snapshot
+        return run(self._reading(session_id, version), self._run)
 
     def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
@@ -262,29 +236,11 @@ class AsyncPostgresStore(PostgresBase):
 
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        originals = self._encode(session_id, change)
-        records, meta, base = originals, change.meta, change.base
-        for attempt in range(MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta, change)
-            row = (await self._run("written", session_id, "apply", params))[0]
-            if row[0] == 0:
-                raise deleted(self._where(), session_id)
-            if row[2] is None and row[4] is None:
-                return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
-            base = int(row[0])
-        raise self._busy(session_id)
+        return await run_async(self._applying(session_id, change), self._run)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
-        rows = await self._run("read", session_id, "load" if version == 0 else "changes", params)
-        snapshot = self._snapshot(session_id, rows, version)
-        if snapshot is EXPIRED:
-            await self._run("deleted", session_id, "expire_one", params)
-            return None if version == 0 else Snapshot(0)
-        return snapshot
+        return await run_async(self._reading(session_id, version), self._run)
 
     async def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""

@@ -35,13 +35,16 @@ from guardrail.stores._postgres_sql import (
     VERSION_TABLE,
     WRITTEN_INDEX,
 )
+from guardrail.stores._steps import Steps
 from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,
     Snapshot,
+    Written,
     checked_ttl,
     damaged,
+    deleted,
     merge_meta,
     merge_record,
 )
@@ -58,7 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
     ) from exc
 
 # The client is re-exported: the stores' module imports it from here, after the check above.
-__all__ = ["EXPIRED", "MAX_ATTEMPTS", "PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
+__all__ = ["PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
 
 #: Rounds of merge-and-retry before a write gives up (each one progresses).
 MAX_ATTEMPTS = 100
@@ -231,6 +234,36 @@ class PostgresBase:
             "names": list(records),
             "records": [encode_record(record) for record in records.values()],
         }
+
+    def _applying(self, session_id: str, change: Change) -> Steps[Written]:
+        """apply, for both stores: yields each statement's arguments for ``_run``, gets its rows.
+
+        A row another writer wrote since the base is merged here by the
+        protocol's rule and the change sent again, based on the version seen.
+        """
+        originals = self._encode(session_id, change)
+        records, meta, base = originals, change.meta, change.base
+        for attempt in range(MAX_ATTEMPTS):
+            params = self._params(session_id, base, records, meta, change)
+            row = (yield "written", session_id, "apply", params)[0]
+            if row[0] == 0:
+                raise deleted(self._where(), session_id)
+            if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
+                return Written(int(row[0]), attempt == 0 and bool(row[1]))
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            base = int(row[0])
+        raise self._busy(session_id)
+
+    def _reading(self, session_id: str, version: int) -> Steps[Snapshot | None]:
+        """changes_since (and load, from 0), for both stores: as :meth:`_applying`."""
+        sid = self._sid(session_id, "read")
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        rows = yield "read", session_id, "load" if version == 0 else "changes", params
+        snapshot = self._snapshot(session_id, rows, version)
+        if snapshot is EXPIRED:
+            yield "deleted", session_id, "expire_one", params
+            return None if version == 0 else Snapshot(0)
+        return snapshot
 
     def _merged(
         self,

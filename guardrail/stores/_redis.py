@@ -29,6 +29,7 @@ from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
+from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -206,6 +207,30 @@ class _RedisBase:
         for name, record in records.items():
             args += (_wire(name), encode_record(record))
         return args
+
+    def _applying(self, session_id: str, change: Change) -> Steps[Written]:
+        """apply, for both stores: yields each run of the apply script (for ``_call``).
+
+        Rows another writer changed since the base come back unwritten: they
+        are merged here by the protocol's rule and the change sent again,
+        based on the version the script saw.
+        """
+        keys = self._keys(session_id)
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
+        for attempt in range(_MAX_ATTEMPTS):
+            reply = yield self._apply, session_id, "written", keys, args
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
+        raise StoreError(
+            f"{self._where()}: session {session_id!r} was not written: other writers changed "
+            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
+            session_id=session_id,
+        )
 
     # -- replies --------------------------------------------------------------------------
 
@@ -389,34 +414,20 @@ class RedisStore(_RedisBase):
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        keys = self._keys(session_id)
-        originals, args = self._encode(session_id, change)
-        records, meta = originals, change.meta
-        for attempt in range(_MAX_ATTEMPTS):
-            try:
-                reply = self._apply(keys=keys, args=args)
-            except redis.RedisError as exc:
-                raise self._failed("written", session_id, exc) from exc
-            if reply[1] in _DELETED:
-                raise deleted(self._where(), session_id)
-            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
-                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
-        raise StoreError(
-            f"{self._where()}: session {session_id!r} was not written: other writers changed "
-            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
-            session_id=session_id,
-        )
+        return run(self._applying(session_id, change), self._call)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         keys = self._keys(session_id)
-        try:
-            reply = self._changes(keys=keys, args=(version, self._ttl_ms))
-        except redis.RedisError as exc:
-            raise self._failed("read", session_id, exc) from exc
+        reply = self._call(self._changes, session_id, "read", keys, (version, self._ttl_ms))
         return self._snapshot(session_id, reply, version)
+
+    def _call(self, script: Script, session_id: str, action: str, keys: _Keys, args: Any) -> Any:
+        """A script's reply; a Redis error is a StoreError saying the session was not ``action``."""
+        try:
+            return script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise self._failed(action, session_id, exc) from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -497,34 +508,22 @@ class AsyncRedisStore(_RedisBase):
 
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        keys = self._keys(session_id)
-        originals, args = self._encode(session_id, change)
-        records, meta = originals, change.meta
-        for attempt in range(_MAX_ATTEMPTS):
-            try:
-                reply = await self._apply(keys=keys, args=args)
-            except redis.RedisError as exc:
-                raise self._failed("written", session_id, exc) from exc
-            if reply[1] in _DELETED:
-                raise deleted(self._where(), session_id)
-            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
-                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
-        raise StoreError(
-            f"{self._where()}: session {session_id!r} was not written: other writers changed "
-            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
-            session_id=session_id,
-        )
+        return await run_async(self._applying(session_id, change), self._call)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         keys = self._keys(session_id)
-        try:
-            reply = await self._changes(keys=keys, args=(version, self._ttl_ms))
-        except redis.RedisError as exc:
-            raise self._failed("read", session_id, exc) from exc
+        reply = await self._call(self._changes, session_id, "read", keys, (version, self._ttl_ms))
         return self._snapshot(session_id, reply, version)
+
+    async def _call(
+        self, script: AsyncScript, session_id: str, action: str, keys: _Keys, args: Any
+    ) -> Any:
+        """:meth:`RedisStore._call`, awaited."""
+        try:
+            return await script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise self._failed(action, session_id, exc) from exc
 
     async def delete(self, session_id: str) -> None:
         """Forget a session."""
