@@ -24,13 +24,29 @@ and two when it meets a concurrent writer, as in the Redis store.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
-from guardrail.stores._postgres_base import PostgresBase, milliseconds, psycopg, psycopg_pool
-from guardrail.stores._postgres_sql import FUNCTION_NAME, HAS_FUNCTION, INSPECT
-from guardrail.stores._steps import run, run_async
+from guardrail.stores._postgres_base import PostgresBase, psycopg, psycopg_pool
+from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import Change, Snapshot, Written
+
+_T = TypeVar("_T")
+
+
+def _rows(conn: psycopg.Connection[Any], statement: Any, params: Any) -> list[tuple[Any, ...]]:
+    """What one statement returns: its rows, or none for a statement that returns nothing."""
+    cursor = conn.execute(statement, params)
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+async def _rows_async(
+    conn: psycopg.AsyncConnection[Any], statement: Any, params: Any
+) -> list[tuple[Any, ...]]:
+    """:func:`_rows`, awaited."""
+    cursor = await conn.execute(statement, params)
+    return await cursor.fetchall() if cursor.description is not None else []
 
 
 class PostgresStore(PostgresBase):
@@ -109,27 +125,20 @@ class PostgresStore(PostgresBase):
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
         self._setup(session_id)
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                conn.execute(self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)})
-                conn.execute(self._sql["lock"], {"sid": session_id})
-                conn.execute(self._sql["delete_records"], {"sids": [session_id]})
-                conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("deleted", session_id, exc) from exc
+        self._transaction(self._deleting(session_id), "deleted", session_id)
 
     def expire(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         self._setup()
+        return self._transaction(self._expiring(max_idle), "expired", None)
+
+    def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
+        """``steps``' statements in one transaction; a failure says what was not ``action``."""
         try:
             with self.pool.connection() as conn, conn.transaction():
-                idle = [row[0] for row in conn.execute(self._sql["idle"], {"idle": max_idle})]
-                if idle:
-                    conn.execute(self._sql["delete_records"], {"sids": idle})
-                    conn.execute(self._sql["delete_sessions"], {"sids": idle})
+                return run(steps, functools.partial(_rows, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("expired", None, exc) from exc
-        return idle
+            raise self._failed(action, session_id, exc) from exc
 
     def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -137,12 +146,7 @@ class PostgresStore(PostgresBase):
             self.pool.close()
 
     def _setup(self, session_id: str | None = None) -> None:
-        """Check or create the schema's tables, version row and function, once.
-
-        Concurrent stores take turns on an advisory lock. Nothing is redefined
-        that exists: a function is named by its layout, so workers of two
-        releases running at once each call their own.
-        """
+        """Check or create the schema's tables, version row and function, once."""
         if self._ready:
             return
         with self._ready_lock:
@@ -150,23 +154,7 @@ class PostgresStore(PostgresBase):
                 return
             try:
                 with self.pool.connection() as conn, conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
-                    found = conn.execute(INSPECT, {"schema": self.schema}).fetchall()
-                    tables = {name for (name,) in found}
-                    row = None
-                    if "schema_version" in tables:
-                        row = conn.execute(self._sql["version_row"]).fetchone()
-                    write_version = self._layout(session_id, tables, row)
-                    if not tables & {"sessions", "records"}:
-                        conn.execute(self._sql["tables"])
-                    elif "sessions_by_written" not in tables:
-                        conn.execute(self._sql["written_index"])
-                    name = {"schema": self.schema, "name": FUNCTION_NAME}
-                    if conn.execute(HAS_FUNCTION, name).fetchone() is None:
-                        conn.execute(self._sql["functions"])
-                    if write_version:
-                        conn.execute(self._sql["version_table"])
-                        conn.execute(self._sql["set_version"], self._version_params(row))
+                    run(self._setting_up(session_id), functools.partial(_rows, conn))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 raise self._not_set_up(session_id, exc) from exc
             self._ready = True
@@ -246,30 +234,20 @@ class AsyncPostgresStore(PostgresBase):
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
         await self._setup(session_id)
-        try:
-            async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(
-                    self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)}
-                )
-                await conn.execute(self._sql["lock"], {"sid": session_id})
-                await conn.execute(self._sql["delete_records"], {"sids": [session_id]})
-                await conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("deleted", session_id, exc) from exc
+        await self._transaction(self._deleting(session_id), "deleted", session_id)
 
     async def expire(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         await self._setup()
+        return await self._transaction(self._expiring(max_idle), "expired", None)
+
+    async def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
+        """:meth:`PostgresStore._transaction`, awaited."""
         try:
             async with self.pool.connection() as conn, conn.transaction():
-                cursor = await conn.execute(self._sql["idle"], {"idle": max_idle})
-                idle = [row[0] for row in await cursor.fetchall()]
-                if idle:
-                    await conn.execute(self._sql["delete_records"], {"sids": idle})
-                    await conn.execute(self._sql["delete_sessions"], {"sids": idle})
+                return await run_async(steps, functools.partial(_rows_async, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("expired", None, exc) from exc
-        return idle
+            raise self._failed(action, session_id, exc) from exc
 
     async def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -288,27 +266,9 @@ class AsyncPostgresStore(PostgresBase):
                     self._opened = True
                     await self.pool.open()
                 async with self.pool.connection() as conn, conn.transaction():
-                    await conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
+                    await run_async(
+                        self._setting_up(session_id), functools.partial(_rows_async, conn)
                     )
-                    cursor = await conn.execute(INSPECT, {"schema": self.schema})
-                    tables = {name for (name,) in await cursor.fetchall()}
-                    row = None
-                    if "schema_version" in tables:
-                        cursor = await conn.execute(self._sql["version_row"])
-                        row = await cursor.fetchone()
-                    write_version = self._layout(session_id, tables, row)
-                    if not tables & {"sessions", "records"}:
-                        await conn.execute(self._sql["tables"])
-                    elif "sessions_by_written" not in tables:
-                        await conn.execute(self._sql["written_index"])
-                    name = {"schema": self.schema, "name": FUNCTION_NAME}
-                    cursor = await conn.execute(HAS_FUNCTION, name)
-                    if await cursor.fetchone() is None:
-                        await conn.execute(self._sql["functions"])
-                    if write_version:
-                        await conn.execute(self._sql["version_table"])
-                        await conn.execute(self._sql["set_version"], self._version_params(row))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 raise self._not_set_up(session_id, exc) from exc
             self._ready = True

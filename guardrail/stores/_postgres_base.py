@@ -23,7 +23,9 @@ from guardrail.stores._postgres_sql import (
     EXPIRE_ONE,
     FUNCTION_NAME,
     FUNCTIONS,
+    HAS_FUNCTION,
     IDLE,
+    INSPECT,
     LOAD,
     LOCK,
     LOCK_WAIT,
@@ -324,6 +326,45 @@ class PostgresBase:
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value
+
+    def _deleting(self, session_id: str) -> Steps[None]:
+        """The statements of delete, for both stores: they wait for a write in progress to end."""
+        yield self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)}
+        yield self._sql["lock"], {"sid": session_id}
+        yield self._sql["delete_records"], {"sids": [session_id]}
+        yield self._sql["delete_sessions"], {"sids": [session_id]}
+
+    def _expiring(self, max_idle: float) -> Steps[list[str]]:
+        """The statements of expire, for both stores; the ids of the sessions they deleted."""
+        idle = [row[0] for row in (yield self._sql["idle"], {"idle": max_idle})]
+        if idle:
+            yield self._sql["delete_records"], {"sids": idle}
+            yield self._sql["delete_sessions"], {"sids": idle}
+        return idle
+
+    def _setting_up(self, session_id: str | None) -> Steps[None]:
+        """The schema checked or created, for both stores: yields each statement, gets its rows.
+
+        Concurrent stores take turns on an advisory lock. Nothing is redefined
+        that exists: a function is named by its layout, so workers of two
+        releases running at once each call their own.
+        """
+        yield "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
+        tables = {name for (name,) in (yield INSPECT, {"schema": self.schema})}
+        row = None
+        if "schema_version" in tables:
+            found = yield self._sql["version_row"], None
+            row = found[0] if found else None
+        write_version = self._layout(session_id, tables, row)
+        if not tables & {"sessions", "records"}:
+            yield self._sql["tables"], None
+        elif "sessions_by_written" not in tables:
+            yield self._sql["written_index"], None
+        if not (yield HAS_FUNCTION, {"schema": self.schema, "name": FUNCTION_NAME}):
+            yield self._sql["functions"], None
+        if write_version:
+            yield self._sql["version_table"], None
+            yield self._sql["set_version"], self._version_params(row)
 
     def _layout(
         self, session_id: str | None, tables: set[str], row: tuple[int, int] | None
