@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from guardrail import (
     GuardrailUsageError,
     IdentifierViolation,
+    Ledger,
     MemoryStore,
+    SessionDeleted,
     SQLiteStore,
     StoreError,
 )
+from guardrail._guard import journal
+from guardrail.ledger._rebuild import rebuilt
 from guardrail.stores import ThreadedAsyncStore
 from guardrail.stores.protocol import Change, Snapshot, Written, merge_meta
 
@@ -74,6 +81,23 @@ def test_session_handles_work_without_a_with_block() -> None:
     assert stored_ids(store, "s") == {"cus_ABC123", "#W8855135", "#W2378156"}
     with pytest.raises(GuardrailUsageError, match="not both"):
         guard.check("issue_refund", {}, session="s", ledger=guard.new_ledger())
+
+
+def test_session_and_ledger_together_are_refused_by_every_form() -> None:
+    """session= with ledger= is a usage error for the sync calls and enforce_async alike."""
+    guard = shop_guard()
+    both: dict[str, Any] = {"session": "s", "ledger": guard.new_ledger()}
+    calls: list[Callable[[], object]] = [
+        lambda: guard.observe_user("hi", **both),
+        lambda: guard.check("issue_refund", {}, **both),
+        lambda: guard.enforce("issue_refund", {}, **both),
+        lambda: guard.record("get_order", {}, {"order_id": "W1000001"}, **both),
+        lambda: asyncio.run(guard.enforce_async("issue_refund", {}, **both)),
+    ]
+    for call in calls:
+        with pytest.raises(GuardrailUsageError, match="not both"):
+            call()
+    assert guard.cached_sessions() == []
 
 
 def test_ledger_for_is_the_live_ledger_of_the_session() -> None:
@@ -339,3 +363,143 @@ def test_an_async_store_that_fails_fails_closed_and_loses_nothing() -> None:
                 raise AssertionError("the scope ran on a ledger the store could not confirm")
 
     asyncio.run(conversation())
+
+
+# -- one sequence, every form: the same failures handled alike -----------------------------------
+
+#: How a test reaches the sessions: synchronous calls on a synchronous store, the async calls
+#: on an AsyncStore, and the async calls on a synchronous store (they run it directly).
+FORMS = ["sync", "async", "async calls, sync store"]
+
+
+class Form:
+    """One guard on a FlakyStore, its scopes and handles called in one of the FORMS."""
+
+    def __init__(self, form: str, store: FlakyStore | None = None, **options: object) -> None:
+        self.form = form
+        self.store = store if store is not None else FlakyStore()
+        backend = ThreadedAsyncStore(self.store) if form == "async" else self.store
+        self.guard = shop_guard("raise", store=backend, **options)
+
+    def scope(self, session_id: str, body: Callable[[], object] = lambda: None) -> None:
+        """``body()`` in a ``with`` (or ``async with``) scope of ``session_id``."""
+        if self.form == "sync":
+            with self.guard.session(session_id):
+                body()
+            return
+
+        async def scoped() -> None:
+            async with self.guard.session(session_id):
+                body()
+
+        asyncio.run(scoped())
+
+    def ledger_for(self, session_id: str) -> Ledger:
+        """guard.ledger_for, or ledger_for_async."""
+        if self.form == "sync":
+            return self.guard.ledger_for(session_id)
+        return asyncio.run(self.guard.ledger_for_async(session_id))
+
+    def end(self, session_id: str) -> None:
+        """guard.end_session, or end_session_async."""
+        if self.form == "sync":
+            self.guard.end_session(session_id)
+        else:
+            asyncio.run(self.guard.end_session_async(session_id))
+
+    def record(self, order_id: str) -> None:
+        """The result of get_order for ``order_id``, recorded in the current scope."""
+        self.guard.record("get_order", {}, {"order_id": order_id})
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_failed_write_is_undone_and_the_scope_released_in_every_form(form: str) -> None:
+    """A failed write keeps the scope's ids unwritten and cached, and releases the scope."""
+    forms = Form(form)
+    forms.scope("s", lambda: forms.record("W1000001"))
+    forms.store.fail_writes = True
+    with pytest.raises(StoreError, match="down"):
+        forms.scope("s", lambda: forms.record("W1000002"))
+    assert forms.guard.cached_sessions() == ["s"]
+    assert stored_ids(forms.store, "s") == {"W1000001"}
+    forms.store.fail_writes = False
+    writes = forms.store.writes
+    forms.end("s")  # released: no scope holds it any more, so it can end
+    assert forms.store.writes == writes + 1
+    assert stored_ids(forms.store, "s") == {"W1000001", "W1000002"}
+    assert forms.guard.cached_sessions() == []
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_the_cache_bound_holds_in_every_form(form: str) -> None:
+    """Past max_cached_sessions the least recently used session is written, then let go."""
+    forms = Form(form, max_cached_sessions=1)
+    forms.scope("s1", lambda: forms.record("W1000001"))
+    forms.ledger_for("s1").pin("order")  # a change no scope's end writes
+    forms.ledger_for("s2")
+    assert forms.guard.cached_sessions() == ["s2"]
+    snapshot = forms.store.load("s1")
+    assert snapshot is not None and [r["pinned"] for r in snapshot.records] == [True]
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_session_deleted_during_a_scope_is_dropped_in_every_form(form: str) -> None:
+    """A write refused as SessionDeleted discards the cached copy: the delete wins."""
+    forms = Form(form)
+    forms.scope("s", lambda: forms.record("W1000001"))
+    old = forms.ledger_for("s")
+
+    def deleted_meanwhile() -> None:
+        forms.record("W1000002")
+        forms.store.delete("s")  # another worker ends the conversation
+
+    with pytest.raises(SessionDeleted):
+        forms.scope("s", deleted_meanwhile)
+    assert forms.guard.cached_sessions() == []
+    assert forms.store.load("s") is None
+    fresh = forms.ledger_for("s")
+    assert fresh is not old and len(fresh) == 0
+
+
+class DamagedStore(FlakyStore):
+    """A memory store whose whole sessions can be made to read back with a record cut short."""
+
+    damaged = False
+
+    def load(self, session_id: str) -> Snapshot | None:
+        snapshot = super().load(session_id)
+        if snapshot is None or not self.damaged:
+            return snapshot
+        return Snapshot(snapshot.version, [{"kind": "order"}], snapshot.meta)
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("collector_on", [True, False])
+def test_a_cold_load_pauses_the_collector_and_leaves_it_as_it_was(
+    form: str, collector_on: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rebuild runs with the cyclic collector paused, in every form; after, it is as it was."""
+    store = DamagedStore()
+    forms = Form(form, store)
+    forms.scope("s", lambda: forms.record("W1000001"))
+    forms.end("s")
+    paused = []
+
+    def watched(records: Any) -> Any:
+        paused.append(not gc.isenabled())
+        return rebuilt(records)
+
+    monkeypatch.setattr(journal, "rebuilt", watched)
+    was_on = gc.isenabled()
+    try:
+        gc.enable() if collector_on else gc.disable()
+        assert forms.ledger_for("s").get("order", "W1000001") is not None
+        assert gc.isenabled() is collector_on
+        forms.end("s")
+        store.damaged = True
+        with pytest.raises(StoreError, match="bad data"):
+            forms.ledger_for("s")
+        assert gc.isenabled() is collector_on
+    finally:
+        gc.enable() if was_on else gc.disable()
+    assert paused == [True, True]

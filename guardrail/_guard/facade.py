@@ -16,8 +16,7 @@ options, composes the three, and keeps every public method in one place.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from guardrail._check.approvals import read_token
@@ -415,8 +414,8 @@ class Guard:
             )
         if session is None:
             return self._engine.observe_user(text, self._ledger(ledger))
-        with self._scoped(ledger, session) as state:
-            return self._engine.observe_user(text, state)
+        with self._scope(ledger, session) as scoped:
+            return self._engine.observe_user(text, state_of(scoped))
 
     def check(
         self,
@@ -433,8 +432,8 @@ class Guard:
         """
         if session is None:  # no context manager on the way: this is the allowed path
             return self._engine.check(name, arguments, self._ledger(ledger))
-        with self._scoped(ledger, session) as state:
-            return self._engine.check(name, arguments, state)
+        with self._scope(ledger, session) as scoped:
+            return self._engine.check(name, arguments, state_of(scoped))
 
     def enforce(
         self,
@@ -456,8 +455,8 @@ class Guard:
         """
         if session is None:
             return self._engine.enforce(name, arguments, self._ledger(ledger))
-        with self._scoped(ledger, session) as state:
-            return self._engine.enforce(name, arguments, state)
+        with self._scope(ledger, session) as scoped:
+            return self._engine.enforce(name, arguments, state_of(scoped))
 
     async def enforce_async(
         self,
@@ -470,8 +469,7 @@ class Guard:
         """:meth:`enforce` for an async runtime: ``Guard(approve=...)`` may be a coroutine."""
         if session is None:
             return await self._engine.enforce_async(name, arguments, self._ledger(ledger))
-        check_session_id(session)
-        async with SessionScope(self._sessions, session, None) as scoped:
+        async with self._scope(ledger, session) as scoped:
             return await self._engine.enforce_async(name, arguments, state_of(scoped))
 
     def record(
@@ -514,9 +512,15 @@ class Guard:
             return self._engine.record(
                 name, arguments, result, state, error=error, call_id=call_id, trusted=trusted
             )
-        with self._scoped(ledger, session) as scoped:
+        with self._scope(ledger, session) as scoped:
             return self._engine.record(
-                name, arguments, result, scoped, error=error, call_id=call_id, trusted=trusted
+                name,
+                arguments,
+                result,
+                state_of(scoped),
+                error=error,
+                call_id=call_id,
+                trusted=trusted,
             )
 
     # -- the user's answers ------------------------------------------------------------------
@@ -646,9 +650,8 @@ class Guard:
         """The state of ``ledger=`` where given, else of the current session's ledger."""
         return state_of(given) if given is not None else self._sessions.current()
 
-    @contextlib.contextmanager
-    def _scoped(self, ledger: Ledger | None, session: str) -> Iterator[LedgerState]:
-        """The state of ``session=``, in a scope of its own around the call.
+    def _scope(self, ledger: Ledger | None, session: str) -> SessionScope:
+        """The scope of ``session=``, around the one call (``with`` or ``async with``).
 
         Only for ``session=``: a call on ``ledger=`` or the current ledger
         takes :meth:`_ledger` with no context manager in its way. ``ledger=``
@@ -656,8 +659,7 @@ class Guard:
         """
         if ledger is not None:
             raise GuardrailUsageError("pass ledger= or session=, not both")
-        with self.session(session) as scoped:
-            yield state_of(scoped)
+        return self.session(session)
 
 
 class GuardInternals(NamedTuple):

@@ -5,8 +5,9 @@ A ledger a store keeps has a journal (``LedgerState.journal``): the
 evicted, forgotten or marked dropped since the last write. :func:`take`
 turns it into one :class:`~guardrail.stores.protocol.Change` holding the
 current state of each of those ids (and the meta, if it changed);
-:func:`load` rebuilds a ledger from a whole session and :func:`catch_up`
-takes in what other writers wrote, by the same merge rule the stores use
+:func:`opened` rebuilds a ledger from a whole session (the cyclic
+collector paused meanwhile) and :func:`catch_up` takes in what other
+writers wrote, by the same merge rule the stores use
 (:func:`guardrail.ledger._records.absorb`). Every record is checked field
 by field first (:mod:`guardrail.ledger._saved`): a bad one is an error,
 never a silently smaller ledger.
@@ -14,9 +15,8 @@ never a silently smaller ledger.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from guardrail._data.entry import Record, gone_record
@@ -105,23 +105,6 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
 # -- reading a store back ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def no_collection() -> Iterator[None]:
-    """No cyclic garbage collection while a whole session is read and rebuilt.
-
-    A session of 10,000 ids allocates tens of thousands of objects that the
-    ledger keeps; the collector, run over and over as they are made, took
-    about 40% of the time. It runs again (if the program had it on) after.
-    """
-    was_on = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_on:
-            gc.enable()
-
-
 def checked(snapshot: Snapshot, session_id: str, store: object) -> tuple[list[Any], Meta | None]:
     """A snapshot's records and meta, every field checked.
 
@@ -140,19 +123,35 @@ def checked(snapshot: Snapshot, session_id: str, store: object) -> tuple[list[An
     return list(found), meta
 
 
-def opened(
-    snapshot: Snapshot, session_id: str, store: object
-) -> tuple[Rebuilt | list[Any], Meta | None]:
-    """:func:`checked` for a whole session, its live records made entries in the same pass.
+def opened(state: LedgerState, snapshot: Snapshot, session_id: str, store: object) -> None:
+    """Make an empty ledger the whole session ``snapshot`` holds, every record checked first.
 
-    Where that pass is not sure of a record (:func:`~guardrail.ledger._rebuild.rebuilt`),
-    :func:`checked` decides, with the same error for the same damage.
+    The live records are checked and made entries in one pass
+    (:func:`~guardrail.ledger._rebuild.rebuilt`); where that pass is not sure
+    of a record, :func:`checked` decides, with the same error for the same
+    damage. The cyclic collector waits meanwhile: a session of 10,000 ids
+    makes tens of thousands of objects the ledger keeps, and the collector,
+    run over and over as they are made, would walk them again and again. It
+    runs again (if the program had it on) once what this made and did not
+    keep is gone. The store's read comes before, with the collector on: an
+    asynchronous store's is awaited, and other tasks run meanwhile.
     """
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        _opened(state, snapshot, session_id, store)  # its leftovers go as it returns
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _opened(state: LedgerState, snapshot: Snapshot, session_id: str, store: object) -> None:
+    """:func:`opened`'s work, with the collector paused."""
     meta = _checked_meta(snapshot, session_id, store)
-    found = rebuilt(snapshot.records)
+    found: Rebuilt | list[Any] | None = rebuilt(snapshot.records)
     if found is None:
-        return checked(snapshot, session_id, store)
-    return found, meta
+        found, meta = checked(snapshot, session_id, store)
+    load(state, found, meta)
 
 
 def _checked_meta(snapshot: Snapshot, session_id: str, store: object) -> Meta | None:
@@ -172,7 +171,8 @@ def _checked_meta(snapshot: Snapshot, session_id: str, store: object) -> Meta | 
 def load(state: LedgerState, found: Rebuilt | Sequence[Record], meta: Meta | None) -> None:
     """Make an empty ledger the session that ``found`` and ``meta`` describe (checked ones).
 
-    ``found``: the checked records, or what :func:`opened` made of them.
+    ``found``: the checked records, or what :func:`~guardrail.ledger._rebuild.rebuilt`
+    made of them.
     """
     if isinstance(found, Rebuilt):
         place(state, found.entries, found.marks, meta)

@@ -13,7 +13,9 @@ is an error, never an empty ledger: the guard fails closed. A guard built
 with ``default_session`` has one ledger current wherever no scope is. New
 ledgers get the guard's capacity and kinds, and a seal key derived from its
 ``secret`` where it has one. Nothing here logs: the scope reports a failed
-save through its guard's audit.
+save through its guard's audit. Each sequence that calls the store (open,
+close, write, end, expire) is written once, as steps that a synchronous and
+an asynchronous driver take (``_Steps``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,8 @@ import inspect
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from guardrail._guard import journal
 from guardrail.errors import GuardrailUsageError, SessionDeleted
@@ -35,7 +37,7 @@ from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._rekey import use_kinds
 from guardrail.ledger._state import LedgerState
-from guardrail.stores.protocol import AsyncStore, Change, Snapshot, Store, Written
+from guardrail.stores.protocol import AsyncStore, Snapshot, Store
 
 if TYPE_CHECKING:
     import asyncio
@@ -64,6 +66,71 @@ class _Cached:
 
             self._async_lock = asyncio.Lock()
         return self._async_lock
+
+
+_T = TypeVar("_T")
+#: Session work written once for both kinds of store (sans-I/O: it never calls the store
+#: itself). A generator that yields each store call it needs as ``(method, *arguments)`` and
+#: is sent the answer, or has the store's exception thrown into it; ``with (yield _LOCK,
+#: cached):`` holds a cached session's lock. :func:`_drive` takes it with a synchronous
+#: store and its threading lock, :func:`_drive_async` awaiting an asynchronous one.
+_Steps = Generator[tuple[Any, ...], Any, _T]
+_LOCK = object()
+
+
+class _Acquired:
+    """An acquired asyncio lock, released as the ``with`` block holding it ends."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: asyncio.Lock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def _drive(store: Store, steps: _Steps[_T]) -> _T:
+    """Take ``steps`` with a synchronous store."""
+    send = steps.send
+    reply: Any = None
+    while True:
+        try:
+            need = send(reply)
+        except StopIteration as done:
+            result: _T = done.value
+            return result
+        try:
+            reply = need[1].lock if need[0] is _LOCK else getattr(store, need[0])(*need[1:])
+        except BaseException as exc:
+            send, reply = steps.throw, exc
+        else:
+            send = steps.send
+
+
+async def _drive_async(store: AsyncStore, steps: _Steps[_T]) -> _T:
+    """Take ``steps`` awaiting an asynchronous store."""
+    send = steps.send
+    reply: Any = None
+    while True:
+        try:
+            need = send(reply)
+        except StopIteration as done:
+            result: _T = done.value
+            return result
+        try:
+            if need[0] is _LOCK:
+                reply = _Acquired(need[1].async_lock())
+                await reply.lock.acquire()
+            else:
+                reply = await getattr(store, need[0])(*need[1:])
+        except BaseException as exc:
+            send, reply = steps.throw, exc
+        else:
+            send = steps.send
 
 
 class Sessions:
@@ -158,51 +225,93 @@ class Sessions:
         state.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
 
     # -- opening and closing ------------------------------------------------------------------
+    # Each sequence is written once, as steps (_Steps); each public method runs it with _run
+    # or _run_async, which differ only by the awaited store call and the lock they hold.
 
     def open(self, session_id: str, given: Ledger | None) -> Ledger:
         """The live ledger of ``session_id``, brought up to date with the store.
 
-        Every ``open`` is paired with a :meth:`release` (which :meth:`close` does).
+        Every ``open`` is paired with a :meth:`close`, which writes and releases it.
         """
-        store = self.sync_store()
-        cached = self._hold(session_id)
-        try:
-            with cached.lock:
-                if cached.ledger is None:
-                    # The rows read are gone before the collector runs again: it then walks
-                    # only what the ledger keeps (at 10k entries, 1.8 ms instead of 3.9).
-                    with journal.no_collection():
-                        loaded = store.load(session_id)
-                        cached.ledger = self._loaded(session_id, given, cached, loaded)
-                        del loaded
-                else:
-                    delta = store.changes_since(session_id, cached.version)
-                    self._refreshed(session_id, cached, delta, given)
-                return cached.ledger
-        except BaseException:
-            self.release(session_id)
-            raise
+        return self._run(self._open(session_id, given))
 
     async def open_async(self, session_id: str, given: Ledger | None) -> Ledger:
         """:meth:`open` awaiting an asynchronous store; paired with :meth:`close_async`."""
-        if not self.is_async:
-            return self.open(session_id, given)
+        return await self._run_async(self._open(session_id, given))
+
+    def close(self, session_id: str, ledger: Ledger) -> None:
+        """Write what a scope changed as it ends, then release it (even if the write fails)."""
+        self._run(self._close(session_id, ledger))
+
+    async def close_async(self, session_id: str, ledger: Ledger) -> None:
+        """:meth:`close` awaiting an :class:`~guardrail.stores.AsyncStore`."""
+        await self._run_async(self._close(session_id, ledger))
+
+    def _open(self, session_id: str, given: Ledger | None) -> _Steps[Ledger]:
         cached = self._hold(session_id)
         try:
-            async with cached.async_lock():
-                store = cast(AsyncStore, self.store)
+            with (yield _LOCK, cached):
                 if cached.ledger is None:
-                    snapshot = await store.load(session_id)
-                    with journal.no_collection():
-                        cached.ledger = self._loaded(session_id, given, cached, snapshot)
-                        del snapshot  # gone before the collector runs again, as in open
+                    snapshot = yield "load", session_id
+                    cached.ledger = self._loaded(session_id, given, cached, snapshot)
                 else:
-                    delta = await store.changes_since(session_id, cached.version)
+                    delta = yield "changes_since", session_id, cached.version
                     self._refreshed(session_id, cached, delta, given)
                 return cached.ledger
         except BaseException:
-            await self._release_async(session_id)
+            yield from self._release(session_id)
             raise
+
+    def _release(self, session_id: str) -> _Steps[None]:
+        """One scope of ``session_id`` ended; sessions over the cache bound are let go."""
+        for sid, held in self._unhold(session_id):
+            try:
+                yield from self._write(sid, held)
+            except SessionDeleted:
+                pass  # deleted elsewhere: nothing to keep
+            except Exception:
+                continue  # kept, unwritten changes and all; the next scope's end writes them
+            self._forget(sid, held)
+
+    def _close(self, session_id: str, ledger: Ledger) -> _Steps[None]:
+        try:
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.ledger is ledger:
+                yield from self._write(session_id, cached)
+        finally:
+            yield from self._release(session_id)
+
+    def _write(self, session_id: str, cached: _Cached) -> _Steps[None]:
+        """Write a cached ledger's unwritten changes as one Change; on failure none is lost."""
+        with (yield _LOCK, cached):
+            ledger = cached.ledger
+            if ledger is None:
+                return
+            state = state_of(ledger)
+            change, names = journal.take(state, cached.version)
+            if not change:
+                return
+            try:
+                written = yield "apply", session_id, change
+            except SessionDeleted:
+                self._discard(cached)
+                raise
+            except BaseException:
+                journal.undo(state, names, change)
+                raise
+            journal.written(state, change)
+            if written.alone:  # no one else wrote: the ledger is the session
+                cached.version = written.version
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        """Take ``steps`` with the synchronous store: a usage error with an asynchronous one."""
+        return _drive(self.sync_store(), steps)
+
+    async def _run_async(self, steps: _Steps[_T]) -> _T:
+        """Take ``steps`` awaiting an asynchronous store (with a synchronous one: :meth:`_run`)."""
+        if not self.is_async:
+            return self._run(steps)
+        return await _drive_async(cast(AsyncStore, self.store), steps)
 
     def _hold(self, session_id: str) -> _Cached:
         """The cache entry of a session, one more scope holding it, most recently used."""
@@ -232,10 +341,9 @@ class Sessions:
             self.seal(state, session_id)
             journal.follow(state, all_of_it=True)
             return ledger
-        records, meta = journal.opened(snapshot, session_id, self.store)
         ledger = self.new_ledger(session_id)
         journal.follow(state_of(ledger), all_of_it=False)
-        journal.load(state_of(ledger), records, meta)
+        journal.opened(state_of(ledger), snapshot, session_id, self.store)
         cached.version = snapshot.version
         if given is not None:
             ledger.merge(given)
@@ -266,27 +374,6 @@ class Sessions:
         if given is not None and given is not ledger:
             ledger.merge(given)  # one ledger, which only grows
 
-    def release(self, session_id: str) -> None:
-        """One scope of ``session_id`` ended; sessions over the cache bound are let go."""
-        for sid, held in self._unhold(session_id):
-            try:
-                self._write(sid, held)
-            except SessionDeleted:
-                pass  # deleted elsewhere: nothing to keep
-            except Exception:
-                continue  # kept, unwritten changes and all; the next scope's end writes them
-            self._forget(sid, held)
-
-    async def _release_async(self, session_id: str) -> None:
-        for sid, held in self._unhold(session_id):
-            try:
-                await self._write_async(sid, held)
-            except SessionDeleted:
-                pass
-            except Exception:
-                continue
-            self._forget(sid, held)
-
     def _unhold(self, session_id: str) -> list[tuple[str, _Cached]]:
         """One scope fewer; the sessions to let go (written first) to stay within the bound."""
         with self._open_lock:
@@ -312,67 +399,6 @@ class Sessions:
             if cached.scopes <= 0 and self._cache.get(session_id) is cached:
                 del self._cache[session_id]
 
-    def close(self, session_id: str, ledger: Ledger) -> None:
-        """Write what a scope changed as it ends, then release it (even if the write fails)."""
-        try:
-            cached = self._cache.get(session_id)
-            if cached is not None and cached.ledger is ledger:
-                self._write(session_id, cached)
-        finally:
-            self.release(session_id)
-
-    async def close_async(self, session_id: str, ledger: Ledger) -> None:
-        """:meth:`close` awaiting an :class:`~guardrail.stores.AsyncStore`."""
-        if not self.is_async:
-            self.close(session_id, ledger)
-            return
-        try:
-            cached = self._cache.get(session_id)
-            if cached is not None and cached.ledger is ledger:
-                await self._write_async(session_id, cached)
-        finally:
-            await self._release_async(session_id)
-
-    def _write(self, session_id: str, cached: _Cached) -> None:
-        """Write a cached ledger's unwritten changes as one Change; on failure none is lost."""
-        store = self.sync_store()
-        with cached.lock:
-            ledger = cached.ledger
-            if ledger is None:
-                return
-            state = state_of(ledger)
-            change, names = journal.take(state, cached.version)
-            if not change:
-                return
-            try:
-                written = store.apply(session_id, change)
-            except SessionDeleted:
-                self._discard(cached)
-                raise
-            except BaseException:
-                journal.undo(state, names, change)
-                raise
-            self._wrote(cached, ledger, change, written)
-
-    async def _write_async(self, session_id: str, cached: _Cached) -> None:
-        async with cached.async_lock():
-            ledger = cached.ledger
-            if ledger is None:
-                return
-            state = state_of(ledger)
-            change, names = journal.take(state, cached.version)
-            if not change:
-                return
-            try:
-                written = await cast(AsyncStore, self.store).apply(session_id, change)
-            except SessionDeleted:
-                self._discard(cached)
-                raise
-            except BaseException:
-                journal.undo(state, names, change)
-                raise
-            self._wrote(cached, ledger, change, written)
-
     def _discard(self, cached: _Cached) -> None:
         """Drop a cached copy of a session deleted elsewhere: the next use reads the store anew.
 
@@ -385,12 +411,6 @@ class Sessions:
             if ledger is not None and ledger is self._default:
                 state_of(ledger).after_change = None
                 self._default = None
-
-    @staticmethod
-    def _wrote(cached: _Cached, ledger: Ledger, change: Change, written: Written) -> None:
-        journal.written(state_of(ledger), change)
-        if written.alone:  # no one else wrote: the ledger is the session
-            cached.version = written.version
 
     def sync_store(self) -> Store:
         """The store, for a synchronous call: a usage error if it is an asynchronous one."""
@@ -409,7 +429,7 @@ class Sessions:
         if session_id is None or cached is None or cached.ledger is not self._default:
             return
         try:
-            self._write(session_id, cached)
+            self._run(self._write(session_id, cached))
         except Exception as failure:
             self.not_saved(session_id, failure)
             raise
@@ -418,52 +438,45 @@ class Sessions:
 
     def ledger_for(self, session_id: str) -> Ledger:
         """The cached live ledger of a session, up to date with the store."""
-        ledger = self.open(session_id, None)
-        self.release(session_id)
-        return ledger
+        return self._run(self._ledger_for(session_id))
 
     async def ledger_for_async(self, session_id: str) -> Ledger:
         """:meth:`ledger_for` awaiting an :class:`~guardrail.stores.AsyncStore`."""
-        ledger = await self.open_async(session_id, None)
-        await self._release_async(session_id)
-        return ledger
+        return await self._run_async(self._ledger_for(session_id))
 
     def end(self, session_id: str, *, delete: bool) -> None:
         """Write a session and drop it from the cache; ``delete``: from the store too."""
-        store = self.sync_store()
-        cached = self._ending(session_id)
-        if cached is not None and not delete:
-            self._write(session_id, cached)
-        if delete:
-            store.delete(session_id)
-        self._ended(session_id, cached)
+        self._run(self._end(session_id, delete))
 
     async def end_async(self, session_id: str, *, delete: bool) -> None:
         """:meth:`end` awaiting an :class:`~guardrail.stores.AsyncStore`."""
-        if not self.is_async:
-            self.end(session_id, delete=delete)
-            return
-        cached = self._ending(session_id)
-        if cached is not None and not delete:
-            await self._write_async(session_id, cached)
-        if delete:
-            await cast(AsyncStore, self.store).delete(session_id)
-        self._ended(session_id, cached)
+        await self._run_async(self._end(session_id, delete))
 
     def expire(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds, from the store and cache."""
         _check_idle(max_idle)
-        expired = self.sync_store().expire(float(max_idle))
-        for session_id in expired:
-            self._drop(session_id)
-        return expired
+        return self._run(self._expire(float(max_idle)))
 
     async def expire_async(self, max_idle: float) -> list[str]:
         """:meth:`expire` awaiting an :class:`~guardrail.stores.AsyncStore`."""
-        if not self.is_async:
-            return self.expire(max_idle)
         _check_idle(max_idle)
-        expired = await cast(AsyncStore, self.store).expire(float(max_idle))
+        return await self._run_async(self._expire(float(max_idle)))
+
+    def _ledger_for(self, session_id: str) -> _Steps[Ledger]:
+        ledger = yield from self._open(session_id, None)
+        yield from self._release(session_id)
+        return ledger
+
+    def _end(self, session_id: str, delete: bool) -> _Steps[None]:
+        cached = self._ending(session_id)
+        if cached is not None and not delete:
+            yield from self._write(session_id, cached)
+        if delete:
+            yield "delete", session_id
+        self._ended(session_id, cached)
+
+    def _expire(self, max_idle: float) -> _Steps[list[str]]:
+        expired: list[str] = yield "expire", max_idle
         for session_id in expired:
             self._drop(session_id)
         return expired

@@ -7,7 +7,8 @@ what changed. Writing a store of one's own: :mod:`guardrail.stores.protocol`.
 Inside: ``protocol`` (public, for store authors), ``_json`` (records as
 JSON text), ``_memory``, ``_sqlite``, ``_redis`` (its scripts in
 ``_redis_lua``) and ``_postgres`` (on ``_postgres_base``, its SQL in
-``_postgres_sql``).
+``_postgres_sql``); ``_steps`` runs a sequence the sync and the asyncio
+class of a server store share.
 
 Imports: :mod:`guardrail.ledger` and the plain data below it.
 """

@@ -24,19 +24,29 @@ and two when it meets a concurrent writer, as in the Redis store.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from typing import Any
+from typing import Any, TypeVar
 
-from guardrail.stores._postgres_base import (
-    EXPIRED,
-    MAX_ATTEMPTS,
-    PostgresBase,
-    milliseconds,
-    psycopg,
-    psycopg_pool,
-)
-from guardrail.stores._postgres_sql import FUNCTION_NAME, HAS_FUNCTION, INSPECT
-from guardrail.stores.protocol import Change, Snapshot, Written, deleted
+from guardrail.stores._postgres_base import PostgresBase, psycopg, psycopg_pool
+from guardrail.stores._steps import Steps, run, run_async
+from guardrail.stores.protocol import Change, Snapshot, Written
+
+_T = TypeVar("_T")
+
+
+def _rows(conn: psycopg.Connection[Any], statement: Any, params: Any) -> list[tuple[Any, ...]]:
+    """What one statement returns: its rows, or none for a statement that returns nothing."""
+    cursor = conn.execute(statement, params)
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+async def _rows_async(
+    conn: psycopg.AsyncConnection[Any], statement: Any, params: Any
+) -> list[tuple[Any, ...]]:
+    """:func:`_rows`, awaited."""
+    cursor = await conn.execute(statement, params)
+    return await cursor.fetchall() if cursor.description is not None else []
 
 
 class PostgresStore(PostgresBase):
@@ -70,6 +80,9 @@ class PostgresStore(PostgresBase):
     bring their statement and connect timeouts.
     """
 
+    _pool_class = psycopg_pool.ConnectionPool
+    pool: psycopg_pool.ConnectionPool[Any]
+
     def __init__(
         self,
         pool: str | psycopg_pool.ConnectionPool[Any],
@@ -83,27 +96,17 @@ class PostgresStore(PostgresBase):
         lock_timeout: float = 2.0,
         ttl: float | None = None,
     ) -> None:
-        timeouts = {
-            "timeout": timeout,
-            "connect_timeout": connect_timeout,
-            "statement_timeout": statement_timeout,
-            "lock_timeout": lock_timeout,
-        }
-        super().__init__(pool, schema, psycopg_pool.ConnectionPool, timeouts, ttl)
-        self.synchronous_commit = bool(synchronous_commit)
-        self._owns_pool = isinstance(pool, str)
-        if isinstance(pool, str):
-            pool = psycopg_pool.ConnectionPool(
-                pool,
-                min_size=1,
-                max_size=max_connections,
-                kwargs=self._connection_options(),
-                timeout=timeout,
-                open=True,
-                name=f"guardrail-{schema}",
-            )
-        self.pool = pool
-        self._ready = False
+        super().__init__(
+            pool,
+            schema=schema,
+            synchronous_commit=synchronous_commit,
+            max_connections=max_connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            ttl=ttl,
+        )
         self._ready_lock = threading.Lock()
 
     def load(self, session_id: str) -> Snapshot | None:
@@ -112,57 +115,30 @@ class PostgresStore(PostgresBase):
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        originals = self._encode(session_id, change)
-        records, meta, base = originals, change.meta, change.base
-        for attempt in range(MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta, change)
-            row = self._run("written", session_id, "apply", params)[0]
-            if row[0] == 0:
-                raise deleted(self._where(), session_id)
-            if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
-                return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
-            base = int(row[0])
-        raise self._busy(session_id)
+        return run(self._applying(session_id, change), self._run)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
-        statement = "load" if version == 0 else "changes"
-        snapshot = self._snapshot(
-            session_id, self._run("read", session_id, statement, params), version
-        )
-        if snapshot is EXPIRED:
-            self._run("deleted", session_id, "expire_one", params)
-            return None if version == 0 else Snapshot(0)
-        return snapshot
+        return run(self._reading(session_id, version), self._run)
 
     def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
         self._setup(session_id)
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                conn.execute(self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)})
-                conn.execute(self._sql["lock"], {"sid": session_id})
-                conn.execute(self._sql["delete_records"], {"sids": [session_id]})
-                conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("deleted", session_id, exc) from exc
+        self._transaction(self._deleting(session_id), "deleted", session_id)
 
     def expire(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         self._setup()
+        return self._transaction(self._expiring(max_idle), "expired", None)
+
+    def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
+        """``steps``' statements in one transaction; a failure says what was not ``action``."""
         try:
             with self.pool.connection() as conn, conn.transaction():
-                idle = [row[0] for row in conn.execute(self._sql["idle"], {"idle": max_idle})]
-                if idle:
-                    conn.execute(self._sql["delete_records"], {"sids": idle})
-                    conn.execute(self._sql["delete_sessions"], {"sids": idle})
+                return run(steps, functools.partial(_rows, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("expired", None, exc) from exc
-        return idle
+            raise self._failed(action, session_id, exc) from exc
 
     def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -170,12 +146,7 @@ class PostgresStore(PostgresBase):
             self.pool.close()
 
     def _setup(self, session_id: str | None = None) -> None:
-        """Check or create the schema's tables, version row and function, once.
-
-        Concurrent stores take turns on an advisory lock. Nothing is redefined
-        that exists: a function is named by its layout, so workers of two
-        releases running at once each call their own.
-        """
+        """Check or create the schema's tables, version row and function, once."""
         if self._ready:
             return
         with self._ready_lock:
@@ -183,23 +154,7 @@ class PostgresStore(PostgresBase):
                 return
             try:
                 with self.pool.connection() as conn, conn.transaction():
-                    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,))
-                    found = conn.execute(INSPECT, {"schema": self.schema}).fetchall()
-                    tables = {name for (name,) in found}
-                    row = None
-                    if "schema_version" in tables:
-                        row = conn.execute(self._sql["version_row"]).fetchone()
-                    write_version = self._layout(session_id, tables, row)
-                    if not tables & {"sessions", "records"}:
-                        conn.execute(self._sql["tables"])
-                    elif "sessions_by_written" not in tables:
-                        conn.execute(self._sql["written_index"])
-                    name = {"schema": self.schema, "name": FUNCTION_NAME}
-                    if conn.execute(HAS_FUNCTION, name).fetchone() is None:
-                        conn.execute(self._sql["functions"])
-                    if write_version:
-                        conn.execute(self._sql["version_table"])
-                        conn.execute(self._sql["set_version"], self._version_params(row))
+                    run(self._setting_up(session_id), functools.partial(_rows, conn))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 raise self._not_set_up(session_id, exc) from exc
             self._ready = True
@@ -233,6 +188,9 @@ class AsyncPostgresStore(PostgresBase):
     share their sessions.
     """
 
+    _pool_class = psycopg_pool.AsyncConnectionPool
+    pool: psycopg_pool.AsyncConnectionPool[Any]
+
     def __init__(
         self,
         pool: str | psycopg_pool.AsyncConnectionPool[Any],
@@ -246,27 +204,17 @@ class AsyncPostgresStore(PostgresBase):
         lock_timeout: float = 2.0,
         ttl: float | None = None,
     ) -> None:
-        timeouts = {
-            "timeout": timeout,
-            "connect_timeout": connect_timeout,
-            "statement_timeout": statement_timeout,
-            "lock_timeout": lock_timeout,
-        }
-        super().__init__(pool, schema, psycopg_pool.AsyncConnectionPool, timeouts, ttl)
-        self.synchronous_commit = bool(synchronous_commit)
-        self._owns_pool = isinstance(pool, str)
-        if isinstance(pool, str):
-            pool = psycopg_pool.AsyncConnectionPool(
-                pool,
-                min_size=1,
-                max_size=max_connections,
-                kwargs=self._connection_options(),
-                timeout=timeout,
-                open=False,
-                name=f"guardrail-{schema}",
-            )
-        self.pool = pool
-        self._ready = False
+        super().__init__(
+            pool,
+            schema=schema,
+            synchronous_commit=synchronous_commit,
+            max_connections=max_connections,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            lock_timeout=lock_timeout,
+            ttl=ttl,
+        )
         self._opened = not self._owns_pool
         self._ready_lock = asyncio.Lock()  # bound to a loop at first use, not here
 
@@ -276,58 +224,30 @@ class AsyncPostgresStore(PostgresBase):
 
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        originals = self._encode(session_id, change)
-        records, meta, base = originals, change.meta, change.base
-        for attempt in range(MAX_ATTEMPTS):
-            params = self._params(session_id, base, records, meta, change)
-            row = (await self._run("written", session_id, "apply", params))[0]
-            if row[0] == 0:
-                raise deleted(self._where(), session_id)
-            if row[2] is None and row[4] is None:
-                return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
-            base = int(row[0])
-        raise self._busy(session_id)
+        return await run_async(self._applying(session_id, change), self._run)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
-        sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
-        rows = await self._run("read", session_id, "load" if version == 0 else "changes", params)
-        snapshot = self._snapshot(session_id, rows, version)
-        if snapshot is EXPIRED:
-            await self._run("deleted", session_id, "expire_one", params)
-            return None if version == 0 else Snapshot(0)
-        return snapshot
+        return await run_async(self._reading(session_id, version), self._run)
 
     async def delete(self, session_id: str) -> None:
         """Forget a session (waiting for a write to it in progress to end)."""
         self._sid(session_id, "deleted")
         await self._setup(session_id)
-        try:
-            async with self.pool.connection() as conn, conn.transaction():
-                await conn.execute(
-                    self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)}
-                )
-                await conn.execute(self._sql["lock"], {"sid": session_id})
-                await conn.execute(self._sql["delete_records"], {"sids": [session_id]})
-                await conn.execute(self._sql["delete_sessions"], {"sids": [session_id]})
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("deleted", session_id, exc) from exc
+        await self._transaction(self._deleting(session_id), "deleted", session_id)
 
     async def expire(self, max_idle: float) -> list[str]:
         """Delete the sessions no one wrote for ``max_idle`` seconds; their ids."""
         await self._setup()
+        return await self._transaction(self._expiring(max_idle), "expired", None)
+
+    async def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
+        """:meth:`PostgresStore._transaction`, awaited."""
         try:
             async with self.pool.connection() as conn, conn.transaction():
-                cursor = await conn.execute(self._sql["idle"], {"idle": max_idle})
-                idle = [row[0] for row in await cursor.fetchall()]
-                if idle:
-                    await conn.execute(self._sql["delete_records"], {"sids": idle})
-                    await conn.execute(self._sql["delete_sessions"], {"sids": idle})
+                return await run_async(steps, functools.partial(_rows_async, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed("expired", None, exc) from exc
-        return idle
+            raise self._failed(action, session_id, exc) from exc
 
     async def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -346,27 +266,9 @@ class AsyncPostgresStore(PostgresBase):
                     self._opened = True
                     await self.pool.open()
                 async with self.pool.connection() as conn, conn.transaction():
-                    await conn.execute(
-                        "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
+                    await run_async(
+                        self._setting_up(session_id), functools.partial(_rows_async, conn)
                     )
-                    cursor = await conn.execute(INSPECT, {"schema": self.schema})
-                    tables = {name for (name,) in await cursor.fetchall()}
-                    row = None
-                    if "schema_version" in tables:
-                        cursor = await conn.execute(self._sql["version_row"])
-                        row = await cursor.fetchone()
-                    write_version = self._layout(session_id, tables, row)
-                    if not tables & {"sessions", "records"}:
-                        await conn.execute(self._sql["tables"])
-                    elif "sessions_by_written" not in tables:
-                        await conn.execute(self._sql["written_index"])
-                    name = {"schema": self.schema, "name": FUNCTION_NAME}
-                    cursor = await conn.execute(HAS_FUNCTION, name)
-                    if await cursor.fetchone() is None:
-                        await conn.execute(self._sql["functions"])
-                    if write_version:
-                        await conn.execute(self._sql["version_table"])
-                        await conn.execute(self._sql["set_version"], self._version_params(row))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
                 raise self._not_set_up(session_id, exc) from exc
             self._ready = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
@@ -23,7 +23,9 @@ from guardrail.stores._postgres_sql import (
     EXPIRE_ONE,
     FUNCTION_NAME,
     FUNCTIONS,
+    HAS_FUNCTION,
     IDLE,
+    INSPECT,
     LOAD,
     LOCK,
     LOCK_WAIT,
@@ -35,13 +37,16 @@ from guardrail.stores._postgres_sql import (
     VERSION_TABLE,
     WRITTEN_INDEX,
 )
+from guardrail.stores._steps import Steps
 from guardrail.stores.protocol import (
     Change,
     Meta,
     Record,
     Snapshot,
+    Written,
     checked_ttl,
     damaged,
+    deleted,
     merge_meta,
     merge_record,
 )
@@ -58,7 +63,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
     ) from exc
 
 # The client is re-exported: the stores' module imports it from here, after the check above.
-__all__ = ["EXPIRED", "MAX_ATTEMPTS", "PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
+__all__ = ["PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
 
 #: Rounds of merge-and-retry before a write gives up (each one progresses).
 MAX_ATTEMPTS = 100
@@ -74,37 +79,52 @@ def milliseconds(seconds: float) -> str:
 
 
 class PostgresBase:
-    """What the sync and the asyncio store share: the SQL, arguments, parsing, errors."""
+    """What the sync and the asyncio store share: options, the SQL, arguments, parsing, errors."""
+
+    #: The pool a store of this class takes, and builds from a connection string.
+    _pool_class: ClassVar[type[Any]]
+    pool: Any
 
     def __init__(
         self,
-        target: object,
+        pool: object,
+        *,
         schema: str,
-        pool_class: type,
-        timeouts: dict[str, float],
+        synchronous_commit: bool,
+        max_connections: int,
+        timeout: float,
+        connect_timeout: float,
+        statement_timeout: float,
+        lock_timeout: float,
         ttl: float | None,
     ) -> None:
         self.ttl = checked_ttl(ttl)
+        timeouts = {
+            "timeout": timeout,
+            "connect_timeout": connect_timeout,
+            "statement_timeout": statement_timeout,
+            "lock_timeout": lock_timeout,
+        }
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
                 raise GuardrailUsageError(
                     f"{option} is a number of seconds > 0 (the call fails with a StoreError "
                     f"past it), not {seconds!r}"
                 )
-        self.connect_timeout = float(timeouts["connect_timeout"])
-        self.statement_timeout = float(timeouts["statement_timeout"])
-        self.lock_timeout = float(timeouts["lock_timeout"])
-        self.pool_timeout = float(timeouts["timeout"])
+        self.connect_timeout = float(connect_timeout)
+        self.statement_timeout = float(statement_timeout)
+        self.lock_timeout = float(lock_timeout)
+        self.pool_timeout = float(timeout)
         if not isinstance(schema, str) or not schema:
             raise GuardrailUsageError(f"schema must be a non-empty name, not {schema!r}")
-        if not isinstance(target, (str, pool_class)):
+        if not isinstance(pool, (str, self._pool_class)):
             raise GuardrailUsageError(
                 f"{type(self).__name__} takes a connection string or a "
-                f"psycopg_pool.{pool_class.__name__}, not {type(target).__name__}"
+                f"psycopg_pool.{self._pool_class.__name__}, not {type(pool).__name__}"
             )
         self.schema = schema
-        self.synchronous_commit = True
-        self._conninfo = target if isinstance(target, str) else str(getattr(target, "conninfo", ""))
+        self.synchronous_commit = bool(synchronous_commit)
+        self._conninfo = pool if isinstance(pool, str) else str(getattr(pool, "conninfo", ""))
         name = sql.Identifier(schema)
         self._sql = {
             key: sql.SQL(text).format(
@@ -129,8 +149,21 @@ class PostgresBase:
             )
         }
         self._lock_key = f"guardrail:{schema}"
-
-    synchronous_commit: bool
+        #: Whether the store built its pool from a connection string (and closes it).
+        self._owns_pool = isinstance(pool, str)
+        self.pool = pool
+        if isinstance(pool, str):
+            self.pool = self._pool_class(
+                pool,
+                min_size=1,
+                max_size=max_connections,
+                kwargs=self._connection_options(),
+                timeout=timeout,
+                # An asyncio pool opens on first use, in the loop that uses it.
+                open=not issubclass(self._pool_class, psycopg_pool.AsyncConnectionPool),
+                name=f"guardrail-{schema}",
+            )
+        self._ready = False
 
     def _connection_options(self) -> dict[str, Any]:
         """What each connection of the store's own pool is opened with: autocommit, timeouts."""
@@ -204,6 +237,36 @@ class PostgresBase:
             "records": [encode_record(record) for record in records.values()],
         }
 
+    def _applying(self, session_id: str, change: Change) -> Steps[Written]:
+        """apply, for both stores: yields each statement's arguments for ``_run``, gets its rows.
+
+        A row another writer wrote since the base is merged here by the
+        protocol's rule and the change sent again, based on the version seen.
+        """
+        originals = self._encode(session_id, change)
+        records, meta, base = originals, change.meta, change.base
+        for attempt in range(MAX_ATTEMPTS):
+            params = self._params(session_id, base, records, meta, change)
+            row = (yield "written", session_id, "apply", params)[0]
+            if row[0] == 0:
+                raise deleted(self._where(), session_id)
+            if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
+                return Written(int(row[0]), attempt == 0 and bool(row[1]))
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            base = int(row[0])
+        raise self._busy(session_id)
+
+    def _reading(self, session_id: str, version: int) -> Steps[Snapshot | None]:
+        """changes_since (and load, from 0), for both stores: as :meth:`_applying`."""
+        sid = self._sid(session_id, "read")
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        rows = yield "read", session_id, "load" if version == 0 else "changes", params
+        snapshot = self._snapshot(session_id, rows, version)
+        if snapshot is EXPIRED:
+            yield "deleted", session_id, "expire_one", params
+            return None if version == 0 else Snapshot(0)
+        return snapshot
+
     def _merged(
         self,
         session_id: str,
@@ -263,6 +326,45 @@ class PostgresBase:
         if not isinstance(value, dict):
             raise self._corrupt(session_id, f"{what} is {type(value).__name__}, not an object")
         return value
+
+    def _deleting(self, session_id: str) -> Steps[None]:
+        """The statements of delete, for both stores: they wait for a write in progress to end."""
+        yield self._sql["lock_wait"], {"lock_wait": milliseconds(self.lock_timeout)}
+        yield self._sql["lock"], {"sid": session_id}
+        yield self._sql["delete_records"], {"sids": [session_id]}
+        yield self._sql["delete_sessions"], {"sids": [session_id]}
+
+    def _expiring(self, max_idle: float) -> Steps[list[str]]:
+        """The statements of expire, for both stores; the ids of the sessions they deleted."""
+        idle = [row[0] for row in (yield self._sql["idle"], {"idle": max_idle})]
+        if idle:
+            yield self._sql["delete_records"], {"sids": idle}
+            yield self._sql["delete_sessions"], {"sids": idle}
+        return idle
+
+    def _setting_up(self, session_id: str | None) -> Steps[None]:
+        """The schema checked or created, for both stores: yields each statement, gets its rows.
+
+        Concurrent stores take turns on an advisory lock. Nothing is redefined
+        that exists: a function is named by its layout, so workers of two
+        releases running at once each call their own.
+        """
+        yield "SELECT pg_advisory_xact_lock(hashtext(%s))", (self._lock_key,)
+        tables = {name for (name,) in (yield INSPECT, {"schema": self.schema})}
+        row = None
+        if "schema_version" in tables:
+            found = yield self._sql["version_row"], None
+            row = found[0] if found else None
+        write_version = self._layout(session_id, tables, row)
+        if not tables & {"sessions", "records"}:
+            yield self._sql["tables"], None
+        elif "sessions_by_written" not in tables:
+            yield self._sql["written_index"], None
+        if not (yield HAS_FUNCTION, {"schema": self.schema, "name": FUNCTION_NAME}):
+            yield self._sql["functions"], None
+        if write_version:
+            yield self._sql["version_table"], None
+            yield self._sql["set_version"], self._version_params(row)
 
     def _layout(
         self, session_id: str | None, tables: set[str], row: tuple[int, int] | None

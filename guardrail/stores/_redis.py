@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
+from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import (
     Change,
     Meta,
@@ -63,15 +64,8 @@ _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each o
 
 #: How long a store's own client waits for Redis: each command, and each connection.
 SOCKET_TIMEOUT, CONNECT_TIMEOUT = 5.0, 3.0
-
-
-def _timeouts(options: dict[str, Any]) -> dict[str, Any]:
-    """Client options with the socket timeouts set: a silent server never blocks a call."""
-    return {
-        "socket_timeout": SOCKET_TIMEOUT,
-        "socket_connect_timeout": CONNECT_TIMEOUT,
-        **options,
-    }
+_ASYNC_CLIENTS = (redis.asyncio.Redis, redis.asyncio.RedisCluster)
+_Store = TypeVar("_Store", bound="_RedisBase")
 
 
 def _text(value: bytes | str) -> str:
@@ -90,12 +84,13 @@ def _wire(text: str) -> str | bytes:
 
 
 class _RedisBase:
-    """What the sync and the asyncio store share: keys, arguments, merging, parsing, errors."""
+    """What the sync and the asyncio store share: the client, keys, arguments, merging, errors."""
 
-    _client: Any
-    _owns_client: bool
+    #: The client class :meth:`_from_url` builds; the error for a client of the other kind.
+    _client_class: ClassVar[type[Any]]
+    _wrong_client: ClassVar[str]
 
-    def __init__(self, prefix: str, ttl: float | None) -> None:
+    def __init__(self, client: Any, *, prefix: str, ttl: float | None) -> None:
         if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
             # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
             # prefix's sessions, one with braces would cut the hash tag short.
@@ -106,6 +101,28 @@ class _RedisBase:
         self.prefix = prefix
         self.ttl = checked_ttl(ttl, "no one used")
         self._ttl_ms = 0 if self.ttl is None else max(1, round(self.ttl * 1000))
+        # The sync store refuses an asyncio client, the asyncio store takes nothing else.
+        if isinstance(client, _ASYNC_CLIENTS) is not issubclass(self._client_class, _ASYNC_CLIENTS):
+            raise GuardrailUsageError(self._wrong_client)
+        self._client = client
+        self._owns_client = False
+        self._apply = client.register_script(APPLY)
+        self._changes = client.register_script(CHANGES)
+        self._expire = client.register_script(EXPIRE)
+
+    @classmethod
+    def _from_url(
+        cls: type[_Store], url: str, prefix: str, ttl: float | None, options: dict[str, Any]
+    ) -> _Store:
+        """A store with a client of its own for ``url``; socket timeouts set unless given."""
+        options = {
+            "socket_timeout": SOCKET_TIMEOUT,
+            "socket_connect_timeout": CONNECT_TIMEOUT,
+            **options,
+        }
+        store = cls(cls._client_class.from_url(url, **options), prefix=prefix, ttl=ttl)
+        store._owns_client = True
+        return store
 
     # -- keys and arguments ---------------------------------------------------------------
 
@@ -190,6 +207,30 @@ class _RedisBase:
         for name, record in records.items():
             args += (_wire(name), encode_record(record))
         return args
+
+    def _applying(self, session_id: str, change: Change) -> Steps[Written]:
+        """apply, for both stores: yields each run of the apply script (for ``_call``).
+
+        Rows another writer changed since the base come back unwritten: they
+        are merged here by the protocol's rule and the change sent again,
+        based on the version the script saw.
+        """
+        keys = self._keys(session_id)
+        originals, args = self._encode(session_id, change)
+        records, meta = originals, change.meta
+        for attempt in range(_MAX_ATTEMPTS):
+            reply = yield self._apply, session_id, "written", keys, args
+            if reply[1] in _DELETED:
+                raise deleted(self._where(), session_id)
+            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
+            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
+            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
+        raise StoreError(
+            f"{self._where()}: session {session_id!r} was not written: other writers changed "
+            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
+            session_id=session_id,
+        )
 
     # -- replies --------------------------------------------------------------------------
 
@@ -328,20 +369,18 @@ class RedisStore(_RedisBase):
     wrote, is a :class:`~guardrail.errors.StoreError`.
     """
 
+    _client_class = redis.Redis
+    _wrong_client = (
+        "RedisStore takes a redis.Redis client; for a redis.asyncio client use AsyncRedisStore"
+    )
+    _apply: Script
+    _changes: Script
+    _expire: Script
+
     def __init__(
         self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
     ) -> None:
-        super().__init__(prefix, ttl)
-        if isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-            raise GuardrailUsageError(
-                "RedisStore takes a redis.Redis client; for a redis.asyncio client use "
-                "AsyncRedisStore"
-            )
-        self._client = client
-        self._owns_client = False
-        self._apply: Script = client.register_script(APPLY)
-        self._changes: Script = client.register_script(CHANGES)
-        self._expire: Script = client.register_script(EXPIRE)
+        super().__init__(client, prefix=prefix, ttl=ttl)
 
     @classmethod
     def from_url(
@@ -353,9 +392,7 @@ class RedisStore(_RedisBase):
         that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
         ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        store = cls(redis.Redis.from_url(url, **_timeouts(options)), prefix=prefix, ttl=ttl)
-        store._owns_client = True
-        return store
+        return cls._from_url(url, prefix, ttl, options)
 
     @property
     def client(self) -> _SyncClient:
@@ -377,34 +414,20 @@ class RedisStore(_RedisBase):
 
     def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        keys = self._keys(session_id)
-        originals, args = self._encode(session_id, change)
-        records, meta = originals, change.meta
-        for attempt in range(_MAX_ATTEMPTS):
-            try:
-                reply = self._apply(keys=keys, args=args)
-            except redis.RedisError as exc:
-                raise self._failed("written", session_id, exc) from exc
-            if reply[1] in _DELETED:
-                raise deleted(self._where(), session_id)
-            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
-                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
-        raise StoreError(
-            f"{self._where()}: session {session_id!r} was not written: other writers changed "
-            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
-            session_id=session_id,
-        )
+        return run(self._applying(session_id, change), self._call)
 
     def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         keys = self._keys(session_id)
-        try:
-            reply = self._changes(keys=keys, args=(version, self._ttl_ms))
-        except redis.RedisError as exc:
-            raise self._failed("read", session_id, exc) from exc
+        reply = self._call(self._changes, session_id, "read", keys, (version, self._ttl_ms))
         return self._snapshot(session_id, reply, version)
+
+    def _call(self, script: Script, session_id: str, action: str, keys: _Keys, args: Any) -> Any:
+        """A script's reply; a Redis error is a StoreError saying the session was not ``action``."""
+        try:
+            return script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise self._failed(action, session_id, exc) from exc
 
     def delete(self, session_id: str) -> None:
         """Forget a session."""
@@ -441,20 +464,19 @@ class AsyncRedisStore(_RedisBase):
     their sessions.
     """
 
+    _client_class = redis.asyncio.Redis
+    _wrong_client = (
+        "AsyncRedisStore takes a redis.asyncio.Redis client; for a redis.Redis client use "
+        "RedisStore"
+    )
+    _apply: AsyncScript
+    _changes: AsyncScript
+    _expire: AsyncScript
+
     def __init__(
         self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
     ) -> None:
-        super().__init__(prefix, ttl)
-        if not isinstance(client, (redis.asyncio.Redis, redis.asyncio.RedisCluster)):
-            raise GuardrailUsageError(
-                "AsyncRedisStore takes a redis.asyncio.Redis client; for a redis.Redis client "
-                "use RedisStore"
-            )
-        self._client = client
-        self._owns_client = False
-        self._apply: AsyncScript = client.register_script(APPLY)
-        self._changes: AsyncScript = client.register_script(CHANGES)
-        self._expire: AsyncScript = client.register_script(EXPIRE)
+        super().__init__(client, prefix=prefix, ttl=ttl)
 
     @classmethod
     def from_url(
@@ -464,10 +486,7 @@ class AsyncRedisStore(_RedisBase):
 
         Timeouts as :meth:`RedisStore.from_url` sets them.
         """
-        client = redis.asyncio.Redis.from_url(url, **_timeouts(options))
-        store = cls(client, prefix=prefix, ttl=ttl)
-        store._owns_client = True
-        return store
+        return cls._from_url(url, prefix, ttl, options)
 
     @property
     def client(self) -> _AsyncClient:
@@ -489,34 +508,22 @@ class AsyncRedisStore(_RedisBase):
 
     async def apply(self, session_id: str, change: Change) -> Written:
         """Write ``change`` atomically, merging rows other writers wrote since ``change.base``."""
-        keys = self._keys(session_id)
-        originals, args = self._encode(session_id, change)
-        records, meta = originals, change.meta
-        for attempt in range(_MAX_ATTEMPTS):
-            try:
-                reply = await self._apply(keys=keys, args=args)
-            except redis.RedisError as exc:
-                raise self._failed("written", session_id, exc) from exc
-            if reply[1] in _DELETED:
-                raise deleted(self._where(), session_id)
-            if not isinstance(reply[1], list):  # written; a merge means someone else wrote
-                return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
-            records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
-            args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
-        raise StoreError(
-            f"{self._where()}: session {session_id!r} was not written: other writers changed "
-            f"it {_MAX_ATTEMPTS} times while this change was merged; retry",
-            session_id=session_id,
-        )
+        return await run_async(self._applying(session_id, change), self._call)
 
     async def changes_since(self, session_id: str, version: int) -> Snapshot | None:
         """None if the session is still at ``version``; else what was written since."""
         keys = self._keys(session_id)
-        try:
-            reply = await self._changes(keys=keys, args=(version, self._ttl_ms))
-        except redis.RedisError as exc:
-            raise self._failed("read", session_id, exc) from exc
+        reply = await self._call(self._changes, session_id, "read", keys, (version, self._ttl_ms))
         return self._snapshot(session_id, reply, version)
+
+    async def _call(
+        self, script: AsyncScript, session_id: str, action: str, keys: _Keys, args: Any
+    ) -> Any:
+        """:meth:`RedisStore._call`, awaited."""
+        try:
+            return await script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise self._failed(action, session_id, exc) from exc
 
     async def delete(self, session_id: str) -> None:
         """Forget a session."""

@@ -253,6 +253,34 @@ def test_async_store_and_sync_store_share_sessions(postgres_dsn: str, postgres_s
     assert delta is not None and [r["key"] for r in delta.records] == ["W2"]
 
 
+def test_the_sync_and_the_async_store_build_their_own_pool_alike(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Both stores give their own pool the same size, timeouts and connection options."""
+    options: dict[str, Any] = {
+        "schema": postgres_schema,
+        "max_connections": 3,
+        "timeout": 4,
+        "connect_timeout": 7,
+        "statement_timeout": 6,
+        "lock_timeout": 1.5,
+    }
+    sync = PostgresStore(postgres_dsn, **options)
+    later = AsyncPostgresStore(postgres_dsn, **options)
+    try:
+        for pool in (sync.pool, later.pool):
+            assert (pool.min_size, pool.max_size, pool.timeout) == (1, 3, 4)
+            assert pool.name == f"guardrail-{postgres_schema}"
+            assert pool.kwargs == {
+                "autocommit": True,
+                "connect_timeout": 7,
+                "options": "-c statement_timeout=6000ms -c lock_timeout=1500ms",
+            }
+        assert not sync.pool.closed and later.pool.closed  # the asyncio pool opens on first use
+    finally:
+        sync.close()
+
+
 def test_without_the_extra_the_import_says_what_to_install() -> None:
     """With psycopg missing, importing PostgresStore names the extra to install."""
     code = (

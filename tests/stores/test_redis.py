@@ -355,3 +355,17 @@ def test_a_store_s_own_client_has_its_timeouts_set(redis_url: str) -> None:
     pool = store.client.connection_pool  # type: ignore[union-attr]
     assert pool.connection_kwargs["socket_timeout"] == 1.5
     store.close()
+
+
+def test_the_async_store_s_own_client_has_the_same_timeouts(redis_url: str) -> None:
+    """AsyncRedisStore.from_url sets the timeouts RedisStore.from_url sets; options given win."""
+    cases: list[tuple[dict[str, Any], tuple[float, float]]] = [
+        ({}, (5.0, 3.0)),
+        ({"socket_connect_timeout": 0.5}, (5.0, 0.5)),
+    ]
+    for given, expected in cases:
+        store = AsyncRedisStore.from_url(redis_url, **given)
+        assert isinstance(store.client, redis.asyncio.Redis)
+        options = store.client.connection_pool.connection_kwargs
+        assert (options["socket_timeout"], options["socket_connect_timeout"]) == expected
+        asyncio.run(store.close())
