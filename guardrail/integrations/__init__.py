@@ -10,6 +10,8 @@
   (``pip install 'guardrail-ids[openai-agents]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
   (``pip install 'guardrail-ids[langchain]'``).
+- :mod:`guardrail.integrations.google_adk`: Google's Agent Development Kit
+  (``pip install 'guardrail-ids[google-adk]'``).
 - :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
   (``pip install 'guardrail-ids[otel]'``).
 
