@@ -64,6 +64,11 @@ EXPECTED_ROWS = {
         "| Runner.run, 2 parallel calls in one turn: the SDK's own cost |",
         "| guardrails + invoker alone, vs the tool's own invoker: guard_agent adds / the SDK",
     ),
+    "google-adk": (
+        "| run_async, one call per model turn (2 turns): GuardrailPlugin adds |",
+        "| run_async, 2 parallel calls in one turn: ADK's own cost |",
+        "| the callbacks alone, vs the tool's own run_async: GuardrailPlugin adds / ADK's",
+    ),
     "pydantic-ai": (
         "| agent run, 20 tool calls, Guardrail(guard) |",
         "| GuardedToolset.call_tool / bare call_tool |",
@@ -221,7 +226,7 @@ def test_save_refuses_a_run_that_is_not_the_full_one(
 
 
 def test_only_expands_families_and_runs_groups_in_their_order() -> None:
-    """`integrations` names the five adapters, `all` every group; the run keeps one order."""
+    """`integrations` names the adapters, `all` every group; the run keeps one order."""
     _, groups, _ = cli.parse(["--only", "servers,integrations,sync"])
     assert groups == [
         "sync",
@@ -230,6 +235,7 @@ def test_only_expands_families_and_runs_groups_in_their_order() -> None:
         "mcp",
         "openai-agents",
         "pydantic-ai",
+        "google-adk",
         "servers",
     ]
     assert cli.parse(["--only", "all"])[1] == list(cli.BY_NAME)
