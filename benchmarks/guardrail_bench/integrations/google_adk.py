@@ -18,6 +18,7 @@ rendered below a warning): this group runs under :func:`default_logging`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncGenerator
 
@@ -132,7 +133,9 @@ def runs(
         "plain": runner_of(turns, per_turn, []),
         "guarded": runner_of(turns, per_turn, [plugin]),
     }
-    cases = {name: awaits(loop, lambda r=runner: one_run(r)) for name, runner in runners.items()}
+    cases = {
+        name: awaits(loop, functools.partial(one_run, runner)) for name, runner in runners.items()
+    }
     for case in cases.values():  # warm up
         case(1)
     took = interleaved(cases, rounds=rounds, number=repeat)
