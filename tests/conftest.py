@@ -58,7 +58,16 @@ def computed_once(name: str, compute: Callable[[], T], factory: pytest.TempPathF
 
 
 #: The agent runtimes' packages: `--core` runs the tests that import none of them.
-RUNTIMES = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp", "crewai")
+RUNTIMES = (
+    "langchain",
+    "langchain_core",
+    "langgraph",
+    "pydantic_ai",
+    "agents",
+    "mcp",
+    "crewai",
+    "google.adk",
+)
 
 # `import crewai` reports the install to CrewAI's servers unless its telemetry is off, and a
 # crew's first run asks on the console whether to show traces unless it runs under test: set

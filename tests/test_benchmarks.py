@@ -69,6 +69,11 @@ EXPECTED_ROWS = {
         "| Runner.run, 2 parallel calls in one turn: the SDK's own cost |",
         "| guardrails + invoker alone, vs the tool's own invoker: guard_agent adds / the SDK",
     ),
+    "google-adk": (
+        "| run_async, one call per model turn (2 turns): GuardrailPlugin adds |",
+        "| run_async, 2 parallel calls in one turn: ADK's own cost |",
+        "| the callbacks alone, vs the tool's own run_async: GuardrailPlugin adds / ADK's",
+    ),
     "pydantic-ai": (
         "| agent run, 20 tool calls, Guardrail(guard) |",
         "| GuardedToolset.call_tool / bare call_tool |",
@@ -236,6 +241,7 @@ def test_only_expands_families_and_runs_groups_in_their_order() -> None:
         "openai-agents",
         "pydantic-ai",
         "crewai",
+        "google-adk",
         "servers",
     ]
     assert cli.parse(["--only", "all"])[1] == list(cli.BY_NAME)

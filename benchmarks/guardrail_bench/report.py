@@ -26,6 +26,7 @@ VERSIONS = (
     "langgraph",
     "pydantic-ai-slim",
     "openai-agents",
+    "google-adk",
     "mcp",
     "redis",
     "psycopg",

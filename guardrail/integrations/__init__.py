@@ -12,6 +12,8 @@
   (``pip install 'guardrail-ids[langchain]'``).
 - :mod:`guardrail.integrations.crewai`: CrewAI crews
   (``pip install 'guardrail-ids[crewai]'``).
+- :mod:`guardrail.integrations.google_adk`: Google's Agent Development Kit
+  (``pip install 'guardrail-ids[google-adk]'``).
 - :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
   (``pip install 'guardrail-ids[otel]'``).
 

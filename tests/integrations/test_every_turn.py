@@ -18,6 +18,11 @@ import anyio
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import InMemoryRunner
+from google.genai import types
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
@@ -33,6 +38,7 @@ from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
+from guardrail.integrations.google_adk import GuardrailPlugin
 from guardrail.integrations.langchain import GuardrailMiddleware
 from guardrail.integrations.loops import Toolbox, ledger_instructions
 from guardrail.integrations.mcp import (
@@ -45,11 +51,13 @@ from guardrail.integrations.openai_agents import guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail
 from guardrail.ledger._ledger import state_of
 
+from ._adk_model import ScriptedLlm as AdkModel
+from ._adk_model import system_text
 from ._langchain_model import ScriptedModel as LangChainModel
 
 FORGED = "#W9999999"
 INSTRUCTIONS = "You are the shop's support agent."
-RUNTIMES = ("loop", "langchain", "langchain_async", "pydantic_ai", "openai_agents")
+RUNTIMES = ("loop", "langchain", "langchain_async", "pydantic_ai", "openai_agents", "google_adk")
 
 
 def make_guard(**options: Any) -> Guard:
@@ -225,6 +233,44 @@ def run_openai_agents(
         set_tracing_disabled(False)
 
 
+def run_google_adk(guard: Guard, shop: Shop, step: Callable[[str], Action], **options: Any) -> None:
+    # ADK writes its identity line ("You are an agent...") after the agent's instruction; the
+    # script reads the instructions without it, as the other runtimes give them.
+    identity = '\n\nYou are an agent. Your internal name is "support".'
+
+    def script(request: LlmRequest) -> list[types.Part]:
+        text, name, arguments = step(system_text(request).replace(identity, "", 1))
+        parts = [types.Part(text=text)] if text else []
+        if name:
+            call = types.FunctionCall(name=name, args=arguments, id=f"c{len(request.contents)}")
+            parts.append(types.Part(function_call=call))
+        return parts
+
+    plugin = GuardrailPlugin(
+        guard,
+        ledger_instructions=True,
+        session_id=lambda session: session.id,  # the session id the checks read: "conv"
+        **_tokens(options, "ledger_tokens"),
+    )
+    root = LlmAgent(
+        name="support",
+        model=AdkModel.of(script),
+        instruction=INSTRUCTIONS,
+        tools=[shop.search, shop.refund],
+    )
+    runner = InMemoryRunner(app=App(name="shop", root_agent=root, plugins=[plugin]))
+
+    async def main() -> None:
+        session = await runner.session_service.create_session(
+            app_name="shop", user_id="u", session_id="conv"
+        )
+        message = types.Content(role="user", parts=[types.Part(text="refund the second order")])
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+            pass
+
+    asyncio.run(main())
+
+
 def _tokens(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {name: options["max_tokens"]} if "max_tokens" in options else {}
 
@@ -235,6 +281,7 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "langchain_async": functools.partial(run_langchain, asynchronous=True),
     "pydantic_ai": run_pydantic_ai,
     "openai_agents": run_openai_agents,
+    "google_adk": run_google_adk,
 }
 
 
@@ -293,6 +340,7 @@ def test_a_budget_no_block_fits_is_refused_where_the_adapter_is_built() -> None:
         lambda: GuardrailMiddleware(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: Guardrail(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: guard_agent(agent, guard, ledger_instructions=True, ledger_tokens=10),
+        lambda: GuardrailPlugin(guard, ledger_instructions=True, ledger_tokens=10),
     ]
     for build in builders:
         with pytest.raises(GuardrailUsageError, match="integer >= 40"):

@@ -18,6 +18,12 @@ import anyio
 import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.apps.app import EventsCompactionConfig
+from google.adk.models.llm_request import LlmRequest
+from google.adk.runners import InMemoryRunner
+from google.genai import types
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
@@ -43,6 +49,7 @@ from pydantic_ai.usage import UsageLimits
 from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.compaction._block import unseal
+from guardrail.integrations.google_adk import GuardrailPlugin, GuardrailSummarizer, session_key
 from guardrail.integrations.langchain import (
     GuardrailCompactionMiddleware,
     GuardrailMiddleware,
@@ -53,6 +60,7 @@ from guardrail.integrations.openai_agents import GuardedSession, guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail, guardrail_history_processor
 from guardrail.ledger._ledger import state_of
 
+from ._adk_model import ScriptedLlm as AdkModel
 from ._langchain_model import ScriptedModel as LangChainModel
 
 CALLS = 50
@@ -411,3 +419,51 @@ def test_langchain_keeps_the_last_turns_when_told_keep_recent() -> None:
         "ToolMessage",
     ]
     assert last[1].content == "second page"
+
+
+def _adk_view(request: LlmRequest) -> View:
+    view: View = []
+    for content in request.contents:
+        for part in content.parts or ():
+            if part.function_call is not None:
+                view.append(("call", part.function_call.id or ""))
+            elif part.function_response is not None:
+                view.append(("result", part.function_response.id or ""))
+            elif part.text:
+                view.append(("text", part.text))
+    return view
+
+
+def test_google_adk_compacts_within_one_run_with_its_events_summarizer() -> None:
+    """ADK's token-threshold compaction, summarized by GuardrailSummarizer, inside the run."""
+    guard, shop = make_guard(), Shop()
+
+    def script(request: LlmRequest) -> list[types.Part]:
+        action = step(_adk_view(request))
+        if action is None:
+            return [types.Part(text="done")]
+        name, args = action
+        call = types.FunctionCall(name=name, args=args, id=f"c{len(SEEN)}")
+        return [types.Part(function_call=call)]
+
+    plugin = GuardrailPlugin(guard)
+    app = App(
+        name="shop",
+        root_agent=LlmAgent(
+            name="shop", model=AdkModel.of(script), tools=[shop.search, shop.refund]
+        ),
+        plugins=[plugin],
+        events_compaction_config=EventsCompactionConfig(
+            summarizer=GuardrailSummarizer(plugin), token_threshold=100, event_retention_size=KEEP
+        ),
+    )
+    runner = InMemoryRunner(app=app)
+
+    async def main() -> str:
+        session = await runner.session_service.create_session(app_name="shop", user_id="u")
+        message = types.Content(role="user", parts=[types.Part(text="refund my first order")])
+        async for _ in runner.run_async(user_id="u", session_id=session.id, new_message=message):
+            pass
+        return session_key(session)
+
+    checked(guard, shop, asyncio.run(main()))

@@ -33,6 +33,7 @@ __all__ = [
     "approved",
     "declined",
     "enforce",
+    "enforce_async",
     "payload",
     "peek",
     "question",
@@ -57,6 +58,22 @@ def enforce(
         verdict = guard.enforce(name, arguments, ledger=ledger)
     except ApprovalRequired as asked:
         verdict = asked.verdict
+    return _uncounted(guard, name, verdict, ledger)
+
+
+async def enforce_async(
+    guard: Guard, name: str, arguments: Mapping[str, Any], *, ledger: Ledger | None = None
+) -> Verdict:
+    """:func:`enforce` for an async runtime: ``Guard(approve=...)`` may be a coroutine function."""
+    try:
+        verdict = await guard.enforce_async(name, arguments, ledger=ledger)
+    except ApprovalRequired as asked:
+        verdict = asked.verdict
+    return _uncounted(guard, name, verdict, ledger)
+
+
+def _uncounted(guard: Guard, name: str, verdict: Verdict, ledger: Ledger | None) -> Verdict:
+    """``verdict``, a call that waits for the user taken off the tool's re-prompt count."""
     if waiting(guard, verdict):
         state = state_of(ledger) if ledger is not None else internals(guard).sessions.current()
         state.reprompts.discount(name, state.turn)
