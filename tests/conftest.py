@@ -58,7 +58,15 @@ def computed_once(name: str, compute: Callable[[], T], factory: pytest.TempPathF
 
 
 #: The agent runtimes' packages: `--core` runs the tests that import none of them.
-RUNTIMES = ("langchain", "langchain_core", "langgraph", "pydantic_ai", "agents", "mcp")
+RUNTIMES = (
+    "langchain",
+    "langchain_core",
+    "langgraph",
+    "pydantic_ai",
+    "agents",
+    "mcp",
+    "agent_framework",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

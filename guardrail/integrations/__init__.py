@@ -10,6 +10,8 @@
   (``pip install 'guardrail-ids[openai-agents]'``).
 - :mod:`guardrail.integrations.langchain`: LangChain v1 agent middleware
   (``pip install 'guardrail-ids[langchain]'``).
+- :mod:`guardrail.integrations.agent_framework`: Microsoft Agent Framework
+  (``pip install 'guardrail-ids[agent-framework]'``).
 - :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
   (``pip install 'guardrail-ids[otel]'``).
 

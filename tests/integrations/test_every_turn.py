@@ -16,6 +16,9 @@ from typing import Any
 
 import anyio
 import pytest
+from agent_framework import Agent as FrameworkAgent
+from agent_framework import Content as FrameworkContent
+from agent_framework import tool as framework_tool
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from langchain.agents import create_agent
@@ -33,6 +36,7 @@ from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
+from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
 from guardrail.integrations.langchain import GuardrailMiddleware
 from guardrail.integrations.loops import Toolbox, ledger_instructions
 from guardrail.integrations.mcp import (
@@ -45,11 +49,19 @@ from guardrail.integrations.openai_agents import guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail
 from guardrail.ledger._ledger import state_of
 
+from ._agent_framework_model import ScriptedClient, Sent, finish
 from ._langchain_model import ScriptedModel as LangChainModel
 
 FORGED = "#W9999999"
 INSTRUCTIONS = "You are the shop's support agent."
-RUNTIMES = ("loop", "langchain", "langchain_async", "pydantic_ai", "openai_agents")
+RUNTIMES = (
+    "loop",
+    "langchain",
+    "langchain_async",
+    "pydantic_ai",
+    "openai_agents",
+    "agent_framework",
+)
 
 
 def make_guard(**options: Any) -> Guard:
@@ -225,6 +237,30 @@ def run_openai_agents(
         set_tracing_disabled(False)
 
 
+def run_agent_framework(
+    guard: Guard, shop: Shop, step: Callable[[str], Action], **options: Any
+) -> None:
+    def reply(sent: Sent) -> Any:
+        text, name, arguments = step(sent.instructions)
+        contents: list[Any] = [FrameworkContent.from_text(text)] if text else []
+        if name:
+            call_id = f"c{len(sent.messages)}"
+            contents.append(FrameworkContent.from_function_call(call_id, name, arguments=arguments))
+        return contents
+
+    provider = FrameworkGuardrail(
+        guard, ledger_instructions=True, **_tokens(options, "ledger_tokens")
+    )
+    agent = FrameworkAgent(
+        client=ScriptedClient(reply),
+        instructions=INSTRUCTIONS,
+        tools=[framework_tool(shop.search), framework_tool(shop.refund)],
+        context_providers=[provider],
+    )
+    session = agent.create_session(session_id="conv")
+    finish(agent.run("refund the second order", session=session))
+
+
 def _tokens(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {name: options["max_tokens"]} if "max_tokens" in options else {}
 
@@ -235,6 +271,7 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "langchain_async": functools.partial(run_langchain, asynchronous=True),
     "pydantic_ai": run_pydantic_ai,
     "openai_agents": run_openai_agents,
+    "agent_framework": run_agent_framework,
 }
 
 
@@ -293,6 +330,7 @@ def test_a_budget_no_block_fits_is_refused_where_the_adapter_is_built() -> None:
         lambda: GuardrailMiddleware(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: Guardrail(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: guard_agent(agent, guard, ledger_instructions=True, ledger_tokens=10),
+        lambda: FrameworkGuardrail(guard, ledger_instructions=True, ledger_tokens=10),
     ]
     for build in builders:
         with pytest.raises(GuardrailUsageError, match="integer >= 40"):
