@@ -111,7 +111,7 @@ class GuardrailMiddleware(FunctionMiddleware):
         self._bindings = Bindings(guard, "Agent Framework")
         #: Each tool object (kept with it): its parameter schema, input model and function.
         self._shapes: dict[int, tuple[FunctionTool, dict[str, Any], Any, Any]] = {}
-        #: The copy of a tool the model is given where its id parameters needed describing.
+        #: What the model is given for each tool: a copy where its id parameters needed describing.
         self._described: dict[int, tuple[FunctionTool, Bound, FunctionTool]] = {}
 
     # -- the tools ----------------------------------------------------------------------------
@@ -137,19 +137,19 @@ class GuardrailMiddleware(FunctionMiddleware):
         if not isinstance(tool, FunctionTool):
             return tool
         bound = self.bound(tool)
-        if bound.schema is None or bound.schema == self._shapes[id(tool)][1]:
-            return tool
         made = self._described.get(id(tool))
         if made is None or made[0] is not tool or made[1] is not bound:
-            copy = FunctionTool(
-                name=tool.name,
-                description=tool.description,
-                approval_mode=tool.approval_mode,
-                kind=tool.kind,
-                additional_properties=tool.additional_properties,
-                input_model=dict(bound.schema),
-            )
-            made = (tool, bound, copy)
+            given: FunctionTool = tool
+            if bound.schema is not None and bound.schema != self._shapes[id(tool)][1]:
+                given = FunctionTool(
+                    name=tool.name,
+                    description=tool.description,
+                    approval_mode=tool.approval_mode,
+                    kind=tool.kind,
+                    additional_properties=tool.additional_properties,
+                    input_model=dict(bound.schema),
+                )
+            made = (tool, bound, given)
             self._described[id(tool)] = made
         return made[2]
 
