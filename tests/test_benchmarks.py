@@ -69,6 +69,11 @@ EXPECTED_ROWS = {
         "| GuardedToolset.call_tool / bare call_tool |",
         "| Python function calls added per run: GuardedToolset in toolsets= |",
     ),
+    "agent-framework": (
+        "| agent.run, one call per model turn (2 turns): Guardrail adds |",
+        "| agent.run, 2 parallel calls in one turn: the framework's own cost |",
+        "| GuardrailMiddleware.process alone, vs the tool's invoke: Guardrail adds / the framework",
+    ),
     "servers": (
         "| Redis, 200 entries: allowed call, added |",
         "| PostgreSQL, synchronous_commit off, 200 entries: record, added |",
@@ -221,7 +226,7 @@ def test_save_refuses_a_run_that_is_not_the_full_one(
 
 
 def test_only_expands_families_and_runs_groups_in_their_order() -> None:
-    """`integrations` names the five adapters, `all` every group; the run keeps one order."""
+    """`integrations` names every adapter, `all` every group; the run keeps one order."""
     _, groups, _ = cli.parse(["--only", "servers,integrations,sync"])
     assert groups == [
         "sync",
@@ -230,6 +235,7 @@ def test_only_expands_families_and_runs_groups_in_their_order() -> None:
         "mcp",
         "openai-agents",
         "pydantic-ai",
+        "agent-framework",
         "servers",
     ]
     assert cli.parse(["--only", "all"])[1] == list(cli.BY_NAME)

@@ -4,7 +4,7 @@
 ``benchmarks/results/latest.md`` that the README quotes) and writes it to
 ``benchmarks/results/local/``, which git ignores; ``--save`` writes the tracked
 ``benchmarks/results/`` instead, for a run meant to be published. ``--only`` picks
-groups (``integrations`` names the five adapters, ``all`` every group); ``--quick``
+groups (``integrations`` names every adapter, ``all`` every group); ``--quick``
 runs them at tiny sizes, only to check that the harness works.
 """
 
@@ -67,6 +67,12 @@ GROUPS = (
         default_logging=True,
     ),
     Group("pydantic-ai", "integrations.pydantic_ai:bench_pydantic_ai", "Guardrail, GuardedToolset"),
+    Group(
+        "agent-framework",
+        "integrations.agent_framework:bench_agent_framework",
+        "the Guardrail context provider",
+        default_logging=True,
+    ),
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
     Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),
     Group("pruning", "coldload:bench_pruning", "20k ids through a 1k ledger: rows and load"),
@@ -77,7 +83,14 @@ BY_NAME = {group.name: group for group in GROUPS}
 PUBLISHED = ("sync", "async", "refused", "harvest", "memory", "compaction", "stores", "langchain")
 #: Names that stand for several groups.
 FAMILIES = {
-    "integrations": ("langchain", "loops", "mcp", "openai-agents", "pydantic-ai"),
+    "integrations": (
+        "langchain",
+        "loops",
+        "mcp",
+        "openai-agents",
+        "pydantic-ai",
+        "agent-framework",
+    ),
     "all": tuple(BY_NAME),
 }
 
@@ -117,7 +130,7 @@ def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[s
         default=list(PUBLISHED),
         help="comma-separated groups: "
         + ", ".join(f"{g.name} ({g.about})" for g in GROUPS)
-        + "; or integrations (the five adapters), all. Default: "
+        + "; or integrations (every adapter), all. Default: "
         + ",".join(PUBLISHED),
     )
     parser.add_argument(
