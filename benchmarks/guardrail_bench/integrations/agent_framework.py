@@ -14,7 +14,8 @@ and a chat middleware that do nothing, in interleaved rounds. Per tool call:
 - ratios taken per round (the figure to compare on a noisy machine).
 
 And the function middleware alone: ``GuardrailMiddleware.process`` around the
-tool's ``invoke``, against ``invoke`` alone. Every id is in the ledger (the
+tool's ``invoke``, against ``invoke`` alone; and the Python function calls a run
+makes (cProfile's count), which load does not blur. Every id is in the ledger (the
 allowed path). The audit goes to the standard library logger, as by default in a
 program that did not configure structlog: this group runs under
 :func:`default_logging`.
@@ -23,6 +24,8 @@ program that did not configure structlog: this group runs under
 from __future__ import annotations
 
 import asyncio
+import cProfile
+import pstats
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -198,6 +201,36 @@ def runs(
     return per_call("plain", "bare"), per_call("guarded", "plain"), per_call("nothing", "plain")
 
 
+def call_counts(loop: asyncio.AbstractEventLoop, turns: int) -> dict[str, float]:
+    """Python function calls per run of ``turns`` calls, by case (cProfile's count)."""
+    guard, refund = build()
+    providers: dict[str, Any] = {
+        "plain": None,
+        "nothing": NothingProvider(),
+        "guarded": Guardrail(guard),
+    }
+    guard.record("find_orders", {}, {"orders": ORDERS}, session="bench")
+    counts: dict[str, float] = {}
+    for name, provider in providers.items():
+
+        def one(provider: Any = provider) -> Any:
+            agent = Agent(
+                client=LoopingClient(turns, 1),
+                tools=[refund],
+                context_providers=[provider] if provider is not None else None,
+            )
+            return agent.run("refund", session=agent.create_session(session_id="bench"))
+
+        loop.run_until_complete(one())  # warm
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(3):
+            loop.run_until_complete(one())
+        profile.disable()
+        counts[name] = pstats.Stats(profile).total_calls / 3  # type: ignore[attr-defined]
+    return counts
+
+
 def direct(
     loop: asyncio.AbstractEventLoop, calls: int, rounds: int
 ) -> tuple[list[float], list[float]]:
@@ -239,6 +272,7 @@ def bench_agent_framework(run: Run) -> None:
         alone = direct(loop, run.pick(2000, 20), rounds)
         sequential = runs(loop, turns, 1, rounds, repeat)
         parallel = runs(loop, 1, turns, rounds, repeat)
+        counts = call_counts(loop, turns)
     finally:
         loop.close()
     own, adapter, machinery = sequential
@@ -248,6 +282,15 @@ def bench_agent_framework(run: Run) -> None:
     own, adapter, machinery = parallel
     _per_call(f"agent.run, {turns} parallel calls in one turn", own, adapter, section, machinery)
     _per_call("GuardrailMiddleware.process alone, vs the tool's invoke", *alone, section)
+    plain = counts["plain"]
+    section.ratios.append((f"Python function calls per run of {turns} calls, unguarded",
+                           f"{plain:,.0f}"))  # fmt: skip
+    for name, label in (("nothing", "middleware that does nothing"), ("guarded", "Guardrail")):
+        added = counts[name] - plain
+        section.ratios.append(
+            (f"Python function calls added per run: {label}",
+             f"+{added:,.0f} ({added / turns:,.0f} a tool call)")
+        )  # fmt: skip
     section.notes.append(
         "Rows are per tool call, from per-round differences of whole runs; the audit goes to "
         "the standard library logger (structlog not configured), as by default. 'Middleware "
