@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import runpy
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -47,6 +49,7 @@ from tests.integrations._agent_framework_model import ScriptedClient, Sent, call
 
 pytestmark = pytest.mark.runtimes
 
+REPO = Path(__file__).resolve().parents[2]
 ORDERS = {"orders": [{"order_id": "#W8855135"}, {"order_id": "#W2378156"}]}
 
 
@@ -254,6 +257,32 @@ def test_the_agent_session_is_the_conversation_across_runs() -> None:
     other = Shop()
     run(other.agent(guard, refund("#W8855135"), "no"), "refund it", "conv-43")
     assert other.refunds == []
+
+
+def test_runs_without_a_session_are_conversations_of_their_own() -> None:
+    """agent.run with no session: the framework's new session each time, so a new ledger."""
+    guard, tools = shop(), Shop()
+    agent = tools.agent(guard, find(), "Found.", refund("#W8855135"), "Refunded?")
+    finish(agent.run("find my orders"))
+    finish(agent.run("refund the first"))
+    assert tools.refunds == []
+
+
+def test_a_declared_id_the_tools_schema_lacks_ends_the_run_with_a_usage_error() -> None:
+    """A declared id the tool's schema lacks: GuardrailUsageError out of the run, no tool error."""
+    guard, tools = shop(), Shop()
+    guard.declare("cancel", ids={"orderId": "order"}, effect="write")
+
+    @tool
+    def cancel(order_id: str) -> str:
+        """Cancel an order."""
+        tools.refunds.append(order_id)
+        return "cancelled"
+
+    agent = tools.agent(guard, [call("cancel", order_id="#W8855135")], "ok", tools=[cancel])
+    with pytest.raises(GuardrailUsageError, match="orderId"):
+        run(agent)
+    assert tools.refunds == []
 
 
 def test_session_names_the_conversation_from_the_agent_session() -> None:
@@ -561,6 +590,17 @@ def test_importing_without_the_framework_says_which_extra_to_install(
     monkeypatch.setattr(builtins, "__import__", no_framework)
     with pytest.raises(ImportError, match=r"guardrail-ids\[agent-framework\]"):
         import guardrail.integrations.agent_framework  # noqa: F401
+
+
+def test_the_example_runs_offline_and_shows_the_re_prompt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """examples/agent_framework_agent.py runs with no network: refused, compacted, refunded."""
+    runpy.run_path(str(REPO / "examples" / "agent_framework_agent.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "tool -> guardrail refused the call to refund" in printed
+    assert "copied from the compacted block: True" in printed
+    assert "refunds that ran: ['#W2378156', '#W2378156']" in printed
 
 
 # -- compaction ---------------------------------------------------------------------------------
