@@ -73,7 +73,9 @@ EXPECTED_ROWS = {
         "| agent.run, one call per model turn (2 turns): Guardrail adds |",
         "| agent.run, 2 parallel calls in one turn: the framework's own cost |",
         "| GuardrailMiddleware.process alone, vs the tool's invoke: Guardrail adds / the framework",
-    ),
+    )
+    if sys.version_info >= (3, 11)  # the framework needs 3.11: the table says it was not run
+    else ("agent-framework: not measured",),
     "servers": (
         "| Redis, 200 entries: allowed call, added |",
         "| PostgreSQL, synchronous_commit off, 200 entries: record, added |",

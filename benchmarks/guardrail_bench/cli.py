@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import Run, default_logging, production_logging
-from .report import plot, render
+from .report import Section, plot, render
 from .timing import stopwatch
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
@@ -39,8 +39,15 @@ class Group:
     about: str
     shares: str | None = None  # what it builds for the next group of the same key
     default_logging: bool = False  # audit to the standard library logger, not structlog
+    python: tuple[int, int] = (3, 10)  # the Python its runtime needs
 
     def run(self, run: Run) -> None:
+        if sys.version_info < self.python:
+            needs = ".".join(map(str, self.python))
+            section = Section(f"{self.name}: not measured")
+            section.notes.append(f"{self.about}: its runtime needs Python {needs}")
+            run.report.sections.append(section)
+            return
         module, function = self.function.split(":")
         bench: Callable[[Run], None] = getattr(
             importlib.import_module(f"{__package__}.{module}"), function
@@ -72,6 +79,7 @@ GROUPS = (
         "integrations.agent_framework:bench_agent_framework",
         "the Guardrail context provider",
         default_logging=True,
+        python=(3, 11),
     ),
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
     Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),

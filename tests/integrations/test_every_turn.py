@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
 import pytest
-from agent_framework import Agent as FrameworkAgent
-from agent_framework import Content as FrameworkContent
-from agent_framework import tool as framework_tool
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from langchain.agents import create_agent
@@ -36,7 +34,6 @@ from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER, compact
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
-from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
 from guardrail.integrations.langchain import GuardrailMiddleware
 from guardrail.integrations.loops import Toolbox, ledger_instructions
 from guardrail.integrations.mcp import (
@@ -49,18 +46,19 @@ from guardrail.integrations.openai_agents import guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail
 from guardrail.ledger._ledger import state_of
 
-from ._agent_framework_model import ScriptedClient, Sent, finish
 from ._langchain_model import ScriptedModel as LangChainModel
 
 FORGED = "#W9999999"
 INSTRUCTIONS = "You are the shop's support agent."
+#: Agent Framework needs Python 3.11; the project, and the other runtimes, 3.10.
+NEEDS_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="Agent Framework needs 3.11")
 RUNTIMES = (
     "loop",
     "langchain",
     "langchain_async",
     "pydantic_ai",
     "openai_agents",
-    "agent_framework",
+    pytest.param("agent_framework", marks=NEEDS_311),
 )
 
 
@@ -240,12 +238,20 @@ def run_openai_agents(
 def run_agent_framework(
     guard: Guard, shop: Shop, step: Callable[[str], Action], **options: Any
 ) -> None:
+    # Imported here: the framework needs Python 3.11, and this module runs on 3.10 too.
+    from agent_framework import Agent as FrameworkAgent
+    from agent_framework import Content, tool
+
+    from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+
+    from ._agent_framework_model import ScriptedClient, Sent, finish
+
     def reply(sent: Sent) -> Any:
         text, name, arguments = step(sent.instructions)
-        contents: list[Any] = [FrameworkContent.from_text(text)] if text else []
+        contents: list[Any] = [Content.from_text(text)] if text else []
         if name:
             call_id = f"c{len(sent.messages)}"
-            contents.append(FrameworkContent.from_function_call(call_id, name, arguments=arguments))
+            contents.append(Content.from_function_call(call_id, name, arguments=arguments))
         return contents
 
     provider = FrameworkGuardrail(
@@ -254,7 +260,7 @@ def run_agent_framework(
     agent = FrameworkAgent(
         client=ScriptedClient(reply),
         instructions=INSTRUCTIONS,
-        tools=[framework_tool(shop.search), framework_tool(shop.refund)],
+        tools=[tool(shop.search), tool(shop.refund)],
         context_providers=[provider],
     )
     session = agent.create_session(session_id="conv")
@@ -330,8 +336,13 @@ def test_a_budget_no_block_fits_is_refused_where_the_adapter_is_built() -> None:
         lambda: GuardrailMiddleware(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: Guardrail(guard, ledger_instructions=True, ledger_tokens=10),
         lambda: guard_agent(agent, guard, ledger_instructions=True, ledger_tokens=10),
-        lambda: FrameworkGuardrail(guard, ledger_instructions=True, ledger_tokens=10),
     ]
+    if sys.version_info >= (3, 11):
+        from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+
+        builders.append(
+            lambda: FrameworkGuardrail(guard, ledger_instructions=True, ledger_tokens=10)
+        )
     for build in builders:
         with pytest.raises(GuardrailUsageError, match="integer >= 40"):
             build()

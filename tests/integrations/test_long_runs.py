@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import anyio
 import pytest
-from agent_framework import Agent as FrameworkAgent
-from agent_framework import Content as FrameworkContent
-from agent_framework import tool as framework_tool
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from langchain.agents import create_agent
@@ -46,8 +44,6 @@ from pydantic_ai.usage import UsageLimits
 from guardrail import Guard, GuardrailUsageError
 from guardrail.compaction import BLOCK_HEADER
 from guardrail.compaction._block import unseal
-from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
-from guardrail.integrations.agent_framework import GuardrailCompaction
 from guardrail.integrations.langchain import (
     GuardrailCompactionMiddleware,
     GuardrailMiddleware,
@@ -58,7 +54,6 @@ from guardrail.integrations.openai_agents import GuardedSession, guard_agent
 from guardrail.integrations.pydantic_ai import Guardrail, guardrail_history_processor
 from guardrail.ledger._ledger import state_of
 
-from ._agent_framework_model import ScriptedClient, Sent, finish
 from ._langchain_model import ScriptedModel as LangChainModel
 
 CALLS = 50
@@ -262,8 +257,19 @@ def test_the_agents_sdk_shortens_the_stored_session_and_the_model_input_within_a
     assert session.last_report is not None and session.last_report.summarized
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Agent Framework needs Python 3.11")
 def test_agent_framework_compacts_a_long_run_with_its_compaction_strategy() -> None:
     """GuardrailCompaction as the agent's compaction_strategy: the run's messages shortened."""
+    # Imported here: the framework needs Python 3.11, and this module runs on 3.10 too.
+    from agent_framework import Agent as FrameworkAgent
+    from agent_framework import Content as FrameworkContent
+    from agent_framework import tool as framework_tool
+
+    from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+    from guardrail.integrations.agent_framework import GuardrailCompaction
+
+    from ._agent_framework_model import ScriptedClient, Sent, finish
+
     guard, shop = make_guard(), Shop()
 
     def reply(sent: Sent) -> list[FrameworkContent]:
@@ -360,8 +366,11 @@ def test_the_options_are_checked_alike_in_every_runtime() -> None:
         lambda: GuardrailCompactionMiddleware(guard, trigger=wrong_trigger),
         lambda: guardrail_history_processor(guard, trigger=wrong_trigger),
         lambda: GuardedSession(store, guard, trigger=wrong_trigger),
-        lambda: GuardrailCompaction(guard, trigger=wrong_trigger),
     ]
+    if sys.version_info >= (3, 11):
+        from guardrail.integrations.agent_framework import GuardrailCompaction
+
+        builders.append(lambda: GuardrailCompaction(guard, trigger=wrong_trigger))
     for build in builders:
         with pytest.raises(GuardrailUsageError, match=r"\('messages', n\) or \('tokens', n\)"):
             build()
