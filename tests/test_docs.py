@@ -50,6 +50,8 @@ def _page_id(path: Path) -> str:
 def _marks(page: str) -> list[pytest.MarkDecorator]:
     """An adapter's page imports its runtime; a page that replays the corpus is slow."""
     marks = [pytest.mark.runtimes] if "/integrations/" in f"/{page}" else []
+    if page.endswith("agent_framework.md") and sys.version_info < (3, 11):
+        marks.append(pytest.mark.skip(reason="Agent Framework needs Python 3.11"))
     text = (REPO / page).read_text(encoding="utf-8")
     if "corpus/tau-airline" in text and "guardrail replay" in text:
         marks.append(pytest.mark.slow)

@@ -4,7 +4,7 @@
 ``benchmarks/results/latest.md`` that the README quotes) and writes it to
 ``benchmarks/results/local/``, which git ignores; ``--save`` writes the tracked
 ``benchmarks/results/`` instead, for a run meant to be published. ``--only`` picks
-groups (``integrations`` names the adapters, ``all`` every group); ``--quick``
+groups (``integrations`` names every adapter, ``all`` every group); ``--quick``
 runs them at tiny sizes, only to check that the harness works.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .common import Run, default_logging, production_logging
-from .report import plot, render
+from .report import Section, plot, render
 from .timing import stopwatch
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
@@ -39,8 +39,15 @@ class Group:
     about: str
     shares: str | None = None  # what it builds for the next group of the same key
     default_logging: bool = False  # audit to the standard library logger, not structlog
+    python: tuple[int, int] = (3, 10)  # the Python its runtime needs
 
     def run(self, run: Run) -> None:
+        if sys.version_info < self.python:
+            needs = ".".join(map(str, self.python))
+            section = Section(f"{self.name}: not measured")
+            section.notes.append(f"{self.about}: its runtime needs Python {needs}")
+            run.report.sections.append(section)
+            return
         module, function = self.function.split(":")
         bench: Callable[[Run], None] = getattr(
             importlib.import_module(f"{__package__}.{module}"), function
@@ -74,6 +81,13 @@ GROUPS = (
         "GuardrailPlugin",
         default_logging=True,
     ),
+    Group(
+        "agent-framework",
+        "integrations.agent_framework:bench_agent_framework",
+        "the Guardrail context provider",
+        default_logging=True,
+        python=(3, 11),
+    ),
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
     Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),
     Group("pruning", "coldload:bench_pruning", "20k ids through a 1k ledger: rows and load"),
@@ -84,7 +98,16 @@ BY_NAME = {group.name: group for group in GROUPS}
 PUBLISHED = ("sync", "async", "refused", "harvest", "memory", "compaction", "stores", "langchain")
 #: Names that stand for several groups.
 FAMILIES = {
-    "integrations": ("langchain", "loops", "mcp", "openai-agents", "pydantic-ai", "crewai", "google-adk"),
+    "integrations": (
+        "langchain",
+        "loops",
+        "mcp",
+        "openai-agents",
+        "pydantic-ai",
+        "crewai",
+        "google-adk",
+        "agent-framework",
+    ),
     "all": tuple(BY_NAME),
 }
 
@@ -124,7 +147,7 @@ def parse(argv: Sequence[str] | None = None) -> tuple[argparse.Namespace, list[s
         default=list(PUBLISHED),
         help="comma-separated groups: "
         + ", ".join(f"{g.name} ({g.about})" for g in GROUPS)
-        + "; or integrations (the adapters), all. Default: "
+        + "; or integrations (every adapter), all. Default: "
         + ",".join(PUBLISHED),
     )
     parser.add_argument(

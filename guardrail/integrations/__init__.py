@@ -14,6 +14,8 @@
   (``pip install 'guardrail-ids[crewai]'``).
 - :mod:`guardrail.integrations.google_adk`: Google's Agent Development Kit
   (``pip install 'guardrail-ids[google-adk]'``).
+- :mod:`guardrail.integrations.agent_framework`: Microsoft Agent Framework
+  (``pip install 'guardrail-ids[agent-framework]'``).
 - :mod:`guardrail.integrations.otel`: OpenTelemetry span events and counters
   (``pip install 'guardrail-ids[otel]'``).
 

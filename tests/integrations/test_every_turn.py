@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,7 +58,17 @@ from ._langchain_model import ScriptedModel as LangChainModel
 
 FORGED = "#W9999999"
 INSTRUCTIONS = "You are the shop's support agent."
-RUNTIMES = ("loop", "langchain", "langchain_async", "pydantic_ai", "openai_agents", "google_adk")
+#: Agent Framework needs Python 3.11; the project, and the other runtimes, 3.10.
+NEEDS_311 = pytest.mark.skipif(sys.version_info < (3, 11), reason="Agent Framework needs 3.11")
+RUNTIMES = (
+    "loop",
+    "langchain",
+    "langchain_async",
+    "pydantic_ai",
+    "openai_agents",
+    "google_adk",
+    pytest.param("agent_framework", marks=NEEDS_311),
+)
 
 
 def make_guard(**options: Any) -> Guard:
@@ -271,6 +282,38 @@ def run_google_adk(guard: Guard, shop: Shop, step: Callable[[str], Action], **op
     asyncio.run(main())
 
 
+def run_agent_framework(
+    guard: Guard, shop: Shop, step: Callable[[str], Action], **options: Any
+) -> None:
+    # Imported here: the framework needs Python 3.11, and this module runs on 3.10 too.
+    from agent_framework import Agent as FrameworkAgent
+    from agent_framework import Content, tool
+
+    from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+
+    from ._agent_framework_model import ScriptedClient, Sent, finish
+
+    def reply(sent: Sent) -> Any:
+        text, name, arguments = step(sent.instructions)
+        contents: list[Any] = [Content.from_text(text)] if text else []
+        if name:
+            call_id = f"c{len(sent.messages)}"
+            contents.append(Content.from_function_call(call_id, name, arguments=arguments))
+        return contents
+
+    provider = FrameworkGuardrail(
+        guard, ledger_instructions=True, **_tokens(options, "ledger_tokens")
+    )
+    agent = FrameworkAgent(
+        client=ScriptedClient(reply),
+        instructions=INSTRUCTIONS,
+        tools=[tool(shop.search), tool(shop.refund)],
+        context_providers=[provider],
+    )
+    session = agent.create_session(session_id="conv")
+    finish(agent.run("refund the second order", session=session))
+
+
 def _tokens(options: dict[str, Any], name: str) -> dict[str, Any]:
     return {name: options["max_tokens"]} if "max_tokens" in options else {}
 
@@ -282,6 +325,7 @@ RUNNERS: dict[str, Callable[..., None]] = {
     "pydantic_ai": run_pydantic_ai,
     "openai_agents": run_openai_agents,
     "google_adk": run_google_adk,
+    "agent_framework": run_agent_framework,
 }
 
 
@@ -342,6 +386,12 @@ def test_a_budget_no_block_fits_is_refused_where_the_adapter_is_built() -> None:
         lambda: guard_agent(agent, guard, ledger_instructions=True, ledger_tokens=10),
         lambda: GuardrailPlugin(guard, ledger_instructions=True, ledger_tokens=10),
     ]
+    if sys.version_info >= (3, 11):
+        from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+
+        builders.append(
+            lambda: FrameworkGuardrail(guard, ledger_instructions=True, ledger_tokens=10)
+        )
     for build in builders:
         with pytest.raises(GuardrailUsageError, match="integer >= 40"):
             build()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -264,6 +265,52 @@ def test_the_agents_sdk_shortens_the_stored_session_and_the_model_input_within_a
     assert session.last_report is not None and session.last_report.summarized
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Agent Framework needs Python 3.11")
+def test_agent_framework_compacts_a_long_run_with_its_compaction_strategy() -> None:
+    """GuardrailCompaction as the agent's compaction_strategy: the run's messages shortened."""
+    # Imported here: the framework needs Python 3.11, and this module runs on 3.10 too.
+    from agent_framework import Agent as FrameworkAgent
+    from agent_framework import Content as FrameworkContent
+    from agent_framework import tool as framework_tool
+
+    from guardrail.integrations.agent_framework import Guardrail as FrameworkGuardrail
+    from guardrail.integrations.agent_framework import GuardrailCompaction
+
+    from ._agent_framework_model import ScriptedClient, Sent, finish
+
+    guard, shop = make_guard(), Shop()
+
+    def reply(sent: Sent) -> list[FrameworkContent]:
+        view: View = []
+        for message in sent.messages:
+            for content in message.contents:
+                if content.type == "function_call" and content.call_id:
+                    view.append(("call", content.call_id))
+                elif content.type == "function_result" and content.call_id:
+                    view.append(("result", content.call_id))
+                elif content.type == "text" and content.text:
+                    view.append(("text", content.text))
+        action = step(view)
+        if action is None:
+            return [FrameworkContent.from_text("done")]
+        name, args = action
+        return [FrameworkContent.from_function_call(f"c{len(SEEN)}", name, arguments=args)]
+
+    strategy = GuardrailCompaction(guard, trigger=TRIGGER, keep_last_messages=KEEP)
+    client = ScriptedClient(reply)
+    client.function_invocation_configuration["max_iterations"] = CALLS + 5
+    agent = FrameworkAgent(
+        client=client,
+        tools=[framework_tool(shop.search), framework_tool(shop.refund)],
+        context_providers=[FrameworkGuardrail(guard)],
+        compaction_strategy=strategy,
+    )
+    session = agent.create_session(session_id="conv")
+    finish(agent.run("refund my first order", session=session))
+    checked(guard, shop, "conv")
+    assert strategy.last_report is not None and strategy.last_report.summarized
+
+
 def test_an_mcp_host_compacts_its_transcript_with_its_guarded_session() -> None:
     """GuardedClientSession.compact: the host's one guard compacts, with the same options."""
     guard, shop = make_guard(), Shop()
@@ -328,6 +375,10 @@ def test_the_options_are_checked_alike_in_every_runtime() -> None:
         lambda: guardrail_history_processor(guard, trigger=wrong_trigger),
         lambda: GuardedSession(store, guard, trigger=wrong_trigger),
     ]
+    if sys.version_info >= (3, 11):
+        from guardrail.integrations.agent_framework import GuardrailCompaction
+
+        builders.append(lambda: GuardrailCompaction(guard, trigger=wrong_trigger))
     for build in builders:
         with pytest.raises(GuardrailUsageError, match=r"\('messages', n\) or \('tokens', n\)"):
             build()
