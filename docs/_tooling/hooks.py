@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import pkgutil
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -56,15 +55,21 @@ _TAG = re.compile(r"<[^>]+>")
 
 
 def public_modules() -> list[str]:
-    """Every importable module of guardrail with no underscore in its dotted name."""
+    """Every module of guardrail with no underscore in its dotted name.
+
+    Read from the files, not by walking the packages: that would import them, and each
+    runtime adapter's package imports its runtime.
+    """
     import guardrail
 
-    names = ["guardrail"]
-    names += (
-        info.name
-        for info in pkgutil.walk_packages(guardrail.__path__, "guardrail.")
-        if not any(part.startswith("_") for part in info.name.split("."))
-    )
+    root = Path(guardrail.__file__).parent
+    names = set()
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not any(part.startswith("_") for part in parts):
+            names.add(".".join(parts))
     return sorted(names)
 
 
