@@ -289,10 +289,10 @@ def test_harvest_uses_the_guards_specs_on_a_ledger_given_with_guard() -> None:
     ledger = guard.new_ledger()
     report = compact(CONVERSATION, ledger, keep_recent=1, guard=guard).report
     values = {e.value: e for e in ledger.entries()}
-    # The first written form is kept: the user typed "#W1000001" before any tool returned it.
-    assert set(values) == {"mia_li_3668", "#W1000001", "W1000002"}
+    # As a tool wrote it: the user typed "#W1000001", get_order returned "W1000001".
+    assert set(values) == {"mia_li_3668", "W1000001", "W1000002"}
     assert values["W1000002"].status == "cancelled"
-    assert values["#W1000001"].verified
+    assert values["W1000001"].verified
     assert report.harvested == 3
 
 
@@ -523,7 +523,7 @@ def test_the_compacted_message_holds_the_block_then_the_summary() -> None:
     text = out.messages[1]["content"]
     assert out.messages[1]["role"] == "system"
     assert text == f"{out.report.ledger_block}\n\n{SUMMARY_HEADER}\nS."
-    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+    for value in ("mia_li_3668", "W1000001", "W1000002"):
         assert whole(value, out.report.ledger_block)
 
 
@@ -565,11 +565,11 @@ def test_an_earlier_block_restores_values_into_a_fresh_ledger() -> None:
     once = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard)
     fresh = guard.new_ledger()
     twice = compact(once.messages, fresh, keep_recent=0, guard=guard)
-    assert {e.value for e in fresh.entries()} == {"mia_li_3668", "#W1000001", "W1000002"}
+    assert {e.value for e in fresh.entries()} == {"mia_li_3668", "W1000001", "W1000002"}
     assert not any(e.verified for e in fresh.entries())
     assert fresh["order_2"].status == "cancelled"
     assert [r.problem for r in twice.report.repairs] == ["unsealed_ledger_block"]
-    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+    for value in ("mia_li_3668", "W1000001", "W1000002"):
         assert whole(value, twice.report.ledger_block)
 
 
@@ -603,7 +603,7 @@ def test_a_server_with_a_secret_trusts_its_own_block_in_a_fresh_ledger() -> None
     twice = compact(once.messages, rebuilt, keep_recent=1, guard=guard)
     assert twice.report.repairs == ()
     assert {e.value: e.verified for e in rebuilt.entries()} == dict.fromkeys(
-        ["mia_li_3668", "#W1000001", "W1000002"], True
+        ["mia_li_3668", "W1000001", "W1000002"], True
     )
     assert twice.messages == once.messages
     other = guard.new_ledger("conv-43")

@@ -194,7 +194,7 @@ async def guarded_call_tool(
     is the re-prompt (``_meta["guardrail/refusal"]`` holds the findings); in
     ``raise`` mode it raises :class:`~guardrail.IdentifierViolation`, and
     :class:`~guardrail.RepromptLimitExceeded` when re-prompts run out. An
-    allowed call is sent with each identifier as the ledger spells it. An
+    allowed call is sent with each identifier as a tool wrote it. An
     ``isError`` result, or an exception, is recorded as a failure.
     ``user_text`` forwards the user's latest message to a guarded server (see
     :func:`session_meta`); nothing of the conversation is sent otherwise.
