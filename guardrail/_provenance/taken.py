@@ -44,9 +44,8 @@ def taken_ids(
         if verdict is None or not verdict.allowed:
             # Under the one path that names a call's taken ids: their spelling is the call's,
             # never one a result wrote (see guardrail._data.entry.tool_written).
-            taken = argument_ids(kinds, spec.params, arguments, problems)
-            taken = [batch._replace(path=ARGUMENTS) for batch in taken]
-            return unintroduced(taken, state)
+            named = argument_ids(kinds, spec.params, arguments, problems)
+            return unintroduced([batch._replace(path=ARGUMENTS) for batch in named], state)
         taken: list[Batch] = []
         for typed in verdict.typed:
             append_id(taken, typed.kind, ARGUMENTS, typed.value, typed.key)
