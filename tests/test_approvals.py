@@ -743,7 +743,7 @@ SITE = r"(?:https?://)?www\.[\w.-]+"
     ("policy", "outcome"), [("allow", "allowed"), ("ask", "ask"), ("verify", "refused")]
 )
 def test_a_value_at_a_sentences_end_is_typed_by_the_user_under_its_kinds_policy(
-    text: str, value: str, policy: str, outcome: str
+    text: str, value: str, policy: Any, outcome: str
 ) -> None:
     """A value followed by sentence punctuation is typed by the user: user_typed decides."""
     guard = Guard(mode="reprompt")

@@ -1581,3 +1581,51 @@ def test_keep_last_messages_never_splits_a_call_from_its_result(
 def _compacted_of(out: Any) -> Any:
     """The message a compaction wrote (the one holding the ledger block)."""
     return next(m for m in out.messages if BLOCK_HEADER in context([m]))
+
+
+# -- results read by the tool's failure rule -------------------------------------------------------
+
+
+def _failing_lookup(text: str) -> list[dict[str, Any]]:
+    """The user names themselves, a lookup that verifies on success answers ``text``, no flag."""
+    return [
+        {"role": "system", "content": "You are a shop assistant."},
+        {"role": "user", "content": "Hi, I am mia_li_3668."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("c1", "find_user", user_id="mia_li_3668")],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": text},  # plain text, no flag
+        {"role": "assistant", "content": "Sorry, I could not find you."},
+        {"role": "user", "content": "Try again later then."},
+        {"role": "assistant", "content": "Will do."},
+    ]
+
+
+def test_a_rebuilt_ledger_reads_an_error_text_as_a_failure() -> None:
+    """Compaction's harvest: "Error: user not found" confirms no typed id, as at run time."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    compact(_failing_lookup("Error: user not found"), ledger, keep_recent=1, guard=guard)
+    assert [(e.value, e.verified) for e in ledger.entries()] == [("mia_li_3668", False)]
+
+
+def test_compaction_and_its_summary_follow_the_tools_own_failure_rule() -> None:
+    """A tool declared fails="Sorry": its "Sorry, ..." result confirms nothing, reads as failed."""
+    guard = make_guard()
+    guard.declare(
+        "find_user_politely",
+        ids={"user_id": "user"},
+        effect="read",
+        verifies="on_success",
+        fails="Sorry",
+    )
+    messages = _failing_lookup("Sorry, no such user.")
+    messages[2]["tool_calls"][0]["function"]["name"] = "find_user_politely"
+    ledger = guard.new_ledger()
+    out = compact(messages, ledger, keep_recent=1, guard=guard)
+    assert [(e.value, e.verified) for e in ledger.entries()] == [("mia_li_3668", False)]
+    assert "find_user_politely(user_id=[user]) -> failed: Sorry, no such user." in (
+        out.report.summary
+    )

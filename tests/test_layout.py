@@ -59,10 +59,17 @@ MAX_MODULE_LINES = 600
 #: length, and splitting one only to fit the limit would leave a class or a protocol in two files.
 ALLOWANCES: dict[str, tuple[int, str]] = {
     "guardrail/_guard/facade.py": (
-        700,
+        710,
         (
             "Guard is the one object a program holds: every public method lives on it, the "
             "sync and async forms side by side"
+        ),
+    ),
+    "guardrail/ledger/_state.py": (
+        660,
+        (
+            "LedgerState is one class: the id tables and every change to them (admission, "
+            "the spelling a tool wrote, eviction, roles); split, it would sit in two files"
         ),
     ),
 }
