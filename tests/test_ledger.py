@@ -847,3 +847,18 @@ def test_entries_that_collide_after_rekeying_keep_the_spelling_a_tool_wrote() ->
     folded = Ledger.from_json(ledger.to_json(), kinds={"order": ORDER})
     assert len(folded) == 1
     assert folded.get("order", "W5").value == "#W5"  # type: ignore[union-attr]
+
+
+def test_two_spellings_tools_wrote_in_one_turn_merge_alike_in_either_order() -> None:
+    """Copies that each took a tool's spelling at the same turn merge to the same entry."""
+    one, two = ledger_of_orders(), ledger_of_orders()
+    written(one, "W5061109", Source("search", "c1", "orders[*]", 0))
+    written(two, "#W5061109")
+    merged = []
+    for held, new in ((one, two), (two, one)):
+        copy = Ledger.from_json(held.to_json(), kinds={"order": ORDER})
+        copy.merge(new)
+        entry = copy.get("order", "W5061109")
+        assert entry is not None
+        merged.append((entry.value, entry.spellings, entry.source))
+    assert merged[0] == merged[1] == ("#W5061109", ("W5061109",), LOOKUP)

@@ -128,16 +128,17 @@ def _combine_provenance(merged: dict[str, Any], held: Record, new: Record) -> No
         merged["declined"] = sorted(declined)
 
 
-def _spelling_order(record: Record) -> tuple[int, int]:
+def _spelling_order(record: Record) -> tuple[int, int, str]:
     """Which copy's value (and source) a merge keeps: lower first.
 
     Verbatim means as a tool wrote it: a spelling a tool wrote first (the
-    earliest, as an entry keeps the first one), then a verified value, then
+    earliest, as an entry keeps the first one; the same turn, by the text, so
+    either order of two copies keeps the same), then a verified value, then
     any other.
     """
     if tool_written(_provenance(record)[0], record["source"]["path"]):
-        return 0, record["source"]["turn"]
-    return (1 if record["verified"] else 2), 0
+        return 0, record["source"]["turn"], record["value"]
+    return (1 if record["verified"] else 2), 0, ""
 
 
 def _spellings(value: str, held: Record, new: Record) -> list[str]:
@@ -148,7 +149,7 @@ def _spellings(value: str, held: Record, new: Record) -> list[str]:
             found[record["value"]] = None
         found.update(dict.fromkeys(record.get("spellings", ())))
     found.pop(value, None)
-    return list(found)[:SPELLINGS_KEPT]
+    return sorted(found)[:SPELLINGS_KEPT]  # sorted: either order of two copies keeps the same
 
 
 def _provenance(record: Record) -> tuple[str, bool]:
