@@ -1152,3 +1152,26 @@ def test_an_error_text_a_tool_returns_is_a_failure_that_confirms_nothing() -> No
     refusals = tool_messages(messages, "refund")
     assert [m.artifact["findings"][0]["problem"] for m in refusals] == ["unverified", "unknown"]
     assert shop.refunds == []
+
+
+def test_an_error_text_beside_an_artifact_is_a_failure_too() -> None:
+    """A content_and_artifact tool whose text says "Error: ...": its artifact's ids stay out."""
+    shop = Shop()
+    shop.guard.declare("list_orders", produces={"orders[*]": "order"}, effect="read")
+
+    @tool(response_format="content_and_artifact")
+    def list_orders() -> tuple[str, dict[str, list[str]]]:
+        """List orders (the text says it failed, the artifact still names one)."""
+        return "Error: the order service is down", {"orders": ["#W2378156"]}
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("list_orders"))
+        if isinstance(last, ToolMessage) and last.name == "list_orders":
+            return calls(call("refund", order_id="#W2378156"))
+        return AIMessage("done")
+
+    messages = run(shop.agent(script, tools=[*shop.tools, list_orders]), "Refund my order")
+    assert tool_messages(messages, "refund")[0].status == "error"
+    assert shop.refunds == []

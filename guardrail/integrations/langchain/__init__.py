@@ -418,7 +418,9 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         found = tool_result(response, call["id"] or "")
         if found is None:
             return  # a Command that answers with no tool message: nothing to read
-        result, error = found
+        result, error, text = found
+        # The tool's failure rule reads the artifact and the text the model reads alike.
+        error = error or (result is not text and self.guard.failed(call["name"], text))
         self.guard.record(
             call["name"], checked, result, error=error, call_id=call["id"], ledger=ledger
         )
