@@ -99,9 +99,7 @@ def new_user_texts(messages: Sequence[AnyMessage]) -> list[str]:
     return texts
 
 
-def tool_result(
-    response: ToolMessage | Command[Any], call_id: str
-) -> tuple[Any, bool, str] | None:
+def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any, bool, str] | None:
     """What a tool call returned, whether it failed, and its text; None when no result answers.
 
     The ``artifact`` where the tool gave one (the raw value, beside the text
