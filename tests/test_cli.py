@@ -750,3 +750,25 @@ def test_check_reads_an_error_text_as_a_failure_and_warns_of_one_taken_for_a_suc
     assert code == 0
     assert warning.startswith("whois_any: a result that reads like an error")
     assert 'fails = "Error" on whois_any' in warning
+
+
+def test_check_prints_ids_and_patterns_as_written_never_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger entry's source "re:(cus_[a-z0-9]{6})" is printed whole, brackets and all."""
+    manifest = CHECK_MANIFEST + '\n[tools.scan]\neffect = "read"\n'
+    manifest += 'produces = { "re:(cus_[a-z0-9]{6})" = "customer" }\n'
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path, manifest),
+        "--width",
+        "200",
+        "--result",
+        json.dumps({"tool": "scan", "arguments": {}, "result": "hello cus_abc123"}),
+        "--call",
+        '{"tool": "search_orders", "arguments": {"customer_id": "cus_abc123"}}',
+    )
+    assert code == 0
+    assert "scan re:(cus_[a-z0-9]{6})" in out

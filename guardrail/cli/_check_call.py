@@ -252,16 +252,16 @@ def _print_verdict(
         console.print(Text(f"{verdict.tool}: allowed", style="bold green"))
         changed = _respelled(verdict, arguments)
         if changed:
-            console.print(f"runs with the spelling a tool returned: {changed}")
+            console.print(Text(f"runs with the spelling a tool returned: {changed}"))
     else:
         console.print(Text(f"{verdict.tool}: refused", style="bold red"))
     if verdict.findings:
         table = Table("problem", "param", "value", "kind", "nearest role", "detail")
         for finding in verdict.findings:
-            table.add_row(
+            table.add_row(  # values as text: an id or a pattern is never read as markup
                 finding.problem,
-                finding.param,
-                finding.to_dict()["value"],
+                Text(finding.param),
+                Text(finding.to_dict()["value"]),
                 finding.kind,
                 finding.nearest_role or "",
                 finding.detail,
@@ -294,8 +294,12 @@ def _print_ledger(console: Console, ledger: Ledger) -> None:
         source = (
             "user" if entry.source.tool == "user" else f"{entry.source.tool} {entry.source.path}"
         )
-        table.add_row(
-            entry.role, entry.kind, entry.value, "yes" if entry.verified else "no", source
+        table.add_row(  # as text: "re:([a-z]+)" or an id in brackets is never read as markup
+            entry.role,
+            entry.kind,
+            Text(entry.value),
+            "yes" if entry.verified else "no",
+            Text(source),
         )
     console.print(table)
 
