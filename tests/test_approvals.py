@@ -723,3 +723,39 @@ def test_an_approved_name_with_no_pattern_is_asked_again_by_another_tool() -> No
         assert entry is not None and entry.tier == "mentioned" and entry.mention is not None
         verdict = guard.check("remove_user", {"user": "Dora"})
     assert verdict.outcome == "ask" and "(at [0].body)" in verdict.approvals[0].evidence
+
+
+# -- user text at a sentence's end ---------------------------------------------------------------
+
+SITE = r"(?:https?://)?www\.[\w.-]+"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("post it to www.our-company.com.They sent the draft", "www.our-company.com"),
+        ("post it to www.our-company.com. They sent the draft", "www.our-company.com"),
+        ("mail it to dora@example.com.", "dora@example.com"),
+        ("mail it to dora@example.com.Thanks", "dora@example.com"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("policy", "outcome"), [("allow", "allowed"), ("ask", "ask"), ("verify", "refused")]
+)
+def test_a_value_at_a_sentences_end_is_typed_by_the_user_under_its_kinds_policy(
+    text: str, value: str, policy: Any, outcome: str
+) -> None:
+    """A value followed by sentence punctuation is typed by the user: user_typed decides."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("site", pattern=SITE, normalize="strip", user_typed=policy)
+    guard.add_kind("email", like="email", user_typed=policy)
+    guard.declare("post_page", ids={"target": ["site", "email"]}, effect="write")
+    with guard.session("s"):
+        guard.observe_user(text)
+        verdict = guard.check("post_page", {"target": value})
+    assert verdict.outcome == outcome
+    if outcome == "ask":
+        assert [(r.value, r.tier) for r in verdict.approvals] == [(value, "user")]
+    if outcome == "refused":
+        assert [f.problem for f in verdict.findings] == ["unverified"]
+        assert "typed by the user" in (verdict.message or "")

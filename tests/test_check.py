@@ -481,3 +481,85 @@ def test_the_limit_per_call_defaults_to_a_tenth_of_the_capacity() -> None:
     for bad in (0, -1, 2.5, True, "10"):
         with pytest.raises(GuardrailUsageError, match="max_ids_per_call must be a positive"):
             Guard(max_ids_per_call=bad)  # type: ignore[arg-type]
+
+
+# -- what the tool receives: the model's spelling, or one a tool wrote --------------------------
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_spelling_a_tool_wrote_passes_as_it_is_whatever_the_user_typed(fast: bool) -> None:
+    """User typed W5061109, a result wrote #W5061109: #W5061109 passes untouched, both paths."""
+    guard = shop_guard()
+    if not fast:  # a list parameter sends the call through the full check
+        guard.declare("refund_all", ids={"order_ids[*]": "order"})
+    with guard.session("s") as ledger:
+        guard.observe_user("my order is W5061109")
+        guard.record("get_order", {"order_id": "W5061109"}, {"order_id": "#W5061109"})
+        assert ledger["order"].value == "#W5061109" and ledger["order"].verified
+        if fast:
+            verdict = guard.check("issue_refund", {"order_id": "#W5061109"})
+            assert verdict.allowed and verdict.arguments == {"order_id": "#W5061109"}
+            # Another spelling gets the one the tool wrote, never the user's.
+            other = guard.check("issue_refund", {"order_id": " W5061109"})
+            assert other.arguments == {"order_id": "#W5061109"}
+        else:
+            verdict = guard.check("refund_all", {"order_ids": ["#W5061109", "W5061109"]})
+            assert verdict.allowed
+            assert verdict.arguments == {"order_ids": ["#W5061109", "#W5061109"]}
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_id_no_tool_wrote_passes_as_the_model_wrote_it(fast: bool) -> None:
+    """A user-typed id (unverified, or confirmed by a lookup) is never respelled to the user's."""
+    guard = shop_guard()
+    guard.declare(
+        "get_order_quietly", ids={"order_id": "order"}, effect="read", verifies="on_success"
+    )
+    guard.declare("look_all", ids={"order_ids[*]": "order"}, effect="read")
+    guard.declare("refund_all", ids={"order_ids[*]": "order"})
+
+    def check(read: bool) -> Verdict:
+        if fast:
+            return guard.check("get_order" if read else "issue_refund", {"order_id": "#W5061109"})
+        return guard.check("look_all" if read else "refund_all", {"order_ids": ["#W5061109"]})
+
+    as_written = {"order_id": "#W5061109"} if fast else {"order_ids": ["#W5061109"]}
+    with guard.session("s") as ledger:
+        guard.observe_user("my order is W5061109")
+        assert ledger["order"].value == "W5061109"
+        read = check(read=True)
+        assert read.allowed and read.arguments == as_written
+        # Confirmed by a lookup that returns no id: verified, still the user's spelling.
+        guard.record("get_order_quietly", {"order_id": "#W5061109"}, {"total": 40})
+        assert ledger["order"].verified and ledger["order"].value == "W5061109"
+        write = check(read=False)
+        assert write.allowed and write.arguments == as_written
+
+
+def test_each_spelling_a_tool_wrote_passes_untouched_and_another_gets_the_first() -> None:
+    """Two tools write one order two ways: each way passes as it is; a third gets the first."""
+    guard = shop_guard()
+    with guard.session("s") as ledger:
+        guard.record("get_order", {"order_id": "#W5061109"}, {"order_id": "#W5061109"})
+        guard.record(
+            "search_orders", {"customer_id": "cus_41ZpA9"}, {"orders": [{"order_id": "W5061109"}]}
+        )
+        entry = ledger["order"]
+        assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
+        for value in ("#W5061109", "W5061109"):
+            assert guard.check("issue_refund", {"order_id": value}).arguments == {"order_id": value}
+        assert guard.check("issue_refund", {"order_id": "W5061109 "}).arguments == {
+            "order_id": "#W5061109"
+        }
+
+
+def test_a_refusal_points_at_the_spelling_the_tool_wrote() -> None:
+    """A near miss of an id the user typed as W5061109 is sent to the ledger's #W5061109."""
+    guard = shop_guard("reprompt")
+    with guard.session("s") as ledger:
+        guard.observe_user("my order is W5061109")
+        guard.record("get_order", {"order_id": "W5061109"}, {"order_id": "#W5061109"})
+        verdict = guard.check("issue_refund", {"order_id": "#W5061190"})
+        assert [(f.problem, f.nearest_role) for f in verdict.findings] == [("mutated", "order")]
+        assert "copy its value exactly from the ID LEDGER" in (verdict.message or "")
+        assert ledger[verdict.findings[0].nearest_role or ""].value == "#W5061109"

@@ -768,3 +768,99 @@ def test_live_environment_that_cannot_be_loaded_is_an_error_of_use(
         )
         assert (code, out) == (USAGE_ERROR, "")
         assert message in err
+
+
+def test_check_runs_the_models_correct_spelling_as_the_tool_wrote_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user typed W8855135, the search wrote #W8855135: #W8855135 is allowed, not rewritten."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--width",
+        "200",
+        "--user",
+        "I'm cus_41ZpA9, refund W8855135",
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W8855135"}}',
+    )
+    assert code == 0
+    assert "issue_refund: allowed" in out
+    assert "runs with" not in out
+    assert "#W8855135" in out
+
+
+WHOIS_MANIFEST = (
+    CHECK_MANIFEST
+    + """
+[tools.whois]
+effect = "read"
+produces = { "$" = "customer" }
+
+[tools.whois_any]
+effect = "read"
+fails = false
+produces = { "$" = "customer" }
+"""
+)
+
+
+def test_check_reads_an_error_text_as_a_failure_and_warns_of_one_taken_for_a_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An "Error: ..." result teaches nothing; where fails = false took one, a warning says so."""
+    error = {"tool": "whois", "arguments": {}, "result": "Error: cus_41ZpA9 unknown"}
+    taken = {**error, "tool": "whois_any"}
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path, WHOIS_MANIFEST),
+        "--json",
+        "--result",
+        json.dumps(error),
+        "--call",
+        '{"tool": "search_orders", "arguments": {"customer_id": "Error: cus_41ZpA9 unknown"}}',
+    )
+    assert (code, json.loads(out)["ledger"], json.loads(out)["warnings"]) == (REFUSED_EXIT, [], [])
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path, WHOIS_MANIFEST),
+        "--json",
+        "--result",
+        json.dumps(taken),
+        "--call",
+        '{"tool": "search_orders", "arguments": {"customer_id": "Error: cus_41ZpA9 unknown"}}',
+    )
+    (warning,) = json.loads(out)["warnings"]
+    assert code == 0
+    assert warning.startswith("whois_any: a result that reads like an error")
+    assert 'fails = "Error" on whois_any' in warning
+
+
+def test_check_prints_ids_and_patterns_as_written_never_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger entry's source "re:(cus_[a-z0-9]{6})" is printed whole, brackets and all."""
+    manifest = CHECK_MANIFEST + '\n[tools.scan]\neffect = "read"\n'
+    manifest += 'produces = { "re:(cus_[a-z0-9]{6})" = "customer" }\n'
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path, manifest),
+        "--width",
+        "200",
+        "--result",
+        json.dumps({"tool": "scan", "arguments": {}, "result": "hello cus_abc123"}),
+        "--call",
+        '{"tool": "search_orders", "arguments": {"customer_id": "cus_abc123"}}',
+    )
+    assert code == 0
+    assert "scan re:(cus_[a-z0-9]{6})" in out

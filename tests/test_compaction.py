@@ -289,10 +289,10 @@ def test_harvest_uses_the_guards_specs_on_a_ledger_given_with_guard() -> None:
     ledger = guard.new_ledger()
     report = compact(CONVERSATION, ledger, keep_recent=1, guard=guard).report
     values = {e.value: e for e in ledger.entries()}
-    # The first written form is kept: the user typed "#W1000001" before any tool returned it.
-    assert set(values) == {"mia_li_3668", "#W1000001", "W1000002"}
+    # As a tool wrote it: the user typed "#W1000001", get_order returned "W1000001".
+    assert set(values) == {"mia_li_3668", "W1000001", "W1000002"}
     assert values["W1000002"].status == "cancelled"
-    assert values["#W1000001"].verified
+    assert values["W1000001"].verified
     assert report.harvested == 3
 
 
@@ -523,7 +523,7 @@ def test_the_compacted_message_holds_the_block_then_the_summary() -> None:
     text = out.messages[1]["content"]
     assert out.messages[1]["role"] == "system"
     assert text == f"{out.report.ledger_block}\n\n{SUMMARY_HEADER}\nS."
-    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+    for value in ("mia_li_3668", "W1000001", "W1000002"):
         assert whole(value, out.report.ledger_block)
 
 
@@ -565,11 +565,11 @@ def test_an_earlier_block_restores_values_into_a_fresh_ledger() -> None:
     once = compact(CONVERSATION, guard.new_ledger(), keep_recent=1, guard=guard)
     fresh = guard.new_ledger()
     twice = compact(once.messages, fresh, keep_recent=0, guard=guard)
-    assert {e.value for e in fresh.entries()} == {"mia_li_3668", "#W1000001", "W1000002"}
+    assert {e.value for e in fresh.entries()} == {"mia_li_3668", "W1000001", "W1000002"}
     assert not any(e.verified for e in fresh.entries())
     assert fresh["order_2"].status == "cancelled"
     assert [r.problem for r in twice.report.repairs] == ["unsealed_ledger_block"]
-    for value in ("mia_li_3668", "#W1000001", "W1000002"):
+    for value in ("mia_li_3668", "W1000001", "W1000002"):
         assert whole(value, twice.report.ledger_block)
 
 
@@ -603,7 +603,7 @@ def test_a_server_with_a_secret_trusts_its_own_block_in_a_fresh_ledger() -> None
     twice = compact(once.messages, rebuilt, keep_recent=1, guard=guard)
     assert twice.report.repairs == ()
     assert {e.value: e.verified for e in rebuilt.entries()} == dict.fromkeys(
-        ["mia_li_3668", "#W1000001", "W1000002"], True
+        ["mia_li_3668", "W1000001", "W1000002"], True
     )
     assert twice.messages == once.messages
     other = guard.new_ledger("conv-43")
@@ -1581,3 +1581,51 @@ def test_keep_last_messages_never_splits_a_call_from_its_result(
 def _compacted_of(out: Any) -> Any:
     """The message a compaction wrote (the one holding the ledger block)."""
     return next(m for m in out.messages if BLOCK_HEADER in context([m]))
+
+
+# -- results read by the tool's failure rule -------------------------------------------------------
+
+
+def _failing_lookup(text: str) -> list[dict[str, Any]]:
+    """The user names themselves, a lookup that verifies on success answers ``text``, no flag."""
+    return [
+        {"role": "system", "content": "You are a shop assistant."},
+        {"role": "user", "content": "Hi, I am mia_li_3668."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [call("c1", "find_user", user_id="mia_li_3668")],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": text},  # plain text, no flag
+        {"role": "assistant", "content": "Sorry, I could not find you."},
+        {"role": "user", "content": "Try again later then."},
+        {"role": "assistant", "content": "Will do."},
+    ]
+
+
+def test_a_rebuilt_ledger_reads_an_error_text_as_a_failure() -> None:
+    """Compaction's harvest: "Error: user not found" confirms no typed id, as at run time."""
+    guard = make_guard()
+    ledger = guard.new_ledger()
+    compact(_failing_lookup("Error: user not found"), ledger, keep_recent=1, guard=guard)
+    assert [(e.value, e.verified) for e in ledger.entries()] == [("mia_li_3668", False)]
+
+
+def test_compaction_and_its_summary_follow_the_tools_own_failure_rule() -> None:
+    """A tool declared fails="Sorry": its "Sorry, ..." result confirms nothing, reads as failed."""
+    guard = make_guard()
+    guard.declare(
+        "find_user_politely",
+        ids={"user_id": "user"},
+        effect="read",
+        verifies="on_success",
+        fails="Sorry",
+    )
+    messages = _failing_lookup("Sorry, no such user.")
+    messages[2]["tool_calls"][0]["function"]["name"] = "find_user_politely"
+    ledger = guard.new_ledger()
+    out = compact(messages, ledger, keep_recent=1, guard=guard)
+    assert [(e.value, e.verified) for e in ledger.entries()] == [("mia_li_3668", False)]
+    assert "find_user_politely(user_id=[user]) -> failed: Sorry, no such user." in (
+        out.report.summary
+    )

@@ -757,7 +757,9 @@ def test_observe_mode_runs_a_call_it_would_refuse_but_learns_nothing_from_it() -
         lookup("W2222222")  # allowed (a typed id, to a read): harvested and confirmed
         assert ledger.get("item", "it_abcd") is not None
         assert ledger["order"].verified
-    assert ran == ["lookup W1111111", "invite W1111111", "lookup #W2222222"]
+        assert ledger["order"].value == "W2222222"  # the spelling the lookup's result wrote
+    # The lookup runs with the model's spelling: the user's is never put in its place.
+    assert ran == ["lookup W1111111", "invite W1111111", "lookup W2222222"]
     checked = [e for e in logs if e["event"] == "guardrail.call_checked"]
     assert [(e["outcome"], e["log_level"]) for e in checked] == [
         ("would_refuse", "warning"),

@@ -11,15 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from guardrail import Guard, Id, Rejection
+from guardrail import Guard, Id
+from guardrail._provenance.failure import failed, recordable
 from guardrail._provenance.harvest import (
     MAX_ID_LENGTH,
     MAX_LITERAL_CHARS,
     Harvest,
     decode,
-    failed,
     harvest,
-    recordable,
 )
 
 from .conftest import ORDERS, shop_guard
@@ -182,64 +181,6 @@ def test_harvest_never_loses_a_declared_id(values: list[str], as_text: bool) -> 
     assert found == values
 
 
-# -- error-shaped results -----------------------------------------------------------------------
-
-
-REFUSAL = "guardrail refused the call to get_order; the tool did not run.\n- order_id=..."
-
-
-@pytest.mark.parametrize(
-    "result",
-    [
-        {"error": "not found", "order_id": "W1111111"},
-        {"error": {"code": 404}, "order_id": "W1111111"},
-        {"is_error": True, "order_id": "W1111111"},
-        {"isError": True, "content": [{"type": "text", "text": "W1111111"}]},
-        '{"error": "not found", "order_id": "W1111111"}',
-        b'  {"isError": true, "order_id": "W1111111"}',
-        '{"\\u0065rror": "escaped", "order_id": "W1111111"}',
-        REFUSAL,
-        "  " + REFUSAL,
-        json.dumps(REFUSAL),
-    ],
-)
-def test_error_shaped_results_are_failures(result: Any) -> None:
-    """An error mapping (or its JSON text) and a refusal's text are failures, not results."""
-    assert failed(result)
-
-
-@pytest.mark.parametrize(
-    "result",
-    [
-        {"error": None, "order_id": "W1111111"},
-        {"error": "", "errors": ["x"]},
-        {"is_error": False, "isError": "true"},
-        '{"error": false, "order_id": "W1111111"}',
-        '[{"error": "in a list"}]',
-        "Error: no such order",  # plain text: error=True is the runtime's to say
-        "the refusal guardrail refused the call to x",
-        None,
-        42,
-        [],
-        b"\xff",
-    ],
-)
-def test_results_that_are_not_error_shaped(result: Any) -> None:
-    """A falsy error field, an error inside a list or prose mentioning a refusal is no failure."""
-    assert not failed(result)
-
-
-def test_a_rejection_is_a_failure() -> None:
-    """A Rejection a guarded tool returned instead of running is never a result."""
-    guard = shop_guard("reprompt")
-    with guard.session("s"):
-        verdict = guard.enforce("issue_refund", {"order_id": "W1111111"})
-    rejection = Rejection(verdict)
-    assert failed(rejection)
-    assert failed(rejection.to_dict())
-    assert failed(str(rejection))
-
-
 def test_a_python_repr_result_is_harvested_like_json() -> None:
     """str(dict) text, as some runtimes send a return value, yields the declared ids."""
     guard = shop_guard()
@@ -264,12 +205,6 @@ def test_a_python_repr_reads_back_to_the_value_it_was_written_from() -> None:
     }
     text = str(value)
     assert decode(text, []) == (value, None)
-
-
-def test_a_python_repr_error_is_a_failure() -> None:
-    """An error mapping sent as repr text is a failure, as its JSON would be."""
-    assert failed(str({"error": "order #W9999999 not found", "order_id": "#W9999999"}))
-    assert not failed(str({"order_id": "#W8855135", "ok": True}))
 
 
 @pytest.mark.parametrize(
@@ -409,4 +344,4 @@ def test_fuzz_harvest_never_raises(result: Any) -> None:
         harvested = harvest(spec, result, guard.kinds)
         assert all(isinstance(found.key, str) and found.key for found in rows(harvested))
         recordable(spec, result, guard.kinds)
-    failed(result)
+    failed(None, result)

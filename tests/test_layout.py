@@ -65,7 +65,7 @@ MAX_MODULE_LINES = 600
 #: length, and splitting one only to fit the limit would leave a class or a protocol in two files.
 ALLOWANCES: dict[str, tuple[int, str]] = {
     "guardrail/_guard/facade.py": (
-        700,
+        710,
         (
             "Guard is the one object a program holds: every public method lives on it, the "
             "sync and async forms side by side"
@@ -76,6 +76,13 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         (
             "the session cache and every sequence that calls the store, each written once as "
             "steps, beside the two drivers that take them: the steps and drivers are one protocol"
+        ),
+    ),
+    "guardrail/ledger/_state.py": (
+        660,
+        (
+            "LedgerState is one class: the id tables and every change to them (admission, "
+            "the spelling a tool wrote, eviction, roles); split, it would sit in two files"
         ),
     ),
 }

@@ -732,3 +732,133 @@ def test_entries_approved_for_nothing_share_one_empty_set() -> None:
     loaded = shop_guard(store=store).ledger_for("s")
     for entries in (admitted, list(saved), list(loaded)):
         assert entries and all(e.approved is NOTHING and e.declined is NOTHING for e in entries)
+
+
+# -- verbatim means as a tool wrote it -------------------------------------------------------
+
+ORDER = Kind.build("order", normalize=["strip", "prefix:#"])
+USER = Source("user", None, "text", 0)
+LOOKUP = Source("get_order", "c1", "order_id", 0)
+CONFIRM = Source("get_user", "c2", "arguments", 0)  # a lookup that verifies what it took
+
+
+def typed(ledger: Ledger, value: str) -> None:
+    """``value`` typed by the user: admitted unverified, tier user."""
+    batch = Batch.one("order", value, ORDER.normalize(value), "text")
+    state_of(ledger).admit([batch], source=USER, verified=False, tier="user")
+
+
+def written(ledger: Ledger, value: str, source: Source = LOOKUP) -> None:
+    """``value`` returned by a declared result field (``source``), or confirmed by taking it."""
+    path = source.path
+    state_of(ledger).admit([Batch.one("order", value, ORDER.normalize(value), path)], source=source)
+
+
+def ledger_of_orders() -> Ledger:
+    return Ledger(kinds={"order": ORDER})
+
+
+def test_the_spelling_a_tool_wrote_becomes_the_value_of_an_id_the_user_typed() -> None:
+    """User typed W5061109, a result wrote #W5061109: the value and source are the result's."""
+    ledger = ledger_of_orders()
+    typed(ledger, "W5061109")
+    state_of(ledger).next_turn()
+    written(ledger, "#W5061109")
+    entry = ledger["order"]
+    assert (entry.value, entry.source, entry.verified, entry.tier) == (
+        "#W5061109",
+        LOOKUP,
+        True,
+        "produced",
+    )
+    assert entry.first_seen == 0 and len(ledger) == 1
+
+
+def test_a_confirmed_user_spelling_gives_way_to_the_spelling_a_tool_wrote_later() -> None:
+    """A lookup that verified W5061109 by taking it; a later result's #W5061109 is the value."""
+    ledger = ledger_of_orders()
+    typed(ledger, "W5061109")
+    written(ledger, "W5061109", CONFIRM)
+    assert (ledger["order"].value, ledger["order"].verified) == ("W5061109", True)
+    written(ledger, "#W5061109")
+    assert (ledger["order"].value, ledger["order"].source) == ("#W5061109", LOOKUP)
+
+
+def test_a_spelling_a_tool_wrote_stays_and_another_tools_is_kept_beside_it() -> None:
+    """The first spelling a tool wrote is the value; another's goes to spellings, saved too."""
+    ledger = ledger_of_orders()
+    written(ledger, "#W5061109")
+    written(ledger, "W5061109", Source("search", "c3", "orders[*]", 0))
+    typed(ledger, " W5061109")  # the user's spelling is never kept as one a tool wrote
+    written(ledger, "#W5061109")
+    entry = ledger["order"]
+    assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
+    again = Ledger.from_json(ledger.to_json())
+    assert again == ledger and again["order"].spellings == ("W5061109",)
+
+
+def test_a_record_saved_before_spellings_loads_with_none() -> None:
+    """A saved ledger written by an earlier version (no spellings field) loads as it was."""
+    data = saved()
+    assert all("spellings" not in record for record in data["records"])
+    ledger = Ledger.from_json(json.dumps(data))
+    assert ledger["order"].spellings == () and ledger["order"].value == "W1"
+
+
+@pytest.mark.parametrize("first", ["typed", "tool"])
+def test_merge_keeps_the_spelling_a_tool_wrote_whichever_copy_holds_it(first: str) -> None:
+    """One copy holds the user's W5061109 (confirmed), the other a result's #W5061109."""
+    users, tools = ledger_of_orders(), ledger_of_orders()
+    typed(users, "W5061109")
+    written(users, "W5061109", CONFIRM)
+    typed(tools, "W5061109")
+    written(tools, "#W5061109")
+    held, new = (users, tools) if first == "typed" else (tools, users)
+    held.merge(new)
+    entry = held.get("order", "W5061109")
+    assert entry is not None
+    assert (entry.value, entry.source, entry.verified) == ("#W5061109", LOOKUP, True)
+
+
+def test_merge_keeps_both_spellings_tools_wrote_the_earlier_as_the_value() -> None:
+    """Two copies, each with a spelling a tool wrote: the earlier is the value, the other kept."""
+    early, late = ledger_of_orders(), ledger_of_orders()
+    written(early, "#W5061109")
+    state_of(late).next_turn()
+    written(late, "W5061109", Source("search", "c3", "orders[*]", 1))
+    for held, new in ((early, late), (late, early)):
+        merged = Ledger.from_json(held.to_json(), kinds={"order": ORDER})
+        merged.merge(new)
+        entry = merged.get("order", "W5061109")
+        assert entry is not None
+        assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
+
+
+def test_entries_that_collide_after_rekeying_keep_the_spelling_a_tool_wrote() -> None:
+    """A user's W5 (confirmed, used later) and a result's #W5 collide: the result's stays."""
+    plain = Kind.build("order", normalize="strip")
+    ledger = Ledger(kinds={"order": plain})
+    state_of(ledger).admit([Batch.one("order", "#W5", "#W5", "orders[*]")], source=LOOKUP)
+    state_of(ledger).next_turn()
+    state_of(ledger).admit(
+        [Batch.one("order", "W5", "W5", "text")], source=USER, verified=False, tier="user"
+    )
+    state_of(ledger).admit([Batch.one("order", "W5", "W5", "arguments")], source=CONFIRM)
+    folded = Ledger.from_json(ledger.to_json(), kinds={"order": ORDER})
+    assert len(folded) == 1
+    assert folded.get("order", "W5").value == "#W5"  # type: ignore[union-attr]
+
+
+def test_two_spellings_tools_wrote_in_one_turn_merge_alike_in_either_order() -> None:
+    """Copies that each took a tool's spelling at the same turn merge to the same entry."""
+    one, two = ledger_of_orders(), ledger_of_orders()
+    written(one, "W5061109", Source("search", "c1", "orders[*]", 0))
+    written(two, "#W5061109")
+    merged = []
+    for held, new in ((one, two), (two, one)):
+        copy = Ledger.from_json(held.to_json(), kinds={"order": ORDER})
+        copy.merge(new)
+        entry = copy.get("order", "W5061109")
+        assert entry is not None
+        merged.append((entry.value, entry.spellings, entry.source))
+    assert merged[0] == merged[1] == ("#W5061109", ("W5061109",), LOOKUP)

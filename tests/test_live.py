@@ -22,7 +22,7 @@ from guardrail.replay import (
     replay_live,
     trace_from_messages,
 )
-from guardrail.replay._live_call import call_failed
+from guardrail.replay._live_call import Ran, call_failed
 
 from .conftest import REPO, call, result, user
 
@@ -395,11 +395,21 @@ def test_files_add_up_to_the_total() -> None:
         (None, ValueError("x"), True),
     ],
 )
-def test_a_live_result_fails_as_the_replay_reads_the_same_result_recorded(
+def test_a_live_result_fails_by_the_rule_every_reader_follows(
     result: Any, raised: BaseException | None, expected: bool
 ) -> None:
-    """call_failed reads a live result as the replay reads it recorded (``Error:`` text too)."""
-    assert call_failed(result, raised) is expected
+    """call_failed reads a live result by the guard's failure rule (``Error:`` text by default)."""
+    guard = Guard(mode="reprompt")
+    assert call_failed(guard, Ran("lookup", {}, result=result, raised=raised)) is expected
+
+
+def test_a_tools_own_failure_rule_decides_its_live_calls() -> None:
+    """A tool declared fails="Sorry" fails live on its own text; its "Error:" text is output."""
+    guard = Guard(mode="reprompt")
+    guard.declare("lookup", effect="read", fails="Sorry")
+    assert call_failed(guard, Ran("lookup", {}, result="Sorry, no such order"))
+    assert not call_failed(guard, Ran("lookup", {}, result="Error: codes E1-E9 are listed"))
+    assert call_failed(guard, Ran("other", {}, result="Error: not found"))  # the guard's default
 
 
 # -- bad input ---------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -23,8 +24,9 @@ from hypothesis.stateful import (
     rule,
 )
 
-from guardrail import Guard, Ledger, Source
+from guardrail import Guard, Id, Ledger, Rejection, Source
 from guardrail._data.batch import Batch
+from guardrail._guard.audit import SilentLogger
 from guardrail.kinds import NormalizeSpec, compile_normalizer
 from guardrail.ledger._ledger import state_of
 
@@ -479,3 +481,99 @@ def test_every_single_edit_of_any_text_id_is_refused_as_a_near_miss(
     assert [f.problem for f in verdict.findings] in (["mutated"], ["truncated"])
     for value in values:  # and no ledger value is refused
         assert guard.check("spend", {"token": value}, ledger=ledger).allowed
+
+
+# -- what a tool receives: the model's own argument, or a spelling a tool wrote -----------------
+
+#: Per normaliser: a pattern for reading the id from user text, and spellings it folds into one.
+SPELLINGS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "prefix:#": (r"#?W\d{7}", ("W5061109", "#W5061109")),
+    "upper": (r"[A-Za-z]{2}\d{2}[A-Za-z]{2}", ("ab12cd", "AB12CD", "Ab12cD")),
+    "lower": (r"[A-Za-z]{2}\d{2}[A-Za-z]{2}", ("AB12CD", "ab12cd", "aB12Cd")),
+    "email": (
+        r"[\w.+-]+@[\w.-]+\.[A-Za-z]{2,}",
+        ("ana@example.com", "ana@Example.com", "ana@EXAMPLE.COM"),
+    ),
+    "url": (
+        r"(?i:https?)://\S+",
+        ("https://example.com/a", "HTTPS://EXAMPLE.COM/a", "https://example.com:443/a"),
+    ),
+    "number": (r"\+?\d+(?:\.\d+)?", ("42", "42.0", "042", "+42")),
+    "strip": (r"W\d{7}", ("W5061109", " W5061109", "W5061109 ")),
+}
+
+#: An identifier parameter of the property's tools.
+Thing = Annotated[str, Id("thing")]
+
+#: One step of a conversation: the user types spelling i, a tool writes spelling i, or the
+#: model calls a read, a write, or a write taking a list (the full check) with spelling i.
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["user", "tool", "read", "write", "write_many"]),
+        st.integers(min_value=0, max_value=3),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("normalizer", sorted(SPELLINGS))
+@settings(max_examples=80, deadline=None, derandomize=True)
+@given(steps=STEPS)
+def test_a_tool_receives_the_models_spelling_or_one_a_tool_wrote(
+    normalizer: str, steps: list[tuple[str, int]]
+) -> None:
+    """Property: a call that runs gets the model's own argument, or a spelling a tool wrote.
+
+    Never a spelling the user typed put in place of the model's: and a spelling a tool wrote
+    reaches a tool as it is.
+    """
+    pattern, spellings = SPELLINGS[normalizer]
+    guard = Guard(mode="reprompt", logger=SilentLogger(), max_reprompts=100)
+    guard.add_kind("thing", pattern=pattern, normalize=normalizer)
+    received: list[str] = []
+    written: list[str] = []
+
+    @guard.tool(produces={"thing_id": "thing"}, effect="read")
+    def lookup() -> dict[str, str]:
+        return {"thing_id": written[-1]}
+
+    @guard.tool(effect="read")
+    def read(thing_id: Thing) -> str:
+        received.append(thing_id)
+        return "ok"
+
+    @guard.tool(effect="write")
+    def write(thing_id: Thing) -> str:
+        received.append(thing_id)
+        return "done"
+
+    @guard.tool(effect="write")
+    def write_many(thing_ids: list[Thing]) -> str:
+        received.extend(thing_ids)
+        return "done"
+
+    calls: dict[str, Callable[[str], object]] = {
+        "read": read,
+        "write": write,
+        "write_many": lambda value: write_many([value]),
+    }
+    with guard.session("p"):
+        for step, number in steps:
+            spelling = spellings[number % len(spellings)]
+            if step == "user":
+                guard.observe_user(f"my id is {spelling} please")
+            elif step == "tool":
+                written.append(spelling)
+                lookup()
+            else:
+                received.clear()
+                answer = calls[step](spelling)
+                if isinstance(answer, Rejection):
+                    assert received == []
+                    continue
+                (got,) = received
+                assert got == spelling or got in written, (spelling, got, written)
+                if spelling in written:
+                    assert got == spelling  # a spelling a tool wrote passes as it is

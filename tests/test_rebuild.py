@@ -64,7 +64,7 @@ ANY = st.one_of(
 FIELDS = (
     *("kind", "key", "state", "turn", "value", "role", "aliases", "source", "first_seen"),
     *("last_used", "verified", "status", "pinned", "epoch", "note", "tier", "outside"),
-    *("mention", "approved", "declined", "tool", "extra"),
+    *("mention", "approved", "declined", "spellings", "tool", "extra"),
 )
 
 
@@ -199,6 +199,7 @@ OPTIONAL = st.fixed_dictionaries(
         ),
         "approved": st.lists(st.text(max_size=3), max_size=2),
         "declined": st.lists(st.text(max_size=3), max_size=2),
+        "spellings": st.lists(st.text(max_size=3), max_size=2),
     },
 )
 
@@ -243,6 +244,7 @@ def test_the_field_lists_are_those_a_live_record_is_written_with() -> None:
             mention={"call": "read(x)", "excerpt": "pay W1"},
             approved=["pay"],
             declined=["send"],
+            spellings=["#W1"],
         )
     )
     written = live_record(entry)

@@ -843,3 +843,56 @@ def test_agent_arguments_that_are_not_json_are_refused_as_malformed(arguments: A
     assert recorded is not None
     assert (recorded.calls, recorded.same, recorded.refused) == (3, 0, 3)
     assert recorded.examples[-1].label.endswith("arguments not a JSON object (refused: malformed)")
+
+
+# -- results read by the tool's failure rule, as at run time --------------------------------------
+
+WHOAMI: dict[str, Any] = {
+    "kinds": {"customer": {"pattern": "cus_[a-z0-9]{6}"}},
+    "tools": {
+        "whoami": {"effect": "read", "produces": {"re:(cus_[a-z0-9]{6})": "customer"}},
+        "close": {"effect": "write", "ids": {"customer_id": "customer"}},
+    },
+}
+
+
+def whoami_trace(text: str) -> Trace:
+    """The agent looks the customer up, the tool answers ``text``, then closes the account."""
+    return trace_from_messages(
+        [
+            user("Close my account"),
+            call("c1", "whoami", {}),
+            result("c1", text),  # no error flag: the tool's own text says what happened
+            call("c2", "close", {"customer_id": "cus_ab12cd"}),
+            result("c2", {"closed": True}),
+        ],
+        id="t",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fails", "text"),
+    [(None, "Error: cus_ab12cd is locked"), ("Sorry", "Sorry, cus_ab12cd is locked")],
+)
+def test_a_recorded_text_is_read_by_the_tools_failure_rule(fails: str | None, text: str) -> None:
+    """An id named only in a result its rule reads as a failure is never harvested."""
+    manifest = json.loads(json.dumps(WHOAMI))
+    if fails is not None:
+        manifest["tools"]["whoami"]["fails"] = fails
+    total = replay(whoami_trace(text), Guard.from_manifest(manifest)).total
+    assert (total.allowed, total.refused) == (1, 1)
+    assert dict(total.false_refusals) == {"invented": 1}
+    assert total.suspect_successes == 0
+
+
+def test_a_success_that_reads_like_an_error_and_yielded_ids_is_warned_about() -> None:
+    """The rule overridden (fails = false): the report names the tool and what to declare."""
+    manifest = json.loads(json.dumps(WHOAMI))
+    manifest["tools"]["whoami"]["fails"] = False
+    report = replay(whoami_trace("Error: cus_ab12cd is locked"), Guard.from_manifest(manifest))
+    total = report.total
+    assert (total.allowed, total.refused, total.suspect_successes) == (2, 0, 1)
+    (example,) = total.suspect_examples
+    assert example.tool == "whoami" and 'fails = "Error" on whoami' in example.label
+    assert report.to_dict()["total"]["suspect_successes"]["total"] == 1
+    assert "Warning: 1 result(s) read as successes" in report.to_text(width=200)

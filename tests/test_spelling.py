@@ -115,6 +115,7 @@ def test_tool_options_are_written_once() -> None:
         "description",
         "egress",
         "outside",
+        "fails",
     }
     assert guardrail.ToolOptions.__optional_keys__ == {
         *guardrail.DeclareOptions.__optional_keys__,

@@ -11,7 +11,7 @@ import pytest
 
 from guardrail import Guard, Id, Rejection
 from guardrail._guard.audit import SilentLogger
-from guardrail._provenance.harvest import failed
+from guardrail._provenance.failure import failed
 
 from .conftest import ORDERS, shop_guard
 
@@ -108,7 +108,7 @@ def test_a_rejection_serialised_by_pydantic_is_read_back_as_a_failure() -> None:
     guard, _ = _guard()
     rejection = _rejection()
     sent = pydantic.TypeAdapter(Any).dump_json(rejection).decode()
-    assert failed(sent)
+    assert failed(None, sent)
     # A tool whose whole result text is scanned for ids: the refusal quotes the invented one.
     guard.declare("find_orders", produces={"re:(#W\\d{7})": "order"}, effect="read")
     assert "#W8855136" in sent

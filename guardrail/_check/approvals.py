@@ -194,7 +194,15 @@ def weigh_value(
             if held is not None and key not in kind.examples:
                 found = (kind, held, False)
                 break
-            if key is not None and not kind.has_pattern and state.typed_by_user(text, kind):
+            # Typed by the user though no entry holds it: a kind with no pattern, or a value of
+            # the kind's shape its pattern took with more around it ("www.our-company.com"
+            # from "...www.our-company.com.They sent"): the check calls it typed by the user,
+            # so the kind's user_typed policy weighs it.
+            if (
+                key is not None
+                and (not kind.has_pattern or kind.matches(text))
+                and state.typed_by_user(text, kind)
+            ):
                 found = (kind, None, True)
                 break
             seen = text_mention(state, kind, text) if key is not None else None

@@ -19,6 +19,7 @@ from typing import Any, Final, NamedTuple
 from guardrail._check.approvals import ask_message, text_mention, weigh_value
 from guardrail._check.nearmiss import near_miss, within_reach
 from guardrail._check.reprompt import dropped_detail, refusal_head, reprompt
+from guardrail._data.entry import respells
 from guardrail._data.text import ARGUMENT_ELLIPSES
 from guardrail._data.verdict import ApprovalRequest, Finding, Problem, TypedId, Verdict
 from guardrail._declare.spec import ParamSpec, ToolSpec
@@ -158,14 +159,14 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 
 
 class Respelling(NamedTuple):
-    """An argument to give its ledger spelling: the parameter, its position, the ledger's value."""
+    """An argument to give the spelling a tool wrote: the parameter, its position, that spelling."""
 
     name: str
     position: int
     value: Any
 
 
-#: The arguments of one call to give their ledger spelling, in parameter order.
+#: The arguments of one call to give the spelling a tool wrote, in parameter order.
 Respellings = list[Respelling]
 
 #: What :func:`allowed_entries` returns for a call allowed outright: the entries it uses,
@@ -187,8 +188,10 @@ def allowed_entries(
     The allowed path of :func:`check_arguments` for plain top-level
     parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
     arguments is ``((), arguments)``). The entries are marked used, and
-    returned with the arguments whose value is not their entry's verbatim
-    value (None, the usual case, when every value is). None sends the call
+    returned with the arguments to give the spelling a tool wrote: those
+    whose value is another spelling of an entry whose value a tool wrote
+    (None, the usual case, when there are none; a value no tool wrote is
+    never put in place of the model's). None sends the call
     through the full check, which also finds the problems; so does a
     normaliser that fails, which the full check reports as a malformed
     value.
@@ -221,7 +224,9 @@ def allowed_entries(
                 else:
                     return None
             used.append(entry)
-            if value != entry.value:  # the tool gets the ledger's spelling, not the model's
+            # Another spelling than the one a tool wrote gets that one; a value no tool wrote
+            # (the user's, a lookup's argument) is never put in place of the model's.
+            if value != entry.value and respells(entry, value):
                 if respelled is None:
                     respelled = []
                 respelled.append(Respelling(name, position, entry.value))
@@ -241,7 +246,10 @@ def check_arguments(
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call.
 
-    The verdict's ``arguments`` give each identifier its ledger spelling.
+    The verdict's ``arguments`` are what the tool runs with: each identifier
+    as the model wrote it, or, where that is another spelling of an id a tool
+    returned, the tool's spelling. Verbatim means as a tool wrote it: a
+    spelling no tool wrote (the user's) never replaces the model's.
     """
     if plan.fast is not None:
         allowed = allowed_entries(plan.fast, plan.read, (), arguments, state)
@@ -256,7 +264,7 @@ def check_arguments(
     typed: list[TypedId] = []
     findings: list[Finding] = []
     asks: list[ApprovalRequest] = []
-    # Values to give their ledger spelling: per parameter, the value as given -> the entry's.
+    # Values to give the spelling a tool wrote: per parameter, the value as given -> the entry's.
     spellings: dict[int, dict[str, str]] = {}
     for index, param in enumerate(plan.params):
         if param.simple:
@@ -284,7 +292,7 @@ def check_arguments(
                             continue
                 if entry is not None:
                     used.append(entry)
-                    if type(value) is str and value != entry.value:
+                    if type(value) is str and respells(entry, value):
                         spellings.setdefault(index, {})[value] = entry.value
                     continue
             outcome = _classify(plan, param, value, text, state)
@@ -325,7 +333,7 @@ def check_arguments(
 def _respelled(
     plan: CheckPlan, arguments: Mapping[str, Any], spellings: Mapping[int, Mapping[str, str]]
 ) -> dict[str, Any]:
-    """A copy of ``arguments`` with each value in ``spellings`` in its ledger spelling.
+    """A copy of ``arguments`` with each value in ``spellings`` as a tool wrote it.
 
     Nested values are replaced in copies of their containers, packed strings
     part by part, and a list given as JSON text stays JSON text.

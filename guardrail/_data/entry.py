@@ -47,7 +47,17 @@ LIVE_FIELDS: tuple[str, ...] = (
     "epoch",
 )
 #: The fields a ``live`` record has only where the entry has some (see :func:`live_record`).
-LIVE_OPTIONAL: tuple[str, ...] = ("note", "tier", "outside", "mention", "approved", "declined")
+LIVE_OPTIONAL: tuple[str, ...] = (
+    "note",
+    "tier",
+    "outside",
+    "mention",
+    "approved",
+    "declined",
+    "spellings",
+)
+#: The most other spellings an entry keeps of its id as tools wrote it (see ``Entry.spellings``).
+SPELLINGS_KEPT = 8
 
 #: Provenance tiers, most permissive first: a value with several sources keeps the first.
 #: ``produced``: a declared field of a successful result; ``minted``: a ``mints=`` parameter
@@ -90,6 +100,45 @@ def raise_tier(entry: Entry, tier: str, outside: bool) -> bool:
     return False
 
 
+#: The source paths of ``produced`` entries whose value no tool result wrote: the ids a call
+#: vouched for by taking them (a lookup that verifies on success; its argument, as the model or
+#: the user wrote it) and a ledger block read back by compaction (it says no more than the
+#: value). Every other produced entry holds the spelling of the declared result place it names.
+UNWRITTEN_PATHS: frozenset[str] = frozenset({"arguments", "ledger_block"})
+
+
+def tool_written(tier: str, path: str) -> bool:
+    """Whether an entry of ``tier`` whose source is ``path`` holds the spelling a tool wrote.
+
+    Verbatim means as a tool wrote it: an entry's value is the spelling of the
+    result that produced it. Only such a value is ever given to a tool in place
+    of the model's own spelling (see :func:`written_by_tool`).
+    """
+    return tier == "produced" and path not in UNWRITTEN_PATHS
+
+
+def written_by_tool(entry: Entry) -> bool:
+    """Whether ``entry.value`` is the spelling a tool's result wrote, not a user's or a model's.
+
+    A user-typed id, one a read took and confirmed, a mint and a mention hold
+    the spelling they came in with; a declared field of a successful result
+    that returns the same id replaces it with its own (:meth:`LedgerState.admit
+    <guardrail.ledger._state.LedgerState.admit>`).
+    """
+    return entry.tier == "produced" and entry.source.path not in UNWRITTEN_PATHS
+
+
+def respells(entry: Entry, value: str) -> bool:
+    """Whether an argument ``value`` that names ``entry`` reaches the tool as ``entry.value``.
+
+    Only another spelling of an id whose value a tool wrote does: a spelling
+    a tool wrote (``value`` or one of ``spellings``) reaches the tool as it
+    is, and so does any spelling of an id no tool wrote (the user's is never
+    put in place of the model's).
+    """
+    return value != entry.value and written_by_tool(entry) and value not in entry.spellings
+
+
 def implied_tier(verified: bool, tool: str) -> str:
     """The tier an entry has when its record names none: what records written before tiers mean."""
     if verified:
@@ -126,6 +175,7 @@ class Entry:
         "pinned",
         "role",
         "source",
+        "spellings",
         "status",
         "tier",
         "value",
@@ -153,6 +203,7 @@ class Entry:
         mention: Mention | None = None,
         approved: frozenset[str] = NOTHING,
         declined: frozenset[str] = NOTHING,
+        spellings: tuple[str, ...] = (),
     ) -> None:
         self.value = value
         self.kind = kind
@@ -176,6 +227,9 @@ class Entry:
         #: The tools the user approved (or declined) this value for, by request.
         self.approved = approved
         self.declined = declined
+        #: Other spellings tools wrote of this id (``value`` is the first), usually none: an
+        #: argument in one of them reaches the tool as it is, never respelled to ``value``.
+        self.spellings = spellings
 
     @property
     def confirmed(self) -> bool:
@@ -271,6 +325,8 @@ def live_record(entry: Entry) -> dict[str, Any]:
         record["approved"] = sorted(entry.approved)
     if entry.declined:
         record["declined"] = sorted(entry.declined)
+    if entry.spellings:
+        record["spellings"] = list(entry.spellings)
     return record
 
 
@@ -311,6 +367,8 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     approved, declined = record.get("approved"), record.get("declined")
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
+    spellings = record.get("spellings")
+    entry.spellings = tuple(spellings) if spellings else ()
     return entry
 
 

@@ -8,6 +8,8 @@ once, into the :class:`~guardrail._declare.spec.ToolSpec` the later steps read.
   ``a.~``) compiled, and walked over results and arguments.
 - :mod:`~guardrail._declare.spec`: ``Id`` annotations, decorator options and
   declarations made one :class:`~guardrail._declare.spec.ToolSpec`.
+- :mod:`~guardrail._declare.failure`: a tool's failure rule (``fails=``): what
+  its results look like when it failed, compiled.
 - :mod:`~guardrail._declare.manifest`: kinds and tools as data (JSON or TOML).
 - :mod:`~guardrail._declare.describe`: how an identifier parameter is described
   to the model in a tool's JSON schema.
@@ -15,5 +17,6 @@ once, into the :class:`~guardrail._declare.spec.ToolSpec` the later steps read.
   them (a mapping, or JSON text) made one mapping.
 
 Imports: :mod:`guardrail.kinds` (normalisers), :mod:`guardrail.errors`, and its
-own modules (``spec`` reads ``paths`` and ``describe``).
+own modules (``spec`` reads ``paths``, ``describe`` and ``failure``; ``failure``
+reads ``paths``).
 """

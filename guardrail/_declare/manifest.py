@@ -21,9 +21,12 @@ absent means ``write``), ``egress`` (a read that sends data out), ``outside``
 (an outside party writes its results: a web page, a received e-mail), ``verifies``
 (``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
 ``ids`` and ``mints`` (parameter path -> kind, list of kinds, or ``{kind, sep}``;
-a mint also ``role``) and ``produces`` (result path or ``re:PATTERN`` -> kind or
+a mint also ``role``), ``produces`` (result path or ``re:PATTERN`` -> kind or
 ``{kind, role, status, note, outside}``, ``note`` a list of fields beside the id or
-``false``). The
+``false``), and ``fails`` (what its results look like when it failed: a text
+prefix, ``"re:PATTERN"``, ``{field, value}``, a list of these, or ``false`` for
+no rule; see :mod:`guardrail._declare.failure`). A top-level ``fails`` is the
+rule of the manifest's tools that declare none. The
 shape is checked with JSON Schema before anything is compiled, and every
 error names the file and the place in it. A JSON key written twice in one
 object (a tool declared twice) is an error, not the last one winning.
@@ -93,6 +96,29 @@ _PRODUCER = {
         },
     ]
 }
+#: One failure rule as data: a text prefix or ``re:PATTERN``, or a field and its value.
+_FAILS_RULE = {
+    "oneOf": [
+        {"type": "string", "minLength": 1},
+        {
+            "type": "object",
+            "properties": {
+                "field": {"type": "string", "minLength": 1},
+                "value": {"type": ["string", "number", "boolean", "null"]},
+            },
+            "required": ["field", "value"],
+            "additionalProperties": False,
+        },
+    ]
+}
+#: ``fails``: a rule, a list of rules, or ``false`` (no rule: see guardrail._declare.failure).
+_FAILS = {
+    "oneOf": [
+        {"const": False},
+        _FAILS_RULE,
+        {"type": "array", "items": _FAILS_RULE, "minItems": 1},
+    ]
+}
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "guardrail manifest",
@@ -101,6 +127,7 @@ SCHEMA: dict[str, Any] = {
         "$schema": {"type": "string"},
         "version": {"const": 1},
         "description": {"type": "string"},
+        "fails": _FAILS,
         "kinds": {
             "type": "object",
             "additionalProperties": {
@@ -137,6 +164,7 @@ SCHEMA: dict[str, Any] = {
                     "ids": {"type": "object", "additionalProperties": _PARAM},
                     "mints": {"type": "object", "additionalProperties": _MINT},
                     "produces": {"type": "object", "additionalProperties": _PRODUCER},
+                    "fails": _FAILS,
                 },
                 "additionalProperties": False,
             },
@@ -242,4 +270,10 @@ def _say(error: jsonschema.ValidationError) -> str:
         )
     if error.validator == "oneOf" and error.schema is _PRODUCER:
         return f"{error.instance!r} is not a kind or {{kind, role, status}}"
+    if error.validator == "oneOf" and (error.schema is _FAILS or error.schema is _FAILS_RULE):
+        return (
+            f"fails {error.instance!r} is not a failure rule: write a text prefix "
+            '("Error:"), a pattern ("re:^Failed"), {field, value} ({field = "status", '
+            'value = "error"}), a list of these, or false (the tool\'s text never says it failed)'
+        )
     return str(error.message)

@@ -28,6 +28,7 @@ from typing import (
 )
 
 from guardrail._declare.describe import KIND_KEY, SEP_KEY, describe_node
+from guardrail._declare.failure import DEFAULT_FAILS, Fails, FailureRule
 from guardrail._declare.paths import EACH, KEY, KEYS, VALUES, Path, Step, compile_path
 from guardrail.errors import GuardrailUsageError
 
@@ -203,6 +204,8 @@ class ToolSpec:
     egress: bool = False
     #: An outside party writes its results (a web page): every id they hold keeps that mark.
     outside: bool = False
+    #: What its results look like when it failed (its own ``fails=``, else the guard's rule).
+    fails: FailureRule = DEFAULT_FAILS
 
     @property
     def confirms_arguments(self) -> bool:
@@ -249,6 +252,14 @@ class DeclareOptions(TypedDict, total=False):
         outside: An outside party writes what the tool returns (a web page,
             a received e-mail): every id its results hold, declared or
             mentioned, keeps the outside mark (default: False).
+        fails: What a result of the tool looks like when it failed, for a
+            tool that reports failure in its result rather than by raising:
+            a text prefix (``"Error:"``), a pattern (``"re:^Failed"``), a
+            field and its value (``{"field": "status", "value": "error"}``),
+            a function ``(result) -> bool``, a list of these, or ``False``
+            (no rule). Not given: the guard's rule (by default, a text that
+            starts ``Error:``). A failed result harvests, verifies and
+            mints nothing (see :mod:`guardrail._declare.failure`).
     """
 
     ids: Mapping[str, ParamDecl] | None
@@ -259,6 +270,7 @@ class DeclareOptions(TypedDict, total=False):
     description: str | None
     egress: bool
     outside: bool
+    fails: Fails
 
 
 class ToolOptions(DeclareOptions, total=False):

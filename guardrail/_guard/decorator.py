@@ -102,7 +102,7 @@ class GuardedTool:
     ) -> AllowedCall | None:
         """The allowed path: the entries a call uses when each id is allowed outright, else None.
 
-        With them come the arguments to give their ledger spelling (None when none).
+        With them come the arguments to give the spelling a tool wrote (None when none).
         """
         plan = self.plans.get(self.name)
         if plan is None or plan.fast is None or plan.spec is not self.spec:
@@ -115,7 +115,7 @@ class GuardedTool:
     def respell(
         self, respelled: Respellings, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The call's arguments with the given parameters set to their ledger spelling.
+        """The call's arguments with the given parameters set to the spelling a tool wrote.
 
         ``kwargs`` is the wrapper's own dict (a call always gets a fresh one);
         ``args`` is copied when a positional value changes. A parameter the
@@ -228,7 +228,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
     The two forms differ only by ``await``. On the allowed path a call costs
     the session look-up, :meth:`GuardedTool.before` and, for the few results
     that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
-    each identifier as the ledger spells it (:meth:`GuardedTool.respell`),
+    each identifier as a tool wrote it (:meth:`GuardedTool.respell`),
     which copies nothing when the model copied every value exactly.
     """
     target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function

@@ -5,7 +5,8 @@ Checks run in the guard's mode (refusals raise, re-prompt, or are only
 logged; a call that waits for the user is put to the inline approver, if
 any; refusals of one tool are counted per turn); records bring in the ids a
 successful result declares (and its mentions), the ids a successful call
-vouches for first, never more new ids per call than ``max_ids_per_call``.
+vouches for first, never more new ids per call than ``max_ids_per_call``; a
+result the tool's failure rule reads as a failure brings nothing in.
 After a change it asks the state to persist it. Every decision is an event
 of its :class:`~guardrail._guard.audit.Audit`.
 """
@@ -30,7 +31,8 @@ from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.arguments import parse_arguments
 from guardrail._guard.audit import Audit
 from guardrail._guard.registry import Registry
-from guardrail._provenance.harvest import Harvest, append_id, failed, recordable, yields_nothing
+from guardrail._provenance.failure import recordable
+from guardrail._provenance.harvest import Harvest, append_id, yields_nothing
 from guardrail._provenance.mentions import admit_mentions, mentioned_in
 from guardrail._provenance.taken import INTRODUCED, taken_ids
 from guardrail.errors import (
@@ -332,19 +334,28 @@ class Engine:
                 self.log_nothing_recorded(state, spec.name, call_id)
             return []
         try:
-            # A failure that came back as a result (an error mapping, a refusal) teaches
-            # nothing: it may echo the very id that was not found. Tested only where the
-            # result could bring something in.
+            # A failure that came back as a result (an "Error: ..." text, an error mapping, a
+            # refusal) teaches nothing: it may echo the very id that was not found. The tool's
+            # failure rule decides (guardrail._provenance.failure), read only where the result
+            # could bring something in: a declared field, a mint, a confirmation, a mention.
             harvested: Harvest | None
-            if not yields_nothing(spec, result):
-                harvested = recordable(spec, result, self.registry.kinds)
-            elif spec.mints or spec.confirms_arguments:
-                harvested = None if failed(result) else Harvest([], [])
-            else:
+            rule_problems: list[str] = []
+            mentions_wanted = trusted and bool(self.registry.mentions or self.registry.text_kinds)
+            if yields_nothing(spec, result) and not (
+                spec.mints or spec.confirms_arguments or mentions_wanted
+            ):
                 harvested = Harvest([], [])
+            else:
+                harvested = recordable(spec, result, self.registry.kinds, rule_problems)
             if harvested is None:
                 self.audit.ids_recorded(
-                    state.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True
+                    state.session_id,
+                    spec.name,
+                    call_id=call_id,
+                    added=(),
+                    verified=(),
+                    error=True,
+                    problems=rule_problems,
                 )
                 return []
             batches, problems = harvested

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from guardrail._check.approvals import read_token
 from guardrail._data.verdict import ApprovalRequest, Verdict
+from guardrail._declare.failure import DEFAULT_FAILS, Fails, compile_fails
 from guardrail._declare.spec import DeclareOptions, ToolOptions, ToolSpec, check_options
 from guardrail._guard.audit import Audit, SilentLogger
 from guardrail._guard.decorator import guarded
@@ -28,6 +29,7 @@ from guardrail._guard.engine import MODES, Approver, Engine, Mode, Options
 from guardrail._guard.patching import Patch
 from guardrail._guard.registry import Registry
 from guardrail._guard.sessions import Sessions, SessionScope, check_session_id
+from guardrail._provenance.failure import result_failed
 from guardrail._provenance.seal import check_sealable, seal_result
 from guardrail.errors import GuardrailUsageError, StaleApproval
 from guardrail.kinds import Kind, KindOptions
@@ -93,6 +95,10 @@ class Guard:
             only. Without it such a call raises :class:`ApprovalRequired` in
             ``raise`` mode, or returns a :class:`Rejection` saying the call
             waits for the user in ``reprompt`` mode.
+        fails: The failure rule of tools that declare no ``fails=``: a text
+            prefix, ``"re:PATTERN"``, ``{"field": ..., "value": ...}``, a
+            function ``(result) -> bool``, a list of these, or ``False``
+            (default: a text starting ``Error:``; see :meth:`failed`).
     """
 
     _registry: Registry
@@ -115,6 +121,7 @@ class Guard:
         max_ids_per_call: int | None = None,
         max_cached_sessions: int = 1024,
         approve: Approver | None = None,
+        fails: Fails = None,
     ) -> None:
         if not isinstance(capacity, int) or capacity < 1:
             raise GuardrailUsageError(f"capacity must be a positive integer, not {capacity!r}")
@@ -129,7 +136,8 @@ class Guard:
             audit = Audit(logger, redact=redact)
         except ValueError as exc:
             raise GuardrailUsageError(str(exc)) from None
-        self._registry = Registry()
+        rule = compile_fails(fails)
+        self._registry = Registry(rule if rule is not None else DEFAULT_FAILS)
         self._sessions = Sessions(
             store=store if store is not None else MemoryStore(),
             kinds=self._registry.kinds,
@@ -179,6 +187,11 @@ class Guard:
     def refuse_undeclared(self) -> bool:
         """Whether a tool the guard does not know is refused (else allowed, and logged)."""
         return self._engine.options.refuse_undeclared
+
+    @property
+    def fails(self) -> Fails:
+        """The failure rule of tools that declare none, as given (None: the default rule)."""
+        return self._registry.fails.declared
 
     @property
     def default_session(self) -> str | None:
@@ -428,7 +441,8 @@ class Guard:
         """Check one call without running anything; only last-use times change when allowed.
 
         The verdict's ``arguments`` are the ones to run the tool with: each
-        identifier as the ledger spells it.
+        identifier as the model wrote it, or as a tool wrote another
+        spelling of it (never the user's spelling in place of the model's).
         """
         if session is None:  # no context manager on the way: this is the allowed path
             return self._engine.check(name, arguments, self._ledger(ledger))
@@ -450,7 +464,7 @@ class Guard:
         (run the tool anyway). Raises :class:`IdentifierViolation` in
         ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
         run out. Runtimes call this, run the tool with
-        ``verdict.arguments`` (each identifier as the ledger spells it),
+        ``verdict.arguments`` (each identifier as a tool wrote it),
         then call :meth:`record`.
         """
         if session is None:
@@ -496,8 +510,9 @@ class Guard:
             name: The tool that ran.
             arguments: What it was called with (a mapping, or JSON text).
             result: What it returned: any JSON-like value, model or text.
-            error: The call failed: nothing is recorded. So is a result that
-                is an error in success's clothing (an error mapping or its
+            error: The call failed: nothing is recorded. So is a result the
+                tool's failure rule reads as a failure (see :meth:`failed`: by
+                default a text starting ``Error:``, an error mapping or its
                 JSON text, a refusal's text, a :class:`Rejection`).
             call_id: The call's id, kept as the entries' provenance.
             ledger: Record into this ledger, not the current session's.
@@ -522,6 +537,16 @@ class Guard:
                 call_id=call_id,
                 trusted=trusted,
             )
+
+    def failed(self, name: str, result: Any) -> bool:
+        """Whether the tool ``name``'s ``result`` is a failure, by the one rule every reader uses.
+
+        Its ``fails=`` (else the guard's), or whatever fails under any rule (a
+        refusal, an error shape, a runtime's failure text): a failed result
+        yields nothing (:mod:`guardrail._provenance.failure`).
+        """
+        spec = self._registry.specs.get(name)
+        return result_failed(spec.fails if spec is not None else self._registry.fails, result)
 
     # -- the user's answers ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from guardrail._check.plan import CheckPlan, compile_plan
+from guardrail._declare.failure import DEFAULT_FAILS, FailureRule, compile_fails
 from guardrail._declare.manifest import read_manifest
 from guardrail._declare.spec import (
     EFFECTS,
@@ -51,7 +52,9 @@ class Registry:
     looked up while another tool is being declared is always there.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, fails: FailureRule = DEFAULT_FAILS) -> None:
+        #: The guard's failure rule: that of every tool that declares none (``Guard(fails=)``).
+        self.fails = fails
         self.kinds: dict[str, Kind] = {}
         self.specs: dict[str, ToolSpec] = {}
         #: Where each tool was declared (a function's module and qualname, guard.declare or
@@ -94,6 +97,7 @@ class Registry:
             egress=options.get("egress", False),
             outside=options.get("outside", False),
             description=options.get("description") or "",
+            fails=options.get("fails"),
         )
         self._register(spec, origin)
         return spec
@@ -106,15 +110,18 @@ class Registry:
         data = read_manifest(manifest)
         where = "manifest" if isinstance(manifest, Mapping) else str(manifest)
         origin = "manifest" if isinstance(manifest, Mapping) else f"manifest {where}"
-        trial = Registry()
+        trial = Registry(self.fails)
         trial.kinds = dict(self.kinds)
         trial.specs = dict(self.specs)
         trial.origins = dict(self.origins)
         try:
+            # The manifest's own rule, for its tools that declare none (a tool's own wins).
+            fails = compile_fails(data.get("fails"))
             for name, options in data.get("kinds", {}).items():
                 trial.add_kind(name, **options)
             for name, options in data["tools"].items():
-                trial.declare(name, origin=origin, **options)
+                given = {"fails": fails, **options} if fails is not None else options
+                trial.declare(name, origin=origin, **given)
         except GuardrailUsageError as exc:
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
         # In place: open ledgers hold this very mapping for normalising.
@@ -172,6 +179,7 @@ class Registry:
             egress=options.get("egress", False),
             outside=options.get("outside", False),
             description=_description(options.get("description"), function),
+            fails=options.get("fails"),
             positions=at,
             defaults=defaults,
         )
@@ -194,6 +202,7 @@ class Registry:
         outside: object = False,
         positions: Mapping[str, int] | None = None,
         defaults: Mapping[str, Any] | None = None,
+        fails: object = None,
     ) -> ToolSpec:
         if not isinstance(name, str) or not name:
             raise GuardrailUsageError(f"a tool needs a non-empty name, not {name!r}")
@@ -229,6 +238,7 @@ class Registry:
                 f"tool {name!r}: only a write tool mints ids (mints= needs effect='write')",
                 tool=name,
             )
+        rule = compile_fails(fails, tool=name)
         return ToolSpec(
             name=name,
             params=tuple(params),
@@ -241,6 +251,7 @@ class Registry:
             outside=outside,
             positions=dict(positions or {}),
             defaults=dict(defaults or {}),
+            fails=rule if rule is not None else self.fails,
         )
 
     def _require_kind(self, kind: str, *, tool: str, where: str) -> None:

@@ -2,6 +2,9 @@
 
 - :mod:`~guardrail._provenance.harvest`: a result in, the ids at its declared
   places out (JSON paths, ``Id`` fields, a ``$`` or ``re:`` producer).
+- :mod:`~guardrail._provenance.failure`: whether a result is a failure, by the
+  tool's failure rule (``fails=``): the one rule every reader of results
+  follows; a failed result yields nothing.
 - :mod:`~guardrail._provenance.notes`: a few words from the record an id came
   from, so a model can tell one id from another (never harvested).
 - :mod:`~guardrail._provenance.mentions`: values of a kind's shape in a result's
@@ -13,5 +16,5 @@
 
 Imports: :mod:`guardrail._declare`, :mod:`guardrail.ledger`,
 :mod:`guardrail._transcript`, :mod:`guardrail.kinds` and below; its own modules
-in the order above (``mentions`` and ``taken`` read ``harvest``).
+in the order above (``failure``, ``mentions`` and ``taken`` read ``harvest``).
 """

@@ -22,7 +22,6 @@ from guardrail._data.batch import Batch
 from guardrail._declare.paths import EACH, KEY, Path
 from guardrail._declare.spec import Producer, ToolSpec, type_producers
 from guardrail._provenance.notes import DEFAULT_NOTES, declared_note, default_note
-from guardrail._transcript.result_text import Refusal, is_failure, is_refusal
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
 
@@ -191,44 +190,6 @@ def _as_json(match: re.Match[str]) -> str:
     return f'"{body}"' if '"' not in body else json.dumps(body, ensure_ascii=False)
 
 
-# -- failures that look like results ----------------------------------------------------------
-
-
-def failed(result: Any) -> bool:
-    """Whether a result that came back as a success is an error or a refusal, not a result.
-
-    True for a refusal (a :class:`~guardrail._transcript.messages.Refusal`, as a
-    ``Rejection`` is); a mapping (or the JSON text of one) whose top-level
-    ``"error"`` is truthy or whose ``"is_error"`` or ``"isError"`` is
-    ``true``; a refusal's text (:func:`guardrail._transcript.messages.is_refusal`); and
-    the text guardrail writes for a call that failed or never ran
-    (:func:`guardrail._transcript.messages.is_failure`). Nothing is learned from such a
-    result: it may echo the very id that was not found.
-    """
-    value, text = decode(result, [])
-    return _failed(value, text)
-
-
-def _failed(value: Any, text: str | None) -> bool:
-    """:func:`failed` for a result already decoded into its value and its text."""
-    if text is not None and (is_refusal(text) or is_failure(text)):
-        return True
-    if isinstance(value, Mapping):
-        try:
-            return (
-                bool(value.get("error"))
-                or value.get("is_error") is True
-                or value.get("isError") is True
-            )
-        except Exception:  # an error field that cannot say whether it is set
-            return True
-    if isinstance(value, str):
-        return is_refusal(value) or is_failure(value)
-    if type(value) in OPAQUE_TYPES or isinstance(value, (list, bytes)):
-        return False
-    return isinstance(value, Refusal)
-
-
 def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     """The values a producer reaches, with the status beside each where it reads one."""
     if producer.regex is not None:
@@ -301,22 +262,13 @@ def harvest(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest:
     """
     problems: list[str] = []
     value, text = decode(result, problems)
-    return _batches(spec, value, text, problems, kinds)
+    return batches_of(spec, value, text, problems, kinds)
 
 
-def recordable(spec: ToolSpec, result: Any, kinds: Mapping[str, Kind]) -> Harvest | None:
-    """:func:`harvest`, or None for a result that :func:`failed` (decoded once)."""
-    problems: list[str] = []
-    value, text = decode(result, problems)
-    if _failed(value, text):
-        return None
-    return _batches(spec, value, text, problems, kinds)
-
-
-def _batches(
+def batches_of(
     spec: ToolSpec, value: Any, text: str | None, problems: list[str], kinds: Mapping[str, Kind]
 ) -> Harvest:
-    """The batches of a decoded result, and the problems met reading it."""
+    """The batches of a decoded result (see :func:`decode`), and the problems met reading it."""
     # A tool that declares no result paths is read by the annotations of what it returned.
     plan = spec.produces or _structured_producers(value, problems)
     if not plan:

@@ -42,7 +42,10 @@ def taken_ids(
     """
     if spec.confirms_arguments:
         if verdict is None or not verdict.allowed:
-            return unintroduced(argument_ids(kinds, spec.params, arguments, problems), state)
+            # Under the one path that names a call's taken ids: their spelling is the call's,
+            # never one a result wrote (see guardrail._data.entry.tool_written).
+            named = argument_ids(kinds, spec.params, arguments, problems)
+            return unintroduced([batch._replace(path=ARGUMENTS) for batch in named], state)
         taken: list[Batch] = []
         for typed in verdict.typed:
             append_id(taken, typed.kind, ARGUMENTS, typed.value, typed.key)

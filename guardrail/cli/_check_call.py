@@ -11,7 +11,11 @@ in the order given: each ``--user`` is a user message, each ``--result`` a
 result recorded (``{"tool": ..., "arguments": {...}, "result": ..., "error":
 false}``, or a list of them), then ``--call`` (``{"tool": ..., "arguments":
 {...}}``) is checked. The exit code is 0 for an allowed call, 1 for a
-refused one, 2 for an error of use.
+refused one, 2 for an error of use. A result is read as the guard reads it at
+run time, by the tool's failure rule (``fails``; by default a text starting
+``Error:`` is a failure), and a result taken for a success whose text reads
+like an error (``Error``, ``Not found``, ``Invalid``...) and yielded ids is
+warned about, with what to declare.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from rich.text import Text
 from guardrail._data.verdict import Verdict
 from guardrail._guard.audit import SilentLogger
 from guardrail._guard.facade import Guard
+from guardrail._provenance.failure import suspect_success
 from guardrail.errors import BroadPatternWarning, GuardrailUsageError
 from guardrail.kinds._words import COMMON_WORDS
 from guardrail.ledger import Ledger
@@ -196,7 +201,13 @@ def run_check(args: argparse.Namespace, console: Console) -> int:
                 continue
             for result in _results(raw):
                 name, given = _call(result, "--result")
-                guard.record(name, given, result["result"], bool(result.get("error", False)))
+                error = bool(result.get("error", False))
+                guard.record(name, given, result["result"], error)
+                spec = guard.specs.get(name)
+                if not error and spec is not None:
+                    suspect = suspect_success(spec, result["result"], guard.kinds)
+                    if suspect is not None:  # read as a success, though it reads like an error
+                        notes.append(suspect.advice)
         verdict = guard.check(tool, arguments)
     if args.json:
         console.print_json(json.dumps(_outcome(verdict, ledger, notes), default=str))
@@ -241,16 +252,16 @@ def _print_verdict(
         console.print(Text(f"{verdict.tool}: allowed", style="bold green"))
         changed = _respelled(verdict, arguments)
         if changed:
-            console.print(f"runs with the ledger's spelling: {changed}")
+            console.print(Text(f"runs with the spelling a tool returned: {changed}"))
     else:
         console.print(Text(f"{verdict.tool}: refused", style="bold red"))
     if verdict.findings:
         table = Table("problem", "param", "value", "kind", "nearest role", "detail")
         for finding in verdict.findings:
-            table.add_row(
+            table.add_row(  # values as text: an id or a pattern is never read as markup
                 finding.problem,
-                finding.param,
-                finding.to_dict()["value"],
+                Text(finding.param),
+                Text(finding.to_dict()["value"]),
                 finding.kind,
                 finding.nearest_role or "",
                 finding.detail,
@@ -263,7 +274,7 @@ def _print_verdict(
 
 
 def _respelled(verdict: Verdict, arguments: Any) -> str:
-    """The arguments the tool would get in the ledger's spelling, as ``param: given -> ledger``."""
+    """The arguments the check respelled as a tool returned them, as ``param: given -> tool's``."""
     given = arguments if isinstance(arguments, Mapping) else {}
     ran = verdict.arguments or {}
     return ", ".join(
@@ -283,8 +294,12 @@ def _print_ledger(console: Console, ledger: Ledger) -> None:
         source = (
             "user" if entry.source.tool == "user" else f"{entry.source.tool} {entry.source.path}"
         )
-        table.add_row(
-            entry.role, entry.kind, entry.value, "yes" if entry.verified else "no", source
+        table.add_row(  # as text: "re:([a-z]+)" or an id in brackets is never read as markup
+            entry.role,
+            entry.kind,
+            Text(entry.value),
+            "yes" if entry.verified else "no",
+            Text(source),
         )
     console.print(table)
 

@@ -337,7 +337,11 @@ def _compact(
         if summarize is None:
             limit = options.get("summary_chars", DEFAULT_SUMMARY_CHARS)
             summary = extractive_summary(
-                part, roles, max_chars=limit, notes=shown_notes(state, carried)
+                part,
+                roles,
+                max_chars=limit,
+                notes=shown_notes(state, carried),
+                failed=guard.failed if guard is not None else None,
             )
         else:
             summary = summarize(part, roles)

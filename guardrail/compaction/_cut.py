@@ -15,6 +15,7 @@ from itertools import repeat
 from typing import TYPE_CHECKING
 
 from guardrail._data.batch import Batch
+from guardrail._provenance.failure import failed
 from guardrail._provenance.harvest import harvest
 from guardrail._provenance.seal import seal_verifies
 from guardrail._transcript.messages import Message, Transcript
@@ -174,6 +175,8 @@ def harvest_results(
             if spec is None or call is None or result.error:  # a failure teaches nothing
                 continue
             value = result.text_value if sealed_only else result.value
+            if failed(spec, value):  # by the tool's failure rule ("Error: ...", by default)
+                continue
             if not fresh and not _news(harvest(spec, value, guard.kinds).batches, state, guard):
                 continue
             trusted = not sealed_only or seal_verifies(

@@ -14,8 +14,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from guardrail._provenance.harvest import failed
-from guardrail._transcript.messages import Call, Message, Result, read, refused
+from guardrail._provenance.failure import failed
+from guardrail._transcript.messages import Call, Message, read, refused
 from guardrail.errors import GuardrailUsageError
 
 #: The first line of a summary in a compacted context, right after the ledger block.
@@ -61,6 +61,7 @@ def extractive_summary(
     *,
     max_chars: int = DEFAULT_SUMMARY_CHARS,
     notes: Mapping[str, str] | None = None,
+    failed: Callable[[str, Any], bool] | None = None,
 ) -> str:
     """A summary made of pieces of the conversation itself: no model, deterministic, bounded.
 
@@ -70,7 +71,10 @@ def extractive_summary(
     ``notes``, ``{role: note}``, where it has one), then the open items:
     a last request not yet answered and the agent's last questions. Longer
     than ``max_chars``, it keeps the earlier summary, the first request and
-    the latest lines, and says how many lines it left out.
+    the latest lines, and says how many lines it left out. ``failed(tool,
+    result)`` says whether a result is a failure (``compact`` gives the
+    guard's :meth:`~guardrail.Guard.failed`; default: the default rule, a text
+    starting ``Error:``, an error shape or a flag).
     """
     del roles  # the text already names identifiers by role
     if not isinstance(max_chars, int) or max_chars < 200:
@@ -99,7 +103,8 @@ def extractive_summary(
             lines.append(f"- Agent: {_clip(_lead(message.text), width)}")
         for call in message.calls:
             called = _clip(_call_text(call.name, call.arguments), width)
-            lines.append(f"- Agent called {called}{_outcome(call, width, notes or {})}")
+            outcome = _outcome(call, width, notes or {}, failed or _default_failed)
+            lines.append(f"- Agent called {called}{outcome}")
             last_user = None
     open_items = []
     if last_user is not None:
@@ -189,13 +194,15 @@ REFUSED_OUTCOME = "refused by guardrail; the tool did not run"
 _RETURNED = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
 
 
-def _outcome(call: Call, width: int, notes: Mapping[str, str]) -> str:
+def _outcome(
+    call: Call, width: int, notes: Mapping[str, str], failed: Callable[[str, Any], bool]
+) -> str:
     result = call.result
     if result is None:
         return " (no result yet)"
     if refused(result.text, result.data):
         return f" -> {REFUSED_OUTCOME}"
-    if _failed(result):
+    if result.error or failed(call.name, result.value):
         return f" -> failed: {_clip(result.text, width // 2)}"
     taken = set(_RETURNED.findall(_call_text(call.name, call.arguments)))
     return f" -> {_returned(result.text, taken, width, notes)}"
@@ -226,9 +233,10 @@ def _returned(text: str, taken: set[str], width: int, notes: Mapping[str, str]) 
     return ", ".join(shown)
 
 
-def _failed(result: Result) -> bool:
-    """A result marked as an error, or an error in success's clothing (``{"error": ...}``)."""
-    return result.error or result.text.lstrip().startswith("Error") or failed(result.value)
+def _default_failed(tool: str, result: Any) -> bool:
+    """A result the default failure rule reads as a failure (no guard says the tool's own)."""
+    del tool
+    return failed(None, result)
 
 
 # -- a chat model as summarizer -------------------------------------------------------------
@@ -253,7 +261,7 @@ def _render_one(message: Message) -> list[str]:
         if refused(result.text, result.data):
             flag = f" ({REFUSED_OUTCOME})"
         else:
-            flag = " (failed)" if _failed(result) else ""
+            flag = " (failed)" if result.error or failed(None, result.value) else ""
         name = result.name or (result.call.name if result.call is not None else "a tool")
         out.append(f"tool result{flag} for {name}: {result.text.strip()}")
     return out

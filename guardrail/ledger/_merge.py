@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guardrail._data.entry import Record, implied_tier, provenance_order
+from guardrail._data.entry import (
+    SPELLINGS_KEPT,
+    Record,
+    implied_tier,
+    provenance_order,
+    tool_written,
+)
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
 #: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is
@@ -40,7 +46,9 @@ def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Recor
     - between marks, the later turn wins (on a tie, an eviction over a
       removal over a drop mark);
     - two live entries become one: verified if either is (the value and
-      source of the verified copy), first seen at the earlier turn, last
+      source of the copy whose value a tool wrote, the earlier if both,
+      else of the verified copy: verbatim means as a tool wrote it; the
+      other spellings tools wrote kept beside it), first seen at the earlier turn, last
       used at the later (with that use's status and note), pinned if either is, the
       held role kept and the other's names added as aliases.
 
@@ -65,10 +73,14 @@ def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Recor
 def _combine(held: Record, new: Record) -> Record:
     """Two live copies of one entry as one, whichever order they come in (but the role)."""
     merged = dict(held)
-    if new["verified"] and not held["verified"]:
-        merged["verified"] = True
+    if _spelling_order(new) < _spelling_order(held):
         merged["value"] = new["value"]
         merged["source"] = new["source"]
+    merged["verified"] = bool(held["verified"] or new["verified"])
+    spellings = _spellings(merged["value"], held, new)
+    merged.pop("spellings", None)
+    if spellings:
+        merged["spellings"] = spellings
     merged["first_seen"] = min(held["first_seen"], new["first_seen"])
     if _status_order(new) > _status_order(held):
         merged["status"] = new["status"]
@@ -114,6 +126,30 @@ def _combine_provenance(merged: dict[str, Any], held: Record, new: Record) -> No
         merged["approved"] = sorted(approved)
     if declined:
         merged["declined"] = sorted(declined)
+
+
+def _spelling_order(record: Record) -> tuple[int, int, str]:
+    """Which copy's value (and source) a merge keeps: lower first.
+
+    Verbatim means as a tool wrote it: a spelling a tool wrote first (the
+    earliest, as an entry keeps the first one; the same turn, by the text, so
+    either order of two copies keeps the same), then a verified value, then
+    any other.
+    """
+    if tool_written(_provenance(record)[0], record["source"]["path"]):
+        return 0, record["source"]["turn"], record["value"]
+    return (1 if record["verified"] else 2), 0, ""
+
+
+def _spellings(value: str, held: Record, new: Record) -> list[str]:
+    """The other spellings tools wrote of a merged entry's id (``value`` is its own), bounded."""
+    found: dict[str, None] = {}
+    for record in (held, new):
+        if _spelling_order(record)[0] == 0:  # its value is a tool's spelling too
+            found[record["value"]] = None
+        found.update(dict.fromkeys(record.get("spellings", ())))
+    found.pop(value, None)
+    return sorted(found)[:SPELLINGS_KEPT]  # sorted: either order of two copies keeps the same
 
 
 def _provenance(record: Record) -> tuple[str, bool]:

@@ -187,6 +187,7 @@ def _entry(
         entry.outside = False
         entry.mention = None
         entry.approved = entry.declined = NOTHING
+        entry.spellings = ()
         return entry
     return entry if _provenance(entry, extra) else None
 
@@ -199,6 +200,7 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     mention = record.get("mention")
     approved = record.get("approved", ())
     declined = record.get("declined", ())
+    spellings = record.get("spellings", ())
     if not (
         ("note" not in record or type(note) is str)
         and (tier is None or (type(tier) is str and tier in _TIERS))
@@ -218,6 +220,8 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
         and (type(declined) is list or "declined" not in record)
         and _strings(approved)
         and _strings(declined)
+        and (type(spellings) is list or "spellings" not in record)
+        and _strings(spellings)
     ):
         return False
     entry.note = note
@@ -226,6 +230,7 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
+    entry.spellings = tuple(spellings) if spellings else ()
     return True
 
 

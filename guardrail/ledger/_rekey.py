@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from operator import attrgetter
 
-from guardrail._data.entry import Entry, Tombstone
+from guardrail._data.entry import SPELLINGS_KEPT, Entry, Tombstone, written_by_tool
 from guardrail.kinds import Kind
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._state import LedgerState
@@ -25,7 +25,8 @@ def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
     The normaliser is authoritative: a saved key that is not what it makes
     of the saved value (an older normaliser, or an edited file) would
     vouch for an id nobody saw. Entries that now share a key become one,
-    the verified (else more recently used) one, keeping the other's roles
+    the one whose value a tool wrote, else the verified (else more recently
+    used) one, keeping the other's roles
     as aliases; an entry whose value it can no longer read is dropped,
     leaving a tombstone.
     """
@@ -44,6 +45,15 @@ def use_kinds(state: LedgerState, kinds: Mapping[str, Kind]) -> None:
                 _rekey(state, name, [key(entry.value) for entry in table.values()])
 
 
+def _rank(entry: Entry) -> tuple[bool, bool, int]:
+    """Which of two entries that now share a key stays: higher first.
+
+    One whose value a tool wrote (verbatim means as a tool wrote it), then a
+    verified one, then the more recently used.
+    """
+    return written_by_tool(entry), entry.verified, entry.last_used
+
+
 def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:
     """Rebuild ``kind``'s table under ``keys`` (one per entry, in order), merging collisions."""
     table = state.tables[kind]
@@ -58,12 +68,13 @@ def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:
             entry.key = key
             rebuilt[key] = entry
             continue
-        keep, lose = (
-            (held, entry)
-            if (held.verified, held.last_used) >= (entry.verified, entry.last_used)
-            else (entry, held)
-        )
+        keep, lose = (held, entry) if _rank(held) >= _rank(entry) else (entry, held)
         keep.key = key
+        if written_by_tool(keep) and written_by_tool(lose):  # two spellings tools wrote
+            others = (lose.value, *lose.spellings, *keep.spellings)
+            keep.spellings = tuple(dict.fromkeys(other for other in others if other != keep.value))[
+                :SPELLINGS_KEPT
+            ]
         keep.first_seen = min(keep.first_seen, lose.first_seen)
         keep.pinned = keep.pinned or lose.pinned
         for name in (lose.role, *lose.aliases):

@@ -71,6 +71,8 @@ class LiveRecord(TypedDict):
     mention: NotRequired[SavedMention]
     approved: NotRequired[list[str]]
     declined: NotRequired[list[str]]
+    #: Other spellings tools wrote of the id (records of earlier versions have none).
+    spellings: NotRequired[list[str]]
 
 
 @_strict

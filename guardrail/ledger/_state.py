@@ -34,7 +34,18 @@ from operator import attrgetter
 from typing import Any
 
 from guardrail._data.batch import Batch
-from guardrail._data.entry import NOTHING, Admitted, Dropped, Entry, Source, Tombstone, raise_tier
+from guardrail._data.entry import (
+    NOTHING,
+    SPELLINGS_KEPT,
+    UNWRITTEN_PATHS,
+    Admitted,
+    Dropped,
+    Entry,
+    Source,
+    Tombstone,
+    raise_tier,
+    tool_written,
+)
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._index import KeyIndex
@@ -271,7 +282,13 @@ class LedgerState:
         fit are taken out again, newest first, as drop marks too. ``tier``:
         the provenance of batches that name none (default: ``produced`` when
         ``verified``, else ``introduced``); an id already present keeps the
-        more permissive (:func:`~guardrail._data.entry.raise_tier`).
+        more permissive (:func:`~guardrail._data.entry.raise_tier`). An id
+        already present whose value no tool wrote (the user's spelling, a
+        lookup's argument) takes the spelling of a declared result field that
+        returns it, with that field as its source
+        (:func:`~guardrail._data.entry.written_by_tool`); one a tool wrote
+        keeps its spelling, and another spelling a tool writes of it is kept
+        in its ``spellings`` (bounded), so it reaches a tool as it is.
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
@@ -302,9 +319,19 @@ class LedgerState:
                 ):
                     entry = table.get(key)
                     if entry is not None:
-                        if verified and not entry.verified:
-                            entry.verified = True
-                            entry.source = where
+                        # Believed again: verified, or (see upgrade) spelled as the tool wrote it.
+                        if (
+                            verified
+                            and (
+                                not entry.verified
+                                or value != entry.value
+                                or entry.tier != "produced"
+                                or entry.source.path in UNWRITTEN_PATHS
+                            )
+                            and self.upgrade(
+                                entry, value, where, spelled=tool_written(level, where.path)
+                            )
+                        ):
                             upgraded.append(entry)
                         fresh_status = status is not None and status != entry.status
                         if fresh_status:
@@ -341,6 +368,7 @@ class LedgerState:
                     entry.pinned, entry.aliases, entry.epoch = False, (), 0
                     entry.tier, entry.outside, entry.mention = level, outside, None
                     entry.approved = entry.declined = NOTHING
+                    entry.spellings = ()
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -368,6 +396,40 @@ class LedgerState:
             taken = take_back(self, added, revived)
             dropped = mark_dropped(self, taken, skipped, tool, source)
         return Admitted(added, upgraded, evicted, dropped)
+
+    def upgrade(self, entry: Entry, value: str, source: Source, *, spelled: bool) -> bool:
+        """A believed result returned ``entry``'s id as ``value``; True if that verified it.
+
+        ``spelled``: a declared result field wrote ``value``. Verbatim means as
+        a tool wrote it: an entry whose value no tool wrote (the user's
+        spelling, a lookup's argument) takes this spelling and source; the
+        user's spelling stays matchable by the key and is never given to a
+        tool in place of the model's. An entry a tool wrote keeps its value,
+        and another spelling is kept in its ``spellings`` (bounded), so an
+        argument in it reaches the tool as it is. Otherwise (a lookup that
+        confirms what it took) an unverified entry is verified, its source
+        the confirming call's.
+        """
+        written = entry.tier == "produced" and entry.source.path not in UNWRITTEN_PATHS
+        if spelled and written:
+            if (
+                value != entry.value
+                and value not in entry.spellings
+                and len(entry.spellings) < SPELLINGS_KEPT
+            ):
+                entry.spellings = (*entry.spellings, value)
+                self.changed(entry.kind, entry.key)
+            return False
+        if spelled:
+            entry.value = value
+            self.changed(entry.kind, entry.key)
+        elif entry.verified:
+            return False
+        entry.source = source
+        if entry.verified:
+            return False
+        entry.verified = True
+        return True
 
     def backdate(self, entry: Entry, *, first_seen: int, last_used: int) -> None:
         """Give an entry just admitted the turns an earlier copy of it had (a ledger block's).

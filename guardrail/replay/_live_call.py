@@ -15,12 +15,13 @@ import json
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
-from guardrail._provenance.harvest import failed
 from guardrail._transcript.result_text import failure_text
 from guardrail.replay._live_stats import Respelling
-from guardrail.replay._traces import parse_message
+
+if TYPE_CHECKING:
+    from guardrail import Guard
 
 #: ``{name: callable}``: the tools of one environment.
 Tools: TypeAlias = Mapping[str, Callable[..., Any]]
@@ -29,32 +30,16 @@ Tools: TypeAlias = Mapping[str, Callable[..., Any]]
 Snapshot: TypeAlias = dict[tuple[str, str], tuple[str, bool, int]]
 
 
-def call_failed(result: Any, raised: BaseException | None) -> bool:
+def call_failed(guard: Guard, ran: Ran) -> bool:
     """Whether a live call failed: the one place the live replay reads success.
 
-    A call failed when the tool raised, when its result is an error in
-    success's clothing (:func:`guardrail._provenance.harvest.failed`: an
-    error mapping, a refusal), or when the result reads as a failure the
-    way the replay reads a recorded result (:func:`parse_message`: a text
-    that says ``Error:``), so a live run and a replay of its recording judge
-    a result alike.
+    A call failed when its tool raised, or when the tool's failure rule reads
+    its result as a failure (:meth:`guardrail.Guard.failed`: its ``fails=``,
+    else the guard's; an error shape or a refusal under any rule): the rule
+    every reader of results follows, so both sides of a live run, the guard
+    itself and a replay of the recording judge a result alike.
     """
-    if raised is not None:
-        return True
-    if failed(result):
-        return True
-    value = None if isinstance(result, str) else _jsonable(result)
-    message, _ = parse_message({"role": "tool", "content": _text(result), "result": value})
-    return message is not None and message.error
-
-
-def _jsonable(result: Any) -> Any:
-    from pydantic_core import to_jsonable_python
-
-    try:
-        return to_jsonable_python(result)
-    except Exception:  # not JSON-like: its text
-        return str(result)
+    return ran.raised is not None or guard.failed(ran.tool, ran.result)
 
 
 def _text(result: Any) -> str:
@@ -79,11 +64,6 @@ class Ran:
     raised: BaseException | None = None
     #: The ledger when the tool was called (guarded side only).
     before: Snapshot | None = None
-
-    @property
-    def failed(self) -> bool:
-        """Whether the call failed (:func:`call_failed`)."""
-        return call_failed(self.result, self.raised)
 
     @property
     def text(self) -> str:

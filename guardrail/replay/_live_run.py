@@ -29,7 +29,14 @@ from guardrail._guard.facade import Guard
 from guardrail._transcript.result_text import is_refusal, split_seal
 from guardrail.errors import GuardrailUsageError, RepromptLimitExceeded
 from guardrail.replay._arguments import leaves
-from guardrail.replay._live_call import Ran, Snapshot, Tools, recording, respellings
+from guardrail.replay._live_call import (
+    Ran,
+    Snapshot,
+    Tools,
+    call_failed,
+    recording,
+    respellings,
+)
 from guardrail.replay._live_stats import (
     FAILED,
     NOT_RUN,
@@ -289,7 +296,7 @@ class LiveRun:
             if runs and runs[0][0].tool == planned.call.name and runs[0][0].answer == text:
                 one, after = runs.pop(0)
                 gained = _gained(one.before or {}, after or {})
-                outcome = FAILED if one.failed else SUCCEEDED
+                outcome = FAILED if call_failed(self.guard, one) else SUCCEEDED
                 out[id(planned)] = _Guarded(outcome, text, ran=one, ids=gained)
             elif is_refusal(text):
                 out[id(planned)] = _Guarded(
@@ -433,7 +440,7 @@ class LiveRun:
         """Count one call: its baseline, its outcome behind the guard, and what they differ in."""
         stats, live = self.stats, self.live
         live.calls += 1
-        base_ok = not base.failed
+        base_ok = not call_failed(self.guard, base)
         live.unguarded[SUCCEEDED if base_ok else FAILED] += 1
         live.guarded[behind.outcome] += 1
         if planned.recorded is not None:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 
 from guardrail._data.text import has_token
 from guardrail._guard.facade import Guard
+from guardrail._provenance.failure import failed
 from guardrail._provenance.harvest import harvest
 from guardrail._transcript.content import strings
 from guardrail._transcript.messages import Shape, default_role, read, text_message, write
@@ -369,7 +370,7 @@ def _produced_before(
         out.append(frozenset(seen))
         for result in message.results:
             spec = guard.specs.get(result.name or "")
-            if spec is None or result.error:
+            if spec is None or result.error or failed(spec, result.value):
                 continue
             found = harvest(spec, result.value, guard.kinds).batches
             seen.update((batch.kind, key) for batch in found for key in batch.keys)

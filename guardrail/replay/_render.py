@@ -76,6 +76,8 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     # Above the table, not its title: a title wraps at the table's width.
     yield Text(false_refusals_line(total))
     yield _false_refusals(report)
+    if total.suspect_successes:
+        yield _suspects(report)
     if total.asked or "approve" in report.settings:
         yield _asks(report)
     yield _detection_table(report)
@@ -189,6 +191,18 @@ def _files_table(report: ReplayReport) -> Table:
     for stats in report.files:
         _row(table, stats.path, *_file_cells(stats))
     return table
+
+
+def _suspects(report: ReplayReport) -> Text:
+    """A warning: results taken for successes that read like errors, and yielded ids."""
+    total = report.total
+    line = (
+        f"Warning: {_n(total.suspect_successes)} result(s) read as successes although their "
+        "text reads like an error, and ids were harvested from them:"
+    )
+    for example in total.suspect_examples[:5]:
+        line += f"\n  {example.trace} (message {example.message}) {example.label}"
+    return Text(line, style="yellow")
 
 
 def _asks(report: ReplayReport) -> Text:

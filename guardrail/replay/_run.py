@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 from guardrail._data.text import has_token
 from guardrail._data.verdict import Finding, Verdict
 from guardrail._guard.facade import Guard
+from guardrail._provenance.failure import suspect_success
 from guardrail._provenance.harvest import harvest
 from guardrail._transcript.content import strings
 from guardrail._transcript.messages import unsuccessful
@@ -209,8 +210,14 @@ class TraceRun:
             self.stats.orphan_results += 1
             return
         # A refusal the recording sent back as the result is a failure: no tool ran, and the
-        # values it names must not be harvested (a trace built in code may not say so).
-        failed = message.error or unsuccessful(message.content, message.result)
+        # values it names must not be harvested (a trace built in code may not say so). A
+        # result is read as at run time: by the tool's failure rule ("Error: ...", by default).
+        call = pending.call
+        failed = (
+            message.error
+            or unsuccessful(message.content, message.result)
+            or self.guard.failed(call.name, message.output)
+        )
         verdict = pending.verdict
         if verdict is not None and verdict.outcome == "refused":
             reason = pending.reason or GENUINE
@@ -221,7 +228,6 @@ class TraceRun:
                 self.stats.add_refused_failure(reason, example)
             else:
                 self.stats.add_false_refusal(reason, example)
-        call = pending.call
         spec = self.guard.specs.get(call.name)
         if spec is not None:  # arguments that could not be read too: the result is real
             self.guard.record(
@@ -232,6 +238,10 @@ class TraceRun:
                 call_id=call.id,
                 ledger=self.ledger,
             )
+        if not failed and spec is not None:
+            suspect = suspect_success(spec, message.output, self.guard.kinds)
+            if suspect is not None:  # the rule took an error-looking text for a success
+                self.stats.add_suspect_success(self._example(index, call.name, suspect.advice, ()))
         if not failed:
             self.outputs.append(message.content)
             self.returned.append(Returned(index, call.name, message.output))

@@ -327,6 +327,12 @@ class Stats:
     #: A live replay's counts: the calls run through the real tools, guarded and not (None: the
     #: recorded results were replayed).
     live: LiveStats | None = None
+    #: Results read as successes whose text reads like an error (``Error``, ``Not found``...),
+    #: from which a producer harvested ids: the tool's failure rule was overridden, or misses
+    #: its failure text (see :func:`guardrail._provenance.failure.suspect_success`). Each
+    #: example's ``label`` says which tool and what to declare.
+    suspect_successes: int = 0
+    suspect_examples: list[Example] = field(default_factory=list)
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -358,6 +364,11 @@ class Stats:
         """Count one refused call that failed in the recording too (the guard saw it coming)."""
         self.refused_failed[reason] += 1
         _add_examples(self.refused_failed_examples, [example], self.max_examples)
+
+    def add_suspect_success(self, example: Example) -> None:
+        """Count one result read as a success that reads like an error, and yielded ids."""
+        self.suspect_successes += 1
+        _add_examples(self.suspect_examples, [example], self.max_examples)
 
     def add_ask(self, tiers: Iterable[str], example: Example) -> None:
         """Count one call that would wait for the user, and the tier of each value asked about."""
@@ -391,8 +402,10 @@ class Stats:
             "asked",
             "approved",
             "declined",
+            "suspect_successes",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        _add_examples(self.suspect_examples, other.suspect_examples, cap)
         self.ask_tiers.update(other.ask_tiers)
         _add_examples(self.ask_examples, other.ask_examples, cap)
         self.false_refusals.update(other.false_refusals)
@@ -462,6 +475,10 @@ class Stats:
                     reason: [e.to_dict() for e in self.false_refusal_examples.get(reason, [])]
                     for reason in REASONS
                 },
+            },
+            "suspect_successes": {
+                "total": self.suspect_successes,
+                "examples": [e.to_dict() for e in self.suspect_examples],
             },
             "unknown_tools": dict(sorted(self.unknown_tools.items())),
             "unknown_tool_calls": sum(self.unknown_tools.values()),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from guardrail._declare.arguments import parse_arguments
+from guardrail._transcript.failures import flagged
 from guardrail._transcript.messages import content_text, unsuccessful
 from guardrail._transcript.result_text import split_seal
 from guardrail.errors import TraceFileError
@@ -191,22 +192,16 @@ def _tool_call(raw: Any) -> tuple[ToolCall | None, str | None]:
 
 
 def _is_error(raw: Mapping[str, Any], text: str) -> bool:
-    """Whether a tool message records a failure: a flag where one was kept, else ``Error:``.
+    """Whether a tool message records a failure: a flag the recording kept, or a text no tool wrote.
 
     A refusal sent back as the result (its text, or its JSON), a failure
     guardrail wrote (its text begins ``guardrail:``) and one the Agents SDK
     wrote (its sentences, see :mod:`guardrail._transcript.failures`) are failures whatever
-    the flags say: no tool produced them.
+    the flags say: no tool produced them. What the tool's own result says of
+    itself (``Error: ...``) is the tool's failure rule's to read, as at run
+    time: the replay applies it (:func:`guardrail._provenance.failure.failed`).
     """
-    if unsuccessful(text, raw.get("result")):
-        return True
-    for flag in ("error", "is_error", "isError"):
-        value = raw.get(flag)
-        if isinstance(value, bool):
-            return value
-    if raw.get("status") == "error":
-        return True
-    return text.lstrip()[:6].lower() == "error:"
+    return unsuccessful(text, raw.get("result")) or flagged(raw)
 
 
 def parse_message(raw: Any) -> tuple[Message | None, list[str]]:

@@ -1127,3 +1127,51 @@ def test_a_tools_marked_result_type_declares_the_ids_it_returns() -> None:
     run(agent, "refund my latest order")
     assert refunds == ["#W8855135"]
     assert [p.source for p in guard.specs["latest_order"].produces] == ["order_id"]
+
+
+def test_an_error_text_a_tool_returns_is_a_failure_that_confirms_nothing() -> None:
+    """A lookup returning "Error: ..." text (status success) confirms and harvests nothing."""
+    shop = _lookup_shop()
+
+    @tool
+    def find_order(order_id: str) -> str:
+        """Find one order, or say why not in text."""
+        return f"Error: order {order_id} not found; did you mean #W9999999?"
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("find_order", order_id="#W5555001"))
+        if isinstance(last, ToolMessage) and last.name == "find_order":
+            assert last.text.startswith("Error: order #W5555001 not found")
+            return calls(call("refund", order_id="#W5555001"), call("refund", order_id="#W9999999"))
+        return AIMessage("done")
+
+    agent = shop.agent(script, tools=[*shop.tools, find_order])
+    messages = run(agent, "Refund my order #W5555001")
+    refusals = tool_messages(messages, "refund")
+    assert [m.artifact["findings"][0]["problem"] for m in refusals] == ["unverified", "unknown"]
+    assert shop.refunds == []
+
+
+def test_an_error_text_beside_an_artifact_is_a_failure_too() -> None:
+    """A content_and_artifact tool whose text says "Error: ...": its artifact's ids stay out."""
+    shop = Shop()
+    shop.guard.declare("list_orders", produces={"orders[*]": "order"}, effect="read")
+
+    @tool(response_format="content_and_artifact")
+    def list_orders() -> tuple[str, dict[str, list[str]]]:
+        """List orders (the text says it failed, the artifact still names one)."""
+        return "Error: the order service is down", {"orders": ["#W2378156"]}
+
+    def script(messages: Sequence[BaseMessage]) -> AIMessage:
+        last = messages[-1]
+        if isinstance(last, HumanMessage):
+            return calls(call("list_orders"))
+        if isinstance(last, ToolMessage) and last.name == "list_orders":
+            return calls(call("refund", order_id="#W2378156"))
+        return AIMessage("done")
+
+    messages = run(shop.agent(script, tools=[*shop.tools, list_orders]), "Refund my order")
+    assert tool_messages(messages, "refund")[0].status == "error"
+    assert shop.refunds == []

@@ -18,6 +18,8 @@ from guardrail import Guard, Id, IdentifierViolation, RepromptLimitExceeded
 from guardrail.compaction import compact
 from guardrail.errors import GuardrailUsageError
 from guardrail.integrations.loops import Toolbox, arun_tool_calls, run_tool_calls
+from tests.shop_case import Shop as CaseShop
+from tests.shop_case import shop_guard as case_guard
 
 SHAPES = ("openai_chat", "openai_responses", "anthropic")
 ORDERS = {"#W8855135": 40, "#W8855136": 99}  # two orders one character apart
@@ -618,7 +620,7 @@ def test_a_function_guarded_by_the_decorator_is_checked_once() -> None:
         guard.observe_user("#W8855135")
         run_tool_calls(
             guard,
-            assistant("openai_chat", ("a", "get_order", {"order_id": "W8855135"})),
+            assistant("openai_chat", ("a", "get_order", {"order_id": "#W8855135"})),
             Shop().tools(),
         )
         got = run_tool_calls(
@@ -824,3 +826,38 @@ def test_the_plain_loop_example_runs_offline() -> None:
         "c3: refunded 40 on #W8855135",
         "final: Your blender is refunded. (refunds: ['#W8855135'])",
     ]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_error_text_result_is_answered_as_a_failure_and_confirms_nothing(shape: str) -> None:
+    """The shop's "Error: user not found" (text, no exception): flagged, nothing confirmed."""
+    guard, shop = case_guard(), CaseShop()
+    with guard.session("s"):
+        guard.observe_user("I am noah_brown_1234, change my address")
+        lookup = assistant(shape, ("a", "get_user_details", {"user_id": "noah_brown_1234"}))
+        [(_, text, error)] = answers(shape, run_tool_calls(guard, lookup, shop.tools()))
+        assert text == "Error: user not found"
+        assert error or shape == "openai_chat"  # chat has no field for it; the text says it
+        assert not guard.ledger["user"].verified
+        write = assistant(
+            shape, ("b", "modify_user_address", {"user_id": "noah_brown_1234", "address": "x"})
+        )
+        [(_, text, _)] = answers(shape, run_tool_calls(guard, write, shop.tools()))
+    assert "typed by the user" in text
+    assert shop.received("modify_user_address") == []
+
+
+def test_the_models_correct_spelling_runs_as_it_is_in_the_shop_case() -> None:
+    """The user typed W5061109, the shop wrote #W5061109: run_tool_calls passes #W5061109."""
+    guard, shop = case_guard(), CaseShop()
+    with guard.session("s"):
+        guard.observe_user("I am yusuf_rossi_9620; cancel W5061109")
+        for call_id, tool, arguments in (
+            ("a", "get_user_details", {"user_id": "yusuf_rossi_9620"}),
+            ("b", "cancel_pending_order", {"order_id": "#W5061109", "reason": "no longer needed"}),
+        ):
+            run_tool_calls(
+                guard, assistant("openai_chat", (call_id, tool, arguments)), shop.tools()
+            )
+    assert shop.received("cancel_pending_order")[0]["order_id"] == "#W5061109"
+    assert shop.orders["#W5061109"]["status"] == "cancelled"

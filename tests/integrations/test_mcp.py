@@ -135,8 +135,8 @@ def test_a_guarded_server_refuses_a_one_character_off_id_then_runs_the_ledger_va
         and wrong.meta[REFUSAL_META_KEY]["findings"][0]["problem"] == "mutated"
     )
     assert (
-        not right.is_error and text(right) == "refunded 40 on W8855135"
-    )  # as the ledger spells it
+        not right.is_error and text(right) == "refunded 40 on #W8855135"
+    )  # as the lookup wrote it, not as the user typed it
     assert refunds == ["#W8855135"]
 
 
@@ -572,7 +572,7 @@ def test_a_guarded_client_session_declares_listed_tools_and_survives_a_compactio
             await call(session, "c2", "issue_refund", {"order_id": order, "amount": 40})
             return order
 
-    assert run(main) == "W8855135"  # verbatim, as the ledger holds it
+    assert run(main) == "#W8855135"  # verbatim, as the lookup wrote it
     assert refunds == ["#W8855135"]
     assert (
         guard.specs["get_order"].effect == "read" and guard.specs["issue_refund"].effect == "write"
@@ -1094,6 +1094,72 @@ def test_the_host_raises_when_its_reprompts_run_out() -> None:
             assert (await guarded_call_tool(client, guard, "issue_refund", bad)).is_error
             with pytest.raises(RepromptLimitExceeded):
                 await guarded_call_tool(client, guard, "issue_refund", bad)
+
+    run(main)
+    assert refunds == []
+
+
+def error_text_server(refunds: list[str]) -> MCPServer:
+    """A shop whose lookup answers an unknown order with "Error: ..." text, not an isError."""
+    server = MCPServer("shop", log_level="WARNING")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
+    def order_total(order_id: OrderId) -> str:
+        """The total of an order, or an error text naming the order asked for."""
+        key = "#" + order_id.lstrip("#")
+        if key not in ORDERS:
+            return f"Error: no order {order_id}"
+        return json.dumps({"total": ORDERS[key]})
+
+    @server.tool()
+    def issue_refund(order_id: OrderId, amount: int) -> str:
+        """Refund an order."""
+        refunds.append("#" + order_id.lstrip("#"))
+        return f"refunded {amount} on {order_id}"
+
+    return server
+
+
+def test_an_error_text_result_confirms_nothing_on_a_guarded_server() -> None:
+    """A lookup verifying on success answers "Error: ...": the user's id stays unverified."""
+    refunds: list[str] = []
+    server, guard = error_text_server(refunds), lookup_guard()
+    guard_server(server, guard)
+
+    async def main() -> list[CallToolResult]:
+        async with Client(server) as client:
+            m = session_meta("s", user_text="Refund my order W1234567.")
+            return [
+                await client.call_tool("order_total", {"order_id": "W1234567"}, meta=m),
+                await client.call_tool(
+                    "issue_refund", {"order_id": "W1234567", "amount": 1}, meta=m
+                ),
+            ]
+
+    looked, refunded = run(main)
+    assert text(looked) == "Error: no order W1234567"
+    assert refunded.is_error and "typed by the user" in text(refunded)
+    assert refunds == []
+    with guard.session("s"):
+        assert not guard.ledger["order"].verified
+
+
+def test_an_error_text_result_confirms_nothing_through_a_guarded_client() -> None:
+    """guarded_call_tool: a lookup's "Error: ..." text records as a failure on the host."""
+    refunds: list[str] = []
+    server, guard = error_text_server(refunds), lookup_guard("on_success", mode="raise")
+    declare_tools(guard, run(lambda: _listing(server)))
+
+    async def main() -> None:
+        async with Client(server) as client, guard.session("host"):
+            guard.observe_user("Refund my order W1234567.")
+            looked = await guarded_call_tool(client, guard, "order_total", {"order_id": "W1234567"})
+            assert text(looked) == "Error: no order W1234567"
+            assert not guard.ledger["order"].verified
+            with pytest.raises(IdentifierViolation):
+                await guarded_call_tool(
+                    client, guard, "issue_refund", {"order_id": "W1234567", "amount": 1}
+                )
 
     run(main)
     assert refunds == []

@@ -247,7 +247,7 @@ def test_parallel_calls_of_one_turn_are_each_checked_and_only_the_bad_one_refuse
 
 
 def test_an_async_tool_is_checked_and_its_result_recorded() -> None:
-    """An async function tool runs with the ledger's spelling and its result verifies the id."""
+    """An async function tool runs with the model's spelling and its result verifies the id."""
     guard, tools = shop(), Shop()
     model = ScriptedModel(
         [
@@ -258,8 +258,8 @@ def test_an_async_tool_is_checked_and_its_result_recorded() -> None:
     )
     with guard.session("conv"):
         run(guard_agent(tools.agent(model), guard), "My order is #W1234567, refund it")
-    assert tools.looked_up == ["#W1234567"]
-    assert tools.refunds == ["#W1234567"]
+    assert tools.looked_up == ["W1234567"]  # never respelled to the user's #W1234567
+    assert tools.refunds == ["W1234567"]  # the spelling the lookup's result wrote
 
 
 def test_two_conversations_at_once_never_see_each_others_ids() -> None:
@@ -1161,3 +1161,37 @@ def test_the_tools_the_model_is_sent_say_to_copy_ids_exactly() -> None:
     sent.update({item.tool_name: item.input_json_schema for item in call.handoffs})
     for name in ("refund", "get_order", "cancel", "transfer_to_billing"):
         assert "copy the value exactly" in sent[name]["properties"]["order_id"]["description"]
+
+
+def test_an_error_text_a_tool_returns_is_a_failure_that_confirms_nothing() -> None:
+    """A lookup returning "Error: ..." text (no exception): nothing verified, nothing harvested."""
+    guard, tools = shop(), Shop()
+    guard.declare(
+        "lookup_order",
+        ids={"order_id": "order"},
+        produces={"re:(#W\\d{7})": "order"},
+        effect="read",
+        verifies="on_success",
+    )
+
+    @function_tool
+    def lookup_order(order_id: str) -> str:
+        """Find an order, or say why not in text."""
+        return f"Error: order {order_id} not found; did you mean #W9999999?"
+
+    model = ScriptedModel(
+        [
+            calls(("lookup_order", {"order_id": "#W1234567"}, "c1")),
+            calls(
+                ("refund", {"order_id": "#W1234567"}, "c2"),
+                ("refund", {"order_id": "#W9999999"}, "c3"),
+            ),
+            [assistant_message("ok")],
+        ]
+    )
+    agent = tools.agent(model)
+    agent.tools.append(lookup_order)
+    with guard.session("conv") as ledger:
+        run(guard_agent(agent, guard), "My order is #W1234567, refund it")
+        assert not ledger["order"].verified and ledger.get("order", "#W9999999") is None
+    assert tools.refunds == []

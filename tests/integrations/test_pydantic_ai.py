@@ -1111,3 +1111,26 @@ def test_the_tool_definitions_the_model_sees_say_to_copy_ids_exactly() -> None:
     for name in ("refund", "get_order", "cancel"):
         assert "copy the value exactly" in seen[name]["properties"]["order_id"]["description"]
     assert seen["cancel"]["properties"]["order_id"]["description"].startswith("the order to cancel")
+
+
+def test_an_error_text_a_tool_returns_is_a_failure_that_confirms_nothing() -> None:
+    """A lookup returning "Error: ... #W1234567 ..." (no exception): no id verified or harvested."""
+    guard, shop = lookup_guard(), Shop()
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool_plain
+    def find_order(order_id: str) -> str:
+        """Find an order, or say why not in text."""
+        return f"Error: order {order_id} not found; did you mean {NAMED}?"
+
+    script = scripted(
+        calls(("find_order", {"order_id": TYPED})),
+        calls(("refund", {"order_id": TYPED}), ("refund", {"order_id": NAMED})),
+    )
+    agent = Agent(
+        FunctionModel(script), toolsets=[tools, shop.toolset()], capabilities=[Guardrail(guard)]
+    )
+    with guard.session("conv-1") as ledger:
+        run(agent, f"Refund my order {TYPED}.")
+    assert not verified(ledger, TYPED) and ledger.get("order", NAMED) is None
+    assert shop.refunded == []

@@ -5,7 +5,7 @@ Two middlewares for :func:`langchain.agents.create_agent`::
     agent = create_agent(model, tools, middleware=[GuardrailMiddleware(guard)])
 
 :class:`GuardrailMiddleware` checks each tool call before it runs (in the
-guard's mode), runs the tool with each identifier as the ledger spells it,
+guard's mode), runs the tool with each identifier as a tool wrote it,
 records the result, and sends a refused call back to the model as a
 ``ToolMessage`` with ``status="error"``. It reads what the user said at the
 start of every run (ids the user typed enter the ledger, unverified). A tool
@@ -176,7 +176,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Checks every tool call of a LangChain agent against the conversation's ledger.
 
     Before a tool runs, :meth:`Guard.enforce` checks its identifier
-    arguments. An allowed call runs with each id as the ledger spells it; its
+    arguments. An allowed call runs with each id as a tool wrote it; its
     result (the tool message's ``artifact`` where the tool gave one, else its
     content) is recorded, and a result with ``status="error"`` records
     nothing. A refused call does not run: in ``reprompt`` mode the model gets
@@ -347,7 +347,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], _ToolResponse],
     ) -> _ToolResponse:
-        """Check the call, run it with the ledger's spelling of each id, record the result."""
+        """Check the call, run it with each id as the check gives it, record the result."""
         with self.guard.session(self._sessions.of(_tool_config(request))) as ledger:
             sent = request.tool_call
             request, refusal, checked = self._before(request, ledger)
@@ -383,7 +383,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _before(
         self, request: ToolCallRequest, ledger: Ledger
     ) -> tuple[ToolCallRequest, ToolMessage | None, Mapping[str, Any]]:
-        """The request to run (ids as the ledger spells them), or the refusal to answer with.
+        """The request to run (ids as a tool wrote them), or the refusal to answer with.
 
         Also the arguments as checked (by their declared names), which the record reads.
         """
@@ -418,7 +418,9 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         found = tool_result(response, call["id"] or "")
         if found is None:
             return  # a Command that answers with no tool message: nothing to read
-        result, error = found
+        result, error, text = found
+        # The tool's failure rule reads the artifact and the text the model reads alike.
+        error = error or (result is not text and self.guard.failed(call["name"], text))
         self.guard.record(
             call["name"], checked, result, error=error, call_id=call["id"], ledger=ledger
         )

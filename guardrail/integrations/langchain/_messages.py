@@ -99,12 +99,13 @@ def new_user_texts(messages: Sequence[AnyMessage]) -> list[str]:
     return texts
 
 
-def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any, bool] | None:
-    """What a tool call returned, and whether it failed; None when no result answers the call.
+def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any, bool, str] | None:
+    """What a tool call returned, whether it failed, and its text; None when no result answers.
 
     The ``artifact`` where the tool gave one (the raw value, beside the text
     for the model), else the content: its text, read as JSON by the record.
-    A ``Command`` answers with the tool message in its update, if any.
+    The text is the one the model reads, for the tool's failure rule. A
+    ``Command`` answers with the tool message in its update, if any.
     """
     message: ToolMessage | None = None
     if isinstance(response, ToolMessage):
@@ -118,10 +119,11 @@ def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any
     if message is None:
         return None
     error = message.status == "error"
-    if message.artifact is not None:
-        return message.artifact, error
     content = message.content
-    return (content if isinstance(content, str) else message.text), error
+    text = content if isinstance(content, str) else message.text
+    if message.artifact is not None:
+        return message.artifact, error, text
+    return text, error, text
 
 
 def with_tool_message(

@@ -11,7 +11,7 @@ of an OpenAI Responses call (``function_call`` items) or of an Anthropic
 message (``tool_use`` blocks). For each call, in order: it parses the
 arguments, validates them against the tool's input schema (from the
 function's signature, or one given), checks them with the guard, and only
-then runs the tools, with each identifier as the ledger spells it, and
+then runs the tools, with each identifier as a tool wrote it, and
 records what each returned. It returns the results in the message's own
 shape: ``role: "tool"`` messages, ``function_call_output`` items, or one
 Anthropic ``user`` message of ``tool_result`` blocks. Every call is answered
@@ -71,7 +71,6 @@ from typing import TYPE_CHECKING, Any
 
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import ApprovalRequest, Verdict
-from guardrail._provenance.harvest import failed
 from guardrail._transcript.messages import SHAPES, Call, Shape, read, result_message
 from guardrail._transcript.result_text import failure_text, is_refusal
 from guardrail.errors import GuardrailUsageError
@@ -361,9 +360,10 @@ class Toolbox:
             return
         result = answer.result
         answer.text = _result_text(result)
-        # An error in success's clothing (a Rejection, a refusal's text, {"error": ...}) is
-        # marked as the failure it is, where the shape has a flag for it.
-        answer.ok = not (failed(result) or is_refusal(answer.text))
+        # A failure in success's clothing ("Error: ..." text by the tool's failure rule, a
+        # Rejection, a refusal's text, {"error": ...}) is marked as the failure it is, where
+        # the shape has a flag for it, and recorded as one: the one rule (Guard.failed).
+        answer.ok = not (self.guard.failed(name, result) or is_refusal(answer.text))
         guard = self.guard
         guard.record(name, answer.recorded, result, error=not answer.ok, call_id=call_id)
         if answer.ok and guard.seals_results:
@@ -379,7 +379,7 @@ class _Answer:
 
     call: Call
     tool: LoopTool | None = None
-    #: What the tool runs with: the model's names, the ledger's spelling of each id.
+    #: What the tool runs with: the model's names, each id as the check gives it.
     arguments: dict[str, Any] = field(default_factory=dict)
     #: The same, by the names the guard declares: what the record reads.
     recorded: dict[str, Any] = field(default_factory=dict)

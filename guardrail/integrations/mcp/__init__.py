@@ -79,6 +79,7 @@ from guardrail.integrations.mcp._results import (
     REPROMPT_LIMIT_ERROR,
     SESSION_META_KEY,
     USER_TEXT_META_KEY,
+    failed_result,
     refused_result,
     result_value,
     with_sealed_text,
@@ -194,7 +195,7 @@ async def guarded_call_tool(
     is the re-prompt (``_meta["guardrail/refusal"]`` holds the findings); in
     ``raise`` mode it raises :class:`~guardrail.IdentifierViolation`, and
     :class:`~guardrail.RepromptLimitExceeded` when re-prompts run out. An
-    allowed call is sent with each identifier as the ledger spells it. An
+    allowed call is sent with each identifier as a tool wrote it. An
     ``isError`` result, or an exception, is recorded as a failure.
     ``user_text`` forwards the user's latest message to a guarded server (see
     :func:`session_meta`); nothing of the conversation is sent otherwise.
@@ -237,7 +238,9 @@ async def _call(
     except BaseException:
         guard.record(checked_as, run_with, None, error=True, call_id=call_id)
         raise
-    if result.is_error:
+    if result.is_error or failed_result(
+        guard, checked_as, result.structured_content, result.content
+    ):
         guard.record(checked_as, run_with, None, error=True, call_id=call_id)
         return result
     value = result_value(result.structured_content, result.content)

@@ -114,7 +114,7 @@ def declare_tools(
     manifest = manifest_from_tools(tools)["tools"]
     origin = f"{LISTING} of {namespace}" if namespace else LISTING
     parts = internals(guard)
-    trial = Registry()
+    trial = Registry(parts.registry.fails)  # the guard's failure rule, as its own tools have
     trial.kinds.update(guard.kinds)
     new: dict[str, ToolSpec] = {}
     for listed, entry in manifest.items():

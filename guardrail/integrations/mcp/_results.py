@@ -9,13 +9,16 @@ is only imported from there, after the SDK's import check.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp.types import CallToolResult, TextContent
 
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._transcript.result_text import split_seal
+
+if TYPE_CHECKING:
+    from guardrail._guard.facade import Guard
 
 #: The ``_meta`` key of a ``tools/call`` request naming the conversation it belongs to.
 SESSION_META_KEY = "guardrail/session"
@@ -51,6 +54,23 @@ def result_value(structured: Any, content: Any) -> Any:
     """What a result's record harvests: its structured content, else its text (unsealed)."""
     if structured is not None:
         return structured
+    return result_text(content)
+
+
+def failed_result(guard: Guard, name: str, structured: Any, content: Any) -> bool:
+    """Whether a successful ``tools/call`` result is a failure by the tool's rule.
+
+    Read twice, by the one rule (:meth:`Guard.failed`): the structured content
+    (a field and its value), and the text the model reads (``Error: ...``),
+    which a server that wraps a plain return as ``{"result": ...}`` holds there.
+    """
+    if structured is not None and guard.failed(name, structured):
+        return True
+    return guard.failed(name, result_text(content))
+
+
+def result_text(content: Any) -> str:
+    """The text of a result's content blocks, one block a line, without a seal line."""
     texts = []
     for block in content or ():
         if isinstance(block, TextContent):

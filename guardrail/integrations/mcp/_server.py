@@ -44,6 +44,7 @@ from guardrail.integrations.mcp._results import (
     REPROMPT_LIMIT_ERROR,
     SESSION_META_KEY,
     USER_TEXT_META_KEY,
+    failed_result,
     refused_result,
     result_value,
     with_sealed_text,
@@ -318,10 +319,11 @@ def _record_result(guard: Guard, name: str, arguments: dict[str, Any], result: A
         return
     if wire.get("resultType", "complete") != "complete":
         return  # input required: the tool has not finished
-    if wire.get("isError"):
+    structured, content = wire.get("structuredContent"), wire.get("content")
+    if wire.get("isError") or failed_result(guard, name, structured, content):
         guard.record(name, arguments, None, error=True)
         return
-    guard.record(name, arguments, result_value(wire.get("structuredContent"), wire.get("content")))
+    guard.record(name, arguments, result_value(structured, content))
 
 
 def guard_server(

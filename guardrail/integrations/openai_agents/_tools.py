@@ -272,7 +272,7 @@ class ToolGuard:
         return any(guard_of(item) is self.guard for item in tool.tool_input_guardrails or ())
 
     def wrap(self, tool: FunctionTool) -> FunctionTool:
-        """A copy of ``tool`` with this guard's guardrails, run with the ledger's spelling.
+        """A copy of ``tool`` with this guard's guardrails, run with each id as the check gives it.
 
         The copy is bound to the guard (declared by its ``Id`` marks where the
         guard does not know it, held to its schema), and its schema says, on
@@ -359,7 +359,7 @@ def _invoker(
     inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
     seal: Callable[[ToolContext[Any], Any], Any] | None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    """Run the tool with the ids as the ledger spells them; mark a normal return as a success.
+    """Run the tool with the ids as a tool wrote them; mark a normal return as a success.
 
     The text a failure formatter gave in place of a result is marked as a
     failure (see :func:`_failure`); a success is sealed where ``seal`` is given.

@@ -212,7 +212,7 @@ class GuardedToolset(WrapperToolset[Any]):
         ctx: RunContext[Any],
         tool: ToolsetTool[Any],
     ) -> Any:
-        """Check the call, run it with the ledger's spelling of each id, record its result."""
+        """Check the call, run it with each id as the check gives it, record its result."""
         if self.session is None:
             try:
                 ledger = self.guard.ledger  # the usual case: a scope is open around the run
