@@ -131,6 +131,7 @@ def _keys(normalize: Normalizer, values: Iterable[str]) -> frozenset[str]:
 #: Brackets a token keeps when it holds their partner: ``(415) 555-0132``, ``…/Foo_(bar)``.
 _PAIRS: Final = {"(": ")", "[": "]", "{": "}"}
 _PAIRED: Final = {closer: opener for opener, closer in _PAIRS.items()}
+_BRACKETS: Final = (*_PAIRS, *_PAIRED)
 
 
 def trim(token: str) -> str:
@@ -138,32 +139,45 @@ def trim(token: str) -> str:
 
     A bracket whose partner is inside the token stays, as part of the id
     (``(415) 555-0132``, ``…/Foo_(bar)``); one that wraps the whole token, or
-    has no partner, goes (``(cus_41ZpA9)``, ``…/Foo_(bar))``).
+    has no partner, goes (``(cus_41ZpA9)``, ``…/Foo_(bar))``). Linear in the
+    token's length: the brackets of what is left are counted as its ends move.
     """
+    start, end = _trimmed(token)
+    return token[start:end]
+
+
+def _trimmed(token: str) -> tuple[int, int]:
+    """Where :func:`trim`'s result starts and ends in ``token``."""
     start, end = 0, len(token)
+    # How many of each bracket token[start:end] holds, kept up to date as the ends move
+    # (counting the piece again at each step made a URL ending in 100,000 ")" quadratic).
+    held = {bracket: token.count(bracket) for bracket in _BRACKETS}
     while start < end:
         moved = False
         first = token[start]
         if first in _QUOTES_AND_PUNCTUATION:
             closer = _PAIRS.get(first)
-            piece = token[start:end]
             if (
                 closer is None
-                or closer not in token[start + 1 : end - 1]
-                or piece.count(first) > piece.count(closer)
+                # no partner strictly inside: none in the piece but, maybe, its last character
+                or held[closer] - (token[end - 1] == closer) <= 0
+                or held[first] > held[closer]
             ):
+                if first in held:
+                    held[first] -= 1
                 start += 1
                 moved = True
         if start < end and token[end - 1] in _QUOTES_AND_PUNCTUATION:
             last = token[end - 1]
             opener = _PAIRED.get(last)
-            piece = token[start:end]
-            if opener is None or piece.count(last) > piece.count(opener):
+            if opener is None or held[last] > held[opener]:
+                if last in held:
+                    held[last] -= 1
                 end -= 1
                 moved = True
         if not moved:
             break
-    return token[start:end]
+    return start, end
 
 
 #: Words of prose: what runs of user text are made of when matched after a normaliser.
