@@ -349,12 +349,44 @@ class Kind:
 
     def find(self, text: str) -> Iterator[str]:
         """Every id of this kind's shape written in ``text``, trimmed of quotes and punctuation."""
+        for _, token in self._written(text):
+            yield token
+
+    def _written(self, text: str, end: int | None = None) -> Iterator[tuple[int, str]]:
+        """``(at, token)`` for each match in ``text[:end]``, trimmed; ``at`` is where it starts.
+
+        A match that reaches ``end`` (short of the text's end) is left out: the
+        text goes on, so the id may go on too.
+        """
         if self._scan is None:
             return
-        for match in self._scan.finditer(text):
-            token = trim(match.group(0))
-            if token:
-                yield token
+        stop = len(text) if end is None or end >= len(text) else end
+        for match in self._scan.finditer(text, 0, stop):
+            if match.end() == stop < len(text):
+                continue
+            written = match.group(0)
+            first, last = _trimmed(written)
+            if last > first:
+                yield match.start() + first, written[first:last]
+
+    def ids_at(self, text: str, *, end: int | None = None) -> Iterator[tuple[int, str, str]]:
+        """:meth:`ids_in`, lazily, with where each id starts: ``(at, written, key)``.
+
+        ``end`` bounds the search: only ``text[:end]`` is read, and an id that
+        reaches ``end`` before the text ends is not taken. A written form seen
+        again is not normalised again.
+        """
+        keys: dict[str, str | None] = {}
+        for at, token in self._written(text, end):
+            if token in keys:
+                key = keys[token]
+            else:
+                key = self.key(token)  # None: a token the normaliser cannot read is no id
+                if not key or key in self.examples or not (self.accept is None or self.accept(key)):
+                    key = None
+                keys[token] = key
+            if key is not None:
+                yield at, token, key
 
     def ids_in(self, text: str) -> list[tuple[str, str]]:
         """The ids of this kind written in ``text``, as ``(written, key)`` pairs, in order.
@@ -364,12 +396,7 @@ class Kind:
         read, that is no placeholder example and that passes :attr:`accept`.
         A kind with no pattern finds nothing here (see :meth:`keys_in`).
         """
-        found = []
-        for token in self.find(text):
-            key = self.key(token)  # None: a token the normaliser cannot read is no id
-            if key and key not in self.examples and (self.accept is None or self.accept(key)):
-                found.append((token, key))
-        return found
+        return [(token, key) for _, token, key in self.ids_at(text)]
 
     def plain_words(self) -> list[str]:
         """The common English words this kind's pattern takes as ids: none, for a good pattern.
