@@ -39,9 +39,8 @@ a failure guardrail wrote   read as a failed result in every shape (its text
 a failure a runtime wrote   read as a failed result in every shape: the OpenAI
                             Agents SDK's sentences, which its items carry with
                             no status (see :mod:`guardrail._transcript.failures`)
-a user message sent with    tool content, not the user's words: it starts no
-tool results                turn and is never observed as typed by the user (no
-                            assistant message stands between it and the results)
+a user message sent with    tool content, never the user's words: no turn, not
+tool results                observed (no assistant message between it and them)
 a result that does not      a failure: a flag a runtime sets (``error``,
 show it succeeded           ``is_error``, ``isError``, ``status: "error"``), a
                             Responses ``status`` other than ``completed`` (a
@@ -133,19 +132,11 @@ class Message:
     raw: Any
     calls: list[Call] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
-    #: A user message sent with tool results (no assistant message between them): a
-    #: runtime's way to pass on what a tool returned, never the user's words.
-    with_results: bool = False
+    with_results: bool = False  # a user message sent with tool results: tool content
 
     @property
     def starts_turn(self) -> bool:
-        """A user message that carries no tool result and was not sent with any starts a turn.
-
-        Only such a message holds the user's words: Pydantic AI sends a tool's
-        ``ToolReturn.content`` as a user part of the request that carries the
-        tool's result, and a LangChain tool may add a human message beside its
-        tool message; what a tool returned is never the user's.
-        """
+        """A user message with no tool result, not sent with one, starts a turn: user's words."""
         return self.role == "user" and not self.results and not self.with_results
 
 
@@ -261,29 +252,23 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
         if fault is None:
             raise
         raise fault from None
-    _mark_sent_with_results(read_messages)
+    _mark_sent_with_results(read_messages)  # before any repair: an inserted result marks none
     transcript = Transcript(shape=shape, messages=read_messages, repairs=repairs)
     _pair(transcript)
     return transcript
 
 
 def _mark_sent_with_results(messages: Sequence[Message]) -> None:
-    """Mark the user messages sent in the same request as a tool result (see :class:`Message`).
-
-    A request is what goes to the model between two of its messages: a run of
-    messages with no assistant message in it. Marked before any repair, so a
-    result put in for an unanswered call marks nothing.
-    """
-    start = 0
-    for index in range(len(messages) + 1):
-        if index < len(messages) and messages[index].role != "assistant":
+    """Mark the user messages of a request (between two assistant messages) with results."""
+    request: list[Message] = []
+    for message in [*messages, None]:
+        if message is not None and message.role != "assistant":
+            request.append(message)
             continue
-        request = messages[start:index]
-        if any(message.results for message in request):
-            for message in request:
-                if message.role == "user" and not message.results:
-                    message.with_results = True
-        start = index + 1
+        if any(sent.results for sent in request):
+            for sent in request:
+                sent.with_results = sent.role == "user" and not sent.results
+        request = []
 
 
 def read_role(shape: Shape, role: str) -> str:
