@@ -332,12 +332,16 @@ _CALL = {"id": "c1", "type": "function", "function": {"name": "fetch", "argument
     ],
     ids=["openai_chat", "openai_responses", "anthropic"],
 )
-def test_a_user_message_sent_with_tool_results_starts_no_turn(messages: list[Any]) -> None:
-    """A user message with no assistant message between it and a tool result is tool content."""
+def test_a_user_message_sent_with_tool_results_is_not_the_users_words(messages: list[Any]) -> None:
+    """A user message with no assistant message between it and a tool result is tool content.
+
+    It still bounds a turn for the cut, as it always did: only what is observed changes.
+    """
     transcript = read(messages)
     (content,) = [m for m in transcript.messages if m.text == "the tool's page"]
-    assert content.with_results and not content.starts_turn
-    assert [list(turn) for turn in transcript.turns()] == [[0, 1, 2, 3, 4], [5]]
+    assert content.with_results and not content.user_words
+    typed = [m.user_words for m in transcript.messages if m.role == "user" and not m.results]
+    assert typed == [True, False, True]
 
 
 def test_a_result_put_in_for_an_unanswered_call_makes_no_user_message_tool_content() -> None:
@@ -356,7 +360,7 @@ def test_a_result_put_in_for_an_unanswered_call_makes_no_user_message_tool_conte
         "user",
         "assistant",
     ]
-    assert transcript.messages[3].starts_turn
+    assert transcript.messages[3].user_words
 
 
 def test_arguments_that_are_not_json_stay_as_written() -> None:

@@ -39,8 +39,7 @@ a failure guardrail wrote   read as a failed result in every shape (its text
 a failure a runtime wrote   read as a failed result in every shape: the OpenAI
                             Agents SDK's sentences, which its items carry with
                             no status (see :mod:`guardrail._transcript.failures`)
-a user message sent with    tool content, never the user's words: no turn, not
-tool results                observed (no assistant message between it and them)
+user text sent with results tool content (no assistant message between): not observed
 a result that does not      a failure: a flag a runtime sets (``error``,
 show it succeeded           ``is_error``, ``isError``, ``status: "error"``), a
                             Responses ``status`` other than ``completed`` (a
@@ -136,8 +135,13 @@ class Message:
 
     @property
     def starts_turn(self) -> bool:
-        """A user message with no tool result, not sent with one, starts a turn: user's words."""
-        return self.role == "user" and not self.results and not self.with_results
+        """A user message that is not only carrying tool results starts a turn."""
+        return self.role == "user" and not self.results
+
+    @property
+    def user_words(self) -> bool:
+        """Whether this is the user's own text: a turn's start not sent with tool results."""
+        return self.starts_turn and not self.with_results
 
 
 @dataclass(frozen=True)
@@ -260,15 +264,11 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
 
 def _mark_sent_with_results(messages: Sequence[Message]) -> None:
     """Mark the user messages of a request (between two assistant messages) with results."""
-    request: list[Message] = []
-    for message in [*messages, None]:
-        if message is not None and message.role != "assistant":
-            request.append(message)
-            continue
-        if any(sent.results for sent in request):
-            for sent in request:
-                sent.with_results = sent.role == "user" and not sent.results
-        request = []
+    for is_request, run in itertools.groupby(messages, lambda m: m.role != "assistant"):
+        request = list(run)
+        if is_request and any(message.results for message in request):
+            for message in request:
+                message.with_results = message.role == "user" and not message.results
 
 
 def read_role(shape: Shape, role: str) -> str:

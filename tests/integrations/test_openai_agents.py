@@ -449,7 +449,6 @@ def test_compact_keeps_a_call_with_its_output_and_drops_no_ledger_value(tmp_path
         {"type": "function_call", "call_id": "c1", "name": "find_orders",
          "arguments": '{"customer": "a"}'},
         {"type": "function_call_output", "call_id": "c1", "output": json.dumps(ORDERS)},
-        {"role": "assistant", "content": "You have two orders."},
         {"role": "user", "content": "and the second?"},
         {"type": "function_call", "call_id": "c2", "name": "get_order",
          "arguments": '{"order_id": "#W2378156"}'},
