@@ -16,13 +16,12 @@ bound.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 
 from guardrail import Kind
 
 from .common import Run
 from .report import Row, Section
+from .timing import fastest
 
 #: The ready-made kinds, as ``like=`` names them.
 LIKES = ("email", "uuid", "url", "phone", "iban", "prefixed:cus_")
@@ -81,24 +80,10 @@ def crafted(chars: int) -> dict[str, str]:
     return texts
 
 
-def best(run: Callable[[], object], rounds: int) -> float:
-    """The fastest of ``rounds`` runs, in seconds: the least a shared machine added to it.
-
-    Back to back, with no collection between runs: a full collection before each
-    would cost more than a search of a short text.
-    """
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
 def ratio_to_trivial(kind: Kind, text: str, rounds: int = 3) -> tuple[float, float, float]:
     """``kind.ids_in(text)`` against a trivial search of ``text``: the ratio, and each time."""
-    took = best(lambda: kind.ids_in(text), rounds)
-    trivial = best(lambda: TRIVIAL.search(text), rounds + 2)
+    took = fastest(lambda: kind.ids_in(text), rounds)
+    trivial = fastest(lambda: TRIVIAL.search(text), rounds + 2)
     return took / trivial, took, trivial
 
 
