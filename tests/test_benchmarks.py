@@ -102,6 +102,16 @@ EXPECTED_ROWS = {
         "| SQLiteStore: first open of that session |",
         "| SQLiteStore: first open, flowed / plain |",
     ),
+    "patterns": (
+        "| phone: ids_in, worst input (",
+        "| email: re.search of a trivial pattern |",
+        "| prefixed:cus_: worst input / trivial search |",
+    ),
+    "mentions": (
+        "| guard.record, 2,000 words in one string, each the same IBAN (",
+        "| re.findall(r'\\S+') of the same text (",
+        "| 200 distinct e-mail addresses in one string: record / findall |",
+    ),
 }
 
 

@@ -299,6 +299,70 @@ def test_turns_start_at_user_messages_and_a_preamble_is_a_turn() -> None:
     assert [list(t) for t in read(messages).turns(1)] == [[1], [2, 3], [4]]
 
 
+_CALL = {"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "r"},
+            {"role": "user", "content": "the tool's page"},
+            {"role": "assistant", "content": "b"},
+            {"role": "user", "content": "c"},
+        ],
+        [
+            {"type": "message", "role": "user", "content": "a"},
+            {"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": "{}"},
+            {"type": "message", "role": "user", "content": "the tool's page"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r"},
+            {"type": "message", "role": "assistant", "content": "b"},
+            {"type": "message", "role": "user", "content": "c"},
+        ],
+        [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "c1", "name": "f"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1"}]},
+            {"role": "user", "content": [{"type": "text", "text": "the tool's page"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "b"}]},
+            {"role": "user", "content": "c"},
+        ],
+    ],
+    ids=["openai_chat", "openai_responses", "anthropic"],
+)
+def test_a_user_message_sent_with_tool_results_is_not_the_users_words(messages: list[Any]) -> None:
+    """A user message with no assistant message between it and a tool result is tool content.
+
+    It still bounds a turn for the cut, as it always did: only what is observed changes.
+    """
+    transcript = read(messages)
+    (content,) = [m for m in transcript.messages if m.text == "the tool's page"]
+    assert content.with_results and not content.user_words
+    typed = [m.user_words for m in transcript.messages if m.role == "user" and not m.results]
+    assert typed == [True, False, True]
+
+
+def test_a_result_put_in_for_an_unanswered_call_makes_no_user_message_tool_content() -> None:
+    """The user's next message after a call that never got its result still starts a turn."""
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": None, "tool_calls": [_CALL]},
+        {"role": "user", "content": "c"},
+        {"role": "assistant", "content": "d"},
+    ]
+    transcript = read(messages)
+    assert [m.role for m in transcript.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+    ]
+    assert transcript.messages[3].user_words
+
+
 def test_arguments_that_are_not_json_stay_as_written() -> None:
     """Arguments given as text that is not a JSON object are kept as written."""
     messages = copy.deepcopy(CHAT)

@@ -6,6 +6,8 @@ import warnings
 from collections.abc import Callable
 
 import pytest
+from guardrail_bench.crafted import TRIVIAL, crafted, ratio_to_trivial
+from guardrail_bench.timing import fastest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,6 +41,13 @@ def taken(like: str, text: str) -> list[str]:
         ),
         ("email", "no address @ here, nor ana@localhost", []),
         (
+            "email",
+            "--> ana@example.com, a.b-c@mail.example.org;",
+            ["ana@example.com", "a.b-c@mail.example.org"],
+        ),
+        ("email", "x" * 65 + "@example.com is too long a local part", []),
+        ("email", "name@sub.sub.example.museum", ["name@sub.sub.example.museum"]),
+        (
             "uuid",
             "ref 123E4567-E89B-12D3-A456-426614174000.",
             ["123e4567-e89b-12d3-a456-426614174000"],
@@ -64,10 +73,16 @@ def taken(like: str, text: str) -> list[str]:
         ("phone", "(415) 555-0132 or 415.555.0132", ["4155550132", "4155550132"]),
         ("phone", "Berlin 030 1234567!", ["0301234567"]),
         ("phone", "on 2024-01-15 at 10:30, order 12345678, room 101, 01-15", []),
+        ("phone", "Paris: +33 1 23 45 67 89", ["+33123456789"]),
+        ("phone", "Moscow +7 (495) 123-45-67, Berlin 030/1234567", ["+74951234567", "0301234567"]),
+        ("phone", "mobile 0171 1234567 or 06 12 34 56 78", ["01711234567", "0612345678"]),
+        ("phone", "+1 415 555 0132x and +12", []),
+        ("url", "http://a.example/" + ")" * 5000, ["http://a.example"]),
         ("iban", "IBAN: DE89 3704 0044 0532 0130 00.", ["DE89370400440532013000"]),
         ("iban", "de89370400440532013000 please", ["DE89370400440532013000"]),
         ("iban", "'GB82 WEST 1234 5698 7654 32'", ["GB82WEST12345698765432"]),
         ("iban", "DE89 3704 0044 0532 0130 01 (a wrong check digit)", []),
+        ("iban", "FR14 2004 1010 0505 0001 3M02 606", ["FR1420041010050500013M02606"]),
         ("prefixed:cus_", "I'm cus_41ZpA9.", ["cus_41ZpA9"]),
         ("prefixed:cus_", "customer 'cus_NffrFeUfNV2Hib', not mycus_abc", ["cus_NffrFeUfNV2Hib"]),
         ("prefixed:cus_", "cus_ alone, CUS_41ZPA9", []),
@@ -323,3 +338,67 @@ def test_the_pattern_finds_what_the_normaliser_keys_the_same(
     assert ready.key(written) == key
     assert [found for _, found in ready.ids_in(sentence)] == [key], sentence
     assert ready.key(ready.key(written) or "") == key  # the key is a fixed point
+
+
+# -- crafted text: every pattern runs in linear time ------------------------------------------
+
+#: How many times a trivial search of the same text (``re.search`` of a pattern tried at every
+#: position) a ready-made kind's ``ids_in`` may take on 200,000 crafted characters. The worst
+#: measured is about 100x, on a text dense with ids, each one normalised; the patterns that
+#: backtracked took 6,000x (a URL ending in brackets) to 80,000x (digits after a ``+1``).
+LINEAR = 250
+#: The same bound for ``observe_user`` and ``record`` of 10 KB, where the cost of a call
+#: (its session, its audit) is not small next to a search of 10 KB; backtracking cost more
+#: than 5,000x there.
+LINEAR_CALL = 1000
+
+
+def _too_slow(ready: Kind, chars: int) -> dict[str, str]:
+    """The crafted texts of ``chars`` characters on which ``ready.ids_in`` is over the bound."""
+    slow = {}
+    for name, text in crafted(chars).items():
+        ratio, took, _ = ratio_to_trivial(ready, text)
+        if ratio > LINEAR:
+            slow[name] = f"{ratio:,.0f}x a trivial search ({took:.2f} s)"
+    return slow
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("like", LIKES)
+def test_no_crafted_text_makes_a_ready_made_pattern_slow(like: str) -> None:
+    """On 200,000 crafted characters each kind takes at most 250x a trivial search of them.
+
+    Digit runs with separators, ``a.a.a...``, ``@@@``, long dotted hosts, a URL
+    ending in brackets and the rest (``guardrail_bench.crafted``); 20,000 first,
+    so a pattern that backtracks fails in seconds, not hours.
+    """
+    ready = kind(like)
+    assert _too_slow(ready, 20_000) == {}
+    assert _too_slow(ready, 200_000) == {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("like", LIKES)
+def test_observing_or_recording_10_kb_of_crafted_text_stays_linear(like: str) -> None:
+    """A user message or a tool result of 10 KB crafted text costs at most 1,000x a search of it."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("k", like=like, mentions="ask")
+    guard.declare("fetch", effect="read")
+    slow = {}
+    sessions = iter(range(10**6))  # each call in a session of its own: a first user message
+    for name, text in crafted(10_000).items():
+
+        def observe(text: str = text) -> None:
+            with guard.session(f"user-{next(sessions)}"):
+                guard.observe_user(text)
+
+        def record(text: str = text) -> None:
+            with guard.session(f"tool-{next(sessions)}"):
+                guard.record("fetch", {}, {"body": text})
+
+        trivial = fastest(lambda: TRIVIAL.search(text), 5)  # noqa: B023 - called at once
+        for call, run in (("observe_user", observe), ("record", record)):
+            ratio = fastest(run, 3) / trivial
+            if ratio > LINEAR_CALL:
+                slow[f"{call}, {name}"] = f"{ratio:,.0f}x"
+    assert slow == {}

@@ -91,6 +91,8 @@ GROUPS = (
     Group("servers", "servers:bench_servers", "Redis and PostgreSQL against memory, 8 workers"),
     Group("coldload", "coldload:bench_coldload", "first open of a stored session vs json.loads"),
     Group("pruning", "coldload:bench_pruning", "20k ids through a 1k ledger: rows and load"),
+    Group("patterns", "crafted:bench_patterns", "ready-made kinds on crafted text, worst case"),
+    Group("mentions", "mentions:bench_mentions", "mentions in one huge result"),
 )
 BY_NAME = {group.name: group for group in GROUPS}
 

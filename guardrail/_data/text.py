@@ -113,9 +113,14 @@ _CONTEXT = 40
 _SPACE = re.compile(r"\s+")
 
 
-def excerpt(text: str, token: str) -> str:
-    """The words around ``token`` in ``text``, white space folded, cut to a short line."""
-    at = text.find(token)
+def excerpt(text: str, token: str, at: int | None = None) -> str:
+    """The words around ``token`` in ``text``, white space folded, cut to a short line.
+
+    ``at`` is where ``token`` stands in ``text`` (where a search found it);
+    without it, its first occurrence is looked for.
+    """
+    if at is None:
+        at = text.find(token)
     start = max(0, at - _CONTEXT)
     end = min(len(text), at + len(token) + _CONTEXT)
     body = _SPACE.sub(" ", text[start:end]).strip()

@@ -363,7 +363,15 @@ class Engine:
             if trusted:
                 taken = taken_ids(self.registry.kinds, spec, arguments, verdict, problems, state)
                 if self.registry.mentions or self.registry.text_kinds:
-                    mentions = mentioned_in(spec, arguments, result, self.registry, state, call_id)
+                    mentions = mentioned_in(
+                        spec,
+                        arguments,
+                        result,
+                        self.registry,
+                        state,
+                        call_id,
+                        limit=self.max_ids_per_call,
+                    )
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
                 taken = []

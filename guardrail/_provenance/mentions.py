@@ -38,22 +38,26 @@ def mention_kinds(kinds: Mapping[str, Kind]) -> list[Kind]:
     return [kind for kind in kinds.values() if kind.mentions != "ignore" and kind.has_pattern]
 
 
-def free_texts(value: Any, producers: Sequence[Producer]) -> Iterator[tuple[str, str]]:
-    """``(place, text)`` for every string of ``value`` no producer's path covers.
+def free_texts(value: Any, producers: Sequence[Producer]) -> Iterator[tuple[str, str, int]]:
+    """``(place, text, scanned)`` for every string of ``value`` no producer's path covers.
 
     A model or dataclass is read as its fields. ``place`` is written as a
-    path (``[2].subject``; ``$`` for a plain-text result).
+    path (``[2].subject``; ``$`` for a plain-text result). ``scanned`` is how
+    many of the text's characters are within :data:`MAX_TEXT`, counted over
+    the whole result: a search for mentions reads no further, within one
+    string too, and the walk ends where the budget does.
     """
     paths = [p.path.steps for p in producers if p.path is not None]
     budget = [MAX_TEXT]
 
-    def walk(node: Any, steps: list[tuple[str, Any]]) -> Iterator[tuple[str, str]]:
+    def walk(node: Any, steps: list[tuple[str, Any]]) -> Iterator[tuple[str, str, int]]:
         if budget[0] <= 0:
             return
         if isinstance(node, str):
             if not any(_covers(path, steps) for path in paths):
+                scanned = min(len(node), budget[0])
                 budget[0] -= len(node)
-                yield _place(steps), node
+                yield _place(steps), node, scanned
             return
         if hasattr(type(node), "model_fields"):
             node = {name: getattr(node, name, None) for name in type(node).model_fields}
@@ -115,34 +119,41 @@ def mentioned(
     kinds: Sequence[Kind],
     *,
     call: str,
+    limit: int,
 ) -> tuple[list[Batch], list[Mention]]:
     """The mentions in one decoded result: one batch per kind and place, and each one's evidence.
 
     The mentions come in the batches' order, one per value (a value is
-    taken once per kind, where it is first seen).
+    taken once per kind, where it is first seen). The search stops at
+    ``limit`` values (no more than that can come in from one result), and
+    past :data:`MAX_TEXT` characters of free text; each value's evidence is
+    the text around where it was found. So it costs one pass over at most
+    that much text, whatever the result holds.
     """
     batches: list[Batch] = []
     evidence: list[Mention] = []
     seen: set[tuple[str, str]] = set()
-    for place, text in free_texts(value, producers):
+    for place, text, scanned in free_texts(value, producers):
+        # Read a little past the budget, so an id that starts within it is read whole.
+        end = scanned + 2 * MAX_ID_LENGTH
         for kind in kinds:
-            found = [
-                (token, key)
-                for token, key in kind.ids_in(text)
-                if len(token) <= MAX_ID_LENGTH and (kind.name, key) not in seen
-            ]
-            if not found:
-                continue
             values: list[str] = []
             keys: list[str] = []
-            for token, key in found:
-                if (kind.name, key) in seen:
+            for at, token, key in kind.ids_at(text, end=end):
+                if at >= scanned:
+                    break
+                if len(token) > MAX_ID_LENGTH or (kind.name, key) in seen:
                     continue
                 seen.add((kind.name, key))
                 values.append(token)
                 keys.append(key)
-                evidence.append(Mention(call, excerpt(text, token)))
-            batches.append(Batch(kind.name, place, None, values, keys, None, tier="mentioned"))
+                evidence.append(Mention(call, excerpt(text, token, at)))
+                if len(seen) >= limit:
+                    break
+            if values:
+                batches.append(Batch(kind.name, place, None, values, keys, None, tier="mentioned"))
+            if len(seen) >= limit:
+                return batches, evidence
     return batches, evidence
 
 
@@ -160,8 +171,12 @@ def mentioned_in(
     registry: MentionKinds,
     state: LedgerState,
     call_id: str | None,
+    *,
+    limit: int,
 ) -> tuple[list[Batch], list[Mention]] | None:
     """The mentions in a successful result of ``spec`` (None: nothing to read).
+
+    At most ``limit`` values are looked for (the most one call may add).
 
     Where a kind with no pattern takes mentions, the result's free texts are
     kept in the ledger's :class:`~guardrail.ledger._texts.ResultTexts`.
@@ -172,10 +187,10 @@ def mentioned_in(
     call = call_text(spec, arguments)
     if registry.text_kinds:
         turn = state.turn
-        for place, text in free_texts(value, spec.produces):
+        for place, text, _ in free_texts(value, spec.produces):
             source = Source(spec.name, call_id, place, turn)
             state.result_texts.add(ResultText(text, source, call, spec.outside))
-    found = mentioned(value, spec.produces, registry.mentions, call=call)
+    found = mentioned(value, spec.produces, registry.mentions, call=call, limit=limit)
     if spec.outside:  # an outside party wrote all of it
         found = ([batch._replace(outside=True) for batch in found[0]], found[1])
     return found

@@ -39,6 +39,7 @@ a failure guardrail wrote   read as a failed result in every shape (its text
 a failure a runtime wrote   read as a failed result in every shape: the OpenAI
                             Agents SDK's sentences, which its items carry with
                             no status (see :mod:`guardrail._transcript.failures`)
+user text sent with results tool content (no assistant message between): not observed
 a result that does not      a failure: a flag a runtime sets (``error``,
 show it succeeded           ``is_error``, ``isError``, ``status: "error"``), a
                             Responses ``status`` other than ``completed`` (a
@@ -130,11 +131,17 @@ class Message:
     raw: Any
     calls: list[Call] = field(default_factory=list)
     results: list[Result] = field(default_factory=list)
+    with_results: bool = False  # a user message sent with tool results: tool content
 
     @property
     def starts_turn(self) -> bool:
         """A user message that is not only carrying tool results starts a turn."""
         return self.role == "user" and not self.results
+
+    @property
+    def user_words(self) -> bool:
+        """Whether this is the user's own text: a turn's start not sent with tool results."""
+        return self.starts_turn and not self.with_results
 
 
 @dataclass(frozen=True)
@@ -249,9 +256,19 @@ def read(messages: Sequence[Any], shape: Shape | None = None) -> Transcript:
         if fault is None:
             raise
         raise fault from None
+    _mark_sent_with_results(read_messages)  # before any repair: an inserted result marks none
     transcript = Transcript(shape=shape, messages=read_messages, repairs=repairs)
     _pair(transcript)
     return transcript
+
+
+def _mark_sent_with_results(messages: Sequence[Message]) -> None:
+    """Mark the user messages of a request (between two assistant messages) with results."""
+    for is_request, run in itertools.groupby(messages, lambda m: m.role != "assistant"):
+        request = list(run)
+        if is_request and any(message.results for message in request):
+            for message in request:
+                message.with_results = message.role == "user" and not message.results
 
 
 def read_role(shape: Shape, role: str) -> str:

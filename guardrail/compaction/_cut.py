@@ -167,7 +167,7 @@ def harvest_results(
     recorded = 0
     sealed_only = guard.seals_results
     for message in transcript.messages[start:stop]:
-        if fresh and message.starts_turn:
+        if fresh and message.user_words:  # never a tool's content sent in the user's role
             guard.observe_user(message.text, ledger=ledger)
         for result in message.results:
             spec = guard.specs.get(result.name or "")

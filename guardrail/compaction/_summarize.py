@@ -93,7 +93,7 @@ def extractive_summary(
         if message.role == "system":
             continue  # system prompts are instructions, not narrative
         if message.starts_turn:
-            if message.text.strip():
+            if message.user_words and message.text.strip():  # a tool's content is no request
                 last_user = _clip(message.text, width)
                 lines.append(f"- User: {last_user}")
             continue

@@ -131,6 +131,7 @@ def _keys(normalize: Normalizer, values: Iterable[str]) -> frozenset[str]:
 #: Brackets a token keeps when it holds their partner: ``(415) 555-0132``, ``…/Foo_(bar)``.
 _PAIRS: Final = {"(": ")", "[": "]", "{": "}"}
 _PAIRED: Final = {closer: opener for opener, closer in _PAIRS.items()}
+_BRACKETS: Final = (*_PAIRS, *_PAIRED)
 
 
 def trim(token: str) -> str:
@@ -138,32 +139,45 @@ def trim(token: str) -> str:
 
     A bracket whose partner is inside the token stays, as part of the id
     (``(415) 555-0132``, ``…/Foo_(bar)``); one that wraps the whole token, or
-    has no partner, goes (``(cus_41ZpA9)``, ``…/Foo_(bar))``).
+    has no partner, goes (``(cus_41ZpA9)``, ``…/Foo_(bar))``). Linear in the
+    token's length: the brackets of what is left are counted as its ends move.
     """
+    start, end = _trimmed(token)
+    return token[start:end]
+
+
+def _trimmed(token: str) -> tuple[int, int]:
+    """Where :func:`trim`'s result starts and ends in ``token``."""
     start, end = 0, len(token)
+    # How many of each bracket token[start:end] holds, kept up to date as the ends move
+    # (counting the piece again at each step made a URL ending in 100,000 ")" quadratic).
+    held = {bracket: token.count(bracket) for bracket in _BRACKETS}
     while start < end:
         moved = False
         first = token[start]
         if first in _QUOTES_AND_PUNCTUATION:
             closer = _PAIRS.get(first)
-            piece = token[start:end]
             if (
                 closer is None
-                or closer not in token[start + 1 : end - 1]
-                or piece.count(first) > piece.count(closer)
+                # no partner strictly inside: none in the piece but, maybe, its last character
+                or held[closer] - (token[end - 1] == closer) <= 0
+                or held[first] > held[closer]
             ):
+                if first in held:
+                    held[first] -= 1
                 start += 1
                 moved = True
         if start < end and token[end - 1] in _QUOTES_AND_PUNCTUATION:
             last = token[end - 1]
             opener = _PAIRED.get(last)
-            piece = token[start:end]
-            if opener is None or piece.count(last) > piece.count(opener):
+            if opener is None or held[last] > held[opener]:
+                if last in held:
+                    held[last] -= 1
                 end -= 1
                 moved = True
         if not moved:
             break
-    return token[start:end]
+    return start, end
 
 
 #: Words of prose: what runs of user text are made of when matched after a normaliser.
@@ -335,12 +349,44 @@ class Kind:
 
     def find(self, text: str) -> Iterator[str]:
         """Every id of this kind's shape written in ``text``, trimmed of quotes and punctuation."""
+        for _, token in self._written(text):
+            yield token
+
+    def _written(self, text: str, end: int | None = None) -> Iterator[tuple[int, str]]:
+        """``(at, token)`` for each match in ``text[:end]``, trimmed; ``at`` is where it starts.
+
+        A match that reaches ``end`` (short of the text's end) is left out: the
+        text goes on, so the id may go on too.
+        """
         if self._scan is None:
             return
-        for match in self._scan.finditer(text):
-            token = trim(match.group(0))
-            if token:
-                yield token
+        stop = len(text) if end is None or end >= len(text) else end
+        for match in self._scan.finditer(text, 0, stop):
+            if match.end() == stop < len(text):
+                continue
+            written = match.group(0)
+            first, last = _trimmed(written)
+            if last > first:
+                yield match.start() + first, written[first:last]
+
+    def ids_at(self, text: str, *, end: int | None = None) -> Iterator[tuple[int, str, str]]:
+        """:meth:`ids_in`, lazily, with where each id starts: ``(at, written, key)``.
+
+        ``end`` bounds the search: only ``text[:end]`` is read, and an id that
+        reaches ``end`` before the text ends is not taken. A written form seen
+        again is not normalised again.
+        """
+        keys: dict[str, str | None] = {}
+        for at, token in self._written(text, end):
+            if token in keys:
+                key = keys[token]
+            else:
+                key = self.key(token)  # None: a token the normaliser cannot read is no id
+                if not key or key in self.examples or not (self.accept is None or self.accept(key)):
+                    key = None
+                keys[token] = key
+            if key is not None:
+                yield at, token, key
 
     def ids_in(self, text: str) -> list[tuple[str, str]]:
         """The ids of this kind written in ``text``, as ``(written, key)`` pairs, in order.
@@ -350,12 +396,7 @@ class Kind:
         read, that is no placeholder example and that passes :attr:`accept`.
         A kind with no pattern finds nothing here (see :meth:`keys_in`).
         """
-        found = []
-        for token in self.find(text):
-            key = self.key(token)  # None: a token the normaliser cannot read is no id
-            if key and key not in self.examples and (self.accept is None or self.accept(key)):
-                found.append((token, key))
-        return found
+        return [(token, key) for _, token, key in self.ids_at(text)]
 
     def plain_words(self) -> list[str]:
         """The common English words this kind's pattern takes as ids: none, for a good pattern.

@@ -36,7 +36,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from guardrail import Guard, GuardrailUsageError
-from guardrail.compaction import BLOCK_HEADER, compact
+from guardrail.compaction import BLOCK_HEADER, compact, extractive_summary
 from guardrail.compaction._block import unseal
 from guardrail.compaction._recent import quarter_tokens
 from guardrail.integrations.google_adk import GuardrailPlugin
@@ -483,6 +483,63 @@ def test_a_guarded_mcp_server_offers_the_conversations_ledger_as_a_prompt(
     assert value_of("order_2", block) == shop.orders[1]
     assert unseal(block, state_of(guard.ledger_for("conv")))[1]
     assert "(no identifiers yet)" in other  # two conversations never share a ledger
+
+
+def test_a_host_with_no_guard_compacts_in_front_of_a_guarded_server() -> None:
+    """The docs' way: the host's own summary, the server's block in front, no second guard.
+
+    The summary got the second order's id wrong; the server refuses it and points
+    at the ID LEDGER, and the value the block shows is the one refunded.
+    """
+    guard, shop = make_guard(secret=b"s" * 32), Shop()
+    server = _mcp_server(shop, own_prompt=False)
+    server.tool()(shop.refund)
+    guard_server(server, guard, ledger_prompt=True)
+    meta = session_meta("conversation-42")
+    wrong = shop.orders[1][:-1] + ("0" if shop.orders[1][-1] != "0" else "1")
+
+    async def main() -> tuple[str, list[Any]]:
+        async with Client(server) as client:
+            found = await client.call_tool("search", {"query": "x"}, meta=meta)
+            messages: list[dict[str, Any]] = [
+                {"role": "user", "content": "Refund my second order."},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [_search_call("c1")],
+                },
+                {"role": "tool", "tool_call_id": "c1", "content": _text(found)},
+                {"role": "assistant", "content": f"Your second order is {wrong}."},
+                {"role": "user", "content": "Yes, refund it."},
+            ]
+            summary = extractive_summary(messages[:-1], {})  # the host's own compaction
+            messages = [{"role": "user", "content": summary}, messages[-1]]
+            got = await client.get_prompt(LEDGER_PROMPT, meta=meta)
+            content = got.messages[0].content
+            assert isinstance(content, TextContent)
+            system = f"{INSTRUCTIONS}\n\n{content.text}"
+            tried = [
+                await client.call_tool("refund", {"order_id": wrong}, meta=meta),
+                await client.call_tool(
+                    "refund", {"order_id": value_of("order_2", system)}, meta=meta
+                ),
+            ]
+            return summary, tried
+
+    summary, (from_summary, from_block) = anyio.run(main)
+    assert wrong in summary  # the summary carried the wrong id as written
+    assert from_summary.is_error and "ID LEDGER" in _text(from_summary)
+    assert not from_block.is_error and shop.refunds == [shop.orders[1]]
+
+
+def _search_call(call_id: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": "search", "arguments": "{}"}}
+
+
+def _text(result: Any) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
 
 
 def test_the_mcp_ledger_prompt_needs_a_conversation() -> None:

@@ -89,6 +89,7 @@ from guardrail.integrations._common.tools import Bindings, Bound
 from guardrail.integrations.langchain._approvals import ask
 from guardrail.integrations.langchain._messages import (
     from_chat,
+    marked_tool_content,
     new_user_texts,
     to_chat,
     tool_result,
@@ -354,7 +355,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if refusal is not None:
                 return refusal
             try:
-                response = handler(request)
+                response = marked_tool_content(handler(request))
             except Exception:
                 self._failed(request, ledger, checked)
                 raise
@@ -373,7 +374,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             if refusal is not None:
                 return refusal
             try:
-                response = await handler(request)
+                response = marked_tool_content(await handler(request))
             except Exception:
                 self._failed(request, ledger, checked)
                 raise

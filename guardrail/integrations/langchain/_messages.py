@@ -24,7 +24,10 @@ from langgraph.types import Command
 from guardrail.compaction import BLOCK_HEADER
 
 __all__ = [
+    "TOOL_CONTENT",
     "from_chat",
+    "is_tool_content",
+    "marked_tool_content",
     "new_user_texts",
     "to_chat",
     "tool_result",
@@ -85,18 +88,58 @@ def new_user_texts(messages: Sequence[AnyMessage]) -> list[str]:
     """The text of the user messages after the model's last message: what the user just said.
 
     Earlier user messages were seen when their run started. A ledger block
-    compaction wrote in the user's role is not the user's text.
+    compaction wrote in the user's role is not the user's text, and neither
+    is a human message a tool added beside its result (marked by
+    :func:`marked_tool_content`).
     """
     texts: list[str] = []
     for message in reversed(messages):
         if isinstance(message, AIMessage):
             break
-        if isinstance(message, HumanMessage):
+        if isinstance(message, HumanMessage) and not is_tool_content(message):
             text = message.text
             if text and not text.lstrip().startswith(BLOCK_HEADER):
                 texts.append(text)
     texts.reverse()
     return texts
+
+
+#: The ``response_metadata`` key marking a human message a tool's ``Command`` added.
+TOOL_CONTENT = "guardrail_tool_content"
+
+
+def is_tool_content(message: BaseMessage) -> bool:
+    """Whether ``message`` is a human message a tool added beside its result (see below)."""
+    return bool(message.response_metadata.get(TOOL_CONTENT))
+
+
+def marked_tool_content(response: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
+    """``response`` with each human message its ``Command`` adds marked as the tool's content.
+
+    A tool may answer with a ``Command`` whose update adds a human message
+    beside its tool message: the page it fetched, say, in the user's role.
+    What a tool returned is never the user's words, so the message is marked
+    (in its ``response_metadata``, which the history keeps) and never read as
+    typed by the user when a run starts. A copy: nothing is changed in place.
+    """
+    if isinstance(response, ToolMessage):
+        return response
+    update = response.update
+    found = update.get("messages") if isinstance(update, dict) else None
+    if not isinstance(found, (list, tuple)) or not any(
+        isinstance(item, HumanMessage) for item in found
+    ):
+        return response
+    messages = [
+        item.model_copy(
+            update={"response_metadata": {**item.response_metadata, TOOL_CONTENT: True}}
+        )
+        if isinstance(item, HumanMessage)
+        else item
+        for item in found
+    ]
+    assert isinstance(update, dict)
+    return dataclasses.replace(response, update={**update, "messages": messages})
 
 
 def tool_result(response: ToolMessage | Command[Any], call_id: str) -> tuple[Any, bool, str] | None:

@@ -22,6 +22,12 @@ A server never sees the user's messages: the host may forward them in the
 request's ``_meta`` (``"guardrail/user_text"``, see :func:`session_meta`), so
 the server can tell an id the user typed from one the model made up.
 
+A call that waits for the user's approval is the host's to ask about: on
+the client it comes back as an ``isError`` result that ran nothing, whose
+``_meta`` carries the requests (:func:`approval_requests`); the host shows
+them to the user, answers each with ``guard.approve`` or ``guard.deny``, and
+calls again. A guarded server asks through the client itself (elicitation).
+
 A host keeps the conversation's ID LEDGER block in its model's instructions
 with :meth:`GuardedClientSession.ledger_instructions` and compacts its
 transcript with :meth:`GuardedClientSession.compact`; a guarded server offers
@@ -63,6 +69,7 @@ from guardrail._guard.facade import internals
 from guardrail._transcript.messages import Shape
 from guardrail.compaction import DEFAULT_KEEP_RECENT, CompactionReport, Summarizer, compact
 from guardrail.errors import GuardrailUsageError, IdentifierViolation
+from guardrail.integrations._common import asking
 from guardrail.integrations._common.compaction import Trigger, check_keep, check_trigger, reached
 from guardrail.integrations._common.every_turn import DEFAULT_BLOCK_TOKENS, block_for, with_block
 from guardrail.integrations._common.tools import Bindings, Bound
@@ -73,12 +80,15 @@ from guardrail.integrations.mcp._listing import (
     qualified,
 )
 from guardrail.integrations.mcp._results import (
+    APPROVALS_META_KEY,
     CALL_ID_META_KEY,
     LISTED_KEPT,
     REFUSAL_META_KEY,
     REPROMPT_LIMIT_ERROR,
     SESSION_META_KEY,
     USER_TEXT_META_KEY,
+    approvals_of,
+    asked_result,
     failed_result,
     refused_result,
     result_value,
@@ -95,6 +105,7 @@ if TYPE_CHECKING:
     from guardrail._guard.facade import Guard
 
 __all__ = [
+    "APPROVALS_META_KEY",
     "CALL_ID_META_KEY",
     "LEDGER_PROMPT",
     "REFUSAL_META_KEY",
@@ -103,6 +114,7 @@ __all__ = [
     "USER_TEXT_META_KEY",
     "GuardMiddleware",
     "GuardedClientSession",
+    "approval_requests",
     "declare_tools",
     "guard_server",
     "guarded_call_tool",
@@ -151,6 +163,23 @@ def _user_text(text: object) -> str:
     return text
 
 
+def approval_requests(result: Any) -> list[dict[str, Any]]:
+    """What a host's guarded call waits for the user to approve: one dict per value, or [].
+
+    :func:`guarded_call_tool` (and :meth:`GuardedClientSession.call_tool`)
+    answers a call whose ids need the user's approval with an ``isError``
+    result that ran nothing; its ``_meta`` (``"guardrail/approvals"``) holds
+    the requests: ``tool``, ``param``, ``value`` (cut short), ``kind``,
+    ``tier``, ``outside``, ``evidence`` and ``token``. Show the user each
+    value and its evidence, pass the token to ``guard.approve`` or
+    ``guard.deny``, and make the same call again: approved, it runs;
+    declined, it comes back refused, the model told that the user declined.
+    Give the model the result only if you do not ask: its text says that the
+    call waits for the user.
+    """
+    return approvals_of(result)
+
+
 class _CallsTools(Protocol):
     """What a guarded call needs of an MCP client: ``mcp.Client`` or ``mcp.ClientSession``."""
 
@@ -194,9 +223,13 @@ async def guarded_call_tool(
     server: in ``reprompt`` mode it returns an ``isError`` result whose text
     is the re-prompt (``_meta["guardrail/refusal"]`` holds the findings); in
     ``raise`` mode it raises :class:`~guardrail.IdentifierViolation`, and
-    :class:`~guardrail.RepromptLimitExceeded` when re-prompts run out. An
-    allowed call is sent with each identifier as a tool wrote it. An
-    ``isError`` result, or an exception, is recorded as a failure.
+    :class:`~guardrail.RepromptLimitExceeded` when re-prompts run out. A call
+    whose ids wait for the user's approval does not reach the server either,
+    in any mode but ``observe``: its ``isError`` result carries the requests
+    (see :func:`approval_requests`), for the host to ask the user, answer with
+    ``guard.approve`` or ``guard.deny``, and call again. An allowed call is
+    sent with each identifier as a tool wrote it. An ``isError`` result,
+    or an exception, is recorded as a failure.
     ``user_text`` forwards the user's latest message to a guarded server (see
     :func:`session_meta`); nothing of the conversation is sent otherwise.
 
@@ -227,7 +260,9 @@ async def _call(
     """One guarded call of ``name``, checked as the guard's ``checked_as``."""
     given = dict(arguments or {})
     checked, undo = bound.to_check(given) if bound is not None else (given, None)
-    verdict = guard.enforce(checked_as, checked)
+    verdict = asking.enforce(guard, checked_as, checked)  # an ask comes back, in any mode
+    if asking.waiting(guard, verdict):
+        return asked_result(verdict)  # the host asks the user; nothing ran, nothing recorded
     if not verdict.allowed and guard.mode != "observe":
         return refused_result(verdict)
     run_with = verdict.arguments if verdict.arguments is not None else checked
@@ -238,6 +273,10 @@ async def _call(
     except BaseException:
         guard.record(checked_as, run_with, None, error=True, call_id=call_id)
         raise
+    if result.meta and APPROVALS_META_KEY in result.meta:
+        # Requests for the host's user come from the host's guard alone, never from a server.
+        meta = {key: value for key, value in result.meta.items() if key != APPROVALS_META_KEY}
+        result = result.model_copy(update={"meta": meta or None})
     if result.is_error or failed_result(
         guard, checked_as, result.structured_content, result.content
     ):

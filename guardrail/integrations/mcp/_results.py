@@ -29,6 +29,9 @@ USER_TEXT_META_KEY = "guardrail/user_text"
 CALL_ID_META_KEY = "guardrail/call_id"
 #: The ``_meta`` key of a refusal's result holding ``Rejection.to_dict()`` (the findings).
 REFUSAL_META_KEY = "guardrail/refusal"
+#: The ``_meta`` key of a host's result for a call that waits for the user: the requests
+#: to put to them (``ApprovalRequest.to_dict()``, each with its token).
+APPROVALS_META_KEY = "guardrail/approvals"
 #: The ``error`` of a refusal's ``_meta`` once a conversation's re-prompts ran out this turn.
 REPROMPT_LIMIT_ERROR = "reprompt_limit"
 #: Unknown tool names looked up in the server's listing at most once each, up to this many.
@@ -48,6 +51,33 @@ def refused_result(
         is_error=True,
         _meta={REFUSAL_META_KEY: refusal},
     )
+
+
+def asked_result(verdict: Verdict) -> CallToolResult:
+    """The ``isError`` result of a call that waits for the user: the requests in its _meta.
+
+    Its text, the verdict's message, tells a model that reads it that the call
+    waits for the user and that nothing it writes approves it.
+    """
+    result = refused_result(verdict)
+    meta = {**(result.meta or {}), APPROVALS_META_KEY: [r.to_dict() for r in verdict.approvals]}
+    return result.model_copy(update={"meta": meta})
+
+
+def approvals_of(result: Any) -> list[dict[str, Any]]:
+    """The requests a result's _meta carries under :data:`APPROVALS_META_KEY` (none: [])."""
+    meta = result.meta if isinstance(result, CallToolResult) else None
+    if meta is None and isinstance(result, Mapping):
+        meta = result.get("_meta")
+    items = meta.get(APPROVALS_META_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(items, list):
+        return []
+    return [
+        dict(item)
+        for item in items
+        if isinstance(item, Mapping)
+        and all(isinstance(item.get(key), str) for key in ("token", "tool", "param"))
+    ]
 
 
 def result_value(structured: Any, content: Any) -> Any:

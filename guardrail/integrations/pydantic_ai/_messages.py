@@ -10,6 +10,13 @@ list back: the chat messages kept give back their very parts, regrouped
 into their own messages (the original object where all its parts are
 kept, a copy with the parts kept where the cut split it), and the message
 compaction wrote becomes a ``ModelRequest`` holding a ``CompactionPart``.
+
+A user part in a request that carries tool returns (``ToolReturn.content``,
+which Pydantic AI sends as a user part after the tool's result; content a
+tool enqueued beside its return) is written as a user message among that
+request's tool messages, with no assistant message between: the transcript
+reader takes it as tool content, never as the user's words, so a ledger
+rebuilt from the history observes none of it.
 """
 
 from __future__ import annotations
