@@ -3,7 +3,7 @@
 Its tools write an order id as ``#W5061109`` and find it only so spelled
 (``W5061109``, as users type it, is not found), and they report a failure by
 returning text (``Error: user not found``), not by raising. A guard that
-respells a correct ``#W5061109`` to the user's ``W5061109``, refuses it, or
+rewrites a correct ``#W5061109`` to the user's ``W5061109``, refuses it, or
 takes an error text for a success breaks calls that work without it; the
 tests that import this module hold it to never doing so.
 """

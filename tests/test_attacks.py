@@ -835,11 +835,11 @@ def test_an_absurd_exponent_is_an_unknown_text_not_a_billion_digit_number() -> N
 
     with guard.session("s"):
         guard.record("list_tickets", {}, {"tickets": ["7", "1e999999999", "2e5000"]})
-        close_ticket("7.0")  # the same number: the tool receives the ledger's "7"
+        close_ticket("7.0")  # the same number: allowed, and the tool receives it as written
         for forged in ("1e999999998", "1E5000", "3e5000"):
             assert _refused(lambda forged=forged: close_ticket(forged)).findings  # type: ignore[misc]
         close_ticket("1e999999999")  # named by the result, as written there
-    assert closed == ["7", "1e999999999"]
+    assert closed == ["7.0", "1e999999999"]
 
 
 def test_values_repeated_to_the_model_and_the_log_are_cut_short() -> None:
@@ -957,7 +957,7 @@ def test_urls_that_go_elsewhere_are_not_folded_into_a_real_link(forged: str) -> 
         guard.record("fetch", {}, {"links": ["https://shop.example/pay"]})
         _refused(lambda: post(forged))
         post("HTTPS://Shop.Example:443/pay/")  # harmless differences still fold
-    assert posted == ["https://shop.example/pay"]  # and the tool gets the ledger's spelling
+    assert posted == ["HTTPS://Shop.Example:443/pay/"]  # and the tool gets it as written
 
 
 def test_a_flood_of_ids_in_a_result_leaves_the_real_order_refundable() -> None:
@@ -1320,10 +1320,10 @@ def test_a_value_the_url_normaliser_chokes_on_is_refused_not_a_crash(url: str) -
         ("HTTPS://PAY.EXAMPLE:443/inv/1/", True),  # the same place, spelled otherwise
     ],
 )
-def test_a_respelled_url_reaches_the_tool_as_the_ledger_has_it(
+def test_a_url_that_goes_elsewhere_is_refused_and_one_that_folds_runs_as_written(
     spelling: str, allowed: bool
 ) -> None:
-    """A URL that goes elsewhere is refused; one that normalises to an entry runs as the entry."""
+    """A URL that goes elsewhere is refused; one that normalises to an entry runs as written."""
     guard = Guard(mode="reprompt")
     guard.add_kind("url", normalize="url")
     guard.declare("list_invoices", produces={"[*]": "url"}, effect="read")
@@ -1338,15 +1338,14 @@ def test_a_respelled_url_reaches_the_tool_as_the_ledger_has_it(
         guard.record("list_invoices", {}, ["https://pay.example/inv/1"])
         verdict = guard.enforce("pay_invoice", {"invoice_url": spelling})
         assert verdict.allowed is allowed
-        if allowed:
-            assert verdict.arguments == {"invoice_url": "https://pay.example/inv/1"}
+        assert verdict.arguments == {"invoice_url": spelling}
         pay_invoice(spelling)
         pay_invoice(invoice_url=spelling)
-    assert fetched == (["https://pay.example/inv/1"] * 2 if allowed else [])
+    assert fetched == ([spelling] * 2 if allowed else [])
 
 
-def test_a_number_id_in_another_script_reaches_the_tool_as_the_ledger_has_it() -> None:
-    """Fullwidth digits or 1e3 pass the number normaliser as 1000; the tool gets '1000'."""
+def test_a_number_id_in_another_script_reaches_the_tool_as_written() -> None:
+    """Fullwidth digits or 1e3 pass the number normaliser as 1000; the tool gets them as given."""
     guard = Guard(mode="reprompt")
     guard.add_kind("account", normalize="number")
     guard.declare("my_accounts", produces={"[*]": "account"}, effect="read")
@@ -1361,8 +1360,7 @@ def test_a_number_id_in_another_script_reaches_the_tool_as_the_ledger_has_it() -
         guard.record("my_accounts", {}, ["1000"])
         given = ["１０００", "1e3", "1000.0"]
         debit(given)
-    assert debited == [["1000", "1000", "1000"]]
-    assert given == ["１０００", "1e3", "1000.0"]
+    assert debited == [["１０００", "1e3", "1000.0"]] and debited[0] is given
 
 
 def test_a_flood_cannot_crowd_out_the_id_a_call_minted() -> None:
@@ -1498,7 +1496,7 @@ def test_merging_copies_never_verifies_an_id_only_typed(tmp_path: Path) -> None:
         with pytest.raises(IdentifierViolation):
             refund("W7777777")
         refund("W8855135")
-    assert refunded == ["#W8855135"]  # the ledger's spelling
+    assert refunded == ["W8855135"]  # as the model wrote it
 
 
 # (end of the persistence section)

@@ -483,12 +483,12 @@ def test_the_limit_per_call_defaults_to_a_tenth_of_the_capacity() -> None:
             Guard(max_ids_per_call=bad)  # type: ignore[arg-type]
 
 
-# -- what the tool receives: the model's spelling, or one a tool wrote --------------------------
+# -- what the tool receives: the model's own arguments, always ---------------------------------
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_a_spelling_a_tool_wrote_passes_as_it_is_whatever_the_user_typed(fast: bool) -> None:
-    """User typed W5061109, a result wrote #W5061109: #W5061109 passes untouched, both paths."""
+def test_every_spelling_of_an_id_passes_as_the_model_wrote_it(fast: bool) -> None:
+    """User typed W5061109, a result wrote #W5061109: any spelling passes untouched, both paths."""
     guard = shop_guard()
     if not fast:  # a list parameter sends the call through the full check
         guard.declare("refund_all", ids={"order_ids[*]": "order"})
@@ -497,20 +497,23 @@ def test_a_spelling_a_tool_wrote_passes_as_it_is_whatever_the_user_typed(fast: b
         guard.record("get_order", {"order_id": "W5061109"}, {"order_id": "#W5061109"})
         assert ledger["order"].value == "#W5061109" and ledger["order"].verified
         if fast:
-            verdict = guard.check("issue_refund", {"order_id": "#W5061109"})
-            assert verdict.allowed and verdict.arguments == {"order_id": "#W5061109"}
-            # Another spelling gets the one the tool wrote, never the user's.
-            other = guard.check("issue_refund", {"order_id": " W5061109"})
-            assert other.arguments == {"order_id": "#W5061109"}
+            for value in ("#W5061109", "W5061109", " W5061109"):
+                given = {"order_id": value}
+                verdict = guard.check("issue_refund", given)
+                assert verdict.allowed and verdict.arguments is given
+                assert given == {"order_id": value}
         else:
-            verdict = guard.check("refund_all", {"order_ids": ["#W5061109", "W5061109"]})
-            assert verdict.allowed
-            assert verdict.arguments == {"order_ids": ["#W5061109", "#W5061109"]}
+            listed = {"order_ids": ["#W5061109", "W5061109", "W5061109 "]}
+            verdict = guard.check("refund_all", listed)
+            assert verdict.allowed and verdict.arguments is listed
+            assert listed == {"order_ids": ["#W5061109", "W5061109", "W5061109 "]}
+            text = json.dumps(listed)  # JSON text: the mapping it reads as, nothing changed
+            assert guard.check("refund_all", text).arguments == listed
 
 
 @pytest.mark.parametrize("fast", [True, False])
 def test_an_id_no_tool_wrote_passes_as_the_model_wrote_it(fast: bool) -> None:
-    """A user-typed id (unverified, or confirmed by a lookup) is never respelled to the user's."""
+    """A user-typed id (unverified, or confirmed by a lookup) passes as the model wrote it."""
     guard = shop_guard()
     guard.declare(
         "get_order_quietly", ids={"order_id": "order"}, effect="read", verifies="on_success"
@@ -536,21 +539,17 @@ def test_an_id_no_tool_wrote_passes_as_the_model_wrote_it(fast: bool) -> None:
         assert write.allowed and write.arguments == as_written
 
 
-def test_each_spelling_a_tool_wrote_passes_untouched_and_another_gets_the_first() -> None:
-    """Two tools write one order two ways: each way passes as it is; a third gets the first."""
+def test_the_first_spelling_a_tool_wrote_stays_the_value_and_any_other_passes_as_written() -> None:
+    """Two tools write one order two ways: the first is the value; each way passes as it is."""
     guard = shop_guard()
     with guard.session("s") as ledger:
         guard.record("get_order", {"order_id": "#W5061109"}, {"order_id": "#W5061109"})
         guard.record(
             "search_orders", {"customer_id": "cus_41ZpA9"}, {"orders": [{"order_id": "W5061109"}]}
         )
-        entry = ledger["order"]
-        assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
-        for value in ("#W5061109", "W5061109"):
+        assert ledger["order"].value == "#W5061109"
+        for value in ("#W5061109", "W5061109", "W5061109 "):
             assert guard.check("issue_refund", {"order_id": value}).arguments == {"order_id": value}
-        assert guard.check("issue_refund", {"order_id": "W5061109 "}).arguments == {
-            "order_id": "#W5061109"
-        }
 
 
 def test_a_refusal_points_at_the_spelling_the_tool_wrote() -> None:

@@ -570,10 +570,10 @@ def test_check_piped_to_a_file_keeps_its_tables_whole(
 REFUSED_EXIT = 1
 
 
-def test_check_reads_files_keeps_the_order_given_and_shows_the_ledger_spelling(
+def test_check_reads_files_keeps_the_order_given_and_rewrites_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """@FILE inputs; an allowed call exits 0 and says which spelling the tool would get."""
+    """@FILE inputs; an allowed call exits 0, its arguments left as written (no "runs with")."""
     results = tmp_path / "results.json"
     results.write_text(json.dumps([SEARCH]), encoding="utf-8")
     call = tmp_path / "call.json"
@@ -592,7 +592,7 @@ def test_check_reads_files_keeps_the_order_given_and_shows_the_ledger_spelling(
     )
     assert code == 0
     assert "issue_refund: allowed" in out
-    assert "order_id: 'W8855135' -> '#W8855135'" in out
+    assert "runs with" not in out and "->" not in out
 
 
 def test_check_json_gives_the_verdict_and_the_ledger(
@@ -770,10 +770,10 @@ def test_live_environment_that_cannot_be_loaded_is_an_error_of_use(
         assert message in err
 
 
-def test_check_runs_the_models_correct_spelling_as_the_tool_wrote_it(
+def test_check_allows_the_models_spelling_and_gives_its_arguments_as_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The user typed W8855135, the search wrote #W8855135: #W8855135 is allowed, not rewritten."""
+    """The user typed W8855135, the search wrote #W8855135: either spelling allowed, as written."""
     code, out, _ = _run(
         capsys,
         "check",
@@ -792,6 +792,22 @@ def test_check_runs_the_models_correct_spelling_as_the_tool_wrote_it(
     assert "issue_refund: allowed" in out
     assert "runs with" not in out
     assert "#W8855135" in out
+    for spelling in ("#W8855135", "W8855135"):
+        code, out, _ = _run(
+            capsys,
+            "check",
+            "--manifest",
+            _manifest(tmp_path),
+            "--json",
+            "--user",
+            "I'm cus_41ZpA9, refund W8855135",
+            "--result",
+            json.dumps(SEARCH),
+            "--call",
+            json.dumps({"tool": "issue_refund", "arguments": {"order_id": spelling}}),
+        )
+        assert code == 0
+        assert json.loads(out)["arguments"] == {"order_id": spelling}
 
 
 WHOIS_MANIFEST = (

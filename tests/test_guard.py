@@ -269,10 +269,10 @@ def test_methods_of_every_kind_are_guarded() -> None:
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
         for call in (desk.refund, Desk.refund_cls, desk.refund_cls, Desk.refund_static):
-            assert call("W8855135") == "refunded #W8855135"  # the ledger's spelling
+            assert call("W8855135") == "refunded W8855135"  # as the model wrote it
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
-        assert Desk.refund(desk, "W8855135") == "refunded #W8855135"
+        assert Desk.refund(desk, "W8855135") == "refunded W8855135"
         with pytest.raises(IdentifierViolation):
             Desk.refund(desk, order_id="W8855136")
 
@@ -384,7 +384,7 @@ def test_a_guard_checks_tools_declared_on_its_silenced_copy() -> None:
         with pytest.raises(IdentifierViolation):
             close("W1234567")
         assert close("W8855135") == "closed"
-    assert ran == ["#W8855135"]  # as the ledger spells it
+    assert ran == ["W8855135"]  # as the model wrote it
     with pytest.raises(GuardrailUsageError, match="declared twice"):
         guard.declare("cancel", ids={"order_id": "item"})  # the copy's name is taken here too
 
@@ -758,7 +758,7 @@ def test_observe_mode_runs_a_call_it_would_refuse_but_learns_nothing_from_it() -
         assert ledger.get("item", "it_abcd") is not None
         assert ledger["order"].verified
         assert ledger["order"].value == "W2222222"  # the spelling the lookup's result wrote
-    # The lookup runs with the model's spelling: the user's is never put in its place.
+    # Every call runs with the arguments as the model wrote them.
     assert ran == ["lookup W1111111", "invite W1111111", "lookup W2222222"]
     checked = [e for e in logs if e["event"] == "guardrail.call_checked"]
     assert [(e["outcome"], e["log_level"]) for e in checked] == [

@@ -136,17 +136,17 @@ def test_methods_of_every_kind_read_ids_at_the_right_position() -> None:
     with guard.session("desk"):
         guard.record("search_orders", {}, ORDERS)
         for call in calls:
-            # The tool runs with the ledger's spelling of the order (#W8855135).
-            assert call("W8855135").endswith("refunded #W8855135")
+            # The tool runs with the order as the caller wrote it, whichever spelling.
+            assert call("W8855135").endswith("refunded W8855135")
             assert call(order_id="#W8855135").endswith("refunded #W8855135")
             with pytest.raises(IdentifierViolation):
                 call("W8855136")
             with pytest.raises(IdentifierViolation):
                 call(order_id="W8855136")
-        assert _Desk.refund(desk, "W8855135") == "_Desk refunded #W8855135"
+        assert _Desk.refund(desk, "W8855135") == "_Desk refunded W8855135"
         with pytest.raises(IdentifierViolation):
             _Desk.refund(desk, "W8855136", 3)
-        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded #W8855135"
+        assert asyncio.run(desk.refund_async("W8855135")) == "async refunded W8855135"
         with pytest.raises(IdentifierViolation):
             asyncio.run(desk.refund_async(order_id="W8855136"))
 
@@ -158,7 +158,7 @@ def test_positional_only_and_keyword_only_parameters_are_read() -> None:
     with guard.session("s"):
         guard.record("search_orders", {"customer_id": "cus_ABC123"}, ORDERS)
         guard.observe_user("I am cus_ABC123")
-        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/#W8855135"
+        assert lookup("cus_ABC123", "W8855135", "n", limit=2) == "cus_ABC123/W8855135"
         refused = lookup("cus_ABC123", "W8855999")
         assert isinstance(refused, Rejection)
         assert refused.verdict.findings[0].param == "order_id"
@@ -182,7 +182,7 @@ def test_async_tool_in_reprompt_mode_returns_a_rejection_without_running() -> No
     allowed, refused = asyncio.run(conversation())
     assert allowed == "ok"
     assert isinstance(refused, Rejection)
-    assert ran == ["#W8855135"]  # as the ledger spells it
+    assert ran == ["W8855135"]  # as the caller wrote it
 
 
 def test_tool_taking_only_keyword_arguments_is_checked() -> None:
@@ -195,7 +195,7 @@ def test_tool_taking_only_keyword_arguments_is_checked() -> None:
 
     with guard.session("s"):
         guard.record("search_orders", {}, ORDERS)
-        assert generic(order_id="W8855135") == "#W8855135"
+        assert generic(order_id="W8855135") == "W8855135"
         with pytest.raises(IdentifierViolation):
             generic(order_id="W8855136")
 
@@ -373,7 +373,7 @@ def test_an_id_parameter_left_at_its_default_is_checked(fast: bool) -> None:
 # -- the value the tool receives ----------------------------------------------------------------
 
 
-def _respelling_guard(fast: bool) -> tuple[Guard, dict[str, Any], list[Any]]:
+def _shapes_guard(fast: bool) -> tuple[Guard, dict[str, Any], list[Any]]:
     """Tools of every argument shape that report what they received; the fast path on or off."""
     guard = shop_guard()
     guard.add_kind("flight", normalize=["strip", "upper"])
@@ -449,9 +449,9 @@ SEED = {
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_the_tool_receives_the_ledger_value_verbatim(fast: bool) -> None:
-    """Whatever spelling the check accepted, the tool runs with the value the ledger holds."""
-    guard, tools, got = _respelling_guard(fast)
+def test_the_tool_receives_each_argument_exactly_as_given(fast: bool) -> None:
+    """Whatever spelling the check accepted, the tool runs with the model's own argument."""
+    guard, tools, got = _shapes_guard(fast)
     with guard.session("s"):
         guard.record("seed", {}, SEED)
         guard.record("search_orders", {"customer_id": "x"}, ORDERS)
@@ -462,67 +462,50 @@ def test_the_tool_receives_the_ledger_value_verbatim(fast: bool) -> None:
         tools["pay"](1000, "https://pay.example/inv/1/")
         tools["cancel_default"]()
     assert got == [
-        "#W2378156",
-        "#W2378156",
-        ("#W8855135", "#W2378156"),
-        ("1000", "https://pay.example/inv/1"),
-        (1000, "https://pay.example/inv/1"),  # a number stays a number
-        "#W0000001",  # the default, respelled, passed positionally
+        "W2378156",
+        " #W2378156\n",
+        ("#W8855135", "W2378156"),
+        ("１０００", "HTTPS://PAY.EXAMPLE:443/inv/1/"),
+        (1000, "https://pay.example/inv/1/"),
+        "W0000001",  # the function's own default, checked and left to the function
     ]
 
 
 @pytest.mark.parametrize("fast", [True, False])
-def test_nested_packed_and_json_text_arguments_are_respelled_in_copies(fast: bool) -> None:
-    """Lists of objects are copied, packed strings respelled part by part, JSON text kept text."""
-    guard, tools, got = _respelling_guard(fast)
+def test_nested_packed_and_json_text_arguments_reach_the_tool_as_the_objects_given(
+    fast: bool,
+) -> None:
+    """Lists of objects, packed strings and JSON text: the tool gets the very objects passed."""
+    guard, tools, got = _shapes_guard(fast)
     flights = [{"flight_number": " hat136", "date": "2024-05-20"}, {"flight_number": "HAT039"}]
     before = json.dumps(flights)
+    order_ids = ("W0000001",)
     with guard.session("s"):
         guard.record("seed", {}, SEED)
         tools["book"](flights, passengers=2)
         tools["book"](json.dumps([{"flight_number": "hat039"}]))
         tools["tag_all"]("URGENT , vip,Vip", order_ids='["W2378156", "#W0000001"]')
-        tools["tag_all"](tags="urgent", order_ids=("W0000001",))
+        tools["tag_all"](tags="urgent", order_ids=order_ids)
     assert json.dumps(flights) == before  # the caller's objects are untouched
-    received = got[0]
-    assert received == [
-        {"flight_number": "HAT136", "date": "2024-05-20"},
-        {"flight_number": "HAT039"},
-    ]
-    assert received is not flights and received[1] is flights[1]  # only changed parts copied
-    assert got[1] == json.dumps([{"flight_number": "HAT039"}])
-    assert got[2] == ("urgent , vip,vip", '["#W2378156", "#W0000001"]')
-    assert got[3] == ("urgent", ("#W0000001",))
-
-
-@pytest.mark.parametrize("fast", [True, False])
-def test_nothing_is_copied_when_every_value_is_the_ledgers(fast: bool) -> None:
-    """Values already verbatim reach the tool as the very objects passed."""
-    guard, tools, got = _respelling_guard(fast)
-    flights = [{"flight_number": "HAT136"}]
-    with guard.session("s"):
-        guard.record("seed", {}, SEED)
-        tools["book"](flights)
-        arguments = {"order_id": "#W2378156", "note": "x"}
-        assert guard.check("refund", arguments).arguments is arguments
     assert got[0] is flights
+    assert got[1] == json.dumps([{"flight_number": "hat039"}])
+    assert got[2] == ("URGENT , vip,Vip", '["W2378156", "#W0000001"]')
+    assert got[3] == ("urgent", order_ids) and got[3][1] is order_ids
 
 
-def test_verdict_arguments_are_the_arguments_to_run_the_tool_with() -> None:
-    """check() and enforce() give a respelled copy; the mapping (or JSON text) given is kept."""
-    guard, _, _ = _respelling_guard(True)
+def test_verdict_arguments_are_the_arguments_as_given() -> None:
+    """check() and enforce() give the mapping given itself, or the one JSON text reads as."""
+    guard, _, _ = _shapes_guard(True)
     with guard.session("s"):
         guard.record("seed", {}, SEED)
         given = {"order_id": "W2378156", "note": "keep me"}
         verdict = guard.enforce("refund", given)
-        assert verdict.arguments == {"order_id": "#W2378156", "note": "keep me"}
+        assert verdict.allowed and verdict.arguments is given
         assert given == {"order_id": "W2378156", "note": "keep me"}
-        text = json.dumps({"flights": [{"flight_number": "hat136"}], "passengers": 1})
-        assert guard.check("book", text).arguments == {
-            "flights": [{"flight_number": "HAT136"}],
-            "passengers": 1,
-        }
-        assert guard.check("cancel_default", {}).arguments == {"order_id": "#W0000001"}
+        nested = {"flights": [{"flight_number": "hat136"}], "passengers": 1}
+        verdict = guard.check("book", json.dumps(nested))
+        assert verdict.allowed and verdict.arguments == nested
+        assert guard.check("cancel_default", {}).arguments == {}  # the default is the tool's
         refused = guard.check("refund", {"order_id": "W9999999"})
         assert refused.arguments == {"order_id": "W9999999"}
         assert guard.check("not_declared", '{"a": 1}').arguments == {"a": 1}
@@ -611,7 +594,7 @@ _ARGUMENTS = st.fixed_dictionaries(
 @settings(max_examples=400, deadline=None, derandomize=True)
 @given(arguments=_ARGUMENTS, read=st.booleans())
 def test_fast_path_and_full_check_agree(arguments: dict[str, Any], read: bool) -> None:
-    """Allowed or not, the same entries and the same respelled arguments, on either path."""
+    """Allowed or not, the same entries and the arguments as given, on either path."""
     outcomes = []
     for fast in (True, False):
         guard = _differential_guard(read)
@@ -634,6 +617,7 @@ def test_fast_path_and_full_check_agree(arguments: dict[str, Any], read: bool) -
             given_arguments = json.loads(json.dumps(arguments))
             verdict = check_arguments(plan, given_arguments, state_of(ledger))
             assert given_arguments == arguments  # never changed
+            assert verdict.arguments is given_arguments  # and given back as it is
             outcomes.append(
                 (
                     verdict.allowed,

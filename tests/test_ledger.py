@@ -14,8 +14,10 @@ from hypothesis import strategies as st
 
 from guardrail import GuardrailUsageError, Kind, Ledger, Source
 from guardrail._data.batch import Batch
+from guardrail._data.entry import live_record
 from guardrail.ledger import USER_TEXTS_KEPT, Dropped
 from guardrail.ledger._ledger import state_of
+from guardrail.ledger._merge import merge_record
 
 SRC = Source("get_order", "call_1", "order_id", 0)
 
@@ -784,25 +786,32 @@ def test_a_confirmed_user_spelling_gives_way_to_the_spelling_a_tool_wrote_later(
     assert (ledger["order"].value, ledger["order"].source) == ("#W5061109", LOOKUP)
 
 
-def test_a_spelling_a_tool_wrote_stays_and_another_tools_is_kept_beside_it() -> None:
-    """The first spelling a tool wrote is the value; another's goes to spellings, saved too."""
+def test_the_first_spelling_a_tool_wrote_stays_the_value() -> None:
+    """A second tool's spelling, or the user's, matches by the key and changes nothing."""
     ledger = ledger_of_orders()
     written(ledger, "#W5061109")
     written(ledger, "W5061109", Source("search", "c3", "orders[*]", 0))
-    typed(ledger, " W5061109")  # the user's spelling is never kept as one a tool wrote
+    typed(ledger, " W5061109")
     written(ledger, "#W5061109")
     entry = ledger["order"]
-    assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
-    again = Ledger.from_json(ledger.to_json())
-    assert again == ledger and again["order"].spellings == ("W5061109",)
-
-
-def test_a_record_saved_before_spellings_loads_with_none() -> None:
-    """A saved ledger written by an earlier version (no spellings field) loads as it was."""
-    data = saved()
+    assert (entry.value, entry.source) == ("#W5061109", LOOKUP)
+    assert len(ledger) == 1 and ledger.get("order", "W5061109") is entry
+    data = ledger.to_dict()
     assert all("spellings" not in record for record in data["records"])
+    assert Ledger.from_json(ledger.to_json()) == ledger
+
+
+def test_a_record_an_earlier_version_saved_with_spellings_loads_without_them() -> None:
+    """Development versions wrote other spellings in a live record: it loads, the field ignored."""
+    data = saved()
+    data["records"][0]["spellings"] = ["#W1", "w1"]
     ledger = Ledger.from_json(json.dumps(data))
-    assert ledger["order"].spellings == () and ledger["order"].value == "W1"
+    assert ledger["order"].value == "W1"
+    assert not hasattr(ledger["order"], "spellings")
+    assert all("spellings" not in record for record in ledger.to_dict()["records"])
+    data["records"][0]["spellings"] = "#W1"  # checked as the field always was: a list of text
+    with pytest.raises(GuardrailUsageError):
+        Ledger.from_json(json.dumps(data))
 
 
 @pytest.mark.parametrize("first", ["typed", "tool"])
@@ -820,8 +829,8 @@ def test_merge_keeps_the_spelling_a_tool_wrote_whichever_copy_holds_it(first: st
     assert (entry.value, entry.source, entry.verified) == ("#W5061109", LOOKUP, True)
 
 
-def test_merge_keeps_both_spellings_tools_wrote_the_earlier_as_the_value() -> None:
-    """Two copies, each with a spelling a tool wrote: the earlier is the value, the other kept."""
+def test_merge_keeps_the_earlier_spelling_a_tool_wrote_as_the_value() -> None:
+    """Two copies, each with a spelling a tool wrote: the earlier is the value, either way."""
     early, late = ledger_of_orders(), ledger_of_orders()
     written(early, "#W5061109")
     state_of(late).next_turn()
@@ -831,7 +840,17 @@ def test_merge_keeps_both_spellings_tools_wrote_the_earlier_as_the_value() -> No
         merged.merge(new)
         entry = merged.get("order", "W5061109")
         assert entry is not None
-        assert (entry.value, entry.spellings) == ("#W5061109", ("W5061109",))
+        assert (entry.value, entry.source) == ("#W5061109", LOOKUP)
+
+
+def test_a_merge_drops_the_spellings_an_earlier_version_stored() -> None:
+    """A held record with the retired spellings field merges into one without it."""
+    ledger = ledger_of_orders()
+    written(ledger, "#W5061109")
+    held = live_record(ledger["order"])
+    new = dict(held, turn=held["turn"] + 1, last_used=held["last_used"] + 1)
+    merged = merge_record({**held, "spellings": ["W5061109"]}, new, concurrent=True)
+    assert "spellings" not in merged and merged["value"] == "#W5061109"
 
 
 def test_entries_that_collide_after_rekeying_keep_the_spelling_a_tool_wrote() -> None:
@@ -860,5 +879,5 @@ def test_two_spellings_tools_wrote_in_one_turn_merge_alike_in_either_order() -> 
         copy.merge(new)
         entry = copy.get("order", "W5061109")
         assert entry is not None
-        merged.append((entry.value, entry.spellings, entry.source))
-    assert merged[0] == merged[1] == ("#W5061109", ("W5061109",), LOOKUP)
+        merged.append((entry.value, entry.source))
+    assert merged[0] == merged[1] == ("#W5061109", LOOKUP)

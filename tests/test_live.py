@@ -13,8 +13,10 @@ from examples import live_shop
 from guardrail import Guard
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay import (
+    LiveExample,
     LiveStats,
     ReplayReport,
+    Rewrite,
     Trace,
     load_live,
     load_trace_file,
@@ -84,51 +86,37 @@ def test_each_conversation_gets_a_fresh_environment() -> None:
     assert all(shop.orders["#W2000002"]["status"] == "cancelled" for shop in opened)
 
 
-def test_the_typed_spelling_the_guard_hands_the_tool_is_reported_as_written_and_received() -> None:
-    """W1000002 typed, #W1000002 written: behind the guard the tool gets W1000002, and fails.
+def test_the_typed_id_conversation_runs_clean_behind_the_guard() -> None:
+    """W1000002 typed, #W1000002 written by the shop and the model: every call succeeds, as is.
 
-    The three calls with the order id fail behind the guard and succeed without it; each
-    is reported with the argument as the model wrote it and as the tool received it, a
-    spelling no tool returned.
+    Behind the guard each tool receives the arguments the model wrote: nothing
+    fails that works without the guard, and nothing is rewritten.
     """
     counts = live(conversation("shop-typed-id"))
     assert counts.unguarded == {"succeeded": 4}
-    assert counts.guarded == {"succeeded": 1, "failed": 3}
-    assert counts.failed_behind_guard == 3
-    assert [e.tool for e in counts.failed_examples] == [
-        "get_order_details",
-        "cancel_order",
-        "get_order_details",
-    ]
-    for example in counts.failed_examples:
-        [respelling] = example.respellings
-        assert (respelling.path, respelling.written, respelling.received) == (
-            "order_id",
-            "#W1000002",
-            "W1000002",
-        )
-        assert respelling.returned is False
-        assert "Error: order not found" in example.label
-    assert (counts.rewritten_calls, counts.rewritten_arguments, counts.respelled_unreturned) == (
-        3,
-        3,
-        3,
-    )
+    assert counts.guarded == {"succeeded": 4}
+    assert counts.failed_behind_guard == counts.refused_succeeded == 0
+    assert (counts.rewritten_calls, counts.rewritten_arguments) == (0, 0)
+    assert counts.failed_examples == counts.rewritten_examples == []
 
 
-def test_ids_from_a_result_that_says_error_are_reported() -> None:
-    """'Error: user not found' confirmed the typed user id and became a user id itself, live."""
-    counts = live(conversation("shop-lookup-error"))
+def test_a_result_that_says_error_harvests_nothing_and_the_write_is_refused() -> None:
+    """'Error: user not found' confirms no typed user id and is no user id itself, live.
+
+    The update with the id the failed lookup did not confirm is refused
+    (unverified), as a replay of the recording refuses it.
+    """
+    report = replay_live(conversation("shop-lookup-error"), MANIFEST, live_shop.fresh)
+    counts = report.total.live
+    assert counts is not None
     assert counts.unguarded == {"failed": 3}
-    assert counts.harvested_from_failed == 2
-    assert [(e.tool, e.ids) for e in counts.harvested_examples] == [
-        ("get_user_details", ("ben_ode_5555",)),
-        ("find_user_id_by_email", ("Error: user not found",)),
-    ]
-    # The write with the id the failed lookup confirmed ran, live; a replay of the recording
-    # refuses it (the recorded lookup is a failure there).
-    assert counts.guarded["refused"] == 0
-    assert counts.replay_refused == 1
+    assert counts.guarded == {"failed": 2, "refused": 1}
+    assert (counts.harvested_from_failed, counts.harvested_ids) == (0, 0)
+    assert counts.harvested_examples == []
+    [refused] = report.total.refused_failed_examples
+    assert (refused.tool, refused.findings[0]["problem"]) == ("update_address", "unverified")
+    assert refused.findings[0]["value"] == "ben_ode_5555"
+    assert counts.guarded["refused"] == counts.replay_refused == 1
 
 
 def test_an_invented_id_refused_is_reported_with_its_cause() -> None:
@@ -181,8 +169,12 @@ LISTING = {
 }
 
 
-def test_a_spelling_the_guard_puts_in_place_of_the_models_is_seen_failing() -> None:
-    """The model writes W1000001 as the lookup wants; behind the guard the tool gets #W1000001."""
+def test_a_tool_that_lists_one_spelling_and_finds_another_gets_the_models() -> None:
+    """The list writes #W1000001, the lookup finds only W1000001: the model's W1000001 reaches it.
+
+    The tool gets W1000001 and succeeds on both sides: the guard puts no
+    spelling of its own (or of another tool's) in place of the model's.
+    """
     trace = trace_from_messages(
         [
             user("I'm u_123, what about my order?"),
@@ -192,20 +184,26 @@ def test_a_spelling_the_guard_puts_in_place_of_the_models_is_seen_failing() -> N
             result("c2", {"order_id": "W1000001", "status": "pending"}),
         ]
     )
-    # A replay of the recorded results sees nothing wrong.
+    # A replay of the recorded results sees nothing wrong; live, nothing is wrong either.
     replayed = replay(trace, Guard.from_manifest(LISTING), variants=0)
     assert replayed.total.refused == 0
-    counts = live(trace, LISTING, _listing_tools)
+    received: list[dict[str, Any]] = []
+
+    def tools() -> dict[str, Callable[..., Any]]:
+        listing = _listing_tools()
+        lookup = listing["get_order"]
+
+        def get_order(order_id: str) -> Any:
+            received.append({"order_id": order_id})
+            return lookup(order_id)
+
+        return {**listing, "get_order": get_order}
+
+    counts = live(trace, LISTING, tools)
     assert counts.unguarded == {"succeeded": 2}
-    assert counts.failed_behind_guard == 1
-    [example] = counts.failed_examples
-    [respelling] = example.respellings
-    assert (respelling.written, respelling.received, respelling.returned) == (
-        "W1000001",
-        "#W1000001",
-        True,
-    )
-    assert counts.respelled_unreturned == 0
+    assert counts.guarded == {"succeeded": 2}
+    assert counts.failed_behind_guard == counts.rewritten_arguments == 0
+    assert received == [{"order_id": "W1000001"}] * 2  # without the guard, then behind it
 
 
 def test_recorded_results_never_reach_the_live_ledger() -> None:
@@ -346,28 +344,60 @@ def test_the_live_report_has_the_replays_shape_and_a_live_part() -> None:
     plain = replay(TRACES, Guard.from_manifest(MANIFEST), variants=0).to_dict()
     assert set(data) == set(plain)
     assert set(data["total"]) - set(plain["total"]) == {"live"}
-    assert data["total"]["live"]["failed_behind_guard"]["total"] == 3
+    assert data["total"]["live"]["failed_behind_guard"] == {"total": 0, "examples": []}
+    assert data["total"]["live"]["rewritten"] == {"calls": 0, "arguments": 0, "examples": []}
     assert json.loads(report.to_json())["total"]["live"]["calls"] == 15
     text = report.to_text(width=1000)
     assert "guardrail replay --live: 4 conversations, 15 tool calls" in text
     assert "Live: the same calls without the guard and behind it" in text
-    assert '"#W1000002" -> "W1000002" (no tool returned it)' in text
     assert "get_order_details.order_id: unknown 1" in text
 
 
-def test_assert_live_clean_names_what_the_guard_broke() -> None:
-    """assert_live_clean fails with each call that fails behind the guard and each id harvested."""
-    report = replay_live(TRACES, MANIFEST, live_shop.fresh)
-    with pytest.raises(AssertionError) as failed:
-        report.assert_live_clean()
-    message = str(failed.value)
-    assert "3 call(s) fail behind the guard but not without it" in message
-    assert "2 id(s) entered the ledger from failed results" in message
-    replay_live(conversation("shop-looked-up"), MANIFEST, live_shop.fresh).assert_live_clean()
+def test_assert_live_clean_passes_on_the_shop() -> None:
+    """The shop's four conversations: nothing breaks behind the guard, nothing is rewritten."""
+    replay_live(TRACES, MANIFEST, live_shop.fresh).assert_live_clean()
     with pytest.raises(AssertionError, match="not a live replay"):
         ReplayReport(
             files=[], total=replay(TRACES, Guard.from_manifest(MANIFEST)).total
         ).assert_live_clean()
+
+
+def test_assert_live_clean_names_each_way_the_guard_broke_a_call() -> None:
+    """A call failing only behind the guard, a rewritten argument, an id from a failure: named."""
+    where = ("t1", "f.jsonl", 1, 3)  # trace, path, line, message
+    counts = LiveStats(
+        failed_behind_guard=1,
+        failed_examples=[LiveExample(*where, tool="get_order", label="Error: order not found")],
+        rewritten_calls=1,
+        rewritten_arguments=2,
+        rewritten_examples=[
+            LiveExample(
+                *where,
+                tool="cancel_order",
+                label="result: ok",
+                rewrites=(
+                    Rewrite("order_id", "W1000002", "#W1000002"),
+                    Rewrite("items[0]", "it_1", "it_9"),
+                ),
+            )
+        ],
+        harvested_from_failed=1,
+        harvested_ids=1,
+        harvested_examples=[
+            LiveExample(*where, tool="find_user", label="result: Error", ids=("Error: no",))
+        ],
+    )
+    total = replay(TRACES, Guard.from_manifest(MANIFEST), variants=0).total
+    total.live = counts
+    with pytest.raises(AssertionError) as failed:
+        ReplayReport(files=[], total=total).assert_live_clean()
+    message = str(failed.value)
+    assert "1 call(s) fail behind the guard but not without it" in message
+    assert "t1 (message 3) get_order: Error: order not found" in message
+    assert "2 argument(s) received otherwise than the model wrote them" in message
+    assert 'order_id: "W1000002" -> "#W1000002"; items[0]: "it_1" -> "it_9"' in message
+    assert "1 id(s) entered the ledger from failed results" in message
+    assert 'ids: "Error: no"' in message
 
 
 def test_files_add_up_to_the_total() -> None:

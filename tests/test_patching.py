@@ -79,7 +79,7 @@ def patch_shop(guard: Guard, module: str) -> list[Any]:
 
 
 def test_a_patched_function_is_checked_run_and_recorded_as_a_decorated_one(shop: str) -> None:
-    """The module's function refuses a mutated id, runs with the ledger spelling, harvests."""
+    """The module's function refuses a mutated id, runs with the id as given, harvests."""
     module = importlib.import_module(shop)
     original = module.issue_refund
     guard = shop_guard()
@@ -89,11 +89,11 @@ def test_a_patched_function_is_checked_run_and_recorded_as_a_decorated_one(shop:
     with guard.session("s") as ledger:
         module.search_orders("cus_41ZpA9")
         assert [entry.value for entry in ledger] == ["#W8855135", "#W2378156"]
-        assert module.issue_refund("W2378156", 40) == "refunded 40 on #W2378156"
+        assert module.issue_refund("W2378156", 40) == "refunded 40 on W2378156"
         with pytest.raises(IdentifierViolation) as refusal:
             module.issue_refund("#W2378157", 40)
     assert refusal.value.verdict.findings[0].problem == "mutated"
-    assert module.REFUNDS == ["#W2378156"]
+    assert module.REFUNDS == ["W2378156"]
     assert guard.specs["issue_refund"].effect == "write"
 
 
@@ -130,8 +130,8 @@ def test_an_async_function_is_patched_and_stays_a_coroutine_function(shop: str) 
 
     refused, allowed = asyncio.run(conversation())
     assert isinstance(refused, Rejection)
-    assert allowed == "refunded 40 on #W2378157"
-    assert module.REFUNDS == ["#W2378157"]
+    assert allowed == "refunded 40 on W2378157"
+    assert module.REFUNDS == ["W2378157"]
 
 
 def test_a_method_is_patched_on_its_class_and_still_binds(shop: str) -> None:
@@ -143,11 +143,11 @@ def test_a_method_is_patched_on_its_class_and_still_binds(shop: str) -> None:
     with guard.session("s"):
         guard.declare("search", produces={"[*]": "order"}, effect="read")
         guard.record("search", {}, ["#W8855135"])
-        assert client.refund("W8855135") == "refunded #W8855135"
+        assert client.refund("W8855135") == "refunded W8855135"
         assert module.Client.refund(client, order_id="#W8855135") == "refunded #W8855135"
         with pytest.raises(IdentifierViolation):
             client.refund("#W8855136")
-    assert client.sent == ["#W8855135", "#W8855135"]
+    assert client.sent == ["W8855135", "#W8855135"]
 
 
 def test_undo_puts_the_original_back_and_cancels_a_waiting_patch(shop: str) -> None:

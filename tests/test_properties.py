@@ -8,6 +8,7 @@ every ledger value.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from hypothesis.stateful import (
 from guardrail import Guard, Id, Ledger, Rejection, Source
 from guardrail._data.batch import Batch
 from guardrail._guard.audit import SilentLogger
+from guardrail._transcript.result_text import is_refusal
+from guardrail.integrations.loops import Toolbox, run_tool_calls
 from guardrail.kinds import NormalizeSpec, compile_normalizer
 from guardrail.ledger._ledger import state_of
 
@@ -483,7 +486,7 @@ def test_every_single_edit_of_any_text_id_is_refused_as_a_near_miss(
         assert guard.check("spend", {"token": value}, ledger=ledger).allowed
 
 
-# -- what a tool receives: the model's own argument, or a spelling a tool wrote -----------------
+# -- what a tool receives: the model's own argument, always ------------------------------------
 
 #: Per normaliser: a pattern for reading the id from user text, and spellings it folds into one.
 SPELLINGS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -505,11 +508,16 @@ SPELLINGS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: An identifier parameter of the property's tools.
 Thing = Annotated[str, Id("thing")]
 
+#: How a call reaches a tool: the decorator's allowed path (a read, a write), its full check
+#: (a write taking a list), a runtime running ``verdict.arguments`` after ``guard.enforce``,
+#: and ``run_tool_calls`` answering a chat message.
+CALLERS = ("read", "write", "write_many", "enforce", "loop")
+
 #: One step of a conversation: the user types spelling i, a tool writes spelling i, or the
-#: model calls a read, a write, or a write taking a list (the full check) with spelling i.
+#: model calls a tool with spelling i through one of the callers.
 STEPS = st.lists(
     st.tuples(
-        st.sampled_from(["user", "tool", "read", "write", "write_many"]),
+        st.sampled_from(["user", "tool", *CALLERS]),
         st.integers(min_value=0, max_value=3),
     ),
     min_size=1,
@@ -521,18 +529,18 @@ STEPS = st.lists(
 @pytest.mark.parametrize("normalizer", sorted(SPELLINGS))
 @settings(max_examples=80, deadline=None, derandomize=True)
 @given(steps=STEPS)
-def test_a_tool_receives_the_models_spelling_or_one_a_tool_wrote(
+def test_a_tool_receives_exactly_the_models_own_argument(
     normalizer: str, steps: list[tuple[str, int]]
 ) -> None:
-    """Property: a call that runs gets the model's own argument, or a spelling a tool wrote.
+    """Property: a call that runs gets the model's own argument, whatever the ledger holds.
 
-    Never a spelling the user typed put in place of the model's: and a spelling a tool wrote
-    reaches a tool as it is.
+    Whatever the user typed and the tools wrote, in whatever spelling the
+    normaliser folds together, and whichever way the call reaches the tool.
     """
     pattern, spellings = SPELLINGS[normalizer]
-    guard = Guard(mode="reprompt", logger=SilentLogger(), max_reprompts=100)
+    guard = Guard(mode="reprompt", logger=SilentLogger(), max_reprompts=1000)
     guard.add_kind("thing", pattern=pattern, normalize=normalizer)
-    received: list[str] = []
+    received: list[object] = []
     written: list[str] = []
 
     @guard.tool(produces={"thing_id": "thing"}, effect="read")
@@ -554,10 +562,29 @@ def test_a_tool_receives_the_models_spelling_or_one_a_tool_wrote(
         received.extend(thing_ids)
         return "done"
 
+    def enforced(value: str) -> object:
+        verdict = guard.enforce("write", {"thing_id": value})
+        if not verdict.allowed:
+            return Rejection(verdict)
+        assert verdict.arguments is not None
+        received.append(verdict.arguments["thing_id"])  # what a runtime runs the tool with
+        return "done"
+
+    toolbox = Toolbox(guard, {"write": write})
+
+    def looped(value: str) -> object:
+        arguments = json.dumps({"thing_id": value})
+        function = {"name": "write", "arguments": arguments}
+        message = {"role": "assistant", "tool_calls": [{"id": "c", "function": function}]}
+        [answer] = run_tool_calls(guard, message, toolbox)
+        return None if is_refusal(answer["content"]) else answer
+
     calls: dict[str, Callable[[str], object]] = {
         "read": read,
         "write": write,
         "write_many": lambda value: write_many([value]),
+        "enforce": enforced,
+        "loop": looped,
     }
     with guard.session("p"):
         for step, number in steps:
@@ -570,10 +597,7 @@ def test_a_tool_receives_the_models_spelling_or_one_a_tool_wrote(
             else:
                 received.clear()
                 answer = calls[step](spelling)
-                if isinstance(answer, Rejection):
+                if answer is None or isinstance(answer, Rejection):
                     assert received == []
                     continue
-                (got,) = received
-                assert got == spelling or got in written, (spelling, got, written)
-                if spelling in written:
-                    assert got == spelling  # a spelling a tool wrote passes as it is
+                assert received == [spelling], (step, spelling, received, written)

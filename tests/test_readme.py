@@ -19,7 +19,7 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(code.splitlines()) <= 30
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
-    # The tool runs with the ledger's spelling of the order the model wrote as W2378156.
+    # The tool runs with the order as the model wrote it, copied from the search's result.
     assert "refunded 40 on #W2378156" in out
     assert "\nmutated\n" in out
     assert "guardrail refused the call to issue_refund" in out

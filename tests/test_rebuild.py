@@ -199,7 +199,6 @@ OPTIONAL = st.fixed_dictionaries(
         ),
         "approved": st.lists(st.text(max_size=3), max_size=2),
         "declined": st.lists(st.text(max_size=3), max_size=2),
-        "spellings": st.lists(st.text(max_size=3), max_size=2),
     },
 )
 
@@ -225,6 +224,25 @@ def test_every_record_a_ledger_writes_takes_the_one_pass(
     assert [fields(entry) for entry in fast.entries] == [fields(entry) for entry in built]
 
 
+def test_a_record_with_the_retired_spellings_field_loads_without_it() -> None:
+    """Development versions stored other spellings of an id: as a record or a row, it loads.
+
+    The one pass and the reference check both accept it (a list of text) and
+    build the entry without it; a wrong type is refused by both.
+    """
+    old = live("W1", tier="produced", spellings=["#W1"])
+    rows = Rows([json.loads(encode_record(old))])
+    [reference] = [entry_of(record) for record in validate_records([old])]
+    for records in ([old], rows):
+        fast = rebuilt(records)
+        assert fast is not None
+        [entry] = fast.entries
+        assert not hasattr(entry, "spellings")
+        assert "spellings" not in live_record(entry)
+        assert fields(entry) == fields(reference)
+    assert agree([live("W1", spellings="#W1")])  # refused alike
+
+
 def test_entries_of_one_call_share_one_source() -> None:
     """Entries from one call and path share their Source, as admission shares it."""
     fast = rebuilt([live("W1"), live("W2"), live("W3", source={**SOURCE, "call_id": "c2"})])
@@ -244,7 +262,6 @@ def test_the_field_lists_are_those_a_live_record_is_written_with() -> None:
             mention={"call": "read(x)", "excerpt": "pay W1"},
             approved=["pay"],
             declined=["send"],
-            spellings=["#W1"],
         )
     )
     written = live_record(entry)

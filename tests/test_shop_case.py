@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from guardrail import Rejection
 
-from .shop_case import guarded_shop
+from .shop_case import Shop, guarded_shop
 
 
-def test_the_models_correct_spelling_is_neither_respelled_nor_refused() -> None:
+def test_the_models_correct_spelling_is_neither_rewritten_nor_refused() -> None:
     """The user typed W5061109, a lookup wrote #W5061109: the model's #W5061109 runs as it is."""
     shop, guard, tools = guarded_shop()
     with guard.session("s") as ledger:
@@ -26,7 +26,7 @@ def test_the_models_correct_spelling_is_neither_respelled_nor_refused() -> None:
 
 
 def test_a_user_typed_id_reaches_a_read_as_the_model_wrote_it() -> None:
-    """Before any tool wrote it, the model's #W5061109 is not respelled to the user's W5061109."""
+    """Before any tool wrote it, the model's #W5061109 reaches the read as it is, not the user's."""
     shop, guard, tools = guarded_shop()
     with guard.session("s") as ledger:
         guard.observe_user("What is the status of W5061109?")
@@ -39,15 +39,22 @@ def test_a_user_typed_id_reaches_a_read_as_the_model_wrote_it() -> None:
     assert done["status"] == "cancelled"
 
 
-def test_the_users_spelling_is_given_the_spelling_the_shop_wrote() -> None:
-    """The model copying the user's W5061109 after the shop wrote #W5061109: the call works."""
+def test_the_users_spelling_runs_as_written_and_fails_as_it_does_without_the_guard() -> None:
+    """The model copying the user's W5061109 after the shop wrote #W5061109: allowed, not fixed.
+
+    The guard only allows or refuses: the tool gets W5061109 and answers as
+    it answers the same call made without the guard.
+    """
     shop, guard, tools = guarded_shop()
     with guard.session("s"):
         guard.observe_user("I am yusuf_rossi_9620; cancel W5061109.")
         tools["get_user_details"]("yusuf_rossi_9620")
         done = tools["cancel_pending_order"]("W5061109", "no longer needed")
-    assert shop.received("cancel_pending_order")[0]["order_id"] == "#W5061109"
-    assert done["status"] == "cancelled"
+    assert shop.received("cancel_pending_order") == [
+        {"order_id": "W5061109", "reason": "no longer needed"}
+    ]
+    assert done == Shop().cancel_pending_order("W5061109", "no longer needed")
+    assert done == "Error: order not found"
 
 
 def test_an_error_text_confirms_no_user_typed_id_and_a_write_with_it_is_refused() -> None:

@@ -197,7 +197,7 @@ def test_an_id_on_star_star_kwargs_says_to_name_the_keywords() -> None:
         cancel(order_id="W8855135")
         with pytest.raises(IdentifierViolation):
             cancel(order_id="W8855136")
-    assert refunded == ["#W8855135"]
+    assert refunded == ["W8855135"]  # as the caller wrote it
 
 
 def test_unknown_kind_in_an_annotation_fails_at_decoration() -> None:

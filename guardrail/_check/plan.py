@@ -19,7 +19,6 @@ from typing import Any, Final, NamedTuple
 from guardrail._check.approvals import ask_message, text_mention, weigh_value
 from guardrail._check.nearmiss import near_miss, within_reach
 from guardrail._check.reprompt import dropped_detail, refusal_head, reprompt
-from guardrail._data.entry import respells
 from guardrail._data.text import ARGUMENT_ELLIPSES
 from guardrail._data.verdict import ApprovalRequest, Finding, Problem, TypedId, Verdict
 from guardrail._declare.spec import ParamSpec, ToolSpec
@@ -158,47 +157,24 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 # -- the check ------------------------------------------------------------------------------
 
 
-class Respelling(NamedTuple):
-    """An argument to give the spelling a tool wrote: the parameter, its position, that spelling."""
-
-    name: str
-    position: int
-    value: Any
-
-
-#: The arguments of one call to give the spelling a tool wrote, in parameter order.
-Respellings = list[Respelling]
-
-#: What :func:`allowed_entries` returns for a call allowed outright: the entries it uses,
-#: and its :data:`Respellings` (None, the usual case, when every value is the ledger's).
-#: A plain tuple on purpose: it is built on every allowed call, and a named tuple costs ten
-#: times as much to build (a sixth of the whole allowed path).
-AllowedCall = tuple[list[Entry], Respellings | None]
-
-
 def allowed_entries(
     fast: FastParams,
     read: bool,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     state: LedgerState,
-) -> AllowedCall | None:
+) -> list[Entry] | None:
     """The entries a call uses when every identifier argument is allowed outright, else None.
 
     The allowed path of :func:`check_arguments` for plain top-level
     parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
-    arguments is ``((), arguments)``). The entries are marked used, and
-    returned with the arguments to give the spelling a tool wrote: those
-    whose value is another spelling of an entry whose value a tool wrote
-    (None, the usual case, when there are none; a value no tool wrote is
-    never put in place of the model's). None sends the call
-    through the full check, which also finds the problems; so does a
-    normaliser that fails, which the full check reports as a malformed
-    value.
+    arguments is ``((), arguments)``). The entries are marked used. None
+    sends the call through the full check, which also finds the problems;
+    so does a normaliser that fails, which the full check reports as a
+    malformed value. Nothing is rewritten: the tool gets what the model wrote.
     """
     by_kind = state.tables
     used: list[Entry] = []
-    respelled: Respellings | None = None
     try:
         for name, position, kind, normalize, others, default in fast:
             if name in kwargs:
@@ -224,19 +200,13 @@ def allowed_entries(
                 else:
                     return None
             used.append(entry)
-            # Another spelling than the one a tool wrote gets that one; a value no tool wrote
-            # (the user's, a lookup's argument) is never put in place of the model's.
-            if value != entry.value and respells(entry, value):
-                if respelled is None:
-                    respelled = []
-                respelled.append(Respelling(name, position, entry.value))
     except Exception:  # a user normaliser failed, or gave a key no table can hold
         return None
     epoch = state.epoch
     for entry in used:
         if entry.epoch != epoch:
             state.touch(entry)
-    return used, respelled
+    return used
 
 
 def check_arguments(
@@ -246,17 +216,13 @@ def check_arguments(
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call.
 
-    The verdict's ``arguments`` are what the tool runs with: each identifier
-    as the model wrote it, or, where that is another spelling of an id a tool
-    returned, the tool's spelling. Verbatim means as a tool wrote it: a
-    spelling no tool wrote (the user's) never replaces the model's.
+    The verdict's ``arguments`` are ``arguments`` themselves: the guard
+    allows or refuses a call, it never rewrites one, so an allowed call runs
+    with each identifier exactly as the model wrote it (see docs/decisions.md).
     """
     if plan.fast is not None:
-        allowed = allowed_entries(plan.fast, plan.read, (), arguments, state)
-        if allowed is not None:
-            used_fast, respelled = allowed
-            if respelled is not None:
-                arguments = {**arguments, **{name: value for name, _, value in respelled}}
+        used_fast = allowed_entries(plan.fast, plan.read, (), arguments, state)
+        if used_fast is not None:
             return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
     by_kind = state.tables
     read = plan.read
@@ -264,9 +230,7 @@ def check_arguments(
     typed: list[TypedId] = []
     findings: list[Finding] = []
     asks: list[ApprovalRequest] = []
-    # Values to give the spelling a tool wrote: per parameter, the value as given -> the entry's.
-    spellings: dict[int, dict[str, str]] = {}
-    for index, param in enumerate(plan.params):
+    for param in plan.params:
         if param.simple:
             value = arguments.get(param.name, param.default)
             if value is NO_DEFAULT or value is None:
@@ -292,8 +256,6 @@ def check_arguments(
                             continue
                 if entry is not None:
                     used.append(entry)
-                    if type(value) is str and respells(entry, value):
-                        spellings.setdefault(index, {})[value] = entry.value
                     continue
             outcome = _classify(plan, param, value, text, state)
             if isinstance(outcome, TypedId):
@@ -326,57 +288,8 @@ def check_arguments(
         findings=tuple(findings),
         used=tuple(used),
         typed=tuple(typed),
-        arguments=_respelled(plan, arguments, spellings) if spellings else arguments,
+        arguments=arguments,
     )
-
-
-def _respelled(
-    plan: CheckPlan, arguments: Mapping[str, Any], spellings: Mapping[int, Mapping[str, str]]
-) -> dict[str, Any]:
-    """A copy of ``arguments`` with each value in ``spellings`` as a tool wrote it.
-
-    Nested values are replaced in copies of their containers, packed strings
-    part by part, and a list given as JSON text stays JSON text.
-    """
-    respelled = dict(arguments)
-    for index, spelling in spellings.items():
-        param = plan.params[index]
-        if param.simple:
-            given = respelled.get(param.name, param.default)
-            respelled[param.name] = spelling.get(given, given)
-            continue
-        head = param.param.name
-        root = {head: respelled.get(head, param.default)}
-        fix = _packed_fix(spelling, param.param.sep) if param.param.sep else _fix(spelling)
-        respelled[head] = param.param.path.replace(root, fix, parse_json_strings=True)[head]
-    return respelled
-
-
-def _fix(spelling: Mapping[str, str]) -> Callable[[Any], Any]:
-    def fix(value: Any) -> Any:
-        return spelling.get(value, value) if type(value) is str else value
-
-    return fix
-
-
-def _packed_fix(spelling: Mapping[str, str], sep: str) -> Callable[[Any], Any]:
-    """Respell the ids packed in one string part by part, keeping separators and spaces."""
-
-    def fix(value: Any) -> Any:
-        if type(value) is not str:
-            return value
-        parts = value.split(sep)
-        changed = False
-        for number, part in enumerate(parts):
-            core = part.strip()
-            new = spelling.get(core)
-            if new is not None and core:
-                start = part.index(core)
-                parts[number] = part[:start] + new + part[start + len(core) :]
-                changed = True
-        return sep.join(parts) if changed else value
-
-    return fix
 
 
 def _held(

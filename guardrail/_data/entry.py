@@ -54,10 +54,12 @@ LIVE_OPTIONAL: tuple[str, ...] = (
     "mention",
     "approved",
     "declined",
-    "spellings",
 )
-#: The most other spellings an entry keeps of its id as tools wrote it (see ``Entry.spellings``).
-SPELLINGS_KEPT = 8
+#: Fields of ``live`` records that earlier development versions wrote and that no longer mean
+#: anything: a record carrying one loads (the field checked for its old type, then ignored).
+#: ``spellings`` listed other spellings tools wrote of an id, which the guard no longer needs:
+#: it never rewrites an argument.
+RETIRED_FIELDS: tuple[str, ...] = ("spellings",)
 
 #: Provenance tiers, most permissive first: a value with several sources keeps the first.
 #: ``produced``: a declared field of a successful result; ``minted``: a ``mints=`` parameter
@@ -111,8 +113,8 @@ def tool_written(tier: str, path: str) -> bool:
     """Whether an entry of ``tier`` whose source is ``path`` holds the spelling a tool wrote.
 
     Verbatim means as a tool wrote it: an entry's value is the spelling of the
-    result that produced it. Only such a value is ever given to a tool in place
-    of the model's own spelling (see :func:`written_by_tool`).
+    result that produced it, the one the ledger block, refusals and re-prompts
+    show (see :func:`written_by_tool`).
     """
     return tier == "produced" and path not in UNWRITTEN_PATHS
 
@@ -126,17 +128,6 @@ def written_by_tool(entry: Entry) -> bool:
     <guardrail.ledger._state.LedgerState.admit>`).
     """
     return entry.tier == "produced" and entry.source.path not in UNWRITTEN_PATHS
-
-
-def respells(entry: Entry, value: str) -> bool:
-    """Whether an argument ``value`` that names ``entry`` reaches the tool as ``entry.value``.
-
-    Only another spelling of an id whose value a tool wrote does: a spelling
-    a tool wrote (``value`` or one of ``spellings``) reaches the tool as it
-    is, and so does any spelling of an id no tool wrote (the user's is never
-    put in place of the model's).
-    """
-    return value != entry.value and written_by_tool(entry) and value not in entry.spellings
 
 
 def implied_tier(verified: bool, tool: str) -> str:
@@ -175,7 +166,6 @@ class Entry:
         "pinned",
         "role",
         "source",
-        "spellings",
         "status",
         "tier",
         "value",
@@ -203,7 +193,6 @@ class Entry:
         mention: Mention | None = None,
         approved: frozenset[str] = NOTHING,
         declined: frozenset[str] = NOTHING,
-        spellings: tuple[str, ...] = (),
     ) -> None:
         self.value = value
         self.kind = kind
@@ -227,9 +216,6 @@ class Entry:
         #: The tools the user approved (or declined) this value for, by request.
         self.approved = approved
         self.declined = declined
-        #: Other spellings tools wrote of this id (``value`` is the first), usually none: an
-        #: argument in one of them reaches the tool as it is, never respelled to ``value``.
-        self.spellings = spellings
 
     @property
     def confirmed(self) -> bool:
@@ -325,8 +311,6 @@ def live_record(entry: Entry) -> dict[str, Any]:
         record["approved"] = sorted(entry.approved)
     if entry.declined:
         record["declined"] = sorted(entry.declined)
-    if entry.spellings:
-        record["spellings"] = list(entry.spellings)
     return record
 
 
@@ -367,8 +351,6 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     approved, declined = record.get("approved"), record.get("declined")
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
-    spellings = record.get("spellings")
-    entry.spellings = tuple(spellings) if spellings else ()
     return entry
 
 

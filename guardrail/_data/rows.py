@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
-from guardrail._data.entry import LIVE_FIELDS, LIVE_OPTIONAL, Record
+from guardrail._data.entry import LIVE_FIELDS, LIVE_OPTIONAL, RETIRED_FIELDS, Record
 
 #: The fields of each record state, in the order its row lists them.
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -46,7 +46,10 @@ _LIVE_ROW = FIELDS["live"]
 SHAPES = frozenset(
     {(state, len(names)) for state, names in FIELDS.items()} | {("live", LIVE_LENGTH + 1)}
 )
-_OPTIONAL = frozenset(LIVE_OPTIONAL)
+#: The fields a live row's last element may hold: those only some entries have, and those
+#: earlier development versions wrote (read back as they are; the loader ignores them).
+_EXTRA = (*LIVE_OPTIONAL, *RETIRED_FIELDS)
+_OPTIONAL = frozenset(_EXTRA)
 _NAMES = {state: frozenset(names) for state, names in FIELDS.items()}
 _SOURCE_NAMES = frozenset(SOURCE)
 
@@ -62,7 +65,7 @@ def to_row(record: Record) -> list[Any] | Record:
     if fields != _NAMES[state]:
         if state != "live" or not (_NAMES["live"] < fields <= _NAMES["live"] | _OPTIONAL):
             return record
-        extra = {name: record[name] for name in LIVE_OPTIONAL if name in record}
+        extra = {name: record[name] for name in _EXTRA if name in record}
     row = [record[name] for name in names]
     if state == "live":
         source = row[SOURCE_AT]

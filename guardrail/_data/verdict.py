@@ -129,13 +129,12 @@ class Verdict:
     successful call (a ``read`` declared ``verifies="on_success"`` verifies
     the user-typed ids it took).
 
-    ``arguments`` are the arguments to run the tool with. The check
-    compares normalised forms, but the tool must receive the value the
-    ledger holds (``#W2378156`` where the model wrote ``W2378156``): for an
-    allowed call, a new mapping in which every identifier string argument
-    is its ledger entry's value, or the mapping checked itself when every
-    value already was. The mapping given is never changed. None when the
-    arguments could not be read as a mapping.
+    ``arguments`` are the arguments to run the tool with: the mapping
+    checked, exactly as given (parsed, where it was JSON text). The check
+    compares normalised forms, but it only allows or refuses: the tool
+    receives each identifier as the model wrote it, so an allowed call runs
+    as it would without the guard. None when the arguments could not be
+    read as a mapping.
 
     ``approvals`` holds the requests of a call that waits for the user
     (``outcome == "ask"``): every id is allowed or may be approved, none is

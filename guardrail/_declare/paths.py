@@ -16,11 +16,9 @@ comprehensions, with no parsing at call time.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -93,20 +91,6 @@ class Path:
             else:
                 pairs.extend((value, parent) for value in _walk(((op, arg),), [parent], False))
         return pairs
-
-    def replace(
-        self, root: Any, fix: Callable[[Any], Any], *, parse_json_strings: bool = False
-    ) -> Any:
-        """``root`` with each value the path reaches replaced by ``fix(value)``.
-
-        The values are those :meth:`extract` reaches. Only the containers on
-        the way to a changed value are copied (lists, tuples, dicts, models,
-        dataclasses); nothing given is changed, and ``root`` itself comes
-        back when nothing changed. With ``parse_json_strings`` a list or
-        object given as JSON text is read as :meth:`extract` reads it and,
-        when changed, written back as JSON text.
-        """
-        return _rewrite(self.steps, root, fix, parse_json_strings)
 
     def __str__(self) -> str:
         return self.text
@@ -202,107 +186,6 @@ def _walk(steps: tuple[Step, ...], frontier: list[Any], parse: bool) -> list[Any
                     nxt.extend(item.keys())
             frontier = nxt
     return frontier
-
-
-def _rewrite(steps: tuple[Step, ...], node: Any, fix: Callable[[Any], Any], parse: bool) -> Any:
-    """:meth:`Path.replace`, one step at a time, mirroring :func:`_walk`."""
-    if not steps:
-        return fix(node)
-    if parse and isinstance(node, str):
-        parsed = maybe_json(node)
-        if parsed is not node:
-            new = _rewrite(steps, parsed, fix, parse)
-            return node if new is parsed else json.dumps(new, ensure_ascii=False)
-    (op, arg), rest = steps[0], steps[1:]
-    if op == KEY:
-        child = _get(node, arg)
-        if child is _MISSING:
-            return node
-        return _with(node, ((arg, _rewrite(rest, child, fix, parse)),))
-    if op in (EACH, INDEX):
-        if isinstance(node, (list, tuple)):
-            if op == INDEX:
-                indices: Iterable[int] = (arg,) if -len(node) <= arg < len(node) else ()
-            else:
-                indices = range(len(node))
-            return _with_items(node, ((i, _rewrite(rest, node[i], fix, parse)) for i in indices))
-        if op == EACH and parse and node is not None:
-            return _rewrite(rest, node, fix, parse)  # one value where a list was declared
-        return node
-    if op == VALUES:
-        if isinstance(node, Mapping):
-            pairs = [(key, value) for key, value in node.items()]
-        else:
-            fields = getattr(type(node), "model_fields", None) or getattr(
-                node, "__dataclass_fields__", None
-            )
-            if fields is None or isinstance(node, type):
-                return node
-            pairs = [(name, getattr(node, name, None)) for name in fields]
-        return _with(node, ((key, _rewrite(rest, value, fix, parse)) for key, value in pairs))
-    # KEYS, always the last step: the keys themselves are the values.
-    if not isinstance(node, Mapping):
-        return node
-    renamed = {key: fix(key) for key in node}
-    if all(new is key for key, new in renamed.items()):
-        return node
-    rebuilt: dict[Any, Any] = {}
-    for key, value in node.items():
-        new = renamed[key]
-        if new != key and (new in node or new in rebuilt):
-            new = key  # a spelling another key already has would drop one of them
-        rebuilt[new] = value
-    return rebuilt
-
-
-def _with(node: Any, changes: Iterable[tuple[Any, Any]]) -> Any:
-    """``node`` (a mapping, model, dataclass or object) with some fields replaced, as a copy."""
-    updated = None
-    for key, new in changes:
-        old = node.get(key, _MISSING) if isinstance(node, Mapping) else getattr(node, key, None)
-        if new is not old:
-            if updated is None:
-                updated = {}
-            updated[key] = new
-    if updated is None:
-        return node
-    if isinstance(node, Mapping):
-        return {**node, **updated}
-    try:
-        model_copy = getattr(node, "model_copy", None)
-        if callable(model_copy):
-            return model_copy(update=updated)
-        if dataclasses.is_dataclass(node) and not isinstance(node, type):
-            try:
-                return dataclasses.replace(node, **updated)
-            except (TypeError, ValueError):
-                pass
-        clone = copy.copy(node)
-        for key, new in updated.items():
-            object.__setattr__(clone, key, new)
-    except Exception:  # an object that cannot be copied keeps the value given
-        return node
-    else:
-        return clone
-
-
-def _with_items(node: list[Any] | tuple[Any, ...], changes: Iterable[tuple[int, Any]]) -> Any:
-    """A list or tuple with some items replaced, as a copy of the same type where possible."""
-    items = None
-    for index, new in changes:
-        if new is not node[index]:
-            if items is None:
-                items = list(node)
-            items[index] = new
-    if items is None:
-        return node
-    if type(node) in (list, tuple):
-        return type(node)(items)
-    try:
-        make = getattr(type(node), "_make", None)  # a named tuple
-        return make(items) if callable(make) else type(node)(items)
-    except Exception:
-        return items
 
 
 def compile_path(text: str, *, tool: str | None = None, param: str | None = None) -> Path:

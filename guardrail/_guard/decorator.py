@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check.plan import AllowedCall, Respelling, Respellings, allowed_entries
+from guardrail._check.plan import allowed_entries
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
@@ -41,10 +41,9 @@ class GuardedTool:
     records (and its compiled plans and audit levels), ``session`` (the
     ledger state of the innermost open scope, or None: the cheap look-up every
     call makes) and ``current`` (the full resolution, with the default
-    session and the error outside any). ``leading`` holds the defaults of
-    the function's positional-only parameters (``inspect.Parameter.empty``
-    where there is none), to pass a respelled default of one that the call
-    left out.
+    session and the error outside any). The tool always runs with the
+    arguments the call was given: the guard allows or refuses, it never
+    rewrites an argument.
     """
 
     __slots__ = (
@@ -53,7 +52,6 @@ class GuardedTool:
         "current",
         "engine",
         "heads",
-        "leading",
         "levels",
         "name",
         "plans",
@@ -69,7 +67,6 @@ class GuardedTool:
         *,
         session: Callable[[], LedgerState | None],
         current: Callable[[], LedgerState],
-        leading: tuple[Any, ...] = (),
     ) -> None:
         self.engine = engine
         self.plans = engine.plans
@@ -79,7 +76,6 @@ class GuardedTool:
         self.name = spec.name
         self.spec = spec
         self.heads = tuple(spec.positions.items())
-        self.leading = leading
         self.confirms = spec.confirms_arguments
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
         # After a call allowed outright, only a result with ids can bring anything in.
@@ -99,60 +95,15 @@ class GuardedTool:
 
     def before(
         self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> AllowedCall | None:
-        """The allowed path: the entries a call uses when each id is allowed outright, else None.
-
-        With them come the arguments to give the spelling a tool wrote (None when none).
-        """
+    ) -> list[Entry] | None:
+        """The allowed path: the entries a call uses when each id is allowed outright, else None."""
         plan = self.plans.get(self.name)
         if plan is None or plan.fast is None or plan.spec is not self.spec:
             return None
-        admitted = allowed_entries(plan.fast, plan.read, args, kwargs, state)
-        if admitted is not None and self.levels[self.allowed_level]:
-            self.engine.log_allowed(plan, state, admitted[0])
-        return admitted
-
-    def respell(
-        self, respelled: Respellings, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The call's arguments with the given parameters set to the spelling a tool wrote.
-
-        ``kwargs`` is the wrapper's own dict (a call always gets a fresh one);
-        ``args`` is copied when a positional value changes. A parameter the
-        call left out (a checked default) is passed by keyword, or by
-        position with the defaults before it when it is positional-only.
-        """
-        new_args: list[Any] | None = None
-        omitted: list[tuple[int, Any]] = []  # positional-only parameters left at their default
-        for name, position, value in respelled:
-            if name in kwargs:
-                kwargs[name] = value
-            elif 0 <= position < len(args):
-                if new_args is None:
-                    new_args = list(args)
-                new_args[position] = value
-            elif 0 <= position < len(self.leading):
-                omitted.append((position, value))
-            else:
-                kwargs[name] = value
-        if omitted:
-            new_args = list(args) if new_args is None else new_args
-            for position, value in sorted(omitted):
-                while len(new_args) < position and self.leading[len(new_args)] is not _EMPTY:
-                    new_args.append(self.leading[len(new_args)])
-                if len(new_args) != position:
-                    break  # a parameter before it has no default: the call fails as it would
-                new_args.append(value)
-        return (tuple(new_args) if new_args is not None else args), kwargs
-
-    def changes(self, arguments: dict[str, Any], verdict: Verdict) -> Respellings:
-        """What the full check respelled: the parameters whose value it replaced."""
-        given = verdict.arguments or {}
-        return [
-            Respelling(head, position, given[head])
-            for head, position in self.heads
-            if head in given and given[head] is not arguments.get(head, _EMPTY)
-        ]
+        used = allowed_entries(plan.fast, plan.read, args, kwargs, state)
+        if used is not None and self.levels[self.allowed_level]:
+            self.engine.log_allowed(plan, state, used)
+        return used
 
     def enforce(
         self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -173,8 +124,6 @@ class GuardedTool:
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
         plan = self.plans[self.name]
-        if verdict.allowed and verdict.arguments is not None:
-            arguments = verdict.arguments  # what the tool ran with
         self.engine.record_call(plan, arguments, result, state, verdict=verdict)
 
     def after(
@@ -206,19 +155,13 @@ class GuardedTool:
 def guarded(
     function: F,
     spec: ToolSpec,
-    signature: inspect.Signature | None,
     engine: Engine,
     *,
     session: Callable[[], LedgerState | None],
     current: Callable[[], LedgerState],
 ) -> F:
-    """``function`` guarded as the tool ``spec`` declares (``signature`` is its own, if any)."""
-    leading = tuple(
-        parameter.default
-        for parameter in (signature.parameters.values() if signature is not None else ())
-        if parameter.kind is inspect.Parameter.POSITIONAL_ONLY
-    )
-    tool = GuardedTool(spec, engine, session=session, current=current, leading=leading)
+    """``function`` guarded as the tool ``spec`` declares."""
+    tool = GuardedTool(spec, engine, session=session, current=current)
     return wrap(tool, function)
 
 
@@ -228,8 +171,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
     The two forms differ only by ``await``. On the allowed path a call costs
     the session look-up, :meth:`GuardedTool.before` and, for the few results
     that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
-    each identifier as a tool wrote it (:meth:`GuardedTool.respell`),
-    which copies nothing when the model copied every value exactly.
+    its arguments exactly as given: the guard never rewrites one.
     """
     target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
     engine = tool.engine
@@ -243,21 +185,15 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            admitted = tool.before(state, args, kwargs)
-            if admitted is not None:
-                used, respelled = admitted
-                if respelled is not None:
-                    args, kwargs = tool.respell(respelled, args, kwargs)
+            used = tool.before(state, args, kwargs)
+            if used is not None:
                 result = await target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
                     tool.after(state, used, args, kwargs, result)
                 return result
             arguments, verdict = await tool.enforce_async(state, args, kwargs)
-            if not verdict.allowed:
-                if engine.mode == "reprompt":
-                    return Rejection(verdict)
-            elif verdict.arguments is not arguments:
-                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
+            if not verdict.allowed and engine.mode == "reprompt":
+                return Rejection(verdict)
             result = await target(*args, **kwargs)
             tool.record(state, arguments, verdict, result)
             return result
@@ -269,21 +205,15 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            admitted = tool.before(state, args, kwargs)
-            if admitted is not None:
-                used, respelled = admitted
-                if respelled is not None:
-                    args, kwargs = tool.respell(respelled, args, kwargs)
+            used = tool.before(state, args, kwargs)
+            if used is not None:
                 result = target(*args, **kwargs)
                 if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
                     tool.after(state, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(state, args, kwargs)
-            if not verdict.allowed:
-                if engine.mode == "reprompt":
-                    return Rejection(verdict)
-            elif verdict.arguments is not arguments:
-                args, kwargs = tool.respell(tool.changes(arguments, verdict), args, kwargs)
+            if not verdict.allowed and engine.mode == "reprompt":
+                return Rejection(verdict)
             result = target(*args, **kwargs)
             tool.record(state, arguments, verdict, result)
             return result
@@ -298,6 +228,3 @@ def wrap(tool: GuardedTool, function: F) -> F:
     if isinstance(function, staticmethod):
         return cast(F, staticmethod(wrapper))
     return cast(F, wrapper)
-
-
-_EMPTY: Any = inspect.Parameter.empty

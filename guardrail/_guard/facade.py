@@ -297,9 +297,9 @@ class Guard:
             target = (
                 function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
             )
-            spec, signature = self._registry.declare_function(target, **options)
+            spec = self._registry.declare_function(target, **options)
             get, current = self._sessions.var.get, self._sessions.current
-            return guarded(function, spec, signature, self._engine, session=get, current=current)
+            return guarded(function, spec, self._engine, session=get, current=current)
 
         return decorate(fn) if fn is not None else decorate
 
@@ -440,9 +440,8 @@ class Guard:
     ) -> Verdict:
         """Check one call without running anything; only last-use times change when allowed.
 
-        The verdict's ``arguments`` are the ones to run the tool with: each
-        identifier as the model wrote it, or as a tool wrote another
-        spelling of it (never the user's spelling in place of the model's).
+        The verdict's ``arguments`` are the arguments as given (a mapping,
+        where they were JSON text): the guard never rewrites an argument.
         """
         if session is None:  # no context manager on the way: this is the allowed path
             return self._engine.check(name, arguments, self._ledger(ledger))
@@ -464,8 +463,8 @@ class Guard:
         (run the tool anyway). Raises :class:`IdentifierViolation` in
         ``raise`` mode and :class:`RepromptLimitExceeded` when re-prompts
         run out. Runtimes call this, run the tool with
-        ``verdict.arguments`` (each identifier as a tool wrote it),
-        then call :meth:`record`.
+        ``verdict.arguments`` (the arguments as given, parsed where they
+        were JSON text; never rewritten), then call :meth:`record`.
         """
         if session is None:
             return self._engine.enforce(name, arguments, self._ledger(ledger))

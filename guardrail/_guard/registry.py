@@ -137,13 +137,10 @@ class Registry:
         function: Callable[..., Any],
         /,
         **options: Unpack[ToolOptions],
-    ) -> tuple[ToolSpec, inspect.Signature | None]:
+    ) -> ToolSpec:
         """Declare the tool a decorated function is: its spec from its signature and the options.
 
-        ``function`` is the plain function (a class or static method's
-        ``__func__``). Returns the spec and the function's signature (None
-        where it has none), from which the decorator reads the positional-only
-        defaults.
+        ``function`` is the plain function (a class or static method's ``__func__``).
         """
         check_options("tool()", options, ToolOptions.__optional_keys__)
         if not callable(function):
@@ -184,7 +181,7 @@ class Registry:
             defaults=defaults,
         )
         self._register(spec, origin)
-        return spec, signature
+        return spec
 
     # -- building and registering a spec --------------------------------------------------
 

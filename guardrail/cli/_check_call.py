@@ -212,7 +212,7 @@ def run_check(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.print_json(json.dumps(_outcome(verdict, ledger, notes), default=str))
     else:
-        _print_verdict(console, verdict, arguments, ledger, notes)
+        _print_verdict(console, verdict, ledger, notes)
     return 0 if verdict.allowed else REFUSED
 
 
@@ -245,14 +245,11 @@ def _print_notes(console: Console, notes: Sequence[str]) -> None:
 
 
 def _print_verdict(
-    console: Console, verdict: Verdict, arguments: Any, ledger: Ledger, notes: Sequence[str]
+    console: Console, verdict: Verdict, ledger: Ledger, notes: Sequence[str]
 ) -> None:
     _print_notes(console, notes)
     if verdict.allowed:
         console.print(Text(f"{verdict.tool}: allowed", style="bold green"))
-        changed = _respelled(verdict, arguments)
-        if changed:
-            console.print(Text(f"runs with the spelling a tool returned: {changed}"))
     else:
         console.print(Text(f"{verdict.tool}: refused", style="bold red"))
     if verdict.findings:
@@ -271,17 +268,6 @@ def _print_verdict(
         console.print("re-prompt sent to the model:")
         console.print(Text(verdict.message), soft_wrap=True)
     _print_ledger(console, ledger)
-
-
-def _respelled(verdict: Verdict, arguments: Any) -> str:
-    """The arguments the check respelled as a tool returned them, as ``param: given -> tool's``."""
-    given = arguments if isinstance(arguments, Mapping) else {}
-    ran = verdict.arguments or {}
-    return ", ".join(
-        f"{name}: {given[name]!r} -> {value!r}"
-        for name, value in ran.items()
-        if name in given and given[name] != value
-    )
 
 
 def _print_ledger(console: Console, ledger: Ledger) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guardrail._data.entry import (
-    SPELLINGS_KEPT,
+    RETIRED_FIELDS,
     Record,
     implied_tier,
     provenance_order,
@@ -47,10 +47,10 @@ def merge_record(held: Record | None, new: Record, *, concurrent: bool) -> Recor
       removal over a drop mark);
     - two live entries become one: verified if either is (the value and
       source of the copy whose value a tool wrote, the earlier if both,
-      else of the verified copy: verbatim means as a tool wrote it; the
-      other spellings tools wrote kept beside it), first seen at the earlier turn, last
-      used at the later (with that use's status and note), pinned if either is, the
-      held role kept and the other's names added as aliases.
+      else of the verified copy: verbatim means as a tool wrote it), first
+      seen at the earlier turn, last used at the later (with that use's
+      status and note), pinned if either is, the held role kept and the
+      other's names added as aliases.
 
     The answer does not depend on which copy is ``held`` but for the names
     of a live entry (whose role stays the held one's).
@@ -77,10 +77,8 @@ def _combine(held: Record, new: Record) -> Record:
         merged["value"] = new["value"]
         merged["source"] = new["source"]
     merged["verified"] = bool(held["verified"] or new["verified"])
-    spellings = _spellings(merged["value"], held, new)
-    merged.pop("spellings", None)
-    if spellings:
-        merged["spellings"] = spellings
+    for name in RETIRED_FIELDS:  # a record an earlier version stored: its fields go
+        merged.pop(name, None)
     merged["first_seen"] = min(held["first_seen"], new["first_seen"])
     if _status_order(new) > _status_order(held):
         merged["status"] = new["status"]
@@ -139,17 +137,6 @@ def _spelling_order(record: Record) -> tuple[int, int, str]:
     if tool_written(_provenance(record)[0], record["source"]["path"]):
         return 0, record["source"]["turn"], record["value"]
     return (1 if record["verified"] else 2), 0, ""
-
-
-def _spellings(value: str, held: Record, new: Record) -> list[str]:
-    """The other spellings tools wrote of a merged entry's id (``value`` is its own), bounded."""
-    found: dict[str, None] = {}
-    for record in (held, new):
-        if _spelling_order(record)[0] == 0:  # its value is a tool's spelling too
-            found[record["value"]] = None
-        found.update(dict.fromkeys(record.get("spellings", ())))
-    found.pop(value, None)
-    return sorted(found)[:SPELLINGS_KEPT]  # sorted: either order of two copies keeps the same
 
 
 def _provenance(record: Record) -> tuple[str, bool]:

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from guardrail._data.entry import (
     LIVE_OPTIONAL,
     NOTHING,
+    RETIRED_FIELDS,
     TIERS,
     Entry,
     Mention,
@@ -33,8 +34,9 @@ _LIVE = frozenset(FIELDS["live"])
 #: A live record's values in the order of its row, in one call.
 _live_values = itemgetter(*FIELDS["live"])
 _source_values = itemgetter(*SOURCE)
-#: The fields a live record has only where the entry has some (see ``live_record``).
-_OPTIONAL = frozenset(LIVE_OPTIONAL)
+#: The fields a live record has only where the entry has some (see ``live_record``), and those
+#: earlier development versions wrote (checked as the reference check does, then ignored).
+_OPTIONAL = frozenset((*LIVE_OPTIONAL, *RETIRED_FIELDS))
 _LIVE_ALL = _LIVE | _OPTIONAL
 _MARKS = {state: frozenset(FIELDS[state]) for state in ("evicted", "dropped", "gone")}
 _SOURCE = frozenset(SOURCE)
@@ -187,7 +189,6 @@ def _entry(
         entry.outside = False
         entry.mention = None
         entry.approved = entry.declined = NOTHING
-        entry.spellings = ()
         return entry
     return entry if _provenance(entry, extra) else None
 
@@ -200,7 +201,7 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     mention = record.get("mention")
     approved = record.get("approved", ())
     declined = record.get("declined", ())
-    spellings = record.get("spellings", ())
+    spellings = record.get("spellings", ())  # retired: checked as the reference check does
     if not (
         ("note" not in record or type(note) is str)
         and (tier is None or (type(tier) is str and tier in _TIERS))
@@ -230,7 +231,6 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
-    entry.spellings = tuple(spellings) if spellings else ()
     return True
 
 

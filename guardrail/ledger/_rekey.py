@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from operator import attrgetter
 
-from guardrail._data.entry import SPELLINGS_KEPT, Entry, Tombstone, written_by_tool
+from guardrail._data.entry import Entry, Tombstone, written_by_tool
 from guardrail.kinds import Kind
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._state import LedgerState
@@ -70,11 +70,6 @@ def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:
             continue
         keep, lose = (held, entry) if _rank(held) >= _rank(entry) else (entry, held)
         keep.key = key
-        if written_by_tool(keep) and written_by_tool(lose):  # two spellings tools wrote
-            others = (lose.value, *lose.spellings, *keep.spellings)
-            keep.spellings = tuple(dict.fromkeys(other for other in others if other != keep.value))[
-                :SPELLINGS_KEPT
-            ]
         keep.first_seen = min(keep.first_seen, lose.first_seen)
         keep.pinned = keep.pinned or lose.pinned
         for name in (lose.role, *lose.aliases):

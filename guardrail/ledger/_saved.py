@@ -71,7 +71,8 @@ class LiveRecord(TypedDict):
     mention: NotRequired[SavedMention]
     approved: NotRequired[list[str]]
     declined: NotRequired[list[str]]
-    #: Other spellings tools wrote of the id (records of earlier versions have none).
+    #: Retired: other spellings tools wrote of the id, written by earlier development
+    #: versions; accepted and ignored (see ``RETIRED_FIELDS`` in :mod:`guardrail._data.entry`).
     spellings: NotRequired[list[str]]
 
 

@@ -36,7 +36,6 @@ from typing import Any
 from guardrail._data.batch import Batch
 from guardrail._data.entry import (
     NOTHING,
-    SPELLINGS_KEPT,
     UNWRITTEN_PATHS,
     Admitted,
     Dropped,
@@ -287,8 +286,7 @@ class LedgerState:
         lookup's argument) takes the spelling of a declared result field that
         returns it, with that field as its source
         (:func:`~guardrail._data.entry.written_by_tool`); one a tool wrote
-        keeps its spelling, and another spelling a tool writes of it is kept
-        in its ``spellings`` (bounded), so it reaches a tool as it is.
+        keeps its spelling (another spelling of it matches by the key).
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
@@ -324,7 +322,6 @@ class LedgerState:
                             verified
                             and (
                                 not entry.verified
-                                or value != entry.value
                                 or entry.tier != "produced"
                                 or entry.source.path in UNWRITTEN_PATHS
                             )
@@ -368,7 +365,6 @@ class LedgerState:
                     entry.pinned, entry.aliases, entry.epoch = False, (), 0
                     entry.tier, entry.outside, entry.mention = level, outside, None
                     entry.approved = entry.declined = NOTHING
-                    entry.spellings = ()
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -402,23 +398,15 @@ class LedgerState:
 
         ``spelled``: a declared result field wrote ``value``. Verbatim means as
         a tool wrote it: an entry whose value no tool wrote (the user's
-        spelling, a lookup's argument) takes this spelling and source; the
-        user's spelling stays matchable by the key and is never given to a
-        tool in place of the model's. An entry a tool wrote keeps its value,
-        and another spelling is kept in its ``spellings`` (bounded), so an
-        argument in it reaches the tool as it is. Otherwise (a lookup that
-        confirms what it took) an unverified entry is verified, its source
-        the confirming call's.
+        spelling, a lookup's argument) takes this spelling and source, the
+        one the ledger block and refusals show; the user's spelling stays
+        matchable by the key. An entry a tool wrote keeps its value (the
+        first spelling a tool wrote). Otherwise (a lookup that confirms what
+        it took) an unverified entry is verified, its source the confirming
+        call's.
         """
         written = entry.tier == "produced" and entry.source.path not in UNWRITTEN_PATHS
         if spelled and written:
-            if (
-                value != entry.value
-                and value not in entry.spellings
-                and len(entry.spellings) < SPELLINGS_KEPT
-            ):
-                entry.spellings = (*entry.spellings, value)
-                self.changed(entry.kind, entry.key)
             return False
         if spelled:
             entry.value = value

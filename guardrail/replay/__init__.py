@@ -34,7 +34,7 @@ guarded calls through).
 from guardrail.replay._agent import Agent, Intent, load_agent, tool_definitions
 from guardrail.replay._corruption import ALL_CLASSES, CLASSES, SAME_KIND, corrupt
 from guardrail.replay._live import ToolSource, load_live, replay_live
-from guardrail.replay._live_stats import LiveExample, LiveStats, Respelling
+from guardrail.replay._live_stats import LiveExample, LiveStats, Rewrite
 from guardrail.replay._lossy import (
     FATES,
     LossySummarizer,
@@ -85,7 +85,7 @@ __all__ = [
     "Malformed",
     "Message",
     "ReplayReport",
-    "Respelling",
+    "Rewrite",
     "SampleCorpus",
     "SideBySide",
     "Stats",

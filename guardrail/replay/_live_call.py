@@ -2,7 +2,7 @@
 
 A live replay wraps each tool (:func:`recording`) to keep a copy of the
 arguments it received and what it returned or raised, and compares the
-arguments with those the model wrote (:func:`respellings`). Whether a call
+arguments with those the model wrote (:func:`rewrites`). Whether a call
 failed is decided here, in :func:`call_failed`, for both sides of a live
 replay alike: the one place the live replay reads success.
 """
@@ -12,13 +12,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from guardrail._transcript.result_text import failure_text
-from guardrail.replay._live_stats import Respelling
+from guardrail.replay._live_stats import Rewrite
 
 if TYPE_CHECKING:
     from guardrail import Guard
@@ -125,22 +124,6 @@ def _differences(written: Any, received: Any, path: str = "") -> Iterator[tuple[
         yield path, written, received
 
 
-def respellings(
-    written: Mapping[str, Any], received: Mapping[str, Any], before: str
-) -> tuple[Respelling, ...]:
-    """Each argument received otherwise than written; ``before``: the tool results so far."""
-    return tuple(
-        Respelling(path, w, r, returned=isinstance(r, str) and _returned(before, r))
-        for path, w, r in _differences(dict(written), dict(received))
-    )
-
-
-#: What may stand on either side of a spelling a result holds: the edges of a JSON string or
-#: of a word of text, never a character of an id (``W1000002`` is not in ``#W1000002``).
-_BEFORE, _AFTER = r"(?:^|(?<=[\s\"'(\[{,:]))", r"(?=$|[\s\"')\]},.;:!?])"
-
-
-def _returned(before: str, value: str) -> bool:
-    """Whether a tool result so far holds ``value`` exactly as a spelling of its own."""
-    value = value.strip()
-    return bool(value) and re.search(_BEFORE + re.escape(value) + _AFTER, before) is not None
+def rewrites(written: Mapping[str, Any], received: Mapping[str, Any]) -> tuple[Rewrite, ...]:
+    """Each argument the tool received otherwise than the model wrote it."""
+    return tuple(Rewrite(path, w, r) for path, w, r in _differences(dict(written), dict(received)))

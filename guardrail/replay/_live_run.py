@@ -35,7 +35,7 @@ from guardrail.replay._live_call import (
     Tools,
     call_failed,
     recording,
-    respellings,
+    rewrites,
 )
 from guardrail.replay._live_stats import (
     FAILED,
@@ -406,9 +406,6 @@ class LiveRun:
         guarded: Mapping[int, _Guarded],
     ) -> None:
         stats, guard = self.stats, self.guard
-        # Every tool result so far, on any side: what "a spelling a tool returned" is read from.
-        texts: list[str] = []
-        live_texts: list[str] = []
         runs = {id(planned) for planned in runnable}
         for planned in self.plan:
             call = planned.call
@@ -427,16 +424,9 @@ class LiveRun:
                         stats.advisory_arguments += 1
             if id(planned) not in runs:
                 continue
-            base, behind = unguarded[id(planned)], guarded[id(planned)]
-            texts[:] = [*self.seen[: planned.seen], *live_texts]
-            self._one(planned, base, behind, spec is not None, "\n".join(texts))
-            live_texts.append(base.text)
-            if behind.ran is not None:
-                live_texts.append(behind.ran.text)
+            self._one(planned, unguarded[id(planned)], guarded[id(planned)], spec is not None)
 
-    def _one(
-        self, planned: _Planned, base: Ran, behind: _Guarded, declared: bool, before: str
-    ) -> None:
+    def _one(self, planned: _Planned, base: Ran, behind: _Guarded, declared: bool) -> None:
         """Count one call: its baseline, its outcome behind the guard, and what they differ in."""
         stats, live = self.stats, self.live
         live.calls += 1
@@ -454,23 +444,21 @@ class LiveRun:
         if behind.ran is None:
             return
         ran = behind.ran
-        changed = respellings(planned.call.arguments or {}, ran.received, before)
+        # The guard never rewrites an argument: a difference here is a regression to report.
+        changed = rewrites(planned.call.arguments or {}, ran.received)
         if behind.outcome == FAILED and base_ok:
             live.failed_behind_guard += 1
             label = f"behind the guard: {shorten(ran.text)}; succeeded without it"
             if not changed:
                 label += "; received as written"
-            example = self._live_example(planned, label, respellings=changed)
+            example = self._live_example(planned, label, rewrites=changed)
             live.keep(live.failed_examples, example)
         elif behind.outcome == SUCCEEDED and not base_ok:
             live.succeeded_behind_guard_only += 1
         if changed:
             live.rewritten_calls += 1
             live.rewritten_arguments += len(changed)
-            live.respelled_unreturned += sum(not r.returned for r in changed)
-            example = self._live_example(
-                planned, f"result: {shorten(ran.text)}", respellings=changed
-            )
+            example = self._live_example(planned, f"result: {shorten(ran.text)}", rewrites=changed)
             live.keep(live.rewritten_examples, example)
         if behind.outcome == FAILED and behind.ids:
             live.harvested_from_failed += 1

@@ -27,20 +27,18 @@ def _short(value: Any, limit: int = 120) -> str:
 
 
 @dataclass(frozen=True)
-class Respelling:
+class Rewrite:
     """One argument the tool received otherwise than the model wrote it.
 
     ``path`` is where it sits in the arguments (``order_id``,
-    ``flights[0].flight_number``); ``returned`` says whether any tool result
-    of the conversation so far held the spelling received (as a whole token):
-    a spelling no tool returned and the model did not write came from
-    nowhere but the guard.
+    ``flights[0].flight_number``). The guard never rewrites an argument, so
+    each one is a regression: the call ran behind the guard otherwise than
+    it would have run without it.
     """
 
     path: str
     written: Any
     received: Any
-    returned: bool
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe fields (values cut short)."""
@@ -48,15 +46,13 @@ class Respelling:
             "path": self.path,
             "written": _short(self.written),
             "received": _short(self.received),
-            "returned": self.returned,
         }
 
     def describe(self) -> str:
-        """``order_id: "#W1000002" -> "W1000002" (no tool returned it)``."""
+        """``order_id: "W1000002" -> "#W1000002"``."""
         written = json.dumps(self.written, ensure_ascii=False, default=str)
         received = json.dumps(self.received, ensure_ascii=False, default=str)
-        tail = "" if self.returned else " (no tool returned it)"
-        return f"{self.path}: {_short(written)} -> {_short(received)}{tail}"
+        return f"{self.path}: {_short(written)} -> {_short(received)}"
 
 
 @dataclass(frozen=True)
@@ -70,7 +66,8 @@ class LiveExample:
     tool: str
     #: What happened, in words (the guarded result, the refusal's causes).
     label: str
-    respellings: tuple[Respelling, ...] = ()
+    #: The arguments the tool received otherwise than the model wrote them (none, normally).
+    rewrites: tuple[Rewrite, ...] = ()
     #: Ids that entered the ledger from this call's failed result.
     ids: tuple[str, ...] = ()
 
@@ -83,13 +80,13 @@ class LiveExample:
             "message": self.message,
             "tool": self.tool,
             "label": self.label,
-            "respellings": [r.to_dict() for r in self.respellings],
+            "rewrites": [r.to_dict() for r in self.rewrites],
             "ids": [_short(value) for value in self.ids],
         }
 
     def describe(self) -> str:
-        """The label, then each respelling and each id harvested."""
-        parts = [self.label, *(r.describe() for r in self.respellings)]
+        """The label, then each rewritten argument and each id harvested."""
+        parts = [self.label, *(r.describe() for r in self.rewrites)]
         if self.ids:
             parts.append("ids: " + ", ".join(json.dumps(_short(v)) for v in self.ids))
         return "; ".join(part for part in parts if part)
@@ -114,8 +111,8 @@ class LiveStats:
       cause (``tool.param: problem``);
     - ``failed_behind_guard``: failed behind the guard, succeeded without it;
     - ``rewritten_calls`` (and ``rewritten_arguments``): calls whose tool
-      received arguments other than the model wrote; ``respelled_unreturned``
-      of those arguments in a spelling no tool returned;
+      received arguments other than the model wrote (the guard never
+      rewrites one: any is a regression);
     - ``harvested_from_failed`` (and ``harvested_ids``): calls whose
       result was a failure and whose ids entered the ledger anyway (added,
       or confirmed).
@@ -142,7 +139,6 @@ class LiveStats:
     succeeded_behind_guard_only: int = 0
     rewritten_calls: int = 0
     rewritten_arguments: int = 0
-    respelled_unreturned: int = 0
     rewritten_examples: list[LiveExample] = field(default_factory=list)
     harvested_from_failed: int = 0
     harvested_ids: int = 0
@@ -193,7 +189,6 @@ class LiveStats:
             "rewritten": {
                 "calls": self.rewritten_calls,
                 "arguments": self.rewritten_arguments,
-                "unreturned": self.respelled_unreturned,
                 "examples": [e.to_dict() for e in self.rewritten_examples],
             },
             "harvested_from_failed": {

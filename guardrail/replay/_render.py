@@ -120,7 +120,7 @@ def _live_table(report: ReplayReport) -> Table:
     )
     names = [
         *("without: ok / failed", "behind: ok / failed / refused / not run"),
-        *("refused, ok\nwithout", "failed only\nbehind", "rewritten\n(no tool's)"),
+        *("refused, ok\nwithout", "failed only\nbehind", "rewritten"),
         *("ids from\nfailures", "refused\nlive / replay"),
     ]
     for lead, stats in _strategy_rows(report, table, names):
@@ -135,7 +135,7 @@ def _live_table(report: ReplayReport) -> Table:
             " / ".join(_n(behind[name]) for name in (SUCCEEDED, FAILED, REFUSED, NOT_RUN)),
             _n(live.refused_succeeded),
             _n(live.failed_behind_guard),
-            f"{_n(live.rewritten_arguments)} ({_n(live.respelled_unreturned)})",
+            _n(live.rewritten_arguments),
             f"{_n(live.harvested_ids)} in {_n(live.harvested_from_failed)}",
             f"{_n(behind[REFUSED])} / {_n(live.replay_refused)}",
         )
@@ -145,7 +145,7 @@ def _live_table(report: ReplayReport) -> Table:
         "Refused, ok without: refused behind the guard, succeeded in the recording and "
         "without the guard. Failed only behind: failed "
         "behind the guard, succeeded without it. Rewritten: arguments the tool received "
-        "otherwise than the model wrote them (in a spelling no tool returned). Ids from "
+        "otherwise than the model wrote them (the guard never rewrites one). Ids from "
         "failures: ids that entered the ledger from results that were failures. Refused "
         "live / replay: behind the guard, and in a replay of the recorded results. The "
         f"baseline agrees with the recording on {_n(live.recording_agrees)} of "

@@ -112,10 +112,10 @@ class ReplayReport:
         """Fail when, live, the guard broke what works without it (needs :func:`replay_live`).
 
         Three things fail it: a call that fails behind the guard but not
-        without it, an argument the tool received in a spelling no tool
-        returned and the model did not write, and an id that entered the
-        ledger from a result that was a failure. Refusals are left to
-        :meth:`assert_no_false_refusals`.
+        without it, an argument the tool received otherwise than the model
+        wrote it (the guard never rewrites one), and an id that entered the
+        ledger from a result that was a failure. Each is named with its
+        examples. Refusals are left to :meth:`assert_no_false_refusals`.
         """
         live = self.total.live
         if live is None:
@@ -127,9 +127,9 @@ class ReplayReport:
                 live.failed_examples,
             ),
             (
-                live.respelled_unreturned,
-                "argument(s) received in a spelling no tool returned",
-                [e for e in live.rewritten_examples if any(not r.returned for r in e.respellings)],
+                live.rewritten_arguments,
+                "argument(s) received otherwise than the model wrote them",
+                live.rewritten_examples,
             ),
             (
                 live.harvested_ids,

@@ -141,7 +141,7 @@ def test_an_invented_id_is_refused_as_the_calls_result_and_the_model_recovers() 
 
     def retry(sent: Sent) -> list[Content]:
         assert is_refusal(sent.last_result())
-        return refund("W2378156")  # the ledger's value, without its '#'
+        return refund("#W2378156")  # copied from the lookup's result this time
 
     agent = tools.agent(guard, find(), refund("#W2378157"), retry, "Refunded.")
     run(agent)
@@ -197,7 +197,7 @@ def test_an_id_the_user_typed_is_looked_up_before_a_write_takes_it() -> None:
         refund("#W1234567"), "ok",
     )  # fmt: skip
     run(agent, "My order is #W1234567, refund it")
-    assert tools.looked_up == ["#W1234567"] and tools.refunds == ["#W1234567"]
+    assert tools.looked_up == ["W1234567"] and tools.refunds == ["#W1234567"]  # as written
     assert is_refusal(seen(agent)[1].last_result())
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_framework import Agent, Content, FunctionTool, MiddlewareFailure, tool
+from agent_framework import Agent, Content, FunctionTool, tool
 
 from guardrail import Guard
 from guardrail._transcript.result_text import is_refusal
@@ -94,33 +94,25 @@ def test_an_id_one_character_off_passes_the_labels_and_guardrail_refuses_it() ->
     assert is_refusal(client.seen[-1].last_result())
 
 
-def test_guardrail_first_respells_before_the_labels_are_taken() -> None:
-    """Guardrail's provider first: an id respelled as the ledger has it, then labelled and run."""
+@pytest.mark.parametrize("guardrail_first", [True, False])
+def test_either_order_runs_the_call_as_the_model_sent_it(guardrail_first: bool) -> None:
+    """Guardrail never changes an allowed call's arguments: FIDES before or after it, it runs.
+
+    The framework refuses arguments changed after its security middleware
+    read them; guardrail leaves them as the model sent them, so neither
+    order fails, and the refund gets the model's own W8855135.
+    """
     tools = Shop()
+    providers = [Guardrail(shop()), _secure()]
     agent = _agent(
         tools,
-        [Guardrail(shop()), _secure()],
+        providers if guardrail_first else providers[::-1],
         [call("find_orders")],
         [call("refund", order_id="W8855135")],  # the ledger's value, without its '#'
         "ok",
     )
     _run(agent)
-    assert tools.refunds == ["#W8855135"]
-
-
-def test_the_other_order_fails_closed_when_an_id_is_respelled() -> None:
-    """FIDES first: its middleware refuses arguments changed after it read them; the run stops."""
-    tools = Shop()
-    agent = _agent(
-        tools,
-        [_secure(), Guardrail(shop())],
-        [call("find_orders")],
-        [call("refund", order_id="W8855135")],
-        "ok",
-    )
-    with pytest.raises(MiddlewareFailure, match="argument-repair middleware before security"):
-        _run(agent)
-    assert tools.refunds == []
+    assert tools.refunds == ["W8855135"]
 
 
 def test_a_result_the_labels_hide_from_the_model_gives_guardrail_no_id() -> None:

@@ -174,14 +174,14 @@ def test_a_lookups_ids_are_harvested_and_a_refund_of_one_runs() -> None:
     assert responses(model.requests[-1])["c2"] == {"result": "refunded #W2378156"}
 
 
-def test_the_tool_runs_with_the_ledgers_spelling_of_an_id() -> None:
-    """The model wrote W2378156; the refund gets #W2378156, as the lookup returned it."""
+def test_the_tool_runs_with_the_id_as_the_model_wrote_it() -> None:
+    """The model wrote W2378156, the lookup #W2378156: allowed, and the refund gets W2378156."""
     guard, tools = shop(), Shop()
     model = calls_run(
         [("find_orders", {"customer": "a"}, "c1")], [("refund", {"order_id": "W2378156"}, "c2")]
     )
     converse(runner_for(agent(model, tools.tools()), guard), "Refund it")
-    assert tools.refunds == ["#W2378156"]
+    assert tools.refunds == ["W2378156"]
 
 
 def test_an_async_tool_is_checked_and_its_result_recorded() -> None:

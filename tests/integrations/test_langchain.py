@@ -161,13 +161,13 @@ def test_a_one_character_off_id_is_reprompted_and_the_ledger_value_runs_once() -
     """A mutated id is refused; the model retries with the ledger's id; the refund runs once."""
     shop = Shop()
     messages = run(
-        shop.agent(refund_script("#W2378157", "W2378156")), "Refund my blender, I am cus_41ZpA9"
+        shop.agent(refund_script("#W2378157", "#W2378156")), "Refund my blender, I am cus_41ZpA9"
     )
     refusal, done = tool_messages(messages, "refund")
     assert refusal.status == "error"
     assert "[order_2]" in str(refusal.content)
     assert done.status == "success"
-    assert shop.refunds == ["#W2378156"]  # once, and as the ledger spells it
+    assert shop.refunds == ["#W2378156"]  # once, as the model wrote it
 
 
 def test_a_refusal_is_an_error_tool_message_answering_the_call() -> None:
@@ -222,7 +222,7 @@ def test_async_tools_run_guarded_under_ainvoke() -> None:
         agent.ainvoke({"messages": [HumanMessage("Refund it, I am cus_41ZpA9")]}, config)
     )
     assert [m.status for m in tool_messages(out["messages"], "refund")] == ["error", "success"]
-    assert refunds == ["#W2378156"]
+    assert refunds == ["W2378156"]  # the '#' left out, as the model wrote it
 
 
 def test_two_conversations_at_once_never_see_each_others_ids() -> None:
@@ -974,16 +974,20 @@ _ACTIONS = st.lists(
 def test_no_script_gets_a_refund_onto_an_order_no_search_had_returned(
     actions: list[tuple[str, str]],
 ) -> None:
-    """Whatever a model sends, every refund that runs is of an order a search returned before."""
+    """Whatever a model sends, every refund that runs is of an order a search returned before.
+
+    The same order, that is: in the spelling the model wrote, read by the kind's normalizer.
+    """
     shop = Shop(max_reprompts=100)
     returned: set[str] = set()  # the orders the searches so far showed the model
     refunds: list[tuple[str, bool]] = []
     turn = iter(actions)
+    key = shop.guard.kinds["order"].normalize
 
     @tool
     def refund(order_id: str) -> str:
         """Refund an order."""
-        refunds.append((order_id, order_id in returned))
+        refunds.append((order_id, key(order_id) in {key(order) for order in returned}))
         return f"refunded {order_id}"
 
     def script(messages: Sequence[BaseMessage]) -> AIMessage:

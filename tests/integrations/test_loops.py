@@ -173,8 +173,8 @@ def test_a_one_character_off_id_is_refused_then_the_ledger_value_runs_once(shape
         assert shop.refunds == []
         right = assistant(shape, ("c3", "issue_refund", {"order_id": "W8855135", "amount": 40}))
         [(_, text, error)] = answers(shape, run_tool_calls(guard, right, shop.tools()))
-    assert (text, error) == ("refunded 40 on #W8855135", False)
-    assert shop.refunds == ["#W8855135"]  # once, on the record the ledger holds, as it spells it
+    assert (text, error) == ("refunded 40 on W8855135", False)
+    assert shop.refunds == ["W8855135"]  # once, with the id as the model wrote it
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -626,7 +626,7 @@ def test_a_function_guarded_by_the_decorator_is_checked_once() -> None:
         got = run_tool_calls(
             guard, assistant("openai_chat", ("b", "cancel", {"order_id": "W8855135"})), [cancel]
         )
-    assert got[0]["content"] == "cancelled" and done == ["#W8855135"]
+    assert got[0]["content"] == "cancelled" and done == ["W8855135"]
     checks = [
         e for e in logs if e["event"] == "guardrail.call_checked" and e.get("tool") == "cancel"
     ]
@@ -760,7 +760,7 @@ def test_an_id_sent_under_its_alias_is_checked() -> None:
         )
     assert refused[0]["content"].startswith("guardrail refused the call to refund")
     assert ran[0]["content"] == "refunded 5"
-    assert refunds.done == ["#W8855135"]  # under the name the model sent, as the ledger spells it
+    assert refunds.done == ["W8855135"]  # under the name the model sent, as it wrote it
 
 
 def test_a_declared_id_the_tools_schema_does_not_have_is_a_usage_error() -> None:

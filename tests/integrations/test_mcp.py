@@ -134,10 +134,8 @@ def test_a_guarded_server_refuses_a_one_character_off_id_then_runs_the_ledger_va
         wrong.meta is not None
         and wrong.meta[REFUSAL_META_KEY]["findings"][0]["problem"] == "mutated"
     )
-    assert (
-        not right.is_error and text(right) == "refunded 40 on #W8855135"
-    )  # as the lookup wrote it, not as the user typed it
-    assert refunds == ["#W8855135"]
+    assert not right.is_error and text(right) == "refunded 40 on W8855135"  # as the model wrote it
+    assert refunds == ["#W8855135"]  # the record the shop reads it as
 
 
 def test_parallel_calls_and_two_conversations_at_once_never_cross() -> None:

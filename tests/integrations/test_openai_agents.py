@@ -139,7 +139,7 @@ def run(agent: Agent[Any], given: str | list[TResponseInputItem], **options: Any
 def test_a_one_character_off_id_is_re_prompted_and_the_refund_runs_once_on_the_ledger_value() -> (
     None
 ):
-    """The model's mutated id gets the re-prompt as the call's output; its retry runs, respelled."""
+    """The model's mutated id gets the re-prompt as the call's output; its retry runs as written."""
     guard, tools = shop(), Shop()
     seen: dict[str, str] = {}
 
@@ -157,7 +157,7 @@ def test_a_one_character_off_id_is_re_prompted_and_the_refund_runs_once_on_the_l
     )
     with guard.session("conv"):
         result = run(guard_agent(tools.agent(model), guard), "Refund my second order")
-    assert tools.refunds == ["#W2378156"]
+    assert tools.refunds == ["W2378156"]  # the retry as the model wrote it
     assert is_refusal(seen["c2"]) and "mutated" not in seen["c2"]
     assert "[order_2]" in seen["c2"]  # names the role, never the value it guessed
     assert "#W2378156" not in seen["c2"]
@@ -258,8 +258,8 @@ def test_an_async_tool_is_checked_and_its_result_recorded() -> None:
     )
     with guard.session("conv"):
         run(guard_agent(tools.agent(model), guard), "My order is #W1234567, refund it")
-    assert tools.looked_up == ["W1234567"]  # never respelled to the user's #W1234567
-    assert tools.refunds == ["W1234567"]  # the spelling the lookup's result wrote
+    assert tools.looked_up == ["W1234567"]  # as the model wrote it, not the user's #W1234567
+    assert tools.refunds == ["#W1234567"]  # as the model wrote it, not the lookup's W1234567
 
 
 def test_two_conversations_at_once_never_see_each_others_ids() -> None:
@@ -983,8 +983,8 @@ def test_wrong_arguments_are_usage_errors_that_say_what_to_pass() -> None:
         compact_model_input(guard, max_items=0)
 
 
-def test_the_tool_runs_with_the_ledgers_spelling_through_the_context_it_was_given() -> None:
-    """A tool taking the ToolContext still gets it, and the respelled id."""
+def test_the_tool_runs_with_the_models_id_through_the_context_it_was_given() -> None:
+    """A tool taking the ToolContext still gets it, and the id as the model wrote it."""
     guard = shop()
     seen: list[tuple[str, str]] = []
 
@@ -1004,7 +1004,7 @@ def test_the_tool_runs_with_the_ledgers_spelling_through_the_context_it_was_give
     with guard.session("conv"):
         run(guard_agent(Agent(name="a", model=model, tools=[Shop().find_orders, refund]), guard),
             "x")  # fmt: skip
-    assert seen == [("refund", "#W8855135")]
+    assert seen == [("refund", "W8855135")]
 
 
 # -- the adapter as a package -------------------------------------------------------------------

@@ -195,13 +195,13 @@ def test_a_refusal_is_a_retried_return_not_a_success() -> None:
     assert shop.refunded == []
 
 
-def test_the_tool_runs_with_the_ledger_spelling() -> None:
-    """An id the model wrote without its '#' reaches the tool as the ledger spells it."""
+def test_the_tool_runs_with_the_id_as_the_model_wrote_it() -> None:
+    """An id the model wrote without its '#' is allowed and reaches the tool as written."""
     guard, shop = make_guard(), Shop()
     script = scripted(calls(("list_orders", {})), calls(("refund", {"order_id": "W2378156"})))
     with guard.session("conv-1"):
         run(agent_for(guard, shop, script), "refund")
-    assert shop.refunded == [SECOND]
+    assert shop.refunded == ["W2378156"]  # not the listed SECOND, "#W2378156"
 
 
 def test_raise_mode_ends_the_run_with_the_violation() -> None:

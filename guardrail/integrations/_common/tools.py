@@ -334,7 +334,7 @@ def _to_check(value: Any, nodes: tuple[_Node, ...]) -> tuple[Any, Any]:
 
 
 def _to_run(value: Any, undo: Any) -> Any:
-    """The checked (and respelled) arguments under the names the model sent them by."""
+    """The checked arguments under the names the model sent them by."""
     if undo is None:
         return value
     if isinstance(undo, tuple):
@@ -380,8 +380,10 @@ class Bound:
     def to_run(self, checked: Any, undo: Any, sent: Any) -> Any:
         """The arguments to run the tool with: the verdict's (``checked``) by the model's names.
 
-        ``sent`` is what the model sent: returned as it is where nothing was renamed and
-        the check respelled nothing.
+        ``sent`` is what the model sent: returned as it is where the verdict gave no
+        arguments. The check never rewrites a value: what differs from ``sent`` is
+        only the shape, an id sent under two names of one field reaching the tool
+        once, under the name the check read it by.
         """
         if checked is None:
             return sent

@@ -10,7 +10,7 @@ One context provider guards an agent::
 user's new messages (ids the user typed enter the ledger unverified) and adds
 the run's middleware. :class:`GuardrailMiddleware`, function middleware,
 checks each tool call with :meth:`Guard.enforce` before it runs, runs an
-allowed call with each id as the ledger spells it and records its result
+allowed call with the arguments the model sent and records its result
 (:meth:`Guard.record`). A refused call does not run: in ``reprompt`` mode the
 model reads the re-prompt as the call's result and the run goes on; in
 ``raise`` mode :class:`IdentifierViolation` ends the run (a

@@ -83,10 +83,10 @@ class GuardrailMiddleware(FunctionMiddleware):
     ``Agent(..., middleware=[GuardrailMiddleware(guard)])``, or added for
     every run by the :class:`~guardrail.integrations.agent_framework.Guardrail`
     context provider. Put it first among function middleware: the framework
-    runs the first as the outermost, and it must see the arguments the model
-    sent and change them before any security middleware reads them.
+    runs the first as the outermost, so it sees the arguments as the model
+    sent them.
 
-    An allowed call runs with each id as the ledger spells it, and its result
+    An allowed call runs with the arguments the model sent, and its result
     (the text the model reads) is recorded; a call that raises records
     nothing. A refused call does not run: in ``reprompt`` mode the model reads
     the re-prompt as the call's result; in ``raise`` mode
@@ -160,7 +160,7 @@ class GuardrailMiddleware(FunctionMiddleware):
         context: FunctionInvocationContext,
         call_next: Callable[[], Awaitable[None]],
     ) -> None:
-        """Check the call; ask, refuse, or run it with the ledger's spelling and record it."""
+        """Check the call; ask, refuse, or run it as the model sent it and record it."""
         try:
             async with self.sessions.scope(context.session) as ledger:
                 await self._guarded(context, call_next, ledger)
@@ -192,7 +192,7 @@ class GuardrailMiddleware(FunctionMiddleware):
             return
         recorded = verdict.arguments if verdict.arguments is not None else checked
         run_with = bound.to_run(recorded, undo, sent)
-        if run_with != sent:  # an id respelled as the ledger has it
+        if run_with != sent:  # one id under two names of a field: the tool gets the checked one
             context.arguments = dict(run_with)
         call_id = _text(context.metadata.get(CALL_ID))
         try:

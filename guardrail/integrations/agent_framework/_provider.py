@@ -58,9 +58,10 @@ class Guardrail(ContextProvider):
       tool result on, and never read back into the ledger.
 
     The conversation is the run's ``AgentSession`` (its ``session_id``), or
-    what ``session(agent_session)`` returns. List it before providers whose
-    middleware must see the arguments after guardrail respelled them (the
-    framework's ``SecureAgentConfig`` wants to be last).
+    what ``session(agent_session)`` returns. Its place among the providers
+    does not matter to the framework's ``SecureAgentConfig`` (FIDES): an
+    allowed call runs with the arguments the model sent, so the framework
+    finds them unchanged after its security middleware read them.
     """
 
     DEFAULT_SOURCE_ID = "guardrail"

@@ -10,8 +10,8 @@ One line guards a crew::
 :func:`guard_crew` puts a :class:`~crewai.tools.BaseTool` of its own in place
 of each tool of the crew's agents and tasks (same name, same arguments, the
 tool's own settings). When an agent calls one, it checks the call with
-:meth:`Guard.enforce`, runs the tool it stands for with each id as the
-ledger spells it, and records the result with :meth:`Guard.record`: the
+:meth:`Guard.enforce`, runs the tool it stands for with the arguments
+the agent gave, and records the result with :meth:`Guard.record`: the
 tool's own value, before CrewAI turns it into text. In ``reprompt`` mode a
 refused call does not run and the agent reads the re-prompt as the tool's
 result (its ``Observation``); CrewAI never caches it, so the same call made

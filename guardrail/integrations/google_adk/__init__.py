@@ -10,7 +10,7 @@ of its ``AgentTool`` tools)::
 Its ``before_tool_callback`` checks each call as the model sent it; a refused
 call does not run, and in ``reprompt`` mode its response is ``{"error":
 <re-prompt>}``, which the model reads as the tool's response. An allowed call
-runs with each id as the ledger spells it, and ``after_tool_callback``
+runs with its arguments as the model sent them, and ``after_tool_callback``
 records what the tool returned. ``on_user_message_callback`` observes the
 user's text (ids the user typed enter unverified). A tool whose parameters
 are marked ``Annotated[str, Id("order")]`` is declared by its marks, and the
@@ -134,7 +134,7 @@ class GuardrailPlugin(BasePlugin):
     - **Before a tool runs** the call is checked (``guard.enforce``, in the
       conversation's ledger): a refusal answers the call with ``{"error":
       <re-prompt>}`` (``reprompt`` mode), and the tool does not run; an
-      allowed call runs with each id as the ledger spells it. A call that
+      allowed call runs with its arguments as the model sent them. A call that
       waits for the user asks through ADK's tool confirmation (see
       :func:`pending_approvals`). A tool the guard does not know is allowed
       and logged, or refused under ``refuse_undeclared=True``.
@@ -265,7 +265,7 @@ class GuardrailPlugin(BasePlugin):
     async def before_tool_callback(
         self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
     ) -> dict[str, Any] | None:
-        """Check the call; refuse it, ask the user, or let it run with the ledger's spelling."""
+        """Check the call; refuse it, ask the user, or let it run as the model sent it."""
         name = tool.name
         if (
             isinstance(tool, AgentTool)
@@ -298,7 +298,7 @@ class GuardrailPlugin(BasePlugin):
             return {"error": verdict.message}
         recorded = verdict.arguments if verdict.arguments is not None else checked
         run_with = bound.to_run(recorded, undo, tool_args)
-        if run_with is not tool_args:  # an id respelled as the ledger has it: ADK runs these
+        if run_with is not tool_args:  # one value under two names: the tool gets the checked one
             tool_args.clear()
             tool_args.update(run_with)
         # The tool runs in this call's task: a run it starts is nested (see _conversations).

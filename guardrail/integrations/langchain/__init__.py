@@ -5,7 +5,7 @@ Two middlewares for :func:`langchain.agents.create_agent`::
     agent = create_agent(model, tools, middleware=[GuardrailMiddleware(guard)])
 
 :class:`GuardrailMiddleware` checks each tool call before it runs (in the
-guard's mode), runs the tool with each identifier as a tool wrote it,
+guard's mode), runs the tool with the arguments the model sent,
 records the result, and sends a refused call back to the model as a
 ``ToolMessage`` with ``status="error"``. It reads what the user said at the
 start of every run (ids the user typed enter the ledger, unverified). A tool
@@ -177,7 +177,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Checks every tool call of a LangChain agent against the conversation's ledger.
 
     Before a tool runs, :meth:`Guard.enforce` checks its identifier
-    arguments. An allowed call runs with each id as a tool wrote it; its
+    arguments. An allowed call runs with the arguments the model sent; its
     result (the tool message's ``artifact`` where the tool gave one, else its
     content) is recorded, and a result with ``status="error"`` records
     nothing. A refused call does not run: in ``reprompt`` mode the model gets
@@ -384,7 +384,7 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _before(
         self, request: ToolCallRequest, ledger: Ledger
     ) -> tuple[ToolCallRequest, ToolMessage | None, Mapping[str, Any]]:
-        """The request to run (ids as a tool wrote them), or the refusal to answer with.
+        """The request to run (as the model sent it), or the refusal to answer with.
 
         Also the arguments as checked (by their declared names), which the record reads.
         """
@@ -429,8 +429,8 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _sealed(self, call: ToolCall, response: _ToolResponse, ledger: Ledger) -> _ToolResponse:
         """The response, its tool message's text sealed where the guard seals its results.
 
-        The seal covers the call as the model wrote it (the history keeps
-        that, not the respelled arguments) and the text the model reads; a
+        The seal covers the call as the model wrote it (as the history keeps
+        it) and the text the model reads; a
         failed result, and content that is not one text, are left unsealed.
         """
         if not self.guard.seals_results or not call["id"]:

@@ -11,7 +11,7 @@ of an OpenAI Responses call (``function_call`` items) or of an Anthropic
 message (``tool_use`` blocks). For each call, in order: it parses the
 arguments, validates them against the tool's input schema (from the
 function's signature, or one given), checks them with the guard, and only
-then runs the tools, with each identifier as a tool wrote it, and
+then runs the tools, with the arguments as the model wrote them, and
 records what each returned. It returns the results in the message's own
 shape: ``role: "tool"`` messages, ``function_call_output`` items, or one
 Anthropic ``user`` message of ``tool_result`` blocks. Every call is answered
@@ -379,7 +379,7 @@ class _Answer:
 
     call: Call
     tool: LoopTool | None = None
-    #: What the tool runs with: the model's names, each id as the check gives it.
+    #: What the tool runs with: the arguments as the model wrote them, by its names.
     arguments: dict[str, Any] = field(default_factory=dict)
     #: The same, by the names the guard declares: what the record reads.
     recorded: dict[str, Any] = field(default_factory=dict)

@@ -228,7 +228,7 @@ async def guarded_call_tool(
     in any mode but ``observe``: its ``isError`` result carries the requests
     (see :func:`approval_requests`), for the host to ask the user, answer with
     ``guard.approve`` or ``guard.deny``, and call again. An allowed call is
-    sent with each identifier as a tool wrote it. An ``isError`` result,
+    sent with its arguments as the model wrote them. An ``isError`` result,
     or an exception, is recorded as a failure.
     ``user_text`` forwards the user's latest message to a guarded server (see
     :func:`session_meta`); nothing of the conversation is sent otherwise.

@@ -297,8 +297,8 @@ def guard_agent(
     Each function tool gets an input guardrail that enforces the guard's
     check (a refusal is the SDK's ``reject_content``: the model reads the
     re-prompt as the call's output) and an output guardrail that records the
-    tool's raw output; an allowed call runs with each id as a tool wrote
-    it. The original agent and its tools are not changed. Agents it hands
+    tool's raw output; an allowed call runs with the arguments the model
+    sent. The original agent and its tools are not changed. Agents it hands
     off to are guarded too (a cycle of handoffs stays a cycle of copies); a
     tool object shared by several agents is guarded once, and a tool this
     guard already guards is left as it is. The copy observes

@@ -47,7 +47,9 @@ from guardrail.integrations.openai_agents._sessions import SessionId
 # What a call carries from its input guardrail to its output guardrail, kept on the
 # SDK's ToolContext (one per call, shared by both guardrails and the tool's invoker).
 _RUN_WITH: Final = "_guardrail_run_with"  # the arguments the tool runs with (a mapping)
-_REWRITTEN: Final = "_guardrail_rewritten"  # that mapping as JSON, where the ids were respelled
+# That mapping as JSON, only where it is not what the model sent: an id sent under two names
+# of one field, of which the tool gets the one the check read.
+_RENAMED: Final = "_guardrail_renamed"
 _SUCCEEDED: Final = "_guardrail_succeeded"  # set by the invoker when the tool returned normally
 _FAILED: Final = "_guardrail_failed"  # set by a tool's own failure formatter
 _RESULT: Final = "_guardrail_result"  # what the tool returned, where the model reads it sealed
@@ -175,8 +177,8 @@ class ToolGuard:
             if verdict.arguments is not None:
                 state = context.__dict__
                 state[_RUN_WITH] = recorded
-                if run_with is not arguments:  # an id respelled as the ledger has it
-                    state[_REWRITTEN] = json.dumps(run_with, ensure_ascii=False)
+                if run_with is not arguments:  # renamed back (see _RENAMED)
+                    state[_RENAMED] = json.dumps(run_with, ensure_ascii=False)
             return ToolGuardrailFunctionOutput.allow()
         return ToolGuardrailFunctionOutput.reject_content(
             verdict.message, output_info=Rejection(verdict).to_dict()
@@ -189,7 +191,7 @@ class ToolGuard:
         succeeded = state.pop(_SUCCEEDED, False)
         arguments = state.pop(_RUN_WITH, None)
         output = state.pop(_RESULT, data.output)  # the tool's own value, not the sealed text
-        state.pop(_REWRITTEN, None)
+        state.pop(_RENAMED, None)
         if arguments is None:
             arguments = context.tool_arguments
         if self.session_id is None:
@@ -272,7 +274,7 @@ class ToolGuard:
         return any(guard_of(item) is self.guard for item in tool.tool_input_guardrails or ())
 
     def wrap(self, tool: FunctionTool) -> FunctionTool:
-        """A copy of ``tool`` with this guard's guardrails, run with each id as the check gives it.
+        """A copy of ``tool`` with this guard's guardrails, run with the arguments the model sent.
 
         The copy is bound to the guard (declared by its ``Id`` marks where the
         guard does not know it, held to its schema), and its schema says, on
@@ -359,7 +361,7 @@ def _invoker(
     inner: Callable[[ToolContext[Any], str], Awaitable[Any]],
     seal: Callable[[ToolContext[Any], Any], Any] | None,
 ) -> Callable[[ToolContext[Any], str], Awaitable[Any]]:
-    """Run the tool with the ids as a tool wrote them; mark a normal return as a success.
+    """Run the tool with the arguments the check read; mark a normal return as a success.
 
     The text a failure formatter gave in place of a result is marked as a
     failure (see :func:`_failure`); a success is sealed where ``seal`` is given.
@@ -369,7 +371,7 @@ def _invoker(
         state = context.__dict__
         state.pop(_FAILED, None)
         state.pop(_RESULT, None)
-        result = await inner(context, state.get(_REWRITTEN, arguments))
+        result = await inner(context, state.get(_RENAMED, arguments))
         if state.pop(_FAILED, False) or state.get(_SDK_DEFAULT_FAILURE, False):
             return _failure(context.tool_name, "failed", result)
         state[_SUCCEEDED] = True

@@ -10,8 +10,8 @@ a :class:`GuardedToolset` on every run, and observes the run's user prompt.
 Before each call the guard checks its identifier arguments; a refused call
 does not run, and in ``reprompt`` mode the model gets the guard's message as
 a retry prompt (``ModelRetry``), which Pydantic AI sends back as the call's
-``retried`` tool return. An allowed call runs with each id as the ledger
-spells it, and its result is recorded before Pydantic AI serializes it, so
+``retried`` tool return. An allowed call runs with the arguments the
+model sent, and its result is recorded before Pydantic AI serializes it, so
 pydantic models with ``Id`` fields are harvested by their annotations. The
 capability checks the arguments as the model sent them (before Pydantic AI
 validates them), by the names the model sees; output functions
