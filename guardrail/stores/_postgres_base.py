@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._deadline import Watch
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._postgres_sql import (
     APPLY,
@@ -96,6 +97,7 @@ class PostgresBase:
         connect_timeout: float,
         statement_timeout: float,
         lock_timeout: float,
+        call_timeout: float,
         ttl: float | None,
     ) -> None:
         self.ttl = checked_ttl(ttl)
@@ -104,6 +106,7 @@ class PostgresBase:
             "connect_timeout": connect_timeout,
             "statement_timeout": statement_timeout,
             "lock_timeout": lock_timeout,
+            "call_timeout": call_timeout,
         }
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
@@ -114,6 +117,7 @@ class PostgresBase:
         self.connect_timeout = float(connect_timeout)
         self.statement_timeout = float(statement_timeout)
         self.lock_timeout = float(lock_timeout)
+        self.call_timeout = float(call_timeout)
         self.pool_timeout = float(timeout)
         if not isinstance(schema, str) or not schema:
             raise GuardrailUsageError(f"schema must be a non-empty name, not {schema!r}")
@@ -395,10 +399,12 @@ class PostgresBase:
             )
         return row is None or row[0] < SCHEMA_VERSION
 
-    def _not_set_up(self, session_id: str | None, exc: Exception) -> StoreError:
+    def _not_set_up(
+        self, session_id: str | None, exc: Exception, watch: Watch | None = None
+    ) -> StoreError:
         """The error of a schema that could not be checked or created."""
         if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
-            return self._failed("read", session_id, exc)
+            return self._failed("read", session_id, exc, watch)
         return StoreError(
             f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
             f"{exc}; check the connection string and that the user may create them",
@@ -421,10 +427,25 @@ class PostgresBase:
             f"(schema {self.schema!r})"
         )
 
-    def _failed(self, action: str, session_id: str | None, exc: Exception) -> StoreError:
+    def _failed(
+        self, action: str, session_id: str | None, exc: Exception, watch: Watch | None = None
+    ) -> StoreError:
         """A database error as a StoreError that names the store, the session and what to do."""
         what = "sessions" if session_id is None else f"session {session_id!r}"
-        if isinstance(exc, pg_errors.LockNotAvailable):
+        if watch is not None and watch.fired:
+            advice = (
+                f"call_timeout: no answer within {self.call_timeout:g}s on an open connection "
+                "(the server stalled, or the network between drops packets; the server's own "
+                "timeouts cannot fire for a query it never received), so the store closed the "
+                "connection"
+            )
+            if action == "written":
+                advice += (
+                    ". The write may have been applied or not: the ledger in memory keeps the "
+                    "change and sends it again, and the next read of the session settles it"
+                )
+            advice += "; check the server and the network, then retry"
+        elif isinstance(exc, pg_errors.LockNotAvailable):
             advice = (
                 f"lock_timeout: it waited {self.lock_timeout:g}s for the session's row, which "
                 "another transaction holds locked (a long transaction, or a stuck worker); "
