@@ -333,12 +333,28 @@ class _RedisBase:
                 f"the stored session is damaged: {exc}; delete it (store.delete(session_id)) "
                 "or restore it from a backup"
             )
+        elif isinstance(exc, (redis.exceptions.AskError, redis.exceptions.TryAgainError)) or (
+            isinstance(exc, redis.ResponseError) and str(exc).startswith("CLUSTERDOWN")
+        ):
+            advice = (
+                f"the server answered with a Redis Cluster redirect ({type(exc).__name__}: {exc}): "
+                "it is a node of a cluster, and a plain redis.Redis client does not follow "
+                "redirects. Build the store on a cluster client: "
+                "RedisStore(redis.RedisCluster(host=..., port=...)), or "
+                "AsyncRedisStore(redis.asyncio.RedisCluster(...)) for asyncio"
+            )
         elif isinstance(exc, redis.TimeoutError):
             advice = (
                 f"Redis did not answer within the client's timeout ({exc}: socket_timeout, or "
                 "socket_connect_timeout while connecting); check the server, then retry (the "
                 "ledger in memory is intact)"
             )
+            if action == "written":
+                advice += (
+                    ". The write may have been applied or not (the server may run it after "
+                    "the client gave up): the ledger in memory keeps the change and sends it "
+                    "again, and the next read of the session settles it"
+                )
         elif isinstance(exc, redis.ConnectionError):
             advice = (
                 f"Redis is not reachable: {exc}; check that the server is running and "
