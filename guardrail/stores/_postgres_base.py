@@ -229,6 +229,7 @@ class PostgresBase:
         """The apply statement's parameters: every record as JSON, the names to prune."""
         pruned = [] if change is None else [json.dumps([k, key]) for k, key in change.pruned]
         return {
+            "layout": SCHEMA_VERSION,
             "ttl": self.ttl or 0.0,
             "pruned": pruned,
             "prune_base": 0 if change is None else change.base,
@@ -252,18 +253,20 @@ class PostgresBase:
         for attempt in range(MAX_ATTEMPTS):
             params = self._params(session_id, base, records, meta, change)
             row = (yield "written", session_id, "apply", params)[0]
+            if row[5] > SCHEMA_VERSION:  # nothing was written
+                raise self._newer(session_id, row[6], row[5])
             if row[0] == 0:
                 raise deleted(self._where(), session_id)
             if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
                 return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:5])
             base = int(row[0])
         raise self._busy(session_id)
 
     def _reading(self, session_id: str, version: int) -> Steps[Snapshot | None]:
         """changes_since (and load, from 0), for both stores: as :meth:`_applying`."""
         sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0, "layout": SCHEMA_VERSION}
         rows = yield "read", session_id, "load" if version == 0 else "changes", params
         snapshot = self._snapshot(session_id, rows, version)
         if snapshot is EXPIRED:
@@ -299,6 +302,9 @@ class PostgresBase:
         self, session_id: str, rows: Sequence[tuple[Any, ...]], since: int
     ) -> Snapshot | None:
         """The changes statement's rows as the protocol's answer to changes_since(since)."""
+        for row in rows:
+            if row[0] == 2:  # the schema's version row asks for newer code
+                raise self._newer(session_id, row[2], row[1])
         head = [row for row in rows if row[0] == 0]
         if not head:
             return None if since == 0 else Snapshot(0)
@@ -381,12 +387,7 @@ class PostgresBase:
         """
         what = "sessions" if session_id is None else f"session {session_id!r}"
         if row is not None and row[1] > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._where()}: {what} cannot be used: the schema {self.schema!r} was set up "
-                f"by a newer guardrail (layout {row[0]}, usable from layout {row[1]} on; this "
-                f"code knows layout {SCHEMA_VERSION}). Upgrade guardrail-ids in this program",
-                session_id=session_id,
-            )
+            raise self._newer(session_id, row[0], row[1])
         used = row is not None or bool(tables & {"sessions", "records"})
         missing = sorted({"sessions", "records"} - tables)
         if used and missing:
@@ -398,6 +399,17 @@ class PostgresBase:
                 session_id=session_id,
             )
         return row is None or row[0] < SCHEMA_VERSION
+
+    def _newer(self, session_id: str | None, layout: int, compatible: int) -> StoreError:
+        """The error of a schema a newer release set up (or upgraded while this code ran)."""
+        what = "sessions" if session_id is None else f"session {session_id!r}"
+        return StoreError(
+            f"{self._where()}: {what} cannot be used: the schema {self.schema!r} was set up "
+            f"by a newer guardrail (layout {layout}, usable from layout {compatible} on; this "
+            f"code knows layout {SCHEMA_VERSION}); nothing was written. Upgrade guardrail-ids "
+            "in this program",
+            session_id=session_id,
+        )
 
     def _not_set_up(
         self, session_id: str | None, exc: Exception, watch: Watch | None = None
