@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
-from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
+from guardrail.stores._redis_lua import APPLY, CHANGES, DELETE, EXPIRE
 from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import (
     Change,
@@ -57,8 +57,13 @@ if TYPE_CHECKING:
 _SyncClient = Union["redis.Redis", "redis.RedisCluster"]
 _AsyncClient = Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"]
 
-_Keys = tuple[str | bytes, str | bytes, str | bytes]  # a session's hash, records and versions
+# A session's hash, records, versions and mark.
+_Keys = tuple[str | bytes, str | bytes, str | bytes, str | bytes]
 _DELETED = (b"deleted", "deleted")  # the apply script's answer to a change of a deleted session
+_LOST = (b"lost", "lost")  # the scripts' answer for a session whose acknowledged writes are gone
+#: How long a deleted (or expired) session's mark is kept: a session missing without it, that
+#: a worker had read, lost its writes (a server restarted without persistence).
+DELETE_MARK_MS = 7 * 24 * 3600 * 1000
 _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
 
 
@@ -109,6 +114,7 @@ class _RedisBase:
         self._apply = client.register_script(APPLY)
         self._changes = client.register_script(CHANGES)
         self._expire = client.register_script(EXPIRE)
+        self._delete = client.register_script(DELETE)
 
     @classmethod
     def _from_url(
@@ -127,11 +133,11 @@ class _RedisBase:
     # -- keys and arguments ---------------------------------------------------------------
 
     def _keys(self, session_id: str) -> _Keys:
-        """The session hash, records hash and versions set of ``session_id``, one hash tag."""
+        """The session hash, records hash, versions set and mark of ``session_id``, one hash tag."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
         tag = f"{{{self.prefix}:{session_id}}}"
-        return (_wire(f"{tag}:s"), _wire(f"{tag}:r"), _wire(f"{tag}:z"))
+        return (_wire(f"{tag}:s"), _wire(f"{tag}:r"), _wire(f"{tag}:z"), _wire(f"{tag}:m"))
 
     def _session_of(self, key: bytes | str) -> str:
         """The session id a session hash key names."""
@@ -222,6 +228,8 @@ class _RedisBase:
             reply = yield self._apply, session_id, "written", keys, args
             if reply[1] in _DELETED:
                 raise deleted(self._where(), session_id)
+            if reply[1] in _LOST:
+                raise self._lost(session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
@@ -252,6 +260,8 @@ class _RedisBase:
 
     def _snapshot(self, session_id: str, reply: Sequence[Any], since: int) -> Snapshot | None:
         """A changes script's reply as the protocol's answer to changes_since(since)."""
+        if len(reply) == 2 and reply[1] in _LOST:
+            raise self._lost(session_id)
         version = int(reply[0])
         if version == 0:
             return None if since == 0 else Snapshot(0)
@@ -278,13 +288,14 @@ class _RedisBase:
         answers; plain commands send them as they are, in a third of the time
         at 10,000 records.
         """
-        session, records, versions = keys
+        session, records, versions, mark = keys
         pipe.hmget(session, "version", "created", "meta")
         pipe.hlen(records)
         pipe.zcard(versions)
         pipe.hvals(records)
+        pipe.get(mark)
         if self._ttl_ms:  # each use starts the count again, as the script does
-            for key in keys:
+            for key in keys[:3]:
                 pipe.pexpire(key, self._ttl_ms)
 
     def _loaded(
@@ -297,7 +308,9 @@ class _RedisBase:
 
         Checked as the script checks them, with the same errors.
         """
-        (version, created, meta_row), count, written, rows = replies[:4]
+        (version, created, meta_row), count, written, rows, mark = replies[:5]
+        if mark in _LOST:
+            raise self._lost(session_id)
         if version is None:
             return None
         for name, value in (("version", version), ("created", created)):
@@ -369,6 +382,20 @@ class _RedisBase:
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
         return damaged(self._where(), session_id, problem)
 
+    def _lost(self, session_id: str) -> StoreError:
+        """The error of a session whose acknowledged writes Redis no longer holds."""
+        return StoreError(
+            f"{self._where()}: session {session_id!r} cannot be used: writes were lost. Redis "
+            "no longer holds writes it acknowledged (the session is behind a version a worker "
+            "wrote or read, or gone although no one deleted it): the server restarted without "
+            "persistence, or a replica that was behind took over. No worker allows or records "
+            "anything on this session until an operator acknowledges the loss by deleting it "
+            "(store.delete(session_id), or guard.end_session(session_id, delete=True)), which "
+            "starts the conversation over; give Redis an append-only file and replicas to "
+            "wait for (docs/stores.md, Redis persistence)",
+            session_id=session_id,
+        )
+
 
 class RedisStore(_RedisBase):
     """Sessions in Redis, shared by every worker process and machine that reaches it.
@@ -392,6 +419,7 @@ class RedisStore(_RedisBase):
     _apply: Script
     _changes: Script
     _expire: Script
+    _delete: Script
 
     def __init__(
         self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
@@ -448,7 +476,7 @@ class RedisStore(_RedisBase):
     def delete(self, session_id: str) -> None:
         """Forget a session."""
         try:
-            self._client.delete(*self._keys(session_id))
+            self._delete(keys=self._keys(session_id), args=(DELETE_MARK_MS,))
         except redis.RedisError as exc:
             raise self._failed("deleted", session_id, exc) from exc
 
@@ -458,7 +486,7 @@ class RedisStore(_RedisBase):
         try:
             for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
-                if self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                if self._expire(keys=self._keys(session_id), args=(max_idle, DELETE_MARK_MS)):
                     gone.append(session_id)
         except redis.RedisError as exc:
             raise self._failed("expired", None, exc) from exc
@@ -488,6 +516,7 @@ class AsyncRedisStore(_RedisBase):
     _apply: AsyncScript
     _changes: AsyncScript
     _expire: AsyncScript
+    _delete: AsyncScript
 
     def __init__(
         self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
@@ -544,7 +573,7 @@ class AsyncRedisStore(_RedisBase):
     async def delete(self, session_id: str) -> None:
         """Forget a session."""
         try:
-            await self._client.delete(*self._keys(session_id))
+            await self._delete(keys=self._keys(session_id), args=(DELETE_MARK_MS,))
         except redis.RedisError as exc:
             raise self._failed("deleted", session_id, exc) from exc
 
@@ -554,7 +583,7 @@ class AsyncRedisStore(_RedisBase):
         try:
             async for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
-                if await self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                if await self._expire(keys=self._keys(session_id), args=(max_idle, DELETE_MARK_MS)):
                     gone.append(session_id)
         except redis.RedisError as exc:
             raise self._failed("expired", None, exc) from exc

@@ -1,27 +1,35 @@
-"""The Redis stores when the server misleads them: a cluster node, a write answered too late.
+"""The Redis stores when the server misleads them: a cluster node, a late answer, lost writes.
 
 A cluster node is played by a server of the test's own that answers every command
 with a redirect, as a node does for a key of another node's slot; a late answer by
-the proxy the store tests use, stalled while a write is on its way.
+the proxy the store tests use, stalled while a write is on its way; a server that
+forgets what it acknowledged by a redis-server the test starts without persistence
+and restarts (the shared server is never restarted).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import socket
+import subprocess
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis
 import redis.asyncio
 
+from guardrail import Guard
 from guardrail.errors import StoreError
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
-from guardrail.stores.protocol import Change
+from guardrail.stores.protocol import Change, Snapshot
 
 from .conformance import live, meta
+from .conftest import unavailable
 from .proxy import Proxy
 
 
@@ -92,6 +100,22 @@ def test_the_async_store_gives_the_same_hint(node: ClusterNode) -> None:
     asyncio.run(scenario())
 
 
+def _keys_of(store: RedisStore) -> list[str]:
+    """The keys of the ids session ``s`` holds."""
+    snapshot = store.load("s")
+    return [] if snapshot is None else sorted(r["key"] for r in snapshot.records)
+
+
+def _eventually(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    """Whether ``condition()`` holds within ``seconds`` (polled)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def test_a_write_answered_too_late_is_reported_as_possibly_applied(
     redis_url: str, redis_prefix: str
 ) -> None:
@@ -108,13 +132,156 @@ def test_a_write_answered_too_late_is_reported_as_possibly_applied(
                 store.apply("s", Change(base, [live("W2")]))
             assert caught.value.session_id == "s"
             proxy.resume()  # the held write reaches the server now, and is applied
-            snapshot = direct.load("s")
-            assert snapshot is not None
-            assert sorted(r["key"] for r in snapshot.records) == ["W1", "W2"]
+            assert _eventually(lambda: _keys_of(direct) == ["W1", "W2"])
             # The writer sends the change again on its old base: merged with itself, once.
             again = store.apply("s", Change(base, [live("W2")]))
             assert not again.alone
-            assert sorted(r["key"] for r in direct.load("s").records) == ["W1", "W2"]  # type: ignore[union-attr]
+            assert _keys_of(direct) == ["W1", "W2"]
         finally:
             store.close()
             direct.close()
+
+
+# -- a server that forgets acknowledged writes ---------------------------------------------
+
+
+class OwnRedis:
+    """A redis-server of the test's own on a free loopback port, without persistence."""
+
+    def __init__(self, folder: str) -> None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port: int = probe.getsockname()[1]
+        self._folder = folder
+        self._process: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self._process = subprocess.Popen(
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self._folder,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=1)
+        try:
+            assert _eventually(lambda: _pings(client)), "the test's redis-server did not start"
+        finally:
+            client.close()
+
+    def restart(self) -> None:
+        """Stop the server and start it again: with no persistence, it comes back empty."""
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.wait(timeout=10)
+            self._process = None
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[OwnRedis]:
+    """A redis-server this test starts, restarts and stops; skipped without the binary."""
+    if REDIS_SERVER is None:
+        unavailable("redis-server is not installed: the test starts a Redis server of its own")
+    server = OwnRedis(str(tmp_path))
+    yield server
+    server.stop()
+
+
+def test_a_server_restarted_without_persistence_reports_lost_writes_everywhere(
+    own_redis: OwnRedis,
+) -> None:
+    """Gone with no delete mark: "writes were lost" for every worker, no new conversation."""
+    url = f"redis://127.0.0.1:{own_redis.port}/0"
+    worker, other = RedisStore.from_url(url), RedisStore.from_url(url)
+    try:
+        version = worker.apply("s", Change(0, [live("W1"), live("W2")], meta())).version
+        worker.apply("t", Change(0, [live("W3")], meta()))
+        worker.delete("t")  # deleted on purpose: a delete mark, so not taken for a loss
+        own_redis.restart()
+        with pytest.raises(StoreError, match="writes were lost") as caught:
+            worker.changes_since("s", version)
+        assert caught.value.session_id == "s"
+        # Every other worker refuses it too, even one that never read it: nothing starts anew.
+        for call in (
+            lambda: other.load("s"),
+            lambda: other.changes_since("s", 0),
+            lambda: other.apply("s", Change(0, [live("W9")], meta())),
+            lambda: worker.apply("s", Change(version, [live("W9")])),
+        ):
+            with pytest.raises(StoreError, match="writes were lost"):
+                call()
+        # The operator acknowledges the loss by deleting the session: it starts over.
+        other.delete("s")
+        assert worker.changes_since("s", version) == Snapshot(0)
+        assert other.apply("s", Change(0, [live("W9")], meta())).alone
+    finally:
+        worker.close()
+        other.close()
+
+
+def test_a_restarted_server_stops_a_guard_recording_into_its_cached_session(
+    own_redis: OwnRedis,
+) -> None:
+    """A guard with the session cached: the next call raises; nothing is recorded as new."""
+    store = RedisStore.from_url(f"redis://127.0.0.1:{own_redis.port}/0")
+    guard = Guard(store=store)
+    guard.add_kind("order", pattern=r"#?W\d{7}")
+    guard.declare("get_order", produces={"order_id": "order"}, effect="read")
+    guard.declare("issue_refund", ids={"order_id": "order"})
+    try:
+        guard.record("get_order", {}, {"order_id": "#W8855135"}, session="s")
+        own_redis.restart()
+        with pytest.raises(StoreError, match="writes were lost"):
+            guard.check("issue_refund", {"order_id": "#W8855135"}, session="s")
+        with pytest.raises(StoreError, match="writes were lost"):
+            guard.record("get_order", {}, {"order_id": "#W0000001"}, session="s")
+        assert store.client.keys("*:r") == []  # no records: nothing started anew
+    finally:
+        store.close()
+
+
+def test_a_session_behind_what_a_worker_read_reports_lost_writes(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A failover to a replica that was behind: the session is at an older version of its life."""
+    store = RedisStore.from_url(redis_url, prefix=redis_prefix)
+    client = store.client
+    try:
+        first = store.apply("s", Change(0, [live("W1")], meta())).version
+        keys = store._keys("s")[:3]
+        before = [client.dump(key) for key in keys]
+        second = store.apply("s", Change(first, [live("W2")])).version
+        for key, dumped in zip(keys, before, strict=True):  # the replica had only the first
+            client.restore(key, 0, dumped, replace=True)
+        with pytest.raises(StoreError, match="writes were lost"):
+            store.changes_since("s", second)
+        # Marked: a worker that had only read the first version is told too.
+        with pytest.raises(StoreError, match="writes were lost"):
+            store.changes_since("s", first)
+    finally:
+        store.close()
