@@ -157,6 +157,7 @@ class OwnRedis:
         self.start()
 
     def start(self) -> None:
+        assert REDIS_SERVER is not None
         self._process = subprocess.Popen(
             [
                 REDIS_SERVER,
@@ -275,9 +276,10 @@ def test_a_session_behind_what_a_worker_read_reports_lost_writes(
         first = store.apply("s", Change(0, [live("W1")], meta())).version
         keys = store._keys("s")[:3]
         before = [client.dump(key) for key in keys]
+        assert all(isinstance(dumped, bytes) for dumped in before)
         second = store.apply("s", Change(first, [live("W2")])).version
         for key, dumped in zip(keys, before, strict=True):  # the replica had only the first
-            client.restore(key, 0, dumped, replace=True)
+            client.restore(key, 0, dumped, replace=True)  # type: ignore[arg-type]
         with pytest.raises(StoreError, match="writes were lost"):
             store.changes_since("s", second)
         # Marked: a worker that had only read the first version is told too.
