@@ -22,6 +22,7 @@ meets a concurrent writer.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
@@ -95,7 +96,26 @@ class _RedisBase:
     _client_class: ClassVar[type[Any]]
     _wrong_client: ClassVar[str]
 
-    def __init__(self, client: Any, *, prefix: str, ttl: float | None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str,
+        ttl: float | None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+    ) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise GuardrailUsageError(
+                f"replicas is how many replicas must hold a write before it counts as done "
+                f"(an int >= 0), not {replicas!r}"
+            )
+        if isinstance(replica_timeout, bool) or not isinstance(replica_timeout, (int, float)):
+            raise GuardrailUsageError(f"replica_timeout is seconds > 0, not {replica_timeout!r}")
+        if not 0 < replica_timeout < math.inf:
+            raise GuardrailUsageError(f"replica_timeout is seconds > 0, not {replica_timeout!r}")
+        self.replicas = replicas
+        self.replica_timeout = float(replica_timeout)
         if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
             # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
             # prefix's sessions, one with braces would cut the hash tag short.
@@ -118,7 +138,12 @@ class _RedisBase:
 
     @classmethod
     def _from_url(
-        cls: type[_Store], url: str, prefix: str, ttl: float | None, options: dict[str, Any]
+        cls: type[_Store],
+        url: str,
+        prefix: str,
+        ttl: float | None,
+        options: dict[str, Any],
+        **replication: Any,
     ) -> _Store:
         """A store with a client of its own for ``url``; socket timeouts set unless given."""
         options = {
@@ -126,7 +151,8 @@ class _RedisBase:
             "socket_connect_timeout": CONNECT_TIMEOUT,
             **options,
         }
-        store = cls(cls._client_class.from_url(url, **options), prefix=prefix, ttl=ttl)
+        client = cls._client_class.from_url(url, **options)
+        store = cls(client, prefix=prefix, ttl=ttl, **replication)
         store._owns_client = True
         return store
 
@@ -231,6 +257,11 @@ class _RedisBase:
             if reply[1] in _LOST:
                 raise self._lost(session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                if self.replicas:
+                    wait = (self.replicas, max(1, round(self.replica_timeout * 1000)))
+                    held = yield self._wait_replicas, session_id, "written", keys, wait
+                    if int(held) < self.replicas:
+                        raise self._unreplicated(session_id, int(held))
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
             args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
@@ -382,6 +413,24 @@ class _RedisBase:
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
         return damaged(self._where(), session_id, problem)
 
+    def _wait_replicas(self, keys: _Keys, args: tuple[int, int]) -> Any:
+        """WAIT on the server holding ``keys``: how many replicas hold the writes before it."""
+        if isinstance(self._client, (redis.RedisCluster, redis.asyncio.RedisCluster)):
+            node = self._client.get_node_from_key(_text(keys[0]))
+            return self._client.execute_command("WAIT", *args, target_nodes=node)
+        return self._client.execute_command("WAIT", *args)
+
+    def _unreplicated(self, session_id: str, held: int) -> StoreError:
+        """The error of a write that fewer replicas than asked for acknowledged in time."""
+        return StoreError(
+            f"{self._where()}: session {session_id!r} was written on the master, but only "
+            f"{held} of the {self.replicas} replicas asked for (replicas=) acknowledged it "
+            f"within {self.replica_timeout:g}s (replica_timeout=): a failover now could lose "
+            "it, so it does not count as done. The ledger in memory keeps the change and "
+            "sends it again; check the replicas and their link to the master",
+            session_id=session_id,
+        )
+
     def _lost(self, session_id: str) -> StoreError:
         """The error of a session whose acknowledged writes Redis no longer holds."""
         return StoreError(
@@ -410,6 +459,13 @@ class RedisStore(_RedisBase):
     meanwhile: their rows are merged, never overwritten). A server that
     cannot be reached, or a session holding data that is not what the store
     wrote, is a :class:`~guardrail.errors.StoreError`.
+
+    With ``replicas=N``, a write counts as done only once N replicas hold it
+    (Redis's ``WAIT``, up to ``replica_timeout`` seconds); fewer is a
+    StoreError, and the guard keeps the change to send again. A session whose
+    acknowledged writes Redis no longer holds (a restart without persistence,
+    a failover to a replica that was behind) is a StoreError saying writes
+    were lost, for every worker, until it is deleted.
     """
 
     _client_class = redis.Redis
@@ -422,13 +478,28 @@ class RedisStore(_RedisBase):
     _delete: Script
 
     def __init__(
-        self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+        self,
+        client: _SyncClient,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
-        super().__init__(client, prefix=prefix, ttl=ttl)
+        super().__init__(
+            client, prefix=prefix, ttl=ttl, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        **options: Any,
     ) -> RedisStore:
         """A store with a client of its own for ``url`` (``redis://host:6379/0``), closed by close.
 
@@ -436,7 +507,9 @@ class RedisStore(_RedisBase):
         that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
         ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        return cls._from_url(url, prefix, ttl, options)
+        return cls._from_url(
+            url, prefix, ttl, options, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @property
     def client(self) -> _SyncClient:
@@ -519,19 +592,36 @@ class AsyncRedisStore(_RedisBase):
     _delete: AsyncScript
 
     def __init__(
-        self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+        self,
+        client: _AsyncClient,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
-        super().__init__(client, prefix=prefix, ttl=ttl)
+        super().__init__(
+            client, prefix=prefix, ttl=ttl, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        **options: Any,
     ) -> AsyncRedisStore:
         """A store with an asyncio client of its own for ``url``, closed by close().
 
         Timeouts as :meth:`RedisStore.from_url` sets them.
         """
-        return cls._from_url(url, prefix, ttl, options)
+        return cls._from_url(
+            url, prefix, ttl, options, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @property
     def client(self) -> _AsyncClient:

@@ -18,13 +18,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
 
 from guardrail import Guard
-from guardrail.errors import StoreError
+from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._redis import AsyncRedisStore, RedisStore
 from guardrail.stores.protocol import Change, Snapshot
 
@@ -148,32 +149,24 @@ def test_a_write_answered_too_late_is_reported_as_possibly_applied(
 class OwnRedis:
     """A redis-server of the test's own on a free loopback port, without persistence."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, replica_of: int | None = None) -> None:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port: int = probe.getsockname()[1]
+        Path(folder).mkdir(parents=True, exist_ok=True)
         self._folder = folder
+        self._replica_of = replica_of
         self._process: subprocess.Popen[bytes] | None = None
         self.start()
 
     def start(self) -> None:
         assert REDIS_SERVER is not None
+        arguments = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1"]
+        arguments += ["--save", "", "--appendonly", "no", "--dir", self._folder]
+        if self._replica_of is not None:
+            arguments += ["--replicaof", "127.0.0.1", str(self._replica_of)]
         self._process = subprocess.Popen(
-            [
-                REDIS_SERVER,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self._folder,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            arguments, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         client = redis.Redis(port=self.port, socket_connect_timeout=1)
         try:
@@ -287,3 +280,52 @@ def test_a_session_behind_what_a_worker_read_reports_lost_writes(
             store.changes_since("s", first)
     finally:
         store.close()
+
+
+def _replicas_of(client: redis.Redis | redis.RedisCluster) -> int:
+    return int(client.info("replication")["connected_slaves"])
+
+
+def test_a_write_waits_for_the_replicas_asked_for(own_redis: OwnRedis, tmp_path: Path) -> None:
+    """replicas=1: done once the replica holds it; without the replica, a StoreError."""
+    replica = OwnRedis(str(tmp_path / "replica"), replica_of=own_redis.port)
+    store = RedisStore.from_url(
+        f"redis://127.0.0.1:{own_redis.port}/0", replicas=1, replica_timeout=0.5
+    )
+    try:
+        follower = redis.Redis(port=replica.port)
+        try:  # synced: the replica's link to the master is up
+            assert _eventually(
+                lambda: follower.info("replication").get("master_link_status") == "up"
+            )
+        finally:
+            follower.close()
+        version = store.apply("s", Change(0, [live("W1")], meta())).version
+        replica.stop()
+        assert _eventually(lambda: _replicas_of(store.client) == 0)
+        with pytest.raises(StoreError, match=r"only 0 of the 1 replicas .* within 0\.5s") as caught:
+            store.apply("s", Change(version, [live("W2")]))
+        assert caught.value.session_id == "s"
+
+        async def in_asyncio() -> None:
+            url = f"redis://127.0.0.1:{own_redis.port}/0"
+            waiting = AsyncRedisStore.from_url(url, replicas=1, replica_timeout=0.5)
+            try:
+                with pytest.raises(StoreError, match="only 0 of the 1 replicas"):
+                    await waiting.apply("a", Change(0, [live("W1")], meta()))
+            finally:
+                await waiting.close()
+
+        asyncio.run(in_asyncio())
+    finally:
+        replica.stop()
+        store.close()
+
+
+def test_replicas_options_are_checked() -> None:
+    """A negative count or a zero timeout is a usage error saying what to pass."""
+    client = redis.Redis()
+    bad: list[dict[str, Any]] = [{"replicas": -1}, {"replicas": True}, {"replica_timeout": 0}]
+    for options in bad:
+        with pytest.raises(GuardrailUsageError, match="replica"):
+            RedisStore(client, **options)
