@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 
 class Watch:
@@ -62,8 +62,14 @@ class Watchdog:
         self._stopped = False
 
     @contextlib.contextmanager
-    def watching(self, seconds: float, fileno: Callable[[], int]) -> Iterator[Watch]:
-        """Watch the block: if it runs past ``seconds``, the socket ``fileno()`` is shut down."""
+    def watching(
+        self, seconds: float, fileno: Callable[[], int], close: Callable[[], object]
+    ) -> Iterator[Watch]:
+        """Watch the block: if it runs past ``seconds``, the socket ``fileno()`` is shut down.
+
+        A block that ended well although the cut came (just as its answer did) calls
+        ``close``: its connection must not go back to a pool that would hand it out.
+        """
         watch = Watch(time.monotonic() + seconds, fileno)
         with self._condition:
             if self._thread is None or not self._thread.is_alive() or self._stopped:
@@ -80,6 +86,8 @@ class Watchdog:
             # Under the lock: a cut in progress ends before the connection goes back to its pool.
             with self._condition:
                 self._watched.discard(watch)
+        if watch.fired:
+            close()
 
     def stop(self) -> None:
         """End the thread (a later call starts it again)."""
@@ -99,7 +107,9 @@ class Watchdog:
 
 
 @contextlib.asynccontextmanager
-async def watch_async(seconds: float, fileno: Callable[[], int]) -> AsyncIterator[Watch]:
+async def watch_async(
+    seconds: float, fileno: Callable[[], int], close: Callable[[], Awaitable[object]]
+) -> AsyncIterator[Watch]:
     """:meth:`Watchdog.watching` for asyncio: a timer on the running loop does the cut."""
     watch = Watch(time.monotonic() + seconds, fileno)
     timer = asyncio.get_running_loop().call_later(seconds, watch.cut)
@@ -107,3 +117,5 @@ async def watch_async(seconds: float, fileno: Callable[[], int]) -> AsyncIterato
         yield watch
     finally:
         timer.cancel()
+    if watch.fired:
+        await close()

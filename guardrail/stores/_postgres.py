@@ -73,11 +73,12 @@ class PostgresStore(PostgresBase):
     until looked up again.
 
     No call waits without bound: ``lock_timeout`` (2 s) for a session row
-    another transaction holds locked, ``statement_timeout`` (4 s) for a
+    another transaction holds locked, ``statement_timeout`` (5 s) for a
     statement, ``connect_timeout`` (3 s) for each connection attempt,
     ``timeout`` (5 s) for a connection from the pool and ``call_timeout``
-    (5 s) for a call on an open connection, whatever the network does (past
-    it the store shuts the connection's socket down); each, exceeded, is a
+    (5 s, and a second more per 10,000 records a write carries) for a call
+    on an open connection, whatever the network does (past it the store
+    shuts the connection's socket down); each, exceeded, is a
     :class:`~guardrail.errors.StoreError` naming it. The store's own pool
     sets the first three on its connections; on a pool passed in, the store
     sets ``lock_timeout`` for its own transactions, and the pool's
@@ -96,7 +97,7 @@ class PostgresStore(PostgresBase):
         max_connections: int = 4,
         timeout: float = 5.0,
         connect_timeout: float = 3.0,
-        statement_timeout: float = 4.0,
+        statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
         call_timeout: float = 5.0,
         ttl: float | None = None,
@@ -152,9 +153,11 @@ class PostgresStore(PostgresBase):
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._failed(action, session_id, exc, watch) from exc
 
-    def _watching(self, conn: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Watch]:
-        """The block using ``conn`` cut off past ``call_timeout``, whatever the network does."""
-        return self._watchdog.watching(self.call_timeout, conn.fileno)
+    def _watching(
+        self, conn: psycopg.Connection[Any], records: int = 0
+    ) -> contextlib.AbstractContextManager[Watch]:
+        """The block using ``conn``, cut off past its bound whatever the network does."""
+        return self._watchdog.watching(self._bound(records), conn.fileno, conn.close)
 
     def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -188,7 +191,8 @@ class PostgresStore(PostgresBase):
         self._setup(session_id)
         watch: Watch | None = None
         try:
-            with self.pool.connection() as conn, self._watching(conn) as watch:
+            records = len(params.get("names", ()))
+            with self.pool.connection() as conn, self._watching(conn, records) as watch:
                 rows: list[tuple[Any, ...]]
                 if conn.autocommit:
                     rows = conn.execute(self._sql[statement], params).fetchall()
@@ -223,7 +227,7 @@ class AsyncPostgresStore(PostgresBase):
         max_connections: int = 4,
         timeout: float = 5.0,
         connect_timeout: float = 3.0,
-        statement_timeout: float = 4.0,
+        statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
         call_timeout: float = 5.0,
         ttl: float | None = None,
@@ -280,10 +284,10 @@ class AsyncPostgresStore(PostgresBase):
             raise self._failed(action, session_id, exc, watch) from exc
 
     def _watching(
-        self, conn: psycopg.AsyncConnection[Any]
+        self, conn: psycopg.AsyncConnection[Any], records: int = 0
     ) -> contextlib.AbstractAsyncContextManager[Watch]:
         """:meth:`PostgresStore._watching`: a timer on the running loop."""
-        return watch_async(self.call_timeout, conn.fileno)
+        return watch_async(self._bound(records), conn.fileno, conn.close)
 
     async def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -321,7 +325,8 @@ class AsyncPostgresStore(PostgresBase):
         await self._setup(session_id)
         watch: Watch | None = None
         try:
-            async with self.pool.connection() as conn, self._watching(conn) as watch:
+            records = len(params.get("names", ()))
+            async with self.pool.connection() as conn, self._watching(conn, records) as watch:
                 rows: list[tuple[Any, ...]]
                 if conn.autocommit:
                     cursor = await conn.execute(self._sql[statement], params)

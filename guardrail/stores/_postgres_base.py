@@ -66,6 +66,9 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
 # The client is re-exported: the stores' module imports it from here, after the check above.
 __all__ = ["PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
 
+#: How many records a write may carry per second allowed past ``call_timeout``.
+RECORDS_PER_SECOND = 10_000
+
 #: Rounds of merge-and-retry before a write gives up (each one progresses).
 MAX_ATTEMPTS = 100
 
@@ -168,6 +171,14 @@ class PostgresBase:
                 name=f"guardrail-{schema}",
             )
         self._ready = False
+
+    def _bound(self, records: int) -> float:
+        """How long one call may use a connection: ``call_timeout``, and more for a big write.
+
+        A write carries its records in the call: the client encodes them and the
+        server writes them while the call runs, one second per 10,000 of them allowed.
+        """
+        return self.call_timeout + records / RECORDS_PER_SECOND
 
     def _connection_options(self) -> dict[str, Any]:
         """What each connection of the store's own pool is opened with: autocommit, timeouts."""

@@ -10,12 +10,14 @@ only a store that cuts the call off raises inside it.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
 
 from guardrail.errors import StoreError
+from guardrail.stores._deadline import Watchdog
 from guardrail.stores._postgres import AsyncPostgresStore, PostgresStore
 from guardrail.stores.protocol import Change
 
@@ -120,3 +122,33 @@ def test_the_async_store_cuts_a_silent_call_off_too(proxy: Proxy, postgres_schem
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_block_that_outlives_its_deadline_has_its_socket_cut_and_closed() -> None:
+    """The watchdog shuts the socket down past the deadline; a block that ends well closes it."""
+    near, far = socket.socketpair()
+    closed: list[bool] = []
+    watchdog = Watchdog("test-deadline")
+    try:
+        with watchdog.watching(0.05, near.fileno, lambda: closed.append(True)) as watch:
+            assert near.recv(1) == b""  # woken by the cut: the socket reads its end
+        assert watch.fired
+        assert closed == [True]
+        with watchdog.watching(5.0, near.fileno, lambda: closed.append(False)) as watch:
+            pass
+        assert not watch.fired
+        assert closed == [True]
+    finally:
+        watchdog.stop()
+        near.close()
+        far.close()
+
+
+def test_a_write_is_allowed_a_second_more_per_10000_records(postgres_dsn: str) -> None:
+    """The bound of a call grows with the records a write carries, from call_timeout."""
+    store = PostgresStore(postgres_dsn, call_timeout=2.0)
+    try:
+        assert store._bound(0) == 2.0
+        assert store._bound(100_000) == 12.0
+    finally:
+        store.close()
