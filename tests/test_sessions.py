@@ -70,6 +70,37 @@ def test_a_session_stays_cached_and_an_allowed_call_writes_nothing() -> None:
     assert store.load("s") is not None
 
 
+def test_a_check_on_a_session_never_used_stores_nothing() -> None:
+    """Checks, allowed or refused, and an empty scope store no session; the first id stores it."""
+    store = FlakyStore()
+    guard = shop_guard(store=store)
+    for n in range(20):
+        assert not guard.check("issue_refund", {"order_id": f"W{n:07d}"}, session=f"s{n}").allowed
+        assert guard.check("search_orders", {}, session=f"t{n}").allowed
+    with guard.session("u"):
+        pass
+    assert store.writes == 0
+    assert store.expire(0) == []  # nothing stored, nothing to expire
+    guard.record("search_orders", {}, ORDERS, session="s1")
+    stored = store.load("s1")
+    assert stored is not None
+    assert stored.meta is not None
+    assert stored_ids(store, "s1") == {"#W8855135", "#W2378156"}
+
+
+def test_a_check_in_an_async_scope_of_a_session_never_used_stores_nothing() -> None:
+    """The asyncio path: a check inside ``async with guard.session`` writes nothing either."""
+    store = FlakyStore()
+    guard = shop_guard(store=ThreadedAsyncStore(store))
+
+    async def scenario() -> None:
+        async with guard.session("a"):
+            assert not guard.check("issue_refund", {"order_id": "W0000001"}).allowed
+
+    asyncio.run(scenario())
+    assert store.writes == 0
+
+
 def test_session_handles_work_without_a_with_block() -> None:
     """observe_user, record, check and enforce take session=; each call is a scope of its own."""
     store = MemoryStore()

@@ -65,7 +65,23 @@ def take(state: LedgerState, base: int) -> tuple[Change, set[Name]]:
         meta: dict[str, Any] | None = meta_of(state)
         if meta == state.written_meta:
             meta = None
+        elif base == 0 and not found and not pruned and _blank(meta):
+            # The store holds no such session, and this one holds nothing to keep: writing
+            # it would store a session for every id a check was ever asked about.
+            meta = None
     return Change(base, found, meta, pruned), changed | set(pruned)
+
+
+def _blank(meta: dict[str, Any] | None) -> bool:
+    """Whether a session's meta says nothing happened in it: no turn, id, text or refusal."""
+    return meta is not None and not (
+        meta["turn"]
+        or meta["epoch"]
+        or meta["kinds"]
+        or meta["counters"]
+        or meta["user_texts"]
+        or meta["refusals"]
+    )
 
 
 def undo(state: LedgerState, changed: set[Name], change: Change) -> None:

@@ -8,7 +8,8 @@ Inside: ``protocol`` (public, for store authors), ``_json`` (records as
 JSON text), ``_memory``, ``_sqlite``, ``_redis`` (its scripts in
 ``_redis_lua``) and ``_postgres`` (on ``_postgres_base``, its SQL in
 ``_postgres_sql``); ``_steps`` runs a sequence the sync and the asyncio
-class of a server store share.
+class of a server store share; ``_deadline`` cuts off a call the network
+leaves waiting past its bound.
 
 Imports: :mod:`guardrail.ledger` and the plain data below it.
 """

@@ -24,10 +24,12 @@ and two when it meets a concurrent writer, as in the Redis store.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import threading
 from typing import Any, TypeVar
 
+from guardrail.stores._deadline import Watch, Watchdog, watch_async
 from guardrail.stores._postgres_base import PostgresBase, psycopg, psycopg_pool
 from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import Change, Snapshot, Written
@@ -72,12 +74,15 @@ class PostgresStore(PostgresBase):
 
     No call waits without bound: ``lock_timeout`` (2 s) for a session row
     another transaction holds locked, ``statement_timeout`` (5 s) for a
-    statement, ``connect_timeout`` (3 s) for each connection attempt and
-    ``timeout`` (5 s) for a connection from the pool; each, exceeded, is a
+    statement, ``connect_timeout`` (3 s) for each connection attempt,
+    ``timeout`` (5 s) for a connection from the pool and ``call_timeout``
+    (5 s, and a second more per 10,000 records a write carries) for a call
+    on an open connection, whatever the network does (past it the store
+    shuts the connection's socket down); each, exceeded, is a
     :class:`~guardrail.errors.StoreError` naming it. The store's own pool
-    sets all of them on its connections; on a pool passed in, the store sets
-    ``lock_timeout`` for its own transactions, and the pool's connections
-    bring their statement and connect timeouts.
+    sets the first three on its connections; on a pool passed in, the store
+    sets ``lock_timeout`` for its own transactions, and the pool's
+    connections bring their statement and connect timeouts.
     """
 
     _pool_class = psycopg_pool.ConnectionPool
@@ -94,6 +99,7 @@ class PostgresStore(PostgresBase):
         connect_timeout: float = 3.0,
         statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
+        call_timeout: float = 5.0,
         ttl: float | None = None,
     ) -> None:
         super().__init__(
@@ -105,9 +111,11 @@ class PostgresStore(PostgresBase):
             connect_timeout=connect_timeout,
             statement_timeout=statement_timeout,
             lock_timeout=lock_timeout,
+            call_timeout=call_timeout,
             ttl=ttl,
         )
         self._ready_lock = threading.Lock()
+        self._watchdog = Watchdog(f"guardrail-{schema}-deadline")
 
     def load(self, session_id: str) -> Snapshot | None:
         """The whole session, or None."""
@@ -134,14 +142,26 @@ class PostgresStore(PostgresBase):
 
     def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
         """``steps``' statements in one transaction; a failure says what was not ``action``."""
+        watch: Watch | None = None
         try:
-            with self.pool.connection() as conn, conn.transaction():
+            with (
+                self.pool.connection() as conn,
+                self._watching(conn) as watch,
+                conn.transaction(),
+            ):
                 return run(steps, functools.partial(_rows, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed(action, session_id, exc) from exc
+            raise self._failed(action, session_id, exc, watch) from exc
+
+    def _watching(
+        self, conn: psycopg.Connection[Any], records: int = 0
+    ) -> contextlib.AbstractContextManager[Watch]:
+        """The block using ``conn``, cut off past its bound whatever the network does."""
+        return self._watchdog.watching(self._bound(records), conn.fileno, conn.close)
 
     def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
+        self._watchdog.stop()
         if self._owns_pool:
             self.pool.close()
 
@@ -152,11 +172,16 @@ class PostgresStore(PostgresBase):
         with self._ready_lock:
             if self._ready:
                 return
+            watch: Watch | None = None
             try:
-                with self.pool.connection() as conn, conn.transaction():
+                with (
+                    self.pool.connection() as conn,
+                    self._watching(conn) as watch,
+                    conn.transaction(),
+                ):
                     run(self._setting_up(session_id), functools.partial(_rows, conn))
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                raise self._not_set_up(session_id, exc) from exc
+                raise self._not_set_up(session_id, exc, watch) from exc
             self._ready = True
 
     def _run(
@@ -164,8 +189,10 @@ class PostgresStore(PostgresBase):
     ) -> list[tuple[Any, ...]]:
         """One statement, in a transaction of its own; its rows."""
         self._setup(session_id)
+        watch: Watch | None = None
         try:
-            with self.pool.connection() as conn:
+            records = len(params.get("names", ()))
+            with self.pool.connection() as conn, self._watching(conn, records) as watch:
                 rows: list[tuple[Any, ...]]
                 if conn.autocommit:
                     rows = conn.execute(self._sql[statement], params).fetchall()
@@ -174,7 +201,7 @@ class PostgresStore(PostgresBase):
                         rows = conn.execute(self._sql[statement], params).fetchall()
                 return rows
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed(action, session_id, exc) from exc
+            raise self._failed(action, session_id, exc, watch) from exc
 
     def __repr__(self) -> str:
         return f"<{self._where()}>"
@@ -202,6 +229,7 @@ class AsyncPostgresStore(PostgresBase):
         connect_timeout: float = 3.0,
         statement_timeout: float = 5.0,
         lock_timeout: float = 2.0,
+        call_timeout: float = 5.0,
         ttl: float | None = None,
     ) -> None:
         super().__init__(
@@ -213,6 +241,7 @@ class AsyncPostgresStore(PostgresBase):
             connect_timeout=connect_timeout,
             statement_timeout=statement_timeout,
             lock_timeout=lock_timeout,
+            call_timeout=call_timeout,
             ttl=ttl,
         )
         self._opened = not self._owns_pool
@@ -243,11 +272,22 @@ class AsyncPostgresStore(PostgresBase):
 
     async def _transaction(self, steps: Steps[_T], action: str, session_id: str | None) -> _T:
         """:meth:`PostgresStore._transaction`, awaited."""
+        watch: Watch | None = None
         try:
-            async with self.pool.connection() as conn, conn.transaction():
+            async with (
+                self.pool.connection() as conn,
+                self._watching(conn) as watch,
+                conn.transaction(),
+            ):
                 return await run_async(steps, functools.partial(_rows_async, conn))
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed(action, session_id, exc) from exc
+            raise self._failed(action, session_id, exc, watch) from exc
+
+    def _watching(
+        self, conn: psycopg.AsyncConnection[Any], records: int = 0
+    ) -> contextlib.AbstractAsyncContextManager[Watch]:
+        """:meth:`PostgresStore._watching`: a timer on the running loop."""
+        return watch_async(self._bound(records), conn.fileno, conn.close)
 
     async def close(self) -> None:
         """Close the pool if the store opened it; a pool passed in stays open."""
@@ -261,16 +301,21 @@ class AsyncPostgresStore(PostgresBase):
         async with self._ready_lock:  # tasks starting at once: one opens, the others wait
             if self._ready:
                 return
+            watch: Watch | None = None
             try:
                 if not self._opened:
                     self._opened = True
                     await self.pool.open()
-                async with self.pool.connection() as conn, conn.transaction():
+                async with (
+                    self.pool.connection() as conn,
+                    self._watching(conn) as watch,
+                    conn.transaction(),
+                ):
                     await run_async(
                         self._setting_up(session_id), functools.partial(_rows_async, conn)
                     )
             except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-                raise self._not_set_up(session_id, exc) from exc
+                raise self._not_set_up(session_id, exc, watch) from exc
             self._ready = True
 
     async def _run(
@@ -278,8 +323,10 @@ class AsyncPostgresStore(PostgresBase):
     ) -> list[tuple[Any, ...]]:
         """One statement, in a transaction of its own; its rows."""
         await self._setup(session_id)
+        watch: Watch | None = None
         try:
-            async with self.pool.connection() as conn:
+            records = len(params.get("names", ()))
+            async with self.pool.connection() as conn, self._watching(conn, records) as watch:
                 rows: list[tuple[Any, ...]]
                 if conn.autocommit:
                     cursor = await conn.execute(self._sql[statement], params)
@@ -290,7 +337,7 @@ class AsyncPostgresStore(PostgresBase):
                         rows = await cursor.fetchall()
                 return rows
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._failed(action, session_id, exc) from exc
+            raise self._failed(action, session_id, exc, watch) from exc
 
     def __repr__(self) -> str:
         return f"<{self._where()}>"

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
+from guardrail.stores._deadline import Watch
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
 from guardrail.stores._postgres_sql import (
     APPLY,
@@ -65,6 +66,9 @@ except ImportError as exc:  # pragma: no cover - exercised by a test with psycop
 # The client is re-exported: the stores' module imports it from here, after the check above.
 __all__ = ["PostgresBase", "milliseconds", "psycopg", "psycopg_pool"]
 
+#: How many records a write may carry per second allowed past ``call_timeout``.
+RECORDS_PER_SECOND = 10_000
+
 #: Rounds of merge-and-retry before a write gives up (each one progresses).
 MAX_ATTEMPTS = 100
 
@@ -96,6 +100,7 @@ class PostgresBase:
         connect_timeout: float,
         statement_timeout: float,
         lock_timeout: float,
+        call_timeout: float,
         ttl: float | None,
     ) -> None:
         self.ttl = checked_ttl(ttl)
@@ -104,6 +109,7 @@ class PostgresBase:
             "connect_timeout": connect_timeout,
             "statement_timeout": statement_timeout,
             "lock_timeout": lock_timeout,
+            "call_timeout": call_timeout,
         }
         for option, seconds in timeouts.items():
             if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
@@ -114,6 +120,7 @@ class PostgresBase:
         self.connect_timeout = float(connect_timeout)
         self.statement_timeout = float(statement_timeout)
         self.lock_timeout = float(lock_timeout)
+        self.call_timeout = float(call_timeout)
         self.pool_timeout = float(timeout)
         if not isinstance(schema, str) or not schema:
             raise GuardrailUsageError(f"schema must be a non-empty name, not {schema!r}")
@@ -164,6 +171,14 @@ class PostgresBase:
                 name=f"guardrail-{schema}",
             )
         self._ready = False
+
+    def _bound(self, records: int) -> float:
+        """How long one call may use a connection: ``call_timeout``, and more for a big write.
+
+        A write carries its records in the call: the client encodes them and the
+        server writes them while the call runs, one second per 10,000 of them allowed.
+        """
+        return self.call_timeout + records / RECORDS_PER_SECOND
 
     def _connection_options(self) -> dict[str, Any]:
         """What each connection of the store's own pool is opened with: autocommit, timeouts."""
@@ -225,6 +240,7 @@ class PostgresBase:
         """The apply statement's parameters: every record as JSON, the names to prune."""
         pruned = [] if change is None else [json.dumps([k, key]) for k, key in change.pruned]
         return {
+            "layout": SCHEMA_VERSION,
             "ttl": self.ttl or 0.0,
             "pruned": pruned,
             "prune_base": 0 if change is None else change.base,
@@ -248,18 +264,20 @@ class PostgresBase:
         for attempt in range(MAX_ATTEMPTS):
             params = self._params(session_id, base, records, meta, change)
             row = (yield "written", session_id, "apply", params)[0]
+            if row[5] > SCHEMA_VERSION:  # nothing was written
+                raise self._newer(session_id, row[6], row[5])
             if row[0] == 0:
                 raise deleted(self._where(), session_id)
             if row[2] is None and row[4] is None:  # written; a merge means someone else wrote
                 return Written(int(row[0]), attempt == 0 and bool(row[1]))
-            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:])
+            records, meta = self._merged(session_id, change, originals, (records, meta), row[2:5])
             base = int(row[0])
         raise self._busy(session_id)
 
     def _reading(self, session_id: str, version: int) -> Steps[Snapshot | None]:
         """changes_since (and load, from 0), for both stores: as :meth:`_applying`."""
         sid = self._sid(session_id, "read")
-        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0}
+        params = {"sid": sid, "since": version, "ttl": self.ttl or 0.0, "layout": SCHEMA_VERSION}
         rows = yield "read", session_id, "load" if version == 0 else "changes", params
         snapshot = self._snapshot(session_id, rows, version)
         if snapshot is EXPIRED:
@@ -295,6 +313,9 @@ class PostgresBase:
         self, session_id: str, rows: Sequence[tuple[Any, ...]], since: int
     ) -> Snapshot | None:
         """The changes statement's rows as the protocol's answer to changes_since(since)."""
+        for row in rows:
+            if row[0] == 2:  # the schema's version row asks for newer code
+                raise self._newer(session_id, row[2], row[1])
         head = [row for row in rows if row[0] == 0]
         if not head:
             return None if since == 0 else Snapshot(0)
@@ -377,12 +398,7 @@ class PostgresBase:
         """
         what = "sessions" if session_id is None else f"session {session_id!r}"
         if row is not None and row[1] > SCHEMA_VERSION:
-            raise StoreError(
-                f"{self._where()}: {what} cannot be used: the schema {self.schema!r} was set up "
-                f"by a newer guardrail (layout {row[0]}, usable from layout {row[1]} on; this "
-                f"code knows layout {SCHEMA_VERSION}). Upgrade guardrail-ids in this program",
-                session_id=session_id,
-            )
+            raise self._newer(session_id, row[0], row[1])
         used = row is not None or bool(tables & {"sessions", "records"})
         missing = sorted({"sessions", "records"} - tables)
         if used and missing:
@@ -395,10 +411,23 @@ class PostgresBase:
             )
         return row is None or row[0] < SCHEMA_VERSION
 
-    def _not_set_up(self, session_id: str | None, exc: Exception) -> StoreError:
+    def _newer(self, session_id: str | None, layout: int, compatible: int) -> StoreError:
+        """The error of a schema a newer release set up (or upgraded while this code ran)."""
+        what = "sessions" if session_id is None else f"session {session_id!r}"
+        return StoreError(
+            f"{self._where()}: {what} cannot be used: the schema {self.schema!r} was set up "
+            f"by a newer guardrail (layout {layout}, usable from layout {compatible} on; this "
+            f"code knows layout {SCHEMA_VERSION}); nothing was written. Upgrade guardrail-ids "
+            "in this program",
+            session_id=session_id,
+        )
+
+    def _not_set_up(
+        self, session_id: str | None, exc: Exception, watch: Watch | None = None
+    ) -> StoreError:
         """The error of a schema that could not be checked or created."""
         if isinstance(exc, (psycopg.OperationalError, psycopg_pool.PoolTimeout)):
-            return self._failed("read", session_id, exc)
+            return self._failed("read", session_id, exc, watch)
         return StoreError(
             f"{self._where()}: cannot create the schema {self.schema!r} and its tables: "
             f"{exc}; check the connection string and that the user may create them",
@@ -421,10 +450,25 @@ class PostgresBase:
             f"(schema {self.schema!r})"
         )
 
-    def _failed(self, action: str, session_id: str | None, exc: Exception) -> StoreError:
+    def _failed(
+        self, action: str, session_id: str | None, exc: Exception, watch: Watch | None = None
+    ) -> StoreError:
         """A database error as a StoreError that names the store, the session and what to do."""
         what = "sessions" if session_id is None else f"session {session_id!r}"
-        if isinstance(exc, pg_errors.LockNotAvailable):
+        if watch is not None and watch.fired:
+            advice = (
+                f"call_timeout: no answer within {self.call_timeout:g}s on an open connection "
+                "(the server stalled, or the network between drops packets; the server's own "
+                "timeouts cannot fire for a query it never received), so the store closed the "
+                "connection"
+            )
+            if action == "written":
+                advice += (
+                    ". The write may have been applied or not: the ledger in memory keeps the "
+                    "change and sends it again, and the next read of the session settles it"
+                )
+            advice += "; check the server and the network, then retry"
+        elif isinstance(exc, pg_errors.LockNotAvailable):
             advice = (
                 f"lock_timeout: it waited {self.lock_timeout:g}s for the session's row, which "
                 "another transaction holds locked (a long transaction, or a stuck worker); "

@@ -159,12 +159,22 @@ $$;
 # Microseconds since 1970 by the server's clock: a new session's first version.
 NOW = "floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 
+# The layout the schema's version row asks for is read with every statement (a read adds a
+# row tagged 2 when it asks for newer code than %(layout)s, this code's): a release that
+# upgrades the schema while this code runs stops it at its next call (the write's function
+# is not called: a one-time filter on the version row), rather than writing on beside it.
 APPLY = """
-SELECT version, alone, stake_names, stake_records, stake_meta
-FROM {schema}.{function}(
-    %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
-    %(lock_wait)s, %(pruned)s::text[], %(prune_base)s, %(ttl)s
-)
+SELECT f.version, f.alone, f.stake_names, f.stake_records, f.stake_meta, v.compatible, v.version
+FROM (
+    SELECT coalesce(max(compatible), 0) AS compatible, max(version) AS version
+    FROM {schema}.schema_version
+) AS v
+LEFT JOIN LATERAL (
+    SELECT * FROM {schema}.{function}(
+        %(sid)s, %(base)s, %(meta)s, %(names)s::text[], %(records)s::text[], %(durable)s,
+        %(lock_wait)s, %(pruned)s::text[], %(prune_base)s, %(ttl)s
+    ) WHERE v.compatible <= %(layout)s OFFSET 0
+) AS f ON true
 """
 
 # One snapshot of the session row and, unless the reader is up to date, the rows written
@@ -188,6 +198,9 @@ FROM {schema}.records AS r
 WHERE r.session_id = %(sid)s
   AND (SELECT version FROM s) <> %(since)s
   AND r.version > (SELECT CASE WHEN created >= %(since)s THEN 0 ELSE %(since)s END FROM s)
+UNION ALL
+SELECT 2, compatible, version, NULL, NULL FROM {schema}.schema_version
+WHERE compatible > %(layout)s
 """
 
 # CHANGES for a reader that holds nothing (since 0): the session row and every record row,
@@ -200,6 +213,9 @@ SELECT 0, version, created, meta,
 FROM {schema}.sessions WHERE session_id = %(sid)s
 UNION ALL
 SELECT 1, NULL, NULL, record, NULL FROM {schema}.records WHERE session_id = %(sid)s
+UNION ALL
+SELECT 2, compatible, version, NULL, NULL FROM {schema}.schema_version
+WHERE compatible > %(layout)s
 """
 
 # A session past its ttl, deleted with its records, unless written since it was found so.

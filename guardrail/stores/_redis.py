@@ -22,13 +22,14 @@ meets a concurrent writer.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, Union
 
 from guardrail._data.rows import from_row, is_row
 from guardrail.errors import GuardrailUsageError, StoreError
 from guardrail.stores._json import decode_rows, encode_record, has_surrogates
-from guardrail.stores._redis_lua import APPLY, CHANGES, EXPIRE
+from guardrail.stores._redis_lua import APPLY, CHANGES, DELETE, EXPIRE
 from guardrail.stores._steps import Steps, run, run_async
 from guardrail.stores.protocol import (
     Change,
@@ -57,8 +58,13 @@ if TYPE_CHECKING:
 _SyncClient = Union["redis.Redis", "redis.RedisCluster"]
 _AsyncClient = Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"]
 
-_Keys = tuple[str | bytes, str | bytes, str | bytes]  # a session's hash, records and versions
+# A session's hash, records, versions and mark.
+_Keys = tuple[str | bytes, str | bytes, str | bytes, str | bytes]
 _DELETED = (b"deleted", "deleted")  # the apply script's answer to a change of a deleted session
+_LOST = (b"lost", "lost")  # the scripts' answer for a session whose acknowledged writes are gone
+#: How long a deleted (or expired) session's mark is kept: a session missing without it, that
+#: a worker had read, lost its writes (a server restarted without persistence).
+DELETE_MARK_MS = 7 * 24 * 3600 * 1000
 _MAX_ATTEMPTS = 100  # rounds of merge-and-retry before a write gives up (each one progresses)
 
 
@@ -90,7 +96,26 @@ class _RedisBase:
     _client_class: ClassVar[type[Any]]
     _wrong_client: ClassVar[str]
 
-    def __init__(self, client: Any, *, prefix: str, ttl: float | None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str,
+        ttl: float | None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+    ) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise GuardrailUsageError(
+                f"replicas is how many replicas must hold a write before it counts as done "
+                f"(an int >= 0), not {replicas!r}"
+            )
+        if isinstance(replica_timeout, bool) or not isinstance(replica_timeout, (int, float)):
+            raise GuardrailUsageError(f"replica_timeout is seconds > 0, not {replica_timeout!r}")
+        if not 0 < replica_timeout < math.inf:
+            raise GuardrailUsageError(f"replica_timeout is seconds > 0, not {replica_timeout!r}")
+        self.replicas = replicas
+        self.replica_timeout = float(replica_timeout)
         if not isinstance(prefix, str) or not prefix or set(prefix) & set("{}:*?[]\\"):
             # A session's keys are "{prefix:session}:...": a prefix with ':' could name another
             # prefix's sessions, one with braces would cut the hash tag short.
@@ -109,10 +134,16 @@ class _RedisBase:
         self._apply = client.register_script(APPLY)
         self._changes = client.register_script(CHANGES)
         self._expire = client.register_script(EXPIRE)
+        self._delete = client.register_script(DELETE)
 
     @classmethod
     def _from_url(
-        cls: type[_Store], url: str, prefix: str, ttl: float | None, options: dict[str, Any]
+        cls: type[_Store],
+        url: str,
+        prefix: str,
+        ttl: float | None,
+        options: dict[str, Any],
+        **replication: Any,
     ) -> _Store:
         """A store with a client of its own for ``url``; socket timeouts set unless given."""
         options = {
@@ -120,18 +151,19 @@ class _RedisBase:
             "socket_connect_timeout": CONNECT_TIMEOUT,
             **options,
         }
-        store = cls(cls._client_class.from_url(url, **options), prefix=prefix, ttl=ttl)
+        client = cls._client_class.from_url(url, **options)
+        store = cls(client, prefix=prefix, ttl=ttl, **replication)
         store._owns_client = True
         return store
 
     # -- keys and arguments ---------------------------------------------------------------
 
     def _keys(self, session_id: str) -> _Keys:
-        """The session hash, records hash and versions set of ``session_id``, one hash tag."""
+        """The session hash, records hash, versions set and mark of ``session_id``, one hash tag."""
         if not isinstance(session_id, str):
             raise GuardrailUsageError(f"a session id is a string, not {session_id!r}")
         tag = f"{{{self.prefix}:{session_id}}}"
-        return (_wire(f"{tag}:s"), _wire(f"{tag}:r"), _wire(f"{tag}:z"))
+        return (_wire(f"{tag}:s"), _wire(f"{tag}:r"), _wire(f"{tag}:z"), _wire(f"{tag}:m"))
 
     def _session_of(self, key: bytes | str) -> str:
         """The session id a session hash key names."""
@@ -222,7 +254,14 @@ class _RedisBase:
             reply = yield self._apply, session_id, "written", keys, args
             if reply[1] in _DELETED:
                 raise deleted(self._where(), session_id)
+            if reply[1] in _LOST:
+                raise self._lost(session_id)
             if not isinstance(reply[1], list):  # written; a merge means someone else wrote
+                if self.replicas:
+                    wait = (self.replicas, max(1, round(self.replica_timeout * 1000)))
+                    held = yield self._wait_replicas, session_id, "written", keys, wait
+                    if int(held) < self.replicas:
+                        raise self._unreplicated(session_id, int(held))
                 return Written(int(reply[0]), attempt == 0 and reply[1] == 1)
             records, meta = self._merged(session_id, change, originals, (records, meta), reply[1])
             args = self._args(int(reply[0]), records, meta, change.pruned, change.base)
@@ -252,6 +291,8 @@ class _RedisBase:
 
     def _snapshot(self, session_id: str, reply: Sequence[Any], since: int) -> Snapshot | None:
         """A changes script's reply as the protocol's answer to changes_since(since)."""
+        if len(reply) == 2 and reply[1] in _LOST:
+            raise self._lost(session_id)
         version = int(reply[0])
         if version == 0:
             return None if since == 0 else Snapshot(0)
@@ -278,13 +319,14 @@ class _RedisBase:
         answers; plain commands send them as they are, in a third of the time
         at 10,000 records.
         """
-        session, records, versions = keys
+        session, records, versions, mark = keys
         pipe.hmget(session, "version", "created", "meta")
         pipe.hlen(records)
         pipe.zcard(versions)
         pipe.hvals(records)
+        pipe.get(mark)
         if self._ttl_ms:  # each use starts the count again, as the script does
-            for key in keys:
+            for key in keys[:3]:
                 pipe.pexpire(key, self._ttl_ms)
 
     def _loaded(
@@ -297,7 +339,9 @@ class _RedisBase:
 
         Checked as the script checks them, with the same errors.
         """
-        (version, created, meta_row), count, written, rows = replies[:4]
+        (version, created, meta_row), count, written, rows, mark = replies[:5]
+        if mark in _LOST:
+            raise self._lost(session_id)
         if version is None:
             return None
         for name, value in (("version", version), ("created", created)):
@@ -333,12 +377,28 @@ class _RedisBase:
                 f"the stored session is damaged: {exc}; delete it (store.delete(session_id)) "
                 "or restore it from a backup"
             )
+        elif isinstance(exc, (redis.exceptions.AskError, redis.exceptions.TryAgainError)) or (
+            isinstance(exc, redis.ResponseError) and str(exc).startswith("CLUSTERDOWN")
+        ):
+            advice = (
+                f"the server answered with a Redis Cluster redirect ({type(exc).__name__}: {exc}): "
+                "it is a node of a cluster, and a plain redis.Redis client does not follow "
+                "redirects. Build the store on a cluster client: "
+                "RedisStore(redis.RedisCluster(host=..., port=...)), or "
+                "AsyncRedisStore(redis.asyncio.RedisCluster(...)) for asyncio"
+            )
         elif isinstance(exc, redis.TimeoutError):
             advice = (
                 f"Redis did not answer within the client's timeout ({exc}: socket_timeout, or "
                 "socket_connect_timeout while connecting); check the server, then retry (the "
                 "ledger in memory is intact)"
             )
+            if action == "written":
+                advice += (
+                    ". The write may have been applied or not (the server may run it after "
+                    "the client gave up): the ledger in memory keeps the change and sends it "
+                    "again, and the next read of the session settles it"
+                )
         elif isinstance(exc, redis.ConnectionError):
             advice = (
                 f"Redis is not reachable: {exc}; check that the server is running and "
@@ -352,6 +412,38 @@ class _RedisBase:
 
     def _corrupt(self, session_id: str, problem: str) -> StoreError:
         return damaged(self._where(), session_id, problem)
+
+    def _wait_replicas(self, keys: _Keys, args: tuple[int, int]) -> Any:
+        """WAIT on the server holding ``keys``: how many replicas hold the writes before it."""
+        if isinstance(self._client, (redis.RedisCluster, redis.asyncio.RedisCluster)):
+            node = self._client.get_node_from_key(_text(keys[0]))
+            return self._client.execute_command("WAIT", *args, target_nodes=node)
+        return self._client.execute_command("WAIT", *args)
+
+    def _unreplicated(self, session_id: str, held: int) -> StoreError:
+        """The error of a write that fewer replicas than asked for acknowledged in time."""
+        return StoreError(
+            f"{self._where()}: session {session_id!r} was written on the master, but only "
+            f"{held} of the {self.replicas} replicas asked for (replicas=) acknowledged it "
+            f"within {self.replica_timeout:g}s (replica_timeout=): a failover now could lose "
+            "it, so it does not count as done. The ledger in memory keeps the change and "
+            "sends it again; check the replicas and their link to the master",
+            session_id=session_id,
+        )
+
+    def _lost(self, session_id: str) -> StoreError:
+        """The error of a session whose acknowledged writes Redis no longer holds."""
+        return StoreError(
+            f"{self._where()}: session {session_id!r} cannot be used: writes were lost. Redis "
+            "no longer holds writes it acknowledged (the session is behind a version a worker "
+            "wrote or read, or gone although no one deleted it): the server restarted without "
+            "persistence, or a replica that was behind took over. No worker allows or records "
+            "anything on this session until an operator acknowledges the loss by deleting it "
+            "(store.delete(session_id), or guard.end_session(session_id, delete=True)), which "
+            "starts the conversation over; give Redis an append-only file and replicas to "
+            "wait for (docs/stores.md, Redis persistence)",
+            session_id=session_id,
+        )
 
 
 class RedisStore(_RedisBase):
@@ -367,6 +459,13 @@ class RedisStore(_RedisBase):
     meanwhile: their rows are merged, never overwritten). A server that
     cannot be reached, or a session holding data that is not what the store
     wrote, is a :class:`~guardrail.errors.StoreError`.
+
+    With ``replicas=N``, a write counts as done only once N replicas hold it
+    (Redis's ``WAIT``, up to ``replica_timeout`` seconds); fewer is a
+    StoreError, and the guard keeps the change to send again. A session whose
+    acknowledged writes Redis no longer holds (a restart without persistence,
+    a failover to a replica that was behind) is a StoreError saying writes
+    were lost, for every worker, until it is deleted.
     """
 
     _client_class = redis.Redis
@@ -376,15 +475,31 @@ class RedisStore(_RedisBase):
     _apply: Script
     _changes: Script
     _expire: Script
+    _delete: Script
 
     def __init__(
-        self, client: _SyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+        self,
+        client: _SyncClient,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
-        super().__init__(client, prefix=prefix, ttl=ttl)
+        super().__init__(
+            client, prefix=prefix, ttl=ttl, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        **options: Any,
     ) -> RedisStore:
         """A store with a client of its own for ``url`` (``redis://host:6379/0``), closed by close.
 
@@ -392,7 +507,9 @@ class RedisStore(_RedisBase):
         that does not answer: ``socket_timeout`` (each command, 5 s unless given) and
         ``socket_connect_timeout`` (3 s) are set explicitly, never left unbounded.
         """
-        return cls._from_url(url, prefix, ttl, options)
+        return cls._from_url(
+            url, prefix, ttl, options, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @property
     def client(self) -> _SyncClient:
@@ -432,7 +549,7 @@ class RedisStore(_RedisBase):
     def delete(self, session_id: str) -> None:
         """Forget a session."""
         try:
-            self._client.delete(*self._keys(session_id))
+            self._delete(keys=self._keys(session_id), args=(DELETE_MARK_MS,))
         except redis.RedisError as exc:
             raise self._failed("deleted", session_id, exc) from exc
 
@@ -442,7 +559,7 @@ class RedisStore(_RedisBase):
         try:
             for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
-                if self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                if self._expire(keys=self._keys(session_id), args=(max_idle, DELETE_MARK_MS)):
                     gone.append(session_id)
         except redis.RedisError as exc:
             raise self._failed("expired", None, exc) from exc
@@ -472,21 +589,39 @@ class AsyncRedisStore(_RedisBase):
     _apply: AsyncScript
     _changes: AsyncScript
     _expire: AsyncScript
+    _delete: AsyncScript
 
     def __init__(
-        self, client: _AsyncClient, *, prefix: str = "guardrail", ttl: float | None = None
+        self,
+        client: _AsyncClient,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
     ) -> None:
-        super().__init__(client, prefix=prefix, ttl=ttl)
+        super().__init__(
+            client, prefix=prefix, ttl=ttl, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "guardrail", ttl: float | None = None, **options: Any
+        cls,
+        url: str,
+        *,
+        prefix: str = "guardrail",
+        ttl: float | None = None,
+        replicas: int = 0,
+        replica_timeout: float = 1.0,
+        **options: Any,
     ) -> AsyncRedisStore:
         """A store with an asyncio client of its own for ``url``, closed by close().
 
         Timeouts as :meth:`RedisStore.from_url` sets them.
         """
-        return cls._from_url(url, prefix, ttl, options)
+        return cls._from_url(
+            url, prefix, ttl, options, replicas=replicas, replica_timeout=replica_timeout
+        )
 
     @property
     def client(self) -> _AsyncClient:
@@ -528,7 +663,7 @@ class AsyncRedisStore(_RedisBase):
     async def delete(self, session_id: str) -> None:
         """Forget a session."""
         try:
-            await self._client.delete(*self._keys(session_id))
+            await self._delete(keys=self._keys(session_id), args=(DELETE_MARK_MS,))
         except redis.RedisError as exc:
             raise self._failed("deleted", session_id, exc) from exc
 
@@ -538,7 +673,7 @@ class AsyncRedisStore(_RedisBase):
         try:
             async for key in self._client.scan_iter(match=f"{{{self.prefix}:*}}:s", count=1000):
                 session_id = self._session_of(key)
-                if await self._expire(keys=self._keys(session_id), args=(max_idle,)):
+                if await self._expire(keys=self._keys(session_id), args=(max_idle, DELETE_MARK_MS)):
                     gone.append(session_id)
         except redis.RedisError as exc:
             raise self._failed("expired", None, exc) from exc

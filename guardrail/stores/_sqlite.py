@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sqlite3
 import threading
@@ -92,19 +93,54 @@ class SQLiteStore:
             self._db = sqlite3.connect(
                 self.path, timeout=self.timeout, check_same_thread=False, isolation_level=None
             )
-            # A new file gives the pages of deleted sessions back to the file system
-            # (incremental_vacuum after expiry); a file with tables already keeps its mode.
-            self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")  # durable at checkpoints, atomic always
-            with self._transaction():
-                self._missing = self._install()
         except sqlite3.Error as exc:
             raise StoreError(
                 f"{self!r}: cannot open the session database: {exc}; check the path and "
                 "its permissions"
             ) from exc
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self._db.close()
+            if _busy(exc):
+                raise StoreError(
+                    f"{self!r}: cannot open the session database: it stayed locked by other "
+                    f"connections for {self.timeout:g}s while this store set it up ({exc}): "
+                    "other processes are creating or converting it, or one holds a long "
+                    "write. Retry, or build the store with a longer timeout "
+                    "(SQLiteStore(path, timeout=...))"
+                ) from exc
+            raise StoreError(
+                f"{self!r}: cannot open the session database: {exc}; check the path and "
+                "its permissions"
+            ) from exc
         self._identity = self._stat()
+
+    def _open(self) -> None:
+        """Set the file up (WAL, tables), retrying while other connections hold it, up to timeout.
+
+        Switching a new file to WAL takes an exclusive lock and gives up at once, without
+        the busy timeout, when another process is setting up the same file: several
+        processes opening one new file at the same moment must take turns here.
+        """
+        deadline = time.monotonic() + self.timeout
+        for attempt in itertools.count(1):
+            try:
+                # A new file gives the pages of deleted sessions back to the file system
+                # (incremental_vacuum after expiry); a file with tables already keeps its mode.
+                self._db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+                self._db.execute("PRAGMA journal_mode=WAL")
+                # Durable at checkpoints, atomic always.
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                with self._transaction():
+                    self._missing = self._install()
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not _busy(exc) or left <= 0:
+                    raise
+                time.sleep(min(left, 0.002 * attempt, 0.05))
+            else:
+                return
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -493,7 +529,7 @@ class SQLiteStore:
 
     def _failed(self, action: str, session_id: str, exc: sqlite3.Error) -> StoreError:
         """A database error as a StoreError that names the store and session and says what to do."""
-        if "locked" in str(exc) or "busy" in str(exc):
+        if _busy(exc):
             advice = (
                 "the database stayed locked by another connection for "
                 f"{self.timeout:g}s; retry, or build the store with a longer timeout "
@@ -505,6 +541,11 @@ class SQLiteStore:
             f"{self!r}: session {session_id!r} could not {action}: {advice}",
             session_id=session_id,
         )
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite failed because another connection held the database."""
+    return "locked" in str(exc) or "busy" in str(exc)
 
 
 def _column(text: str) -> str | bytes:

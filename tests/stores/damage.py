@@ -74,7 +74,7 @@ def sqlite(store: Any, session_id: str, how: str) -> None:
 def redis(store: Any, session_id: str, how: str) -> None:
     """Damage a RedisStore's session through the store's client."""
     client = store.client
-    session, records, _ = store._keys(session_id)
+    session, records, *_ = store._keys(session_id)
     if how == "records gone":
         client.delete(records)
     elif how == "meta gone":
@@ -138,7 +138,7 @@ def age_sqlite(store: Any, session_id: str, seconds: float) -> None:
 
 def age_redis(store: Any, session_id: str, seconds: float) -> None:
     """Make a RedisStore session's last write ``seconds`` older (``written`` is microseconds)."""
-    session, _, _ = store._keys(session_id)
+    session, *_ = store._keys(session_id)
     store.client.hincrby(session, "written", -round(seconds * 1_000_000))
 
 

@@ -13,10 +13,15 @@ class Proxy:
 
     Use as a context manager. After ``stop`` the port refuses connections, as
     a stopped server's does, while the real server goes on serving others.
+    :meth:`stall` makes the network silent instead (a firewall dropping packets,
+    a dead peer): bytes are taken and held, nothing is refused or closed, until
+    :meth:`resume` delivers them.
     """
 
     def __init__(self, host: str, target: int) -> None:
         self._target = (host, target)
+        self._flowing = threading.Event()
+        self._flowing.set()
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._sockets: list[socket.socket] = []
@@ -40,10 +45,18 @@ class Proxy:
             for a, b in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def stall(self) -> None:
+        """Hold every byte from now on, both ways, without a word to either end."""
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        """Deliver what was held, and forward again."""
+        self._flowing.set()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
         except OSError:
             pass
@@ -54,6 +67,7 @@ class Proxy:
 
     def stop(self) -> None:
         """Close the port and every connection through it."""
+        self._flowing.set()  # a held pump wakes, and finds its sockets closed
         # Shut down first: it wakes the accepting thread, which a plain close() leaves listening.
         with contextlib.suppress(OSError):
             self._listener.shutdown(socket.SHUT_RDWR)

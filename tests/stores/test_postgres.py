@@ -369,7 +369,7 @@ def test_a_reader_that_is_up_to_date_touches_no_record_whatever_the_plan(
     assert held is not None
     with admin(postgres_dsn) as conn:
         statement = pg._sql["changes"].as_bytes(conn)
-        params = {"sid": "s", "since": held.version, "ttl": 0.0}
+        params = {"sid": "s", "since": held.version, "ttl": 0.0, "layout": SCHEMA_VERSION}
         explained = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params).fetchone()
     assert explained is not None
     (plan,) = explained[0]
@@ -438,6 +438,35 @@ def test_a_database_of_a_newer_layout_is_refused(pg: PostgresStore, postgres_dsn
         assert compatible.load("s") is not None
     finally:
         compatible.close()
+
+
+def test_a_running_store_stops_at_a_schema_upgraded_under_it(
+    pg: PostgresStore, postgres_dsn: str
+) -> None:
+    """Upgraded by a newer release while in use: the next read and write say so; none written."""
+    base = pg.apply("s", Change(0, [live("W1")], meta())).version
+    newer = SCHEMA_VERSION + 1
+    _set_version(postgres_dsn, pg.schema, newer, newer)
+    for call in (
+        lambda: pg.changes_since("s", base),
+        lambda: pg.load("s"),
+        lambda: pg.apply("s", Change(base, [live("W2")])),
+    ):
+        with pytest.raises(StoreError, match=rf"newer guardrail \(layout {newer}") as caught:
+            call()
+        assert caught.value.session_id == "s"
+
+    async def in_asyncio() -> None:
+        store = AsyncPostgresStore(postgres_dsn, schema=pg.schema)
+        try:
+            with pytest.raises(StoreError, match="Upgrade guardrail-ids"):
+                await store.apply("s", Change(base, [live("W2")]))
+        finally:
+            await store.close()
+
+    asyncio.run(in_asyncio())
+    _set_version(postgres_dsn, pg.schema, SCHEMA_VERSION, COMPATIBLE)
+    assert pg.changes_since("s", base) is None  # nothing was written meanwhile
 
 
 def test_an_unversioned_schema_of_an_earlier_release_is_taken_over(

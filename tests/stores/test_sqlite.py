@@ -121,3 +121,72 @@ def test_a_dropped_table_is_never_created_anew_empty(tmp_path: Path) -> None:
 def age() -> Callable[[Any, str, float], None]:
     """Ages a session through a connection of the test's own to the file."""
     return damages.age_sqlite
+
+
+def _open_fresh_files(folder: str, files: int, barrier: Any, errors: Any) -> None:
+    """Open each of ``files`` new files as the other processes open it, at the same moment."""
+    failed = []
+    for n in range(files):
+        barrier.wait()
+        try:
+            SQLiteStore(f"{folder}/fresh-{n}.sqlite3").close()
+        except StoreError as exc:
+            failed.append(str(exc))
+    errors.put(failed)
+
+
+def test_processes_opening_one_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    """8 processes open each of 6 new files together: every open succeeds (the WAL switch races)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier, errors = context.Barrier(8), context.Queue()
+    procs = [
+        context.Process(target=_open_fresh_files, args=(str(tmp_path), 6, barrier, errors))
+        for _ in range(8)
+    ]
+    for proc in procs:
+        proc.start()
+    failed = [message for _ in procs for message in errors.get(timeout=60)]
+    for proc in procs:
+        proc.join(timeout=60)
+    assert failed == []
+
+
+class _Locked:
+    """A connection whose set-up statements find the file locked ``times`` times, as in the race."""
+
+    def __init__(self, db: sqlite3.Connection, times: int) -> None:
+        self._db, self.times = db, times
+
+    def execute(self, statement: str, *args: Any) -> sqlite3.Cursor:
+        if statement.startswith("PRAGMA journal_mode") and self.times:
+            self.times -= 1
+            raise sqlite3.OperationalError("database is locked")
+        return self._db.execute(statement, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_a_wal_switch_found_locked_is_retried_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked at once (no busy wait) a few times: the store tries again and opens."""
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: _Locked(connect(*a, **k), 3))
+    store = SQLiteStore(tmp_path / "s.sqlite3")
+    store.apply("s", Change(0, [live("W1")], meta()))
+    assert store.load("s") is not None
+    store.close()
+
+
+def test_a_file_locked_past_the_timeout_while_opening_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locked for longer than timeout: the error says other connections held it, not the path."""
+    connect = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: _Locked(connect(*a, **k), 10**6))
+    with pytest.raises(StoreError, match=r"stayed locked by other connections for 0\.2s") as caught:
+        SQLiteStore(tmp_path / "s.sqlite3", timeout=0.2)
+    assert "permissions" not in str(caught.value)
