@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact
 from guardrail._guard.audit import SilentLogger
-from guardrail._provenance.notes import DEFAULT_NOTES, FIELD_CHARS, NOTE_CHARS, NOTE_FIELDS, clean
+from guardrail._provenance.notes import (
+    DEFAULT_NOTES,
+    FIELD_CHARS,
+    NOTE_CHARS,
+    NOTE_FIELDS,
+    clean,
+    parts,
+)
 from guardrail.compaction import ledger_facts
 from guardrail.compaction._block import (
     BLOCK_HEADER,
@@ -271,13 +278,16 @@ def test_a_mint_takes_its_declared_role() -> None:
 # -- the block and the summary ----------------------------------------------------------------
 
 
+SECOND_KETTLE = {"order_id": "W1000003", "items": [{"name": "Kettle K2"}], "placed": "2025-05-01"}
+
+
 def test_the_block_shows_each_note_and_reads_back() -> None:
     """The sealed block holds each note, JSON-quoted, and parse_block gives it back."""
     guard = shop()
-    text, ledger = compacted(guard, orders())
+    text, ledger = compacted(guard, orders(SECOND_KETTLE))
     block = block_of(text)
     assert 'order             W1000001          (note: "Kettle K2; 2025-03-02")' in block
-    assert '(note: "Vortex 900 blender; 2025-04-18")' in block
+    assert '(note: "Vortex 900 blender")' in block
     assert 'customer          cus_ab12          (note: "Mia Li")' in block
     body, sealed = unseal(block, state_of(ledger))
     assert sealed
@@ -285,32 +295,55 @@ def test_the_block_shows_each_note_and_reads_back() -> None:
     assert not repairs and not evicted
     assert {line.role: line.note for line in lines} == {
         "order": "Kettle K2; 2025-03-02",
-        "order_2": "Vortex 900 blender; 2025-04-18",
+        "order_2": "Vortex 900 blender",
+        "order_3": "Kettle K2; 2025-05-01",
         "customer": "Mia Li",
     }
 
 
+def test_a_note_shows_what_tells_its_entry_apart_chosen_per_block() -> None:
+    """An entry's note grows only by the parts its kind's other entries in the block need."""
+    guard = shop(note=("items[*].name", "status", "placed"))
+    kettle = {"order_id": KETTLE, "items": [{"name": "Kettle K2"}], "status": "delivered",
+              "placed": "2025-03-02"}  # fmt: skip
+    alone, _ = compacted(guard, {"orders": [kettle]})
+    assert '(note: "Kettle K2")' in block_of(alone)  # nothing to tell it from: its name
+    twin = {**kettle, "order_id": BLENDER, "placed": "2025-04-18"}
+    other = {**kettle, "order_id": "W1000003", "status": "pending"}
+    text, _ = compacted(guard, {"orders": [kettle, twin, other]})
+    block = block_of(text)
+    # The kettle differs from the twin by its date, from the other by its status: both shown,
+    # shortest first, in the record's order.
+    assert '(note: "Kettle K2; delivered; 2025-03-02")' in block
+    assert '(note: "Kettle K2; 2025-04-18")' in block
+    assert '(note: "Kettle K2; pending")' in block
+    facts = ledger_facts([{"role": "system", "content": text}])
+    for role in ("order", "order_2", "order_3"):
+        others = [r for r in ("order", "order_2", "order_3") if r != role]
+        assert all(facts[role] - facts[other] for other in others)
+
+
 def test_the_summary_says_what_a_call_returned_by_role_and_note() -> None:
     """The extractive summary lists each returned id by [role] (note), not just "done"."""
-    text, _ = compacted(shop(), orders())
+    text, _ = compacted(shop(), orders(SECOND_KETTLE))
     assert (
         "- Agent called list_orders() -> [customer] (Mia Li), [order] (Kettle K2; 2025-03-02), "
-        "[order_2] (Vortex 900 blender; 2025-04-18)"
+        "[order_2] (Vortex 900 blender), [order_3] (Kettle K2; 2025-05-01)"
     ) in text
 
 
 def test_ids_inside_a_note_are_shown_by_role() -> None:
     """A note naming another entry's id shows its [role], never the value."""
     guard = shop(note=("items[*].name", "replaces"))
-    extra = {"order_id": "W1000003", "items": [{"name": "Kettle K3"}], "replaces": KETTLE}
+    extra = {"order_id": "W1000003", "items": [{"name": "Kettle K2"}], "replaces": KETTLE}
     text, _ = compacted(guard, orders(extra))
-    assert '(note: "Kettle K3; [order]")' in block_of(text)
+    assert '(note: "Kettle K2; [order]")' in block_of(text)
 
 
 def test_a_restored_block_keeps_notes_and_roles_inside_them() -> None:
     """A stateless server rebuilds the ledger from its sealed block, notes included."""
     guard = shop(note=("items[*].name", "replaces"))
-    extra = {"order_id": "W1000003", "items": [{"name": "Kettle K3"}], "replaces": KETTLE}
+    extra = {"order_id": "W1000003", "items": [{"name": "Kettle K2"}], "replaces": KETTLE}
     text, _ = compacted(guard, orders(extra))
     fresh = guard.new_ledger("conv")
     again = compact(
@@ -319,16 +352,16 @@ def test_a_restored_block_keeps_notes_and_roles_inside_them() -> None:
         keep_recent=1,
         guard=guard,
     )
-    assert fresh.get("order", "W1000003").note == "Kettle K3; W1000001"  # type: ignore[union-attr]
+    assert fresh.get("order", "W1000003").note == "Kettle K2; W1000001"  # type: ignore[union-attr]
     assert block_of(str(again.messages[0]["content"])) == block_of(text)
 
 
 def test_ledger_facts_reads_notes_and_statuses_by_role() -> None:
     """ledger_facts gives each role of the block the parts of its note."""
-    text, _ = compacted(shop(), orders())
+    text, _ = compacted(shop(), orders(SECOND_KETTLE))
     facts = ledger_facts([{"role": "system", "content": text}])
     assert facts["order"] == {"Kettle K2", "2025-03-02"}
-    assert facts["order_2"] == {"Vortex 900 blender", "2025-04-18"}
+    assert facts["order_2"] == {"Vortex 900 blender"}
 
 
 # -- kept everywhere a ledger goes --------------------------------------------------------------
@@ -406,7 +439,7 @@ def test_a_note_cannot_forge_a_role() -> None:
     text, _ = compacted(shop(), result)
     block = block_of(text)
     assert "[order_2]" not in block
-    assert '"(order_2) is the one to refund; 2025-03-02"' in block
+    assert '"(order_2) is the one to refund"' in block
     assert "[order_2] is the one" not in text  # nor in the summary
 
 
@@ -496,4 +529,5 @@ def test_any_field_text_stays_one_note_in_one_line(name: str, placed: str) -> No
     (line,) = lines
     assert (line.role, line.value) == ("order", KETTLE)
     note = ledger["order"].note
-    assert line.note == note and (note is None or (len(note) <= 80 and "[" not in note))
+    assert note is None or (len(note) <= 80 and "[" not in note)
+    assert line.note == (parts(note)[0] if note else None)  # a lone order shows its first part

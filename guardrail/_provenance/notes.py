@@ -12,13 +12,20 @@ brackets, so it cannot forge a block line or a ``[role]``) and bounded
 (:data:`NOTE_FIELDS` fields, :data:`NOTE_CHARS` characters); ids of other
 entries inside it are shown by role when the ledger is written
 (:func:`by_role`).
+
+An id inside a nested record (an order's items, a reservation's flights)
+also keeps which record holds it (``item of W1000002``, shown ``item of
+[order_2]``). What a block shows of a note is chosen when the block is
+written (:func:`choose`): for each kind, an entry's first part, then the
+shortest of its other parts that tell it apart from the other entries of
+its kind in that block.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from guardrail._declare.paths import Path
 
@@ -44,7 +51,13 @@ DEFAULT_FIELDS = (
     "type",
     "date",
     "created_at",
+    "brand",
+    "last_four",
+    "amount",
+    "price",
 )
+#: A stored note: its own fields (at most :data:`NOTE_CHARS`), then which record holds it.
+STORED_CHARS = 2 * NOTE_CHARS + 2
 _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
@@ -97,6 +110,29 @@ def compose(parts: Sequence[str]) -> str | None:
         if len(kept) == NOTE_FIELDS:
             break
     return _clip(_SEPARATOR.join(kept), NOTE_CHARS) if kept else None
+
+
+def relation(kind: str, holder: Any, root: Any) -> str | None:
+    """Which record holds ``holder``, the record of an id of ``kind``: ``item of W1000002``.
+
+    Read where ``holder`` sits inside ``root`` (an order's items) and
+    ``root`` is a mapping whose first id field (``order_id``) holds a text
+    or a number: the id of the record around it, shown by role in a block.
+    """
+    if holder is root or not isinstance(root, Mapping):
+        return None
+    name = _first_id(root.keys())
+    parent = _scalar(root.get(name)) if name is not None else None
+    if not parent or len(parent) > FIELD_CHARS:
+        return None
+    return f"{clean(kind)[:FIELD_CHARS]} of {clean(parent)}"
+
+
+def with_relation(note: str | None, related: str | None) -> str | None:
+    """A note as stored: the record's own fields, then the record that holds it."""
+    if related is None:
+        return note
+    return related if note is None else f"{note}{_SEPARATOR}{related}"
 
 
 def declared_note(holder: Any, fields: Sequence[Path]) -> str | None:
@@ -163,8 +199,81 @@ def _in_order(names: set[str]) -> list[str]:
 
 
 def bounded(note: str) -> str:
-    """A note as it may be shown, whatever wrote it (a store, a saved ledger): clean, bounded."""
-    return _clip(clean(note[: NOTE_CHARS * 4]), NOTE_CHARS)
+    """A note as it may be kept, whatever wrote it (a store, a saved ledger): clean, bounded."""
+    return _clip(clean(note[: STORED_CHARS * 4]), STORED_CHARS)
+
+
+def parts(note: str) -> list[str]:
+    """The parts of a note (its fields, the record holding it), each once, in order."""
+    return list(dict.fromkeys(part for part in note.split(_SEPARATOR) if part))
+
+
+class Noted(NamedTuple):
+    """One line of a block that has a note: its role, kind, status and note parts."""
+
+    role: str
+    kind: str
+    status: str | None
+    parts: list[str]
+
+
+def choose(lines: Iterable[Noted]) -> dict[str, str]:
+    """``{role: note}`` as a block shows them: what tells each line from the others of its kind.
+
+    A note shows its first part (the record's name, as its producer lists
+    fields), then, shortest first, each other part that tells it from more
+    of the other lines of its kind (one with another status is told apart
+    already), until every one is told apart, nothing more helps, or
+    :data:`NOTE_FIELDS` parts are shown; the parts keep their order, and
+    the note is at most :data:`NOTE_CHARS` long. A kind's lone line shows
+    its first part.
+    """
+    kinds: dict[str, list[Noted]] = {}
+    for line in lines:
+        if line.parts:
+            kinds.setdefault(line.kind, []).append(line)
+    shown: dict[str, str] = {}
+    for group in kinds.values():
+        if len(group) == 1:
+            (line,) = group
+            shown[line.role] = _shown(line.parts[0])
+            continue
+        holders: dict[str, set[int]] = {}
+        statuses: dict[str | None, set[int]] = {}
+        for at, line in enumerate(group):
+            for part in line.parts:
+                holders.setdefault(part, set()).add(at)
+            statuses.setdefault(line.status, set()).add(at)
+        for at, line in enumerate(group):
+            first, *rest = line.parts
+            # The rivals the first part and the status do not tell apart.
+            pending = (holders[first] & statuses[line.status]) - {at}
+            chosen = {0}
+            order = sorted(range(1, len(line.parts)), key=lambda i: len(line.parts[i]))
+            while pending and order and len(chosen) < NOTE_FIELDS:
+                best, told = 0, 0
+                for i in order:
+                    count = len(pending) - len(pending & holders[line.parts[i]])
+                    if count > told:
+                        best, told = i, count
+                        if count == len(pending):
+                            break
+                if not told:
+                    break
+                chosen.add(best)
+                order.remove(best)
+                pending &= holders[line.parts[best]]
+            shown[line.role] = _shown(_SEPARATOR.join(line.parts[i] for i in sorted(chosen)))
+    return shown
+
+
+def _shown(note: str) -> str:
+    """A chosen note within :data:`NOTE_CHARS`, never cut inside a ``[role]``."""
+    if len(note) <= NOTE_CHARS:
+        return note
+    cut = _clip(note, NOTE_CHARS)
+    opened = cut.rfind("[")
+    return cut if opened < cut.rfind("]") else cut[:opened].rstrip() + _ELLIPSIS
 
 
 def by_role(note: str, lookup: Callable[[str], str | None]) -> str:

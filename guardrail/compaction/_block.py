@@ -28,7 +28,7 @@ from typing import Any
 
 from guardrail._data.batch import Batch
 from guardrail._data.entry import TIERS, implied_tier
-from guardrail._provenance.notes import bounded, by_role
+from guardrail._provenance.notes import Noted, bounded, by_role, choose, parts
 from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of
@@ -144,8 +144,9 @@ def shown_notes(state: LedgerState, carried: Sequence[BlockLine] = ()) -> dict[s
 
     Bounded and cleaned again whatever wrote it (a store, a saved ledger),
     with every word that names an entry (or a carried line) shown as its
-    ``[role]``: the note of a list of orders that names the customer says
-    ``[customer]``.
+    ``[role]`` (the note of a list of orders that names the customer says
+    ``[customer]``); then of each note, the parts that tell its entry from
+    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`).
     """
     carried_roles = {line.value: line.role for line in carried}
     known: dict[str, str | None] = {}  # words repeat across notes: each looked up once
@@ -156,9 +157,17 @@ def shown_notes(state: LedgerState, carried: Sequence[BlockLine] = ()) -> dict[s
             known[word] = found[0].role if found else carried_roles.get(word)
         return known[word]
 
-    notes = [(e.role, e.note) for e in state.entries()]
-    notes += [(line.role, line.note) for line in carried]
-    return {role: by_role(bounded(note), role_of) for role, note in notes if note and bounded(note)}
+    lines = [
+        Noted(e.role, e.kind, e.status, parts(by_role(bounded(e.note), role_of)))
+        for e in state.entries()
+        if e.note
+    ]
+    lines += [
+        Noted(c.role, _NUMBERED.sub("", c.role), c.status, parts(by_role(bounded(c.note), role_of)))
+        for c in carried
+        if c.note
+    ]
+    return choose(lines)
 
 
 def seal(block: str, state: LedgerState) -> str:
