@@ -245,7 +245,7 @@ def choose(lines: Iterable[Noted]) -> dict[str, str]:
                 holders.setdefault(part, set()).add(at)
             statuses.setdefault(line.status, set()).add(at)
         for at, line in enumerate(group):
-            first, *rest = line.parts
+            first = line.parts[0]
             # The rivals the first part and the status do not tell apart.
             pending = (holders[first] & statuses[line.status]) - {at}
             chosen = {0}
