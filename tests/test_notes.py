@@ -531,3 +531,79 @@ def test_any_field_text_stays_one_note_in_one_line(name: str, placed: str) -> No
     note = ledger["order"].note
     assert note is None or (len(note) <= 80 and "[" not in note)
     assert line.note == (parts(note)[0] if note else None)  # a lone order shows its first part
+
+
+# -- which record holds an id, and ids first seen bare ---------------------------------------
+
+
+def retail() -> Guard:
+    """A shop whose user record lists order ids bare and whose order holds its items."""
+    guard = Guard("raise", logger=SilentLogger())
+    guard.add_kind("order", pattern=r"#W\d{7}")
+    guard.add_kind("item", pattern=r"\d{10}")
+    guard.add_kind("user")
+    guard.declare(
+        "get_user_details", produces={"orders[*]": "order", "user_id": "user"}, effect="read"
+    )
+    guard.declare(
+        "get_order_details",
+        ids={"order_id": "order"},
+        produces={"order_id": "order", "items[*].item_id": "item"},
+        effect="read",
+    )
+    return guard
+
+
+def order(order_id: str, *items: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "order_id": order_id,
+        "user_id": "mia_li_1234",
+        "status": "delivered",
+        "items": [{"item_id": item_id, "name": name} for item_id, name in items],
+    }
+
+
+def test_an_id_in_a_nested_record_names_the_record_that_holds_it() -> None:
+    """Two bicycles of two orders: each item's note says which order holds it, by role."""
+    guard = retail()
+    with guard.session("r") as ledger:
+        guard.record("get_order_details", {}, order("#W1000001", ("4035304400", "Bicycle")))
+        guard.record("get_order_details", {}, order("#W1000002", ("1437889264", "Bicycle")))
+        block = render_block(state_of(ledger), (), ())
+        assert ledger.get("item", "1437889264").note == "Bicycle; item of #W1000002"  # type: ignore[union-attr]
+    assert 'item              4035304400        (note: "Bicycle; item of [order]")' in block
+    assert 'item_2            1437889264        (note: "Bicycle; item of [order_2]")' in block
+
+
+def test_a_bare_id_takes_the_note_of_the_record_returned_later() -> None:
+    """An order first listed bare gets its note when its record comes; a bare list keeps it."""
+    guard = retail()
+    user = {"user_id": "mia_li_1234", "orders": ["#W1000001", "#W1000002"]}
+    with guard.session("b") as ledger:
+        guard.record("get_user_details", {}, user)
+        assert ledger["order"].note is None and ledger["order_2"].note is None
+        guard.record("get_order_details", {}, order("#W1000002", ("1437889264", "Bicycle")))
+        assert ledger["order_2"].note == "delivered"
+        guard.record("get_user_details", {}, user)  # listed bare again: the note stays
+        assert ledger["order_2"].note == "delivered"
+        cancelled = {**order("#W1000002"), "status": "cancelled"}
+        guard.record("get_order_details", {}, cancelled)  # the latest record that describes it
+        assert ledger["order_2"].note == "cancelled"
+        assert ledger["order"].note is None
+
+
+def test_a_relation_is_text_never_an_id() -> None:
+    """The record named in a note is not harvested: an order id only there stays unknown."""
+    guard = retail()
+    guard.declare("cancel_order", ids={"order_id": "order"}, effect="write")
+    record = {"order_id": FOREIGN_ORDER, "items": [{"item_id": "4035304400", "name": "x"}]}
+    guard.declare("get_item", produces={"items[*].item_id": "item"}, effect="read")
+    with guard.session("a") as ledger:
+        guard.record("get_item", {}, record)  # the parent id is no declared producer here
+        assert ledger.get("item", "4035304400").note == "x; item of #W7777777"  # type: ignore[union-attr]
+        assert ledger.get("order", FOREIGN_ORDER) is None
+        verdict = guard.check("cancel_order", {"order_id": FOREIGN_ORDER})
+    assert not verdict.allowed and verdict.findings[0].problem == "unknown"
+
+
+FOREIGN_ORDER = "#W7777777"
