@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact
+from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact, model_summarizer
 from guardrail._guard.audit import SilentLogger
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
@@ -607,3 +607,65 @@ def test_a_relation_is_text_never_an_id() -> None:
 
 
 FOREIGN_ORDER = "#W7777777"
+
+
+# -- the summarizer sees the notes ---------------------------------------------------------------
+
+
+def test_a_summarizer_that_takes_notes_is_given_them() -> None:
+    """A summarizer with a notes keyword gets {role: note} as the block shows them."""
+    seen: list[dict[str, str]] = []
+
+    def summarize(messages: list[Any], roles: dict[str, str], /, *, notes: dict[str, str]) -> str:
+        seen.append(dict(notes))
+        return "The user listed their orders."
+
+    guard = shop()
+    ledger = guard.new_ledger("conv")
+    compact(conversation(guard, orders()), ledger, keep_recent=1, guard=guard, summarize=summarize)
+    assert seen == [{"order": "Kettle K2", "order_2": "Vortex 900 blender", "customer": "Mia Li"}]
+
+
+def test_a_two_argument_summarizer_still_works() -> None:
+    """The (messages, roles) summarizer of the contract is called as it always was."""
+    calls: list[int] = []
+
+    def summarize(messages: list[Any], roles: dict[str, str]) -> str:
+        calls.append(len(roles))
+        return "Orders listed."
+
+    guard = shop()
+    out = compact(conversation(guard, orders()), guard.new_ledger("conv"), keep_recent=1,
+                  guard=guard, summarize=summarize)  # fmt: skip
+    assert calls == [3] and "Orders listed." in str(out.messages[0]["content"])
+
+
+def test_the_model_summarizer_lists_each_role_with_its_note() -> None:
+    """The chat model's instructions list each role's kind and note, quoted where needed."""
+    prompts: list[list[dict[str, str]]] = []
+
+    def chat(messages: list[dict[str, str]]) -> str:
+        prompts.append(messages)
+        return "The user asked for [order_2] (Vortex (900) blender)."
+
+    result = orders()
+    result["orders"][1]["items"] = [{"name": "Vortex (900) blender"}]
+    guard = shop()
+    out = compact(conversation(guard, result), guard.new_ledger("conv"), keep_recent=1,
+                  guard=guard, summarize=model_summarizer(chat))  # fmt: skip
+    system = prompts[0][0]["content"]
+    assert "[order]: order (Kettle K2)" in system
+    assert '[order_2]: order ("Vortex (900) blender")' in system
+    assert out.messages  # the summary went through the lint
+
+
+def test_a_note_with_parentheses_reads_back_from_the_summary() -> None:
+    """The extractive summary quotes a note holding parentheses; ledger_facts reads it back."""
+    result = orders()
+    result["orders"][1]["items"] = [{"name": "Vortex (900) blender"}]
+    text, _ = compacted(shop(), result)
+    assert '[order_2] ("Vortex (900) blender")' in text
+    summary = text.partition("\n\n")[2]
+    facts = ledger_facts([{"role": "system", "content": block_of(text).split("\n")[0] + "\n"
+                           + "order_2           W1000002\n\n" + summary}])  # fmt: skip
+    assert facts["order_2"] == {"Vortex (900) blender"}

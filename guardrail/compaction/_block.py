@@ -291,7 +291,8 @@ def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
     return {}
 
 
-_SUMMARY_NOTE = re.compile(r"\[([A-Za-z0-9_.-]+)\] \(([^()]*)\)")
+#: ``[role] (note)`` in a summary, the note plain or JSON-quoted (it holds a parenthesis).
+_SUMMARY_NOTE = re.compile(r'\[([A-Za-z0-9_.-]+)\] \((?:("(?:[^"\\]|\\.)*")|([^()"]*))\)')
 
 
 def ledger_facts(messages: Sequence[Any]) -> dict[str, set[str]]:
@@ -316,11 +317,21 @@ def ledger_facts(messages: Sequence[Any]) -> dict[str, set[str]]:
                 facts[line.role].add(f"status: {line.status}")
             if line.note:
                 facts[line.role].update(part for part in line.note.split("; ") if part)
-        for role, note in _SUMMARY_NOTE.findall(summary):
+        for role, quoted, plain in _SUMMARY_NOTE.findall(summary):
             if role in facts:
+                note = _quoted(quoted) if quoted else plain
                 facts[role].update(part for part in note.split("; ") if part)
         return facts
     return {}
+
+
+def _quoted(text: str) -> str:
+    """A JSON-quoted note of a summary, or nothing when it does not decode as a string."""
+    try:
+        note = json.loads(text)
+    except ValueError:
+        return ""
+    return note if isinstance(note, str) else ""
 
 
 def _parse_line(line: str) -> BlockLine | None:
