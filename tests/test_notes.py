@@ -130,7 +130,7 @@ def test_default_note_takes_short_describing_fields() -> None:
 
 
 def test_a_default_note_describes_only_the_records_own_id() -> None:
-    """An order's customer_id takes no note from the order: the record is not the customer's."""
+    """An order's customer_id takes no fields of the order (not the customer's), only its name."""
     guard = Guard(logger=SilentLogger())
     guard.add_kind("order")
     guard.add_kind("customer")
@@ -140,7 +140,24 @@ def test_a_default_note_describes_only_the_records_own_id() -> None:
     with guard.session("s") as ledger:
         guard.record("orders", {}, [{"order_id": "A", "customer_id": "C", "status": "late"}])
         assert ledger.get("order", "A").note == "late"  # type: ignore[union-attr]
-        assert ledger.get("customer", "C").note is None  # type: ignore[union-attr]
+        assert ledger.get("customer", "C").note == "customer of A"  # type: ignore[union-attr]
+
+
+def test_which_record_names_an_id_never_replaces_its_own_note() -> None:
+    """A customer described by its own record keeps that note when an order names it."""
+    guard = Guard(logger=SilentLogger())
+    guard.add_kind("order")
+    guard.add_kind("customer")
+    guard.declare("customer", produces={"id": "customer"}, effect="read")
+    guard.declare(
+        "orders", produces={"[*].order_id": "order", "[*].customer_id": "customer"}, effect="read"
+    )
+    with guard.session("s") as ledger:
+        guard.record("customer", {}, {"id": "C", "name": "Mia Li"})
+        guard.record("orders", {}, [{"order_id": "A", "customer_id": "C", "status": "late"}])
+        assert ledger.get("customer", "C").note == "Mia Li"  # type: ignore[union-attr]
+        guard.record("customer", {}, {"id": "C", "name": "Mia Li-Chen"})  # described anew
+        assert ledger.get("customer", "C").note == "Mia Li-Chen"  # type: ignore[union-attr]
 
 
 def test_a_flood_of_ids_takes_no_default_notes() -> None:

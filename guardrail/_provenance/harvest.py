@@ -235,7 +235,7 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
             else:
                 note = default_note(holder, producer.status, own)
             if not isinstance(holder, (list, tuple)):
-                note = with_relation(note, relation(producer.kind, holder, value))
+                note = with_relation(note, relation(producer.kind, own, holder, value))
             notes.append(note)
     if notes is not None and not any(notes):
         notes = None

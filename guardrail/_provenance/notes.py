@@ -13,12 +13,13 @@ brackets, so it cannot forge a block line or a ``[role]``) and bounded
 entries inside it are shown by role when the ledger is written
 (:func:`by_role`).
 
-An id inside a nested record (an order's items, a reservation's flights)
+An id inside a nested record (an order's items, a reservation's flights),
+or in a field of a record with an id of its own (a reservation's origin),
 also keeps which record holds it (``item of W1000002``, shown ``item of
-[order_2]``). What a block shows of a note is chosen when the block is
-written (:func:`choose`): for each kind, an entry's first part, then the
-shortest of its other parts that tell it apart from the other entries of
-its kind in that block.
+[order_2]``; ``origin of [reservation_2]``). What a block shows of a note
+is chosen when the block is written (:func:`choose`): for each kind, an
+entry's first part, then the shortest of its other parts that tell it
+apart from the other entries of its kind in that block.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from guardrail._data.batch import Related
 from guardrail._declare.paths import Path
 
 #: At most this many fields make a note.
@@ -112,27 +114,42 @@ def compose(parts: Sequence[str]) -> str | None:
     return _clip(_SEPARATOR.join(kept), NOTE_CHARS) if kept else None
 
 
-def relation(kind: str, holder: Any, root: Any) -> str | None:
-    """Which record holds ``holder``, the record of an id of ``kind``: ``item of W1000002``.
+def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None:
+    """Which record holds an id of ``kind`` found at ``field`` of ``holder``: ``item of W1000002``.
 
-    Read where ``holder`` sits inside ``root`` (an order's items) and
-    ``root`` is a mapping whose first id field (``order_id``) holds a text
-    or a number: the id of the record around it, shown by role in a block.
+    An id in a field of a record that has an id of its own (a reservation's
+    ``origin``) is that field of it: ``origin of ZFA04Y``. An id in a
+    record nested in ``root`` (an order's items, a reservation's flights)
+    is an id of ``kind`` of the root's record, when the root has an id of
+    its own (its first id field holds a text or a number): ``flight of
+    ZFA04Y``. The record's id is shown by role in a block. None otherwise.
     """
+    if field is not None and isinstance(holder, Mapping):
+        name = _first_id(holder.keys())
+        if name is not None and name != field:
+            # An id field (``customer_id``) says its kind; another (``origin``) says its name.
+            return _related(kind if _first_id((field,)) else field, holder.get(name))
     if holder is root or not isinstance(root, Mapping):
         return None
     name = _first_id(root.keys())
-    parent = _scalar(root.get(name)) if name is not None else None
-    if not parent or len(parent) > FIELD_CHARS:
+    return _related(kind, root.get(name)) if name is not None else None
+
+
+def _related(label: str, parent: Any) -> str | None:
+    text = _scalar(parent)
+    if not text or len(text) > FIELD_CHARS:
         return None
-    return f"{clean(kind)[:FIELD_CHARS]} of {clean(parent)}"
+    return f"{clean(label)[:FIELD_CHARS]} of {clean(text)}"
 
 
 def with_relation(note: str | None, related: str | None) -> str | None:
-    """A note as stored: the record's own fields, then the record that holds it."""
+    """A note as stored: the record's own fields, then the record that holds it.
+
+    With no field of its own it is :class:`Related`: it fills an empty note only.
+    """
     if related is None:
         return note
-    return related if note is None else f"{note}{_SEPARATOR}{related}"
+    return Related(related) if note is None else f"{note}{_SEPARATOR}{related}"
 
 
 def declared_note(holder: Any, fields: Sequence[Path]) -> str | None:
