@@ -633,8 +633,10 @@ def test_a_summarizer_that_takes_notes_is_given_them() -> None:
     """A summarizer with a notes keyword gets {role: note} as the block shows them."""
     seen: list[dict[str, str]] = []
 
-    def summarize(messages: list[Any], roles: dict[str, str], /, *, notes: dict[str, str]) -> str:
-        seen.append(dict(notes))
+    def summarize(
+        messages: list[Any], roles: dict[str, str], /, *, notes: dict[str, str] | None = None
+    ) -> str:
+        seen.append(dict(notes or {}))
         return "The user listed their orders."
 
     guard = shop()

@@ -5,9 +5,10 @@ the part of the conversation to summarize, in its own shape, with every
 identifier already replaced by its ``[role]``; ``roles`` maps each role to
 its kind (never to a value). An earlier summary, when there is one, comes
 first as a message whose text starts with :data:`SUMMARY_HEADER`. A
-summarizer that takes a ``notes`` keyword (or ``**kwargs``) is also given
-``{role: note}``, the notes the ledger block shows (ids in them by role),
-so it can say which entry is which (:func:`takes_notes`).
+summarizer that takes a ``notes`` keyword (``notes: dict[str, str] | None =
+None``, or ``**kwargs``) is also given ``{role: note}``, the notes the
+ledger block shows (ids in them by role), so it can say which entry is
+which (:func:`takes_notes`).
 """
 
 from __future__ import annotations
