@@ -364,10 +364,31 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
         "told apart by a note or status of their role that each other entry of the kind lacks"
     )
     table = Table()
-    for lead, stats in _strategy_rows(report, table, ["strategy", "asked", "told apart", "rate"]):
+    names = ["strategy", "kind", "asked", "told apart", "rate", "described", "told apart", "rate"]
+    for lead, stats in _strategy_rows(report, table, names):
         for name, avail in stats.availability.items():
             told = _pct(avail.which_rate)
-            _row(table, *lead, name, _n(avail.which_ids), _n(avail.which_told), told)
+            _row(table, *lead, name, "all", _n(avail.which_ids), _n(avail.which_told), told)
+            for kind, asked in sorted(avail.which_asked_by_kind.items()):
+                told_kind = avail.which_told_by_kind[kind]
+                described = avail.which_described_by_kind[kind]
+                told_described = avail.which_described_told_by_kind[kind]
+                _row(
+                    table,
+                    *lead,
+                    name,
+                    kind,
+                    _n(asked),
+                    _n(told_kind),
+                    _pct(told_kind / asked),
+                    _n(described),
+                    _n(told_described),
+                    _pct(told_described / described if described else None),
+                )
+    yield Text(
+        "Described: the ids a result had described before the call (their entry had a note or "
+        "a status); an id only ever listed bare has nothing to be told apart by yet."
+    )
     yield table
 
 
