@@ -368,7 +368,20 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
     for lead, stats in _strategy_rows(report, table, names):
         for name, avail in stats.availability.items():
             told = _pct(avail.which_rate)
-            _row(table, *lead, name, "all", _n(avail.which_ids), _n(avail.which_told), told)
+            described = sum(avail.which_described_by_kind.values())
+            told_described = sum(avail.which_described_told_by_kind.values())
+            _row(
+                table,
+                *lead,
+                name,
+                "all",
+                _n(avail.which_ids),
+                _n(avail.which_told),
+                told,
+                _n(described),
+                _n(told_described),
+                _pct(told_described / described if described else None),
+            )
             for kind, asked in sorted(avail.which_asked_by_kind.items()):
                 told_kind = avail.which_told_by_kind[kind]
                 described = avail.which_described_by_kind[kind]
