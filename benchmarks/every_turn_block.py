@@ -98,7 +98,7 @@ SCALING = (200, 20_000)
 
 def block_cost(size: int) -> float:
     """µs to build the default-budget block of a ledger of ``size`` orders (best of 5 x 20)."""
-    guard = Guard()
+    guard = Guard(capacity=max(size, 1000))  # room for all, 50 to a result
     guard.add_kind("order", pattern=r"W\d{7}")
     guard.declare("search", produces={"orders[*].order_id": "order"}, effect="read")
     guard.declare("get_order", ids={"order_id": "order"}, effect="read")
@@ -112,6 +112,7 @@ def block_cost(size: int) -> float:
             guard.record("search", {}, {"orders": records[start : start + 50]})
         for record in records[:10]:
             guard.check("get_order", {"order_id": record["order_id"]})
+    assert len(ledger) == size
     runs = timeit.repeat(lambda: recent_block(ledger), number=20, repeat=5)
     return min(runs) / 20 * 1e6
 
