@@ -309,7 +309,7 @@ def _strategy_rows(
     """
     by_file = len(report.files) > 1
     for name in ["file", *names] if by_file else names:
-        left = name in ("file", "strategy")
+        left = name in ("file", "strategy", "kind")
         table.add_column(name, justify="left" if left else "right", overflow="fold")
     if not by_file:
         return [([], report.total)]
