@@ -16,6 +16,7 @@ from guardrail._guard.audit import SilentLogger
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
     FIELD_CHARS,
+    MAX_RIVALS,
     NOTE_CHARS,
     NOTE_FIELDS,
     Noted,
@@ -751,3 +752,15 @@ def test_a_chosen_note_is_its_own_parts_and_tells_it_apart_where_they_can(
             can = set(line.parts) - set(other.parts) or line.status != other.status
             if can and len(note) < NOTE_CHARS and len(picked) < NOTE_FIELDS:
                 assert facts[line.role] - their, (line, other, shown)
+
+
+def test_many_lines_alike_are_told_apart_by_their_rarest_part() -> None:
+    """Among thousands of paid kettles, each shows the date only it holds, not every field."""
+    lines = [
+        Noted(f"order_{n}", "order", "paid", ["Kettle K2", "2025", "blue", f"2025-03-{n:04d}"])
+        for n in range(3000)
+    ]
+    shown = choose(lines)
+    assert MAX_RIVALS < 3000
+    assert shown["order_7"] == "Kettle K2; 2025-03-0007"
+    assert len(set(shown.values())) == 3000  # every one told apart

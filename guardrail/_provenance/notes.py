@@ -58,6 +58,9 @@ DEFAULT_FIELDS = (
     "amount",
     "price",
 )
+#: Lines of one kind alike in first part and status beyond which each is told apart by its
+#: rarest parts rather than weighed against every other one: the work stays linear.
+MAX_RIVALS = 32
 #: A stored note: its own fields (at most :data:`NOTE_CHARS`), then which record holds it.
 STORED_CHARS = 2 * NOTE_CHARS + 2
 _SEPARATOR = "; "
@@ -243,7 +246,8 @@ def choose(lines: Iterable[Noted]) -> dict[str, str]:
     already), until every one is told apart, nothing more helps, or
     :data:`NOTE_FIELDS` parts are shown; the parts keep their order, and
     the note is at most :data:`NOTE_CHARS` long. A kind's lone line shows
-    its first part.
+    its first part. Among more than :data:`MAX_RIVALS` lines alike in first
+    part and status, each takes its rarest parts instead.
     """
     kinds: dict[str, list[Noted]] = {}
     for line in lines:
@@ -261,27 +265,61 @@ def choose(lines: Iterable[Noted]) -> dict[str, str]:
             for part in line.parts:
                 holders.setdefault(part, set()).add(at)
             statuses.setdefault(line.status, set()).add(at)
+        classes: dict[tuple[str, str | None], set[int]] = {}
         for at, line in enumerate(group):
-            first = line.parts[0]
-            # The rivals the first part and the status do not tell apart.
-            pending = (holders[first] & statuses[line.status]) - {at}
-            chosen = {0}
-            order = sorted(range(1, len(line.parts)), key=lambda i: len(line.parts[i]))
-            while pending and order and len(chosen) < NOTE_FIELDS:
-                best, told = 0, 0
-                for i in order:
-                    count = len(pending) - len(pending & holders[line.parts[i]])
-                    if count > told:
-                        best, told = i, count
-                        if count == len(pending):
-                            break
-                if not told:
-                    break
-                chosen.add(best)
-                order.remove(best)
-                pending &= holders[line.parts[best]]
-            shown[line.role] = _shown(_SEPARATOR.join(line.parts[i] for i in sorted(chosen)))
+            parts = line.parts
+            # The lines the first part and the status do not tell apart (this one among them).
+            key = (parts[0], line.status)
+            same = classes.get(key)
+            if same is None:
+                same = classes[key] = holders[key[0]] & statuses[key[1]]
+            if len(same) > MAX_RIVALS:
+                chosen = _rarest(parts, holders)
+            else:
+                chosen = _telling(at, parts, same, holders)
+            shown[line.role] = _shown(_SEPARATOR.join(parts[i] for i in sorted(chosen)))
     return shown
+
+
+def _telling(at: int, parts: list[str], same: set[int], holders: dict[str, set[int]]) -> set[int]:
+    """The parts shown of line ``at``: its first, then, shortest first, those telling it apart.
+
+    ``same``: the lines its first part and status do not tell it from (itself
+    among them); ``holders``: the lines that hold each part.
+    """
+    pending = same - {at}
+    chosen = {0}
+    order = sorted(range(1, len(parts)), key=lambda i: len(parts[i]))
+    while pending and order and len(chosen) < NOTE_FIELDS:
+        best, told = 0, 0
+        for i in order:
+            count = len(pending) - len(pending & holders[parts[i]])
+            if count > told:
+                best, told = i, count
+                if count == len(pending):
+                    break
+        if not told:
+            break
+        chosen.add(best)
+        order.remove(best)
+        pending &= holders[parts[best]]
+    return chosen
+
+
+def _rarest(parts: list[str], holders: dict[str, set[int]]) -> set[int]:
+    """The parts shown of a line among too many alike to weigh each: its first, then its rarest.
+
+    Shortest among equally rare, up to the first part no other line holds.
+    The work is bounded by the line's own parts, however many lines are alike.
+    """
+    chosen = {0}
+    for i in sorted(range(1, len(parts)), key=lambda i: (len(holders[parts[i]]), len(parts[i]))):
+        if len(chosen) == NOTE_FIELDS:
+            break
+        chosen.add(i)
+        if len(holders[parts[i]]) == 1:
+            break
+    return chosen
 
 
 def _shown(note: str) -> str:
