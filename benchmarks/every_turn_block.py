@@ -6,8 +6,10 @@ conversation after another, into one ledger (a long session); when the ledger fi
 holds at least 10, 50 and 200 entries, the whole ledger block is written as the
 every-turn block would write it unbounded, and its tokens are counted as the block's
 budget counts them: characters / 4, rounded up (and with tiktoken's o200k_base where
-it is installed). The last line says how many entries the default budget shows,
-and how long the block takes to build (the median of five rounds of 20).
+it is installed). Then how many entries the default budget shows, and how long
+the block takes to build (the median of five rounds of 20); last, what the
+default-budget block costs in a ledger of 200 and of 20,000 entries (orders with
+a name and a status, fifty to a result, the first ones used last), and the ratio.
 """
 
 from __future__ import annotations
@@ -82,6 +84,37 @@ def main() -> None:
         f"default budget {DEFAULT_BLOCK_TOKENS:,} tokens: {shown} of {largest} entries shown, "
         f"{quarter_tokens(bounded):,} tokens (chars/4), built in {took:,.0f} µs"
     )
+    print()
+    costs = {size: block_cost(size) for size in SCALING}
+    small, large = (costs[size] for size in SCALING)
+    print(
+        f"default-budget block, {SCALING[0]:,} entries: {small:,.0f} µs; "
+        f"{SCALING[1]:,} entries: {large:,.0f} µs ({large / small:.2f}x)"
+    )
+
+
+SCALING = (200, 20_000)
+
+
+def block_cost(size: int) -> float:
+    """µs to build the default-budget block of a ledger of ``size`` orders (best of 5 x 20)."""
+    guard = Guard(capacity=max(size, 1000))  # room for all, 50 to a result
+    guard.add_kind("order", pattern=r"W\d{7}")
+    guard.declare("search", produces={"orders[*].order_id": "order"}, effect="read")
+    guard.declare("get_order", ids={"order_id": "order"}, effect="read")
+    ledger = guard.new_ledger(f"scaling-{size}")
+    records = [
+        {"order_id": f"W{1000000 + n}", "name": f"item {n % 97}", "status": ("paid", "sent")[n % 2]}
+        for n in range(size)
+    ]
+    with guard.session(f"scaling-{size}", ledger=ledger):
+        for start in range(0, size, 50):
+            guard.record("search", {}, {"orders": records[start : start + 50]})
+        for record in records[:10]:
+            guard.check("get_order", {"order_id": record["order_id"]})
+    assert len(ledger) == size
+    runs = timeit.repeat(lambda: recent_block(ledger), number=20, repeat=5)
+    return min(runs) / 20 * 1e6
 
 
 if __name__ == "__main__":

@@ -123,14 +123,15 @@ def test_the_context_step_can_be_replaced() -> None:
 
 
 def test_the_compacted_block_tells_the_orders_apart_as_the_readme_quotes() -> None:
-    """compact()'s block notes each order's items and date; the README quotes those lines."""
+    """compact()'s block notes what tells each order apart (its items); the README quotes it."""
     from pathlib import Path
 
     guarded = run_demo(_quiet()).guarded
     block = str(guarded.context[1]["content"]).partition("\n\n")[0]
     lines = block.splitlines()[:-1]  # the seal differs with the guard's random secret
-    assert lines[3] == (
-        'damaged_order     ord_8F3kQ2xM      (note: "Vortex 900 blender; 2025-04-18")'
-    )
+    assert lines[2:4] == [
+        'order             ord_3Tq7Lm2P      (note: "Kettle K2 (stainless)")',
+        'damaged_order     ord_8F3kQ2xM      (note: "Vortex 900 blender")',
+    ]
     readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
     assert "\n".join(lines) in readme

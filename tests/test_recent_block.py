@@ -130,3 +130,27 @@ def test_every_budget_shows_the_most_entries_that_fit() -> None:
                 assert quarter_tokens(block) == budget  # it did not fit one token less
             shown_before = shown
         assert shown_before == 60
+
+
+def test_only_what_may_be_shown_is_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a ledger of 5,000 entries no rendering holds more than twice the entries shown."""
+    import guardrail.compaction._recent as recent
+
+    rendered: list[int] = []
+    written = recent._written
+
+    def counting(state: object, shown: list[object], *args: object) -> str:
+        rendered.append(len(shown))
+        return written(state, shown, *args)  # type: ignore[arg-type]
+
+    guard = shop(capacity=10_000)
+    orders = [f"#W{2000000 + number}" for number in range(5000)]
+    with guard.session("s") as ledger:
+        found(guard, orders)
+        guard.enforce("get_order", {"order_id": orders[7]})
+        monkeypatch.setattr(recent, "_written", counting)
+        block = recent_block(ledger)
+    shown = len(values(block))
+    assert orders[7] in values(block) and orders[-1] in values(block)
+    assert 0 < shown < 5000 and max(rendered) <= 2 * shown
+    assert len(rendered) <= 12  # a handful of renderings

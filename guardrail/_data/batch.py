@@ -9,6 +9,17 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+class Related(str):
+    """A note that only says which record holds an id (``origin of ZFA04Y``), none of its own.
+
+    It fills an entry that has no note and never replaces one: the order a
+    customer's own record described stays described when a list of orders
+    names the customer.
+    """
+
+    __slots__ = ()
+
+
 class Batch(NamedTuple):
     """The ids one producer found, as columns: how ids travel from a result into a ledger.
 

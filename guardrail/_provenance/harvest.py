@@ -21,7 +21,13 @@ from typing import Any, NamedTuple, cast
 from guardrail._data.batch import Batch
 from guardrail._declare.paths import EACH, KEY, Path
 from guardrail._declare.spec import Producer, ToolSpec, type_producers
-from guardrail._provenance.notes import DEFAULT_NOTES, declared_note, default_note
+from guardrail._provenance.notes import (
+    DEFAULT_NOTES,
+    declared_note,
+    default_note,
+    relation,
+    with_relation,
+)
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
 
@@ -222,11 +228,15 @@ def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
                 status = getattr(holder, cast(str, producer.status), None)
             statuses.append(status if isinstance(status, str) else None)
         if notes is not None:
-            # Text for the model only: a note is never harvested and never verifies.
+            # Text for the model only: a note is never harvested and never verifies. A bare id
+            # in a list (its holder the list) has no record: it keeps the note it has.
             if fields is not None:
-                notes.append(declared_note(holder, fields))
+                note = declared_note(holder, fields)
             else:
-                notes.append(default_note(holder, producer.status, own))
+                note = default_note(holder, producer.status, own)
+            if not isinstance(holder, (list, tuple)):
+                note = with_relation(note, relation(producer.kind, own, holder, value))
+            notes.append(note)
     if notes is not None and not any(notes):
         notes = None
     return _Leaves(values, statuses, notes)

@@ -12,14 +12,23 @@ brackets, so it cannot forge a block line or a ``[role]``) and bounded
 (:data:`NOTE_FIELDS` fields, :data:`NOTE_CHARS` characters); ids of other
 entries inside it are shown by role when the ledger is written
 (:func:`by_role`).
+
+An id inside a nested record (an order's items, a reservation's flights),
+or in a field of a record with an id of its own (a reservation's origin),
+also keeps which record holds it (``item of W1000002``, shown ``item of
+[order_2]``; ``origin of [reservation_2]``). What a block shows of a note
+is chosen when the block is written (:func:`choose`): for each kind, an
+entry's first part, then the shortest of its other parts that tell it
+apart from the other entries of its kind in that block.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
+from guardrail._data.batch import Related
 from guardrail._declare.paths import Path
 
 #: At most this many fields make a note.
@@ -44,7 +53,16 @@ DEFAULT_FIELDS = (
     "type",
     "date",
     "created_at",
+    "brand",
+    "last_four",
+    "amount",
+    "price",
 )
+#: Lines of one kind alike in first part and status beyond which each is told apart by its
+#: rarest parts rather than weighed against every other one: the work stays linear.
+MAX_RIVALS = 32
+#: A stored note: its own fields (at most :data:`NOTE_CHARS`), then which record holds it.
+STORED_CHARS = 2 * NOTE_CHARS + 2
 _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
@@ -97,6 +115,44 @@ def compose(parts: Sequence[str]) -> str | None:
         if len(kept) == NOTE_FIELDS:
             break
     return _clip(_SEPARATOR.join(kept), NOTE_CHARS) if kept else None
+
+
+def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None:
+    """Which record holds an id of ``kind`` found at ``field`` of ``holder``: ``item of W1000002``.
+
+    An id in a field of a record that has an id of its own (a reservation's
+    ``origin``) is that field of it: ``origin of ZFA04Y``. An id in a
+    record nested in ``root`` (an order's items, a reservation's flights)
+    is an id of ``kind`` of the root's record, when the root has an id of
+    its own (its first id field holds a text or a number): ``flight of
+    ZFA04Y``. The record's id is shown by role in a block. None otherwise.
+    """
+    if field is not None and isinstance(holder, Mapping):
+        name = _first_id(holder.keys())
+        if name is not None and name != field:
+            # An id field (``customer_id``) says its kind; another (``origin``) says its name.
+            return _related(kind if _first_id((field,)) else field, holder.get(name))
+    if holder is root or not isinstance(root, Mapping):
+        return None
+    name = _first_id(root.keys())
+    return _related(kind, root.get(name)) if name is not None else None
+
+
+def _related(label: str, parent: Any) -> str | None:
+    text = _scalar(parent)
+    if not text or len(text) > FIELD_CHARS:
+        return None
+    return f"{clean(label)[:FIELD_CHARS]} of {clean(text)}"
+
+
+def with_relation(note: str | None, related: str | None) -> str | None:
+    """A note as stored: the record's own fields, then the record that holds it.
+
+    With no field of its own it is :class:`Related`: it fills an empty note only.
+    """
+    if related is None:
+        return note
+    return Related(related) if note is None else f"{note}{_SEPARATOR}{related}"
 
 
 def declared_note(holder: Any, fields: Sequence[Path]) -> str | None:
@@ -163,8 +219,116 @@ def _in_order(names: set[str]) -> list[str]:
 
 
 def bounded(note: str) -> str:
-    """A note as it may be shown, whatever wrote it (a store, a saved ledger): clean, bounded."""
-    return _clip(clean(note[: NOTE_CHARS * 4]), NOTE_CHARS)
+    """A note as it may be kept, whatever wrote it (a store, a saved ledger): clean, bounded."""
+    return _clip(clean(note[: STORED_CHARS * 4]), STORED_CHARS)
+
+
+def parts(note: str) -> list[str]:
+    """The parts of a note (its fields, the record holding it), each once, in order."""
+    return list(dict.fromkeys(part for part in note.split(_SEPARATOR) if part))
+
+
+class Noted(NamedTuple):
+    """One line of a block that has a note: its role, kind, status and note parts."""
+
+    role: str
+    kind: str
+    status: str | None
+    parts: list[str]
+
+
+def choose(lines: Iterable[Noted]) -> dict[str, str]:
+    """``{role: note}`` as a block shows them: what tells each line from the others of its kind.
+
+    A note shows its first part (the record's name, as its producer lists
+    fields), then, shortest first, each other part that tells it from more
+    of the other lines of its kind (one with another status is told apart
+    already), until every one is told apart, nothing more helps, or
+    :data:`NOTE_FIELDS` parts are shown; the parts keep their order, and
+    the note is at most :data:`NOTE_CHARS` long. A kind's lone line shows
+    its first part. Among more than :data:`MAX_RIVALS` lines alike in first
+    part and status, each takes its rarest parts instead.
+    """
+    kinds: dict[str, list[Noted]] = {}
+    for line in lines:
+        if line.parts:
+            kinds.setdefault(line.kind, []).append(line)
+    shown: dict[str, str] = {}
+    for group in kinds.values():
+        if len(group) == 1:
+            (line,) = group
+            shown[line.role] = _shown(line.parts[0])
+            continue
+        holders: dict[str, set[int]] = {}
+        statuses: dict[str | None, set[int]] = {}
+        for at, line in enumerate(group):
+            for part in line.parts:
+                holders.setdefault(part, set()).add(at)
+            statuses.setdefault(line.status, set()).add(at)
+        classes: dict[tuple[str, str | None], set[int]] = {}
+        for at, line in enumerate(group):
+            parts = line.parts
+            # The lines the first part and the status do not tell apart (this one among them).
+            key = (parts[0], line.status)
+            same = classes.get(key)
+            if same is None:
+                same = classes[key] = holders[key[0]] & statuses[key[1]]
+            if len(same) > MAX_RIVALS:
+                chosen = _rarest(parts, holders)
+            else:
+                chosen = _telling(at, parts, same, holders)
+            shown[line.role] = _shown(_SEPARATOR.join(parts[i] for i in sorted(chosen)))
+    return shown
+
+
+def _telling(at: int, parts: list[str], same: set[int], holders: dict[str, set[int]]) -> set[int]:
+    """The parts shown of line ``at``: its first, then, shortest first, those telling it apart.
+
+    ``same``: the lines its first part and status do not tell it from (itself
+    among them); ``holders``: the lines that hold each part.
+    """
+    pending = same - {at}
+    chosen = {0}
+    order = sorted(range(1, len(parts)), key=lambda i: len(parts[i]))
+    while pending and order and len(chosen) < NOTE_FIELDS:
+        best, told = 0, 0
+        for i in order:
+            count = len(pending) - len(pending & holders[parts[i]])
+            if count > told:
+                best, told = i, count
+                if count == len(pending):
+                    break
+        if not told:
+            break
+        chosen.add(best)
+        order.remove(best)
+        pending &= holders[parts[best]]
+    return chosen
+
+
+def _rarest(parts: list[str], holders: dict[str, set[int]]) -> set[int]:
+    """The parts shown of a line among too many alike to weigh each: its first, then its rarest.
+
+    Shortest among equally rare, up to the first part no other line holds.
+    The work is bounded by the line's own parts, however many lines are alike.
+    """
+    chosen = {0}
+    for i in sorted(range(1, len(parts)), key=lambda i: (len(holders[parts[i]]), len(parts[i]))):
+        if len(chosen) == NOTE_FIELDS:
+            break
+        chosen.add(i)
+        if len(holders[parts[i]]) == 1:
+            break
+    return chosen
+
+
+def _shown(note: str) -> str:
+    """A chosen note within :data:`NOTE_CHARS`, never cut inside a ``[role]``."""
+    if len(note) <= NOTE_CHARS:
+        return note
+    cut = _clip(note, NOTE_CHARS)
+    opened = cut.rfind("[")
+    return cut if opened < cut.rfind("]") else cut[:opened].rstrip() + _ELLIPSIS
 
 
 def by_role(note: str, lookup: Callable[[str], str | None]) -> str:

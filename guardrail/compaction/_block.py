@@ -28,7 +28,8 @@ from typing import Any
 
 from guardrail._data.batch import Batch
 from guardrail._data.entry import TIERS, implied_tier
-from guardrail._provenance.notes import bounded, by_role
+from guardrail._provenance.notes import Noted, bounded, by_role, choose
+from guardrail._provenance.notes import parts as note_parts
 from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of
@@ -83,10 +84,19 @@ def ledger_block(ledger: Ledger) -> str:
     return render_block(state_of(ledger), (), ())
 
 
-def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequence[str]) -> str:
-    """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted."""
+def render_block(
+    state: LedgerState,
+    carried: Sequence[BlockLine],
+    evicted: Sequence[str],
+    *,
+    parts: dict[str, list[str]] | None = None,
+) -> str:
+    """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted.
+
+    ``parts``: each role's note parts kept from an earlier rendering of the same ledger.
+    """
     entries = state.entries()
-    noted = shown_notes(state, carried)
+    noted = shown_notes(state, carried, parts=parts)
     rows = [
         (
             e.role,
@@ -139,13 +149,20 @@ def render_block(state: LedgerState, carried: Sequence[BlockLine], evicted: Sequ
     return "\n".join(lines)
 
 
-def shown_notes(state: LedgerState, carried: Sequence[BlockLine] = ()) -> dict[str, str]:
+def shown_notes(
+    state: LedgerState,
+    carried: Sequence[BlockLine] = (),
+    *,
+    parts: dict[str, list[str]] | None = None,
+) -> dict[str, str]:
     """``{role: note}`` of every entry with a note, as the block shows it.
 
     Bounded and cleaned again whatever wrote it (a store, a saved ledger),
     with every word that names an entry (or a carried line) shown as its
-    ``[role]``: the note of a list of orders that names the customer says
-    ``[customer]``.
+    ``[role]`` (the note of a list of orders that names the customer says
+    ``[customer]``); then of each note, the parts that tell its entry from
+    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`).
+    ``parts`` keeps each role's parts for the next rendering of the same ledger.
     """
     carried_roles = {line.value: line.role for line in carried}
     known: dict[str, str | None] = {}  # words repeat across notes: each looked up once
@@ -156,9 +173,23 @@ def shown_notes(state: LedgerState, carried: Sequence[BlockLine] = ()) -> dict[s
             known[word] = found[0].role if found else carried_roles.get(word)
         return known[word]
 
-    notes = [(e.role, e.note) for e in state.entries()]
-    notes += [(line.role, line.note) for line in carried]
-    return {role: by_role(bounded(note), role_of) for role, note in notes if note and bounded(note)}
+    read = {} if parts is None else parts
+
+    def parts_of(role: str, note: str) -> list[str]:
+        found = read.get(role)
+        if found is None:
+            found = read[role] = note_parts(by_role(bounded(note), role_of))
+        return found
+
+    lines = [
+        Noted(e.role, e.kind, e.status, parts_of(e.role, e.note)) for e in state.entries() if e.note
+    ]
+    lines += [
+        Noted(c.role, _NUMBERED.sub("", c.role), c.status, parts_of(c.role, c.note))
+        for c in carried
+        if c.note
+    ]
+    return choose(lines)
 
 
 def seal(block: str, state: LedgerState) -> str:
@@ -282,7 +313,8 @@ def ledger_values(messages: Sequence[Any]) -> dict[str, str]:
     return {}
 
 
-_SUMMARY_NOTE = re.compile(r"\[([A-Za-z0-9_.-]+)\] \(([^()]*)\)")
+#: ``[role] (note)`` in a summary, the note plain or JSON-quoted (it holds a parenthesis).
+_SUMMARY_NOTE = re.compile(r'\[([A-Za-z0-9_.-]+)\] \((?:("(?:[^"\\]|\\.)*")|([^()"]*))\)')
 
 
 def ledger_facts(messages: Sequence[Any]) -> dict[str, set[str]]:
@@ -307,11 +339,21 @@ def ledger_facts(messages: Sequence[Any]) -> dict[str, set[str]]:
                 facts[line.role].add(f"status: {line.status}")
             if line.note:
                 facts[line.role].update(part for part in line.note.split("; ") if part)
-        for role, note in _SUMMARY_NOTE.findall(summary):
+        for role, quoted, plain in _SUMMARY_NOTE.findall(summary):
             if role in facts:
+                note = _quoted(quoted) if quoted else plain
                 facts[role].update(part for part in note.split("; ") if part)
         return facts
     return {}
+
+
+def _quoted(text: str) -> str:
+    """A JSON-quoted note of a summary, or nothing when it does not decode as a string."""
+    try:
+        note = json.loads(text)
+    except ValueError:
+        return ""
+    return note if isinstance(note, str) else ""
 
 
 def _parse_line(line: str) -> BlockLine | None:

@@ -58,6 +58,7 @@ from guardrail.compaction._summarize import (
     SUMMARY_HEADER,
     Summarizer,
     extractive_summary,
+    takes_notes,
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.ledger import Ledger
@@ -78,7 +79,8 @@ class SummaryOptions(TypedDict, total=False):
 
     Attributes:
         summarize: Any ``(messages, roles) -> str``; the default is the
-            extractive summarizer, which needs no model.
+            extractive summarizer, which needs no model. One that takes a
+            ``notes`` keyword is given ``{role: note}`` as the block shows them.
         shape: The messages' shape (``openai_chat``, ``openai_responses``,
             ``anthropic``); by default it is detected.
         role: The role of the compacted message (``system``, or ``user`` for
@@ -344,7 +346,11 @@ def _compact(
                 failed=guard.failed if guard is not None else None,
             )
         else:
-            summary = summarize(part, roles)
+            summary = (
+                cast(Callable[..., str], summarize)(part, roles, notes=shown_notes(state, carried))
+                if takes_notes(summarize)
+                else summarize(part, roles)
+            )
         if not isinstance(summary, str):
             raise GuardrailUsageError(f"a summarizer returns text, not {type(summary).__name__}")
     else:

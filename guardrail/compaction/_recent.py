@@ -15,7 +15,9 @@ ledger. A guard with a secret seals it, as compaction seals its block.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any, cast
 
 from guardrail._data.entry import Entry
@@ -83,67 +85,120 @@ def recent_block(
 
     Pinned entries come first, then the others from the most recently used
     (a refusal that names an entry marks it used, so the entry a re-prompt
-    points at is shown); they are listed in the order the full block lists
-    them. The last line says how many entries are left out. ``tokens``
-    counts a text's tokens (characters / 4 by default); ``sealed`` adds the
-    seal line compaction's block carries (a guard with a ``secret``).
+    points at is shown); a block of the whole ledger lists them as the full
+    block does, a shorter one as they were first seen. The last line says
+    how many entries are left out. ``tokens`` counts a text's tokens
+    (characters / 4 by default); ``sealed`` adds the seal line compaction's
+    block carries (a guard with a ``secret``).
+
+    Only what may be shown is rendered: the entries are taken from the most
+    recently used on, as many as the budget may hold, so the block costs
+    the same in a ledger of two hundred entries or of a million.
     """
     state = state_of(ledger, "recent_block()")
     budget = check_budget(max_tokens)
     count = tokens or quarter_tokens
     with state.lock:
-        # Each kind's table runs from least to most recently used: its order breaks the ties
-        # of one epoch (entries added by one result, then one of them used).
-        ranked = [
-            (entry.pinned, entry.last_used, entry.epoch, rank, entry.first_seen)
-            for table in state.tables.values()
-            for rank, entry in enumerate(table.values())
-        ]
-        entries = [entry for table in state.tables.values() for entry in table.values()]
-        listed = state.entries()
-    order = [
-        entries[at] for at in sorted(range(len(entries)), key=ranked.__getitem__, reverse=True)
-    ]
-    whole = _written(state, listed, 0, sealed)
-    if not order or count(whole) <= budget:
-        return whole  # the common case: the whole ledger fits, one rendering
+        total = state.size
+        ranked = _by_recency(state)
+        taken: list[Entry] = []
+        noted: dict[str, list[str]] = {}  # each role's note parts, read once
 
-    # Short of the whole, more entries never make the block shorter (the columns only widen).
-    # A first guess from the whole block's cost per entry, a probe an eighth away, then
-    # halving what is left: a handful of renderings however long the ledger.
-    def fits(shown: int) -> str | None:
-        chosen = set(map(id, order[:shown]))
-        text = _written(state, [e for e in listed if id(e) in chosen], len(order) - shown, sealed)
-        return text if count(text) <= budget else None
+        def block_of(shown: int) -> str | None:
+            """The block of the ``shown`` entries used last, or None if it exceeds the budget."""
+            while len(taken) < shown:
+                taken.append(next(ranked))
+            if shown == total:  # the whole ledger, listed as the full block lists it
+                text = _written(state, state.entries(), 0, sealed, noted)
+            else:
+                listed = sorted(taken[:shown], key=_first_appearance(state))
+                text = _written(state, listed, total - shown, sealed, noted)
+            return text if count(text) <= budget else None
 
-    low, high = 0, len(order) - 1
-    best: str | None = None
-    guess = min(high, len(order) * budget // max(count(whole), 1))
-    for probe in (guess, None):
-        if probe is None:  # the second probe: an eighth beyond the first, or short of it
-            step = max(1, guess // 8)
-            probe = min(high, guess + step) if low == guess else max(low, guess - step)
-        if not low <= probe <= high:
-            break
-        text = fits(probe)
-        if text is not None:
-            low, best = probe, text
-        else:
-            high = probe - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        text = fits(middle)
-        if text is not None:
-            low, best = middle, text
-        else:
-            high = middle - 1
+        # Short of the whole, more entries never make the block shorter (the columns only
+        # widen). A first few entries give the cost of one; each next count is as many more as
+        # the rest of the budget should hold, and halving once one does not fit: a handful of
+        # renderings, each of no more entries than fit.
+        empty = _written(state, [], total, sealed)
+        spare = count(empty)
+        low, high, best, cost = 0, total, None, spare
+        probe = min(total, 16)
+        while low < high:
+            text = block_of(probe)
+            if text is None:
+                high = probe - 1
+            else:
+                low, best, cost = probe, text, count(text)
+                if probe == total:
+                    return text  # the common case: the whole ledger fits
+            if low >= high:
+                break
+            middle = (low + high + 1) // 2
+            if best is None:
+                probe = middle
+                continue
+            each = max((cost - spare) / low, 1e-9)
+            if high == total and spare + each * total <= 2 * budget:
+                # The whole may fit (it has no line on entries left out): tried first, at no
+                # more than twice what fits.
+                probe = total
+                continue
+            probe = min(high, low + max(1, int((budget - cost) / each)))
+            if text is None:
+                probe = min(probe, middle)  # the guess went too far once: no further than half
     # ``best`` is the block of ``low`` entries; None: not even the header and the count fit.
-    return best if best is not None else _written(state, [], len(order), sealed)
+    return best if best is not None else empty
 
 
-def _written(state: LedgerState, shown: list[Entry], left_out: int, sealed: bool) -> str:
-    """The block of ``shown``, with the line on the ``left_out`` entries, sealed if asked."""
-    block = render_block(cast(LedgerState, _Shown(state, shown)), (), ())
+def _by_recency(state: LedgerState) -> Iterator[Entry]:
+    """The entries, pinned first, then from the most recently used on, taken one by one.
+
+    Each kind's table runs from least to most recently used: its order breaks
+    the ties of one epoch (entries added by one result, then one of them
+    used). The kinds are merged lazily, so taking the first few costs a few.
+    """
+    if state.pinned:  # few, and found only when there are any
+        pinned = [e for table in state.tables.values() for e in table.values() if e.pinned]
+        yield from sorted(pinned, key=lambda e: (e.last_used, e.epoch, e.first_seen), reverse=True)
+
+    def newest(table: dict[str, Entry]) -> Iterator[tuple[tuple[int, int, int, int], Entry]]:
+        last = len(table) - 1
+        for back, entry in enumerate(reversed(table.values())):
+            if not entry.pinned:
+                yield (entry.last_used, entry.epoch, last - back, entry.first_seen), entry
+
+    tables = [newest(table) for table in state.tables.values()]
+    for _, entry in heapq.merge(*tables, key=itemgetter(0), reverse=True):
+        yield entry
+
+
+def _first_appearance(state: LedgerState) -> Callable[[Entry], tuple[int, int, int]]:
+    """A sort key listing entries as first seen: by turn, kind by kind, then by role number."""
+    kinds = {kind: at for at, kind in enumerate(state.tables)}
+
+    def key(entry: Entry) -> tuple[int, int, int]:
+        number = entry.role.rpartition("_")[2]
+        return (
+            entry.first_seen,
+            kinds.get(entry.kind, 0),
+            int(number) if number.isdigit() else 1,
+        )
+
+    return key
+
+
+def _written(
+    state: LedgerState,
+    shown: list[Entry],
+    left_out: int,
+    sealed: bool,
+    parts: dict[str, list[str]] | None = None,
+) -> str:
+    """The block of ``shown``, with the line on the ``left_out`` entries, sealed if asked.
+
+    ``parts`` keeps each role's note parts from one rendering to the next.
+    """
+    block = render_block(cast(LedgerState, _Shown(state, shown)), (), (), parts=parts)
     if left_out:
         if not shown:
             block = block.replace("\n" + _EMPTY, "")  # not "no identifiers": none fit

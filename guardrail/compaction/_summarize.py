@@ -4,11 +4,16 @@ A summarizer is any callable ``(messages, roles) -> str``. ``messages`` is
 the part of the conversation to summarize, in its own shape, with every
 identifier already replaced by its ``[role]``; ``roles`` maps each role to
 its kind (never to a value). An earlier summary, when there is one, comes
-first as a message whose text starts with :data:`SUMMARY_HEADER`.
+first as a message whose text starts with :data:`SUMMARY_HEADER`. A
+summarizer that takes a ``notes`` keyword (``notes: dict[str, str] | None =
+None``, or ``**kwargs``) is also given ``{role: note}``, the notes the
+ledger block shows (ids in them by role), so it can say which entry is
+which (:func:`takes_notes`).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -35,9 +40,11 @@ Write a short summary, in plain sentences or bullet points, that keeps:
 - the decisions taken and the actions done, with their outcomes;
 - what is still open (unanswered questions, pending confirmations, next steps).
 Identifiers appear as [role], for example [reservation_2]. Refer to every identifier only by its
-[role], written exactly as it appears. Never write an identifier's value, never guess, shorten or
-alter one, and never invent a role. If an earlier summary comes first, carry its content forward.
-The roles that exist (role: kind):
+[role], written exactly as it appears; where two of a kind could be confused, say which is which
+with the note listed beside the role, as "[role] (note)". Never write an identifier's value,
+never guess, shorten or alter one, and never invent a role. If an earlier summary comes first,
+carry its content forward.
+The roles that exist (role: kind, and its note where it has one):
 """
 
 
@@ -50,6 +57,29 @@ class Summarizer(Protocol):
     """
 
     def __call__(self, messages: list[dict[str, Any]], roles: dict[str, str], /) -> str: ...
+
+
+def takes_notes(summarize: Callable[..., Any]) -> bool:
+    """Whether ``summarize`` takes a ``notes`` keyword (``{role: note}``), or any keyword."""
+    try:
+        parameters = inspect.signature(summarize).parameters.values()
+    except (TypeError, ValueError):  # a callable with no signature Python can read
+        return False
+    return any(
+        p.kind is p.VAR_KEYWORD
+        or (p.name == "notes" and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
+
+
+def note_text(note: str) -> str:
+    """A note as a summary writes it after ``[role] ``: in parentheses, JSON-quoted if it holds any.
+
+    ``[order] (Kettle K2; 2025-03-02)``, ``[order_2] ("Vortex (2L)")``:
+    either reads back (:func:`~guardrail.compaction.ledger_facts`).
+    """
+    plain = not ({"(", ")", '"'} & set(note))
+    return f"({note})" if plain else f"({json.dumps(note, ensure_ascii=False)})"
 
 
 # -- the extractive summarizer --------------------------------------------------------------
@@ -223,7 +253,7 @@ def _returned(text: str, taken: set[str], width: int, notes: Mapping[str, str]) 
     room = width
     for index, role in enumerate(roles):
         note = notes.get(role)
-        part = f"[{role}] ({note})" if note else f"[{role}]"
+        part = f"[{role}] {note_text(note)}" if note else f"[{role}]"
         more = len(roles) - index - 1
         tail = len(f", and {more} more") if more else 0
         if shown and len(part) + 2 + tail > room:
@@ -275,15 +305,31 @@ def model_summarizer(
     """Wrap a chat-model callable as a summarizer, with instructions to refer by role only.
 
     ``chat`` takes a list of ``{"role", "content"}`` messages (a system
-    message with the instructions and the roles, a user message with the
+    message with the instructions and the roles, each with its kind and the
+    note the ledger block shows for it, a user message with the
     masked transcript) and returns the reply: a string, or an object with a
     ``content`` string (a message) or a ``"content"`` key.
     """
 
-    def summarize(messages: list[dict[str, Any]], roles: dict[str, str], /) -> str:
-        listed = "\n".join(f"[{role}]: {kind}" for role, kind in roles.items()) or "(none)"
+    def summarize(
+        messages: list[dict[str, Any]],
+        roles: dict[str, str],
+        /,
+        *,
+        notes: Mapping[str, str] | None = None,
+    ) -> str:
+        noted = notes or {}
+        listed = (
+            "\n".join(
+                f"[{role}]: {kind} {note_text(noted[role])}"
+                if noted.get(role)
+                else f"[{role}]: {kind}"
+                for role, kind in roles.items()
+            )
+            or "(none)"
+        )
         prompt = [
-            {"role": "system", "content": instructions + listed},
+            {"role": "system", "content": instructions + (listed or "(none)")},
             {"role": "user", "content": render(messages)},
         ]
         return _reply_text(chat(prompt))

@@ -33,7 +33,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from guardrail._data.batch import Batch
+from guardrail._data.batch import Batch, Related
 from guardrail._data.entry import (
     NOTHING,
     UNWRITTEN_PATHS,
@@ -620,7 +620,8 @@ def _take_notes(
     """Give each entry of ``keys`` still in ``table`` its note from ``notes`` (None: keep its own).
 
     An id seen again with another note takes the new one, as it takes a new
-    status; each entry changed is added to ``changed`` (the journal, for the
+    status (a :class:`~guardrail._data.batch.Related` note only where it has
+    none); each entry changed is added to ``changed`` (the journal, for the
     store; None: no store keeps the ledger). ``notes`` None: the batch read none.
     """
     if notes is None:
@@ -629,6 +630,8 @@ def _take_notes(
         if note is None:
             continue
         entry = table.get(key)
+        if entry is not None and type(note) is Related and entry.note is not None:
+            continue  # which record names it: no description, never one in place of a note
         if entry is not None and entry.note != note:
             entry.note = note
             if changed is not None:

@@ -309,7 +309,7 @@ def _strategy_rows(
     """
     by_file = len(report.files) > 1
     for name in ["file", *names] if by_file else names:
-        left = name in ("file", "strategy")
+        left = name in ("file", "strategy", "kind")
         table.add_column(name, justify="left" if left else "right", overflow="fold")
     if not by_file:
         return [([], report.total)]
@@ -364,10 +364,44 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
         "told apart by a note or status of their role that each other entry of the kind lacks"
     )
     table = Table()
-    for lead, stats in _strategy_rows(report, table, ["strategy", "asked", "told apart", "rate"]):
+    names = ["strategy", "kind", "asked", "told apart", "rate", "described", "told apart", "rate"]
+    for lead, stats in _strategy_rows(report, table, names):
         for name, avail in stats.availability.items():
             told = _pct(avail.which_rate)
-            _row(table, *lead, name, _n(avail.which_ids), _n(avail.which_told), told)
+            described = sum(avail.which_described_by_kind.values())
+            told_described = sum(avail.which_described_told_by_kind.values())
+            _row(
+                table,
+                *lead,
+                name,
+                "all",
+                _n(avail.which_ids),
+                _n(avail.which_told),
+                told,
+                _n(described),
+                _n(told_described),
+                _pct(told_described / described if described else None),
+            )
+            for kind, asked in sorted(avail.which_asked_by_kind.items()):
+                told_kind = avail.which_told_by_kind[kind]
+                described = avail.which_described_by_kind[kind]
+                told_described = avail.which_described_told_by_kind[kind]
+                _row(
+                    table,
+                    *lead,
+                    name,
+                    kind,
+                    _n(asked),
+                    _n(told_kind),
+                    _pct(told_kind / asked),
+                    _n(described),
+                    _n(told_described),
+                    _pct(told_described / described if described else None),
+                )
+    yield Text(
+        "Described: the ids a result had described before the call (their entry had a note or "
+        "a status); an id only ever listed bare has nothing to be told apart by yet."
+    )
     yield table
 
 

@@ -305,13 +305,17 @@ class TraceRun:
             return LEDGER if held else EVICTED
         return OTHER if has_token(before, leaf.text) else ABSENT
 
-    def _rivals(self, leaf: Leaf) -> tuple[str, str, list[str]] | None:
-        """The kind and role of a ledger id argument, and the other roles of its kind, if any."""
+    def _rivals(self, leaf: Leaf) -> tuple[str, bool, str, list[str]] | None:
+        """A ledger id argument's kind, role and the other roles of its kind (None: no others).
+
+        Second, whether a result described it (its entry has a note or a status).
+        """
         for kind in leaf.kinds:
             entry = self.ledger.get(kind.name, leaf.text)
             if entry is not None:
                 others = rivals(self.ledger, entry)
-                return (entry.kind, entry.role, others) if others else None
+                described = bool(entry.note or entry.status)
+                return (entry.kind, described, entry.role, others) if others else None
         return None
 
     def _ledger_copy(self) -> Ledger:
@@ -346,7 +350,7 @@ class TraceRun:
                     avail.ids += 1
                     found = among[id(leaf)]
                     if found is not None:  # several of its kind: is its own told apart?
-                        avail.which(found[0], told_apart(*found[1:], facts))
+                        avail.which(found[0], told_apart(*found[2:], facts), found[1])
                     if has_token(after, leaf.text):
                         avail.present += 1
                     elif len(avail.misses) < self.stats.max_examples:

@@ -160,7 +160,9 @@ class Availability:
     entries in the ledger; ``which_told`` of them are told apart in the
     compacted context (their role's block line or summary carries a note
     part or a status that each other entry of the kind lacks; see
-    :mod:`guardrail.replay._which`), also counted by kind.
+    :mod:`guardrail.replay._which`), also counted by kind, and apart for the
+    ids a result had described before the call (their entry had a note or
+    a status): an id only ever listed bare has nothing to tell it by yet.
     """
 
     compactions: int = 0
@@ -170,6 +172,8 @@ class Availability:
     which_told: int = 0
     which_asked_by_kind: Counter[str] = field(default_factory=Counter)
     which_told_by_kind: Counter[str] = field(default_factory=Counter)
+    which_described_by_kind: Counter[str] = field(default_factory=Counter)
+    which_described_told_by_kind: Counter[str] = field(default_factory=Counter)
     evicted: int = 0
     other_ids: int = 0
     other_present: int = 0
@@ -181,13 +185,16 @@ class Availability:
         """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
 
-    def which(self, kind: str, told: bool) -> None:
-        """Count one id argument with rivals of its kind, told apart or not."""
+    def which(self, kind: str, told: bool, described: bool = False) -> None:
+        """Count one id argument with rivals of its kind, told apart or not, described or not."""
         self.which_ids += 1
         self.which_asked_by_kind[kind] += 1
         if told:
             self.which_told += 1
             self.which_told_by_kind[kind] += 1
+        if described:
+            self.which_described_by_kind[kind] += 1
+            self.which_described_told_by_kind[kind] += told
 
     @property
     def which_rate(self) -> float | None:
@@ -214,7 +221,12 @@ class Availability:
             "which_told": self.which_told,
             "which_rate": self.which_rate,
             "which_by_kind": {
-                kind: {"asked": asked, "told_apart": self.which_told_by_kind[kind]}
+                kind: {
+                    "asked": asked,
+                    "told_apart": self.which_told_by_kind[kind],
+                    "described": self.which_described_by_kind[kind],
+                    "described_told_apart": self.which_described_told_by_kind[kind],
+                }
                 for kind, asked in sorted(self.which_asked_by_kind.items())
             },
             "evicted": self.evicted,
