@@ -13,10 +13,13 @@ A manifest is an object with two tables::
     produces = { "items[*].item_id" = "item" }
 
 A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce``,
-``description`` and the approval policies ``user_typed``, ``mentions`` and
-``outside`` (see ``Guard.add_kind``), or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
-``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
-``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``;
+``description``, the approval policies ``user_typed``, ``mentions``,
+``outside`` and ``operator``, and the operator's own ids of the kind
+(``operator_ids``: a list, or a loader as ``"module:function"``, run per
+``operator_per``: ``"guard"`` or ``"session"``; see ``Guard.add_kind``), or
+``like`` (a ready-made kind: ``"email"``, ``"uuid"``, ``"url"``, ``"phone"``,
+``"phone:+1"``, ``"iban"``, ``"prefixed:cus_"``) in place of ``pattern`` and
+``normalize``. A tool takes ``effect`` (``read`` or ``write``;
 absent means ``write``), ``egress`` (a read that sends data out), ``outside``
 (an outside party writes its results: a web page, a received e-mail), ``verifies``
 (``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
@@ -147,6 +150,14 @@ SCHEMA: dict[str, Any] = {
                     "user_typed": {"enum": ["verify", "allow", "ask"]},
                     "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
                     "outside": {"enum": ["allow", "ask", "refuse"]},
+                    "operator": {"enum": ["allow", "ask", "verify"]},
+                    "operator_ids": {
+                        "oneOf": [
+                            {"type": "array", "items": {"type": "string", "minLength": 1}},
+                            {"type": "string", "pattern": "^[A-Za-z_][\\w.]*:[A-Za-z_][\\w.]*$"},
+                        ]
+                    },
+                    "operator_per": {"enum": ["guard", "session"]},
                 },
                 "additionalProperties": False,
             },

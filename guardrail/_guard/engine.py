@@ -41,6 +41,7 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
+from guardrail.kinds._operator import EMPTY
 from guardrail.kinds._words import COMMON_WORDS
 from guardrail.ledger import Entry, Source
 from guardrail.ledger._state import LedgerState
@@ -156,7 +157,9 @@ class Engine:
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
-        verdict = check_arguments(plan, args, state)
+        operator = self.registry.operator
+        catalog = operator.catalog(state.session_id, self.registry.kinds) if operator else EMPTY
+        verdict = check_arguments(plan, args, state, catalog)
         return signed(self.approval_key, verdict, state) if verdict.approvals else verdict
 
     def check(self, name: str, arguments: Mapping[str, Any] | str, state: LedgerState) -> Verdict:
