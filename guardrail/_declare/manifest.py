@@ -122,6 +122,13 @@ _FAILS = {
         {"type": "array", "items": _FAILS_RULE, "minItems": 1},
     ]
 }
+#: ``operator_ids``: the operator's ids of a kind, or a loader named ``module:function``.
+_OPERATOR_IDS = {
+    "oneOf": [
+        {"type": "array", "items": {"type": "string", "minLength": 1}},
+        {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"},
+    ]
+}
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "guardrail manifest",
@@ -151,12 +158,7 @@ SCHEMA: dict[str, Any] = {
                     "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
                     "outside": {"enum": ["allow", "ask", "refuse"]},
                     "operator": {"enum": ["allow", "ask", "verify"]},
-                    "operator_ids": {
-                        "oneOf": [
-                            {"type": "array", "items": {"type": "string", "minLength": 1}},
-                            {"type": "string", "pattern": "^[A-Za-z_][\\w.]*:[A-Za-z_][\\w.]*$"},
-                        ]
-                    },
+                    "operator_ids": _OPERATOR_IDS,
                     "operator_per": {"enum": ["guard", "session"]},
                 },
                 "additionalProperties": False,
@@ -278,6 +280,11 @@ def _say(error: jsonschema.ValidationError) -> str:
         return (
             f"{error.instance!r} is not a kind, a list of kinds, or {{kind, sep}}: "
             "write 'order' or ['customer', 'line']"
+        )
+    if error.validator == "oneOf" and error.schema is _OPERATOR_IDS:
+        return (
+            f"operator_ids {error.instance!r} is neither a list of ids (non-empty strings) nor "
+            "a loader named 'module:function'"
         )
     if error.validator == "oneOf" and error.schema is _PRODUCER:
         return f"{error.instance!r} is not a kind or {{kind, role, status}}"
