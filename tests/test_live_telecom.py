@@ -36,6 +36,7 @@ def test_every_recorded_call_runs_behind_the_guard() -> None:
     """No call that works without the guard is refused, rewritten or failed behind it."""
     report = replay_live(TRACES, MANIFEST, live_telecom.fresh)
     live = report.total.live
+    assert live is not None
     assert live.conversations == 5
     assert live.calls == 18
     assert live.unguarded["succeeded"] == 18
@@ -60,7 +61,9 @@ def test_each_declaration_removes_its_own_refusals(
 ) -> None:
     """Without the operator's plans the plan calls are refused; without phone:+1 the E.164 text."""
     report = replay_live(TRACES, _manifest(phone=phone, operator=operator), live_telecom.fresh)
-    assert dict(report.total.live.refusal_causes) == causes
+    live = report.total.live
+    assert live is not None
+    assert dict(live.refusal_causes) == causes
 
 
 def test_a_plan_one_edit_from_the_current_one_is_not_called_a_copy_of_it() -> None:
