@@ -49,6 +49,15 @@ def test_every_recorded_call_runs_behind_the_guard() -> None:
     ("phone", "operator", "causes"),
     [
         (
+            False,
+            False,
+            {
+                "get_details_by_id.id: mutated": 2,
+                "change_plan.plan_id: mutated": 2,
+                "send_verification_code.phone: unknown": 1,
+            },
+        ),
+        (
             True,
             False,
             {"get_details_by_id.id: mutated": 2, "change_plan.plan_id: mutated": 2},
