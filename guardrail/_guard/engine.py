@@ -41,7 +41,6 @@ from guardrail.errors import (
     IdentifierViolation,
     RepromptLimitExceeded,
 )
-from guardrail.kinds._operator import EMPTY
 from guardrail.kinds._words import COMMON_WORDS
 from guardrail.ledger import Entry, Source
 from guardrail.ledger._state import LedgerState
@@ -157,8 +156,7 @@ class Engine:
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
-        operator = self.registry.operator
-        catalog = operator.catalog(state.session_id, self.registry.kinds) if operator else EMPTY
+        catalog = self.registry.operator.view(state.session_id, self.registry.kinds)
         verdict = check_arguments(plan, args, state, catalog)
         return signed(self.approval_key, verdict, state) if verdict.approvals else verdict
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -139,6 +139,14 @@ class OperatorIds:
         with self._lock:
             self._forget()
 
+    def view(self, session_id: str | None, kinds: Mapping[str, Kind]) -> Catalog:
+        """:meth:`catalog`, read only when a value is looked up in it (EMPTY: none declared).
+
+        A check whose every id a ledger holds never runs a loader, so a loader that
+        fails breaks only the calls that need an operator id.
+        """
+        return _View(self, session_id, kinds) if self._declared else EMPTY
+
     def catalog(self, session_id: str | None, kinds: Mapping[str, Kind]) -> Catalog:
         """Every kind's operator ids for ``session_id``, keyed by ``kinds``' normalisers.
 
@@ -189,6 +197,38 @@ class OperatorIds:
                 values.extend(loaded)
             catalog[name] = _keyed(kind, values)
         return catalog
+
+
+class _View(Mapping[str, Mapping[str, str]]):
+    """A session's catalog, keyed when first read; true when any kind has operator ids."""
+
+    def __init__(self, ids: OperatorIds, session_id: str | None, kinds: Mapping[str, Kind]):
+        self._ids = ids
+        self._session = session_id
+        self._kinds = kinds
+        self._read: Catalog | None = None
+
+    def _catalog(self) -> Catalog:
+        if self._read is None:
+            self._read = self._ids.catalog(self._session, self._kinds)
+        return self._read
+
+    def __bool__(self) -> bool:
+        return bool(self._ids._declared)
+
+    def get(self, kind: str, default: Any = None) -> Any:
+        if kind not in self._ids._declared:  # no loader runs for a kind with no operator ids
+            return default
+        return self._catalog().get(kind, default)
+
+    def __getitem__(self, kind: str) -> Mapping[str, str]:
+        return self._catalog()[kind]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._catalog())
+
+    def __len__(self) -> int:
+        return len(self._catalog())
 
 
 def _run(loader: Loader, kind: Kind, args: tuple[Any, ...]) -> list[str]:
