@@ -5,20 +5,22 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
 from guardrail import Guard, GuardrailUsageError, Ledger, ManifestError, compact
+from guardrail.stores import SQLiteStore
 
 PLANS = ["P1003", "P1004", "P1005"]
 POLICY = "You are the support agent. Plans on sale: P1003 (basic), P1004 (plus), P1005 (max)."
 
 
-def telecom(**plan: Any) -> Guard:
+def telecom(store: Any = None, **plan: Any) -> Guard:
     """A guard of a telecom agent: customers, lines, plans (operator ids), a multi-kind lookup."""
-    guard = Guard(mode="reprompt")
+    guard = Guard(mode="reprompt", store=store)
     guard.add_kind("customer", pattern=r"C[0-9]{4}")
     guard.add_kind("line", pattern=r"L[0-9]{4}")
     guard.add_kind("plan", pattern=r"P[0-9]{4}", **plan)
@@ -323,17 +325,32 @@ def test_operator_ids_survive_store_round_trips_only_through_the_declaration() -
         assert not bare.check("change_plan", {"line_id": "L1002", "plan_id": "P1004"}).allowed
 
 
+def test_operator_ids_through_a_sqlite_store_come_from_the_declaration(tmp_path: Path) -> None:
+    """A session resumed from SQLite allows a plan where the resuming guard declares it, only."""
+    path = tmp_path / "sessions.sqlite3"
+    first = telecom(store=SQLiteStore(path), operator_ids=PLANS)
+    with first.session("call-9"):
+        _lines(first)
+        assert first.check("change_plan", {"line_id": "L1002", "plan_id": "P1005"}).allowed
+    assert b"P1005" not in path.read_bytes()
+    declared = telecom(store=SQLiteStore(path), operator_ids=PLANS)
+    with declared.session("call-9"):
+        assert declared.check("change_plan", {"line_id": "L1002", "plan_id": "P1005"}).allowed
+    bare = telecom(store=SQLiteStore(path))
+    with bare.session("call-9"):
+        assert bare.check("change_plan", {"line_id": "L1002", "plan_id": None}).allowed
+        assert not bare.check("change_plan", {"line_id": "L1002", "plan_id": "P1005"}).allowed
+
+
 def test_a_stored_record_claiming_the_operator_tier_does_not_load() -> None:
     """A record written with tier operator is refused on load: no store makes a value operator's."""
     guard = telecom()
     with guard.session("s") as ledger:
         _lines(guard)
         saved = ledger.to_json()
-    forged = saved.replace('"tier": "produced"', '"tier": "operator"')
-    if forged == saved:  # produced records carry no tier: add one
-        forged = saved.replace('"verified": true', '"verified": true, "tier": "operator"', 1)
+    forged = saved.replace('"verified": true', '"verified": true, "tier": "operator"', 1)
     assert forged != saved
-    with pytest.raises(Exception, match="tier|record|invalid|malformed"):
+    with pytest.raises(GuardrailUsageError, match=r"tier: input should be .*not 'operator'"):
         Ledger.from_json(forged)
 
 
