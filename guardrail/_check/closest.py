@@ -46,7 +46,8 @@ def near_or_unknown(
         if close is not None:
             offered = cast("LedgerState", _Offered(state, kind.name, close.entry.key))
             second = near_miss(kind, key, offered)
-            if second is not None:  # dense ids (L1001, L1002...): naming one would be a guess
+            if second is not None and second.entry.key != close.entry.key:
+                # Dense ids (L1001, L1002...): naming one would be a guess.
                 roles = f"[{close.entry.role}], [{second.entry.role}]"
                 detail = f"one edit from several ledger entries of kind {kind.name!r} ({roles})"
                 return finding("mutated", kind, None, detail)
@@ -85,11 +86,9 @@ class _Offered:
         table = state.tables.get(kind, {})
         self.tables = {kind: _Without(table, hidden)}
 
-    def longest_key(self, kind: str) -> int:
-        return self._state.longest_key(kind)
-
-    def alphabet(self, kind: str) -> Any:
-        return self._state.alphabet(kind)
+    def __getattr__(self, name: str) -> Any:
+        # Everything else the search reads (the kind's alphabet, its longest key) is the ledger's.
+        return getattr(self._state, name)
 
 
 class _Without(Mapping[str, Entry]):
