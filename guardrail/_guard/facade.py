@@ -236,7 +236,9 @@ class Guard:
         Args:
             name: The kind's name (``order``): letters, digits and underscores.
             **options: See :class:`~guardrail.kinds.KindOptions`: ``pattern``,
-                ``normalize``, ``examples``, ``enforce``, ``description``.
+                ``normalize``, ``examples``, ``enforce``, ``description``, the
+                policies, and the kind's operator ids (``operator_ids``,
+                ``operator_per``; see :meth:`add_operator_ids`).
         """
         return self._registry.add_kind(name, **options)
 
