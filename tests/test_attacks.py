@@ -792,7 +792,8 @@ def test_a_32k_character_id_is_refused_without_any_near_miss_search(
         assert searched == []
         _refused(lambda: refund("W8855136"))  # a near miss of normal length is still searched
     assert [f.problem for f in verdict.findings] == ["unknown"]
-    assert searched == ["W8855136"]
+    # Searched, and searched again without the entry found: is it one edit from several?
+    assert set(searched) == {"W8855136"}
     assert ran == []
 
 

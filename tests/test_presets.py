@@ -402,3 +402,63 @@ def test_observing_or_recording_10_kb_of_crafted_text_stays_linear(like: str) ->
             if ratio > LINEAR_CALL:
                 slow[f"{call}, {name}"] = f"{ratio:,.0f}x"
     assert slow == {}
+
+
+# -- phone numbers with a default country code ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec", [{"like": "phone:+1"}, {"pattern": r"[0-9+()\- ]+", "normalize": "phone:+1"}]
+)
+def test_phone_default_country_folds_national_spellings(spec: dict[str, str]) -> None:
+    """With phone:+1, (555) 123-2002, 555-123-2002 and +1 555 123 2002 are one number."""
+    guard = Guard.from_manifest({"kinds": {"phone": spec}, "tools": {}})
+    kind = guard.kinds["phone"]
+    spellings = ["(555) 123-2002", "555-123-2002", "+1 555 123 2002", "1 555 123 2002"]
+    assert {kind.key(s) for s in spellings} == {"+15551232002"}
+    assert kind.key("+44 20 7946 0958") == "+442079460958"  # its own country code stays
+
+
+def test_phone_default_country_drops_a_trunk_zero() -> None:
+    """Outside North America, a national number's trunk 0 gives way to the country code."""
+    guard = Guard()
+    kind = guard.add_kind("phone", like="phone:+44")
+    assert kind.key("020 7946 0958") == kind.key("+44 (0)20 7946 0958") == "+442079460958"
+
+
+@pytest.mark.parametrize("bad", ["phone:", "phone:UK", "phone:+0"])
+def test_phone_default_country_must_be_a_calling_code(bad: str) -> None:
+    """A default that is no calling code is a usage error saying what to write."""
+    with pytest.raises(GuardrailUsageError, match="country calling code"):
+        Guard().add_kind("phone", like=bad)
+    with pytest.raises(GuardrailUsageError, match="country calling code"):
+        Guard().add_kind("phone", normalize=bad)
+
+
+def test_phone_typed_one_way_looked_up_another_runs_as_written() -> None:
+    """The user's (555) 123-2002 lets the model look up 555-123-2002, which the tool receives."""
+    guard = Guard.from_manifest(
+        {
+            "kinds": {"phone": {"like": "phone:+1"}, "line": {"pattern": "L[0-9]{4}"}},
+            "tools": {
+                "find_line_by_phone": {
+                    "effect": "read",
+                    "ids": {"phone": "phone"},
+                    "produces": {"line_id": "line", "phone": "phone"},
+                },
+                "suspend_line": {"effect": "write", "ids": {"line_id": "line"}},
+            },
+        },
+        mode="reprompt",
+    )
+    with guard.session("phone-call"):
+        guard.observe_user("Hi, my number is (555) 123-2002 and my line was stolen.")
+        verdict = guard.check("find_line_by_phone", {"phone": "555-123-2002"})
+        assert verdict.allowed
+        assert verdict.arguments == {"phone": "555-123-2002"}
+        guard.record(
+            "find_line_by_phone",
+            {"phone": "555-123-2002"},
+            {"line_id": "L1002", "phone": "555-123-2002"},
+        )
+        assert guard.check("suspend_line", {"line_id": "L1002"}).allowed

@@ -71,7 +71,9 @@ def test_a_refusal_that_points_at_an_entry_puts_it_in_the_block() -> None:
     with guard.session("s") as ledger:
         found(guard, ORDERS)
         assert ORDERS[3] not in values(recent_block(ledger, max_tokens=100))
-        verdict = guard.enforce("refund", {"order_id": "#W1080003"})
+        # One character added to ORDERS[3], and one edit from no other of these dense ids
+        # (one edit from several, a re-prompt names none).
+        verdict = guard.enforce("refund", {"order_id": "#W1000003x"})
         [finding] = verdict.findings
         assert finding.nearest_role is not None
         assert "from the ID LEDGER" in verdict.message

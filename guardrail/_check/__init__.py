@@ -3,10 +3,12 @@
 - :mod:`~guardrail._check.plan`: a tool's check plan, compiled once, and the
   check of a call's identifier arguments against a ledger (the allowed path
   is a few dictionary look-ups).
+- :mod:`~guardrail._check.closest`: where a refused value is closest (cut short,
+  one edit off an entry, of which of a parameter's kinds), or that it is nowhere.
 - :mod:`~guardrail._check.nearmiss`: a refused value one edit, one swap or only
   look-alike letters from a ledger value.
 - :mod:`~guardrail._check.approvals`: when a value's provenance calls for the
-  user's word, the signed request, and recording the answer.
+  user's word (the operator's ids too), the signed request, and recording the answer.
 - :mod:`~guardrail._check.reprompt`: what a refused call returns, worded for
   the model: what was wrong and what to do next.
 

@@ -30,7 +30,7 @@ import hashlib
 import hmac
 import inspect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from guardrail._data.batch import Batch
@@ -41,6 +41,7 @@ from guardrail._declare.spec import ToolSpec
 from guardrail._transcript.result_text import REFUSAL_PREFIX
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.kinds._operator import Catalog
 from guardrail.ledger._state import LedgerState
 
 #: What :func:`weigh` answers for a value that may go ahead.
@@ -232,6 +233,107 @@ def weigh_value(
         evidence=weighed.evidence,
         session=state.session_id,
     )
+
+
+#: The tier of an id the operator declared (:mod:`guardrail.kinds._operator`): never an
+#: entry of a ledger, so never stored, and never taken from what a user, model or tool wrote.
+OPERATOR: Final = "operator"
+#: The source of an operator id in a verdict (its tool and path).
+_OPERATOR_SOURCE: Final = "operator"
+#: Operator ids a re-prompt lists of a kind, at most.
+_LISTED: Final = 10
+
+
+def vouched_for(
+    spec: ToolSpec,
+    kinds: Sequence[Kind],
+    param: str,
+    enforced: bool,
+    text: str,
+    state: LedgerState,
+    operator: Catalog,
+    *,
+    lookups: Mapping[str, tuple[str, ...]],
+) -> Entry | Finding | ApprovalRequest | None:
+    """One id argument the operator declared, weighed by its kind's ``operator`` policy.
+
+    Gives the entry it is used as (allowed: of tier ``operator``, in no
+    ledger), a finding, a request for the user's approval, or None: no
+    accepted kind's operator ids hold it (the usual check goes on). Reads
+    take an operator id whatever the policy; on a write or egress read
+    ``"ask"`` asks (an approval or a refusal for this tool is remembered in
+    the ledger, as for any value) and ``"verify"`` wants a tool to return it
+    first.
+    """
+    for kind in kinds:
+        values = operator.get(kind.name)
+        if not values:
+            continue
+        key = kind.key(text)
+        if key is None or key not in values:
+            continue
+        weighs = spec.effect == "write" or spec.egress
+        held = state.tables.get(kind.name, {}).get(key)
+        if not weighs or kind.operator == "allow" or (held and spec.name in held.approved):
+            return _operator_entry(kind, key, values[key], state)
+        if held is not None and spec.name in held.declined:
+            weighed = Weighed("declined", operator_evidence(kind), OPERATOR)
+            role = held.role
+            return refusal(
+                weighed, tool=spec.name, param=param, value=text, kind=kind.name, role=role
+            )
+        if kind.operator == "verify":
+            origin = "declared by the operator"
+            detail = (
+                f"{origin}, never looked up"
+                if lookups.get(kind.name)
+                else f"{origin}; no declared read tool looks up kind {kind.name!r} to confirm it"
+            )
+            return Finding("unverified", spec.name, param, text, kind.name, None, detail, enforced)
+        if not enforced:
+            return None
+        return ApprovalRequest(
+            tool=spec.name,
+            param=param,
+            value=text,
+            kind=kind.name,
+            tier=OPERATOR,
+            outside=False,
+            evidence=operator_evidence(kind),
+            session=state.session_id,
+        )
+    return None
+
+
+def operator_evidence(kind: Kind) -> str:
+    """Where an operator id came from, for the user and the audit."""
+    return f"declared by the operator: one of the {kind.name!r} ids it knows"
+
+
+def _operator_entry(kind: Kind, key: str, value: str, state: LedgerState) -> Entry:
+    """An operator id as the entry a verdict uses: tier ``operator``, in no ledger."""
+    turn = state.turn
+    return Entry(
+        value=value,
+        kind=kind.name,
+        key=key,
+        role=f"{OPERATOR}.{kind.name}",
+        source=Source(_OPERATOR_SOURCE, None, _OPERATOR_SOURCE, turn),
+        first_seen=turn,
+        last_used=turn,
+        verified=True,
+        tier=OPERATOR,
+    )
+
+
+def operator_listed(kind: str, operator: Catalog) -> str | None:
+    """The operator's ids of ``kind`` as a re-prompt lists them (at most ten), or None: none."""
+    values = operator.get(kind)
+    if not values:
+        return None
+    shown = sorted(values.values())[:_LISTED]
+    more = f" and {len(values) - len(shown)} more" if len(values) > len(shown) else ""
+    return ", ".join(shown) + more
 
 
 def text_mention(state: LedgerState, kind: Kind, value: str) -> Entry | None:

@@ -16,13 +16,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
-from guardrail._check.approvals import ask_message, text_mention, weigh_value
-from guardrail._check.nearmiss import near_miss, within_reach
+from guardrail._check.approvals import (
+    OPERATOR,
+    ask_message,
+    text_mention,
+    vouched_for,
+    weigh_value,
+)
+from guardrail._check.closest import near_or_unknown
 from guardrail._check.reprompt import dropped_detail, refusal_head, reprompt
-from guardrail._data.text import ARGUMENT_ELLIPSES
 from guardrail._data.verdict import ApprovalRequest, Finding, Problem, TypedId, Verdict
 from guardrail._declare.spec import ParamSpec, ToolSpec
 from guardrail.kinds import Kind, id_text
+from guardrail.kinds._operator import EMPTY, Catalog
 from guardrail.ledger import Entry
 from guardrail.ledger._state import LedgerState
 
@@ -213,12 +219,15 @@ def check_arguments(
     plan: CheckPlan,
     arguments: Mapping[str, Any],
     state: LedgerState,
+    operator: Catalog = EMPTY,
 ) -> Verdict:
     """Check every identifier argument of one call; touch the entries of an allowed call.
 
     The verdict's ``arguments`` are ``arguments`` themselves: the guard
     allows or refuses a call, it never rewrites one, so an allowed call runs
     with each identifier exactly as the model wrote it (see docs/decisions.md).
+    ``operator``: the operator's ids of each kind, for this session
+    (:mod:`guardrail.kinds._operator`).
     """
     if plan.fast is not None:
         used_fast = allowed_entries(plan.fast, plan.read, (), arguments, state)
@@ -246,6 +255,22 @@ def check_arguments(
             text = value if type(value) is str else id_text(value)
             if text is not None:
                 entry = _held(param.kinds, text, by_kind, read)
+                if entry is None and operator:
+                    vouched = vouched_for(
+                        plan.spec,
+                        param.kinds,
+                        param.name,
+                        param.enforced,
+                        text,
+                        state,
+                        operator,
+                        lookups=plan.lookups,
+                    )
+                    if vouched is not None:
+                        entry = _sort(vouched, findings, asks)
+                        if entry is not None:
+                            used.append(entry)
+                        continue
                 if plan.weighs:
                     weighed = weigh_value(
                         plan.spec, param.kinds, param.name, param.enforced, text, entry, state
@@ -257,7 +282,7 @@ def check_arguments(
                 if entry is not None:
                     used.append(entry)
                     continue
-            outcome = _classify(plan, param, value, text, state)
+            outcome = _classify(plan, param, value, text, state, operator)
             if isinstance(outcome, TypedId):
                 typed.append(outcome)
             elif outcome is not None:
@@ -281,7 +306,8 @@ def check_arguments(
             approvals=tuple(asks),
         )
     for entry in used:
-        state.touch(entry)
+        if entry.tier != OPERATOR:  # an operator id is the guard's, in no ledger
+            state.touch(entry)
     return Verdict(
         tool=plan.spec.name,
         allowed=True,
@@ -328,6 +354,7 @@ def _classify(
     value: Any,
     text: str | None,
     state: LedgerState,
+    operator: Catalog = EMPTY,
 ) -> Finding | TypedId | None:
     """The finding for one value that was not allowed outright, or the id the user typed.
 
@@ -388,17 +415,7 @@ def _classify(
         wanted = " or ".join(repr(k.name) for k in param.kinds)
         detail = f"an identifier of kind {other.kind!r}, not of kind {wanted}"
         return finding("wrong_kind", first, other.role, detail)
-    # Only a value within reach of a kind's keys is searched: a megabyte id costs no search.
-    near = [(kind, key) for kind, key in keys if within_reach(kind, key, state)]
-    for kind, key in near:
-        cut = _truncated(kind, key, state)
-        if cut is not None:
-            return finding("truncated", kind, cut.role, cut.detail)
-    for kind, key in near:
-        close = near_miss(kind, key, state)
-        if close is not None:
-            return finding("mutated", kind, close.entry.role, close.detail)
-    return finding("unknown", first, None, "appears in no tool result")
+    return near_or_unknown(finding, keys, text, state, operator)
 
 
 #: Where an unverified value came from, by tier, as a refusal says it (see TIERS).
@@ -440,34 +457,6 @@ def _describe(value: Any) -> str:
     except Exception:
         text = f"<{type(value).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-class _Cut(NamedTuple):
-    """An id cut short: the role of the entry it most likely was (None: no telling), and how."""
-
-    role: str | None
-    detail: str
-
-
-def _truncated(kind: Kind, key: str, state: LedgerState) -> _Cut | None:
-    stem = key
-    for ellipsis in ARGUMENT_ELLIPSES:
-        if stem.endswith(ellipsis):
-            stem = stem[: -len(ellipsis)].rstrip()
-            matches = state.keys_with_prefix(kind.name, stem) if stem else []
-            return _Cut(_most_recent(matches), "ends in an ellipsis")
-    if len(stem) < 2:
-        return None
-    matches = state.keys_with_prefix(kind.name, stem)
-    if not matches:
-        return None
-    return _Cut(_most_recent(matches), "a prefix of a ledger value")
-
-
-def _most_recent(entries: Sequence[Entry]) -> str | None:
-    if not entries:
-        return None
-    return max(entries, key=lambda entry: entry.last_used).role
 
 
 def undeclared_verdict(name: str) -> Verdict:

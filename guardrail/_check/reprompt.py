@@ -53,6 +53,10 @@ def _dropped_by(detail: str) -> str | None:
     return tool if found else None
 
 
+#: How the detail of a value of a kind with operator ids, but not one of them, begins.
+OPERATOR_DETAIL: Final = "not one of the "
+
+
 def _lookup_tools(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str | None:
     """The read tools (up to three) that look up ids of ``kind``, or None when none does.
 
@@ -69,8 +73,7 @@ def _explain(
     head = f"- {finding.param}={shorten(finding.value, quote=True)}"
     role = f"[{finding.nearest_role}]" if finding.nearest_role else None
     tools = _lookup_tools(tool, lookups, finding.kind)
-    # What to do when the ledger has nothing better: look it up where a tool can, else ask.
-    fallback = f"look it up with {tools}, or ask the user" if tools else "ask the user"
+    fallback = _fallback(tool, lookups, finding.kind)
     problem = finding.problem
     if problem == "mutated":
         return (
@@ -141,6 +144,40 @@ def _explain(
     )
 
 
+def _fallback(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> str:
+    """What to do when the ledger has nothing better: look it up where a tool can, else ask.
+
+    Saying that no tool can keeps the model from trying the tools it has one by one.
+    """
+    tools = _lookup_tools(tool, lookups, kind)
+    if tools:
+        return f"look it up with {tools}, or ask the user"
+    if tool in lookups.get(kind, ()):  # this very call is the lookup
+        return "ask the user for it"
+    return f"no tool can look up a {kind!r}, so ask the user for it"
+
+
+def _no_guess(tool: str, lookups: Mapping[str, tuple[str, ...]], finding: Finding) -> str | None:
+    """The advice for a value close to several entries, or of a kind the operator lists, or None."""
+    if finding.nearest_role is not None:
+        return None
+    head = f"- {finding.param}={shorten(finding.value, quote=True)}"
+    fallback = _fallback(tool, lookups, finding.kind)
+    if finding.problem == "mutated":  # one edit from several entries: no guess
+        return (
+            f"{head} is not an identifier any tool returned, and it matches none of the "
+            f"ledger's {finding.kind!r} entries: it is {finding.detail}, so which one was "
+            f"meant cannot be told. Do not pick one: copy the {finding.kind} you mean exactly "
+            f"from the ID LEDGER or the tool result that returned it; otherwise {fallback}."
+        )
+    if finding.problem == "unknown" and finding.detail.startswith(OPERATOR_DETAIL):
+        return (
+            f"{head} is {finding.detail}. Use one of those exactly as written, or ask the user "
+            f"which {finding.kind} they mean; do not invent one."
+        )
+    return None
+
+
 #: What a value refused by its kind's approval policy tells the model (never that it may approve).
 _POLICY = {
     "declined": (
@@ -171,7 +208,11 @@ def reprompt(
     message suggests calling again.
     """
     lines = [refusal_head(tool)]
-    lines.extend(_explain(tool, read, lookups or {}, finding) for finding in findings)
+    known = lookups or {}
+    lines.extend(
+        _no_guess(tool, known, finding) or _explain(tool, read, known, finding)
+        for finding in findings
+    )
     return "\n".join(lines)
 
 

@@ -13,10 +13,13 @@ A manifest is an object with two tables::
     produces = { "items[*].item_id" = "item" }
 
 A kind takes ``pattern``, ``normalize``, ``examples``, ``enforce``,
-``description`` and the approval policies ``user_typed``, ``mentions`` and
-``outside`` (see ``Guard.add_kind``), or ``like`` (a ready-made kind: ``"email"``, ``"uuid"``,
-``"url"``, ``"phone"``, ``"iban"``, ``"prefixed:cus_"``) in place of
-``pattern`` and ``normalize``. A tool takes ``effect`` (``read`` or ``write``;
+``description``, the approval policies ``user_typed``, ``mentions``,
+``outside`` and ``operator``, and the operator's own ids of the kind
+(``operator_ids``: a list, or a loader as ``"module:function"``, run per
+``operator_per``: ``"guard"`` or ``"session"``; see ``Guard.add_kind``), or
+``like`` (a ready-made kind: ``"email"``, ``"uuid"``, ``"url"``, ``"phone"``,
+``"phone:+1"``, ``"iban"``, ``"prefixed:cus_"``) in place of ``pattern`` and
+``normalize``. A tool takes ``effect`` (``read`` or ``write``;
 absent means ``write``), ``egress`` (a read that sends data out), ``outside``
 (an outside party writes its results: a web page, a received e-mail), ``verifies``
 (``true``, ``false`` or ``"on_success"``, see ``Guard.tool``), ``description``,
@@ -119,6 +122,13 @@ _FAILS = {
         {"type": "array", "items": _FAILS_RULE, "minItems": 1},
     ]
 }
+#: ``operator_ids``: the operator's ids of a kind, or a loader named ``module:function``.
+_OPERATOR_IDS = {
+    "oneOf": [
+        {"type": "array", "items": {"type": "string", "minLength": 1}},
+        {"type": "string", "pattern": r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"},
+    ]
+}
 SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "title": "guardrail manifest",
@@ -147,6 +157,9 @@ SCHEMA: dict[str, Any] = {
                     "user_typed": {"enum": ["verify", "allow", "ask"]},
                     "mentions": {"enum": ["ignore", "ask", "refuse", "read"]},
                     "outside": {"enum": ["allow", "ask", "refuse"]},
+                    "operator": {"enum": ["allow", "ask", "verify"]},
+                    "operator_ids": _OPERATOR_IDS,
+                    "operator_per": {"enum": ["guard", "session"]},
                 },
                 "additionalProperties": False,
             },
@@ -267,6 +280,11 @@ def _say(error: jsonschema.ValidationError) -> str:
         return (
             f"{error.instance!r} is not a kind, a list of kinds, or {{kind, sep}}: "
             "write 'order' or ['customer', 'line']"
+        )
+    if error.validator == "oneOf" and error.schema is _OPERATOR_IDS:
+        return (
+            f"operator_ids {error.instance!r} is neither a list of ids (non-empty strings) nor "
+            "a loader named 'module:function'"
         )
     if error.validator == "oneOf" and error.schema is _PRODUCER:
         return f"{error.instance!r} is not a kind or {{kind, role, status}}"

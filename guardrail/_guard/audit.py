@@ -3,13 +3,12 @@
 Events are namespaced (``guardrail.call_checked``, ``guardrail.ids_recorded``,
 ``guardrail.ids_dropped``, ``guardrail.id_evicted``, ``guardrail.id_relabeled``,
 ``guardrail.compacted``, ``guardrail.undeclared_tool``, ``guardrail.broad_pattern``)
-with flat, JSON-safe fields: the session id, the tool, the parameter, the
-role, the problem, and the identifier value (cut short past 200
-characters), or a keyed hash of all of it where the guard was built with
-``redact=``. Other argument values are never logged. An event is bounded:
-no list in it names more than :data:`LISTED` values (roles, ids, problems);
-an event that left some out says how many in ``omitted``, so a result with
-40,000 ids is one event of a few kilobytes.
+with flat, JSON-safe fields: the session id, the tool, the parameter, the role, the problem,
+and the identifier value (cut short past 200 characters), or a keyed hash of all of it where
+the guard was built with ``redact=``. Other argument values are never logged. An event is
+bounded: no list in it names more than :data:`LISTED` values (roles, ids, problems); an
+event that left some out says how many in ``omitted``, so a result with 40,000 ids is one
+event of a few kilobytes.
 
 Where events go, first match wins (a library must never print by surprise):
 
@@ -223,7 +222,7 @@ def omitted(count: int) -> dict[str, int]:
 
 
 def _tiers(entries: Sequence[Entry]) -> dict[str, Any]:
-    """``tiers`` of recorded entries, where any is not what its ``verified`` says already."""
+    """``tiers`` of entries (``operator`` for an operator's), where ``verified`` does not say it."""
     if all(entry.tier == ("produced" if entry.verified else "user") for entry in entries):
         return {}
     return {"tiers": [entry.tier for entry in entries]}
@@ -371,6 +370,7 @@ class Audit:
                 "roles": [e.role for e in listed(verdict.used)],
                 "ids": len(verdict.used) + len(verdict.typed),
                 **omitted(len(verdict.used)),
+                **_tiers(listed(verdict.used)),
             }
             if clean
             else self._asks(asks)

@@ -156,7 +156,8 @@ class Engine:
         args = arguments if type(arguments) is dict else parse_arguments(arguments)
         if args is None:
             return malformed_arguments(plan, arguments)
-        verdict = check_arguments(plan, args, state)
+        catalog = self.registry.operator.view(state.session_id, self.registry.kinds)
+        verdict = check_arguments(plan, args, state, catalog)
         return signed(self.approval_key, verdict, state) if verdict.approvals else verdict
 
     def check(self, name: str, arguments: Mapping[str, Any] | str, state: LedgerState) -> Verdict:

@@ -16,7 +16,7 @@ options, composes the three, and keeps every public method in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from guardrail._check.approvals import read_token
@@ -236,9 +236,37 @@ class Guard:
         Args:
             name: The kind's name (``order``): letters, digits and underscores.
             **options: See :class:`~guardrail.kinds.KindOptions`: ``pattern``,
-                ``normalize``, ``examples``, ``enforce``, ``description``.
+                ``normalize``, ``examples``, ``enforce``, ``description``, the
+                policies, and the kind's operator ids (``operator_ids``,
+                ``operator_per``; see :meth:`add_operator_ids`).
         """
         return self._registry.add_kind(name, **options)
+
+    def add_operator_ids(
+        self,
+        kind: str,
+        values: Iterable[str] | Callable[..., Iterable[str]] | None = None,
+        /,
+        *,
+        per: str = "guard",
+        text: str | None = None,
+    ) -> None:
+        """Declare ids of ``kind`` the operator knows before any conversation (tier ``operator``).
+
+        Plan codes from the business's catalog, SKUs, fare classes: values no
+        tool returns, which the operator vouches for. ``values`` is a list,
+        or a loader called once for the guard (``per="guard"``), or once per
+        session with the session id (``per="session"``); ``text`` takes the
+        ids of the kind's pattern from a text the operator passes in (a system
+        prompt, a policy document). Nothing a user, model or tool writes is
+        ever an operator id. Adds to what the kind declares already; the
+        kind's ``operator`` policy says what they may do on a write.
+        """
+        if kind not in self._registry.kinds:
+            raise GuardrailUsageError(
+                f"no kind {kind!r}: declare it first with guard.add_kind({kind!r}, ...)"
+            )
+        self._registry.operator.add(self._registry.kinds[kind], values, per=per, text=text)
 
     def declare(self, name: str, /, **options: Unpack[DeclareOptions]) -> ToolSpec:
         """Declare a tool that has no Python function here (remote, MCP, recorded).

@@ -37,7 +37,8 @@ from guardrail._declare.spec import (
 )
 from guardrail._provenance.mentions import mention_kinds
 from guardrail.errors import GuardrailUsageError, ManifestError
-from guardrail.kinds import Kind, KindOptions
+from guardrail.kinds import OPERATOR_OPTIONS, Kind, KindOptions
+from guardrail.kinds._operator import OperatorIds, loader_named
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -71,13 +72,25 @@ class Registry:
         #: (result texts are then kept).
         self.mentions: list[Kind] = []
         self.text_kinds = False
+        #: The values of kinds the operator declared (tier ``operator``).
+        self.operator = OperatorIds()
 
     # -- kinds ----------------------------------------------------------------------------
 
     def add_kind(self, name: str, /, **options: Unpack[KindOptions]) -> Kind:
         """Declare (or redeclare) a kind of identifier; see :class:`guardrail.kinds.Kind`."""
+        declared = {key: options.pop(key) for key in OPERATOR_OPTIONS & set(options)}  # type: ignore[misc]
         kind = Kind.build(name, **options)
+        ids = declared.get("operator_ids")
+        per = declared.get("operator_per", "guard")
+        if isinstance(ids, str):  # a manifest names a loader as module:function
+            ids = loader_named(ids, kind=name)
+        if ids is None and "operator_per" in declared:
+            raise GuardrailUsageError(f"kind {name!r}: operator_per is given without operator_ids")
+        if ids is not None:
+            self.operator.add(kind, ids, per=per, replace=True)
         self.kinds[name] = kind
+        self.operator.rekeyed()
         self._recompile()
         return kind
 
@@ -126,6 +139,7 @@ class Registry:
             raise ManifestError(str(exc), where=where, tool=exc.tool) from None
         # In place: open ledgers hold this very mapping for normalising.
         self.kinds.update(trial.kinds)
+        self.operator.absorb(trial.operator)
         for name, spec in trial.specs.items():
             if name not in self.specs:
                 self.specs[name] = spec

@@ -31,6 +31,7 @@ from guardrail._data.entry import TIERS, implied_tier
 from guardrail._provenance.notes import Noted, bounded, by_role, choose
 from guardrail._provenance.notes import parts as note_parts
 from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
+from guardrail.kinds._operator import EMPTY, Catalog
 from guardrail.ledger import Ledger, Source
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
@@ -40,6 +41,9 @@ BLOCK_HEADER = COMPACTED_HEADER.rstrip("\n")
 _EMPTY = "(no identifiers yet)"
 _EVICTED = "(evicted, look up again before use: "
 _EVICTED_SHOWN = 20
+#: How the line of a kind's operator ids begins: never an entry line, never read back as one.
+_OPERATOR = "(declared by the operator, valid as written: "
+_OPERATOR_SHOWN = 20
 _MIN_WIDTH = 18
 _NUMBERED = re.compile(r"_\d+$")
 _ROLE = re.compile(r"[A-Za-z0-9_.-]+")  # the characters a ledger role is made of
@@ -88,11 +92,15 @@ def render_block(
     state: LedgerState,
     carried: Sequence[BlockLine],
     evicted: Sequence[str],
+    operator: Catalog = EMPTY,
     *,
     parts: dict[str, list[str]] | None = None,
 ) -> str:
     """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted.
 
+    ``operator``: the operator's ids of each kind, shown as such after the
+    entries (at most twenty a kind), and never read back as entries: a
+    ledger holds them only because the guard declares them.
     ``parts``: each role's note parts kept from an earlier rendering of the same ledger.
     """
     entries = state.entries()
@@ -146,6 +154,11 @@ def render_block(
         shown = ", ".join(gone[-_EVICTED_SHOWN:])
         more = len(gone) - _EVICTED_SHOWN
         lines.append(f"{_EVICTED}{shown}{f' and {more} earlier' if more > 0 else ''})")
+    for kind, values in sorted(operator.items()):
+        listed = sorted(values.values())
+        more = len(listed) - _OPERATOR_SHOWN
+        tail = f" and {more} more" if more > 0 else ""
+        lines.append(f"{_OPERATOR}{kind} {', '.join(map(_shown, listed[:_OPERATOR_SHOWN]))}{tail})")
     return "\n".join(lines)
 
 
@@ -283,6 +296,8 @@ def parse_block(text: str, index: int) -> tuple[list[BlockLine], list[str], list
         if not line.strip():
             break
         if line == _EMPTY or _SEAL_LINE.fullmatch(line):
+            continue
+        if line.startswith(_OPERATOR):  # the guard's declaration, never this block's
             continue
         if line.startswith(_EVICTED):
             body = line[len(_EVICTED) :].rstrip(")")

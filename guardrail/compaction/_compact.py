@@ -61,6 +61,7 @@ from guardrail.compaction._summarize import (
     takes_notes,
 )
 from guardrail.errors import GuardrailUsageError
+from guardrail.kinds._operator import EMPTY
 from guardrail.ledger import Ledger
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
@@ -356,7 +357,12 @@ def _compact(
     else:
         summary = earlier_summary
     summary, issues = lint(summary.strip("\n"), masker)
-    block = seal(render_block(state, carried, evicted), state)
+    operator = (
+        guard._registry.operator.catalog(state.session_id, guard.kinds)
+        if guard is not None and guard._registry.operator
+        else EMPTY
+    )
+    block = seal(render_block(state, carried, evicted, operator), state)
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]

@@ -6,7 +6,9 @@ summaries), a normaliser (``#W8855135`` and ``W8855135`` are one order) and
 the example values quoted in tool descriptions, which models copy and which
 are never valid.
 
-Inside: ``_presets`` (the ready-made kinds ``like=`` names), ``_normalizers``
+Inside: ``_operator`` (the ids of a kind the operator knows before a
+conversation starts: a catalog, a loader, a policy text; tier ``operator``),
+``_presets`` (the ready-made kinds ``like=`` names), ``_normalizers``
 (the built-in normalisers, composed and run to a fixed point) and ``_words``
 (common English words, which a pattern should not take for ids).
 """
@@ -71,6 +73,19 @@ class KindOptions(TypedDict, total=False):
         outside: Values of a result field declared ``Id(kind, outside=True)``
             on a write or egress read: ``"allow"`` (the default), ``"ask"`` or
             ``"refuse"``.
+        operator: Values the operator declared (tier ``operator``) on a write
+            or egress read: ``"allow"`` (the operator vouches for them; the
+            default), ``"ask"`` (the user approves the call) or ``"verify"``
+            (a tool must return the value first, as for a value the user
+            typed). Reads take them whatever the policy.
+        operator_ids: Values of the kind the operator knows before the
+            conversation starts (a plan catalog, SKUs): a list, or a loader
+            (a function returning one; in a manifest ``"module:function"``)
+            called once per guard, or once per session with the session id
+            where ``operator_per="session"``. Given to ``Guard.add_kind``
+            only; see ``Guard.add_operator_ids``.
+        operator_per: When a loader of ``operator_ids`` runs: ``"guard"``
+            (once; the default) or ``"session"``.
     """
 
     pattern: str | None
@@ -82,17 +97,24 @@ class KindOptions(TypedDict, total=False):
     user_typed: UserTyped
     mentions: Mentions
     outside: Outside
+    operator: Operator
+    operator_ids: Any
+    operator_per: str
 
 
 #: The policies of a kind (see :class:`KindOptions`), the first of each the default.
 UserTyped = Literal["verify", "allow", "ask"]
 Mentions = Literal["ignore", "ask", "refuse", "read"]
 Outside = Literal["allow", "ask", "refuse"]
+Operator = Literal["allow", "ask", "verify"]
 POLICIES: dict[str, tuple[str, ...]] = {
     "user_typed": get_args(UserTyped),
     "mentions": get_args(Mentions),
     "outside": get_args(Outside),
+    "operator": get_args(Operator),
 }
+#: Options of ``Guard.add_kind`` that declare operator ids, not the kind itself.
+OPERATOR_OPTIONS: Final = frozenset({"operator_ids", "operator_per"})
 
 
 _KIND_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -229,6 +251,7 @@ class Kind:
     user_typed: UserTyped = "verify"
     mentions: Mentions = "ignore"
     outside: Outside = "allow"
+    operator: Operator = "allow"
     _full: re.Pattern[str] | None = field(default=None, init=False, repr=False)
     _scan: re.Pattern[str] | None = field(default=None, init=False, repr=False)
 
@@ -259,6 +282,12 @@ class Kind:
         if unknown:
             known = ", ".join(sorted(KindOptions.__optional_keys__))
             raise GuardrailUsageError(f"kind {name!r}: no option {unknown[0]!r} (options: {known})")
+        keeps = sorted(OPERATOR_OPTIONS & set(options))
+        if keeps:
+            raise GuardrailUsageError(
+                f"kind {name!r}: {keeps[0]} declares operator ids, which a guard keeps: pass it "
+                "to guard.add_kind (or use guard.add_operator_ids), not to Kind.build"
+            )
         pattern = options.get("pattern")
         normalize = options.get("normalize")
         examples = options.get("examples", ())
@@ -305,6 +334,7 @@ class Kind:
             user_typed=options.get("user_typed", "verify"),
             mentions=options.get("mentions", "ignore"),
             outside=options.get("outside", "allow"),
+            operator=options.get("operator", "allow"),
         )
         words = kind.plain_words()
         if words:

@@ -1,6 +1,7 @@
 """The built-in normalisers: how two written forms of one identifier become one key.
 
-``strip``, ``upper``, ``lower``/``casefold``, ``email``, ``url``, ``number``
+``strip``, ``upper``, ``lower``/``casefold``, ``email``, ``url``, ``number``, ``phone``
+(``phone:+1``: with a default country code)
 and ``prefix:<text>``, composed in the order a kind lists them and run to a
 fixed point (:func:`compile_normalizer`). Below the kinds, so a ready-made
 kind (:mod:`guardrail.kinds._presets`) and a kind built by hand use the same ones.
@@ -154,6 +155,70 @@ def _strip_prefix(prefix: str) -> Normalizer:
     return strip_prefix
 
 
+# -- phone numbers ----------------------------------------------------------------------------
+
+_PHONE_PUNCTUATION: Final = re.compile(r"[\s().\-/]")
+_PHONE_DIGITS: Final = re.compile(r"\+?[0-9]{3,15}")
+_COUNTRY_CODE: Final = re.compile(r"\+?([1-9][0-9]{0,2})")
+
+
+def phone_number(value: str) -> str:
+    """A phone number as E.164 writes it where it can: ``+1 (415) 555-0132`` is ``+14155550132``.
+
+    Spaces, dashes, dots, slashes and parentheses go, a ``tel:`` scheme too;
+    ``00`` before the country code becomes ``+``, and the ``(0)`` some write
+    after it goes. A number written without a country code keeps its digits
+    as written (``4155550132``): which country it is in, the text does not
+    say (:func:`phone_normalizer` takes a default). Raises ValueError for
+    what is no phone number.
+    """
+    text = value.strip()
+    if text[:4].casefold() == "tel:":
+        text = text[4:]
+    international = text.startswith(("+", "00"))
+    if international:
+        text = text.replace("(0)", "")
+    digits = _PHONE_PUNCTUATION.sub("", text)
+    if digits.startswith("00"):
+        digits = "+" + digits[2:]
+    if not _PHONE_DIGITS.fullmatch(digits):
+        raise ValueError("not a phone number")
+    return digits
+
+
+def phone_normalizer(country: str, *, kind: str = "?") -> Normalizer:
+    """:func:`phone_number`, reading a number written without a country code as one of ``country``.
+
+    ``country`` is a calling code (``"+1"``, ``"+44"``). With ``+1``,
+    ``(555) 123-2002``, ``555-123-2002``, ``1 555 123 2002`` and
+    ``+1 555 123 2002`` are one number, ``+15551232002``; elsewhere a
+    national number's trunk ``0`` goes (``020 7946 0958`` with ``+44`` is
+    ``+442079460958``). A number with a country code keeps its own.
+    """
+    found = _COUNTRY_CODE.fullmatch(country.strip()) if isinstance(country, str) else None
+    if found is None:
+        raise GuardrailUsageError(
+            f"kind {kind!r}: phone:{country} needs a country calling code, such as "
+            "'phone:+1' or 'phone:+44'"
+        )
+    code = found.group(1)
+
+    def normalize(value: str) -> str:
+        digits = phone_number(value)
+        if digits.startswith("+"):
+            return digits
+        if code == "1":  # North America: ten digits, or eleven with the leading 1
+            if len(digits) == 11 and digits.startswith("1"):
+                return "+" + digits
+            return "+1" + digits if len(digits) == 10 else digits
+        if digits.startswith("0") and not digits.startswith("00"):
+            return f"+{code}{digits[1:]}"
+        return digits
+
+    normalize.__name__ = f"phone_{code}"
+    return normalize
+
+
 _BUILTIN_NORMALIZERS: dict[str, Normalizer] = {
     "strip": str.strip,
     "casefold": _casefold,
@@ -162,16 +227,19 @@ _BUILTIN_NORMALIZERS: dict[str, Normalizer] = {
     "number": _number,
     "url": _url,
     "email": _email,
+    "phone": phone_number,
 }
 
 
 def _one_normalizer(name: str, *, kind: str) -> Normalizer:
     if name.startswith("prefix:") and len(name) > len("prefix:"):
         return _strip_prefix(name[len("prefix:") :])
+    if name.startswith("phone:"):
+        return phone_normalizer(name[len("phone:") :], kind=kind)
     try:
         return _BUILTIN_NORMALIZERS[name]
     except KeyError:
-        known = ", ".join([*sorted(_BUILTIN_NORMALIZERS), "prefix:<text>"])
+        known = ", ".join([*sorted(_BUILTIN_NORMALIZERS), "phone:+<country code>", "prefix:<text>"])
         raise GuardrailUsageError(
             f"kind {kind!r}: unknown normaliser {name!r}; use one of {known}, or a callable"
         ) from None

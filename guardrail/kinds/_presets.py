@@ -31,10 +31,18 @@ from dataclasses import dataclass
 from typing import Final
 
 from guardrail.errors import GuardrailUsageError
-from guardrail.kinds._normalizers import _email, _url
+from guardrail.kinds._normalizers import _email, _url, phone_normalizer, phone_number
 
 #: What ``like=`` accepts, in the order the docs list them.
-NAMES: Final = ("email", "uuid", "url", "phone", "iban", "prefixed:<prefix>")
+NAMES: Final = (
+    "email",
+    "uuid",
+    "url",
+    "phone",
+    "phone:+<country code>",
+    "iban",
+    "prefixed:<prefix>",
+)
 
 
 @dataclass(frozen=True)
@@ -93,34 +101,9 @@ _PHONE_GROUP: Final = r"(?:[ .-]?\([0-9]{1,4}\)[0-9]{0,14}|[ .-][0-9]{1,14})"
 #: costs each start a few dozen steps; how many digits a number has is ``accept``'s to judge.
 PHONE_PATTERN: Final = (
     rf"(?:\+|00)[1-9](?:[0-9]{{2,14}}{_PHONE_GROUP}{{0,7}}|[0-9]?{_PHONE_GROUP}{{1,7}})"
-    r"|\(?[2-9][0-9]{2}\)?[ .-]?[2-9][0-9]{2}[ .-][0-9]{4}"
+    r"|\(?[2-9][0-9]{2}\)?[ .-]?[0-9]{3}[ .-][0-9]{4}"
     r"|0[1-9](?:[0-9]{0,4}[ /.-][0-9]{2,14}|[0-9]{2,14})(?:[ .-][0-9]{2,14}){0,4}"
 )
-_PHONE_PUNCTUATION: Final = re.compile(r"[\s().\-/]")
-_PHONE_DIGITS: Final = re.compile(r"\+?[0-9]{3,15}")
-
-
-def phone_number(value: str) -> str:
-    """A phone number as E.164 writes it where it can: ``+1 (415) 555-0132`` is ``+14155550132``.
-
-    Spaces, dashes, dots, slashes and parentheses go, a ``tel:`` scheme too;
-    ``00`` before the country code becomes ``+``, and the ``(0)`` some write
-    after it goes. A number written without a country code keeps its digits
-    as written (``4155550132``): which country it is in, the text does not
-    say. Raises ValueError for what is no phone number.
-    """
-    text = value.strip()
-    if text[:4].casefold() == "tel:":
-        text = text[4:]
-    international = text.startswith(("+", "00"))
-    if international:
-        text = text.replace("(0)", "")
-    digits = _PHONE_PUNCTUATION.sub("", text)
-    if digits.startswith("00"):
-        digits = "+" + digits[2:]
-    if not _PHONE_DIGITS.fullmatch(digits):
-        raise ValueError("not a phone number")
-    return digits
 
 
 def _plausible_phone(key: str) -> bool:
@@ -200,6 +183,9 @@ def preset(like: str, *, kind: str) -> Preset:
         raise GuardrailUsageError(f"kind {kind!r}: like= takes a name, such as 'email'")
     if like.startswith("prefixed:"):
         return _prefixed(like[len("prefixed:") :], kind)
+    if like.startswith("phone:"):  # a default country code: phone:+1
+        normalize = phone_normalizer(like[len("phone:") :], kind=kind)
+        return Preset(PHONE_PATTERN, normalize, _plausible_phone, "a phone number")
     try:
         return _PRESETS[like]
     except KeyError:

@@ -165,7 +165,8 @@ def test_a_one_character_off_id_is_refused_then_the_ledger_value_runs_once(shape
             shop.tools(),
         )
         assert answers(shape, looked_up)[0][2] is False
-        wrong = assistant(shape, ("c2", "issue_refund", {"order_id": "#W8855137", "amount": 40}))
+        # Two neighbours swapped in #W8855135; one edit from both orders, it would name neither.
+        wrong = assistant(shape, ("c2", "issue_refund", {"order_id": "#W8855153", "amount": 40}))
         [(call_id, text, error)] = answers(shape, run_tool_calls(guard, wrong, shop.tools()))
         assert (call_id, error) == ("c2", True)
         assert text.startswith("guardrail refused the call to issue_refund")
