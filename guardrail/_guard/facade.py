@@ -256,7 +256,14 @@ class Guard:
 
     @classmethod
     def from_manifest(cls, manifest: str | Any | Mapping[str, Any], **options: Any) -> Guard:
-        """A guard whose kinds and tools come from a JSON or TOML file, or a mapping."""
+        """A guard whose kinds and tools come from a JSON or TOML file, or a mapping.
+
+        Every key a manifest takes, with its default and an example, is in the
+        manifest reference (docs/manifest.md). ``options`` are the guard's
+        (``mode=``, ``capacity=``...). Functions guarded afterwards with
+        :meth:`tool`, :meth:`patch` or :meth:`bind` under a name the manifest
+        declares take the manifest's declaration.
+        """
         guard = cls(**options)
         guard.load_manifest(manifest)
         return guard
