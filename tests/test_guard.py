@@ -404,7 +404,7 @@ def test_a_silenced_copy_shares_the_sessions_and_the_options() -> None:
 
 
 def test_the_guard_options_read_back_and_are_not_reassigned() -> None:
-    """mode, capacity and the other options are read as attributes; assigning one is refused."""
+    """The options are read as attributes; assigning one is refused, but for a valid mode."""
     store = MemoryStore()
     guard = Guard(
         "observe",
@@ -426,7 +426,10 @@ def test_the_guard_options_read_back_and_are_not_reassigned() -> None:
     assert (guard.max_ids_per_call, Guard(capacity=50).max_ids_per_call) == (9, 5)
     assert guard.kinds == {} and guard.specs == {}
     with pytest.raises(AttributeError):
-        guard.mode = "raise"  # type: ignore[misc]
+        guard.capacity = 10  # type: ignore[misc]
+    with pytest.raises(GuardrailUsageError, match="mode must be one of"):
+        guard.mode = "loud"  # type: ignore[assignment]
+    assert guard.mode == "observe"
 
 
 def test_labels_and_the_labelling_tool() -> None:

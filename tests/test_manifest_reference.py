@@ -20,7 +20,7 @@ else:  # pragma: no cover - Python 3.10
 
 PAGE = REPO / "docs" / "manifest.md"
 _TOOL = manifest.SCHEMA["properties"]["tools"]["additionalProperties"]
-_PARAM_TABLE = manifest._MINT["oneOf"][2]
+_PARAM_TABLE: dict[str, Any] = manifest._MINT["oneOf"][2]  # type: ignore[index]
 
 #: Each table of the page, by the start of its heading, and the schema object it documents.
 SECTIONS: dict[str, dict[str, Any]] = {
@@ -32,7 +32,9 @@ SECTIONS: dict[str, dict[str, Any]] = {
     "A failure rule": manifest._FAILS_RULE["oneOf"][1],
 }
 #: The kinds every example may name.
-KINDS = {name: {} for name in ("order", "item", "user", "customer", "line")}
+KINDS: dict[str, dict[str, Any]] = {
+    name: {} for name in ("order", "item", "user", "customer", "line")
+}
 
 
 def _tables() -> dict[str, list[tuple[str, str, str]]]:
@@ -86,7 +88,7 @@ def _manifest(section: str, key: str, example: str) -> dict[str, Any]:
         tool = {"effect": "read"} if key in ("egress", "verifies") else {}
         tool.update(parsed)
     elif section == "An id parameter":
-        ((name, declaration),) = parsed.items()
+        ((_, declaration),) = parsed.items()
         assert key in declaration, example
         tool = {"mints": parsed} if key == "role" else {"ids": parsed}
     elif section == "A result path":

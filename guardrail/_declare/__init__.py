@@ -11,6 +11,8 @@ once, into the :class:`~guardrail._declare.spec.ToolSpec` the later steps read.
 - :mod:`~guardrail._declare.failure`: a tool's failure rule (``fails=``): what
   its results look like when it failed, compiled.
 - :mod:`~guardrail._declare.manifest`: kinds and tools as data (JSON or TOML).
+- :mod:`~guardrail._declare.definitions`: tool definitions as sent to a model
+  (OpenAI, Anthropic, MCP), read as one shape.
 - :mod:`~guardrail._declare.describe`: how an identifier parameter is described
   to the model in a tool's JSON schema.
 - :mod:`~guardrail._declare.arguments`: a call's arguments as the model gave
