@@ -880,3 +880,92 @@ def test_check_prints_ids_and_patterns_as_written_never_as_markup(
     )
     assert code == 0
     assert "scan re:(cus_[a-z0-9]{6})" in out
+
+
+VARIANTS_MANIFEST = """
+[kinds.item]
+pattern = "it_[0-9]+"
+
+[tools.get_product]
+effect = "read"
+produces = { "variants[*].item_id" = "item", "name" = "item" }
+
+[tools.buy]
+ids = { item_id = "item" }
+"""
+PRODUCT = {
+    "tool": "get_product",
+    "arguments": {},
+    "result": {"variants": {"v1": {"item_id": "it_1"}, "v2": {"item_id": "it_2"}}},
+}
+
+
+def test_check_names_a_declared_path_that_matched_nothing_and_its_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A list path over an object reaches nothing: check says so and names the path that would."""
+    argv = [
+        "check",
+        "--manifest",
+        _manifest(tmp_path, VARIANTS_MANIFEST),
+        "--width",
+        "200",
+        "--result",
+        json.dumps(PRODUCT),
+        "--call",
+        '{"tool": "buy", "arguments": {"item_id": "it_2"}}',
+    ]
+    code, out, _ = _run(capsys, *argv)
+    assert code == REFUSED_EXIT
+    assert "get_product declares produces 'variants[*].item_id', which matched nothing" in out
+    assert "'name', which matched nothing" in out
+    assert 'write produces={"variants.*.item_id": "item"} on get_product' in out
+    code, out, _ = _run(capsys, *argv, "--json")
+    outcome = json.loads(out)
+    assert outcome["unmatched_paths"] == [
+        {"tool": "get_product", "path": "variants[*].item_id"},
+        {"tool": "get_product", "path": "name"},
+    ]
+    assert "variants.*.item_id" in outcome["hints"]["it_2"]
+
+
+def test_check_is_quiet_about_paths_that_matched_and_values_in_no_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path that reached ids warns of nothing; an invented value gets no hint."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W1111111"}}',
+        "--json",
+    )
+    outcome = json.loads(out)
+    assert (code, outcome["unmatched_paths"], outcome["hints"]) == (REFUSED_EXIT, [], {})
+
+
+def test_replay_reports_declared_paths_that_matched_nothing_in_the_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path coverage: a produces path no result of its tool reached is named, with its count."""
+    manifest = tmp_path / "airline.toml"
+    manifest.write_text(
+        MANIFEST.read_text(encoding="utf-8").replace(
+            '"reservations[*]" = "reservation"',
+            '"reservations[*]" = "reservation"\n"bookings[*].id" = "reservation"',
+        ),
+        encoding="utf-8",
+    )
+    trace = _small_trace(tmp_path)
+    _, out, _ = _run(capsys, "replay", trace, "--manifest", manifest, "--json")
+    coverage = json.loads(out)["total"]["path_coverage"]
+    unmatched = {(row["tool"], row["path"]) for row in coverage["unmatched"]}
+    assert ("get_user_details", "bookings[*].id") in unmatched
+    assert ("get_user_details", "reservations[*]") not in unmatched
+    _, out, _ = _run(capsys, "replay", trace, "--manifest", manifest, "--width", "200")
+    assert "matched nothing in any successful result" in out
+    assert "get_user_details bookings[*].id (1 result(s))" in out

@@ -78,6 +78,8 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     yield _false_refusals(report)
     if total.suspect_successes:
         yield _suspects(report)
+    if total.unmatched_paths:
+        yield _unmatched(report)
     if total.asked or "approve" in report.settings:
         yield _asks(report)
     yield _detection_table(report)
@@ -202,6 +204,20 @@ def _suspects(report: ReplayReport) -> Text:
     )
     for example in total.suspect_examples[:5]:
         line += f"\n  {example.trace} (message {example.message}) {example.label}"
+    return Text(line, style="yellow")
+
+
+def _unmatched(report: ReplayReport) -> Text:
+    """A warning: declared result paths that reached nothing in any successful result."""
+    total = report.total
+    dead = total.unmatched_paths
+    line = (
+        f"Warning: {_n(len(dead))} of {_n(len(total.path_results))} declared result paths "
+        "matched nothing in any successful result of their tool (check each against the "
+        "results' shape, or drop it):"
+    )
+    for tool, path, count in dead:
+        line += f"\n  {tool} {path} ({_n(count)} result(s))"
     return Text(line, style="yellow")
 
 
