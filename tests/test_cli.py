@@ -904,7 +904,7 @@ def test_check_names_a_declared_path_that_matched_nothing_and_its_fix(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A list path over an object reaches nothing: check says so and names the path that would."""
-    argv = [
+    argv: list[str | Path] = [
         "check",
         "--manifest",
         _manifest(tmp_path, VARIANTS_MANIFEST),
