@@ -969,3 +969,12 @@ def test_replay_reports_declared_paths_that_matched_nothing_in_the_corpus(
     _, out, _ = _run(capsys, "replay", trace, "--manifest", manifest, "--width", "200")
     assert "matched nothing in any successful result" in out
     assert "get_user_details bookings[*].id (1 result(s))" in out
+
+
+def test_replay_with_no_refusal_prints_no_empty_refusals_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No refused call: the line says 0, and no table of one "- none" row follows."""
+    _, out, _ = _run(capsys, "replay", _small_trace(tmp_path), "--manifest", MANIFEST)
+    assert "0 genuine" in out
+    assert "│ -" not in out and "| -" not in out and "none" not in out

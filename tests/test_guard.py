@@ -1029,3 +1029,15 @@ def test_fuzz_check_and_record_raise_only_the_librarys_errors(
             except GuardrailError:
                 pass
         assert Ledger.from_json(ledger.to_json()) == ledger
+
+
+def test_a_reprompt_names_each_lookup_tool_once() -> None:
+    """A read tool declaring two paths of one kind is cited once in "look it up with"."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("card")
+    guard.declare("get_user", effect="read", produces={"cards.~": "card", "cards.*.id": "card"})
+    guard.declare("pay", ids={"card_id": "card"})
+    with guard.session("s"):
+        message = guard.check("pay", {"card_id": "c-1"}).message
+    assert "look it up with get_user," in message or "look it up with get_user or" in message
+    assert message.count("get_user") == 1

@@ -380,8 +380,9 @@ class Registry:
         lookups: dict[str, list[str]] = {}
         for spec in self.specs.values():
             if spec.effect == "read":
-                for producer in spec.produces:
-                    lookups.setdefault(producer.kind, []).append(spec.name)
+                for producer in spec.produces:  # once per tool, however many paths it declares
+                    if spec.name not in lookups.get(producer.kind, []):
+                        lookups.setdefault(producer.kind, []).append(spec.name)
                 for param in spec.params:
                     for kind in param.kinds:
                         if spec.name not in lookups.get(kind, []):

@@ -75,7 +75,7 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     yield _files_table(report)
     # Above the table, not its title: a title wraps at the table's width.
     yield Text(false_refusals_line(total))
-    yield _false_refusals(report)
+    yield from _false_refusals(report)
     if total.suspect_successes:
         yield _suspects(report)
     if total.unmatched_paths:
@@ -102,7 +102,7 @@ def _live_renderables(report: ReplayReport, live: LiveStats) -> Iterator[Any]:
     )
     yield _files_table(report)
     yield Text(false_refusals_line(total))
-    yield _false_refusals(report)
+    yield from _false_refusals(report)
     if total.asked:
         yield _asks(report)
     yield _live_table(report)
@@ -241,8 +241,8 @@ def _asks(report: ReplayReport) -> Text:
     return Text(line)
 
 
-def _false_refusals(report: ReplayReport) -> Table:
-
+def _false_refusals(report: ReplayReport) -> Iterator[Table]:
+    """The refused calls' examples; none at all: no table (the line above says 0)."""
     total = report.total
     table = Table()
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
@@ -269,10 +269,10 @@ def _false_refusals(report: ReplayReport) -> Table:
             example.describe(),
         )
     if not table.rows:
-        _row(table, "-", "none", "", "", "", "")
+        return
     table.caption = Text("; ".join(f"{r}: {_REASON_TEXT[r]}" for r in REASONS))
     table.caption_justify = "left"
-    return table
+    yield table
 
 
 def _detection_table(report: ReplayReport) -> Table:
