@@ -41,13 +41,19 @@ from guardrail.errors import GuardrailUsageError
 
 #: The first word of a tool name that says it only looks things up.
 READ_VERBS = frozenset(
-    "get list search find read fetch lookup look query show view check calculate count "
-    "describe retrieve load think compute validate verify browse".split()
+    (
+        *("get", "list", "search", "find", "read", "fetch", "lookup", "look", "query", "show"),
+        *("view", "check", "calculate", "count", "describe", "retrieve", "load", "think"),
+        *("compute", "validate", "verify", "browse"),
+    )
 )
-_ID_NAME = re.compile(r"^(?:(?P<stem>.+?)_)?(?:id|ids|Id|Ids|ID|IDs)$|^(?P<camel>.+?)(?:Id|Ids|ID)$")
+#: ``order_id``, ``item_ids``, ``id``; ``customerId`` (camel case).
+_ID_NAME = re.compile(
+    r"^(?:(?P<stem>.+?)_)?(?:id|ids|Id|Ids|ID|IDs)$|^(?P<camel>.+?)(?:Id|Ids|ID)$"
+)
 _ID_WORDS = re.compile(r"\b(?:id|ids|identifier|identifiers)\b", re.IGNORECASE)
 #: A value quoted in a description: '#W0000000', "sara_doe_496", `ord_123`.
-_QUOTED = re.compile(r"""['"`‘“]([^'"`’”\s]{3,40})['"`’”]""")
+_QUOTED = re.compile(r"""['"`\u2018\u201c]([^'"`\u2019\u201d\s]{3,40})['"`\u2019\u201d]""")
 
 
 @dataclass
@@ -101,9 +107,7 @@ def _quoted(text: str) -> list[str]:
     return list(dict.fromkeys(match.group(1) for match in _QUOTED.finditer(text)))
 
 
-def _walk(
-    tool: str, path: str, name: str, schema: Mapping[str, Any]
-) -> Iterator[Proposal]:
+def _walk(tool: str, path: str, name: str, schema: Mapping[str, Any]) -> Iterator[Proposal]:
     """The id parameters at ``path`` (named ``name``) and inside it."""
     kind_of = schema.get("type")
     description = str(schema.get("description") or "")
@@ -129,7 +133,7 @@ def _walk(
         kind = _kind_from(stem) if stem else _tool_noun(tool)
         reason = f"its name {name!r} ends in id"
     elif _ID_WORDS.search(description):
-        kind = _kind_from(name)
+        kind = _kind_from(path.replace("[*]", "").replace(".", "_"))  # payment.method: both words
         reason = "its description calls it an id"
     else:
         return
@@ -184,7 +188,7 @@ def render(definitions: list[Definition], proposals: list[Proposal], source: str
     for kind, examples in kinds.items():
         users = sorted({f"{p.tool}.{p.path}" for p in proposals if p.kind == kind})
         lines += ["", f"# ids of: {', '.join(users)}", f"[kinds.{kind}]"]
-        lines.append("# pattern = \"...\"  # a regex of its shape: lets the guard read typed ids")
+        lines.append('# pattern = "..."  # a regex of its shape: lets the guard read typed ids')
         if examples:
             shown = ", ".join(_toml(example) for example in examples)
             lines.append(f"examples = [{shown}]  # quoted in descriptions: placeholders")
