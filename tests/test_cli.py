@@ -468,11 +468,11 @@ def test_console_script_runs_the_demo() -> None:
 
 @needs_corpus
 def test_readme_numbers_are_what_the_command_prints(corpus_replay: CorpusReplay) -> None:
-    """Every line of the README's replay output is printed, as is, by the command it shows.
+    """Every line of the replay output docs/results.md quotes is printed by the command it shows.
 
     The full sweep with compaction and the reference agent, in process: the suite's one run.
     """
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]

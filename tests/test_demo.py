@@ -123,7 +123,7 @@ def test_the_context_step_can_be_replaced() -> None:
 
 
 def test_the_compacted_block_tells_the_orders_apart_as_the_readme_quotes() -> None:
-    """compact()'s block notes each order's items and date; the README quotes those lines."""
+    """compact()'s block notes each order's items and date; docs/results.md quotes those lines."""
     from pathlib import Path
 
     guarded = run_demo(_quiet()).guarded
@@ -132,5 +132,5 @@ def test_the_compacted_block_tells_the_orders_apart_as_the_readme_quotes() -> No
     assert lines[3] == (
         'damaged_order     ord_8F3kQ2xM      (note: "Vortex 900 blender; 2025-04-18")'
     )
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parent.parent / "docs" / "results.md").read_text(encoding="utf-8")
     assert "\n".join(lines) in readme
