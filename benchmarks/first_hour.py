@@ -60,7 +60,8 @@ def main() -> None:
             else:
                 commands = [command.argv for command in docblocks.commands(block.code)]
             for argv in commands:
-                if argv[0] == "pytest" and shutil.which("pytest", path=str(bin_dir)) is None:
+                runs_pytest = argv[0] == "pytest" or argv[1:3] == ["-m", "pytest"]
+                if runs_pytest and shutil.which("pytest", path=str(bin_dir)) is None:
                     install = [sys.executable, "-m", "pip", "install", "-q", "pytest"]
                     rows.append((step, "pip install pytest", _timed(install, folder, env)))
                 seconds = _timed([str(bin_dir / argv[0]), *argv[1:]], folder, env)

@@ -468,11 +468,11 @@ def test_console_script_runs_the_demo() -> None:
 
 @needs_corpus
 def test_readme_numbers_are_what_the_command_prints(corpus_replay: CorpusReplay) -> None:
-    """Every line of the README's replay output is printed, as is, by the command it shows.
+    """Every line of the replay output docs/results.md quotes is printed by the command it shows.
 
     The full sweep with compaction and the reference agent, in process: the suite's one run.
     """
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "results.md").read_text(encoding="utf-8")
     section = readme[readme.index("## Evaluate your agent") :]
     block = section[section.index("```text\n") + len("```text\n") :]
     expected = [line for line in block[: block.index("```")].splitlines() if line != "..."]
@@ -880,3 +880,101 @@ def test_check_prints_ids_and_patterns_as_written_never_as_markup(
     )
     assert code == 0
     assert "scan re:(cus_[a-z0-9]{6})" in out
+
+
+VARIANTS_MANIFEST = """
+[kinds.item]
+pattern = "it_[0-9]+"
+
+[tools.get_product]
+effect = "read"
+produces = { "variants[*].item_id" = "item", "name" = "item" }
+
+[tools.buy]
+ids = { item_id = "item" }
+"""
+PRODUCT = {
+    "tool": "get_product",
+    "arguments": {},
+    "result": {"variants": {"v1": {"item_id": "it_1"}, "v2": {"item_id": "it_2"}}},
+}
+
+
+def test_check_names_a_declared_path_that_matched_nothing_and_its_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A list path over an object reaches nothing: check says so and names the path that would."""
+    argv: list[str | Path] = [
+        "check",
+        "--manifest",
+        _manifest(tmp_path, VARIANTS_MANIFEST),
+        "--width",
+        "200",
+        "--result",
+        json.dumps(PRODUCT),
+        "--call",
+        '{"tool": "buy", "arguments": {"item_id": "it_2"}}',
+    ]
+    code, out, _ = _run(capsys, *argv)
+    assert code == REFUSED_EXIT
+    assert "get_product declares produces 'variants[*].item_id', which matched nothing" in out
+    assert "'name', which matched nothing" in out
+    assert 'write produces={"variants.*.item_id": "item"} on get_product' in out
+    code, out, _ = _run(capsys, *argv, "--json")
+    outcome = json.loads(out)
+    assert outcome["unmatched_paths"] == [
+        {"tool": "get_product", "path": "variants[*].item_id"},
+        {"tool": "get_product", "path": "name"},
+    ]
+    assert "variants.*.item_id" in outcome["hints"]["it_2"]
+
+
+def test_check_is_quiet_about_paths_that_matched_and_values_in_no_result(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A path that reached ids warns of nothing; an invented value gets no hint."""
+    code, out, _ = _run(
+        capsys,
+        "check",
+        "--manifest",
+        _manifest(tmp_path),
+        "--result",
+        json.dumps(SEARCH),
+        "--call",
+        '{"tool": "issue_refund", "arguments": {"order_id": "#W1111111"}}',
+        "--json",
+    )
+    outcome = json.loads(out)
+    assert (code, outcome["unmatched_paths"], outcome["hints"]) == (REFUSED_EXIT, [], {})
+
+
+def test_replay_reports_declared_paths_that_matched_nothing_in_the_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Path coverage: a produces path no result of its tool reached is named, with its count."""
+    manifest = tmp_path / "airline.toml"
+    manifest.write_text(
+        MANIFEST.read_text(encoding="utf-8").replace(
+            '"reservations[*]" = "reservation"',
+            '"reservations[*]" = "reservation"\n"bookings[*].id" = "reservation"',
+        ),
+        encoding="utf-8",
+    )
+    trace = _small_trace(tmp_path)
+    _, out, _ = _run(capsys, "replay", trace, "--manifest", manifest, "--json")
+    coverage = json.loads(out)["total"]["path_coverage"]
+    unmatched = {(row["tool"], row["path"]) for row in coverage["unmatched"]}
+    assert ("get_user_details", "bookings[*].id") in unmatched
+    assert ("get_user_details", "reservations[*]") not in unmatched
+    _, out, _ = _run(capsys, "replay", trace, "--manifest", manifest, "--width", "200")
+    assert "matched nothing in any successful result" in out
+    assert "get_user_details bookings[*].id (1 result(s))" in out
+
+
+def test_replay_with_no_refusal_prints_no_empty_refusals_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No refused call: the line says 0, and no table of one "- none" row follows."""
+    _, out, _ = _run(capsys, "replay", _small_trace(tmp_path), "--manifest", MANIFEST)
+    assert "0 genuine" in out
+    assert "│ -" not in out and "| -" not in out and "none" not in out

@@ -122,8 +122,8 @@ def test_the_context_step_can_be_replaced() -> None:
     assert lossy_summariser(result.ledger).seed == LOSSY_SEED
 
 
-def test_the_compacted_block_tells_the_orders_apart_as_the_readme_quotes() -> None:
-    """compact()'s block notes what tells each order apart (its items); the README quotes it."""
+def test_the_compacted_block_tells_the_orders_apart_as_the_results_page_quotes() -> None:
+    """compact()'s block notes what tells each order apart (its items), as docs/results.md shows."""
     from pathlib import Path
 
     guarded = run_demo(_quiet()).guarded
@@ -133,5 +133,5 @@ def test_the_compacted_block_tells_the_orders_apart_as_the_readme_quotes() -> No
         'order             ord_3Tq7Lm2P      (note: "Kettle K2 (stainless)")',
         'damaged_order     ord_8F3kQ2xM      (note: "Vortex 900 blender")',
     ]
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parent.parent / "docs" / "results.md").read_text(encoding="utf-8")
     assert "\n".join(lines) in readme

@@ -404,7 +404,7 @@ def test_a_silenced_copy_shares_the_sessions_and_the_options() -> None:
 
 
 def test_the_guard_options_read_back_and_are_not_reassigned() -> None:
-    """mode, capacity and the other options are read as attributes; assigning one is refused."""
+    """The options are read as attributes; assigning one is refused, but for a valid mode."""
     store = MemoryStore()
     guard = Guard(
         "observe",
@@ -426,7 +426,10 @@ def test_the_guard_options_read_back_and_are_not_reassigned() -> None:
     assert (guard.max_ids_per_call, Guard(capacity=50).max_ids_per_call) == (9, 5)
     assert guard.kinds == {} and guard.specs == {}
     with pytest.raises(AttributeError):
-        guard.mode = "raise"  # type: ignore[misc]
+        guard.capacity = 10  # type: ignore[misc]
+    with pytest.raises(GuardrailUsageError, match="mode must be one of"):
+        guard.mode = "loud"  # type: ignore[assignment]
+    assert guard.mode == "observe"
 
 
 def test_labels_and_the_labelling_tool() -> None:
@@ -1026,3 +1029,15 @@ def test_fuzz_check_and_record_raise_only_the_librarys_errors(
             except GuardrailError:
                 pass
         assert Ledger.from_json(ledger.to_json()) == ledger
+
+
+def test_a_reprompt_names_each_lookup_tool_once() -> None:
+    """A read tool declaring two paths of one kind is cited once in "look it up with"."""
+    guard = Guard(mode="reprompt")
+    guard.add_kind("card")
+    guard.declare("get_user", effect="read", produces={"cards.~": "card", "cards.*.id": "card"})
+    guard.declare("pay", ids={"card_id": "card"})
+    with guard.session("s"):
+        message = guard.check("pay", {"card_id": "c-1"}).message
+    assert "look it up with get_user," in message or "look it up with get_user or" in message
+    assert message.count("get_user") == 1

@@ -1,4 +1,4 @@
-"""The README's example runs as written and prints what it says."""
+"""The README's example runs as written; docs/results.md's numbers are what commands print."""
 
 from __future__ import annotations
 
@@ -25,8 +25,12 @@ def test_readme_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "guardrail refused the call to issue_refund" in out
 
 
-def _section(title: str) -> str:
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+#: Where the numbers moved: each beside the command that prints it.
+RESULTS = "docs/results.md"
+
+
+def _section(title: str, page: str = "README.md") -> str:
+    text = (REPO / page).read_text(encoding="utf-8")
     start = text.index(f"## {title}")
     end = text.find("\n## ", start + 1)
     return text[start : end if end >= 0 else len(text)]
@@ -54,22 +58,22 @@ def test_compaction_example_runs_and_prints_what_it_says(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The Compaction section's example fits in fourteen lines and prints the sealed block."""
-    section = _section("Compaction")
+    section = _section("Compaction", RESULTS)
     code = _blocks(section, "python")[0]
     assert len(code.splitlines()) <= 14
     monkeypatch.chdir(REPO)  # the example names examples/tau_airline.toml
     exec(compile(code, "README.md", "exec"), {"__name__": "readme"})
     out = capsys.readouterr().out
     assert COMPACTED_EXAMPLE in out
-    assert _blocks(section, "text")[0].strip() == COMPACTED_EXAMPLE  # the README quotes it
+    assert _blocks(section, "text")[0].strip() == COMPACTED_EXAMPLE  # the page quotes it
 
 
 @needs_corpus
 def test_compaction_side_by_side_table_is_what_the_command_prints(
     corpus_side_by_side: Any,
 ) -> None:
-    """The side-by-side table the README quotes is side_by_side() on the whole corpus."""
-    section = _section("Compaction")
+    """The side-by-side table the results page quotes is side_by_side() on the whole corpus."""
+    section = _section("Compaction", RESULTS)
     command = next(block for block in _blocks(section, "sh") if "side_by_side(" in block)
     assert "keep_recent=range(5)" in command
     table = _blocks(section, "text")[1]

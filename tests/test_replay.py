@@ -168,7 +168,7 @@ def test_a_genuine_false_refusal_names_the_result_and_the_declaration_to_add() -
 )
 def test_provenance_finds_the_path_a_declaration_would_name(output: Any, found: list[Any]) -> None:
     """Lists are [*], keys are ~, odd keys are quoted, plain text is $ (a re: producer)."""
-    from guardrail.replay._origin import places
+    from guardrail._provenance.coverage import places
 
     assert list(places(output, "x2")) == found
 

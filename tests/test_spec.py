@@ -258,7 +258,7 @@ def test_a_second_tool_under_a_declared_name_is_refused() -> None:
 
 
 def test_declare_after_a_decorated_tool_of_that_name_is_refused() -> None:
-    """guard.declare cannot replace a decorated tool, nor a decorator a declared one."""
+    """guard.declare cannot replace a decorated tool, nor a declaring decorator a declared one."""
     guard = shop_guard()
 
     @guard.tool
@@ -267,9 +267,9 @@ def test_declare_after_a_decorated_tool_of_that_name_is_refused() -> None:
 
     with pytest.raises(GuardrailUsageError, match=r"refund.*guard\.declare.*name="):
         guard.declare("refund", ids={})
-    with pytest.raises(GuardrailUsageError, match=r"issue_refund.*guard\.declare"):
+    with pytest.raises(GuardrailUsageError, match=r"issue_refund.*declared twice.*guard\.declare"):
 
-        @guard.tool(name="issue_refund")
+        @guard.tool(name="issue_refund", ids={"order_id": "item"})
         def issue(order_id: str) -> str:
             return order_id
 

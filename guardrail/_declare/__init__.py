@@ -13,6 +13,8 @@ once, into the :class:`~guardrail._declare.spec.ToolSpec` the later steps read.
 - :mod:`~guardrail._declare.manifest`: kinds and tools as data (JSON or TOML).
 - :mod:`~guardrail.kinds._operator`: the ids of a kind the operator knows before a
   conversation starts (a catalog, a loader, a policy text), tier ``operator``.
+- :mod:`~guardrail._declare.definitions`: tool definitions as sent to a model
+  (OpenAI, Anthropic, MCP), read as one shape.
 - :mod:`~guardrail._declare.describe`: how an identifier parameter is described
   to the model in a tool's JSON schema.
 - :mod:`~guardrail._declare.arguments`: a call's arguments as the model gave

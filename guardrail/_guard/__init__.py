@@ -7,6 +7,8 @@
   function and the record after it.
 - :mod:`~guardrail._guard.patching`: guarding a function of a module the
   program cannot edit, in place.
+- :mod:`~guardrail._guard.binding`: a guard's declarations (a manifest's)
+  applied to the callables that run its tools, by name.
 - :mod:`~guardrail._guard.sessions`: which ledger is current, the sessions
   cached as live ledgers, the store behind them.
 - :mod:`~guardrail._guard.journal`: a ledger kept in a store: what changed since

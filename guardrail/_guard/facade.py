@@ -16,6 +16,7 @@ options, composes the three, and keeps every public method in one place.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
@@ -24,6 +25,7 @@ from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.failure import DEFAULT_FAILS, Fails, compile_fails
 from guardrail._declare.spec import DeclareOptions, ToolOptions, ToolSpec, check_options
 from guardrail._guard.audit import Audit, SilentLogger
+from guardrail._guard.binding import bind_tools, tool_name
 from guardrail._guard.decorator import guarded
 from guardrail._guard.engine import MODES, Approver, Engine, Mode, Options
 from guardrail._guard.patching import Patch
@@ -54,7 +56,8 @@ class Guard:
     (``guardrail.undeclared_tool``); in production set
     ``refuse_undeclared=True``, so a tool added to the agent but not to the
     guard never runs unchecked. The options are fixed once the guard is
-    built: they can be read back as attributes, not reassigned.
+    built: they can be read back as attributes, not reassigned, except ``mode``
+    (``guard.mode = "observe"`` to watch a new tool set before enforcing).
 
     Args:
         mode: What a refusal does. ``"raise"`` raises
@@ -162,6 +165,13 @@ class Guard:
     def mode(self) -> Mode:
         """What a refusal does: ``"raise"``, ``"reprompt"`` or ``"observe"``."""
         return self._engine.mode
+
+    @mode.setter
+    def mode(self, mode: Mode) -> None:
+        """Change what a refusal does from the next call on (every session of this guard)."""
+        if mode not in MODES:
+            raise GuardrailUsageError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self._engine.mode = mode
 
     @property
     def capacity(self) -> int:
@@ -284,7 +294,14 @@ class Guard:
 
     @classmethod
     def from_manifest(cls, manifest: str | Any | Mapping[str, Any], **options: Any) -> Guard:
-        """A guard whose kinds and tools come from a JSON or TOML file, or a mapping."""
+        """A guard whose kinds and tools come from a JSON or TOML file, or a mapping.
+
+        Every key a manifest takes, with its default and an example, is in the
+        manifest reference (docs/manifest.md). ``options`` are the guard's
+        (``mode=``, ``capacity=``...). Functions guarded afterwards with
+        :meth:`tool`, :meth:`patch` or :meth:`bind` under a name the manifest
+        declares take the manifest's declaration.
+        """
         guard = cls(**options)
         guard.load_manifest(manifest)
         return guard
@@ -331,6 +348,35 @@ class Guard:
 
         return decorate(fn) if fn is not None else decorate
 
+    def bind(
+        self,
+        tools: Mapping[str, Callable[..., Any]] | Iterable[Callable[..., Any]],
+        /,
+        *,
+        definitions: Any = None,
+    ) -> dict[str, Callable[..., Any]]:
+        """Guard the callables that run tools this guard declares (by a manifest, say), by name.
+
+        ``tools`` is a mapping of tool name to callable (functions, bound
+        methods, static methods of tool classes), or a list of callables
+        named by the guard's declarations (``FindPatient.invoke`` is the tool
+        ``find_patient`` when the guard declares that name). Each is guarded
+        as a bare :meth:`tool` would: it takes the declaration the guard
+        holds; a callable the guard declares no tool for, and which marks no
+        ``Id`` of its own, is an error. ``definitions`` are the tool
+        definitions sent to the model (OpenAI, Anthropic or MCP shapes, or a
+        JSON file of them): the placeholder ids their descriptions quote are
+        refused as ``example``, and a declared id parameter a definition
+        lacks is an error. Returns the guarded callables by tool name.
+        """
+        return bind_tools(
+            self._registry,
+            self._engine,
+            lambda function, name: self.tool(name=name)(function),
+            tools,
+            definitions,
+        )
+
     def patch(self, target: str, /, **options: Unpack[ToolOptions]) -> Patch:
         """Guard a tool function of a module you cannot edit, in place; ``undo()`` restores it.
 
@@ -339,10 +385,19 @@ class Guard:
         function goes through the decorator, and wrapt puts the result in
         the module). A module not imported yet is patched when it is
         imported. Code that imported the function by name before the patch
-        keeps the original: patch first.
+        keeps the original: patch first. A static or class method is named by
+        its class (``"retail.tools:GetUserDetails.invoke"`` is the tool
+        ``get_user_details``) unless the guard declares the method's own name.
         """
         check_options("patch()", options, ToolOptions.__optional_keys__)
-        return Patch(target, self.tool(**options))
+
+        def decorate(function: Callable[..., Any], owner: type | None) -> Callable[..., Any]:
+            if owner is None or options.get("name"):
+                return self.tool(**options)(function)
+            named: ToolOptions = {**options, "name": tool_name(function, self.specs, owner=owner)}
+            return self.tool(**named)(function)
+
+        return Patch(target, decorate)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -361,7 +416,7 @@ class Guard:
         quiet._engine = Engine(
             self._registry,
             Audit(SilentLogger()),
-            engine.options,
+            dataclasses.replace(engine.options, mode=engine.mode),
             approval_key=engine.approval_key,
             approver=engine.approver,
         )

@@ -22,14 +22,15 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from guardrail.errors import GuardrailUsageError
 
 if TYPE_CHECKING:
     from types import ModuleType
 
-Decorate = Callable[[Callable[..., Any]], Callable[..., Any]]
+#: Guards a function; the class is given for a static or class method, which it names.
+Decorate = Callable[[Callable[..., Any], "type | None"], Callable[..., Any]]
 
 
 def _split(target: str) -> tuple[str, str]:
@@ -97,7 +98,8 @@ class Patch:
                     "not a function"
                 )
             # The decorator itself guards the plain function: one machinery for both.
-            guarded = self._decorate(function)
+            static = isinstance(parent, type) and isinstance(original, (classmethod, staticmethod))
+            guarded = self._decorate(function, cast(type, parent) if static else None)
             # A method gets its instance (or class) first, as the signature the decorator
             # read says; wrapt hands it over apart. A static method and a function get none.
             takes_instance = inspect.isclass(parent) and not isinstance(original, staticmethod)

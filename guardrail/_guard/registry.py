@@ -13,6 +13,7 @@ sessions or the audit, so one registry can be shared by several guards
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
@@ -61,6 +62,9 @@ class Registry:
         #: Where each tool was declared (a function's module and qualname, guard.declare or
         #: a manifest), for the error that refuses a second tool of the same name.
         self.origins: dict[str, str] = {}
+        #: The tools declared as data (``declare`` or a manifest), and the function each is
+        #: bound to once ``@guard.tool`` took its declaration (None: none yet).
+        self.bound: dict[str, str | None] = {}
         #: The compiled check of each tool, by name.
         self.plans: dict[str, CheckPlan] = {}
         #: Per kind, the read tools that look its ids up (for "look it up again" re-prompts).
@@ -113,6 +117,7 @@ class Registry:
             fails=options.get("fails"),
         )
         self._register(spec, origin)
+        self.bound[name] = None
         return spec
 
     def load_manifest(self, manifest: str | Any | Mapping[str, Any]) -> None:
@@ -127,6 +132,7 @@ class Registry:
         trial.kinds = dict(self.kinds)
         trial.specs = dict(self.specs)
         trial.origins = dict(self.origins)
+        trial.bound = dict(self.bound)
         try:
             # The manifest's own rule, for its tools that declare none (a tool's own wins).
             fails = compile_fails(data.get("fails"))
@@ -144,6 +150,7 @@ class Registry:
             if name not in self.specs:
                 self.specs[name] = spec
                 self.origins[name] = trial.origins[name]
+                self.bound[name] = None
         self._recompile()
 
     def declare_function(
@@ -164,8 +171,13 @@ class Registry:
             raise GuardrailUsageError("this callable has no __name__; pass name=")
         module = getattr(function, "__module__", None) or "?"
         origin = f"{module}.{getattr(function, '__qualname__', tool_name)}"
-        self._require_new_name(tool_name, origin)
         sig_params, sig_produced = signature_ids(function)
+        if tool_name in self.bound:
+            own = [key for key in options if key != "name"]
+            if sig_params or sig_produced:
+                own.append("Id marks in its signature")
+            return self._bind(tool_name, function, origin, own)
+        self._require_new_name(tool_name, origin)
         params = [*sig_params, *param_specs(options.get("ids"), tool=tool_name)]
         minted = param_specs(options.get("mints"), tool=tool_name)
         try:
@@ -196,6 +208,52 @@ class Registry:
         )
         self._register(spec, origin)
         return spec
+
+    def _bind(
+        self, name: str, function: Callable[..., Any], origin: str, own: Sequence[str]
+    ) -> ToolSpec:
+        """A function takes the declaration ``declare`` or a manifest made of its tool.
+
+        The spec stays the declared one; only where each id parameter sits in
+        the function's signature (and its defaults) is added, so a call passing
+        an id positionally is checked too. A function that declares ids of its
+        own, or a second function for one tool, is refused: two declarations
+        of one tool would drift apart.
+        """
+        declared = self.origins[name]
+        if own:
+            raise GuardrailUsageError(
+                f"tool {name!r} is declared twice: by {declared}, and by {origin} "
+                f"({', '.join(own)}). Declare it in one place: drop the function's own "
+                f"declaration (a bare @guard.tool, guard.patch or guard.bind then takes "
+                f"{declared}'s), or remove the tool from {declared}; or pass name= to make "
+                f"the function a tool of its own.",
+                tool=name,
+            )
+        first = self.bound[name]
+        if first is not None and first != origin:
+            raise GuardrailUsageError(
+                f"tool {name!r} ({declared}) is already bound to the function {first}; "
+                f"{origin} cannot be bound to it too. Pass name= to make it a tool of its own.",
+                tool=name,
+            )
+        spec = self.specs[name]
+        try:
+            signature = inspect.signature(function)
+        except (TypeError, ValueError):
+            signature = None
+        at = positions(signature, [*spec.params, *spec.mints], tool=name)
+        defaults: dict[str, Any] = {}
+        for param in spec.params:
+            found = signature.parameters.get(param.name) if signature is not None else None
+            default = None if found is None or param.default_ok else found.default
+            if default is not inspect.Parameter.empty and default is not None:
+                defaults[param.name] = default
+        bound = dataclasses.replace(spec, positions=at, defaults=defaults)
+        self.specs[name] = bound
+        self.bound[name] = origin
+        self._recompile()
+        return bound
 
     # -- building and registering a spec --------------------------------------------------
 
@@ -285,6 +343,17 @@ class Registry:
                 if kind.has_pattern:
                     self.kinds[name] = kind.with_examples(kind.find(spec.description))
 
+    def learn_examples(self, name: str, texts: Sequence[str]) -> None:
+        """Ids of a parameter's kind quoted in texts describing tool ``name`` are placeholders."""
+        spec = self.specs[name]
+        for param in spec.params:
+            for kind_name in param.kinds:
+                kind = self.kinds[kind_name]
+                if kind.has_pattern:
+                    found = [value for text in texts for value in kind.find(text)]
+                    self.kinds[kind_name] = kind.with_examples(found)
+        self._recompile()
+
     def _require_new_name(self, name: str, origin: str, spec: ToolSpec | None = None) -> None:
         """Refuse a second tool of one name: it would replace the first and take its checks.
 
@@ -296,6 +365,15 @@ class Registry:
         first = self.origins.get(name, "an earlier declaration")
         if first == origin and (spec is None or spec == self.specs[name]):
             return
+        if name not in self.bound and origin.startswith(("manifest", "guard.declare")):
+            raise GuardrailUsageError(
+                f"tool {name!r} is declared twice: already declared by the function {first}, "
+                f"now again by {origin}. Declare it in one place: load the manifest (or call "
+                f"declare) before guarding the function, and guard it with a bare "
+                f"@guard.tool, which takes that declaration; or remove one of the two, or "
+                f"give one of them another name (name=).",
+                tool=name,
+            )
         raise GuardrailUsageError(
             f"tool {name!r} is declared twice: already declared by {first}, now again by "
             f"{origin}. The second would replace the first, whose calls would then be checked "
@@ -316,8 +394,9 @@ class Registry:
         lookups: dict[str, list[str]] = {}
         for spec in self.specs.values():
             if spec.effect == "read":
-                for producer in spec.produces:
-                    lookups.setdefault(producer.kind, []).append(spec.name)
+                for producer in spec.produces:  # once per tool, however many paths it declares
+                    if spec.name not in lookups.get(producer.kind, []):
+                        lookups.setdefault(producer.kind, []).append(spec.name)
                 for param in spec.params:
                     for kind in param.kinds:
                         if spec.name not in lookups.get(kind, []):

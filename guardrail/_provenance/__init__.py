@@ -1,5 +1,7 @@
 """What a call brings into the ledger, and on whose word.
 
+- :mod:`~guardrail._provenance.coverage`: which declared result paths reach
+  something in a result, and where a value sits in one.
 - :mod:`~guardrail._provenance.harvest`: a result in, the ids at its declared
   places out (JSON paths, ``Id`` fields, a ``$`` or ``re:`` producer).
 - :mod:`~guardrail._provenance.failure`: whether a result is a failure, by the

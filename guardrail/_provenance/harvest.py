@@ -196,7 +196,7 @@ def _as_json(match: re.Match[str]) -> str:
     return f'"{body}"' if '"' not in body else json.dumps(body, ensure_ascii=False)
 
 
-def _leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
+def leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     """The values a producer reaches, with the status beside each where it reads one."""
     if producer.regex is not None:
         if text is None:
@@ -296,11 +296,11 @@ def batches_of(
         values: list[str] = []
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
-        leaves = _leaves(producer, value, text)
-        notes: list[str | None] | None = None if leaves.notes is None else []
-        found = leaves.statuses if leaves.statuses is not None else repeat(None)
-        noted = leaves.notes if leaves.notes is not None else repeat(None)
-        for leaf, status, note in zip(leaves.values, found, noted, strict=False):
+        reach = leaves(producer, value, text)
+        notes: list[str | None] | None = None if reach.notes is None else []
+        found = reach.statuses if reach.statuses is not None else repeat(None)
+        noted = reach.notes if reach.notes is not None else repeat(None)
+        for leaf, status, note in zip(reach.values, found, noted, strict=False):
             raw = leaf if type(leaf) is str else id_text(leaf)
             if raw is None or not raw or len(raw) > MAX_ID_LENGTH:
                 skipped += leaf is not None

@@ -1,7 +1,8 @@
 """The ``guardrail`` command: ``guardrail demo``, ``guardrail check`` and ``guardrail replay``.
 
 Inside: ``_main`` (the command and its options), ``_check_call`` (``guardrail
-check``: a manifest tried on one conversation) and ``_demo`` (the scripted
+check``: a manifest tried on one conversation), ``_init`` (``guardrail init``: a
+starter manifest from tool definitions) and ``_demo`` (the scripted
 support conversation of ``guardrail demo``).
 """
 

@@ -34,6 +34,7 @@ from rich.text import Text
 from guardrail._data.verdict import Verdict
 from guardrail._guard.audit import SilentLogger
 from guardrail._guard.facade import Guard
+from guardrail._provenance.coverage import admitting, reached
 from guardrail._provenance.failure import suspect_success
 from guardrail.errors import BroadPatternWarning, GuardrailUsageError
 from guardrail.kinds._words import COMMON_WORDS
@@ -194,6 +195,8 @@ def run_check(args: argparse.Namespace, console: Console) -> int:
     if args.call is None:
         raise GuardrailUsageError("give --call JSON (the call to check), or --kinds-only")
     tool, arguments = _call(_json(args.call, "--call"), "--call")
+    returned: list[tuple[str, Any]] = []  # the successful results, in order
+    unmatched: list[dict[str, str]] = []  # declared paths that reached nothing in a result
     with guard.session("guardrail-check") as ledger:
         for dest, raw in steps:
             if dest == "user":
@@ -208,12 +211,38 @@ def run_check(args: argparse.Namespace, console: Console) -> int:
                     suspect = suspect_success(spec, result["result"], guard.kinds)
                     if suspect is not None:  # read as a success, though it reads like an error
                         notes.append(suspect.advice)
+                failed = error or guard.failed(name, result["result"])
+                if not failed:
+                    returned.append((name, result["result"]))
+                if not failed and spec is not None:
+                    unmatched.extend(
+                        {"tool": name, "path": path}
+                        for path, hit in reached(spec, result["result"]).items()
+                        if not hit
+                    )
         verdict = guard.check(tool, arguments)
+    hints = _hints(guard, verdict, returned)
     if args.json:
-        console.print_json(json.dumps(_outcome(verdict, ledger, notes), default=str))
+        outcome = _outcome(verdict, ledger, notes)
+        outcome.update(unmatched_paths=unmatched, hints=hints)
+        console.print_json(json.dumps(outcome, default=str))
     else:
-        _print_verdict(console, verdict, ledger, notes)
+        _print_verdict(console, verdict, ledger, notes, unmatched, hints)
     return 0 if verdict.allowed else REFUSED
+
+
+def _hints(guard: Guard, verdict: Verdict, returned: Sequence[tuple[str, Any]]) -> dict[str, str]:
+    """Per refused value found in a given result: where, and the declaration that admits it."""
+    hints: dict[str, str] = {}
+    for finding in verdict.findings:
+        value = str(finding.to_dict()["value"])
+        if finding.problem in ("unknown", "mutated", "truncated") and value not in hints:
+            for tool, output in reversed(returned):  # the latest result that returned it
+                fix = admitting(tool, output, value, finding.kind, guard.specs.get(tool))
+                if fix is not None:
+                    hints[value] = f"it is in the result of {tool}: {fix}"
+                    break
+    return hints
 
 
 def _outcome(verdict: Verdict, ledger: Ledger, notes: Sequence[str]) -> dict[str, Any]:
@@ -245,9 +274,23 @@ def _print_notes(console: Console, notes: Sequence[str]) -> None:
 
 
 def _print_verdict(
-    console: Console, verdict: Verdict, ledger: Ledger, notes: Sequence[str]
+    console: Console,
+    verdict: Verdict,
+    ledger: Ledger,
+    notes: Sequence[str],
+    unmatched: Sequence[Mapping[str, str]] = (),
+    hints: Mapping[str, str] | None = None,
 ) -> None:
     _print_notes(console, notes)
+    for dead in unmatched:
+        console.print(
+            Text(
+                f"warning: {dead['tool']} declares produces {dead['path']!r}, which matched "
+                "nothing in the result given: check the path against the result's shape",
+                style="yellow",
+            )
+        )
+    hints = hints or {}
     if verdict.allowed:
         console.print(Text(f"{verdict.tool}: allowed", style="bold green"))
     else:
@@ -264,6 +307,8 @@ def _print_verdict(
                 finding.detail,
             )
         console.print(table)
+    for value, hint in hints.items():
+        console.print(Text(f"{value}: {hint}", style="cyan"), soft_wrap=True)
     if verdict.message:
         console.print("re-prompt sent to the model:")
         console.print(Text(verdict.message), soft_wrap=True)

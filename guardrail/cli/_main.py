@@ -1,4 +1,7 @@
-"""The ``guardrail`` command: ``guardrail demo``, ``check``, ``replay`` and ``--version``.
+"""The ``guardrail`` command: ``guardrail demo``, ``init``, ``check``, ``replay``, ``--version``.
+
+``guardrail init DEFINITIONS.json`` proposes a starter manifest from the tool
+definitions an agent sends its model (see :mod:`guardrail.cli._init`).
 
 ``guardrail check --manifest FILE --user TEXT --result JSON --call JSON``
 tries a manifest's rules on one call (see :mod:`guardrail.cli._check_call`);
@@ -31,6 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from guardrail import __version__
 from guardrail._guard.facade import Guard
 from guardrail.cli._check_call import add_parser as add_check
+from guardrail.cli._init import add_parser as add_init
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay import (
     ALL_CLASSES,
@@ -105,6 +109,8 @@ def _parser() -> argparse.ArgumentParser:
 
     add_check(commands)
     commands.choices["check"].set_defaults(run=_check)
+    add_init(commands)
+    commands.choices["init"].set_defaults(run=_init)
 
     rep = commands.add_parser(
         "replay",
@@ -362,6 +368,15 @@ def _check(args: argparse.Namespace) -> int:
 
     try:
         return run_check(args, output_console(args.width))
+    except GuardrailUsageError as exc:
+        return _fail(str(exc))
+
+
+def _init(args: argparse.Namespace) -> int:
+    from guardrail.cli._init import run_init
+
+    try:
+        return run_init(args, output_console(None))
     except GuardrailUsageError as exc:
         return _fail(str(exc))
 

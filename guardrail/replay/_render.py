@@ -75,9 +75,11 @@ def renderables(report: ReplayReport) -> Iterator[Any]:
     yield _files_table(report)
     # Above the table, not its title: a title wraps at the table's width.
     yield Text(false_refusals_line(total))
-    yield _false_refusals(report)
+    yield from _false_refusals(report)
     if total.suspect_successes:
         yield _suspects(report)
+    if total.unmatched_paths:
+        yield _unmatched(report)
     if total.asked or "approve" in report.settings:
         yield _asks(report)
     yield _detection_table(report)
@@ -100,7 +102,7 @@ def _live_renderables(report: ReplayReport, live: LiveStats) -> Iterator[Any]:
     )
     yield _files_table(report)
     yield Text(false_refusals_line(total))
-    yield _false_refusals(report)
+    yield from _false_refusals(report)
     if total.asked:
         yield _asks(report)
     yield _live_table(report)
@@ -205,6 +207,20 @@ def _suspects(report: ReplayReport) -> Text:
     return Text(line, style="yellow")
 
 
+def _unmatched(report: ReplayReport) -> Text:
+    """A warning: declared result paths that reached nothing in any successful result."""
+    total = report.total
+    dead = total.unmatched_paths
+    line = (
+        f"Warning: {_n(len(dead))} of {_n(len(total.path_results))} declared result paths "
+        "matched nothing in any successful result of their tool (check each against the "
+        "results' shape, or drop it):"
+    )
+    for tool, path, count in dead:
+        line += f"\n  {tool} {path} ({_n(count)} result(s))"
+    return Text(line, style="yellow")
+
+
 def _asks(report: ReplayReport) -> Text:
     """Calls that would wait for the user's approval, by the tier of the values asked about."""
     total = report.total
@@ -225,8 +241,8 @@ def _asks(report: ReplayReport) -> Text:
     return Text(line)
 
 
-def _false_refusals(report: ReplayReport) -> Table:
-
+def _false_refusals(report: ReplayReport) -> Iterator[Table]:
+    """The refused calls' examples; none at all: no table (the line above says 0)."""
     total = report.total
     table = Table()
     for name in ("recording", "reason", "trace", "msg", "tool", "findings"):
@@ -253,10 +269,10 @@ def _false_refusals(report: ReplayReport) -> Table:
             example.describe(),
         )
     if not table.rows:
-        _row(table, "-", "none", "", "", "", "")
+        return
     table.caption = Text("; ".join(f"{r}: {_REASON_TEXT[r]}" for r in REASONS))
     table.caption_justify = "left"
-    return table
+    yield table
 
 
 def _detection_table(report: ReplayReport) -> Table:

@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeAlias, TypeVar
 from guardrail._data.text import has_token
 from guardrail._data.verdict import Finding, Verdict
 from guardrail._guard.facade import Guard
+from guardrail._provenance.coverage import reached
 from guardrail._provenance.failure import suspect_success
 from guardrail._provenance.harvest import harvest
 from guardrail._transcript.content import strings
@@ -242,6 +243,8 @@ class TraceRun:
             suspect = suspect_success(spec, message.output, self.guard.kinds)
             if suspect is not None:  # the rule took an error-looking text for a success
                 self.stats.add_suspect_success(self._example(index, call.name, suspect.advice, ()))
+        if not failed and spec is not None and spec.produces:
+            self.stats.add_paths(call.name, reached(spec, message.output))
         if not failed:
             self.outputs.append(message.content)
             self.returned.append(Returned(index, call.name, message.output))

@@ -345,6 +345,10 @@ class Stats:
     #: example's ``label`` says which tool and what to declare.
     suspect_successes: int = 0
     suspect_examples: list[Example] = field(default_factory=list)
+    #: Per declared result path, ``(tool, path)``: the successful results of its tool read,
+    #: and those in which it reached a value. A path that never did is dead in this corpus.
+    path_results: Counter[tuple[str, str]] = field(default_factory=Counter)
+    path_hits: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def genuine_false_refusals(self) -> int:
@@ -395,6 +399,21 @@ class Stats:
             stats = self.detection[name] = ClassStats()
         return stats
 
+    def add_paths(self, tool: str, reached: Mapping[str, bool]) -> None:
+        """Count one successful result of ``tool``: which of its declared paths reached a value."""
+        for path, hit in reached.items():
+            self.path_results[tool, path] += 1
+            self.path_hits[tool, path] += hit
+
+    @property
+    def unmatched_paths(self) -> list[tuple[str, str, int]]:
+        """``(tool, path, results)`` for each declared path that reached nothing in any result."""
+        return [
+            (tool, path, count)
+            for (tool, path), count in sorted(self.path_results.items())
+            if not self.path_hits[tool, path]
+        ]
+
     def merge(self, other: Stats) -> None:
         """Add ``other``'s counts to this one (examples kept up to the cap)."""
         cap = self.max_examples
@@ -419,6 +438,8 @@ class Stats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         _add_examples(self.suspect_examples, other.suspect_examples, cap)
         self.ask_tiers.update(other.ask_tiers)
+        self.path_results.update(other.path_results)
+        self.path_hits.update(other.path_hits)
         _add_examples(self.ask_examples, other.ask_examples, cap)
         self.false_refusals.update(other.false_refusals)
         self.refused_failed.update(other.refused_failed)
@@ -491,6 +512,13 @@ class Stats:
             "suspect_successes": {
                 "total": self.suspect_successes,
                 "examples": [e.to_dict() for e in self.suspect_examples],
+            },
+            "path_coverage": {
+                "declared": len(self.path_results),
+                "unmatched": [
+                    {"tool": tool, "path": path, "results": count}
+                    for tool, path, count in self.unmatched_paths
+                ],
             },
             "unknown_tools": dict(sorted(self.unknown_tools.items())),
             "unknown_tool_calls": sum(self.unknown_tools.values()),
