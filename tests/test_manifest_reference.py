@@ -72,6 +72,10 @@ def test_every_row_gives_a_default() -> None:
             assert default, key
 
 
+#: Kind keys that mean something only beside another: the example is compiled with it.
+KIND_COMPANIONS: dict[str, dict[str, Any]] = {"operator_per": {"operator_ids": "builtins:list"}}
+
+
 def _manifest(section: str, key: str, example: str) -> dict[str, Any]:
     """The example of one row, as a whole manifest the loader can compile."""
     if section == "The file":
@@ -81,7 +85,7 @@ def _manifest(section: str, key: str, example: str) -> dict[str, Any]:
     parsed = tomllib.loads(example)
     if section == "A kind":
         assert list(parsed) == [key], example
-        return {"kinds": {"example": parsed}, "tools": {}}
+        return {"kinds": {"example": {**KIND_COMPANIONS.get(key, {}), **parsed}}, "tools": {}}
     tool: dict[str, Any]
     if section == "A tool":
         assert list(parsed) == [key], example
