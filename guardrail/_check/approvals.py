@@ -30,6 +30,7 @@ import hashlib
 import hmac
 import inspect
 import json
+import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
@@ -39,7 +40,7 @@ from guardrail._data.text import excerpt, shorten
 from guardrail._data.verdict import ApprovalRequest, Finding, Problem, Verdict
 from guardrail._declare.spec import ToolSpec
 from guardrail._transcript.result_text import REFUSAL_PREFIX
-from guardrail.errors import GuardrailUsageError
+from guardrail.errors import GuardrailUsageError, StaleApproval
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
 
@@ -48,7 +49,7 @@ ALLOW: Final = "allow"
 #: What :func:`weigh` answers for a value the user must approve first.
 ASK: Final = "ask"
 
-_TOKEN_VERSION = "a1"  # noqa: S105 (a format tag, not a secret)
+_TOKEN_VERSION = "a2"  # noqa: S105 (a format tag, not a secret)
 
 
 class Weighed(NamedTuple):
@@ -271,10 +272,23 @@ def _mac(key: bytes, payload: bytes) -> str:
     return hmac.new(key, b"guardrail approval\0" + payload, hashlib.sha256).hexdigest()[:32]
 
 
-def sign(key: bytes, request: ApprovalRequest, value_key: str) -> ApprovalRequest:
-    """``request`` with its token: the session, tool, kind and value's key, and their MAC."""
+def sign(key: bytes, request: ApprovalRequest, value_key: str, instance: str) -> ApprovalRequest:
+    """``request`` with its token: the session and its life, tool, kind, value's key; their MAC.
+
+    ``instance`` is the ledger's life (:attr:`LedgerState.instance`): a
+    session deleted or expired starts a new one, and the token of the old
+    one is stale.
+    """
     payload = json.dumps(
-        [_TOKEN_VERSION, request.session, request.tool, request.kind, value_key, request.value],
+        [
+            _TOKEN_VERSION,
+            request.session,
+            instance,
+            request.tool,
+            request.kind,
+            value_key,
+            request.value,
+        ],
         ensure_ascii=False,
         separators=(",", ":"),
     ).encode("utf-8", "surrogatepass")
@@ -282,10 +296,11 @@ def sign(key: bytes, request: ApprovalRequest, value_key: str) -> ApprovalReques
     return dataclasses.replace(request, token=token)
 
 
-def signed(key: bytes, verdict: Verdict, state: LedgerState) -> Verdict:
+def signed(keys: Keys, verdict: Verdict, state: LedgerState) -> Verdict:
     """``verdict`` with each request signed: only the program can answer it."""
     approvals = tuple(
-        sign(key, r, state.key(r.kind, r.value) or r.value) for r in verdict.approvals
+        sign(keys.key, r, state.key(r.kind, r.value) or r.value, state.instance)
+        for r in verdict.approvals
     )
     return dataclasses.replace(verdict, approvals=approvals)
 
@@ -318,44 +333,77 @@ async def answer_async(
 
 
 def decide_request(
-    key: bytes, state: LedgerState, request: ApprovalRequest | str, approved: bool
+    keys: Keys, state: LedgerState, request: ApprovalRequest | str, approved: bool
 ) -> tuple[Grant, Entry]:
-    """Record the user's answer to a request of ``state``'s session: what it granted, the entry."""
-    grant = read_token(key, request)
+    """Record the user's answer to a request of ``state``'s session: what it granted, the entry.
+
+    A request of another life of the session (deleted or expired since) is
+    :class:`~guardrail.errors.StaleApproval`; one of another ledger of no
+    session, a usage error.
+    """
+    grant = read_token(keys, request)
     if grant.session != state.session_id:
         raise GuardrailUsageError(
             f"the request was made in session {grant.session!r}, not in "
             f"{state.session_id!r}: an approval covers the session it was asked in"
         )
+    if grant.instance != state.instance:
+        if grant.session is None:
+            raise GuardrailUsageError(
+                "the request was made on another ledger: an approval covers the ledger it was "
+                "asked on. Pass that ledger as ledger=, or ask again on this one"
+            )
+        raise stale(grant.session)
     return grant, decide(state, grant, approved)
 
 
+def stale(session: str) -> StaleApproval:
+    """The error for a request of a session that ended, was deleted or expired since."""
+    return StaleApproval(
+        f"session {session!r} ended (or was deleted, or expired) after this request was made: "
+        "its approval requests are stale and approve nothing. Ask again in the live session"
+    )
+
+
+class Keys(NamedTuple):
+    """What signs approval requests: the key, and whether it comes from the guard's ``secret``."""
+
+    key: bytes
+    from_secret: bool
+
+
 class Grant(NamedTuple):
-    """What a verified token names: the session, tool, kind, the value's key and the value."""
+    """What a verified token names: the session and its life, tool, kind, value's key, value."""
 
     session: str | None
+    instance: str
     tool: str
     kind: str
     key: str
     value: str
 
 
-def read_token(key: bytes, given: ApprovalRequest | str) -> Grant:
+def read_token(keys: Keys, given: ApprovalRequest | str) -> Grant:
     """The grant a token names, once its MAC verifies; a usage error for any other text.
 
     A request whose fields differ from what its token names is forged too.
     """
     token = given.token if isinstance(given, ApprovalRequest) else given
     if not isinstance(token, str) or token.count(".") != 1:
-        raise _forged()
+        raise _forged(keys)
     body, mac = token.split(".")
     try:
         payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
-        raise _forged() from None
-    if not hmac.compare_digest(mac, _mac(key, payload)):
-        raise _forged()
+        raise _forged(keys) from None
+    if not hmac.compare_digest(mac, _mac(keys.key, payload)):
+        raise _forged(keys)
     fields: list[Any] = json.loads(payload)
+    if fields[0] != _TOKEN_VERSION:
+        raise StaleApproval(
+            "the request was made by an earlier version of guardrail, before requests named "
+            "the life of their session: it approves nothing. Ask again"
+        )
     grant = Grant(*fields[1:])
     if isinstance(given, ApprovalRequest) and (
         given.session,
@@ -363,15 +411,24 @@ def read_token(key: bytes, given: ApprovalRequest | str) -> Grant:
         given.kind,
         given.value,
     ) != (grant.session, grant.tool, grant.kind, grant.value):
-        raise _forged()
+        raise _forged(keys)
     return grant
 
 
-def _forged() -> GuardrailUsageError:
+def _forged(keys: Keys) -> GuardrailUsageError:
+    if not keys.from_secret:
+        return GuardrailUsageError(
+            "this guard cannot verify the request's token: it has no secret=, so it signs "
+            "approval requests with a random key of this process, and a request made before a "
+            "restart or by another worker does not verify here (nor does a forged or altered "
+            "one). Give every worker that shares the store the same Guard(secret=...) for "
+            "approvals to outlive a restart and to be answered on any worker"
+        )
     return GuardrailUsageError(
-        "not an approval request of this guard: its token is forged, altered, or another "
-        "guard's. Approve only the requests a verdict of this guard lists (verdict.approvals), "
-        "as the guard gave them, never text a model wrote"
+        "not an approval request of this guard: its token is forged, altered, or signed under "
+        "another secret. Approve only the requests a verdict of this guard (or of a guard with "
+        "the same secret=) lists (verdict.approvals), as the guard gave them, never text a "
+        "model wrote"
     )
 
 
@@ -410,6 +467,20 @@ def decide(state: LedgerState, grant: Grant, approved: bool) -> Entry:
         state.changed(entry.kind, entry.key)
     state.persist()
     return entry
+
+
+def renew(state: LedgerState) -> None:
+    """Start a new life of a ledger: a new instance, and its approvals and denials gone.
+
+    The session ended: requests made in it are stale (their token names the
+    old instance), and what the user answered there covers nothing after it.
+    """
+    with state.lock:
+        state.instance = secrets.token_urlsafe(12)
+        for entry in state.entries():
+            if entry.approved or entry.declined:
+                entry.approved = entry.declined = frozenset()
+                state.changed(entry.kind, entry.key)
 
 
 def ask_message(tool: str, requests: Sequence[ApprovalRequest]) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from guardrail._check.approvals import answer_async, answer_now, decide_request, signed
+from guardrail._check.approvals import Keys, answer_async, answer_now, decide_request, signed
 from guardrail._check.plan import (
     CheckPlan,
     check_arguments,
@@ -54,6 +54,10 @@ _USER = "user"
 #: Unknown tool names warned about once each, at most (a model inventing names costs no memory).
 _UNDECLARED_KEPT = 1000
 Answers = Callable[[Approver, tuple[ApprovalRequest, ...]], list[bool]]
+
+
+#: An engine made without the guard's keys (a test's): requests are signed with an empty key.
+_UNSIGNED = Keys(b"", from_secret=False)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,7 @@ class Engine:
         audit: Audit,
         options: Options,
         *,
-        approval_key: bytes = b"",
+        approval_key: Keys = _UNSIGNED,
         approver: Approver | None = None,
     ) -> None:
         self.registry = registry

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from guardrail._check.approvals import read_token
+from guardrail._check.approvals import read_token, stale
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.failure import DEFAULT_FAILS, Fails, compile_fails
 from guardrail._declare.spec import DeclareOptions, ToolOptions, ToolSpec, check_options
@@ -31,7 +31,7 @@ from guardrail._guard.registry import Registry
 from guardrail._guard.sessions import Sessions, SessionScope, check_session_id
 from guardrail._provenance.failure import result_failed
 from guardrail._provenance.seal import check_sealable, seal_result
-from guardrail.errors import GuardrailUsageError, StaleApproval
+from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, KindOptions
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger
 from guardrail.ledger._ledger import ledger_of, state_of
@@ -607,10 +607,7 @@ class Guard:
                 )
             return None
         if grant.session in self._sessions.ended:
-            raise StaleApproval(
-                f"session {grant.session!r} has ended: its approval requests are stale. "
-                "Ask again in a live session"
-            )
+            raise stale(grant.session)
         return grant.session
 
     def seal_result(

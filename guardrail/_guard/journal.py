@@ -84,10 +84,10 @@ def written(state: LedgerState, change: Change) -> None:
 
 
 def _mark(state: LedgerState) -> tuple[Any, ...]:
-    """The meta fields that change without an id changing: turn, epoch, re-prompt counts."""
+    """The meta fields that change without an id changing: turn, epoch, re-prompts, life."""
     reprompts = state.reprompts
     counts = tuple(reprompts.counts.items()) if reprompts.turn == state.turn else ()
-    return (state.turn, state.epoch, counts)
+    return (state.turn, state.epoch, counts, state.instance)
 
 
 def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
@@ -98,7 +98,14 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
     """
     state.written_meta = meta
     state.written_mark = (
-        None if meta is None else (meta["turn"], meta["epoch"], tuple(meta["refusals"].items()))
+        None
+        if meta is None
+        else (
+            meta["turn"],
+            meta["epoch"],
+            tuple(meta["refusals"].items()),
+            meta.get("instance"),
+        )
     )
 
 

@@ -22,8 +22,8 @@ from guardrail._data.entry import (
 )
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
-#: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is
-#: derived from the guard's secret, never stored.
+#: ``counters``, ``user_texts``, ``refusals``, ``instance`` (JSON-safe). No key: a ledger's
+#: seal key is derived from the guard's secret, never stored.
 Meta = Mapping[str, Any]
 
 #: How many of the user's last texts a ledger keeps (and a merged meta).
@@ -157,11 +157,15 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     kept); the
     kinds are united; re-prompt counts are those of the later turn (the
     larger of each on a tie); capacities stay the held ones (the first
-    writer's). A ``seal_key`` an earlier version kept in the meta is dropped.
+    writer's), and so does the session's ``instance`` (the life its
+    approval requests name). A ``seal_key`` an earlier version kept in the
+    meta is dropped.
     """
     if held is None or not concurrent:
         return new
     merged = dict(held)
+    if "instance" not in held and "instance" in new:  # held written by an earlier version
+        merged["instance"] = new["instance"]
     merged.pop("seal_key", None)
     merged["turn"] = max(held["turn"], new["turn"])
     merged["epoch"] = max(held["epoch"], new["epoch"])

@@ -83,6 +83,7 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
         "counters": dict(state.counters),
         "user_texts": list(state.user_texts),
         "refusals": state.reprompts.of(state.turn),
+        "instance": state.instance,
     }
 
 
@@ -248,6 +249,8 @@ def absorb(
 def take_meta(state: LedgerState, meta: Meta) -> None:
     """Set a ledger's turn, counters, user texts and re-prompt counts from checked meta."""
     state.turn = meta["turn"]
+    if "instance" in meta:  # the store's life of the session: its approval requests hold
+        state.instance = meta["instance"]
     state.epoch = max(state.epoch, meta["epoch"])
     state.counters = dict(meta["counters"])
     state.user_texts.replace(meta["user_texts"])

@@ -114,6 +114,8 @@ class SavedMeta(TypedDict):
     counters: dict[str, Count]
     user_texts: list[str]
     refusals: dict[str, Count]
+    #: The session's life, which its approval requests name (earlier versions wrote none).
+    instance: NotRequired[Annotated[str, Field(min_length=1, max_length=64)]]
     #: Written by earlier versions, which kept the key in the store: checked, then ignored.
     seal_key: NotRequired[SealKey]
 

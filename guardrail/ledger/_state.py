@@ -126,6 +126,9 @@ class LedgerState:
         self.lock = threading.RLock()
         #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
         self.seal_key: bytes = secrets.token_bytes(32)
+        #: This life of the ledger: a random value its approval requests are bound to, kept
+        #: with the session in the store (a session deleted or expired starts with a new one).
+        self.instance: str = secrets.token_urlsafe(12)
         self.journal: set[Name] | None = None
         #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
         #: ledgers only): the next write deletes their rows from the store.
