@@ -30,7 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check.approvals import Keys, renew
+from guardrail._check.approvals import renew
+from guardrail._check.tokens import Keys
 from guardrail._guard import journal
 from guardrail.errors import GuardrailUsageError, SessionDeleted
 from guardrail.kinds import Kind
@@ -227,6 +228,9 @@ class Sessions:
         state.session_id = session_id
         message = b"guardrail seal\0" + session_id.encode("utf-8", "surrogatepass")
         state.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
+        if self.has_secret:  # only then is the key the same in every worker and after a restart
+            message = b"guardrail answers\0" + session_id.encode("utf-8", "surrogatepass")
+            state.answer_key = hmac.new(self._secret, message, hashlib.sha256).digest()
 
     # -- opening and closing ------------------------------------------------------------------
     # Each sequence is written once, as steps (_Steps); each public method runs it with _run

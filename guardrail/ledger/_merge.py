@@ -16,8 +16,10 @@ from typing import Any
 from guardrail._data.entry import (
     RETIRED_FIELDS,
     Record,
+    answer_parts,
     implied_tier,
     provenance_order,
+    seal_name,
     tool_written,
 )
 
@@ -116,14 +118,27 @@ def _combine_provenance(merged: dict[str, Any], held: Record, new: Record) -> No
     older, newer = (
         (held, new) if (held["turn"], held["epoch"]) <= (new["turn"], new["epoch"]) else (new, held)
     )
-    approved = set(older.get("approved", ())) - set(newer.get("declined", ()))
-    declined = set(older.get("declined", ())) - set(newer.get("approved", ()))
+    # By tool: the newer copy's answer for a tool replaces the older's. An approval of one
+    # call the older copy alone still holds may be spent in the newer: it goes (asked again).
+    answered = {answer_parts(a)[0] for f in ("approved", "declined") for a in newer.get(f, ())}
+    approved = {
+        a
+        for a in older.get("approved", ())
+        if answer_parts(a)[0] not in answered and not answer_parts(a)[1]
+    }
+    declined = {a for a in older.get("declined", ()) if answer_parts(a)[0] not in answered}
     approved |= set(newer.get("approved", ()))
     declined |= set(newer.get("declined", ()))
     if approved:
         merged["approved"] = sorted(approved)
     if declined:
         merged["declined"] = sorted(declined)
+    # The MACs of the answers kept (a guard with a secret checks each as it weighs a call).
+    kept = {seal_name(a, True) for a in approved} | {seal_name(a, False) for a in declined}
+    seals = {**older.get("seals", {}), **newer.get("seals", {})}
+    merged.pop("seals", None)
+    if seals := {name: mac for name, mac in seals.items() if name in kept}:
+        merged["seals"] = dict(sorted(seals.items()))
 
 
 def _spelling_order(record: Record) -> tuple[int, int, str]:

@@ -71,6 +71,8 @@ class LiveRecord(TypedDict):
     mention: NotRequired[SavedMention]
     approved: NotRequired[list[str]]
     declined: NotRequired[list[str]]
+    #: The MAC of each answer, by ``+tool`` or ``-tool`` (a guard with a secret writes them).
+    seals: NotRequired[dict[str, str]]
     #: Retired: other spellings tools wrote of the id, written by earlier development
     #: versions; accepted and ignored (see ``RETIRED_FIELDS`` in :mod:`guardrail._data.entry`).
     spellings: NotRequired[list[str]]

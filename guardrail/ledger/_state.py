@@ -35,6 +35,7 @@ from typing import Any
 
 from guardrail._data.batch import Batch
 from guardrail._data.entry import (
+    NO_SEALS,
     NOTHING,
     UNWRITTEN_PATHS,
     Admitted,
@@ -129,6 +130,9 @@ class LedgerState:
         #: This life of the ledger: a random value its approval requests are bound to, kept
         #: with the session in the store (a session deleted or expired starts with a new one).
         self.instance: str = secrets.token_urlsafe(12)
+        #: Seals the user's answers kept on entries, in a session of a guard with a secret
+        #: (None: answers are kept as plain tool names, and taken as the store holds them).
+        self.answer_key: bytes | None = None
         self.journal: set[Name] | None = None
         #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
         #: ledgers only): the next write deletes their rows from the store.
@@ -368,6 +372,7 @@ class LedgerState:
                     entry.pinned, entry.aliases, entry.epoch = False, (), 0
                     entry.tier, entry.outside, entry.mention = level, outside, None
                     entry.approved = entry.declined = NOTHING
+                    entry.seals = NO_SEALS
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
