@@ -87,7 +87,12 @@ def _mark(state: LedgerState) -> tuple[Any, ...]:
     """The meta fields that change without an id changing: turn, epoch, re-prompts, life."""
     reprompts = state.reprompts
     counts = tuple(reprompts.counts.items()) if reprompts.turn == state.turn else ()
-    return (state.turn, state.epoch, counts, state.instance)
+    return (state.turn, state.epoch, counts, state.instance, *_calls(*state.calls.to_meta()))
+
+
+def _calls(held: list[str], ran: list[str]) -> tuple[Any, ...]:
+    """A cheap mark of the held calls: how many of each, and the last of each."""
+    return (len(held), held[-1:], len(ran), ran[-1:])
 
 
 def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
@@ -105,6 +110,7 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
             meta["epoch"],
             tuple(meta["refusals"].items()),
             meta.get("instance"),
+            *_calls(meta.get("held", []), meta.get("ran", [])),
         )
     )
 

@@ -22,10 +22,11 @@ from guardrail._data.entry import (
     seal_name,
     tool_written,
 )
+from guardrail.ledger._calls import HeldCalls
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
-#: ``counters``, ``user_texts``, ``refusals``, ``instance`` (JSON-safe). No key: a ledger's
-#: seal key is derived from the guard's secret, never stored.
+#: ``counters``, ``user_texts``, ``refusals``, ``instance``, ``held``, ``ran`` (JSON-safe).
+#: No key: a ledger's seal key is derived from the guard's secret, never stored.
 Meta = Mapping[str, Any]
 
 #: How many of the user's last texts a ledger keeps (and a merged meta).
@@ -181,6 +182,10 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     merged = dict(held)
     if "instance" not in held and "instance" in new:  # held written by an earlier version
         merged["instance"] = new["instance"]
+    calls = HeldCalls()  # held calls: united, a call that ran in either copy has run
+    calls.take(held.get("held", ()), held.get("ran", ()))
+    calls.take(new.get("held", ()), new.get("ran", ()))
+    merged["held"], merged["ran"] = calls.to_meta()
     merged.pop("seal_key", None)
     merged["turn"] = max(held["turn"], new["turn"])
     merged["epoch"] = max(held["epoch"], new["epoch"])

@@ -84,6 +84,8 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
         "user_texts": list(state.user_texts),
         "refusals": state.reprompts.of(state.turn),
         "instance": state.instance,
+        "held": state.calls.to_meta()[0],
+        "ran": state.calls.to_meta()[1],
     }
 
 
@@ -251,6 +253,7 @@ def take_meta(state: LedgerState, meta: Meta) -> None:
     state.turn = meta["turn"]
     if "instance" in meta:  # the store's life of the session: its approval requests hold
         state.instance = meta["instance"]
+    state.calls.take(meta.get("held", ()), meta.get("ran", ()))
     state.epoch = max(state.epoch, meta["epoch"])
     state.counters = dict(meta["counters"])
     state.user_texts.replace(meta["user_texts"])

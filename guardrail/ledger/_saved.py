@@ -118,6 +118,9 @@ class SavedMeta(TypedDict):
     refusals: dict[str, Count]
     #: The session's life, which its approval requests name (earlier versions wrote none).
     instance: NotRequired[Annotated[str, Field(min_length=1, max_length=64)]]
+    #: The calls held for the user's answer, and those of them that ran (by call id).
+    held: NotRequired[list[str]]
+    ran: NotRequired[list[str]]
     #: Written by earlier versions, which kept the key in the store: checked, then ignored.
     seal_key: NotRequired[SealKey]
 

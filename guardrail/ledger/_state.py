@@ -48,6 +48,7 @@ from guardrail._data.entry import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.ledger._calls import HeldCalls
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -133,6 +134,8 @@ class LedgerState:
         #: Seals the user's answers kept on entries, in a session of a guard with a secret
         #: (None: answers are kept as plain tool names, and taken as the store holds them).
         self.answer_key: bytes | None = None
+        #: The calls held for the user's answer, by call id, and those that ran since.
+        self.calls = HeldCalls()
         self.journal: set[Name] | None = None
         #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
         #: ledgers only): the next write deletes their rows from the store.
