@@ -1,0 +1,114 @@
+"""One answer runs a held call once, in every runtime: written as the replay an attacker tries.
+
+A held payment is approved; then the same answer is brought back (the
+held message answered again, the approved run resumed again, on this
+worker or another sharing the store): the payment must not run twice. The
+scope of the approval decides what a new call with the same payee does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent, DeferredToolRequests
+
+from guardrail import Guard
+from guardrail.integrations.loops import run_tool_calls
+from guardrail.integrations.pydantic_ai import Guardrail, answer_approvals
+from guardrail.stores import SQLiteStore
+from tests.integrations.test_loops import SHAPES, answers
+from tests.integrations.test_loops_approvals import BILL_IBAN, Bank, _bill_read, _pay, bank_guard
+from tests.integrations.test_pydantic_ai import returns
+from tests.integrations.test_pydantic_ai_approvals import Bank as PydanticBank
+from tests.integrations.test_pydantic_ai_approvals import _pays
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_loop_answered_twice_pays_once(shape: str) -> None:
+    """The held message passed again after it ran: its call is refused, not run twice."""
+    guard, bank = bank_guard(), Bank()
+    tools = _bill_read(guard, bank, shape)
+    message = _pay(shape)
+    (request,) = run_tool_calls(guard, message, tools, session="s").approvals
+    guard.approve(request)
+    run_tool_calls(guard, message, tools, session="s")
+    again = run_tool_calls(guard, message, tools, session="s")
+    assert bank.sent == [BILL_IBAN]
+    ((call_id, text, _),) = answers(shape, again)
+    assert call_id == "c2" and "already ran" in text
+    # The default scope: a new payment to the approved payee runs without asking.
+    run_tool_calls(guard, _pay(shape, "c3"), tools, session="s")
+    assert bank.sent == [BILL_IBAN, BILL_IBAN]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_loop_approval_of_the_held_call_alone_asks_for_the_next(shape: str) -> None:
+    """scope="call": the held call runs once; a new payment to the same payee asks again."""
+    guard, bank = bank_guard(), Bank()
+    tools = _bill_read(guard, bank, shape)
+    (request,) = run_tool_calls(guard, _pay(shape), tools, session="s").approvals
+    guard.approve(request, scope="call")
+    run_tool_calls(guard, _pay(shape), tools, session="s")
+    later = run_tool_calls(guard, _pay(shape, "c3"), tools, session="s")
+    assert later.waiting and bank.sent == [BILL_IBAN]
+
+
+def test_a_loop_answered_again_on_another_worker_pays_once(tmp_path: Path) -> None:
+    """Two workers on one store: the message answered on one, brought back on the other."""
+    path = tmp_path / "sessions.db"
+    one = bank_guard()
+    one = _with_store(one, SQLiteStore(path))
+    other = _with_store(bank_guard(), SQLiteStore(path))
+    bank = Bank()
+    tools = _bill_read(one, bank, "openai_chat")
+    other_tools = type(tools)(other, [bank.read_file, bank.send_money, bank.schedule_transaction])
+    message = _pay("openai_chat")
+    (request,) = run_tool_calls(one, message, tools, session="s").approvals
+    one.approve(request)
+    run_tool_calls(one, message, tools, session="s")
+    run_tool_calls(other, message, other_tools, session="s")
+    assert bank.sent == [BILL_IBAN]
+
+
+def _with_store(guard: Guard, store: SQLiteStore) -> Guard:
+    """The same declarations on a guard that keeps its sessions in ``store``."""
+    worker = Guard(mode=guard.mode, store=store, secret="the workers' shared key")
+    worker.add_kind("iban", pattern=r"[A-Z]{2}\d{2}[A-Z0-9]{10,30}", mentions="ask")
+    worker.add_kind("file")
+    worker.declare("read_file", ids={"file_path": "file"}, effect="read", verifies=False)
+    worker.declare("send_money", ids={"recipient": "iban"}, effect="write")
+    worker.declare("schedule_transaction", ids={"recipient": "iban"}, effect="write")
+    return worker
+
+
+def test_a_pydantic_ai_run_resumed_twice_with_one_yes_pays_once() -> None:
+    """The deferred call's yes given to two resumed runs: the payment runs in the first only."""
+    guard, bank = bank_guard(), PydanticBank()
+    agent = Agent(
+        _model(),
+        toolsets=[bank.toolset()],
+        capabilities=[Guardrail(guard)],
+        output_type=[str, DeferredToolRequests],
+    )
+    with guard.session("s"):
+        result = asyncio.run(agent.run("Can you please pay the bill 'bill-december-2023.txt'?"))
+    (call,) = result.output.approvals
+    yes = answer_approvals(guard, result.output, {call.tool_call_id: True})
+    history = result.all_messages()
+    for _ in range(2):
+        with guard.session("s"):
+            resumed = asyncio.run(
+                agent.run(None, message_history=history, deferred_tool_results=yes)
+            )
+    assert bank.sent == [BILL_IBAN]
+    (refused,) = returns(resumed.all_messages(), "send_money")
+    assert "already ran" in str(refused.content)
+
+
+def _model() -> Any:
+    from pydantic_ai.models.function import FunctionModel
+
+    return FunctionModel(_pays())
