@@ -95,8 +95,10 @@ def test_a_pydantic_ai_run_resumed_twice_with_one_yes_pays_once() -> None:
     )
     with guard.session("s"):
         result = asyncio.run(agent.run("Can you please pay the bill 'bill-december-2023.txt'?"))
-    (call,) = result.output.approvals
-    yes = answer_approvals(guard, result.output, {call.tool_call_id: True})
+    deferred = result.output
+    assert isinstance(deferred, DeferredToolRequests)
+    (call,) = deferred.approvals
+    yes = answer_approvals(guard, deferred, {call.tool_call_id: True})
     history = result.all_messages()
     for _ in range(2):
         with guard.session("s"):
@@ -112,3 +114,19 @@ def _model() -> Any:
     from pydantic_ai.models.function import FunctionModel
 
     return FunctionModel(_pays())
+
+
+def test_every_adapter_page_says_what_an_approval_covers_in_the_same_words() -> None:
+    """The one sentence of docs/approvals.md on scope, repeated on each adapter's page."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    text = " ".join((docs / "approvals.md").read_text().split())
+    start = text.index("**What an approval covers.** ") + len("**What an approval covers.** ")
+    sentence = text[start : text.index(".", start) + 1]
+    assert 'scope="call"' in sentence and "once" in sentence
+    pages = sorted((docs / "integrations").glob("*.md"))
+    missing = [
+        page.name
+        for page in pages
+        if page.stem not in ("index", "otel") and sentence not in " ".join(page.read_text().split())
+    ]
+    assert not missing, f"these adapter pages do not repeat {sentence!r}: {missing}"
