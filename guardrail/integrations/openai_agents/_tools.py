@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+import agents.tool as agents_tool
 from agents import (
     Agent,
     AgentsException,
@@ -32,7 +33,6 @@ from agents import (
     ToolOutputGuardrailData,
 )
 from agents.items import TResponseInputItem
-from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
 from guardrail._check.approvals import Scope
@@ -44,6 +44,12 @@ from guardrail._transcript.result_text import failure_text
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations._common import asking
 from guardrail.integrations._common.tools import Bindings, Bound
+from guardrail.integrations.openai_agents._sdk import (
+    CONVERT_OUTPUT,
+    DEFAULT_FAILURE,
+    FAILURE_FORMATTER,
+    SET_FAILURE_FORMATTER,
+)
 from guardrail.integrations.openai_agents._sessions import SessionId
 
 # What a call carries from its input guardrail to its output guardrail, kept on the
@@ -246,7 +252,7 @@ class ToolGuard:
         """
         if _programmatic(context):
             return result
-        text = ItemHelpers._convert_tool_output(result)  # the SDK's own conversion
+        text = getattr(ItemHelpers, CONVERT_OUTPUT)(result)  # the SDK's own conversion
         if not isinstance(text, str):
             return result
         session = self.session_id(context.context) if self.session_id is not None else None
@@ -325,11 +331,11 @@ class ToolGuard:
             guarded.tool_output_guardrails[:-1] = [
                 _given_the_result(item) for item in guarded.tool_output_guardrails[:-1]
             ]
-        formatter = guarded._failure_error_function
-        if formatter is not None and not guarded._use_default_failure_error_function:
+        formatter = getattr(guarded, FAILURE_FORMATTER)
+        if formatter is not None and not getattr(guarded, DEFAULT_FAILURE):
             # A tool's own failure formatter turns an exception into text the model reads;
             # mark the call failed so that text is never harvested as a result.
-            set_function_tool_failure_error_function(guarded, _marking(formatter))
+            getattr(agents_tool, SET_FAILURE_FORMATTER)(guarded, _marking(formatter))
         if guarded.timeout_error_function is not None:
             guarded.timeout_error_function = _timed_out(guarded.timeout_error_function)
         # The tool's own input guardrails may refuse a call too: the tool does not run, and
