@@ -218,7 +218,7 @@ class Engine:
         """Act on a checked call in the engine's mode: log, count re-prompts, maybe raise."""
         session = state.session_id
         if verdict.allowed:
-            if verdict.used and self.mode != "observe":
+            if self.mode != "observe" and any(entry.approved for entry in verdict.used):
                 use_up(state, name, verdict.used)  # the call runs: one-call approvals are spent
             # An allowed call does not reset the count: a model that sends one good and one
             # bad call of a tool at every step would otherwise be re-prompted for ever.
