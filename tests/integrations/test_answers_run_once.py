@@ -130,3 +130,28 @@ def test_every_adapter_page_says_what_an_approval_covers_in_the_same_words() -> 
         if page.stem not in ("index", "otel") and sentence not in " ".join(page.read_text().split())
     ]
     assert not missing, f"these adapter pages do not repeat {sentence!r}: {missing}"
+
+
+def test_an_agents_sdk_state_resumed_twice_with_one_yes_pays_once() -> None:
+    """The approved state saved, then resumed twice (two workers, one answer): one payment."""
+    from agents import Runner, RunState, set_tracing_disabled
+    from agents.testing import ModelStep, assistant_message
+
+    from tests.integrations.test_openai_agents_approvals import Bank as AgentsBank
+    from tests.integrations.test_openai_agents_approvals import _interrupted
+
+    set_tracing_disabled(True)
+    try:
+        guard, bank = bank_guard(), AgentsBank()
+        done = ModelStep.respond(lambda call: [assistant_message("Paid.")])
+        agent, result = _interrupted(guard, bank, done, done)
+        state = result.to_state()
+        state.approve(result.interruptions[0])
+        saved = state.to_json()
+        for _ in range(2):
+            resumed = asyncio.run(RunState.from_json(agent, saved))
+            with guard.session("s"):
+                asyncio.run(Runner.run(agent, resumed))
+        assert bank.sent == [BILL_IBAN]
+    finally:
+        set_tracing_disabled(False)
