@@ -155,3 +155,18 @@ def test_an_agents_sdk_state_resumed_twice_with_one_yes_pays_once() -> None:
         assert bank.sent == [BILL_IBAN]
     finally:
         set_tracing_disabled(False)
+
+
+def test_a_langgraph_interrupt_resumed_twice_from_its_checkpoint_pays_once() -> None:
+    """The interrupted checkpoint resumed with one approve, then again from the same checkpoint."""
+    from langgraph.types import Command
+
+    from tests.integrations.test_langchain_approvals import Bank as GraphBank
+    from tests.integrations.test_langchain_approvals import _interrupted
+
+    guard, bank = bank_guard(), GraphBank()
+    agent, _ = _interrupted(guard, bank)
+    held = agent.get_state({"configurable": {"thread_id": "s"}}).config
+    for _ in range(2):
+        agent.invoke(Command(resume={"type": "approve"}), held)
+    assert bank.sent == [BILL_IBAN]
