@@ -170,3 +170,16 @@ def test_a_langgraph_interrupt_resumed_twice_from_its_checkpoint_pays_once() -> 
     for _ in range(2):
         agent.invoke(Command(resume={"type": "approve"}), held)
     assert bank.sent == [BILL_IBAN]
+
+
+def test_an_agent_framework_answer_replayed_on_a_restored_session_pays_once() -> None:
+    """The session saved before the yes, restored twice (two workers), the same yes sent to each."""
+    from agent_framework import AgentSession
+
+    from tests.integrations.test_agent_framework_approvals import _answers, _asked, _run
+
+    _, bank, agent, session, response = _asked()
+    saved = session.to_dict()
+    for _ in range(2):
+        _run(agent, _answers(response, True), AgentSession.from_dict(saved))
+    assert bank.sent == [BILL_IBAN]
