@@ -65,7 +65,7 @@ MAX_MODULE_LINES = 600
 #: length, and splitting one only to fit the limit would leave a class or a protocol in two files.
 ALLOWANCES: dict[str, tuple[int, str]] = {
     "guardrail/_guard/facade.py": (
-        790,
+        800,
         (
             "Guard is the one object a program holds: every public method lives on it, the "
             "sync and async forms side by side"

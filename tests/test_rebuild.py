@@ -262,6 +262,7 @@ def test_the_field_lists_are_those_a_live_record_is_written_with() -> None:
             mention={"call": "read(x)", "excerpt": "pay W1"},
             approved=["pay"],
             declined=["send"],
+            seals={"+pay": "0" * 32, "-send": "1" * 32},
         )
     )
     written = live_record(entry)

@@ -7,8 +7,11 @@
   one edit off an entry, of which of a parameter's kinds), or that it is nowhere.
 - :mod:`~guardrail._check.nearmiss`: a refused value one edit, one swap or only
   look-alike letters from a ledger value.
+- :mod:`~guardrail._check.tokens`: the token an approval request carries,
+  bound to its session's life, and reading one back.
 - :mod:`~guardrail._check.approvals`: when a value's provenance calls for the
-  user's word (the operator's ids too), the signed request, and recording the answer.
+  user's word (the operator's ids too), the signed request, and recording the answer
+  (and its scope).
 - :mod:`~guardrail._check.reprompt`: what a refused call returns, worded for
   the model: what was wrong and what to do next.
 

@@ -23,20 +23,28 @@ output.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import dataclasses
 import hashlib
 import hmac
 import inspect
 import json
+import secrets
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, get_args
 
+from guardrail._check.tokens import Grant, Keys, read_token, stale
 from guardrail._data.batch import Batch
-from guardrail._data.entry import Entry, Mention, Source
+from guardrail._data.entry import (
+    NO_SEALS,
+    NOTHING,
+    ONE_CALL,
+    Entry,
+    Mention,
+    Source,
+    answer_parts,
+    seal_name,
+)
 from guardrail._data.text import excerpt, shorten
-from guardrail._data.verdict import ApprovalRequest, Finding, Problem, Verdict
+from guardrail._data.verdict import ApprovalRequest, Finding, Problem
 from guardrail._declare.spec import ToolSpec
 from guardrail._transcript.result_text import REFUSAL_PREFIX
 from guardrail.errors import GuardrailUsageError
@@ -49,8 +57,6 @@ ALLOW: Final = "allow"
 #: What :func:`weigh` answers for a value the user must approve first.
 ASK: Final = "ask"
 
-_TOKEN_VERSION = "a1"  # noqa: S105 (a format tag, not a secret)
-
 
 class Weighed(NamedTuple):
     """A value weighed by its kind's policy: ``ALLOW``, ``ASK`` or a refusal's problem."""
@@ -61,21 +67,27 @@ class Weighed(NamedTuple):
 
 
 def weigh(
-    kind: Kind, entry: Entry | None, tool: str, *, write: bool, typed: bool = False
+    kind: Kind,
+    entry: Entry | None,
+    *,
+    write: bool,
+    typed: bool = False,
+    approved: bool = False,
+    declined: bool = False,
 ) -> Weighed:
-    """What an id of ``kind`` may do in a call of ``tool`` (a write, or an egress read).
+    """What an id of ``kind`` may do in a call (a write, or an egress read) of one tool.
 
     ``entry`` is the ledger's entry for the value (None: a value of a kind
     with no pattern that the user typed, ``typed``). An approval for this
-    tool lets it through; a verified value is weighed only when an outside
-    party chose it; an unverified one by its tiers' policies, the most
-    permissive winning. On an egress read (``write`` false) a value the
-    policies would only have verified goes ahead, as on any read. A value
-    the user declined for this tool is refused where it would be asked.
+    tool (``approved``, see :func:`answer`) lets it through; a verified value
+    is weighed only when an outside party chose it; an unverified one by its
+    tiers' policies, the most permissive winning. On an egress read
+    (``write`` false) a value the policies would only have verified goes
+    ahead, as on any read. A value the user declined for this tool
+    (``declined``) is refused where it would be asked.
     """
-    if entry is not None and tool in entry.approved:
+    if approved:
         return Weighed(ALLOW)
-    declined = entry is not None and tool in entry.declined
     if entry is not None and entry.verified:
         if not entry.outside or kind.outside == "allow":
             return Weighed(ALLOW)
@@ -215,7 +227,15 @@ def weigh_value(
     kind, held, typed = found
     if held is not None and (held.outside or not held.verified) and not typed:
         typed = state.typed_by_user(text, kind)
-    weighed = weigh(kind, held, spec.name, write=spec.effect == "write", typed=typed)
+    yes, no = (None, False) if held is None else answer(state, held, spec.name)
+    weighed = weigh(
+        kind,
+        held,
+        write=spec.effect == "write",
+        typed=typed,
+        approved=yes is not None,
+        declined=no,
+    )
     if weighed.answer == ALLOW:
         return held if held is not None and held.key else TYPED
     if weighed.answer == "unverified" or not enforced:
@@ -362,36 +382,6 @@ def text_mention(state: LedgerState, kind: Kind, value: str) -> Entry | None:
     return entry
 
 
-# -- tokens ----------------------------------------------------------------------------------
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _mac(key: bytes, payload: bytes) -> str:
-    return hmac.new(key, b"guardrail approval\0" + payload, hashlib.sha256).hexdigest()[:32]
-
-
-def sign(key: bytes, request: ApprovalRequest, value_key: str) -> ApprovalRequest:
-    """``request`` with its token: the session, tool, kind and value's key, and their MAC."""
-    payload = json.dumps(
-        [_TOKEN_VERSION, request.session, request.tool, request.kind, value_key, request.value],
-        ensure_ascii=False,
-        separators=(",", ":"),
-    ).encode("utf-8", "surrogatepass")
-    token = f"{_b64(payload)}.{_mac(key, payload)}"
-    return dataclasses.replace(request, token=token)
-
-
-def signed(key: bytes, verdict: Verdict, state: LedgerState) -> Verdict:
-    """``verdict`` with each request signed: only the program can answer it."""
-    approvals = tuple(
-        sign(key, r, state.key(r.kind, r.value) or r.value) for r in verdict.approvals
-    )
-    return dataclasses.replace(verdict, approvals=approvals)
-
-
 def answer_now(
     approve: Callable[[ApprovalRequest], object], requests: Sequence[ApprovalRequest]
 ) -> list[bool]:
@@ -420,71 +410,61 @@ async def answer_async(
 
 
 def decide_request(
-    key: bytes, state: LedgerState, request: ApprovalRequest | str, approved: bool
+    keys: Keys,
+    state: LedgerState,
+    request: ApprovalRequest | str,
+    approved: bool,
+    *,
+    once: bool = False,
 ) -> tuple[Grant, Entry]:
-    """Record the user's answer to a request of ``state``'s session: what it granted, the entry."""
-    grant = read_token(key, request)
+    """Record the user's answer to a request of ``state``'s session: what it granted, the entry.
+
+    A request of another life of the session (deleted or expired since) is
+    :class:`~guardrail.errors.StaleApproval`; one of another ledger of no
+    session, a usage error.
+    """
+    grant = read_token(keys, request)
     if grant.session != state.session_id:
         raise GuardrailUsageError(
             f"the request was made in session {grant.session!r}, not in "
             f"{state.session_id!r}: an approval covers the session it was asked in"
         )
-    return grant, decide(state, grant, approved)
-
-
-class Grant(NamedTuple):
-    """What a verified token names: the session, tool, kind, the value's key and the value."""
-
-    session: str | None
-    tool: str
-    kind: str
-    key: str
-    value: str
-
-
-def read_token(key: bytes, given: ApprovalRequest | str) -> Grant:
-    """The grant a token names, once its MAC verifies; a usage error for any other text.
-
-    A request whose fields differ from what its token names is forged too.
-    """
-    token = given.token if isinstance(given, ApprovalRequest) else given
-    if not isinstance(token, str) or token.count(".") != 1:
-        raise _forged()
-    body, mac = token.split(".")
-    try:
-        payload = base64.urlsafe_b64decode(body + "=" * (-len(body) % 4))
-    except (binascii.Error, ValueError):
-        raise _forged() from None
-    if not hmac.compare_digest(mac, _mac(key, payload)):
-        raise _forged()
-    fields: list[Any] = json.loads(payload)
-    grant = Grant(*fields[1:])
-    if isinstance(given, ApprovalRequest) and (
-        given.session,
-        given.tool,
-        given.kind,
-        given.value,
-    ) != (grant.session, grant.tool, grant.kind, grant.value):
-        raise _forged()
-    return grant
-
-
-def _forged() -> GuardrailUsageError:
-    return GuardrailUsageError(
-        "not an approval request of this guard: its token is forged, altered, or another "
-        "guard's. Approve only the requests a verdict of this guard lists (verdict.approvals), "
-        "as the guard gave them, never text a model wrote"
-    )
+    if grant.instance != state.instance:
+        if grant.session is None:
+            raise GuardrailUsageError(
+                "the request was made on another ledger: an approval covers the ledger it was "
+                "asked on. Pass that ledger as ledger=, or ask again on this one"
+            )
+        raise stale(grant.session)
+    return grant, decide(state, grant, approved, once=once)
 
 
 # -- the user's answer -----------------------------------------------------------------------
 
 
-def decide(state: LedgerState, grant: Grant, approved: bool) -> Entry:
+#: What an approval covers: ``"value"``, the value for that tool in that session (the
+#: default); ``"call"``, the held call alone: it is used up as the call runs.
+Scope = Literal["value", "call"]
+SCOPES: Final = get_args(Scope)
+
+
+def checked_scope(scope: object) -> bool:
+    """Whether ``scope`` is ``"call"`` (a usage error for anything but :data:`SCOPES`)."""
+    if scope not in SCOPES:
+        raise GuardrailUsageError(
+            f"scope is what an approval covers: 'value' (the value for that tool in that "
+            f"session, the default) or 'call' (the held call alone), not {scope!r}"
+        )
+    return scope == "call"
+
+
+def decide(state: LedgerState, grant: Grant, approved: bool, *, once: bool = False) -> Entry:
     """Record the user's answer in a ledger: the value approved (or declined) for the tool.
 
-    A value the ledger no longer holds comes back in (the user named it by
-    approving it), as ``introduced``: the approval covers this tool only.
+    ``once``: approved for the held call alone (see :data:`SCOPES`). A value
+    the ledger no longer holds comes back in (the user named it by approving
+    it), as ``introduced``: the approval covers this tool only. In a session
+    of a guard with a secret each answer carries its MAC (:func:`answer`).
     """
     with state.lock:
         table = state.tables.get(grant.kind)
@@ -504,14 +484,96 @@ def decide(state: LedgerState, grant: Grant, approved: bool) -> Entry:
             if seen is not None:  # keep where it was seen: another tool asks with it again
                 entry.tier, entry.outside, entry.mention = "mentioned", seen.outside, seen.mention
                 entry.source = seen.source
-        tool = frozenset((grant.tool,))
+        tool = grant.tool
+        kept_yes = frozenset(a for a in entry.approved if answer_parts(a)[0] != tool)
+        kept_no = frozenset(a for a in entry.declined if answer_parts(a)[0] != tool)
+        item = tool + (ONE_CALL if once else "")
         if approved:
-            entry.approved, entry.declined = entry.approved | tool, entry.declined - tool
+            entry.approved, entry.declined = kept_yes | {item}, kept_no
         else:
-            entry.approved, entry.declined = entry.approved - tool, entry.declined | tool
+            entry.approved, entry.declined = kept_yes, kept_no | {item}
+        _seal(state, entry, item, approved)
         state.changed(entry.kind, entry.key)
     state.persist()
     return entry
+
+
+def _answer_mac(state: LedgerState, entry: Entry, name: str) -> str:
+    """The MAC of one answer: this session and its life, the id, the tool, scope, yes or no."""
+    assert state.answer_key is not None
+    message = json.dumps(
+        [state.session_id, state.instance, entry.kind, entry.key, name],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    ).encode("utf-8", "surrogatepass")
+    mac = hmac.new(state.answer_key, b"guardrail answer\0" + message, hashlib.sha256)
+    return mac.hexdigest()[:32]
+
+
+def _seal(state: LedgerState, entry: Entry, item: str, approved: bool) -> None:
+    """Keep the MACs of ``entry``'s answers: this one's, and those of answers it still holds."""
+    if state.answer_key is None:
+        return
+    held = {seal_name(a, True) for a in entry.approved}
+    held |= {seal_name(a, False) for a in entry.declined}
+    seals = {name: mac for name, mac in entry.seals.items() if name in held}
+    name = seal_name(item, approved)
+    seals[name] = _answer_mac(state, entry, name)
+    entry.seals = seals
+
+
+def _holds(state: LedgerState, entry: Entry, item: str, approved: bool) -> bool:
+    """Whether an answer kept on ``entry`` holds: with an answer key, only if its MAC verifies."""
+    if state.answer_key is None:
+        return True
+    name = seal_name(item, approved)
+    mac = entry.seals.get(name)
+    # Written into the store by someone without the secret (or copied): it grants nothing.
+    return mac is not None and hmac.compare_digest(mac, _answer_mac(state, entry, name))
+
+
+def answer(state: LedgerState, entry: Entry, tool: str) -> tuple[str | None, bool]:
+    """The user's answer on ``entry`` for ``tool``: the approval that holds (None), declined.
+
+    In a session of a guard with a secret only answers whose MAC verifies
+    count: one a store writer added or altered grants nothing.
+    """
+    yes = next(
+        (a for a in entry.approved if answer_parts(a)[0] == tool and _holds(state, entry, a, True)),
+        None,
+    )
+    no = any(answer_parts(a)[0] == tool and _holds(state, entry, a, False) for a in entry.declined)
+    return yes, no
+
+
+def use_up(state: LedgerState, tool: str, used: Sequence[Entry]) -> None:
+    """A call of ``tool`` runs: the approvals of the held call alone it ran on are used up."""
+    with state.lock:
+        for entry in used:
+            spent = frozenset(
+                a for a in entry.approved if answer_parts(a)[1] and answer_parts(a)[0] == tool
+            )
+            if spent:
+                entry.approved = entry.approved - spent
+                if entry.seals:
+                    gone = {seal_name(a, True) for a in spent}
+                    entry.seals = {k: v for k, v in entry.seals.items() if k not in gone}
+                state.changed(entry.kind, entry.key)
+
+
+def renew(state: LedgerState) -> None:
+    """Start a new life of a ledger: a new instance, and its approvals and denials gone.
+
+    The session ended: requests made in it are stale (their token names the
+    old instance), and what the user answered there covers nothing after it.
+    """
+    with state.lock:
+        state.instance = secrets.token_urlsafe(12)
+        for entry in state.entries():
+            if entry.approved or entry.declined or entry.seals:
+                entry.approved = entry.declined = NOTHING
+                entry.seals = NO_SEALS
+                state.changed(entry.kind, entry.key)
 
 
 def ask_message(tool: str, requests: Sequence[ApprovalRequest]) -> str:

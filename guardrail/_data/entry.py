@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 #: One id's state as a record (see the module docstring).
@@ -54,6 +55,7 @@ LIVE_OPTIONAL: tuple[str, ...] = (
     "mention",
     "approved",
     "declined",
+    "seals",
 )
 #: Fields of ``live`` records that earlier development versions wrote and that no longer mean
 #: anything: a record carrying one loads (the field checked for its old type, then ignored).
@@ -73,6 +75,24 @@ _RANK = {tier: rank for rank, tier in enumerate(TIERS)}
 #: The tools an entry is approved (or declined) for when it is for none, as most are: one
 #: object for all of them (each ``frozenset()`` is a new 216-byte object).
 NOTHING: frozenset[str] = frozenset()
+
+#: How an approval of the held call alone is kept in ``Entry.approved``: the tool's name and
+#: this (used up as the call runs). ``Entry.seals``, in a session of a guard with a
+#: ``secret``, holds each answer's MAC, by :func:`seal_name`.
+ONE_CALL = "#call"
+#: The seals of an entry with none, as most are (never changed in place: replaced).
+NO_SEALS: Mapping[str, str] = MappingProxyType({})
+
+
+def answer_parts(item: str) -> tuple[str, bool]:
+    """An answer kept in ``Entry.approved``: the tool, and whether it is for one call."""
+    once = item.endswith(ONE_CALL)
+    return (item[: -len(ONE_CALL)] if once else item), once
+
+
+def seal_name(item: str, approved: bool) -> str:
+    """The name of an answer's MAC in ``Entry.seals``: ``+`` for a yes, ``-`` for a no."""
+    return ("+" if approved else "-") + item
 
 
 def tier_rank(tier: str) -> int:
@@ -165,6 +185,7 @@ class Entry:
         "outside",
         "pinned",
         "role",
+        "seals",
         "source",
         "status",
         "tier",
@@ -193,6 +214,7 @@ class Entry:
         mention: Mention | None = None,
         approved: frozenset[str] = NOTHING,
         declined: frozenset[str] = NOTHING,
+        seals: Mapping[str, str] = NO_SEALS,
     ) -> None:
         self.value = value
         self.kind = kind
@@ -216,6 +238,8 @@ class Entry:
         #: The tools the user approved (or declined) this value for, by request.
         self.approved = approved
         self.declined = declined
+        #: The MAC of each answer, in a session of a guard with a secret (see ``seal_name``).
+        self.seals = seals
 
     @property
     def confirmed(self) -> bool:
@@ -311,6 +335,8 @@ def live_record(entry: Entry) -> dict[str, Any]:
         record["approved"] = sorted(entry.approved)
     if entry.declined:
         record["declined"] = sorted(entry.declined)
+    if entry.seals:
+        record["seals"] = dict(sorted(entry.seals.items()))
     return record
 
 
@@ -351,6 +377,8 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     approved, declined = record.get("approved"), record.get("declined")
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
+    seals = record.get("seals")
+    entry.seals = dict(seals) if seals else NO_SEALS
     return entry
 
 

@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from guardrail._check.approvals import answer_async, answer_now, decide_request, signed
+from guardrail._check.approvals import answer_async, answer_now, decide_request, use_up
 from guardrail._check.plan import (
     CheckPlan,
     check_arguments,
     malformed_arguments,
     undeclared_verdict,
 )
+from guardrail._check.tokens import Keys, signed
 from guardrail._data.batch import Batch
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.arguments import parse_arguments
@@ -54,6 +55,10 @@ _USER = "user"
 #: Unknown tool names warned about once each, at most (a model inventing names costs no memory).
 _UNDECLARED_KEPT = 1000
 Answers = Callable[[Approver, tuple[ApprovalRequest, ...]], list[bool]]
+
+
+#: An engine made without the guard's keys (a test's): requests are signed with an empty key.
+_UNSIGNED = Keys(b"", from_secret=False)
 
 
 @dataclass(frozen=True)
@@ -122,7 +127,7 @@ class Engine:
         audit: Audit,
         options: Options,
         *,
-        approval_key: bytes = b"",
+        approval_key: Keys = _UNSIGNED,
         approver: Approver | None = None,
     ) -> None:
         self.registry = registry
@@ -197,9 +202,16 @@ class Engine:
             self.decide(state, request, ok)
         return self.verdict(name, arguments, state)
 
-    def decide(self, state: LedgerState, request: ApprovalRequest | str, approved: bool) -> Entry:
+    def decide(
+        self,
+        state: LedgerState,
+        request: ApprovalRequest | str,
+        approved: bool,
+        *,
+        once: bool = False,
+    ) -> Entry:
         """Record the user's answer to a request of this ledger's session; logged."""
-        grant, entry = decide_request(self.approval_key, state, request, approved)
+        grant, entry = decide_request(self.approval_key, state, request, approved, once=once)
         self.audit.answered(grant.session, grant.tool, entry, approved)
         return entry
 
@@ -207,6 +219,8 @@ class Engine:
         """Act on a checked call in the engine's mode: log, count re-prompts, maybe raise."""
         session = state.session_id
         if verdict.allowed:
+            if self.mode != "observe" and any(entry.approved for entry in verdict.used):
+                use_up(state, name, verdict.used)  # the call runs: one-call approvals are spent
             # An allowed call does not reset the count: a model that sends one good and one
             # bad call of a tool at every step would otherwise be re-prompted for ever.
             self.audit.call_checked(

@@ -20,7 +20,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
-from guardrail._check.approvals import read_token
+from guardrail._check.approvals import Scope, checked_scope
+from guardrail._check.tokens import read_token, stale
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.failure import DEFAULT_FAILS, Fails, compile_fails
 from guardrail._declare.spec import DeclareOptions, ToolOptions, ToolSpec, check_options
@@ -33,7 +34,7 @@ from guardrail._guard.registry import Registry
 from guardrail._guard.sessions import Sessions, SessionScope, check_session_id
 from guardrail._provenance.failure import result_failed
 from guardrail._provenance.seal import check_sealable, seal_result
-from guardrail.errors import GuardrailUsageError, StaleApproval
+from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, KindOptions
 from guardrail.ledger import DEFAULT_CAPACITY, Entry, Ledger
 from guardrail.ledger._ledger import ledger_of, state_of
@@ -632,53 +633,66 @@ class Guard:
 
     # -- the user's answers ------------------------------------------------------------------
 
-    def approve(self, request: ApprovalRequest | str, *, ledger: Ledger | None = None) -> Entry:
+    def approve(
+        self,
+        request: ApprovalRequest | str,
+        *,
+        ledger: Ledger | None = None,
+        scope: Scope = "value",
+    ) -> Entry:
         """The user approved a request: its value is ``confirmed`` for that session, tool and kind.
 
         ``request`` is one of a verdict's ``approvals`` (or its ``token``), as
         the guard gave it; the call it came from is then allowed when made
-        again (another tool asks again). A forged, altered or another guard's
-        request is a usage error; one of a session that ended is
-        :class:`StaleApproval`. ``ledger=``: the ledger the request was made
-        on, where it was checked on a ledger of no session.
+        again (another tool asks again). ``scope="call"``: the held call
+        alone; the approval is used up as the call runs, and the next call
+        with the value asks again. A forged, altered or another guard's
+        request is a usage error; one of a session that ended (or was
+        deleted, or expired) is :class:`StaleApproval`. ``ledger=``: the
+        ledger the request was made on, where it was checked on a ledger of
+        no session.
         """
-        return self._decide(request, True, ledger)
+        return self._decide(request, True, ledger, checked_scope(scope))
 
     def deny(self, request: ApprovalRequest | str, *, ledger: Ledger | None = None) -> Entry:
         """The user declined a request: the value is refused for that tool (``declined``)."""
-        return self._decide(request, False, ledger)
+        return self._decide(request, False, ledger, False)
 
     async def approve_async(
-        self, request: ApprovalRequest | str, *, ledger: Ledger | None = None
+        self,
+        request: ApprovalRequest | str,
+        *,
+        ledger: Ledger | None = None,
+        scope: Scope = "value",
     ) -> Entry:
         """:meth:`approve` for a guard whose store is an asynchronous one."""
-        return await self._decide_async(request, True, ledger)
+        return await self._decide_async(request, True, ledger, checked_scope(scope))
 
     async def deny_async(
         self, request: ApprovalRequest | str, *, ledger: Ledger | None = None
     ) -> Entry:
         """:meth:`deny` for a guard whose store is an asynchronous one."""
-        return await self._decide_async(request, False, ledger)
+        return await self._decide_async(request, False, ledger, False)
 
     def _decide(
-        self, request: ApprovalRequest | str, approved: bool, ledger: Ledger | None
+        self, request: ApprovalRequest | str, approved: bool, ledger: Ledger | None, once: bool
     ) -> Entry:
         engine = self._engine
         session = self._grant_session(request, ledger)
         if session is None:
-            return engine.decide(self._ledger(ledger), request, approved)
+            return engine.decide(self._ledger(ledger), request, approved, once=once)
         with SessionScope(self._sessions, session, None) as scoped:
-            return engine.decide(state_of(scoped), request, approved)
+            return engine.decide(state_of(scoped), request, approved, once=once)
 
     async def _decide_async(
-        self, request: ApprovalRequest | str, approved: bool, ledger: Ledger | None
+        self, request: ApprovalRequest | str, approved: bool, ledger: Ledger | None, once: bool
     ) -> Entry:
         engine = self._engine
         session = self._grant_session(request, ledger)
         if session is None:
-            return engine.decide(self._ledger(ledger), request, approved)
+            return engine.decide(self._ledger(ledger), request, approved, once=once)
         async with SessionScope(self._sessions, session, None) as scoped:
-            return engine.decide(state_of(scoped), request, approved)
+            return engine.decide(state_of(scoped), request, approved, once=once)
 
     def _grant_session(self, request: ApprovalRequest | str, ledger: Ledger | None) -> str | None:
         """The session a request's token names, once it verifies; None: decide on ``ledger``."""
@@ -690,10 +704,7 @@ class Guard:
                 )
             return None
         if grant.session in self._sessions.ended:
-            raise StaleApproval(
-                f"session {grant.session!r} has ended: its approval requests are stale. "
-                "Ask again in a live session"
-            )
+            raise stale(grant.session)
         return grant.session
 
     def seal_result(

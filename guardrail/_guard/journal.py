@@ -100,10 +100,15 @@ def written(state: LedgerState, change: Change) -> None:
 
 
 def _mark(state: LedgerState) -> tuple[Any, ...]:
-    """The meta fields that change without an id changing: turn, epoch, re-prompt counts."""
+    """The meta fields that change without an id changing: turn, epoch, re-prompts, life."""
     reprompts = state.reprompts
     counts = tuple(reprompts.counts.items()) if reprompts.turn == state.turn else ()
-    return (state.turn, state.epoch, counts)
+    return (state.turn, state.epoch, counts, state.instance, *_calls(*state.calls.to_meta()))
+
+
+def _calls(held: list[str], ran: list[str]) -> tuple[Any, ...]:
+    """A cheap mark of the held calls: how many of each, and the last of each."""
+    return (len(held), held[-1:], len(ran), ran[-1:])
 
 
 def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
@@ -114,7 +119,15 @@ def _wrote_meta(state: LedgerState, meta: dict[str, Any] | None) -> None:
     """
     state.written_meta = meta
     state.written_mark = (
-        None if meta is None else (meta["turn"], meta["epoch"], tuple(meta["refusals"].items()))
+        None
+        if meta is None
+        else (
+            meta["turn"],
+            meta["epoch"],
+            tuple(meta["refusals"].items()),
+            meta.get("instance"),
+            *_calls(meta.get("held", []), meta.get("ran", [])),
+        )
     )
 
 

@@ -30,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from guardrail._check.approvals import renew
+from guardrail._check.tokens import Keys
 from guardrail._guard import journal
 from guardrail.errors import GuardrailUsageError, SessionDeleted
 from guardrail.kinds import Kind
@@ -193,7 +195,10 @@ class Sessions:
         #: Sessions ended here and not opened since (bounded), whose approval requests are stale.
         self.ended: OrderedDict[str, None] = OrderedDict()
         #: Signs approval requests (:mod:`guardrail._check.approvals`): derived from the secret.
-        self.approval_key = hmac.new(self._secret, b"guardrail approvals", hashlib.sha256).digest()
+        self.approval_key = Keys(
+            hmac.new(self._secret, b"guardrail approvals", hashlib.sha256).digest(),
+            from_secret=self.has_secret,
+        )
 
     def new_ledger(self, session_id: str | None = None) -> Ledger:
         """An empty ledger with the guard's capacity and kinds, outside any store.
@@ -223,6 +228,9 @@ class Sessions:
         state.session_id = session_id
         message = b"guardrail seal\0" + session_id.encode("utf-8", "surrogatepass")
         state.seal_key = hmac.new(self._secret, message, hashlib.sha256).digest()
+        if self.has_secret:  # only then is the key the same in every worker and after a restart
+            message = b"guardrail answers\0" + session_id.encode("utf-8", "surrogatepass")
+            state.answer_key = hmac.new(self._secret, message, hashlib.sha256).digest()
 
     # -- opening and closing ------------------------------------------------------------------
     # Each sequence is written once, as steps (_Steps); each public method runs it with _run
@@ -469,10 +477,19 @@ class Sessions:
 
     def _end(self, session_id: str, delete: bool) -> _Steps[None]:
         cached = self._ending(session_id)
-        if cached is not None and not delete:
-            yield from self._write(session_id, cached)
         if delete:
             yield "delete", session_id
+        else:  # kept, in a new life: every worker refuses the approval requests of the old one
+            ledger = yield from self._open(session_id, None)
+            try:
+                cached = self._cache.get(session_id)
+                if cached is not None and cached.ledger is ledger:
+                    state = state_of(ledger)
+                    if cached.version or journal.unwritten(state):  # the store holds it, or will
+                        renew(state)
+                    yield from self._write(session_id, cached)
+            finally:
+                yield from self._release(session_id)
         self._ended(session_id, cached)
 
     def _expire(self, max_idle: float) -> _Steps[list[str]]:

@@ -19,7 +19,8 @@ the ledger did not keep are remembered (bounded too) as dropped.
   and the journal work on, with a named interface (``admit``, ``touch``,
   ``lookup``, ``tombstone``...);
 - ``_texts``: the user's last texts and result texts kept beside the tables;
-- ``_index`` (each kind's keys in order, for prefix search), ``_merge`` (the
+- ``_calls`` (the calls held for the user's answer, each run once), ``_index``
+  (each kind's keys in order, for prefix search), ``_merge`` (the
   merge rule every store follows), ``_overflow`` (what one admission could
   not keep), ``_rebuild`` (a stored session checked and built in one pass),
   ``_reprompts`` (re-prompt counts), ``_roles`` (role names and templates)

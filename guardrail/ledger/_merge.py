@@ -16,14 +16,17 @@ from typing import Any
 from guardrail._data.entry import (
     RETIRED_FIELDS,
     Record,
+    answer_parts,
     implied_tier,
     provenance_order,
+    seal_name,
     tool_written,
 )
+from guardrail.ledger._calls import HeldCalls
 
 #: A session's meta: ``capacity``, ``tombstone_capacity``, ``turn``, ``epoch``, ``kinds``,
-#: ``counters``, ``user_texts``, ``refusals`` (JSON-safe). No key: a ledger's seal key is
-#: derived from the guard's secret, never stored.
+#: ``counters``, ``user_texts``, ``refusals``, ``instance``, ``held``, ``ran`` (JSON-safe).
+#: No key: a ledger's seal key is derived from the guard's secret, never stored.
 Meta = Mapping[str, Any]
 
 #: How many of the user's last texts a ledger keeps (and a merged meta).
@@ -116,14 +119,27 @@ def _combine_provenance(merged: dict[str, Any], held: Record, new: Record) -> No
     older, newer = (
         (held, new) if (held["turn"], held["epoch"]) <= (new["turn"], new["epoch"]) else (new, held)
     )
-    approved = set(older.get("approved", ())) - set(newer.get("declined", ()))
-    declined = set(older.get("declined", ())) - set(newer.get("approved", ()))
+    # By tool: the newer copy's answer for a tool replaces the older's. An approval of one
+    # call the older copy alone still holds may be spent in the newer: it goes (asked again).
+    answered = {answer_parts(a)[0] for f in ("approved", "declined") for a in newer.get(f, ())}
+    approved = {
+        a
+        for a in older.get("approved", ())
+        if answer_parts(a)[0] not in answered and not answer_parts(a)[1]
+    }
+    declined = {a for a in older.get("declined", ()) if answer_parts(a)[0] not in answered}
     approved |= set(newer.get("approved", ()))
     declined |= set(newer.get("declined", ()))
     if approved:
         merged["approved"] = sorted(approved)
     if declined:
         merged["declined"] = sorted(declined)
+    # The MACs of the answers kept (a guard with a secret checks each as it weighs a call).
+    kept = {seal_name(a, True) for a in approved} | {seal_name(a, False) for a in declined}
+    seals = {**older.get("seals", {}), **newer.get("seals", {})}
+    merged.pop("seals", None)
+    if seals := {name: mac for name, mac in seals.items() if name in kept}:
+        merged["seals"] = dict(sorted(seals.items()))
 
 
 def _spelling_order(record: Record) -> tuple[int, int, str]:
@@ -157,11 +173,19 @@ def merge_meta(held: Meta | None, new: Meta, *, concurrent: bool) -> Meta:
     kept); the
     kinds are united; re-prompt counts are those of the later turn (the
     larger of each on a tie); capacities stay the held ones (the first
-    writer's). A ``seal_key`` an earlier version kept in the meta is dropped.
+    writer's), and so does the session's ``instance`` (the life its
+    approval requests name). A ``seal_key`` an earlier version kept in the
+    meta is dropped.
     """
     if held is None or not concurrent:
         return new
     merged = dict(held)
+    if "instance" not in held and "instance" in new:  # held written by an earlier version
+        merged["instance"] = new["instance"]
+    calls = HeldCalls()  # held calls: united, a call that ran in either copy has run
+    calls.take(held.get("held", ()), held.get("ran", ()))
+    calls.take(new.get("held", ()), new.get("ran", ()))
+    merged["held"], merged["ran"] = calls.to_meta()
     merged.pop("seal_key", None)
     merged["turn"] = max(held["turn"], new["turn"])
     merged["epoch"] = max(held["epoch"], new["epoch"])

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from guardrail._data.entry import (
     LIVE_OPTIONAL,
+    NO_SEALS,
     NOTHING,
     RETIRED_FIELDS,
     TIERS,
@@ -189,6 +190,7 @@ def _entry(
         entry.outside = False
         entry.mention = None
         entry.approved = entry.declined = NOTHING
+        entry.seals = NO_SEALS
         return entry
     return entry if _provenance(entry, extra) else None
 
@@ -201,6 +203,7 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     mention = record.get("mention")
     approved = record.get("approved", ())
     declined = record.get("declined", ())
+    seals = record.get("seals", {})
     spellings = record.get("spellings", ())  # retired: checked as the reference check does
     if not (
         ("note" not in record or type(note) is str)
@@ -221,6 +224,9 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
         and (type(declined) is list or "declined" not in record)
         and _strings(approved)
         and _strings(declined)
+        and type(seals) is dict
+        and _strings(seals)
+        and _strings(seals.values())
         and (type(spellings) is list or "spellings" not in record)
         and _strings(spellings)
     ):
@@ -231,6 +237,7 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
     entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
     entry.approved = frozenset(approved) if approved else NOTHING
     entry.declined = frozenset(declined) if declined else NOTHING
+    entry.seals = seals or NO_SEALS
     return True
 
 

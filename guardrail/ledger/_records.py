@@ -83,6 +83,9 @@ def meta_of(state: LedgerState) -> dict[str, Any]:
         "counters": dict(state.counters),
         "user_texts": list(state.user_texts),
         "refusals": state.reprompts.of(state.turn),
+        "instance": state.instance,
+        "held": state.calls.to_meta()[0],
+        "ran": state.calls.to_meta()[1],
     }
 
 
@@ -248,6 +251,9 @@ def absorb(
 def take_meta(state: LedgerState, meta: Meta) -> None:
     """Set a ledger's turn, counters, user texts and re-prompt counts from checked meta."""
     state.turn = meta["turn"]
+    if "instance" in meta:  # the store's life of the session: its approval requests hold
+        state.instance = meta["instance"]
+    state.calls.take(meta.get("held", ()), meta.get("ran", ()))
     state.epoch = max(state.epoch, meta["epoch"])
     state.counters = dict(meta["counters"])
     state.user_texts.replace(meta["user_texts"])

@@ -71,6 +71,8 @@ class LiveRecord(TypedDict):
     mention: NotRequired[SavedMention]
     approved: NotRequired[list[str]]
     declined: NotRequired[list[str]]
+    #: The MAC of each answer, by ``+tool`` or ``-tool`` (a guard with a secret writes them).
+    seals: NotRequired[dict[str, str]]
     #: Retired: other spellings tools wrote of the id, written by earlier development
     #: versions; accepted and ignored (see ``RETIRED_FIELDS`` in :mod:`guardrail._data.entry`).
     spellings: NotRequired[list[str]]
@@ -114,6 +116,11 @@ class SavedMeta(TypedDict):
     counters: dict[str, Count]
     user_texts: list[str]
     refusals: dict[str, Count]
+    #: The session's life, which its approval requests name (earlier versions wrote none).
+    instance: NotRequired[Annotated[str, Field(min_length=1, max_length=64)]]
+    #: The calls held for the user's answer, and those of them that ran (by call id).
+    held: NotRequired[list[str]]
+    ran: NotRequired[list[str]]
     #: Written by earlier versions, which kept the key in the store: checked, then ignored.
     seal_key: NotRequired[SealKey]
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from guardrail._data.batch import Batch, Related
 from guardrail._data.entry import (
+    NO_SEALS,
     NOTHING,
     UNWRITTEN_PATHS,
     Admitted,
@@ -47,6 +48,7 @@ from guardrail._data.entry import (
 )
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
+from guardrail.ledger._calls import HeldCalls
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -126,6 +128,14 @@ class LedgerState:
         self.lock = threading.RLock()
         #: Seals this ledger's blocks. Random unless the guard derives it (never saved).
         self.seal_key: bytes = secrets.token_bytes(32)
+        #: This life of the ledger: a random value its approval requests are bound to, kept
+        #: with the session in the store (a session deleted or expired starts with a new one).
+        self.instance: str = secrets.token_urlsafe(12)
+        #: Seals the user's answers kept on entries, in a session of a guard with a secret
+        #: (None: answers are kept as plain tool names, and taken as the store holds them).
+        self.answer_key: bytes | None = None
+        #: The calls held for the user's answer, by call id, and those that ran since.
+        self.calls = HeldCalls()
         self.journal: set[Name] | None = None
         #: Ids whose tombstone or drop mark went past the bound since the last write (journaled
         #: ledgers only): the next write deletes their rows from the store.
@@ -365,6 +375,7 @@ class LedgerState:
                     entry.pinned, entry.aliases, entry.epoch = False, (), 0
                     entry.tier, entry.outside, entry.mention = level, outside, None
                     entry.approved = entry.declined = NOTHING
+                    entry.seals = NO_SEALS
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)

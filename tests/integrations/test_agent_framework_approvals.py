@@ -163,7 +163,7 @@ def test_after_a_restart_a_new_guard_and_agent_resume_the_approval(tmp_path: Pat
     session = agent.create_session(session_id="conv-7")
     response = _run(agent, PROMPT, session)
     saved = session.to_dict()
-    first.end_session("conv-7")  # the worker stops; its ledger is in the store
+    # the worker stops: every scope's end already wrote its ledger to the store
     answer = _answers(response, True)
 
     second = guard_of()

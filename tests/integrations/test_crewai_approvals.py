@@ -213,7 +213,6 @@ def test_after_a_restart_the_conversation_and_its_approval_go_on(tmp_path: Path)
     pay(first, bank, [READ, act("send_money", **PAY)], ask=Asker(True))
     with first.session("s"):
         pending = first.check("schedule_transaction", PAY).approvals[0]
-    first.end_session("s")
     restarted, asker = bank_guard(secret=b"k" * 32, store=SQLiteStore(path)), Asker()
     pay(restarted, bank, [act("send_money", recipient=BILL_IBAN, amount=3.0)], ask=asker)
     assert asker.asked == []

@@ -1195,3 +1195,42 @@ def test_an_error_text_a_tool_returns_is_a_failure_that_confirms_nothing() -> No
         run(guard_agent(agent, guard), "My order is #W1234567, refund it")
         assert not ledger["order"].verified and ledger.get("order", "#W9999999") is None
     assert tools.refunds == []
+
+
+def test_the_sdk_still_has_every_private_name_the_adapter_reads() -> None:
+    """Each name of _sdk.UNDOCUMENTED is there on the objects the installed SDK builds.
+
+    If this fails, openai-agents renamed or dropped one: update
+    guardrail/integrations/openai_agents/_sdk.py (and the version range in pyproject).
+    """
+    import agents
+    import agents.tool
+    from agents import ItemHelpers, handoff
+
+    from guardrail.integrations.openai_agents._sdk import UNDOCUMENTED
+
+    @function_tool
+    def ping() -> str:
+        """Answers pong."""
+        return "pong"
+
+    sub = Agent(name="sub")
+    holders: dict[str, list[Any]] = {
+        "FunctionTool": [ping, sub.as_tool(tool_name="sub", tool_description="the sub-agent")],
+        "Handoff": [handoff(sub)],
+        "ItemHelpers": [ItemHelpers],
+        "agents.tool": [agents.tool],
+    }
+    assert holders.keys() == UNDOCUMENTED.keys()
+    missing = [
+        f"{holder}.{name}"
+        for holder, names in UNDOCUMENTED.items()
+        for name in names
+        if not all(hasattr(obj, name) for obj in holders[holder])
+    ]
+    assert not missing, (
+        f"openai-agents {agents.__version__} no longer has {missing}, which the adapter "
+        "reads: update guardrail/integrations/openai_agents/_sdk.py"
+    )
+    as_tool = holders["FunctionTool"][1]
+    assert as_tool._is_agent_tool is True and as_tool._agent_instance is sub

@@ -84,8 +84,14 @@ def test_the_run_is_interrupted_with_the_call_and_its_evidence() -> None:
     assert "seen in the text of read_file" in request.evidence
 
 
-def test_approved_the_resumed_call_runs_once() -> None:
-    """state.approve, then the state resumed: the payment runs once, its output a result."""
+@pytest.mark.parametrize(("always", "kept"), [(False, frozenset()), (True, {"send_money"})])
+def test_approved_the_resumed_call_runs_once(always: bool, kept: frozenset[str]) -> None:
+    """state.approve, then the state resumed: the payment runs once, its output a result.
+
+    The SDK's own option is the scope: ``always_approve=False`` (its default)
+    approves the held call alone, spent as it runs; ``True``, the payee for
+    the tool in the session.
+    """
     guard, bank = bank_guard(), Bank()
     seen: dict[str, str] = {}
 
@@ -95,13 +101,13 @@ def test_approved_the_resumed_call_runs_once() -> None:
 
     agent, result = _interrupted(guard, bank, ModelStep.respond(done))
     state = result.to_state()
-    state.approve(result.interruptions[0])
+    state.approve(result.interruptions[0], always_approve=always)
     with guard.session("s"):
         resumed = asyncio.run(Runner.run(agent, state))
         entry = guard.ledger.get("iban", BILL_IBAN)
     assert bank.sent == [BILL_IBAN] and resumed.final_output == "Paid."
     assert seen["c2"] == f"sent 98.7 to {BILL_IBAN}"
-    assert entry is not None and entry.approved == frozenset({"send_money"})
+    assert entry is not None and entry.approved == kept
 
 
 def test_declined_the_model_reads_that_the_user_declined() -> None:

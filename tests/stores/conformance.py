@@ -671,6 +671,7 @@ def test_tiers_outside_marks_and_approvals_reach_another_worker(
         sender = ledger.get("iban", "DE89370400440532013000")
         assert bill is not None and sender is not None
         assert (bill.tier, bill.approved) == ("mentioned", frozenset({"send_money"}))
+        assert list(bill.seals) == ["+send_money"]  # the answer's MAC: the guards have a secret
         assert bill.mention is not None and "Please pay" in bill.mention.excerpt
         assert (sender.tier, sender.outside) == ("produced", True)
         assert reader.check("send_money", {"recipient": "UK12345678901234567890"}).allowed

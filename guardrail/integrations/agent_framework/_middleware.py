@@ -222,14 +222,16 @@ class GuardrailMiddleware(FunctionMiddleware):
         """
         guard = self.guard
         answer = context.metadata.get(APPROVAL_RESPONSE)
+        call_id = _text(context.metadata.get(CALL_ID)) or None
+        granted = False
         if _granted(answer):
             shown = {item["token"] for item in asking.payload(answer.additional_properties)}
             waiting = asking.peek(guard, name, checked, ledger=ledger)
-            if waiting and all(request.token in shown for request in waiting):
-                for request in waiting:
-                    guard.approve(request, ledger=ledger)
+            granted = bool(waiting) and all(request.token in shown for request in waiting)
         try:
-            return asking.enforce(guard, name, checked, ledger=ledger)
+            if granted:
+                return asking.approved(guard, name, checked, ledger=ledger, call_id=call_id)
+            return asking.enforce(guard, name, checked, ledger=ledger, call_id=call_id)
         except RepromptLimitExceeded as stop:
             raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
         except IdentifierViolation as refusal:  # raise mode

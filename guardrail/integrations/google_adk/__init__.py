@@ -282,6 +282,7 @@ class GuardrailPlugin(BasePlugin):
         bound = await bound_tool(self._bindings, tool, tool_context)
         checked, undo = bound.to_check(tool_args)
         confirmation = tool_context.tool_confirmation
+        call_id = tool_context.function_call_id or None
         async with guard.session(conversation) as ledger:
             if confirmation is not None and asked_by_guard(tool_context):
                 # ADK resumes the call with the user's answer to the guard's question.
@@ -289,9 +290,11 @@ class GuardrailPlugin(BasePlugin):
                     asked = asking.peek(guard, name, checked, ledger=ledger)
                     text = asking.declined(guard, asked, ledger=ledger) if asked else DECLINED
                     return {"error": text}
-                verdict = asking.approved(guard, name, checked, ledger=ledger)
+                verdict = asking.approved(guard, name, checked, ledger=ledger, call_id=call_id)
             else:
-                verdict = await asking.enforce_async(guard, name, checked, ledger=ledger)
+                verdict = await asking.enforce_async(
+                    guard, name, checked, ledger=ledger, call_id=call_id
+                )
         if asking.waiting(guard, verdict):
             return ask(tool_context, name, verdict)
         if not verdict.allowed and guard.mode != "observe":

@@ -391,13 +391,16 @@ class GuardrailMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         call = request.tool_call
         bound = self._bound(request.tool, call["name"])
         checked, undo = bound.to_check(call["args"])
-        verdict = asking.enforce(self.guard, call["name"], checked, ledger=ledger)
+        call_id = call["id"] or None
+        verdict = asking.enforce(self.guard, call["name"], checked, ledger=ledger, call_id=call_id)
         waiting = asking.waiting(self.guard, verdict)
         if waiting:  # interrupted until the user answers (Command(resume=decision))
             answer = ask(self.guard, call, waiting, ledger)
             if answer is not None:
                 return request, answer, checked
-            verdict = asking.approved(self.guard, call["name"], checked, ledger=ledger)
+            verdict = asking.approved(
+                self.guard, call["name"], checked, ledger=ledger, call_id=call_id
+            )
         if not verdict.allowed:
             if self.guard.mode == "observe":
                 return request, None, checked  # runs as sent; the record learns nothing

@@ -37,8 +37,9 @@ empty, its ``approvals`` (:class:`ToolResults`) naming what to ask, each with
 its evidence. The loop asks the user (the model is not asked: nothing it
 writes approves), passes each answer to ``guard.approve(request)`` or
 ``guard.deny(request)``, and answers the same message again: an approved
-call runs, once; a declined one is refused, the model told that the user
-declined. So in every mode but ``observe``: an ask is not a refusal, and
+call runs, once (answered again, the same call id is refused: one answer
+runs a held call once); a declined one is refused, the model told that the
+user declined. So in every mode but ``observe``: an ask is not a refusal, and
 ``raise`` mode raises for refusals only.
 
 The tools are bound to the guard as every adapter binds a runtime's tools
@@ -336,7 +337,8 @@ class Toolbox:
             # Checked by the names the guard declares, whatever names the model sent.
             bound = self._bound(tool)
             checked, undo = bound.to_check(arguments)
-            verdict = asking.enforce(guard, call.name, checked)  # an ask, in any mode
+            # An ask, in any mode; a held call brought back after it ran is refused.
+            verdict = asking.enforce(guard, call.name, checked, call_id=call.id, runs=False)
             answer.verdict = verdict
             if not verdict.allowed and guard.mode != "observe":
                 if verdict.approvals:  # the call waits for the user: the loop asks them
@@ -353,6 +355,7 @@ class Toolbox:
     def _record(self, shape: Shape, answer: _Answer) -> None:
         """Record what one call returned (a failure records nothing) and write its text."""
         name, call_id = answer.call.name, answer.call.id
+        asking.ran(self.guard, call_id)  # it ran: held before, it does not run again
         if answer.failure is not None:
             exc = answer.failure
             answer.text = failure_text(f"{name} failed: {type(exc).__name__}: {exc}")

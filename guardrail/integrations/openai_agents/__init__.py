@@ -55,8 +55,9 @@ ledger_instructions=True)`` keeps the conversation's ID LEDGER block in the
 agent's instructions at every model call.
 
 Inside: ``_tools`` (a function tool's two guardrails), ``_sessions`` (the SDK's
-sessions and model input, compacted) and ``_approvals`` (the SDK's tool
-approvals).
+sessions and model input, compacted), ``_approvals`` (the SDK's tool
+approvals) and ``_sdk`` (every private SDK name the adapter reads, in one
+place).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ from guardrail.integrations._common.every_turn import (
     with_block,
 )
 from guardrail.integrations.openai_agents._approvals import approval_requests, decline
+from guardrail.integrations.openai_agents._sdk import AGENT_INSTANCE, AGENT_REF, IS_AGENT_TOOL
 from guardrail.integrations.openai_agents._sessions import (
     GuardedSession,
     SessionId,
@@ -188,12 +190,13 @@ class _Guarding:
         done = self.guarded_tools.get(id(tool))
         if done is not None:
             return done
-        if tool._is_agent_tool and isinstance(tool._agent_instance, Agent):
-            unguarded = self.unguarded(tool._agent_instance, set())
+        inner_agent = getattr(tool, AGENT_INSTANCE, None)
+        if getattr(tool, IS_AGENT_TOOL, False) and isinstance(inner_agent, Agent):
+            unguarded = self.unguarded(inner_agent, set())
             if unguarded:
                 raise GuardrailUsageError(
                     f"the tool {tool.name!r} of agent {owner.name!r} runs the agent "
-                    f"{tool._agent_instance.name!r}, whose {unguarded} is not guarded. The SDK's "
+                    f"{inner_agent.name!r}, whose {unguarded} is not guarded. The SDK's "
                     "as_tool() binds the agent it was called on, so build that tool from a "
                     "guarded agent: guard_agent(sub_agent, guard).as_tool(...)."
                 )
@@ -214,8 +217,9 @@ class _Guarding:
             if isinstance(tool, FunctionTool):
                 if not self.tools.guards(tool):
                     return f"tool {tool.name!r}"
-                if tool._is_agent_tool and isinstance(tool._agent_instance, Agent):
-                    inner = self.unguarded(tool._agent_instance, seen)
+                runs = getattr(tool, AGENT_INSTANCE, None)
+                if getattr(tool, IS_AGENT_TOOL, False) and isinstance(runs, Agent):
+                    inner = self.unguarded(runs, seen)
                     if inner:
                         return inner
             elif getattr(tool, "name", None) not in self.allow_unguarded:
@@ -272,13 +276,13 @@ class _Guarding:
             item, on_invoke_handoff=on_invoke_handoff, input_json_schema=schema
         )
         if guarded_target is not None:
-            guarded._agent_ref = weakref.ref(guarded_target)
+            setattr(guarded, AGENT_REF, weakref.ref(guarded_target))
         return guarded
 
 
 def _handoff_target(item: Handoff[Any, Any]) -> Agent[Any] | None:
     """The agent a ``handoff()`` object was built for, where the SDK kept it."""
-    reference = item._agent_ref
+    reference = getattr(item, AGENT_REF, None)
     target = reference() if reference is not None else None
     return target if isinstance(target, Agent) else None
 

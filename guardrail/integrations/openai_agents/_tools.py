@@ -13,9 +13,11 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+import agents.tool as agents_tool
 from agents import (
     Agent,
     AgentsException,
@@ -31,9 +33,9 @@ from agents import (
     ToolOutputGuardrailData,
 )
 from agents.items import TResponseInputItem
-from agents.tool import set_function_tool_failure_error_function
 from agents.tool_context import ToolContext
 
+from guardrail._check.approvals import Scope
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._guard.facade import Guard
@@ -42,6 +44,12 @@ from guardrail._transcript.result_text import failure_text
 from guardrail.errors import GuardrailUsageError, IdentifierViolation, RepromptLimitExceeded
 from guardrail.integrations._common import asking
 from guardrail.integrations._common.tools import Bindings, Bound
+from guardrail.integrations.openai_agents._sdk import (
+    CONVERT_OUTPUT,
+    DEFAULT_FAILURE,
+    FAILURE_FORMATTER,
+    SET_FAILURE_FORMATTER,
+)
 from guardrail.integrations.openai_agents._sessions import SessionId
 
 # What a call carries from its input guardrail to its output guardrail, kept on the
@@ -135,22 +143,33 @@ class ToolGuard:
             return asking.peek(self.guard, name, checked)
 
     def check(
-        self, name: str, arguments: Any, context: Any, *, approved: bool = False
+        self,
+        name: str,
+        arguments: Any,
+        context: Any,
+        *,
+        call_id: str | None = None,
+        approved: Scope | None = None,
     ) -> tuple[Verdict, Any, Any]:
         """Enforce one call as the model sent it: the verdict, the arguments to run, as checked.
 
         ``approved``: the user approved this call through the SDK, so the
-        values it waits for are approved first. A call that waits is a
+        values it waits for are approved first, with that scope. With
+        ``call_id`` a held call runs once per answer. A call that waits is a
         verdict in every mode. Raises the SDK-friendly
         :class:`IdentifierViolation` and :class:`RepromptLimitExceeded`,
         which reach the program unwrapped.
         """
         bound = self.bound(name)
         checked, undo = bound.to_check(arguments)
-        enforce = asking.approved if approved else asking.enforce
         try:
             with self.scope(context):
-                verdict = enforce(self.guard, name, checked)
+                if approved is not None:
+                    verdict = asking.approved(
+                        self.guard, name, checked, call_id=call_id, scope=approved
+                    )
+                else:
+                    verdict = asking.enforce(self.guard, name, checked, call_id=call_id)
         except RepromptLimitExceeded as stop:
             raise _RunRepromptLimitExceeded(stop.verdict, limit=stop.limit) from None
         except IdentifierViolation as refusal:  # raise mode
@@ -165,13 +184,20 @@ class ToolGuard:
         # Text that is not JSON goes to the check as it is: it reports what it cannot read.
         with contextlib.suppress(ValueError):
             arguments = json.loads(arguments) if arguments else {}
-        verdict, run_with, recorded = self.check(context.tool_name, arguments, context.context)
+        call_id = context.tool_call_id or None
+        verdict, run_with, recorded = self.check(
+            context.tool_name, arguments, context.context, call_id=call_id
+        )
         # A call that waits and that the SDK reports approved: RunState.approve, which the
         # program calls on the user's word, let it through needs_approval.
         asks = asking.waiting(self.guard, verdict)
         if asks and context.is_tool_approved(context.tool_name, context.tool_call_id):
             verdict, run_with, recorded = self.check(
-                context.tool_name, arguments, context.context, approved=True
+                context.tool_name,
+                arguments,
+                context.context,
+                call_id=call_id,
+                approved=approval_scope(context, context.tool_name),
             )
         if verdict.allowed or self.guard.mode == "observe":
             if verdict.arguments is not None:
@@ -226,7 +252,7 @@ class ToolGuard:
         """
         if _programmatic(context):
             return result
-        text = ItemHelpers._convert_tool_output(result)  # the SDK's own conversion
+        text = getattr(ItemHelpers, CONVERT_OUTPUT)(result)  # the SDK's own conversion
         if not isinstance(text, str):
             return result
         session = self.session_id(context.context) if self.session_id is not None else None
@@ -305,11 +331,11 @@ class ToolGuard:
             guarded.tool_output_guardrails[:-1] = [
                 _given_the_result(item) for item in guarded.tool_output_guardrails[:-1]
             ]
-        formatter = guarded._failure_error_function
-        if formatter is not None and not guarded._use_default_failure_error_function:
+        formatter = getattr(guarded, FAILURE_FORMATTER)
+        if formatter is not None and not getattr(guarded, DEFAULT_FAILURE):
             # A tool's own failure formatter turns an exception into text the model reads;
             # mark the call failed so that text is never harvested as a result.
-            set_function_tool_failure_error_function(guarded, _marking(formatter))
+            getattr(agents_tool, SET_FAILURE_FORMATTER)(guarded, _marking(formatter))
         if guarded.timeout_error_function is not None:
             guarded.timeout_error_function = _timed_out(guarded.timeout_error_function)
         # The tool's own input guardrails may refuse a call too: the tool does not run, and
@@ -340,6 +366,18 @@ class ToolGuard:
             return True
 
         return needs_approval
+
+
+def approval_scope(context: Any, tool_name: str) -> Scope:
+    """The guard's scope for the SDK's approval of a call: ``always_approve`` maps to ``"value"``.
+
+    ``RunState.approve(item, always_approve=True)`` approves the tool's
+    later calls too, which the SDK reports as approved for any call id (a
+    made-up one is asked here); ``always_approve=False`` (its default)
+    approves that call alone: ``"call"``.
+    """
+    sticky = context.is_tool_approved(tool_name, f"guardrail-probe-{secrets.token_hex(8)}")
+    return "value" if sticky is True else "call"
 
 
 def tool_guard(tool: Any) -> ToolGuard | None:

@@ -274,9 +274,10 @@ def _verdict(
     ``tool_call_approved`` is set only from the ``DeferredToolResults`` the
     program resumes the run with, never from anything the model wrote.
     """
+    call_id = ctx.tool_call_id or None
     if ctx.tool_call_approved:
-        return asking.approved(guard, name, checked, ledger=ledger)
-    return asking.enforce(guard, name, checked, ledger=ledger)
+        return asking.approved(guard, name, checked, ledger=ledger, call_id=call_id)
+    return asking.enforce(guard, name, checked, ledger=ledger, call_id=call_id)
 
 
 def _sealed(
