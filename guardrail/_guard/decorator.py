@@ -17,11 +17,11 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check.plan import allowed_entries
+from guardrail._check.plan import CheckPlan
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
-from guardrail._provenance.harvest import OPAQUE_TYPES, opaque
+from guardrail._provenance.harvest import plain_text
 from guardrail.ledger import Entry
 from guardrail.ledger._state import LedgerState
 
@@ -48,14 +48,12 @@ class GuardedTool:
 
     __slots__ = (
         "allowed_level",
-        "confirms",
         "current",
         "engine",
         "heads",
         "levels",
         "name",
         "plans",
-        "quiet",
         "session",
         "spec",
     )
@@ -76,10 +74,7 @@ class GuardedTool:
         self.name = spec.name
         self.spec = spec
         self.heads = tuple(spec.positions.items())
-        self.confirms = spec.confirms_arguments
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
-        # After a call allowed outright, only a result with ids can bring anything in.
-        self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The identifier arguments of one call, by parameter name."""
@@ -93,17 +88,17 @@ class GuardedTool:
                 arguments[head] = args[position]
         return arguments
 
-    def before(
-        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> list[Entry] | None:
-        """The allowed path: the entries a call uses when each id is allowed outright, else None."""
+    def plan(self) -> CheckPlan | None:
+        """The tool's compiled plan when its allowed path applies (None: the full check)."""
         plan = self.plans.get(self.name)
-        if plan is None or plan.fast is None or plan.spec is not self.spec:
+        if plan is None or plan.allowed is None or plan.spec is not self.spec:
             return None
-        used = allowed_entries(plan.fast, plan.read, args, kwargs, state)
-        if used is not None and self.levels[self.allowed_level]:
+        return plan
+
+    def log_allowed(self, plan: CheckPlan, state: LedgerState, used: list[Entry]) -> None:
+        """The audit event of a call allowed outright, if its level is on."""
+        if self.levels[self.allowed_level]:
             self.engine.log_allowed(plan, state, used)
-        return used
 
     def enforce(
         self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -128,28 +123,34 @@ class GuardedTool:
 
     def after(
         self,
+        plan: CheckPlan,
         state: LedgerState,
         used: list[Entry],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         result: Any,
     ) -> None:
-        """Record what a call allowed outright brought in: usually nothing."""
-        plan = self.plans[self.name]
-        spec = plan.spec
-        # No result paths, nothing minted, no user-typed id to confirm, and a result that is
-        # neither a model nor text to parse: nothing to walk.
-        if (
-            not spec.produces
-            and not spec.mints
-            and (not self.confirms or all(entry.verified for entry in used))
-            and opaque(result)
-        ):
+        """Record what a call allowed outright brought in: usually nothing.
+
+        A result of a type the plan calls quiet brings nothing in, and says
+        so at DEBUG; anything else is recorded as the full path records it.
+        """
+        if quiet(plan, result):
             if self.levels[logging.DEBUG]:
                 self.engine.log_nothing_recorded(state, self.name)
             return
         verdict = Verdict(self.name, True, used=tuple(used))
         self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
+
+
+def quiet(plan: CheckPlan, result: Any) -> bool:
+    """Whether recording ``result`` after a call allowed outright brings nothing in.
+
+    The plan's quiet types (see :func:`~guardrail._provenance.harvest.quiet_results`),
+    a text among them only when it does not look like JSON.
+    """
+    tp = type(result)
+    return tp in plan.quiet and (tp is not str or plain_text(result))
 
 
 def guarded(
@@ -173,7 +174,7 @@ def wrap(tool: GuardedTool, function: F) -> F:
     that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
     its arguments exactly as given: the guard never rewrites one.
     """
-    target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
+    target = function.__func__ if isinstance(function, classmethod | staticmethod) else function
     engine = tool.engine
     session = tool.session
     current = tool.current
@@ -185,11 +186,14 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            used = tool.before(state, args, kwargs)
+            plan = tool.plan()
+            used = None if plan is None else plan.allowed(args, kwargs, state)  # type: ignore[misc]
             if used is not None:
+                assert plan is not None
+                tool.log_allowed(plan, state, used)
                 result = await target(*args, **kwargs)
-                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.after(state, used, args, kwargs, result)
+                if levels[logging.DEBUG] or not quiet(plan, result):
+                    tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = await tool.enforce_async(state, args, kwargs)
             if not verdict.allowed and engine.mode == "reprompt":
@@ -205,11 +209,14 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            used = tool.before(state, args, kwargs)
+            plan = tool.plan()
+            used = None if plan is None else plan.allowed(args, kwargs, state)  # type: ignore[misc]
             if used is not None:
+                assert plan is not None
+                tool.log_allowed(plan, state, used)
                 result = target(*args, **kwargs)
-                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.after(state, used, args, kwargs, result)
+                if levels[logging.DEBUG] or not quiet(plan, result):
+                    tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(state, args, kwargs)
             if not verdict.allowed and engine.mode == "reprompt":
