@@ -51,6 +51,10 @@ FastParams = tuple[FastParam, ...]
 AllowedPath = Callable[[Sequence[Any], Mapping[str, Any], LedgerState], "list[Entry] | None"]
 
 
+def refer(_args: Sequence[Any], _kwargs: Mapping[str, Any], _state: LedgerState) -> None:
+    """The allowed path of a tool that has none: every call goes to the full check."""
+
+
 def allowed_entries(
     fast: FastParams,
     read: bool,

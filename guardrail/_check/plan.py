@@ -22,6 +22,7 @@ from guardrail._check.allowed import (
     FastParams,
     OtherKind,
     compile_allowed,
+    refer,
 )
 from guardrail._check.approvals import ask_message, text_mention, weigh_value
 from guardrail._check.nearmiss import near_miss, within_reach
@@ -67,7 +68,7 @@ class CheckPlan:
     #: A write or egress read taking a kind with an approval policy: its ids are weighed
     #: (:func:`guardrail._check.approvals.weigh`) before they are allowed.
     weighs: bool = False
-    allowed: AllowedPath | None = None
+    allowed: AllowedPath = refer
     quiet: frozenset[type] = frozenset()
 
 
@@ -121,7 +122,7 @@ def compile_plan(
         lookups=lookups,
         fast=fast,
         weighs=weighs,
-        allowed=None if fast is None else compile_allowed(fast, spec.effect == "read"),
+        allowed=refer if fast is None else compile_allowed(fast, spec.effect == "read"),
         quiet=quiet,
     )
 
@@ -162,10 +163,9 @@ def check_arguments(
     allows or refuses a call, it never rewrites one, so an allowed call runs
     with each identifier exactly as the model wrote it (see docs/decisions.md).
     """
-    if plan.allowed is not None:
-        used_fast = plan.allowed((), arguments, state)
-        if used_fast is not None:
-            return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
+    used_fast = plan.allowed((), arguments, state)
+    if used_fast is not None:
+        return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
     by_kind = state.tables
     read = plan.read
     used: list[Entry] = []

@@ -15,6 +15,7 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from guardrail._check.plan import CheckPlan
@@ -88,18 +89,6 @@ class GuardedTool:
                 arguments[head] = args[position]
         return arguments
 
-    def plan(self) -> CheckPlan | None:
-        """The tool's compiled plan when its allowed path applies (None: the full check)."""
-        plan = self.plans.get(self.name)
-        if plan is None or plan.allowed is None or plan.spec is not self.spec:
-            return None
-        return plan
-
-    def log_allowed(self, plan: CheckPlan, state: LedgerState, used: list[Entry]) -> None:
-        """The audit event of a call allowed outright, if its level is on."""
-        if self.levels[self.allowed_level]:
-            self.engine.log_allowed(plan, state, used)
-
     def enforce(
         self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[dict[str, Any], Verdict]:
@@ -130,27 +119,13 @@ class GuardedTool:
         kwargs: dict[str, Any],
         result: Any,
     ) -> None:
-        """Record what a call allowed outright brought in: usually nothing.
+        """Record what a call allowed outright brought in, as the full path records it.
 
-        A result of a type the plan calls quiet brings nothing in, and says
-        so at DEBUG; anything else is recorded as the full path records it.
+        The wrapper skips it for a result of a type the plan calls quiet,
+        unless DEBUG is on: then the record says what it found, as always.
         """
-        if quiet(plan, result):
-            if self.levels[logging.DEBUG]:
-                self.engine.log_nothing_recorded(state, self.name)
-            return
         verdict = Verdict(self.name, True, used=tuple(used))
         self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
-
-
-def quiet(plan: CheckPlan, result: Any) -> bool:
-    """Whether recording ``result`` after a call allowed outright brings nothing in.
-
-    The plan's quiet types (see :func:`~guardrail._provenance.harvest.quiet_results`),
-    a text among them only when it does not look like JSON.
-    """
-    tp = type(result)
-    return tp in plan.quiet and (tp is not str or plain_text(result))
 
 
 def guarded(
@@ -179,6 +154,9 @@ def wrap(tool: GuardedTool, function: F) -> F:
     session = tool.session
     current = tool.current
     levels = tool.levels
+    plans = tool.plans
+    name = tool.name
+    allowed_level = tool.allowed_level
     wrapper: Callable[..., Any]
     if inspect.iscoroutinefunction(target):
 
@@ -186,13 +164,14 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            plan = tool.plan()
-            used = None if plan is None else plan.allowed(args, kwargs, state)  # type: ignore[misc]
+            plan = plans[name]
+            used = plan.allowed(args, kwargs, state)
             if used is not None:
-                assert plan is not None
-                tool.log_allowed(plan, state, used)
+                if levels[allowed_level]:
+                    engine.log_allowed(plan, state, used)
                 result = await target(*args, **kwargs)
-                if levels[logging.DEBUG] or not quiet(plan, result):
+                tp = type(result)
+                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
                     tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = await tool.enforce_async(state, args, kwargs)
@@ -209,13 +188,14 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            plan = tool.plan()
-            used = None if plan is None else plan.allowed(args, kwargs, state)  # type: ignore[misc]
+            plan = plans[name]
+            used = plan.allowed(args, kwargs, state)
             if used is not None:
-                assert plan is not None
-                tool.log_allowed(plan, state, used)
+                if levels[allowed_level]:
+                    engine.log_allowed(plan, state, used)
                 result = target(*args, **kwargs)
-                if levels[logging.DEBUG] or not quiet(plan, result):
+                tp = type(result)
+                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
                     tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(state, args, kwargs)

@@ -55,14 +55,7 @@ class _Leaves(NamedTuple):
 
 
 def _looks_like_json(text: str) -> bool:
-    head = text[:1]
-    if head.isspace():
-        head = text.lstrip()[:1]
-    if not head:
-        return False
-    if head in '{["-' or head.isdigit():
-        return True
-    return head in "tfn" and text.strip() in ("true", "false", "null")
+    return not plain_text(text)
 
 
 #: Result types that never hold ids for a tool with no result paths (no annotations to read).
@@ -89,7 +82,14 @@ def opaque(result: Any) -> bool:
 
 def plain_text(text: str) -> bool:
     """Whether a text result is read as plain text: it does not look like JSON."""
-    return not _looks_like_json(text)
+    head = text[:1]
+    if head.isspace():
+        head = text.lstrip()[:1]
+    if not head:
+        return True
+    if head in '{["-' or head.isdigit():
+        return False
+    return head not in "tfn" or text.strip() not in ("true", "false", "null")
 
 
 #: The scalars a path below the root never reaches into (nor a pattern, which reads text).
