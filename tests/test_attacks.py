@@ -779,9 +779,11 @@ def test_a_32k_character_id_is_refused_without_any_near_miss_search(
     searched: list[str] = []
     real = nearmiss._first_variant
 
-    def counting(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
+    def counting(
+        key: str, letters: list[str], keys: KeysView[str], *near: Any
+    ) -> tuple[str, str] | None:
         searched.append(key)
-        return real(key, letters, keys)
+        return real(key, letters, keys, *near)
 
     monkeypatch.setattr(nearmiss, "_first_variant", counting)
     guard = shop_guard()

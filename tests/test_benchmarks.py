@@ -475,3 +475,14 @@ def test_the_every_turn_block_script_prints_its_table_and_the_default_budget() -
     ]
     assert len(rows) == 4  # the header and the three sizes
     assert "default budget 1,000 tokens:" in done.stdout
+
+
+def test_a_quick_report_judges_no_target() -> None:
+    """At quick sizes the targets are listed, never marked met or not met."""
+    from guardrail_bench.report import Report, Target, render
+
+    report = Report(targets=[Target("allowed sync", "≤ 1×", "0.9×", True)])
+    quick = render(report, "python benchmarks/run.py --quick", quick=True)
+    full = render(report, "python benchmarks/run.py", quick=False)
+    assert "| allowed sync | ≤ 1× | 0.9× | not judged |" in quick
+    assert "| allowed sync | ≤ 1× | 0.9× | yes |" in full

@@ -534,3 +534,38 @@ def test_a_cold_load_pauses_the_collector_and_leaves_it_as_it_was(
     finally:
         gc.enable() if was_on else gc.disable()
     assert paused == [True, True]
+
+
+class WatchedStore(DamagedStore):
+    """A memory store that notes whether the collector ran while it read a whole session."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused: list[bool] = []
+
+    def load(self, session_id: str) -> Snapshot | None:
+        self.paused.append(not gc.isenabled())
+        return super().load(session_id)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_synchronous_store_reads_a_whole_session_with_the_collector_paused(form: str) -> None:
+    """Its read and the ledger made of it, one pause; an asynchronous store's read is awaited."""
+    store = WatchedStore()
+    forms = Form(form, store)
+    forms.scope("s", lambda: forms.record("W1000001"))
+    forms.end("s")
+    store.paused.clear()
+    was_on = gc.isenabled()
+    try:
+        gc.enable()
+        assert forms.ledger_for("s").get("order", "W1000001") is not None
+        assert gc.isenabled()
+        forms.end("s")
+        store.fail_reads = True
+        with pytest.raises(StoreError, match="down"):
+            forms.ledger_for("s")
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was_on else gc.disable()
+    assert store.paused == [form != "async"] * 2

@@ -1,8 +1,9 @@
 """The verdict on one call: findings, near misses, asks and re-prompts.
 
 - :mod:`~guardrail._check.plan`: a tool's check plan, compiled once, and the
-  check of a call's identifier arguments against a ledger (the allowed path
-  is a few dictionary look-ups).
+  check of a call's identifier arguments against a ledger.
+- :mod:`~guardrail._check.allowed`: the allowed path, a call whose every id is
+  held, written out once per tool: one look-up per id.
 - :mod:`~guardrail._check.closest`: where a refused value is closest (cut short,
   one edit off an entry, of which of a parameter's kinds), or that it is nowhere.
 - :mod:`~guardrail._check.nearmiss`: a refused value one edit, one swap or only

@@ -10,8 +10,8 @@ none of them, since naming one would be a guess. The search itself is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from guardrail._check.approvals import operator_listed
 from guardrail._check.nearmiss import near_miss, within_reach
@@ -44,8 +44,7 @@ def near_or_unknown(
     for kind, key in near:
         close = near_miss(kind, key, state)
         if close is not None:
-            offered = cast("LedgerState", _Offered(state, kind.name, close.entry.key))
-            second = near_miss(kind, key, offered)
+            second = near_miss(kind, key, state, hidden=close.entry.key)
             if second is not None and second.entry.key != close.entry.key:
                 # Dense ids (L1001, L1002...): naming one would be a guess.
                 roles = f"[{close.entry.role}], [{second.entry.role}]"
@@ -72,45 +71,6 @@ def _fitting(keys: list[tuple[Kind, str]], text: str) -> list[tuple[Kind, str]]:
     if fitting:
         return fitting
     return [(kind, key) for kind, key in keys if not kind.has_pattern] or keys
-
-
-class _Offered:
-    """A ledger's entries of one kind as the near-miss search sees them, less one key.
-
-    Asked again without the entry it found, the search tells a value one
-    edit from one entry from a value one edit from several.
-    """
-
-    def __init__(self, state: LedgerState, kind: str, hidden: str) -> None:
-        self._state = state
-        table = state.tables.get(kind, {})
-        self.tables = {kind: _Without(table, hidden)}
-
-    def __getattr__(self, name: str) -> Any:
-        # Everything else the search reads (the kind's alphabet, its longest key) is the ledger's.
-        return getattr(self._state, name)
-
-
-class _Without(Mapping[str, Entry]):
-    """A table of entries, one key hidden."""
-
-    def __init__(self, table: Mapping[str, Entry], hidden: str) -> None:
-        self._table = table
-        self._hidden = hidden
-
-    def __getitem__(self, key: str) -> Entry:
-        if key == self._hidden:
-            raise KeyError(key)
-        return self._table[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key != self._hidden and key in self._table
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in self._table if key != self._hidden)
-
-    def __len__(self) -> int:
-        return len(self._table) - (self._hidden in self._table)
 
 
 class _Cut(NamedTuple):

@@ -11,8 +11,9 @@ folded first (NFKC, then a table of confusables).
 
 from __future__ import annotations
 
+import math
 import unicodedata
-from collections.abc import KeysView
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
@@ -120,24 +121,44 @@ class NearMiss(NamedTuple):
     detail: str
 
 
-def near_miss(kind: Kind, key: str, state: LedgerState) -> NearMiss | None:
+def near_miss(
+    kind: Kind, key: str, state: LedgerState, *, hidden: str | None = None
+) -> NearMiss | None:
     """A ledger entry of ``kind`` one edit, one swap or only look-alike letters away from ``key``.
 
     The search runs from the query's side: every variant one edit away is
     built over the characters the kind's keys use and looked up in the
     kind's table, so its cost depends on the value's length, not on the
     size of the ledger. A value out of :func:`within_reach` is near no key
-    and costs nothing.
+    and costs nothing. ``hidden``: a key the search passes over (asked again
+    without the entry it found, it tells one near entry from several).
     """
-    table = state.tables.get(kind.name)
-    if not table or not within_reach(kind, key, state):
+    held = state.tables.get(kind.name)
+    if not held or not within_reach(kind, key, state):
         return None
+    table: Mapping[str, Entry] = held if hidden is None else _Without(held, hidden)
     folded = kind.key(skeleton(key))
     if folded is not None and folded != key:
         entry = table.get(folded)
         if entry is not None:
             return NearMiss(entry, "look-alike characters (homoglyphs)")
-    hit = _first_variant(key, sorted(state.alphabet(kind.name)), table.keys())
+    index = state.index.get(kind.name)
+    letters = sorted(state.alphabet(kind.name))
+    shared = (index.shared if index is not None else None) or ""
+    near: list[str] | None = None
+    cut = len(key) + 1
+    if index is not None:
+        # The keys that share the value's first characters are few once those reach past
+        # what every key shares: read them, and build variants only before that point.
+        spread = max(2, len(letters))
+        cut = len(shared) + max(1, math.ceil(math.log(max(1, len(table) / _NEAR), spread)))
+        with state.lock:
+            while cut <= len(key):
+                near = index.starting_with(key[:cut], held, _NEAR)
+                if near is not None:
+                    break
+                cut += 1
+    hit = _first_variant(key, letters, table.keys(), shared, cut, near or [])
     if hit is None:
         return None
     candidate, detail = hit
@@ -153,44 +174,156 @@ def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
     return len(key) <= state.longest_key(kind.name) + MARGIN
 
 
-def _first_variant(key: str, letters: list[str], keys: KeysView[str]) -> tuple[str, str] | None:
+def _first_variant(
+    key: str,
+    letters: list[str],
+    keys: KeysView[str],
+    shared: str = "",
+    cut: int | None = None,
+    near: Sequence[str] = (),
+) -> tuple[str, str] | None:
     """The first variant of ``key`` one swap or one edit away that is one of ``keys``.
 
-    The many variants of one kind (a letter changed or added at one position)
-    are built in one comprehension and tested against the keys at C speed;
-    only a batch that holds a hit is looked at one by one, and the detail
-    text is built for the hit alone.
+    The variants are tried in a fixed order: swaps, a character changed, one
+    added, one missing, each by position, then by letter. Every key starts
+    with ``shared``, so a position within it takes one letter only. An edit
+    at ``cut`` or after leaves ``key[:cut]`` as it is: such variants are
+    read from ``near``, the keys starting with it, rather than built. The
+    many variants of one position are built in one comprehension and tested
+    against the keys at C speed; only a batch that holds a hit is looked at
+    one by one, and the detail text is built for the hit alone.
     """
     n = len(key)
-    for i in range(n - 1):
-        if key[i] != key[i + 1]:
+    cut = n + 1 if cut is None else cut
+    affordable = n * (n + 1) * len(letters) <= _BUDGET
+    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable)
+    fixed = len(shared)
+    for i in range(min(n - 1, cut)):
+        if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
             candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
             if candidate in keys:
                 return candidate, "two neighbouring characters swapped"
+    if neighbours is not None:
+        return neighbours[3], "two neighbouring characters swapped"
     if n <= _ALL_SWAPS_UP_TO:
-        for i in range(n):
+        for i in range(min(n, cut)):
             for j in range(i + 2, n):
-                if key[i] != key[j]:
+                if key[i] != key[j] and (i >= fixed or key[j] == shared[i]):
                     candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
                     if candidate in keys:
                         return candidate, "two characters swapped"
-    affordable = n * (n + 1) * len(letters) <= _BUDGET
-    for i in range(n if affordable else 0):
+        if swapped is not None:
+            return swapped[3], "two characters swapped"
+    for i in range(min(n, cut) if affordable else 0):
         head, tail = key[:i], key[i + 1 :]
-        batch = [f"{head}{letter}{tail}" for letter in letters]
+        batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
-            for letter, candidate in zip(letters, batch, strict=True):
-                if letter != key[i] and candidate in keys:
+            for candidate in batch:
+                if candidate[i] != key[i] and candidate in keys:
                     return candidate, f"one character changed (position {i + 1})"
+    if changed is not None:
+        return changed[3], f"one character changed (position {changed[0] + 1})"
     for i in range(n):
         candidate = key[:i] + key[i + 1 :]
         if candidate in keys:
             return candidate, f"one character added (position {i + 1})"
-    for i in range(n + 1 if affordable else 0):
+    for i in range(min(n + 1, cut) if affordable else 0):
         head, tail = key[:i], key[i:]
-        batch = [f"{head}{letter}{tail}" for letter in letters]
+        batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
                 if candidate in keys:
                     return candidate, f"one character missing (position {i + 1})"
+    if inserted is not None:
+        return inserted[3], f"one character missing (position {inserted[0] + 1})"
     return None
+
+
+#: Most keys sharing a value's first characters read in place of building variants.
+_NEAR: Final = 16
+
+#: A variant found among the keys near a value: its position (and a second one, for a swap),
+#: its letter (for a change or an insertion) and the key: ordered as the search meets them.
+_Hit = tuple[int, int, str, str]
+
+
+def _letters(letters: list[str], shared: str, i: int) -> list[str] | str:
+    """The letters a variant may put at position ``i``: within ``shared``, only its own."""
+    return shared[i] if i < len(shared) else letters
+
+
+def _read_near(
+    key: str, cut: int, near: Sequence[str], keys: KeysView[str], affordable: bool
+) -> tuple[_Hit | None, _Hit | None, _Hit | None, _Hit | None]:
+    """The first keys of ``near`` two neighbours swapped, two swapped, one changed, one missing.
+
+    Each is the variant the search would meet first (by position, then
+    letter) among the edits at ``cut`` or after: ``near`` starts with
+    ``key[:cut]``. One character changed or missing only when ``affordable``.
+    """
+    n = len(key)
+    found: list[_Hit | None] = [None, None, None, None]
+
+    def keep(slot: int, hit: _Hit) -> None:
+        held = found[slot]
+        if held is None or hit[:3] < held[:3]:
+            found[slot] = hit
+
+    for other in near:
+        if other not in keys:
+            continue
+        m = len(other)
+        if m not in (n, n + 1):
+            continue
+        at = cut
+        while at < n and other[at] == key[at]:
+            at += 1
+        if at >= n and m == n:
+            continue
+        if m == n:
+            rest = other[at + 1 :]
+            if rest == key[at + 1 :]:
+                if affordable:
+                    keep(2, (at, 0, other[at], other))
+                continue
+            # Two swapped: the first difference and one later, the rest alike.
+            later = next((j for j in range(at + 1, n) if other[j] != key[j]), n)
+            if (
+                later < n
+                and other[at] == key[later]
+                and other[later] == key[at]
+                and other[later + 1 :] == key[later + 1 :]
+            ):
+                if later == at + 1:
+                    keep(0, (at, at + 1, "", other))
+                elif n <= _ALL_SWAPS_UP_TO:
+                    keep(1, (at, later, "", other))
+        elif affordable and other[at + 1 :] == key[at:]:
+            letter = other[at]
+            first = at  # the same letter put earlier in a run of it gives the same key
+            while first > 0 and key[first - 1] == letter:
+                first -= 1
+            keep(3, (first, 0, letter, other))
+    return found[0], found[1], found[2], found[3]
+
+
+class _Without(Mapping[str, Entry]):
+    """A kind's table with one key passed over: what a second search may find."""
+
+    def __init__(self, table: Mapping[str, Entry], hidden: str) -> None:
+        self._table = table
+        self._hidden = hidden
+
+    def __getitem__(self, key: str) -> Entry:
+        if key == self._hidden:
+            raise KeyError(key)
+        return self._table[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key != self._hidden and key in self._table
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key in self._table if key != self._hidden)
+
+    def __len__(self) -> int:
+        return len(self._table) - (self._hidden in self._table)

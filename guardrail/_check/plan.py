@@ -4,18 +4,26 @@ An argument is allowed when its normalised value is a verified ledger entry
 of a compatible kind, or an unverified one passed to a ``read`` tool.
 Otherwise it gets one finding, exact matches first (``example``,
 ``unverified``, ``evicted``, ``wrong_kind``), then ``truncated``, then
-``mutated``, then ``unknown``. The allowed path is a few dictionary
-look-ups; the near-miss search (:mod:`guardrail._check.nearmiss`) runs only for a
+``mutated``, then ``unknown``. The allowed path (:mod:`guardrail._check.allowed`)
+is one look-up per id; the near-miss search (:mod:`guardrail._check.nearmiss`) runs only for a
 value that is refused, and :mod:`guardrail._check.reprompt` words the refusal.
 """
 
 from __future__ import annotations
 
 import reprlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any
 
+from guardrail._check.allowed import (
+    NO_DEFAULT,
+    AllowedPath,
+    FastParams,
+    OtherKind,
+    compile_allowed,
+    refer,
+)
 from guardrail._check.approvals import (
     OPERATOR,
     ask_message,
@@ -35,10 +43,6 @@ from guardrail.ledger._state import LedgerState
 # -- the compiled plan for one tool ---------------------------------------------------------
 
 
-#: No default: an omitted argument is not checked.
-NO_DEFAULT: Final[Any] = object()
-
-
 @dataclass(frozen=True)
 class _ParamPlan:
     param: ParamSpec
@@ -50,33 +54,16 @@ class _ParamPlan:
     default: Any = NO_DEFAULT
 
 
-class OtherKind(NamedTuple):
-    """A further kind a fast parameter accepts: its name and normaliser."""
-
-    name: str
-    normalize: Callable[[str], str]
-
-
-#: One plain top-level id parameter, as the allowed path reads it: its name, its position
-#: in the signature (-1: keyword only or unknown), the first accepted kind's name and
-#: normaliser, the other kinds it accepts (:class:`OtherKind`, usually none), and the
-#: default an omitted argument takes (``NO_DEFAULT``: none to check). A plain tuple on
-#: purpose: the allowed path unpacks one per parameter per call, and Python unpacks an
-#: exact tuple fastest (a named tuple costs some 35 ns more each: with two parameters, 5% of
-#: the whole allowed call).
-FastParam = tuple[str, int, str, Callable[[str], str], tuple[OtherKind, ...], Any]
-
-
-#: The parameters of a tool whose id parameters are all plain top-level arguments.
-FastParams = tuple[FastParam, ...]
-
-
 @dataclass(frozen=True)
 class CheckPlan:
     """A tool spec with its kinds resolved, compiled once per declaration.
 
     ``fast`` is set when every identifier parameter is a plain top-level
-    argument: the allowed path then reads it with one look-up per kind.
+    argument: the allowed path then reads it with one look-up per kind, and
+    ``allowed`` is that path compiled (:func:`~guardrail._check.allowed.compile_allowed`).
+    ``quiet`` is what the registry found about the tool's results: the types
+    of a result whose record brings nothing in and logs nothing above DEBUG
+    after a call allowed outright (``str``: a text that does not look like JSON).
     """
 
     spec: ToolSpec
@@ -87,10 +74,16 @@ class CheckPlan:
     #: A write or egress read taking a kind with an approval policy: its ids are weighed
     #: (:func:`guardrail._check.approvals.weigh`) before they are allowed.
     weighs: bool = False
+    allowed: AllowedPath = refer
+    quiet: frozenset[type] = frozenset()
 
 
 def compile_plan(
-    spec: ToolSpec, kinds: Mapping[str, Kind], lookups: Mapping[str, tuple[str, ...]]
+    spec: ToolSpec,
+    kinds: Mapping[str, Kind],
+    lookups: Mapping[str, tuple[str, ...]],
+    *,
+    quiet: frozenset[type] = frozenset(),
 ) -> CheckPlan:
     """Resolve the kinds of every parameter of ``spec`` (which must all exist)."""
     params = []
@@ -135,6 +128,8 @@ def compile_plan(
         lookups=lookups,
         fast=fast,
         weighs=weighs,
+        allowed=refer if fast is None else compile_allowed(fast, spec.effect == "read"),
+        quiet=quiet,
     )
 
 
@@ -163,58 +158,6 @@ def _values(plan: _ParamPlan, arguments: Mapping[str, Any]) -> list[Any]:
 # -- the check ------------------------------------------------------------------------------
 
 
-def allowed_entries(
-    fast: FastParams,
-    read: bool,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    state: LedgerState,
-) -> list[Entry] | None:
-    """The entries a call uses when every identifier argument is allowed outright, else None.
-
-    The allowed path of :func:`check_arguments` for plain top-level
-    parameters, read from a call's ``args`` and ``kwargs`` (a mapping of
-    arguments is ``((), arguments)``). The entries are marked used. None
-    sends the call through the full check, which also finds the problems;
-    so does a normaliser that fails, which the full check reports as a
-    malformed value. Nothing is rewritten: the tool gets what the model wrote.
-    """
-    by_kind = state.tables
-    used: list[Entry] = []
-    try:
-        for name, position, kind, normalize, others, default in fast:
-            if name in kwargs:
-                value = kwargs[name]
-            elif 0 <= position < len(args):
-                value = args[position]
-            elif default is NO_DEFAULT:
-                continue
-            else:
-                value = default
-            if value is None:
-                continue
-            if type(value) is not str:
-                return None
-            table = by_kind.get(kind)
-            entry = None if table is None else table.get(normalize(value))
-            if entry is None or not (entry.verified or read):
-                for other, normalize_other in others:
-                    table = by_kind.get(other)
-                    entry = None if table is None else table.get(normalize_other(value))
-                    if entry is not None and (entry.verified or read):
-                        break
-                else:
-                    return None
-            used.append(entry)
-    except Exception:  # a user normaliser failed, or gave a key no table can hold
-        return None
-    epoch = state.epoch
-    for entry in used:
-        if entry.epoch != epoch:
-            state.touch(entry)
-    return used
-
-
 def check_arguments(
     plan: CheckPlan,
     arguments: Mapping[str, Any],
@@ -229,10 +172,9 @@ def check_arguments(
     ``operator``: the operator's ids of each kind, for this session
     (:mod:`guardrail.kinds._operator`).
     """
-    if plan.fast is not None:
-        used_fast = allowed_entries(plan.fast, plan.read, (), arguments, state)
-        if used_fast is not None:
-            return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
+    used_fast = plan.allowed((), arguments, state)
+    if used_fast is not None:
+        return Verdict(plan.spec.name, True, used=tuple(used_fast), arguments=arguments)
     by_kind = state.tables
     read = plan.read
     used: list[Entry] = []

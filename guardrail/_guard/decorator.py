@@ -15,13 +15,14 @@ import functools
 import inspect
 import logging
 from collections.abc import Callable, Mapping
+from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from guardrail._check.plan import allowed_entries
+from guardrail._check.plan import CheckPlan
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
-from guardrail._provenance.harvest import OPAQUE_TYPES, opaque
+from guardrail._provenance.harvest import plain_text
 from guardrail.ledger import Entry
 from guardrail.ledger._state import LedgerState
 
@@ -48,14 +49,12 @@ class GuardedTool:
 
     __slots__ = (
         "allowed_level",
-        "confirms",
         "current",
         "engine",
         "heads",
         "levels",
         "name",
         "plans",
-        "quiet",
         "session",
         "spec",
     )
@@ -76,10 +75,7 @@ class GuardedTool:
         self.name = spec.name
         self.spec = spec
         self.heads = tuple(spec.positions.items())
-        self.confirms = spec.confirms_arguments
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
-        # After a call allowed outright, only a result with ids can bring anything in.
-        self.quiet = not spec.produces and not spec.mints and spec.effect == "write"
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The identifier arguments of one call, by parameter name."""
@@ -92,18 +88,6 @@ class GuardedTool:
             elif 0 <= position < len(args):
                 arguments[head] = args[position]
         return arguments
-
-    def before(
-        self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> list[Entry] | None:
-        """The allowed path: the entries a call uses when each id is allowed outright, else None."""
-        plan = self.plans.get(self.name)
-        if plan is None or plan.fast is None or plan.spec is not self.spec:
-            return None
-        used = allowed_entries(plan.fast, plan.read, args, kwargs, state)
-        if used is not None and self.levels[self.allowed_level]:
-            self.engine.log_allowed(plan, state, used)
-        return used
 
     def enforce(
         self, state: LedgerState, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -128,26 +112,18 @@ class GuardedTool:
 
     def after(
         self,
+        plan: CheckPlan,
         state: LedgerState,
         used: list[Entry],
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         result: Any,
     ) -> None:
-        """Record what a call allowed outright brought in: usually nothing."""
-        plan = self.plans[self.name]
-        spec = plan.spec
-        # No result paths, nothing minted, no user-typed id to confirm, and a result that is
-        # neither a model nor text to parse: nothing to walk.
-        if (
-            not spec.produces
-            and not spec.mints
-            and (not self.confirms or all(entry.verified for entry in used))
-            and opaque(result)
-        ):
-            if self.levels[logging.DEBUG]:
-                self.engine.log_nothing_recorded(state, self.name)
-            return
+        """Record what a call allowed outright brought in, as the full path records it.
+
+        The wrapper skips it for a result of a type the plan calls quiet,
+        unless DEBUG is on: then the record says what it found, as always.
+        """
         verdict = Verdict(self.name, True, used=tuple(used))
         self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
 
@@ -173,11 +149,14 @@ def wrap(tool: GuardedTool, function: F) -> F:
     that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
     its arguments exactly as given: the guard never rewrites one.
     """
-    target = function.__func__ if isinstance(function, (classmethod, staticmethod)) else function
+    target = function.__func__ if isinstance(function, classmethod | staticmethod) else function
     engine = tool.engine
     session = tool.session
     current = tool.current
     levels = tool.levels
+    plans = tool.plans
+    name = tool.name
+    allowed_level = tool.allowed_level
     wrapper: Callable[..., Any]
     if inspect.iscoroutinefunction(target):
 
@@ -185,11 +164,15 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            used = tool.before(state, args, kwargs)
+            plan = plans[name]
+            used = plan.allowed(args, kwargs, state)
             if used is not None:
+                if levels[allowed_level]:
+                    engine.log_allowed(plan, state, used)
                 result = await target(*args, **kwargs)
-                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.after(state, used, args, kwargs, result)
+                tp = type(result)
+                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
+                    tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = await tool.enforce_async(state, args, kwargs)
             if not verdict.allowed and engine.mode == "reprompt":
@@ -205,11 +188,15 @@ def wrap(tool: GuardedTool, function: F) -> F:
             state = session()
             if state is None:
                 state = current()
-            used = tool.before(state, args, kwargs)
+            plan = plans[name]
+            used = plan.allowed(args, kwargs, state)
             if used is not None:
+                if levels[allowed_level]:
+                    engine.log_allowed(plan, state, used)
                 result = target(*args, **kwargs)
-                if not tool.quiet or type(result) not in OPAQUE_TYPES or levels[logging.DEBUG]:
-                    tool.after(state, used, args, kwargs, result)
+                tp = type(result)
+                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
+                    tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(state, args, kwargs)
             if not verdict.allowed and engine.mode == "reprompt":

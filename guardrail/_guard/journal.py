@@ -162,8 +162,9 @@ def opened(state: LedgerState, snapshot: Snapshot, session_id: str, store: objec
     makes tens of thousands of objects the ledger keeps, and the collector,
     run over and over as they are made, would walk them again and again. It
     runs again (if the program had it on) once what this made and did not
-    keep is gone. The store's read comes before, with the collector on: an
-    asynchronous store's is awaited, and other tasks run meanwhile.
+    keep is gone. A synchronous store's read runs paused too (the session
+    driver pauses it over the read and this); an asynchronous store's is
+    awaited with the collector on, as other tasks run meanwhile.
     """
     was_on = gc.isenabled()
     gc.disable()

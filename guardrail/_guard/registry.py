@@ -36,6 +36,7 @@ from guardrail._declare.spec import (
     producers,
     signature_ids,
 )
+from guardrail._provenance.harvest import quiet_results
 from guardrail._provenance.mentions import mention_kinds
 from guardrail.errors import GuardrailUsageError, ManifestError
 from guardrail.kinds import OPERATOR_OPTIONS, Kind, KindOptions
@@ -410,8 +411,15 @@ class Registry:
         )
         # In place, plan by plan: a call reading its plan meanwhile finds the old or the new
         # one, never none (which would read as an undeclared tool).
+        mentions = bool(self.mentions or self.text_kinds)
         self.plans.update(
-            (name, compile_plan(spec, self.kinds, frozen)) for name, spec in self.specs.items()
+            (
+                name,
+                compile_plan(
+                    spec, self.kinds, frozen, quiet=quiet_results(spec, mentions=mentions)
+                ),
+            )
+            for name, spec in self.specs.items()
         )
 
 

@@ -21,6 +21,7 @@ an asynchronous driver take (``_Steps``).
 from __future__ import annotations
 
 import contextvars
+import gc
 import hashlib
 import hmac
 import inspect
@@ -96,17 +97,34 @@ class _Acquired:
 
 
 def _drive(store: Store, steps: _Steps[_T]) -> _T:
-    """Take ``steps`` with a synchronous store."""
+    """Take ``steps`` with a synchronous store.
+
+    A whole session's read and the ledger made of it run with the cyclic
+    collector paused, as :func:`~guardrail._guard.journal.opened` pauses it:
+    the records read are the objects the ledger is made from, and the
+    collector would walk them in between. It runs again at the next step.
+    """
     send = steps.send
     reply: Any = None
+    paused = False
     while True:
         try:
             need = send(reply)
         except StopIteration as done:
             result: _T = done.value
             return result
+        finally:
+            if paused:
+                paused = False
+                gc.enable()
         try:
-            reply = need[1].lock if need[0] is _LOCK else getattr(store, need[0])(*need[1:])
+            if need[0] is _LOCK:
+                reply = need[1].lock
+            else:
+                paused = need[0] == "load" and gc.isenabled()
+                if paused:
+                    gc.disable()
+                reply = getattr(store, need[0])(*need[1:])
         except BaseException as exc:
             send, reply = steps.throw, exc
         else:

@@ -61,14 +61,7 @@ class _Leaves(NamedTuple):
 
 
 def _looks_like_json(text: str) -> bool:
-    head = text[:1]
-    if head.isspace():
-        head = text.lstrip()[:1]
-    if not head:
-        return False
-    if head in '{["-' or head.isdigit():
-        return True
-    return head in "tfn" and text.strip() in ("true", "false", "null")
+    return not plain_text(text)
 
 
 #: Result types that never hold ids for a tool with no result paths (no annotations to read).
@@ -91,6 +84,50 @@ def opaque(result: Any) -> bool:
     sample = result[0] if isinstance(result, list) and result else result
     tp = type(sample)
     return not (hasattr(tp, "model_fields") or hasattr(tp, "__dataclass_fields__"))
+
+
+def plain_text(text: str) -> bool:
+    """Whether a text result is read as plain text: it does not look like JSON."""
+    head = text[:1]
+    if head.isspace():
+        head = text.lstrip()[:1]
+    if not head:
+        return True
+    if head in '{["-' or head.isdigit():
+        return False
+    return head not in "tfn" or text.strip() not in ("true", "false", "null")
+
+
+#: The scalars a path below the root never reaches into (nor a pattern, which reads text).
+_SCALAR_TYPES: frozenset[type] = frozenset({type(None), bool, int, float, str})
+
+
+def quiet_results(spec: ToolSpec, *, mentions: bool) -> frozenset[type]:
+    """The types of result that bring nothing in, after a call whose every id was held.
+
+    Recording such a result adds nothing to the ledger and reports nothing
+    above DEBUG, so a caller may skip it when DEBUG is off. ``str`` stands
+    for a text that is :func:`plain_text` (a JSON text is decoded and read).
+    ``mentions``: the guard takes mentions or keeps result text, which any
+    result may hold. A tool that mints or confirms its arguments always records.
+
+    - no declared result paths: whatever :func:`opaque` reads as holding nothing
+      (annotations are read only on models, dataclasses and lists);
+    - declared paths, none at the root and no pattern: scalars and plain text,
+      which no path below the root reaches into, unless the failure rule has
+      a function (one that raises is reported as a warning).
+    """
+    if spec.mints or spec.confirms_arguments or mentions:
+        return frozenset()
+    if not spec.produces:
+        return OPAQUE_TYPES | {str}
+    reads_text = any(
+        producer.regex is not None or producer.path is None or producer.path.is_root
+        for producer in spec.produces
+    )
+    if reads_text or spec.fails.checks:
+        return frozenset()
+    return _SCALAR_TYPES
 
 
 def yields_nothing(spec: ToolSpec, result: Any) -> bool:

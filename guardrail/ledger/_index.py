@@ -25,10 +25,12 @@ class KeyIndex:
     ``recent`` when there are enough of them, and ``recent`` joins ``keys``
     only when it has grown to a fraction of it, so a refusal after new ids
     arrived sorts a few hundred keys, not the whole index. Evicted keys stay
-    until a rebuild, so adding an id stays O(1).
+    until a rebuild, so adding an id stays O(1). ``shared`` is the prefix
+    every key ever added starts with (``"ord_"``), which only shrinks: the
+    near-miss search need not vary what every key has.
     """
 
-    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "stale")
+    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "shared", "stale")
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
@@ -37,6 +39,7 @@ class KeyIndex:
         self.recent: list[str] = []
         self.pending: list[str] = []
         self.stale = 0
+        self.shared: str | None = None  # None: no key yet
 
     def sort_pending(self) -> None:
         """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
@@ -75,9 +78,11 @@ class KeyIndex:
             self.alphabet.update("".join(fresh))
             self.longest = max(self.longest, *map(len, fresh))
             self.pending.extend(fresh)
+            start = fresh if self.shared is None else [self.shared, min(fresh), max(fresh)]
+            self.shared = _common_prefix(min(start), max(start))
 
-    def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:
-        """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
+    def tidy(self, table: Mapping[str, object]) -> None:
+        """Rebuild from ``table`` when evicted keys abound; sort the pending keys when many."""
         if self.stale > max(64, len(table)):
             self.keys = sorted(table)
             self.recent = []
@@ -85,6 +90,35 @@ class KeyIndex:
             self.stale = 0
         elif len(self.pending) > 256:
             self.sort_pending()
+
+    def starting_with(
+        self, prefix: str, table: Mapping[str, object], limit: int
+    ) -> list[str] | None:
+        """Live keys of ``table`` starting with ``prefix`` (itself included); None: over ``limit``.
+
+        Costs at most ``limit`` keys read in order, plus the pending ones.
+        """
+        self.tidy(table)
+        found: list[str] = []
+        for read, key in enumerate(self.sorted_from(prefix)):
+            if not key.startswith(prefix):
+                break
+            if read > 4 * limit:  # evicted keys, not yet rebuilt away
+                return None
+            if key in table:
+                if len(found) >= limit:
+                    return None
+                found.append(key)
+        for key in self.pending:
+            if key.startswith(prefix) and key in table and key not in found:
+                if len(found) >= limit:
+                    return None
+                found.append(key)
+        return found
+
+    def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:
+        """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
+        self.tidy(table)
         found: list[E] = []
         for key in self.sorted_from(prefix):
             if not key.startswith(prefix) or len(found) >= limit:
@@ -109,3 +143,13 @@ def _has(ordered: list[str], key: str) -> bool:
     """Whether the sorted list ``ordered`` holds ``key``."""
     at = bisect.bisect_left(ordered, key)
     return at < len(ordered) and ordered[at] == key
+
+
+def _common_prefix(first: str, last: str) -> str:
+    """The prefix two strings share (of the least and the greatest: the one all between share)."""
+    n = 0
+    for a, b in zip(first, last, strict=False):
+        if a != b:
+            break
+        n += 1
+    return first[:n]

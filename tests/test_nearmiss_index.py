@@ -1,0 +1,113 @@
+"""The near-miss search reading the keys near a value: the same answer as building every variant.
+
+With every key sharing a prefix, or many keys sharing a value's first
+characters, the search builds variants only where keys differ and reads the
+few keys near the value for the rest. Whatever it reads, it must name the
+key and the edit the plain search (every variant, in order) names.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from guardrail import Guard
+from guardrail._check.nearmiss import _first_variant, near_miss
+from guardrail._data.batch import Batch
+from guardrail.kinds import Kind
+from guardrail.ledger import Source
+from guardrail.ledger._ledger import state_of
+from guardrail.ledger._state import LedgerState
+
+
+def _edit(value: str, rng: random.Random, letters: str) -> str:
+    """``value`` with one random edit, swap, or two (then usually near nothing)."""
+    for _ in range(rng.choice([1, 1, 1, 2])):
+        i = rng.randrange(len(value))
+        j = rng.randrange(len(value))
+        edit = rng.choice(["change", "add", "drop", "swap", "neighbours"])
+        if edit == "change":
+            value = value[:i] + rng.choice(letters) + value[i + 1 :]
+        elif edit == "add":
+            value = value[:i] + rng.choice(letters) + value[i:]
+        elif edit == "drop" and len(value) > 1:
+            value = value[:i] + value[i + 1 :]
+        elif edit == "swap":
+            i, j = min(i, j), max(i, j)
+            value = value[:i] + value[j] + value[i + 1 : j] + value[i] + value[j + 1 :]
+        elif i + 1 < len(value):
+            value = value[:i] + value[i + 1] + value[i] + value[i + 2 :]
+    return value
+
+
+def _ledger(keys: list[str]) -> LedgerState:
+    guard = Guard(capacity=1_000_000)
+    guard.add_kind("order")
+    state = state_of(guard.new_ledger("s"))
+    state.admit(
+        [Batch("order", "x", None, keys, list(keys), None)], source=Source("t", None, "x", 0)
+    )
+    return state
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize(
+    ("prefix", "letters", "length", "count"),
+    [
+        ("ord_", "abcdef0123", 8, 3000),  # few letters: many keys share first characters
+        ("", "ab", 10, 800),  # runs of one letter: insertions found at several places
+        ("INV-00", "0123456789", 5, 5000),  # numbered, most of the key shared
+        ("x", "abcdefghijklmnopqrstuvwxyz", 6, 40),  # a ledger smaller than what is read
+    ],
+)
+def test_reading_near_keys_names_what_building_every_variant_names(
+    seed: int, prefix: str, letters: str, length: int, count: int
+) -> None:
+    rng = random.Random(seed)
+    keys = list(
+        dict.fromkeys(prefix + "".join(rng.choices(letters, k=length)) for _ in range(count))
+    )
+    state = _ledger(keys)
+    table = state.tables["order"]
+    kind = Guard().add_kind("order")
+    alphabet = sorted(state.alphabet("order"))
+    for _ in range(150):
+        value = _edit(rng.choice(keys), rng, letters)
+        if value in table:
+            continue
+        found = near_miss(kind, value, state)
+        plain = _first_variant(value, alphabet, table.keys())
+        assert (None if found is None else (found.entry.key, found.detail)) == plain, value
+
+
+def test_keys_all_sharing_a_prefix_are_varied_only_after_it() -> None:
+    state = _ledger(["ord_abc1", "ord_abd2", "ord_xyz3"])
+    assert state.index["order"].shared == "ord_"
+    state.admit(
+        [Batch("order", "x", None, ["orx_q"], ["orx_q"], None)], source=Source("t", None, "x", 0)
+    )
+    assert state.index["order"].shared == "or"
+
+
+def test_a_search_that_passes_over_a_key_finds_the_next_and_leaves_the_index_whole() -> None:
+    """hidden= finds another near key, never the hidden one, and the index keeps every key.
+
+    The second search of a dense ledger (is the value one edit from several
+    entries?) passes over the first hit; the index it reads is the ledger's
+    own, so a rebuild it starts must not lose the key passed over.
+    """
+    keys = [f"L{n}" for n in range(1001, 1400)]
+    state = _ledger(keys)
+    kind = Kind("order")
+    index = state.index["order"]
+    index.stale = 10_000  # due a rebuild from the table at the next search
+    first = near_miss(kind, "L1005x", state)
+    assert first is not None
+    second = near_miss(kind, "L1005x", state, hidden=first.entry.key)
+    assert second is None or second.entry.key != first.entry.key
+    index.stale = 10_000
+    near_miss(kind, "L100", state, hidden="L1001")
+    assert set(index.keys) | set(index.recent) | set(index.pending) >= set(keys)
+    again = near_miss(kind, "L1001x", state)
+    assert again is not None and again.entry.key == "L1001"
