@@ -30,6 +30,7 @@ PACKAGE = BENCHMARKS / "guardrail_bench"
 EXPECTED_ROWS = {
     "sync": ("| bare call |", "| functools.wraps pass-through |", "| guarded, ledger 1,000 |"),
     "async": ("| bare await |", "| LangChain tool.ainvoke |", "| guarded, ledger 100 |"),
+    "reads": ("| allowed write, ledger 1,000 |", "| read of held ids, ledger 1,000 |"),
     "refused": (
         "| unknown id, ledger 1,000 (guard.check) |",
         "| mutated id, ledger 1,000 (guard.check) |",

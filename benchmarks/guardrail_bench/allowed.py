@@ -275,3 +275,50 @@ def _ledgers(run: Run) -> Ledgers:
         run.shared["ledgers"] = build_ledgers(run.sizes, run.rng)
     ledgers: Ledgers = run.shared["ledgers"]
     return ledgers
+
+
+def bench_reads(run: Run) -> None:
+    """A read tool whose dict result names only ids the ledger holds, beside an allowed write.
+
+    Both calls pass the same two held ids and run back to back in the same rounds, so the
+    ratio (read / write) is paired: a read that brings nothing new should cost little more
+    than the check both share.
+    """
+    sizes, ledgers = run.sizes, _ledgers(run)
+    guard = ledgers.guard
+    refund, _ = guarded_tools(guard)
+
+    @guard.tool(effect="read", produces={"order_id": ORDER, "customer_id": CUSTOMER})
+    def get_order(
+        customer_id: Annotated[str, Id(CUSTOMER)], order_id: Annotated[str, Id(ORDER)]
+    ) -> dict[str, str]:
+        return {"order_id": order_id, "customer_id": customer_id, "status": "paid"}
+
+    cases: dict[str, Runner] = {}
+    for size, ledger in ledgers.by_size.items():
+        c, o = ledgers.picks[size]
+        with scope(guard, ledger)():  # the first read settles the entries; later ones repeat it
+            get_order(customer_id=c, order_id=o)
+        env = {"c": c, "o": o}
+        cases[f"allowed write, ledger {size:,}"] = statement(
+            "f(customer_id=c, order_id=o)", {**env, "f": refund}, scope(guard, ledger)
+        )
+        cases[f"read of held ids, ledger {size:,}"] = statement(
+            "f(customer_id=c, order_id=o)", {**env, "f": get_order}, scope(guard, ledger)
+        )
+    times = interleaved(cases, rounds=sizes.rounds, sample=sizes.sample)
+    rows = {name: Row(name, samples) for name, samples in times.items()}
+    section = Section("Read tool whose dict result names only held ids, against an allowed write")
+    section.rows = list(rows.values())
+    worst = 0.0
+    for size in sizes.ledgers:
+        read, write = (
+            rows[f"read of held ids, ledger {size:,}"],
+            rows[f"allowed write, ledger {size:,}"],
+        )
+        worst = max(worst, ratio(read, write))
+        section.ratios.append((f"read / write, ledger {size:,}", f"{ratio(read, write):.2f}×"))
+    run.report.sections.append(section)
+    run.report.targets.append(
+        Target("read of held ids / allowed write", "≤ 3×", f"{worst:.2f}×", worst <= 3)
+    )

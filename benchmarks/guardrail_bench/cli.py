@@ -59,6 +59,12 @@ class Group:
 GROUPS = (
     Group("sync", "allowed:bench_sync", "allowed call of a sync tool", shares="ledgers"),
     Group("async", "allowed:bench_async", "allowed call of an async tool", shares="ledgers"),
+    Group(
+        "reads",
+        "allowed:bench_reads",
+        "a read of held ids against an allowed write",
+        shares="ledgers",
+    ),
     Group("refused", "refused:bench_refused", "refused call against 100k entries"),
     Group("harvest", "harvest:bench_harvest", "record of a 2 MB result"),
     Group("memory", "memory:bench_memory", "bytes per entry and per session"),
