@@ -42,7 +42,7 @@ from guardrail.compaction._block import (
     unseal,
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
-from guardrail.compaction._masking import Masker, lint
+from guardrail.compaction._masking import Masker, Written, lint
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
@@ -322,14 +322,7 @@ def _compact(
     masker = Masker(state, carried)
     masked = Masked()
 
-    def mask(text: str) -> str:
-        out, done = masker.mask(text)
-        if done:
-            masked.count += len(done)
-            masked.roles.update(written.role for written in done)
-        masked.strings += 1
-        masked.chars += len(text)
-        return out
+    mask = _mask_counting(masker, masked)
 
     left: list[str] = []  # the strings of the part that masking does not see
     part = [map_text(raw, mask, left) for raw in originals[start:cut]]
@@ -400,3 +393,30 @@ def _compact(
     audit.compacted(state.session_id, **report.audit_fields())
     state.persist()  # the default session: no scope's end writes what restoring brought back
     return CompactionResult(output, report)
+
+
+def _mask_counting(masker: Masker, masked: Masked) -> Callable[[str], str]:
+    """Masks one string of the part to summarise, counting in ``masked`` what it saw.
+
+    Keys and many values repeat across results ("flight_number", "economy"): each
+    distinct string is masked once (masking reads the ledger only, which does not
+    change meanwhile).
+    """
+    seen: dict[str, tuple[str, list[Written]]] = {}
+
+    def mask(text: str) -> str:
+        if type(text) is str:
+            found = seen.get(text)
+            if found is None:
+                found = seen[text] = masker.mask(text)
+            out, done = found
+        else:
+            out, done = masker.mask(text)
+        if done:
+            masked.count += len(done)
+            masked.roles.update(written.role for written in done)
+        masked.strings += 1
+        masked.chars += len(text)
+        return out
+
+    return mask
