@@ -327,20 +327,20 @@ def _compact(
     left: list[str] = []  # the strings of the part that masking does not see
     part = [map_text(raw, mask, left) for raw in originals[start:cut]]
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
-    # Each role's note parts, worked out once for the summary and the block: the built-in
-    # summarizer changes nothing in the ledger between the two (another summarizer might).
-    parts: dict[str, list[str]] | None = None
+    # The notes, worked out once for the summary and the block: the built-in summarizer
+    # changes nothing in the ledger between the two (another summarizer might).
+    noted: dict[str, str] | None = None
     if part:
         if earlier_summary:
             part.insert(0, text_message(shape, role, f"{SUMMARY_HEADER}\n{earlier_summary}"))
         if summarize is None:
             limit = options.get("summary_chars", DEFAULT_SUMMARY_CHARS)
-            parts = {}
+            noted = shown_notes(state, carried)
             summary = extractive_summary(
                 part,
                 roles,
                 max_chars=limit,
-                notes=shown_notes(state, carried, parts=parts),
+                notes=noted,
                 failed=guard.failed if guard is not None else None,
             )
         else:
@@ -359,7 +359,7 @@ def _compact(
         if guard is not None and guard._registry.operator
         else EMPTY
     )
-    block = seal(render_block(state, carried, evicted, operator, parts=parts), state)
+    block = seal(render_block(state, carried, evicted, operator, noted=noted), state)
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
