@@ -478,8 +478,8 @@ def _pieces(raw: str, judged: dict[str, LintIssue | None], judge: _Judge) -> lis
 
 def _judge(raw: str, judge: _Judge) -> LintIssue | None:
     """The issue of one token of a summary, or None when it is fine."""
-    stem = next((raw[: -len(e)] for e in ELLIPSES if raw.endswith(e)), None)
-    if stem is not None:
+    if raw.endswith(ELLIPSES):  # one test for most tokens, which end in neither
+        stem = next(raw[: -len(e)] for e in ELLIPSES if raw.endswith(e))
         return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
     return judge.token(raw.strip(_EDGE))
 
