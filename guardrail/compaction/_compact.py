@@ -321,7 +321,6 @@ def _compact(
 
     masker = Masker(state, carried)
     masked = Masked()
-
     mask = _mask_counting(masker, masked)
 
     left: list[str] = []  # the strings of the part that masking does not see
