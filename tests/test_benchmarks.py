@@ -478,6 +478,27 @@ def test_the_every_turn_block_script_prints_its_table_and_the_default_budget() -
     assert "default budget 1,000 tokens:" in done.stdout
 
 
+def test_the_corpus_compaction_script_prints_its_rate() -> None:
+    """benchmarks/corpus_compaction.py compacts shipped conversations and prints MB/s."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / "corpus_compaction.py"),
+            "--conversations",
+            "3",
+            "--rounds",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert done.stdout.startswith("3 conversations, ")
+    assert re.search(r"compact, built-in summarizer: \d+ ms, [\d.]+ MB/s", done.stdout)
+
+
 def test_a_quick_report_judges_no_target() -> None:
     """At quick sizes the targets are listed, never marked met or not met."""
     from guardrail_bench.report import Report, Target, render

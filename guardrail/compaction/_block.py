@@ -95,6 +95,7 @@ def render_block(
     operator: Catalog = EMPTY,
     *,
     parts: dict[str, list[str]] | None = None,
+    noted: Mapping[str, str] | None = None,
 ) -> str:
     """The block of a ledger, with lines ``carried`` from an earlier block and roles evicted.
 
@@ -102,9 +103,11 @@ def render_block(
     entries (at most twenty a kind), and never read back as entries: a
     ledger holds them only because the guard declares them.
     ``parts``: each role's note parts kept from an earlier rendering of the same ledger.
+    ``noted``: :func:`shown_notes` of the same ledger and ``carried``, already worked out.
     """
     entries = state.entries()
-    noted = shown_notes(state, carried, parts=parts)
+    if noted is None:
+        noted = shown_notes(state, carried, parts=parts)
     rows = [
         (
             e.role,

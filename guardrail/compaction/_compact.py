@@ -42,7 +42,7 @@ from guardrail.compaction._block import (
     unseal,
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
-from guardrail.compaction._masking import Masker, lint
+from guardrail.compaction._masking import Masker, Written, lint
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
@@ -321,29 +321,25 @@ def _compact(
 
     masker = Masker(state, carried)
     masked = Masked()
-
-    def mask(text: str) -> str:
-        out, done = masker.mask(text)
-        if done:
-            masked.count += len(done)
-            masked.roles.update(written.role for written in done)
-        masked.strings += 1
-        masked.chars += len(text)
-        return out
+    mask = _mask_counting(masker, masked)
 
     left: list[str] = []  # the strings of the part that masking does not see
     part = [map_text(raw, mask, left) for raw in originals[start:cut]]
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
+    # The notes, worked out once for the summary and the block: the built-in summarizer
+    # changes nothing in the ledger between the two (another summarizer might).
+    noted: dict[str, str] | None = None
     if part:
         if earlier_summary:
             part.insert(0, text_message(shape, role, f"{SUMMARY_HEADER}\n{earlier_summary}"))
         if summarize is None:
             limit = options.get("summary_chars", DEFAULT_SUMMARY_CHARS)
+            noted = shown_notes(state, carried)
             summary = extractive_summary(
                 part,
                 roles,
                 max_chars=limit,
-                notes=shown_notes(state, carried),
+                notes=noted,
                 failed=guard.failed if guard is not None else None,
             )
         else:
@@ -362,7 +358,7 @@ def _compact(
         if guard is not None and guard._registry.operator
         else EMPTY
     )
-    block = seal(render_block(state, carried, evicted, operator), state)
+    block = seal(render_block(state, carried, evicted, operator, noted=noted), state)
     compacted = text_message(shape, role, f"{block}\n\n{SUMMARY_HEADER}\n{summary}")
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
@@ -396,3 +392,30 @@ def _compact(
     audit.compacted(state.session_id, **report.audit_fields())
     state.persist()  # the default session: no scope's end writes what restoring brought back
     return CompactionResult(output, report)
+
+
+def _mask_counting(masker: Masker, masked: Masked) -> Callable[[str], str]:
+    """Masks one string of the part to summarise, counting in ``masked`` what it saw.
+
+    Keys and many values repeat across results ("flight_number", "economy"): each
+    distinct string is masked once (masking reads the ledger only, which does not
+    change meanwhile).
+    """
+    seen: dict[str, tuple[str, list[Written]]] = {}
+
+    def mask(text: str) -> str:
+        if type(text) is str:
+            found = seen.get(text)
+            if found is None:
+                found = seen[text] = masker.mask(text)
+            out, done = found
+        else:
+            out, done = masker.mask(text)
+        if done:
+            masked.count += len(done)
+            masked.roles.update(written.role for written in done)
+        masked.strings += 1
+        masked.chars += len(text)
+        return out
+
+    return mask

@@ -422,19 +422,26 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
     # A summary repeats its words ("User:", "called", a role): each is judged once.
     judged: dict[str, LintIssue | None] = {}
+    # And each token's pieces with their issues, worked out the first time it is written.
+    found_in: dict[str, list[tuple[int, str, LintIssue]]] = {}
     for match in TOKEN.finditer(text):
         start, raw = match.start(), match.group()
         if start in inside_roles:
             continue
-        for at, piece in _pieces(raw, judged, judge):
-            if piece in judged:
-                issue = judged[piece]
-            else:
-                issue = judged[piece] = _judge(piece, judge)
-            if issue is not None:
-                issues.append(issue)
-                if issue.action == "scrubbed" and issue.role is not None:
-                    replacements.append(_covered(piece, start + at, issue.role))
+        of_raw = found_in.get(raw)
+        if of_raw is None:
+            of_raw = found_in[raw] = []
+            for at, piece in _pieces(raw, judged, judge):
+                if piece in judged:
+                    issue = judged[piece]
+                else:
+                    issue = judged[piece] = _judge(piece, judge)
+                if issue is not None:
+                    of_raw.append((at, piece, issue))
+        for at, piece, issue in of_raw:
+            issues.append(issue)
+            if issue.action == "scrubbed" and issue.role is not None:
+                replacements.append(_covered(piece, start + at, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
@@ -471,8 +478,8 @@ def _pieces(raw: str, judged: dict[str, LintIssue | None], judge: _Judge) -> lis
 
 def _judge(raw: str, judge: _Judge) -> LintIssue | None:
     """The issue of one token of a summary, or None when it is fine."""
-    stem = next((raw[: -len(e)] for e in ELLIPSES if raw.endswith(e)), None)
-    if stem is not None:
+    if raw.endswith(ELLIPSES):  # one test for most tokens, which end in neither
+        stem = next(raw[: -len(e)] for e in ELLIPSES if raw.endswith(e))
         return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
     return judge.token(raw.strip(_EDGE))
 

@@ -147,13 +147,25 @@ def all_text(messages: Any) -> str:
     return "\n".join(strings(messages))
 
 
+#: Holds one item once tiktoken was found missing.
+_ABSENT: list[bool] = []
+
+
 def counter(tokens: Callable[[str], int] | None) -> tuple[Callable[[str], int], str]:
     """The token counter: the one given, tiktoken where installed, else characters / 4."""
     if tokens is not None:
         return tokens, getattr(tokens, "__name__", "custom")
+    if _ABSENT:
+        return quarter, "chars/4"
     try:
         encoding = importlib.import_module("tiktoken").get_encoding("o200k_base")
-    except Exception:  # not installed, or its encoding files cannot be fetched
+    except ModuleNotFoundError as error:
+        # Not installed: looked for once per process (a failed import searches the whole path
+        # again each time, a large part of compacting a short conversation).
+        if error.name == "tiktoken":
+            _ABSENT.append(True)
+        return quarter, "chars/4"
+    except Exception:  # its encoding files cannot be fetched: tried again next time
         return quarter, "chars/4"
 
     def tiktoken_count(text: str) -> int:
