@@ -25,7 +25,7 @@ apart from the other entries of its kind in that block.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from guardrail._data.batch import Related
@@ -121,14 +121,15 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
     """Which record holds an id of ``kind`` found at ``field`` of ``holder``: ``item of W1000002``.
 
     An id in a field of a record that has an id of its own (a reservation's
-    ``origin``) is that field of it: ``origin of ZFA04Y``. An id in a
+    ``origin``; a searched flight's, named by its ``flight_number``) is that
+    field of it: ``origin of ZFA04Y``, ``origin of HAT136``. An id in a
     record nested in ``root`` (an order's items, a reservation's flights)
     is an id of ``kind`` of the root's record, when the root has an id of
     its own (its first id field holds a text or a number): ``flight of
     ZFA04Y``. The record's id is shown by role in a block. None otherwise.
     """
     if field is not None and isinstance(holder, Mapping):
-        name = _first_id(holder.keys())
+        name = _own_id(holder.keys())
         if name is not None and name != field:
             # An id field (``customer_id``) says its kind; another (``origin``) says its name.
             return _related(kind if _first_id((field,)) else field, holder.get(name))
@@ -136,6 +137,19 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
         return None
     name = _first_id(root.keys())
     return _related(kind, root.get(name)) if name is not None else None
+
+
+def _own_id(fields: Collection[Any]) -> Any:
+    """The field naming a record's own id: its first id field, else its first ``..._number``.
+
+    A flight names itself by its ``flight_number``, an invoice by its
+    ``invoice_number``: the airport in a searched flight's ``origin`` is the
+    origin of that flight.
+    """
+    found = _first_id(fields)
+    if found is None:
+        found = next((n for n in fields if isinstance(n, str) and n.endswith("_number")), None)
+    return found
 
 
 def _related(label: str, parent: Any) -> str | None:
