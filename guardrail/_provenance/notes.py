@@ -29,7 +29,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from guardrail._data.batch import Related
+from guardrail._data.entry import Entry
 from guardrail._declare.paths import Path
+from guardrail.kinds import trim
 
 #: At most this many fields make a note.
 NOTE_FIELDS = 4
@@ -63,9 +65,14 @@ DEFAULT_FIELDS = (
 MAX_RIVALS = 32
 #: A stored note: its own fields (at most :data:`NOTE_CHARS`), then which record holds it.
 STORED_CHARS = 2 * NOTE_CHARS + 2
+#: The part a block adds to an entry whose value the user named, where its kind has others.
+NAMED = "named by the user"
+#: At most this many characters of each kept user text are read for the ids it names.
+NAMED_CHARS = 20_000
 _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
+_WORD_RUN = re.compile(r"\w+")
 
 
 _DEFAULT_SET = frozenset(DEFAULT_FIELDS)
@@ -240,6 +247,38 @@ def bounded(note: str) -> str:
 def parts(note: str) -> list[str]:
     """The parts of a note (its fields, the record holding it), each once, in order."""
     return list(dict.fromkeys(part for part in note.split(_SEPARATOR) if part))
+
+
+def named_by_user(entries: Sequence[Entry], texts: Iterable[str]) -> set[str]:
+    """The roles of ``entries`` the user named: a fact that tells an id from others of its kind.
+
+    ``texts``: the user's texts the ledger keeps. An entry counts when its
+    value is a word of them (as typed, or inside quotes or punctuation), its
+    kind has other entries among ``entries`` the user did not name (a lone
+    id needs no telling apart, nor one of a kind the user named whole), and
+    a result produced or vouched for it: an id the user typed and nothing
+    confirmed shows ``unverified`` already. The part a block
+    shows is :data:`NAMED`, never the user's words; it adds no entry and
+    verifies nothing. The work is one pass over the texts (each read to
+    :data:`NAMED_CHARS`) and one look-up per entry, however many ids they name.
+    """
+    kinds: dict[str, int] = {}
+    for entry in entries:
+        kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+    asked = [e for e in entries if kinds[e.kind] > 1]
+    if not asked:
+        return set()
+    words: set[str] = set()
+    for text in texts:
+        head = text[:NAMED_CHARS]
+        words.update(trim(word) for word in head.split())
+        words.update(_WORD_RUN.findall(head))
+    named = [entry for entry in asked if entry.value in words]
+    counts: dict[str, int] = {}
+    for entry in named:
+        counts[entry.kind] = counts.get(entry.kind, 0) + 1
+    # Where the user named every one of a kind, naming tells none of them apart.
+    return {e.role for e in named if e.verified and counts[e.kind] < kinds[e.kind]}
 
 
 class Noted(NamedTuple):

@@ -28,7 +28,7 @@ from typing import Any
 
 from guardrail._data.batch import Batch
 from guardrail._data.entry import TIERS, implied_tier
-from guardrail._provenance.notes import Noted, bounded, by_role, choose
+from guardrail._provenance.notes import NAMED, Noted, bounded, by_role, choose, named_by_user
 from guardrail._provenance.notes import parts as note_parts
 from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.kinds._operator import EMPTY, Catalog
@@ -197,8 +197,14 @@ def shown_notes(
             found = read[role] = note_parts(by_role(bounded(note), role_of))
         return found
 
+    entries = state.entries()
+    named = named_by_user(entries, state.user_texts)  # a fact of the conversation, no result's
     lines = [
-        Noted(e.role, e.kind, e.status, parts_of(e.role, e.note)) for e in state.entries() if e.note
+        Noted(e.role, e.kind, e.status, _with_named(parts_of(e.role, e.note) if e.note else []))
+        if e.role in named
+        else Noted(e.role, e.kind, e.status, parts_of(e.role, e.note))
+        for e in entries
+        if e.note or e.role in named
     ]
     lines += [
         Noted(c.role, _NUMBERED.sub("", c.role), c.status, parts_of(c.role, c.note))
@@ -206,6 +212,11 @@ def shown_notes(
         if c.note
     ]
     return choose(lines)
+
+
+def _with_named(parts: list[str]) -> list[str]:
+    """A note's parts and, last, that the user named the id (a part of its own, kept apart)."""
+    return parts if NAMED in parts else [*parts, NAMED]
 
 
 def seal(block: str, state: LedgerState) -> str:
