@@ -618,7 +618,7 @@ def test_an_id_in_a_field_of_a_numbered_record_names_that_record() -> None:
         block = render_block(state_of(ledger), (), ())
         # The first record that names it: a relation never replaces a note it has.
         assert ledger.get("airport", "JFK").note == "origin of HAT069"  # type: ignore[union-attr]
-        assert ledger.get("flight", "HAT069").note is None  # a flight's own note: none declared
+        assert ledger.get("flight", "HAT069").note is None  # type: ignore[union-attr]
     assert 'airport           JFK               (note: "origin of [flight]")' in block
     assert 'airport_2         SEA               (note: "destination of [flight]")' in block
 

@@ -19,7 +19,9 @@ also keeps which record holds it (``item of W1000002``, shown ``item of
 [order_2]``; ``origin of [reservation_2]``). What a block shows of a note
 is chosen when the block is written (:func:`choose`): for each kind, an
 entry's first part, then the shortest of its other parts that tell it
-apart from the other entries of its kind in that block.
+apart from the other entries of its kind in that block. One part comes
+from the conversation rather than a result: ``named by the user``, for an
+id the user's texts name where its kind has others (:func:`named_by_user`).
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
 _WORD_RUN = re.compile(r"\w+")
+#: The words of the user texts read last (a session keeps 16; a few sessions share this).
+_WORDS_KEPT = 64
+_WORDS_READ: dict[str, frozenset[str]] = {}
 
 
 _DEFAULT_SET = frozenset(DEFAULT_FIELDS)
@@ -259,8 +264,9 @@ def named_by_user(entries: Sequence[Entry], texts: Iterable[str]) -> set[str]:
     a result produced or vouched for it: an id the user typed and nothing
     confirmed shows ``unverified`` already. The part a block
     shows is :data:`NAMED`, never the user's words; it adds no entry and
-    verifies nothing. The work is one pass over the texts (each read to
-    :data:`NAMED_CHARS`) and one look-up per entry, however many ids they name.
+    verifies nothing. The work is one pass over each text (read to
+    :data:`NAMED_CHARS`, once while it is kept) and a look-up per entry and
+    text, however many ids the texts name.
     """
     kinds: dict[str, int] = {}
     for entry in entries:
@@ -268,17 +274,28 @@ def named_by_user(entries: Sequence[Entry], texts: Iterable[str]) -> set[str]:
     asked = [e for e in entries if kinds[e.kind] > 1]
     if not asked:
         return set()
-    words: set[str] = set()
-    for text in texts:
-        head = text[:NAMED_CHARS]
-        words.update(trim(word) for word in head.split())
-        words.update(_WORD_RUN.findall(head))
-    named = [entry for entry in asked if entry.value in words]
+    held = [_words(text) for text in texts]
+    named = [entry for entry in asked if any(entry.value in words for words in held)]
     counts: dict[str, int] = {}
     for entry in named:
         counts[entry.kind] = counts.get(entry.kind, 0) + 1
     # Where the user named every one of a kind, naming tells none of them apart.
     return {e.role for e in named if e.verified and counts[e.kind] < kinds[e.kind]}
+
+
+def _words(text: str) -> frozenset[str]:
+    """The words of a user text's first :data:`NAMED_CHARS` characters, trimmed, and their runs.
+
+    Worked out once per text: a kept text is read again at every block until it goes.
+    """
+    found = _WORDS_READ.get(text)
+    if found is None:
+        head = text[:NAMED_CHARS]
+        found = frozenset(map(trim, head.split())) | frozenset(_WORD_RUN.findall(head))
+        if len(_WORDS_READ) >= _WORDS_KEPT:
+            _WORDS_READ.clear()
+        _WORDS_READ[text] = found
+    return found
 
 
 class Noted(NamedTuple):

@@ -177,7 +177,9 @@ def shown_notes(
     with every word that names an entry (or a carried line) shown as its
     ``[role]`` (the note of a list of orders that names the customer says
     ``[customer]``); then of each note, the parts that tell its entry from
-    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`).
+    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`),
+    an entry the user named having one more part to be told by
+    (:func:`~guardrail._provenance.notes.named_by_user`).
     ``parts`` keeps each role's parts for the next rendering of the same ledger.
     """
     carried_roles = {line.value: line.role for line in carried}
@@ -199,13 +201,13 @@ def shown_notes(
 
     entries = state.entries()
     named = named_by_user(entries, state.user_texts)  # a fact of the conversation, no result's
-    lines = [
-        Noted(e.role, e.kind, e.status, _with_named(parts_of(e.role, e.note) if e.note else []))
-        if e.role in named
-        else Noted(e.role, e.kind, e.status, parts_of(e.role, e.note))
-        for e in entries
-        if e.note or e.role in named
-    ]
+    lines = []
+    for e in entries:
+        own = parts_of(e.role, e.note) if e.note else []
+        if e.role in named:
+            own = _with_named(own)
+        if own:
+            lines.append(Noted(e.role, e.kind, e.status, own))
     lines += [
         Noted(c.role, _NUMBERED.sub("", c.role), c.status, parts_of(c.role, c.note))
         for c in carried
