@@ -75,8 +75,8 @@ _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
 _WORD_RUN = re.compile(r"\w+")
-#: The words of the user texts read last (a session keeps 16; a few sessions share this).
-_WORDS_KEPT = 64
+#: The words of the user texts read last, by their first :data:`NAMED_CHARS` characters.
+_WORDS_KEPT = 32
 _WORDS_READ: dict[str, frozenset[str]] = {}
 
 
@@ -288,13 +288,13 @@ def _words(text: str) -> frozenset[str]:
 
     Worked out once per text: a kept text is read again at every block until it goes.
     """
-    found = _WORDS_READ.get(text)
+    head = text[:NAMED_CHARS]  # a text within the bound is itself: its hash is kept
+    found = _WORDS_READ.get(head)
     if found is None:
-        head = text[:NAMED_CHARS]
         found = frozenset(map(trim, head.split())) | frozenset(_WORD_RUN.findall(head))
         if len(_WORDS_READ) >= _WORDS_KEPT:
             _WORDS_READ.clear()
-        _WORDS_READ[text] = found
+        _WORDS_READ[head] = found
     return found
 
 
