@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import guardrail._provenance.notes as notes_module
-import guardrail.kinds as kinds_module
 from guardrail import Guard, Ledger, compact
 from guardrail._guard.audit import SilentLogger
 from guardrail._provenance.notes import NAMED, NAMED_CHARS, NOTE_CHARS, named_by_user
@@ -143,19 +142,20 @@ def test_a_flood_of_named_ids_costs_bounded_work(monkeypatch: pytest.MonkeyPatch
     for _ in range(USER_TEXTS_KEPT + 4):
         state_of(ledger).observe_text(flood)  # kept as typed, none admitted
     assert len(ledger) == len(ORDERS) + 1  # the user id and the orders
-    words: list[str] = []
-    real_trim = kinds_module.trim
+    read: list[str] = []
+    real = notes_module._WORD_RUN
 
-    def counted(word: str) -> str:
-        words.append(word)
-        return real_trim(word)
+    class Counted:
+        def findall(self, text: str) -> list[str]:
+            read.append(text)
+            return real.findall(text)
 
-    monkeypatch.setattr(notes_module, "trim", counted)  # what the notes module calls
+    monkeypatch.setattr(notes_module, "_WORD_RUN", Counted())
+    monkeypatch.setattr(notes_module, "_WORDS_READ", {})
     shown = block(ledger)
-    assert 0 < len(words) <= USER_TEXTS_KEPT * NAMED_CHARS // 2  # a word and a space at least
-    read = len(words)
+    assert [len(text) for text in read] == [NAMED_CHARS]  # sixteen texts alike, read once
     block(ledger)
-    assert len(words) == read  # a kept text is read once, not at every block
+    assert len(read) == 1  # a kept text is read once, not at every block
     assert all(len(line.partition("(")[2]) <= NOTE_CHARS + 40 for line in shown.splitlines()[1:])
     # #W1000001 is far past NAMED_CHARS in each text: not read, so not named.
     assert NAMED not in shown

@@ -27,13 +27,13 @@ id the user's texts name where its kind has others (:func:`named_by_user`).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from guardrail._data.batch import Related
 from guardrail._data.entry import Entry
 from guardrail._declare.paths import Path
-from guardrail.kinds import trim
 
 #: At most this many fields make a note.
 NOTE_FIELDS = 4
@@ -75,6 +75,7 @@ _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
 _WORD_RUN = re.compile(r"\w+")
+_EDGES = "\"'`()[]{}<>.,;:!?"
 #: The words of the user texts read last, by their first :data:`NAMED_CHARS` characters.
 _WORDS_KEPT = 32
 _WORDS_READ: dict[str, frozenset[str]] = {}
@@ -151,17 +152,21 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
     return _related(kind, root.get(name)) if name is not None else None
 
 
-def _own_id(fields: Collection[Any]) -> Any:
+def _own_id(fields: Iterable[Any]) -> Any:
     """The field naming a record's own id: its first id field, else its first ``..._number``.
 
     A flight names itself by its ``flight_number``, an invoice by its
     ``invoice_number``: the airport in a searched flight's ``origin`` is the
     origin of that flight.
     """
-    found = _first_id(fields)
-    if found is None:
-        found = next((n for n in fields if isinstance(n, str) and n.endswith("_number")), None)
-    return found
+    number = None
+    for name in fields:  # one pass: a record's fields are read for every id it holds
+        if isinstance(name, str):
+            if name == "id" or name.endswith(("_id", "Id", "_ID")):
+                return name
+            if number is None and name.endswith("_number"):
+                number = name
+    return number
 
 
 def _related(label: str, parent: Any) -> str | None:
@@ -291,7 +296,9 @@ def _words(text: str) -> frozenset[str]:
     head = text[:NAMED_CHARS]  # a text within the bound is itself: its hash is kept
     found = _WORDS_READ.get(head)
     if found is None:
-        found = frozenset(map(trim, head.split())) | frozenset(_WORD_RUN.findall(head))
+        words = head.split()  # each word, and without the punctuation around it, and its runs
+        found = frozenset(words).union(map(str.strip, words, repeat(_EDGES, len(words))))
+        found |= frozenset(_WORD_RUN.findall(head))
         if len(_WORDS_READ) >= _WORDS_KEPT:
             _WORDS_READ.clear()
         _WORDS_READ[head] = found
