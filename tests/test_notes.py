@@ -595,6 +595,34 @@ def test_an_id_in_a_nested_record_names_the_record_that_holds_it() -> None:
     assert 'item_2            1437889264        (note: "Bicycle; item of [order_2]")' in block
 
 
+def test_an_id_in_a_field_of_a_numbered_record_names_that_record() -> None:
+    """A searched flight names itself by its flight_number: its airports say which end they are."""
+    guard = Guard("raise", logger=SilentLogger())
+    guard.add_kind("flight", pattern=r"HAT\d{3}")
+    guard.add_kind("airport")
+    guard.declare(
+        "search_direct_flight",
+        produces={
+            "[*].flight_number": "flight",
+            "[*].origin": "airport",
+            "[*].destination": "airport",
+        },
+        effect="read",
+    )
+    flights = [
+        {"flight_number": "HAT069", "origin": "JFK", "destination": "SEA", "status": "available"},
+        {"flight_number": "HAT083", "origin": "JFK", "destination": "SEA", "status": "available"},
+    ]
+    with guard.session("s") as ledger:
+        guard.record("search_direct_flight", {}, flights)
+        block = render_block(state_of(ledger), (), ())
+        # The first record that names it: a relation never replaces a note it has.
+        assert ledger.get("airport", "JFK").note == "origin of HAT069"  # type: ignore[union-attr]
+        assert ledger.get("flight", "HAT069").note is None  # type: ignore[union-attr]
+    assert 'airport           JFK               (note: "origin of [flight]")' in block
+    assert 'airport_2         SEA               (note: "destination of [flight]")' in block
+
+
 def test_a_bare_id_takes_the_note_of_the_record_returned_later() -> None:
     """An order first listed bare gets its note when its record comes; a bare list keeps it."""
     guard = retail()

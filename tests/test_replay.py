@@ -12,7 +12,7 @@ import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guardrail import Guard, Ledger, Rejection
+from guardrail import Guard, Ledger, Rejection, compact
 from guardrail.errors import GuardrailUsageError
 from guardrail.replay import (
     CLASSES,
@@ -465,6 +465,35 @@ def test_only_ids_from_tool_results_are_required() -> None:
     assert data["ids"] + data["evicted"] + data["other_ids"] + data["not_in_context"] == 4
 
 
+def test_which_one_counts_the_ids_a_write_took_and_those_the_user_named() -> None:
+    """Two orders listed bare: the one the user named is told apart, and a write took it."""
+
+    def guardrail_compaction(messages: list[dict[str, Any]], ledger: Ledger) -> list[Any]:
+        return list(compact(messages, ledger, keep_recent=0).messages)
+
+    report = run(
+        *opening(),
+        user(f"please refund {ORDERS[1]}"),
+        call("c3", "describe", {"order_id": ORDERS[0]}),  # the other one, looked up: a read
+        result("c3", {"note": "fine"}),
+        call("c4", "refund", {"order_id": ORDERS[1]}),
+        result("c4", "ok"),
+        classes=(),
+        compaction={"guardrail": guardrail_compaction},
+    )
+    which = report.to_dict()["total"]["availability"]["guardrail"]["which_by_kind"]
+    assert which == {
+        "order": {
+            "asked": 2,
+            "told_apart": 1,  # the refund's: the user named it; the other has no fact at all
+            "described": 0,
+            "described_told_apart": 0,
+            "writes": 1,
+            "writes_told_apart": 1,
+        }
+    }
+
+
 def test_ids_evicted_from_the_ledger_are_beyond_capacity() -> None:
     """An id a tool produced but the ledger did not keep is counted as evicted, not asked."""
     # Capacity 3 lets one call add one new id: the list's last order is never kept.
@@ -608,31 +637,38 @@ def test_corpus_replay(corpus_replay: CorpusReplay) -> None:
 
 @needs_corpus
 def test_corpus_which_one_after_compaction(corpus_replay: CorpusReplay) -> None:
-    """The airline manifest's notes tell 1,017 of 1,403 ids with rivals apart; a plain summary 0.
+    """The airline manifest's notes tell 1,128 of 1,403 ids with rivals apart; a plain summary 0.
 
-    Of the ids a result had described before the call, 1,017 of 1,058 (96%), each kind over 90%.
+    Of the ids a result had described before the call, 1,103 of 1,125 (98%); of those a
+    write took, 792 of 814; each kind over 90% in both.
     """
     availability = corpus_replay.report.to_dict()["total"]["availability"]
     guarded, plain = availability["guardrail k=0"], availability["plain summary k=0"]
-    assert (guarded["which_ids"], guarded["which_told"]) == (1403, 1017)
+    assert (guarded["which_ids"], guarded["which_told"]) == (1403, 1128)
     assert (plain["which_ids"], plain["which_told"]) == (1403, 0)
+
+    def counts(
+        asked: int, told: int, described: int, told_described: int, writes: int, told_writes: int
+    ) -> dict[str, int]:
+        return {
+            "asked": asked,
+            "told_apart": told,
+            "described": described,
+            "described_told_apart": told_described,
+            "writes": writes,
+            "writes_told_apart": told_writes,
+        }
+
     assert guarded["which_by_kind"] == {
-        # An airport is told by the field of the record that named it (origin of [reservation]).
-        "airport": {"asked": 417, "told_apart": 335, "described": 350, "described_told_apart": 335},
-        "flight": {"asked": 376, "told_apart": 358, "described": 376, "described_told_apart": 358},
-        "payment_method": {
-            "asked": 182,
-            "told_apart": 175,
-            "described": 182,
-            "described_told_apart": 175,
-        },
-        # Most of the rest are looked up by the very call: get_user_details lists ids only.
-        "reservation": {
-            "asked": 428,
-            "told_apart": 149,
-            "described": 150,
-            "described_told_apart": 149,
-        },
+        # An airport is told by the field of the record that named it: origin of [reservation],
+        # of a searched flight (origin of [flight_3]).
+        "airport": counts(417, 417, 417, 417, 106, 106),
+        # Four more than the notes tell: flights the user named.
+        "flight": counts(376, 362, 376, 362, 376, 362),
+        "payment_method": counts(182, 175, 182, 175, 182, 175),
+        # Most of the rest are looked up by the very call: get_user_details lists ids only;
+        # 25 bare ones the user named.
+        "reservation": counts(428, 174, 150, 149, 150, 149),
     }
     assert "Which one after compaction" in corpus_replay.printed
 

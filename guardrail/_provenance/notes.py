@@ -19,16 +19,20 @@ also keeps which record holds it (``item of W1000002``, shown ``item of
 [order_2]``; ``origin of [reservation_2]``). What a block shows of a note
 is chosen when the block is written (:func:`choose`): for each kind, an
 entry's first part, then the shortest of its other parts that tell it
-apart from the other entries of its kind in that block.
+apart from the other entries of its kind in that block. One part comes
+from the conversation rather than a result: ``named by the user``, for an
+id the user's texts name where its kind has others (:func:`named_by_user`).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import repeat
 from typing import Any, NamedTuple
 
 from guardrail._data.batch import Related
+from guardrail._data.entry import Entry
 from guardrail._declare.paths import Path
 
 #: At most this many fields make a note.
@@ -63,9 +67,18 @@ DEFAULT_FIELDS = (
 MAX_RIVALS = 32
 #: A stored note: its own fields (at most :data:`NOTE_CHARS`), then which record holds it.
 STORED_CHARS = 2 * NOTE_CHARS + 2
+#: The part a block adds to an entry whose value the user named, where its kind has others.
+NAMED = "named by the user"
+#: At most this many characters of each kept user text are read for the ids it names.
+NAMED_CHARS = 20_000
 _SEPARATOR = "; "
 _ELLIPSIS = "…"
 _TOKEN = re.compile(r"[^\s,;()]+")
+_WORD_RUN = re.compile(r"\w+")
+_EDGES = "\"'`()[]{}<>.,;:!?"
+#: The words of the user texts read last, by their first :data:`NAMED_CHARS` characters.
+_WORDS_KEPT = 32
+_WORDS_READ: dict[str, frozenset[str]] = {}
 
 
 _DEFAULT_SET = frozenset(DEFAULT_FIELDS)
@@ -121,14 +134,15 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
     """Which record holds an id of ``kind`` found at ``field`` of ``holder``: ``item of W1000002``.
 
     An id in a field of a record that has an id of its own (a reservation's
-    ``origin``) is that field of it: ``origin of ZFA04Y``. An id in a
+    ``origin``; a searched flight's, named by its ``flight_number``) is that
+    field of it: ``origin of ZFA04Y``, ``origin of HAT136``. An id in a
     record nested in ``root`` (an order's items, a reservation's flights)
     is an id of ``kind`` of the root's record, when the root has an id of
     its own (its first id field holds a text or a number): ``flight of
     ZFA04Y``. The record's id is shown by role in a block. None otherwise.
     """
     if field is not None and isinstance(holder, Mapping):
-        name = _first_id(holder.keys())
+        name = _own_id(holder.keys())
         if name is not None and name != field:
             # An id field (``customer_id``) says its kind; another (``origin``) says its name.
             return _related(kind if _first_id((field,)) else field, holder.get(name))
@@ -136,6 +150,23 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
         return None
     name = _first_id(root.keys())
     return _related(kind, root.get(name)) if name is not None else None
+
+
+def _own_id(fields: Iterable[Any]) -> Any:
+    """The field naming a record's own id: its first id field, else its first ``..._number``.
+
+    A flight names itself by its ``flight_number``, an invoice by its
+    ``invoice_number``: the airport in a searched flight's ``origin`` is the
+    origin of that flight.
+    """
+    number = None
+    for name in fields:  # one pass: a record's fields are read for every id it holds
+        if isinstance(name, str):
+            if name == "id" or name.endswith(("_id", "Id", "_ID")):
+                return name
+            if number is None and name.endswith("_number"):
+                number = name
+    return number
 
 
 def _related(label: str, parent: Any) -> str | None:
@@ -226,6 +257,52 @@ def bounded(note: str) -> str:
 def parts(note: str) -> list[str]:
     """The parts of a note (its fields, the record holding it), each once, in order."""
     return list(dict.fromkeys(part for part in note.split(_SEPARATOR) if part))
+
+
+def named_by_user(entries: Sequence[Entry], texts: Iterable[str]) -> set[str]:
+    """The roles of ``entries`` the user named: a fact that tells an id from others of its kind.
+
+    ``texts``: the user's texts the ledger keeps. An entry counts when its
+    value is a word of them (as typed, or inside quotes or punctuation), its
+    kind has other entries among ``entries`` the user did not name (a lone
+    id needs no telling apart, nor one of a kind the user named whole), and
+    a result produced or vouched for it: an id the user typed and nothing
+    confirmed shows ``unverified`` already. The part a block
+    shows is :data:`NAMED`, never the user's words; it adds no entry and
+    verifies nothing. The work is one pass over each text (read to
+    :data:`NAMED_CHARS`, once while it is kept) and a look-up per entry and
+    text, however many ids the texts name.
+    """
+    kinds: dict[str, int] = {}
+    for entry in entries:
+        kinds[entry.kind] = kinds.get(entry.kind, 0) + 1
+    asked = [e for e in entries if kinds[e.kind] > 1]
+    if not asked:
+        return set()
+    held = [_words(text) for text in texts]
+    named = [entry for entry in asked if any(entry.value in words for words in held)]
+    counts: dict[str, int] = {}
+    for entry in named:
+        counts[entry.kind] = counts.get(entry.kind, 0) + 1
+    # Where the user named every one of a kind, naming tells none of them apart.
+    return {e.role for e in named if e.verified and counts[e.kind] < kinds[e.kind]}
+
+
+def _words(text: str) -> frozenset[str]:
+    """The words of a user text's first :data:`NAMED_CHARS` characters, trimmed, and their runs.
+
+    Worked out once per text: a kept text is read again at every block until it goes.
+    """
+    head = text[:NAMED_CHARS]  # a text within the bound is itself: its hash is kept
+    found = _WORDS_READ.get(head)
+    if found is None:
+        words = head.split()  # each word, and without the punctuation around it, and its runs
+        found = frozenset(words).union(map(str.strip, words, repeat(_EDGES, len(words))))
+        found |= frozenset(_WORD_RUN.findall(head))
+        if len(_WORDS_READ) >= _WORDS_KEPT:
+            _WORDS_READ.clear()
+        _WORDS_READ[head] = found
+    return found
 
 
 class Noted(NamedTuple):

@@ -28,7 +28,7 @@ from typing import Any
 
 from guardrail._data.batch import Batch
 from guardrail._data.entry import TIERS, implied_tier
-from guardrail._provenance.notes import Noted, bounded, by_role, choose
+from guardrail._provenance.notes import NAMED, Noted, bounded, by_role, choose, named_by_user
 from guardrail._provenance.notes import parts as note_parts
 from guardrail._transcript.messages import COMPACTED_HEADER, Repair, content_text
 from guardrail.kinds._operator import EMPTY, Catalog
@@ -177,7 +177,9 @@ def shown_notes(
     with every word that names an entry (or a carried line) shown as its
     ``[role]`` (the note of a list of orders that names the customer says
     ``[customer]``); then of each note, the parts that tell its entry from
-    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`).
+    the others of its kind in the block (:func:`~guardrail._provenance.notes.choose`),
+    an entry the user named having one more part to be told by
+    (:func:`~guardrail._provenance.notes.named_by_user`).
     ``parts`` keeps each role's parts for the next rendering of the same ledger.
     """
     carried_roles = {line.value: line.role for line in carried}
@@ -197,15 +199,26 @@ def shown_notes(
             found = read[role] = note_parts(by_role(bounded(note), role_of))
         return found
 
-    lines = [
-        Noted(e.role, e.kind, e.status, parts_of(e.role, e.note)) for e in state.entries() if e.note
-    ]
+    entries = state.entries()
+    named = named_by_user(entries, state.user_texts)  # a fact of the conversation, no result's
+    lines = []
+    for e in entries:
+        own = parts_of(e.role, e.note) if e.note else []
+        if e.role in named:
+            own = _with_named(own)
+        if own:
+            lines.append(Noted(e.role, e.kind, e.status, own))
     lines += [
         Noted(c.role, _NUMBERED.sub("", c.role), c.status, parts_of(c.role, c.note))
         for c in carried
         if c.note
     ]
     return choose(lines)
+
+
+def _with_named(parts: list[str]) -> list[str]:
+    """A note's parts and, last, that the user named the id (a part of its own, kept apart)."""
+    return parts if NAMED in parts else [*parts, NAMED]
 
 
 def seal(block: str, state: LedgerState) -> str:

@@ -381,11 +381,14 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
     )
     table = Table()
     names = ["strategy", "kind", "asked", "told apart", "rate", "described", "told apart", "rate"]
+    names += ["writes", "told apart", "rate"]
     for lead, stats in _strategy_rows(report, table, names):
         for name, avail in stats.availability.items():
             told = _pct(avail.which_rate)
             described = sum(avail.which_described_by_kind.values())
             told_described = sum(avail.which_described_told_by_kind.values())
+            writes = sum(avail.which_write_by_kind.values())
+            told_writes = sum(avail.which_write_told_by_kind.values())
             _row(
                 table,
                 *lead,
@@ -397,11 +400,16 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
                 _n(described),
                 _n(told_described),
                 _pct(told_described / described if described else None),
+                _n(writes),
+                _n(told_writes),
+                _pct(told_writes / writes if writes else None),
             )
             for kind, asked in sorted(avail.which_asked_by_kind.items()):
                 told_kind = avail.which_told_by_kind[kind]
                 described = avail.which_described_by_kind[kind]
                 told_described = avail.which_described_told_by_kind[kind]
+                writes = avail.which_write_by_kind[kind]
+                told_writes = avail.which_write_told_by_kind[kind]
                 _row(
                     table,
                     *lead,
@@ -413,10 +421,14 @@ def _which_one(report: ReplayReport) -> Iterator[Table | Text]:
                     _n(described),
                     _n(told_described),
                     _pct(told_described / described if described else None),
+                    _n(writes),
+                    _n(told_writes),
+                    _pct(told_writes / writes if writes else None),
                 )
     yield Text(
         "Described: the ids a result had described before the call (their entry had a note or "
-        "a status); an id only ever listed bare has nothing to be told apart by yet."
+        "a status); an id only ever listed bare has nothing to be told apart by yet. Writes: "
+        "the ids a write tool took, where taking the wrong one changes something."
     )
     yield table
 

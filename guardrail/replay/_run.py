@@ -353,7 +353,8 @@ class TraceRun:
                     avail.ids += 1
                     found = among[id(leaf)]
                     if found is not None:  # several of its kind: is its own told apart?
-                        avail.which(found[0], told_apart(*found[2:], facts), found[1])
+                        write = self.guard.specs[call.name].effect == "write"
+                        avail.which(found[0], told_apart(*found[2:], facts), found[1], write)
                     if has_token(after, leaf.text):
                         avail.present += 1
                     elif len(avail.misses) < self.stats.max_examples:

@@ -162,7 +162,9 @@ class Availability:
     part or a status that each other entry of the kind lacks; see
     :mod:`guardrail.replay._which`), also counted by kind, and apart for the
     ids a result had described before the call (their entry had a note or
-    a status): an id only ever listed bare has nothing to tell it by yet.
+    a status): an id only ever listed bare has nothing to tell it by yet;
+    and apart for the ids a write tool took (``which_write...``): where
+    taking the wrong one changes something.
     """
 
     compactions: int = 0
@@ -174,6 +176,8 @@ class Availability:
     which_told_by_kind: Counter[str] = field(default_factory=Counter)
     which_described_by_kind: Counter[str] = field(default_factory=Counter)
     which_described_told_by_kind: Counter[str] = field(default_factory=Counter)
+    which_write_by_kind: Counter[str] = field(default_factory=Counter)
+    which_write_told_by_kind: Counter[str] = field(default_factory=Counter)
     evicted: int = 0
     other_ids: int = 0
     other_present: int = 0
@@ -185,8 +189,8 @@ class Availability:
         """The share of ledger ids still present, or None when none were asked."""
         return self.present / self.ids if self.ids else None
 
-    def which(self, kind: str, told: bool, described: bool = False) -> None:
-        """Count one id argument with rivals of its kind, told apart or not, described or not."""
+    def which(self, kind: str, told: bool, described: bool = False, write: bool = False) -> None:
+        """Count one id argument with rivals of its kind: told apart, described, of a write."""
         self.which_ids += 1
         self.which_asked_by_kind[kind] += 1
         if told:
@@ -195,6 +199,9 @@ class Availability:
         if described:
             self.which_described_by_kind[kind] += 1
             self.which_described_told_by_kind[kind] += told
+        if write:
+            self.which_write_by_kind[kind] += 1
+            self.which_write_told_by_kind[kind] += told
 
     @property
     def which_rate(self) -> float | None:
@@ -226,6 +233,8 @@ class Availability:
                     "told_apart": self.which_told_by_kind[kind],
                     "described": self.which_described_by_kind[kind],
                     "described_told_apart": self.which_described_told_by_kind[kind],
+                    "writes": self.which_write_by_kind[kind],
+                    "writes_told_apart": self.which_write_told_by_kind[kind],
                 }
                 for kind, asked in sorted(self.which_asked_by_kind.items())
             },
