@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import operator
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
@@ -418,30 +419,40 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     text, found = masker.mask(summary)
     issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
     judge = _Judge(state)
-    replacements: list[Span] = []
-    inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
-    # A summary repeats its words ("User:", "called", a role): each is judged once.
+    # A summary repeats its words ("User:", "called", a role): each distinct token is judged
+    # once, and the text is walked again, for where they are, only when some token is at
+    # fault. The tokens inside ``[role]`` references are not judged: each is the reference's
+    # name, so a token written only there is left out.
+    tokens = TOKEN.findall(text)
+    outside = Counter(tokens)
+    outside.subtract(m.group(1) for m in ROLE_REF.finditer(text))
     judged: dict[str, LintIssue | None] = {}
-    # And each token's pieces with their issues, worked out the first time it is written.
-    found_in: dict[str, list[tuple[int, str, LintIssue]]] = {}
-    for match in TOKEN.finditer(text):
-        start, raw = match.start(), match.group()
-        if start in inside_roles:
+    # Each token's pieces at fault, with their offsets and issues.
+    at_fault: dict[str, list[tuple[int, str, LintIssue]]] = {}
+    for raw in outside:
+        if outside[raw] <= 0:
             continue
-        of_raw = found_in.get(raw)
-        if of_raw is None:
-            of_raw = found_in[raw] = []
-            for at, piece in _pieces(raw, judged, judge):
-                if piece in judged:
-                    issue = judged[piece]
-                else:
-                    issue = judged[piece] = _judge(piece, judge)
-                if issue is not None:
-                    of_raw.append((at, piece, issue))
-        for at, piece, issue in of_raw:
-            issues.append(issue)
-            if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append(_covered(piece, start + at, issue.role))
+        of_raw = []
+        for at, piece in _pieces(raw, judged, judge):
+            if piece in judged:
+                issue = judged[piece]
+            else:
+                issue = judged[piece] = _judge(piece, judge)
+            if issue is not None:
+                of_raw.append((at, piece, issue))
+        if of_raw:
+            at_fault[raw] = of_raw
+    replacements: list[Span] = []
+    if at_fault:
+        inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
+        for match in TOKEN.finditer(text):
+            found = at_fault.get(match.group())
+            if found is None or match.start() in inside_roles:
+                continue
+            for at, piece, issue in found:
+                issues.append(issue)
+                if issue.action == "scrubbed" and issue.role is not None:
+                    replacements.append(_covered(piece, match.start() + at, issue.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
