@@ -49,7 +49,7 @@ from guardrail.compaction._outcome import (
     M,
     Masked,
     all_text,
-    counted_before,
+    counted,
     counter,
     identifiers,
 )
@@ -363,8 +363,8 @@ def _compact(
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
-    identifiers_before, tokens_before = counted_before(
-        originals, start, cut, left, masker, masked, count
+    identifiers_before, tokens_before, identifiers_after = counted(
+        originals, kept, at, start, cut, compacted, left, masker, masked, count
     )
     after = all_text(output)
     report = CompactionReport(
@@ -374,7 +374,7 @@ def _compact(
         messages_after=len(output),
         summarized=cut - start,
         identifiers_before=identifiers_before,
-        identifiers_after=identifiers(masker, after),
+        identifiers_after=identifiers_after,
         ledger_entries=state.size,
         harvested=harvested,
         masked=masked.count,
