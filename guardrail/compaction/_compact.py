@@ -364,7 +364,7 @@ def _compact(
     output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
     identifiers_before, tokens_before, identifiers_after = counted(
-        originals, kept, at, start, cut, compacted, left, masker, masked, count
+        originals, kept, at, cut, compacted, left, masker, masked, count
     )
     after = all_text(output)
     report = CompactionReport(

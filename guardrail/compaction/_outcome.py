@@ -114,7 +114,6 @@ def counted(
     originals: list[Any],
     kept: list[Any],
     earlier: int | None,
-    start: int,
     cut: int,
     compacted: Any,
     left: list[str],
