@@ -446,13 +446,13 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     if at_fault:
         inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
         for match in TOKEN.finditer(text):
-            found = at_fault.get(match.group())
-            if found is None or match.start() in inside_roles:
+            faults = at_fault.get(match.group())
+            if faults is None or match.start() in inside_roles:
                 continue
-            for at, piece, issue in found:
-                issues.append(issue)
-                if issue.action == "scrubbed" and issue.role is not None:
-                    replacements.append(_covered(piece, match.start() + at, issue.role))
+            for at, piece, fault in faults:
+                issues.append(fault)
+                if fault.action == "scrubbed" and fault.role is not None:
+                    replacements.append(_covered(piece, match.start() + at, fault.role))
     for start, end, role in sorted(replacements, reverse=True):
         text = f"{text[:start]}[{role}]{text[end:]}"
     for match in ROLE_REF.finditer(text):
