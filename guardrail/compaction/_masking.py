@@ -196,6 +196,11 @@ class Masker:
         """``text`` with every identifier replaced by ``[role]``, and what was masked by which."""
         runs_of_text: list[str] | None = None
         more: list[Span] = []
+        if self._plain and _RUN.fullmatch(text):
+            # One word (a key, a name, an id alone: most strings of a result): it is a value
+            # or it is not.
+            role = self._exact.whole.get(text)
+            return (text, []) if role is None else (self._masked[text], [Written(text, role)])
         if not self._plain:
             runs_of_text = _runs(text)
             more = self._more_spans(text, runs_of_text)
