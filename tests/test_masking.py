@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from guardrail import Guard, Ledger
 from guardrail._data.batch import Batch
 from guardrail.compaction._block import BlockLine
-from guardrail.compaction._masking import Masker, lint
+from guardrail.compaction._lint import lint
+from guardrail.compaction._masking import Masker
 from guardrail.ledger import Source
 from guardrail.ledger._ledger import state_of
 

@@ -43,7 +43,8 @@ from guardrail.compaction._block import (
     unseal,
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
-from guardrail.compaction._masking import Masker, Written, lint
+from guardrail.compaction._lint import lint
+from guardrail.compaction._masking import Masker, Written
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,

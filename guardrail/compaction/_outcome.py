@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Generic
 from guardrail._guard.audit import listed, omitted
 from guardrail._transcript.content import strings
 from guardrail._transcript.messages import Repair
-from guardrail.compaction._masking import LintIssue, Masker
+from guardrail.compaction._lint import LintIssue
+from guardrail.compaction._masking import Masker
 
 if TYPE_CHECKING:
     # A default, so that a bare ``CompactionResult`` annotation stays valid under --strict;
