@@ -56,8 +56,12 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     judged: dict[str, LintIssue | None] = {}
     # Each token's pieces at fault, with their offsets and issues.
     at_fault: dict[str, list[tuple[int, str, LintIssue]]] = {}
+    fine = judge.fine
     for raw in outside:
-        if outside[raw] <= 0:
+        if raw in fine or outside[raw] <= 0:
+            continue
+        if judge.always_fine(raw):
+            fine.add(raw)
             continue
         of_raw = []
         for at, piece in _pieces(raw, judged, judge):
@@ -137,6 +141,26 @@ def _covered(raw: str, start: int, role: str) -> Span:
 
 _ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
 
+#: Tokens fine whatever a ledger holds (see :meth:`_Judge.always_fine`), by the pattern of
+#: the shapes they were judged against: summaries write the same words compaction after
+#: compaction ("User:", "called", "economy"). Bounded: a set that grows past
+#: :data:`_FINE_MAX` words starts again empty, and so does the whole past :data:`_FINE_SHAPES`.
+_FINE: dict[str, set[str]] = {}
+_FINE_MAX = 100_000
+_FINE_SHAPES = 16
+
+
+def _fine_words(shape: re.Pattern[str] | None) -> set[str]:
+    """The tokens known fine against ``shape`` (a set of its own when there is no shape)."""
+    if shape is None:
+        return set()
+    words = _FINE.get(shape.pattern)
+    if words is None or len(words) > _FINE_MAX:
+        if len(_FINE) >= _FINE_SHAPES:
+            _FINE.clear()
+        words = _FINE[shape.pattern] = set()
+    return words
+
 
 class _Judge:
     """Decides what one token of a summary is, against the ledger (cheap tests first)."""
@@ -148,6 +172,29 @@ class _Judge:
         self.any_shape = _any_shape(self.patterned)
         self.held = [kind for kind in enforced if state.tables.get(kind.name)]
         self.ends = {kind.name: {key[-2:] for key in state.tables[kind.name]} for kind in self.held}
+        #: Tokens fine whatever the ledger holds, shared by every judge of the same shapes.
+        self.fine = _fine_words(self.any_shape)
+
+    def always_fine(self, raw: str) -> bool:
+        """Whether no ledger could make the token ``raw`` an issue.
+
+        As :func:`_judge` and :func:`_pieces` read it, no piece of it is cut
+        short, of an enforced kind's shape, or id-like.
+        """
+        if self.any_shape is None:
+            return False
+        if _PAIR.search(raw) is None:
+            return self._plain(raw)
+        return self._plain(raw) and all(
+            self._plain(part) for part in _PAIR.split(raw) if part.strip(EDGE)
+        )
+
+    def _plain(self, piece: str) -> bool:
+        assert self.any_shape is not None
+        if piece.endswith(ELLIPSES):
+            return False
+        token = piece.strip(EDGE)
+        return not self.any_shape.fullmatch(token) and not _ID_LIKE.fullmatch(token)
 
     def token(self, token: str) -> LintIssue | None:
         """An issue for a whole token, or None when it is fine (or not an id at all)."""
