@@ -11,6 +11,7 @@ summary with it.
 from __future__ import annotations
 
 import bisect
+import functools
 import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -372,12 +373,26 @@ def _words_of(text: str, words: Mapping[str, str], encoded: Mapping[bytes, str])
     and the pieces are looked up as bytes. A piece holding other characters (some of
     which are not word characters) is split by the regex as well.
     """
-    pieces = set(_utf8(text).translate(_NOT_WORD).split())
+    pieces = _pieces_of(text) if len(text) > _REMEMBERED_CHARS else _remembered_pieces(text)
     present = {encoded[piece] for piece in encoded.keys() & pieces}
     for piece in filterfalse(bytes.isascii, pieces):
         runs = _RUN.findall(piece.decode("utf-8", "surrogatepass"))
         present.update(run for run in runs if run in words)
     return present
+
+
+#: Texts up to this long keep their pieces for the next search (a few of them, the latest
+#: used): the system prompt opens every compaction of a conversation, and often of every
+#: conversation of an agent.
+_REMEMBERED_CHARS = 65_536
+
+
+def _pieces_of(text: str) -> frozenset[bytes]:
+    """The UTF-8 pieces of ``text`` between ASCII non-word characters."""
+    return frozenset(_utf8(text).translate(_NOT_WORD).split())
+
+
+_remembered_pieces = functools.lru_cache(maxsize=16)(_pieces_of)
 
 
 def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
