@@ -348,6 +348,29 @@ def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
     ]
 
 
+def test_the_lint_judges_each_summary_against_its_own_ledger() -> None:
+    """Words found fine once are fine for any ledger; an id-shaped one is judged again each time."""
+    guard = Guard()
+    guard.add_kind("order", pattern=r"W\d{7}")
+    maskers = []
+    for value in ("W1000001", "W2000001"):
+        ledger = guard.new_ledger()
+        state_of(ledger).admit([Batch.one("order", value, value, "x")], source=SOURCE)
+        maskers.append(Masker(state_of(ledger), ()))
+    text = "Refund W1000011 today, then W2000011 (see [order])."
+    first, second = (lint(text, masker) for masker in maskers)
+    assert first[0] == "Refund [order] today, then W2000011 (see [order])."
+    assert [(issue.problem, issue.text) for issue in first[1]] == [
+        ("near_miss", "W1000011"),
+        ("unknown", "W2000011"),
+    ]
+    assert second[0] == "Refund W1000011 today, then [order] (see [order])."
+    assert [(issue.problem, issue.text) for issue in second[1]] == [
+        ("unknown", "W1000011"),
+        ("near_miss", "W2000011"),
+    ]
+
+
 def test_the_lint_reads_key_value_tokens_as_the_value_they_name() -> None:
     """order_id=#W… or order:W… in a summary: the value is judged, scrubbed or flagged."""
     guard = Guard()
