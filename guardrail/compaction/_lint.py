@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from guardrail._check.nearmiss import near_miss
+from guardrail._data.entry import Entry
 from guardrail._data.text import ELLIPSES, TOKEN
 from guardrail.compaction._masking import EDGE, ROLE_REF, Masker, Span
 from guardrail.kinds import Kind
@@ -172,6 +173,9 @@ class _Judge:
         self.any_shape = _any_shape(self.patterned)
         self.held = [kind for kind in enforced if state.tables.get(kind.name)]
         self.ends = {kind.name: {key[-2:] for key in state.tables[kind.name]} for kind in self.held}
+        # The first two characters of every key of each kind: a key starting otherwise starts
+        # no key, with no search of the ledger's index.
+        self.heads = {name: {key[:2] for key in table} for name, table in state.tables.items()}
         #: Tokens fine whatever the ledger holds, shared by every judge of the same shapes.
         self.fine = _fine_words(self.any_shape)
 
@@ -220,8 +224,7 @@ class _Judge:
         for kind in self.held:
             key = kind.key(token)
             if key is not None and (
-                state.keys_with_prefix(kind.name, key[:2], limit=1)
-                or key[-2:] in self.ends[kind.name]
+                self._with_prefix(kind.name, key[:2], limit=1) or key[-2:] in self.ends[kind.name]
             ):
                 candidates.append(kind)
         return self.truncated(token, token, cut=False) or self._near(token, candidates)
@@ -239,6 +242,12 @@ class _Judge:
                 return LintIssue("near_miss", token, hit.entry.role, "scrubbed", hit.detail)
         return None
 
+    def _with_prefix(self, kind: str, prefix: str, *, limit: int) -> list[Entry]:
+        """The ledger's live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
+        if len(prefix) >= 2 and prefix[:2] not in self.heads.get(kind, ()):
+            return []
+        return self.state.keys_with_prefix(kind, prefix, limit=limit)
+
     def truncated(self, written: str, stem: str, *, cut: bool) -> LintIssue | None:
         """An id cut short: scrubbed when only one entry starts so, flagged when several do."""
         if len(stem) < (3 if cut else 4):
@@ -248,7 +257,7 @@ class _Judge:
             key = self.state.key(name, stem)
             if key is None:
                 continue
-            for entry in self.state.keys_with_prefix(name, key, limit=3):
+            for entry in self._with_prefix(name, key, limit=3):
                 if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
                     roles.append(entry.role)
         if len(roles) == 1:
