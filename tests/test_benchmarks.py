@@ -479,7 +479,7 @@ def test_the_every_turn_block_script_prints_its_table_and_the_default_budget() -
 
 
 def test_the_corpus_compaction_script_prints_its_rate() -> None:
-    """benchmarks/corpus_compaction.py compacts shipped conversations and prints MB/s."""
+    """benchmarks/corpus_compaction.py compacts shipped conversations; prints MB/s, wall and CPU."""
     done = subprocess.run(
         [
             sys.executable,
@@ -497,6 +497,7 @@ def test_the_corpus_compaction_script_prints_its_rate() -> None:
     )
     assert done.stdout.startswith("3 conversations, ")
     assert re.search(r"compact, built-in summarizer: \d+ ms, [\d.]+ MB/s", done.stdout)
+    assert re.search(r"CPU time: \d+ ms, [\d.]+ MB/s", done.stdout)
 
 
 def test_a_quick_report_judges_no_target() -> None:

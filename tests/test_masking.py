@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from guardrail import Guard, Ledger
 from guardrail._data.batch import Batch
 from guardrail.compaction._block import BlockLine
-from guardrail.compaction._masking import Masker, lint
+from guardrail.compaction._lint import lint
+from guardrail.compaction._masking import Masker
 from guardrail.ledger import Source
 from guardrail.ledger._ledger import state_of
 
@@ -344,6 +345,29 @@ def test_the_lint_reads_two_dots_in_prose_as_punctuation_not_a_cut() -> None:
     assert summary == "Then W10.. Then [order] done."
     assert [(issue.problem, issue.text, issue.action) for issue in issues] == [
         ("truncated", "W10...", "scrubbed")
+    ]
+
+
+def test_the_lint_judges_each_summary_against_its_own_ledger() -> None:
+    """Words found fine once are fine for any ledger; an id-shaped one is judged again each time."""
+    guard = Guard()
+    guard.add_kind("order", pattern=r"W\d{7}")
+    maskers = []
+    for value in ("W1000001", "W2000001"):
+        ledger = guard.new_ledger()
+        state_of(ledger).admit([Batch.one("order", value, value, "x")], source=SOURCE)
+        maskers.append(Masker(state_of(ledger), ()))
+    text = "Refund W1000011 today, then W2000011 (see [order])."
+    first, second = (lint(text, masker) for masker in maskers)
+    assert first[0] == "Refund [order] today, then W2000011 (see [order])."
+    assert [(issue.problem, issue.text) for issue in first[1]] == [
+        ("near_miss", "W1000011"),
+        ("unknown", "W2000011"),
+    ]
+    assert second[0] == "Refund W1000011 today, then [order] (see [order])."
+    assert [(issue.problem, issue.text) for issue in second[1]] == [
+        ("unknown", "W1000011"),
+        ("near_miss", "W2000011"),
     ]
 
 

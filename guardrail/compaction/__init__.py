@@ -7,7 +7,7 @@ it. The modules inside are its steps, top-down: ``_compact`` (the options
 and the six steps); ``_outcome`` (the result and its report, and how ids and
 tokens are counted); ``_cut`` (where to cut, the earlier compacted message,
 the results to harvest), ``_masking`` (every known id in text named by its
-role, and the summary lint) and ``_recent`` (the bounded block given to the
+role), ``_lint`` (the summary lint) and ``_recent`` (the bounded block given to the
 model every turn); ``_block`` (the ledger block, its seal, reading it back)
 and ``_summarize`` (the summarizer protocol, the extractive summarizer, the
 chat-model adapter).
@@ -25,7 +25,7 @@ from guardrail.compaction._compact import (
     compact_text,
 )
 from guardrail.compaction._cut import choose_cut
-from guardrail.compaction._masking import LintIssue
+from guardrail.compaction._lint import LintIssue
 from guardrail.compaction._outcome import CompactionReport, CompactionResult
 from guardrail.compaction._recent import DEFAULT_BLOCK_TOKENS, recent_block
 from guardrail.compaction._summarize import (

@@ -17,6 +17,7 @@ else, is text.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
@@ -42,14 +43,15 @@ from guardrail.compaction._block import (
     unseal,
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
-from guardrail.compaction._masking import Masker, Written, lint
+from guardrail.compaction._lint import lint
+from guardrail.compaction._masking import Masker, Written
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
     M,
     Masked,
     all_text,
-    counted_before,
+    counted,
     counter,
     identifiers,
 )
@@ -321,10 +323,11 @@ def _compact(
 
     masker = Masker(state, carried)
     masked = Masked()
-    mask = _mask_counting(masker, masked)
+    mask, count_masked = _mask_counting(masker, masked)
 
     left: list[str] = []  # the strings of the part that masking does not see
     part = [map_text(raw, mask, left) for raw in originals[start:cut]]
+    count_masked()
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     # The notes, worked out once for the summary and the block: the built-in summarizer
     # changes nothing in the ledger between the two (another summarizer might).
@@ -363,8 +366,8 @@ def _compact(
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
-    identifiers_before, tokens_before = counted_before(
-        originals, start, cut, left, masker, masked, count
+    identifiers_before, tokens_before, identifiers_after = counted(
+        originals, kept, at, cut, compacted, left, masker, masked, count
     )
     after = all_text(output)
     report = CompactionReport(
@@ -374,7 +377,7 @@ def _compact(
         messages_after=len(output),
         summarized=cut - start,
         identifiers_before=identifiers_before,
-        identifiers_after=identifiers(masker, after),
+        identifiers_after=identifiers_after,
         ledger_entries=state.size,
         harvested=harvested,
         masked=masked.count,
@@ -394,28 +397,40 @@ def _compact(
     return CompactionResult(output, report)
 
 
-def _mask_counting(masker: Masker, masked: Masked) -> Callable[[str], str]:
-    """Masks one string of the part to summarise, counting in ``masked`` what it saw.
+def _mask_counting(
+    masker: Masker, masked: Masked
+) -> tuple[Callable[[str], str], Callable[[], None]]:
+    """Masks one string of the part to summarise; then counts in ``masked`` what it saw.
 
     Keys and many values repeat across results ("flight_number", "economy"): each
     distinct string is masked once (masking reads the ledger only, which does not
-    change meanwhile).
+    change meanwhile), and the strings given are counted once the part is masked.
     """
     seen: dict[str, tuple[str, list[Written]]] = {}
+    given: list[str] = []  # every string given, repeats included
 
     def mask(text: str) -> str:
-        if type(text) is str:
-            found = seen.get(text)
-            if found is None:
-                found = seen[text] = masker.mask(text)
-            out, done = found
-        else:
+        if type(text) is not str:  # a subclass of str: masked each time it comes
             out, done = masker.mask(text)
-        if done:
-            masked.count += len(done)
-            masked.roles.update(written.role for written in done)
-        masked.strings += 1
-        masked.chars += len(text)
-        return out
+            _count(masked, text, done, 1)
+            return out
+        found = seen.get(text)
+        if found is None:
+            found = seen[text] = masker.mask(text)
+        given.append(text)
+        return found[0]
 
-    return mask
+    def count() -> None:
+        for text, times in Counter(given).items():
+            _count(masked, text, seen[text][1], times)
+
+    return mask, count
+
+
+def _count(masked: Masked, text: str, done: list[Written], times: int) -> None:
+    """Count in ``masked`` a string masked ``times`` times, and what was masked in it."""
+    if done:
+        masked.count += len(done) * times
+        masked.roles.update(written.role for written in done)
+    masked.strings += times
+    masked.chars += len(text) * times

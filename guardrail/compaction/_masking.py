@@ -1,35 +1,33 @@
-"""Masking and summary lint: every known identifier, in any written form, named by its role.
+"""Masking: every known identifier, in any written form, named by its role.
 
 :class:`Masker` finds ledger values (and evicted ones, and ones carried
 from an earlier block) in text: the values and normalised keys as whole
 words, the longest first; any case of a value whose kind ignores case; and
 tokens a kind's normaliser maps to a value (``#W8855135`` for
-``W8855135``). :func:`lint` checks a summary with it: values are scrubbed
-to their role, near misses and cut-short ids too, other strings of an
-enforced kind's shape are flagged, and so are roles that do not exist.
+``W8855135``). The summary lint (:mod:`guardrail.compaction._lint`) checks a
+summary with it.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import accumulate, compress, count, filterfalse
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
-from guardrail._check.nearmiss import near_miss
-from guardrail._data.text import ELLIPSES, TOKEN, is_word_char
+from guardrail._data.text import TOKEN, is_word_char
 from guardrail.compaction._block import BlockLine
-from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
 
 _TOKENS = re.compile(f"({TOKEN.pattern})")  # split: tokens at odd indices
 _RUN = re.compile(r"\w+")
 _RUNS = re.compile(r"(\w+)")  # split: runs of word characters at odd indices
 _ASCII_RUNS = re.compile(r"(?a)(\w+)")  # the same for ASCII text, half again as fast
-_EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"  # and curly quotes
+#: Punctuation trimmed off either end of a token (curly quotes too).
+EDGE = ".,;:!?*\u201c\u201d\u2018\u2019"
 ROLE_REF = re.compile(r"\[([A-Za-z_.-][\w.-]*)\]")
 
 
@@ -66,17 +64,6 @@ class _Anchored(NamedTuple):
     offset: int  # where the anchor starts in the form
     form: str
     role: str
-
-
-@dataclass(frozen=True)
-class LintIssue:
-    """One thing the summary lint found: what was written, the role, and what was done."""
-
-    problem: Literal["value", "near_miss", "truncated", "example", "unknown", "unknown_role"]
-    text: str
-    role: str | None
-    action: Literal["scrubbed", "flagged"]
-    detail: str = ""
 
 
 class Masker:
@@ -195,6 +182,11 @@ class Masker:
         """``text`` with every identifier replaced by ``[role]``, and what was masked by which."""
         runs_of_text: list[str] | None = None
         more: list[Span] = []
+        if self._plain and _RUN.fullmatch(text):
+            # One word (a key, a name, an id alone: most strings of a result): it is a value
+            # or it is not.
+            role = self._exact.whole.get(text)
+            return (text, []) if role is None else (self._masked[text], [Written(text, role)])
         if not self._plain:
             runs_of_text = _runs(text)
             more = self._more_spans(text, runs_of_text)
@@ -248,7 +240,7 @@ class Masker:
         return found
 
     def _token_role(self, raw: str) -> _TokenHit | None:
-        token = raw.strip(_EDGE)
+        token = raw.strip(EDGE)
         if not token:
             return None
         state = self.state
@@ -262,7 +254,7 @@ class Masker:
             if role is not None:
                 if self._words_only and self._exact.whole.get(token) == role:
                     return None  # the exact match's twin (see _more_spans)
-                lead = len(raw) - len(raw.lstrip(_EDGE))
+                lead = len(raw) - len(raw.lstrip(EDGE))
                 return _TokenHit(lead, len(raw) - len(token) - lead, role)
         return None
 
@@ -381,12 +373,26 @@ def _words_of(text: str, words: Mapping[str, str], encoded: Mapping[bytes, str])
     and the pieces are looked up as bytes. A piece holding other characters (some of
     which are not word characters) is split by the regex as well.
     """
-    pieces = set(_utf8(text).translate(_NOT_WORD).split())
+    pieces = _pieces_of(text) if len(text) > _REMEMBERED_CHARS else _remembered_pieces(text)
     present = {encoded[piece] for piece in encoded.keys() & pieces}
     for piece in filterfalse(bytes.isascii, pieces):
         runs = _RUN.findall(piece.decode("utf-8", "surrogatepass"))
         present.update(run for run in runs if run in words)
     return present
+
+
+#: Texts up to this long keep their pieces for the next search (a few of them, the latest
+#: used): the system prompt opens every compaction of a conversation, and often of every
+#: conversation of an agent.
+_REMEMBERED_CHARS = 65_536
+
+
+def _pieces_of(text: str) -> frozenset[bytes]:
+    """The UTF-8 pieces of ``text`` between ASCII non-word characters."""
+    return frozenset(_utf8(text).translate(_NOT_WORD).split())
+
+
+_remembered_pieces = functools.lru_cache(maxsize=16)(_pieces_of)
 
 
 def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
@@ -402,183 +408,3 @@ def _longest_apart(found: list[Span], taken: list[Span]) -> list[Span]:
         starts.insert(at, span.start)
         chosen.insert(at, span)
     return [span for span in chosen if span.role]
-
-
-def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
-    """Scrub ids and near misses from a summary; flag unknown id-shaped strings and roles.
-
-    A value in any written form, a near miss of one (one edit, a swap,
-    look-alike letters) and an id cut short (``W10000…``) that can only be
-    one ledger entry are replaced by ``[role]``. A cut-short id that could
-    be several, a string of an enforced kind's shape the ledger does not
-    hold (or a tool-description example), and a ``[role]`` that does not
-    exist are left as written and flagged.
-    """
-    state = masker.state
-    text, found = masker.mask(summary)
-    issues = [LintIssue("value", written, role, "scrubbed") for written, role in found]
-    judge = _Judge(state)
-    replacements: list[Span] = []
-    inside_roles = {m.start(1) for m in ROLE_REF.finditer(text)}
-    # A summary repeats its words ("User:", "called", a role): each is judged once.
-    judged: dict[str, LintIssue | None] = {}
-    # And each token's pieces with their issues, worked out the first time it is written.
-    found_in: dict[str, list[tuple[int, str, LintIssue]]] = {}
-    for match in TOKEN.finditer(text):
-        start, raw = match.start(), match.group()
-        if start in inside_roles:
-            continue
-        of_raw = found_in.get(raw)
-        if of_raw is None:
-            of_raw = found_in[raw] = []
-            for at, piece in _pieces(raw, judged, judge):
-                if piece in judged:
-                    issue = judged[piece]
-                else:
-                    issue = judged[piece] = _judge(piece, judge)
-                if issue is not None:
-                    of_raw.append((at, piece, issue))
-        for at, piece, issue in of_raw:
-            issues.append(issue)
-            if issue.action == "scrubbed" and issue.role is not None:
-                replacements.append(_covered(piece, start + at, issue.role))
-    for start, end, role in sorted(replacements, reverse=True):
-        text = f"{text[:start]}[{role}]{text[end:]}"
-    for match in ROLE_REF.finditer(text):
-        role = match.group(1)
-        if role not in masker.roles and role not in state.roles:
-            issues.append(LintIssue("unknown_role", match.group(), None, "flagged", "no such role"))
-    return text, issues
-
-
-#: What joins a name to its value in a token of a summary: ``order_id=#W1``, ``order:W1``.
-_PAIR = re.compile(r"[=:]")
-
-
-def _pieces(raw: str, judged: dict[str, LintIssue | None], judge: _Judge) -> list[tuple[int, str]]:
-    """What of one token to judge, each with its offset: the token, or its ``key=value`` parts.
-
-    A token that is fine whole but holds ``=`` or ``:`` is judged part by part,
-    so ``order_id=#W2378157`` is read as the value it names. (Known values
-    were masked before, so no ledger value is split here.)
-    """
-    if _PAIR.search(raw) is None:
-        return [(0, raw)]
-    if raw not in judged:
-        judged[raw] = _judge(raw, judge)
-    if judged[raw] is not None:
-        return [(0, raw)]
-    pieces, at = [], 0
-    for part in _PAIR.split(raw):
-        if part.strip(_EDGE):
-            pieces.append((at, part))
-        at += len(part) + 1
-    return pieces
-
-
-def _judge(raw: str, judge: _Judge) -> LintIssue | None:
-    """The issue of one token of a summary, or None when it is fine."""
-    if raw.endswith(ELLIPSES):  # one test for most tokens, which end in neither
-        stem = next(raw[: -len(e)] for e in ELLIPSES if raw.endswith(e))
-        return judge.truncated(raw, stem.rstrip(".").strip(_EDGE), cut=True)
-    return judge.token(raw.strip(_EDGE))
-
-
-def _covered(raw: str, start: int, role: str) -> Span:
-    """The span an issue of the token ``raw``, written at ``start``, replaces in the summary.
-
-    A cut-short token whole; any other without the punctuation at its ends,
-    as :func:`_judge` read it.
-    """
-    if raw.endswith(ELLIPSES):
-        return Span(start, start + len(raw), role)
-    token = raw.strip(_EDGE)
-    lead = start + raw.find(token)
-    return Span(lead, lead + len(token), role)
-
-
-_ID_LIKE = re.compile(r"(?=.*\d)(?=.*[A-Za-z_-]).{4,}")
-
-
-class _Judge:
-    """Decides what one token of a summary is, against the ledger (cheap tests first)."""
-
-    def __init__(self, state: LedgerState) -> None:
-        self.state = state
-        enforced = [kind for kind in state.kinds.values() if kind.enforce]
-        self.patterned = [kind for kind in enforced if kind.has_pattern]
-        self.any_shape = _any_shape(self.patterned)
-        self.held = [kind for kind in enforced if state.tables.get(kind.name)]
-        self.ends = {kind.name: {key[-2:] for key in state.tables[kind.name]} for kind in self.held}
-
-    def token(self, token: str) -> LintIssue | None:
-        """An issue for a whole token, or None when it is fine (or not an id at all)."""
-        state = self.state
-        shaped = []
-        if self.any_shape is None or self.any_shape.fullmatch(token):
-            shaped = [kind for kind in self.patterned if kind.matches(token)]
-        if shaped:
-            if any(state.get(kind.name, token) for kind in shaped):
-                return None
-            near = self._near(token, shaped)
-            if near is not None:
-                return near
-            example = next((k for k in shaped if k.key(token) in k.examples), None)
-            if example is not None:
-                return LintIssue("example", token, None, "flagged", f"a {example.name} placeholder")
-            detail = f"{shaped[0].name}-shaped, not in the ledger"
-            return LintIssue("unknown", token, None, "flagged", detail)
-        if not _ID_LIKE.fullmatch(token) or any(state.get(k, token) for k in state.tables):
-            return None
-        # Not of any kind's shape, yet an edit or a cut away from a ledger value?
-        candidates = []
-        for kind in self.held:
-            key = kind.key(token)
-            if key is not None and (
-                state.keys_with_prefix(kind.name, key[:2], limit=1)
-                or key[-2:] in self.ends[kind.name]
-            ):
-                candidates.append(kind)
-        return self.truncated(token, token, cut=False) or self._near(token, candidates)
-
-    def _near(self, token: str, kinds: Sequence[Kind]) -> LintIssue | None:
-        for kind in kinds:
-            key = kind.key(token)
-            if key is None:
-                continue
-            try:
-                hit = near_miss(kind, key, self.state)
-            except Exception:  # the normaliser failed on a look-alike of the token: no id
-                continue
-            if hit is not None:
-                return LintIssue("near_miss", token, hit.entry.role, "scrubbed", hit.detail)
-        return None
-
-    def truncated(self, written: str, stem: str, *, cut: bool) -> LintIssue | None:
-        """An id cut short: scrubbed when only one entry starts so, flagged when several do."""
-        if len(stem) < (3 if cut else 4):
-            return None
-        roles: list[str] = []
-        for name in self.state.tables:
-            key = self.state.key(name, stem)
-            if key is None:
-                continue
-            for entry in self.state.keys_with_prefix(name, key, limit=3):
-                if (cut or len(entry.key) <= 2 * len(key)) and entry.role not in roles:
-                    roles.append(entry.role)
-        if len(roles) == 1:
-            return LintIssue("truncated", written, roles[0], "scrubbed", "cut short")
-        if roles:
-            could = " or ".join(f"[{role}]" for role in roles)
-            return LintIssue("truncated", written, None, "flagged", f"cut short; could be {could}")
-        return None
-
-
-def _any_shape(kinds: Sequence[Kind]) -> re.Pattern[str] | None:
-    """One pattern matching what any of ``kinds`` matches, to skip plain words quickly."""
-    if not kinds:
-        return None
-    try:
-        return re.compile("|".join(f"(?:{kind.pattern})" for kind in kinds))
-    except re.error:  # inline flags that only work at the start of one pattern
-        return None

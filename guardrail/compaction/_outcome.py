@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Generic
 from guardrail._guard.audit import listed, omitted
 from guardrail._transcript.content import strings
 from guardrail._transcript.messages import Repair
-from guardrail.compaction._masking import LintIssue, Masker
+from guardrail.compaction._lint import LintIssue
+from guardrail.compaction._masking import Masker
 
 if TYPE_CHECKING:
     # A default, so that a bare ``CompactionResult`` annotation stays valid under --strict;
@@ -110,31 +111,47 @@ class Masked:
     roles: set[str] = field(default_factory=set)
 
 
-def counted_before(
+def counted(
     originals: list[Any],
-    start: int,
+    kept: list[Any],
+    earlier: int | None,
     cut: int,
+    compacted: Any,
     left: list[str],
     masker: Masker,
     masked: Masked,
     count: Callable[[str], int],
-) -> tuple[int, int]:
-    """Identifiers and tokens of the whole context before, reusing what masking saw.
+) -> tuple[int, int, int]:
+    """Identifiers and tokens of the whole context before, and identifiers after.
 
-    The context's text is every string of every message joined by line breaks.
-    The strings of the summarised part were searched while they were masked, so
-    only the rest is searched here (no identifier spans two strings unless a
-    value holds a line break). Characters / 4 needs only the length.
+    Before is ``originals``; after is ``kept`` (the leading messages less the
+    ``earlier`` compacted one), the ``compacted`` message, then ``originals[cut:]``.
+    Each context's text is every string of its messages joined by line breaks.
+    The strings of the summarised part were searched while they were masked;
+    when no value holds a line break, no identifier spans two strings, so the
+    rest is searched part by part, and the leading and recent messages, which
+    both contexts share, once for both. Characters / 4 needs only the length.
     """
     if not masker.one_line:
         text = all_text(originals)
-        return identifiers(masker, text), count(text)
-    rest = [*strings(originals[:start]), *strings(originals[cut:]), *left]
-    found = len(masked.roles | masker.roles_in("\n".join(rest)))
+        after = all_text([*kept, compacted, *originals[cut:]])
+        return identifiers(masker, text), count(text), identifiers(masker, after)
+    lead, recent = strings(kept), strings(originals[cut:])
+    others = [*left, *(strings(originals[earlier]) if earlier is not None else ())]
+    shared = _roles_in(masker, lead) | _roles_in(masker, recent)
+    found = len(masked.roles | shared | _roles_in(masker, others))
+    found_after = len(shared | _roles_in(masker, strings(compacted)))
     if count is not quarter:
-        return found, count(all_text(originals))
-    size = masked.chars + sum(map(len, rest)) + max(masked.strings + len(rest) - 1, 0)
-    return found, math.ceil(size / 4)
+        return found, count(all_text(originals)), found_after
+    rest = len(lead) + len(recent) + len(others)
+    size = masked.chars + sum(map(len, (*lead, *recent, *others)))
+    size += max(masked.strings + rest - 1, 0)
+    return found, math.ceil(size / 4), found_after
+
+
+def _roles_in(masker: Masker, texts: list[str]) -> set[str]:
+    """The roles of the identifiers in ``texts``, joined by line breaks."""
+    return masker.roles_in("\n".join(texts)) if texts else set()
 
 
 def identifiers(masker: Masker, text: str) -> int:
