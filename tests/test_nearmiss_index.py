@@ -79,6 +79,11 @@ def test_reading_near_keys_names_what_building_every_variant_names(
         found = near_miss(kind, value, state)
         plain = _first_variant(value, alphabet, table.keys())
         assert (None if found is None else (found.entry.key, found.detail)) == plain, value
+        if found is not None:  # the second search passes over the first hit
+            again = near_miss(kind, value, state, hidden=found.entry.key)
+            rest = {key: None for key in table if key != found.entry.key}
+            plain = _first_variant(value, alphabet, rest.keys())
+            assert (None if again is None else (again.entry.key, again.detail)) == plain, value
 
 
 def test_keys_all_sharing_a_prefix_are_varied_only_after_it() -> None:

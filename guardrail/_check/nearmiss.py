@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Iterator, KeysView, Mapping, Sequence
+from collections.abc import KeysView, Sequence
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
@@ -136,10 +136,9 @@ def near_miss(
     held = state.tables.get(kind.name)
     if not held or not within_reach(kind, key, state):
         return None
-    table: Mapping[str, Entry] = held if hidden is None else _Without(held, hidden)
     folded = kind.key(skeleton(key))
-    if folded is not None and folded != key:
-        entry = table.get(folded)
+    if folded is not None and folded not in (key, hidden):
+        entry = held.get(folded)
         if entry is not None:
             return NearMiss(entry, "look-alike characters (homoglyphs)")
     index = state.index.get(kind.name)
@@ -151,18 +150,19 @@ def near_miss(
         # The keys that share the value's first characters are few once those reach past
         # what every key shares: read them, and build variants only before that point.
         spread = max(2, len(letters))
-        cut = len(shared) + max(1, math.ceil(math.log(max(1, len(table) / _NEAR), spread)))
+        size = len(held) - (hidden is not None and hidden in held)
+        cut = len(shared) + max(1, math.ceil(math.log(max(1, size / _NEAR), spread)))
         with state.lock:
             while cut <= len(key):
                 near = index.starting_with(key[:cut], held, _NEAR)
                 if near is not None:
                     break
                 cut += 1
-    hit = _first_variant(key, letters, table.keys(), shared, cut, near or [])
+    hit = _first_variant(key, letters, held.keys(), shared, cut, near or [], hidden)
     if hit is None:
         return None
     candidate, detail = hit
-    return NearMiss(table[candidate], detail)
+    return NearMiss(held[candidate], detail)
 
 
 def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
@@ -181,6 +181,7 @@ def _first_variant(
     shared: str = "",
     cut: int | None = None,
     near: Sequence[str] = (),
+    hidden: str | None = None,
 ) -> tuple[str, str] | None:
     """The first variant of ``key`` one swap or one edit away that is one of ``keys``.
 
@@ -191,17 +192,18 @@ def _first_variant(
     read from ``near``, the keys starting with it, rather than built. The
     many variants of one position are built in one comprehension and tested
     against the keys at C speed; only a batch that holds a hit is looked at
-    one by one, and the detail text is built for the hit alone.
+    one by one, and the detail text is built for the hit alone. ``hidden``:
+    a key passed over, as if it were not one of ``keys``.
     """
     n = len(key)
     cut = n + 1 if cut is None else cut
     affordable = n * (n + 1) * len(letters) <= _BUDGET
-    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable)
+    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable, hidden)
     fixed = len(shared)
     for i in range(min(n - 1, cut)):
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
             candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
-            if candidate in keys:
+            if candidate in keys and candidate != hidden:
                 return candidate, "two neighbouring characters swapped"
     if neighbours is not None:
         return neighbours[3], "two neighbouring characters swapped"
@@ -210,7 +212,7 @@ def _first_variant(
             for j in range(i + 2, n):
                 if key[i] != key[j] and (i >= fixed or key[j] == shared[i]):
                     candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
-                    if candidate in keys:
+                    if candidate in keys and candidate != hidden:
                         return candidate, "two characters swapped"
         if swapped is not None:
             return swapped[3], "two characters swapped"
@@ -219,20 +221,20 @@ def _first_variant(
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate[i] != key[i] and candidate in keys:
+                if candidate[i] != key[i] and candidate in keys and candidate != hidden:
                     return candidate, f"one character changed (position {i + 1})"
     if changed is not None:
         return changed[3], f"one character changed (position {changed[0] + 1})"
     for i in range(n):
         candidate = key[:i] + key[i + 1 :]
-        if candidate in keys:
+        if candidate in keys and candidate != hidden:
             return candidate, f"one character added (position {i + 1})"
     for i in range(min(n + 1, cut) if affordable else 0):
         head, tail = key[:i], key[i:]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate in keys:
+                if candidate in keys and candidate != hidden:
                     return candidate, f"one character missing (position {i + 1})"
     if inserted is not None:
         return inserted[3], f"one character missing (position {inserted[0] + 1})"
@@ -253,7 +255,12 @@ def _letters(letters: list[str], shared: str, i: int) -> list[str] | str:
 
 
 def _read_near(
-    key: str, cut: int, near: Sequence[str], keys: KeysView[str], affordable: bool
+    key: str,
+    cut: int,
+    near: Sequence[str],
+    keys: KeysView[str],
+    affordable: bool,
+    hidden: str | None = None,
 ) -> tuple[_Hit | None, _Hit | None, _Hit | None, _Hit | None]:
     """The first keys of ``near`` two neighbours swapped, two swapped, one changed, one missing.
 
@@ -270,7 +277,7 @@ def _read_near(
             found[slot] = hit
 
     for other in near:
-        if other not in keys:
+        if other not in keys or other == hidden:
             continue
         m = len(other)
         if m not in (n, n + 1):
@@ -305,25 +312,3 @@ def _read_near(
                 first -= 1
             keep(3, (first, 0, letter, other))
     return found[0], found[1], found[2], found[3]
-
-
-class _Without(Mapping[str, Entry]):
-    """A kind's table with one key passed over: what a second search may find."""
-
-    def __init__(self, table: Mapping[str, Entry], hidden: str) -> None:
-        self._table = table
-        self._hidden = hidden
-
-    def __getitem__(self, key: str) -> Entry:
-        if key == self._hidden:
-            raise KeyError(key)
-        return self._table[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key != self._hidden and key in self._table
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in self._table if key != self._hidden)
-
-    def __len__(self) -> int:
-        return len(self._table) - (self._hidden in self._table)
