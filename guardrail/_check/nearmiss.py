@@ -145,7 +145,9 @@ def near_miss(
     letters = sorted(state.alphabet(kind.name))
     shared = (index.shared if index is not None else None) or ""
     near: list[str] | None = None
+    far: list[str] | None = None
     cut = len(key) + 1
+    start = 0
     if index is not None:
         # The keys that share the value's first characters are few once those reach past
         # what every key shares: read them, and build variants only before that point.
@@ -158,7 +160,21 @@ def near_miss(
                 if near is not None:
                     break
                 cut += 1
-    hit = _first_variant(key, letters, held.keys(), shared, cut, near or [], hidden)
+            # And the keys that end as the value does, for the edits before ``cut``: they
+            # leave the value's end as it is. Few keys share a long end.
+            start = min(cut, len(key) - 1)
+            for _ in range(_FAR_TRIES):
+                if start <= len(shared):
+                    break
+                far = index.ending_with(key[start:], held, _NEAR)
+                if far is not None:
+                    break
+                start -= 1
+    if far is None:
+        start = 0
+    hit = _first_variant(
+        key, letters, held.keys(), shared, cut, near or [], hidden, far or [], start
+    )
     if hit is None:
         return None
     candidate, detail = hit
@@ -174,7 +190,7 @@ def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
     return len(key) <= state.longest_key(kind.name) + MARGIN
 
 
-def _first_variant(
+def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it is read)
     key: str,
     letters: list[str],
     keys: KeysView[str],
@@ -182,6 +198,8 @@ def _first_variant(
     cut: int | None = None,
     near: Sequence[str] = (),
     hidden: str | None = None,
+    far: Sequence[str] = (),
+    start: int = 0,
 ) -> tuple[str, str] | None:
     """The first variant of ``key`` one swap or one edit away that is one of ``keys``.
 
@@ -193,12 +211,18 @@ def _first_variant(
     many variants of one position are built in one comprehension and tested
     against the keys at C speed; only a batch that holds a hit is looked at
     one by one, and the detail text is built for the hit alone. ``hidden``:
-    a key passed over, as if it were not one of ``keys``.
+    a key passed over, as if it were not one of ``keys``. With ``start``, a
+    character changed before ``start`` or missing up to it leaves
+    ``key[start:]`` as it is: such variants are read from ``far``, the keys
+    ending with it.
     """
     n = len(key)
     cut = n + 1 if cut is None else cut
     affordable = n * (n + 1) * len(letters) <= _BUDGET
     neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable, hidden)
+    far_changed, far_inserted = (
+        _read_far(key, start, far, keys, hidden) if start and affordable else (None, None)
+    )
     fixed = len(shared)
     for i in range(min(n - 1, cut)):
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
@@ -216,7 +240,9 @@ def _first_variant(
                         return candidate, "two characters swapped"
         if swapped is not None:
             return swapped[3], "two characters swapped"
-    for i in range(min(n, cut) if affordable else 0):
+    if far_changed is not None:
+        return far_changed[3], f"one character changed (position {far_changed[0] + 1})"
+    for i in range(start, min(n, cut) if affordable else 0):
         head, tail = key[:i], key[i + 1 :]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
@@ -229,7 +255,9 @@ def _first_variant(
         candidate = key[:i] + key[i + 1 :]
         if candidate in keys and candidate != hidden:
             return candidate, f"one character added (position {i + 1})"
-    for i in range(min(n + 1, cut) if affordable else 0):
+    if far_inserted is not None:
+        return far_inserted[3], f"one character missing (position {far_inserted[0] + 1})"
+    for i in range(start + 1 if start else 0, min(n + 1, cut) if affordable else 0):
         head, tail = key[:i], key[i:]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
@@ -243,6 +271,8 @@ def _first_variant(
 
 #: Most keys sharing a value's first characters read in place of building variants.
 _NEAR: Final = 16
+#: Most ends of a value tried before building the variants near its start instead.
+_FAR_TRIES: Final = 3
 
 #: A variant found among the keys near a value: its position (and a second one, for a swap),
 #: its letter (for a change or an insertion) and the key: ordered as the search meets them.
@@ -312,3 +342,39 @@ def _read_near(
                 first -= 1
             keep(3, (first, 0, letter, other))
     return found[0], found[1], found[2], found[3]
+
+
+def _read_far(
+    key: str, start: int, far: Sequence[str], keys: KeysView[str], hidden: str | None
+) -> tuple[_Hit | None, _Hit | None]:
+    """The first keys of ``far`` one character changed before ``start``, one missing up to it.
+
+    Each is the variant the search would meet first (by position, then
+    letter): ``far`` ends with ``key[start:]``.
+    """
+    n = len(key)
+    changed: _Hit | None = None
+    inserted: _Hit | None = None
+    for other in far:
+        if other not in keys or other == hidden:
+            continue
+        m = len(other)
+        if m not in (n, n + 1):
+            continue
+        at = 0
+        while at < start and other[at] == key[at]:
+            at += 1
+        if m == n:
+            if at < start and other[at + 1 : start] == key[at + 1 : start]:
+                hit = (at, 0, other[at], other)
+                if changed is None or hit[:3] < changed[:3]:
+                    changed = hit
+        elif other[at + 1 : start + 1] == key[at:start]:
+            letter = other[at]
+            first = at  # the same letter put earlier in a run of it gives the same key
+            while first > 0 and key[first - 1] == letter:
+                first -= 1
+            hit = (first, 0, letter, other)
+            if inserted is None or hit[:3] < inserted[:3]:
+                inserted = hit
+    return changed, inserted

@@ -8,10 +8,16 @@ cut-short ledger value?) is paid on the refusal path, a little at a time.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TypeVar
+from typing import Final, TypeVar
 
 E = TypeVar("E")
+
+#: A key read from its end (the order of :meth:`KeyIndex.ending_with`), at C speed.
+_REVERSED: Final = operator.itemgetter(slice(None, None, -1))
+#: Most runs of new keys read from their end before they are merged into one.
+_RUNS: Final = 8
 
 
 class KeyIndex:
@@ -28,9 +34,26 @@ class KeyIndex:
     until a rebuild, so adding an id stays O(1). ``shared`` is the prefix
     every key ever added starts with (``"ord_"``), which only shrinks: the
     near-miss search need not vary what every key has.
+
+    ``ends`` holds the same keys ordered from their last character (runs,
+    each sorted so; None until a search first asks), for the keys ending as
+    a value does: a key one edit from the value either starts or ends with a
+    long part of it. It holds the key strings themselves, not reversed
+    copies; keys sorted into ``recent`` since wait in ``fresh`` and become a
+    run of their own at the next search, and many runs are merged into one.
     """
 
-    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "shared", "stale")
+    __slots__ = (
+        "alphabet",
+        "ends",
+        "fresh",
+        "keys",
+        "longest",
+        "pending",
+        "recent",
+        "shared",
+        "stale",
+    )
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
@@ -40,6 +63,8 @@ class KeyIndex:
         self.pending: list[str] = []
         self.stale = 0
         self.shared: str | None = None  # None: no key yet
+        self.ends: list[list[str]] | None = None
+        self.fresh: list[str] = []
 
     def sort_pending(self) -> None:
         """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large).
@@ -49,6 +74,8 @@ class KeyIndex:
         short unsorted one, at C speed, with no look-up per key.
         """
         recent = self.recent + self.pending
+        if self.ends is not None:
+            self.fresh += self.pending
         self.pending = []
         recent.sort()  # a sorted run and a short one: merged in linear time
         if len(recent) > max(4096, len(self.keys) // 16):
@@ -93,6 +120,7 @@ class KeyIndex:
             self.recent = []
             self.pending = []
             self.stale = 0
+            self.ends, self.fresh = None, []
         elif len(self.pending) > 256:
             self.sort_pending()
 
@@ -120,6 +148,52 @@ class KeyIndex:
                     return None
                 found.append(key)
         return found
+
+    def ending_with(self, suffix: str, table: Mapping[str, object], limit: int) -> list[str] | None:
+        """Live keys of ``table`` ending with ``suffix``; None: over ``limit``.
+
+        Costs one bisection per run of ``ends`` and at most ``limit`` keys read
+        (four times that with evicted keys), plus the pending ones.
+        """
+        self.tidy(table)
+        ends = self._ends()
+        found: list[str] = []
+        probe = suffix[::-1]
+        read = 0
+        for run in ends:
+            at = bisect.bisect_left(run, probe, key=_REVERSED)
+            while at < len(run) and run[at].endswith(suffix):
+                key = run[at]
+                at += 1
+                read += 1
+                if read > 4 * limit:
+                    return None
+                if key in table and key not in found:
+                    if len(found) >= limit:
+                        return None
+                    found.append(key)
+        for key in self.pending:
+            if key.endswith(suffix) and key in table and key not in found:
+                if len(found) >= limit:
+                    return None
+                found.append(key)
+        return found
+
+    def _ends(self) -> list[list[str]]:
+        """The runs of keys ordered from their end: built, or the fresh keys made a run."""
+        ends = self.ends
+        if ends is None:
+            ends = self.ends = [sorted(set(self.keys).union(self.recent), key=_REVERSED)]
+            self.fresh = []
+        elif self.fresh:
+            ends.append(sorted(set(self.fresh), key=_REVERSED))
+            self.fresh = []
+            if len(ends) > _RUNS:  # many small runs: one, sorted again from the keys it holds
+                small = [key for run in ends[1:] for key in run]
+                ends[1:] = [sorted(set(small), key=_REVERSED)]
+                if len(ends[1]) > len(ends[0]) // 8:
+                    ends[:] = [sorted(set(ends[0]).union(ends[1]), key=_REVERSED)]
+        return ends
 
     def with_prefix(self, prefix: str, table: Mapping[str, E], limit: int) -> list[E]:
         """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
