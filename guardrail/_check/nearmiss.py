@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import KeysView, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
@@ -133,52 +133,98 @@ def near_miss(
     and costs nothing. ``hidden``: a key the search passes over (asked again
     without the entry it found, it tells one near entry from several).
     """
-    held = state.tables.get(kind.name)
-    if not held or not within_reach(kind, key, state):
-        return None
-    folded = kind.key(skeleton(key))
-    if folded is not None and folded not in (key, hidden):
-        entry = held.get(folded)
-        if entry is not None:
-            return NearMiss(entry, "look-alike characters (homoglyphs)")
-    index = state.index.get(kind.name)
-    letters = sorted(state.alphabet(kind.name))
-    shared = (index.shared if index is not None else None) or ""
-    near: list[str] | None = None
-    far: list[str] | None = None
-    cut = len(key) + 1
-    start = 0
-    if index is not None:
-        # The keys that share the value's first characters are few once those reach past
-        # what every key shares: read them, and build variants only before that point.
-        spread = max(2, len(letters))
-        size = len(held) - (hidden is not None and hidden in held)
-        cut = len(shared) + max(1, math.ceil(math.log(max(1, size / _NEAR), spread)))
-        with state.lock:
-            while cut <= len(key):
-                near = index.starting_with(key[:cut], held, _NEAR)
-                if near is not None:
-                    break
-                cut += 1
-            # And the keys that end as the value does, for the edits before ``cut``: they
-            # leave the value's end as it is. Few keys share a long end.
-            start = min(cut, len(key) - 1)
-            for _ in range(_FAR_TRIES):
-                if start <= len(shared):
-                    break
-                far = index.ending_with(key[start:], held, _NEAR)
-                if far is not None:
-                    break
-                start -= 1
-    if far is None:
+    search = _Search.of(kind, key, state)
+    return None if search is None else search.find(hidden)
+
+
+def near_misses(kind: Kind, key: str, state: LedgerState) -> tuple[NearMiss | None, ...]:
+    """:func:`near_miss`, and when it finds one, the search again passing over it.
+
+    What the two calls give, with the keys near the value read once.
+    """
+    search = _Search.of(kind, key, state)
+    first = None if search is None else search.find()
+    if search is None or first is None:
+        return (first,)
+    return first, search.find(first.entry.key)
+
+
+class _Search(NamedTuple):
+    """What a near-miss search of one value reads before it looks for variants."""
+
+    kind: Kind
+    key: str
+    held: Mapping[str, Entry]
+    letters: list[str]
+    shared: str
+    cut: int
+    near: list[str]
+    far: list[str]
+    start: int
+
+    @classmethod
+    def of(cls, kind: Kind, key: str, state: LedgerState) -> _Search | None:
+        """The search of ``key`` as ``kind``; None when it is near no key (out of reach)."""
+        held = state.tables.get(kind.name)
+        if not held or not within_reach(kind, key, state):
+            return None
+        index = state.index.get(kind.name)
+        shared = (index.shared if index is not None else None) or ""
+        near: list[str] | None = None
+        far: list[str] | None = None
+        cut = len(key) + 1
         start = 0
-    hit = _first_variant(
-        key, letters, held.keys(), shared, cut, near or [], hidden, far or [], start
-    )
-    if hit is None:
-        return None
-    candidate, detail = hit
-    return NearMiss(held[candidate], detail)
+        if index is None:
+            letters = sorted(state.alphabet(kind.name))
+        else:
+            with state.lock:
+                letters = index.letters()
+                # The keys that share the value's first characters are few once those reach
+                # past what every key shares: read them, and build variants only before that.
+                spread = max(2, len(letters))
+                cut = len(shared) + max(1, math.ceil(math.log(max(1, len(held) / _NEAR), spread)))
+                while cut <= len(key):
+                    near = index.starting_with(key[:cut], held, _NEAR)
+                    if near is not None:
+                        break
+                    cut += 1
+                # And the keys that end as the value does, for the edits before ``cut``: they
+                # leave the value's end as it is. Few keys share a long end.
+                start = min(cut, len(key) - 1)
+                for _ in range(_FAR_TRIES):
+                    if start <= len(shared):
+                        break
+                    far = index.ending_with(key[start:], held, _NEAR)
+                    if far is not None:
+                        break
+                    start -= 1
+        if far is None:
+            start = 0
+        return cls(kind, key, held, letters, shared, cut, near or [], far or [], start)
+
+    def find(self, hidden: str | None = None) -> NearMiss | None:
+        """The first near entry (passing over ``hidden``), else None."""
+        key, held = self.key, self.held
+        folded = self.kind.key(skeleton(key))
+        if folded is not None and folded not in (key, hidden):
+            entry = held.get(folded)
+            if entry is not None:
+                return NearMiss(entry, "look-alike characters (homoglyphs)")
+        hit = _first_variant(
+            key,
+            self.letters,
+            held.keys(),
+            self.shared,
+            self.cut,
+            self.near,
+            hidden,
+            self.far,
+            self.start,
+        )
+        if hit is None:
+            return None
+        candidate, detail = hit
+        return NearMiss(held[candidate], detail)
 
 
 def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
@@ -224,7 +270,9 @@ def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it 
         _read_far(key, start, far, keys, hidden) if start and affordable else (None, None)
     )
     fixed = len(shared)
-    for i in range(min(n - 1, cut)):
+    # A value that starts as every key does has no swap within that start to try.
+    first = fixed if key.startswith(shared) else 0
+    for i in range(first, min(n - 1, cut)):
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
             candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
             if candidate in keys and candidate != hidden:
@@ -232,7 +280,7 @@ def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it 
     if neighbours is not None:
         return neighbours[3], "two neighbouring characters swapped"
     if n <= _ALL_SWAPS_UP_TO:
-        for i in range(min(n, cut)):
+        for i in range(first, min(n, cut)):
             for j in range(i + 2, n):
                 if key[i] != key[j] and (i >= fixed or key[j] == shared[i]):
                     candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]

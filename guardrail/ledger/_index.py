@@ -93,7 +93,16 @@ class KeyIndex:
     not vary what every key has.
     """
 
-    __slots__ = ("alphabet", "ends", "longest", "pending", "shared", "stale", "starts")
+    __slots__ = (
+        "_letters",
+        "alphabet",
+        "ends",
+        "longest",
+        "pending",
+        "shared",
+        "stale",
+        "starts",
+    )
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
@@ -103,6 +112,13 @@ class KeyIndex:
         self.pending: list[str] = []
         self.stale = 0
         self.shared: str | None = None  # None: no key yet
+        self._letters: list[str] = []
+
+    def letters(self) -> list[str]:
+        """``alphabet`` sorted (sorted again only when it has grown)."""
+        if len(self._letters) != len(self.alphabet):
+            self._letters = sorted(self.alphabet)
+        return self._letters
 
     def add(self, keys: Iterable[str]) -> None:
         """Take in new keys (O(1) each: they wait in ``pending``)."""
