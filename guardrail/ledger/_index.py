@@ -205,15 +205,10 @@ class KeyIndex:
             if entry is not None and key != prefix and entry not in found:
                 found.append(entry)
         for key in self.pending:
-            entry = table.get(key)
-            if (
-                len(found) < limit
-                and entry is not None
-                and key != prefix
-                and key.startswith(prefix)
-                and entry not in found
-            ):
-                found.append(entry)
+            if key.startswith(prefix) and key != prefix and len(found) < limit:
+                entry = table.get(key)
+                if entry is not None and entry not in found:
+                    found.append(entry)
         return found
 
 
