@@ -326,3 +326,14 @@ def test_a_result_starting_with_a_plain_head_is_plain_text() -> None:
         for rest in ("", "rue", "ull", " 1", '{"a": 1}', "alse"):
             assert plain_text(head + rest), repr(head + rest)
     assert not {"{", "[", '"', "-", "t", "f", "n", "0", " ", "\n"} & PLAIN_HEADS
+
+
+def test_an_id_held_by_another_session_or_kind_is_refused_by_the_written_function() -> None:
+    guard, tools = build("raise")
+    with guard.session("a"):
+        guard.record("lookup", {}, {"customer": {"id": "cus_aaaa"}, "orders": [{"id": "ord_b111"}]})
+        assert tools["two"]("cus_aaaa", "ord_b111") == "ok"
+        with pytest.raises(GuardrailError):
+            tools["two"]("cus_aaaa", "cus_aaaa")  # a customer id where an order id goes
+    with guard.session("b"), pytest.raises(GuardrailError):
+        tools["two"]("cus_aaaa", "ord_b111")  # held in session a only
