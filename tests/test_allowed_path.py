@@ -271,3 +271,69 @@ def _order(tables: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, list[str]
 def test_several_kinds_keep_the_general_loop() -> None:
     params: FastParams = (("p", 0, "a", str.strip, (OtherKind("b", str.strip),), NO_DEFAULT),)
     assert compile_allowed(params, False).__name__ == "<lambda>"
+
+
+# -- the guarded function written with the allowed path ---------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_calls_give_what_the_full_check_gives(seed: int) -> None:
+    """Calls of held, normalised, unknown, absent and odd values, on twin guards."""
+    rng = random.Random(seed)
+    values: list[Any] = ["cus_aaaa", " cus_aaaa ", "cus_aaab", "ord_b111", "ORD_B111", "ord_zz99"]
+    values += ["cus_uuuu", None, 42, ""]
+    steps: Steps = [
+        ("user", ("my order is ord_zz99 and I am cus_uuuu",), {}),
+        ("set", ("lookup", {"customer": {"id": "cus_aaaa"}, "orders": [{"id": "ORD_B111"}]}), {}),
+        ("lookup", (), {}),
+    ]
+    arity = {"one": 1, "two": 2, "three": 3, "peek": 1, "two_async": 2}
+    names = {"one": ["customer_id"], "peek": ["order_id"], "three": ["customer_id", "order_id"]}
+    for _ in range(60):
+        tool = rng.choice(list(arity))
+        params = names.get(tool, ["customer_id", "order_id", "other"])[: arity[tool]]
+        given = [rng.choice(values) for _ in range(arity[tool])]
+        split = rng.randint(0, len(given))
+        kwargs = dict(zip(params[split:], given[split:], strict=False))
+        steps.append((tool, tuple(given[:split]), kwargs))
+    for mode in ("raise", "reprompt"):
+        fast, fast_tools = build(mode)
+        full, full_tools = build(mode)
+        full_path_only(full)
+        assert run(fast, fast_tools, steps) == run(full, full_tools, steps)
+
+
+def test_a_later_declaration_keeps_the_allowed_path_a_guarded_function_was_written_with() -> None:
+    guard, tools = build("raise")
+    allowed = guard._registry.plans["two"].allowed
+
+    @guard.tool(effect="write")
+    def later(customer_id: Annotated[str, Id("customer")]) -> str:
+        return "ok"
+
+    guard.add_kind("ticket", pattern=r"tkt_[0-9]{3}")
+    assert guard._registry.plans["two"].allowed is allowed
+    assert tools["two"].__code__.co_filename.startswith("<guardrail guarded tool")
+    assert tools["either"].__code__.co_filename.endswith("decorator.py")  # two kinds: the loop
+
+
+def test_a_result_starting_with_a_plain_head_is_plain_text() -> None:
+    from guardrail._guard.decorator import PLAIN_HEADS
+    from guardrail._provenance.harvest import plain_text
+
+    assert plain_text("")
+    for head in PLAIN_HEADS - {""}:
+        for rest in ("", "rue", "ull", " 1", '{"a": 1}', "alse"):
+            assert plain_text(head + rest), repr(head + rest)
+    assert not {"{", "[", '"', "-", "t", "f", "n", "0", " ", "\n"} & PLAIN_HEADS
+
+
+def test_an_id_held_by_another_session_or_kind_is_refused_by_the_written_function() -> None:
+    guard, tools = build("raise")
+    with guard.session("a"):
+        guard.record("lookup", {}, {"customer": {"id": "cus_aaaa"}, "orders": [{"id": "ord_b111"}]})
+        assert tools["two"]("cus_aaaa", "ord_b111") == "ok"
+        with pytest.raises(GuardrailError):
+            tools["two"]("cus_aaaa", "cus_aaaa")  # a customer id where an order id goes
+    with guard.session("b"), pytest.raises(GuardrailError):
+        tools["two"]("cus_aaaa", "ord_b111")  # held in session a only

@@ -79,6 +79,11 @@ def test_reading_near_keys_names_what_building_every_variant_names(
         found = near_miss(kind, value, state)
         plain = _first_variant(value, alphabet, table.keys())
         assert (None if found is None else (found.entry.key, found.detail)) == plain, value
+        if found is not None:  # the second search passes over the first hit
+            again = near_miss(kind, value, state, hidden=found.entry.key)
+            rest = {key: None for key in table if key != found.entry.key}
+            plain = _first_variant(value, alphabet, rest.keys())
+            assert (None if again is None else (again.entry.key, again.detail)) == plain, value
 
 
 def test_keys_all_sharing_a_prefix_are_varied_only_after_it() -> None:
@@ -108,6 +113,47 @@ def test_a_search_that_passes_over_a_key_finds_the_next_and_leaves_the_index_who
     assert second is None or second.entry.key != first.entry.key
     index.stale = 10_000
     near_miss(kind, "L100", state, hidden="L1001")
-    assert set(index.keys) | set(index.recent) | set(index.pending) >= set(keys)
+    assert set(index.starts) | set(index.pending) >= set(keys)
     again = near_miss(kind, "L1001x", state)
     assert again is not None and again.entry.key == "L1001"
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize(
+    ("prefix", "suffix", "letters"),
+    [
+        ("", "@acme.com", "abcdefgh"),  # every key ends alike: the end tells nothing
+        ("cus_", "", "abcdefghijklmnopqrstuvwxyz0123456789"),
+        ("T-", "-2024", "0123456789"),
+    ],
+)
+def test_keys_read_from_their_end_name_what_building_every_variant_names(
+    seed: int, prefix: str, suffix: str, letters: str
+) -> None:
+    """Searches between arrivals of new keys, which the index reads from both ends."""
+    rng = random.Random(seed)
+
+    def fresh(count: int) -> list[str]:
+        length = rng.choice([5, 6, 7])
+        return [prefix + "".join(rng.choices(letters, k=length)) + suffix for _ in range(count)]
+
+    keys = list(dict.fromkeys(fresh(2000)))
+    state = _ledger(keys)
+    table = state.tables["order"]
+    kind = Guard().add_kind("order")
+    for round_ in range(6):
+        if round_:
+            more = [key for key in dict.fromkeys(fresh(rng.choice([5, 300, 900]))) if key]
+            state.admit(
+                [Batch("order", "x", None, more, list(more), None)],
+                source=Source("t", None, "x", 0),
+            )
+            keys = list(table)
+        alphabet = sorted(state.alphabet("order"))
+        for _ in range(40):
+            value = _edit(rng.choice(keys), rng, letters)
+            if value in table:
+                continue
+            found = near_miss(kind, value, state)
+            plain = _first_variant(value, alphabet, table.keys())
+            assert (None if found is None else (found.entry.key, found.detail)) == plain, value

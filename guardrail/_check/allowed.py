@@ -110,63 +110,73 @@ def allowed_entries(
 
 # -- one tool's allowed path, written out ---------------------------------------------------------
 
-#: What :func:`compile_allowed` writes for each parameter ``{i}``: its value from the
+#: What :func:`written_checks` writes for each parameter ``{i}``: its value from the
 #: keywords, else from its position (``{positional}``), else its default; then one look-up.
-#: An absent argument with no default, like ``None``, is not checked.
+#: An absent argument with no default, like ``None``, is not checked. Any exception (an id
+#: not held, not verified on a write, not text, a normaliser that fails) means "not allowed
+#: outright": the code around it catches it and sends the call to the full check.
 _PARAM = """\
-value = kwargs.get({name!r}, ABSENT)
-if value is ABSENT:
+if {name!r} in kwargs:
+    value = kwargs[{name!r}]
+else:
     value = {positional}
 if type(value) is str:
-    entry{i} = tables.get({kind!r}, EMPTY).get(normalize{i}(value))
-    if entry{i} is None{refused}:
-        return None
+    entry{i} = tables[{kind!r}][normalize{i}(value)]{refused}
 elif value is None:
     entry{i} = None
 else:
-    return None
+    raise LookupError
 """
+
+#: What a write adds to each look-up: an entry not verified is not allowed outright.
+_UNVERIFIED = "\n    if not entry{i}.verified:\n        raise LookupError"
 
 #: The function around the parameters: a normaliser that fails sends the call to the full
 #: check, as in :func:`allowed_entries`; the entries used are then touched.
 _FUNCTION = """\
-def factory(ABSENT, EMPTY, {normalizers}):
+def factory({bound}):
     def allowed(args, kwargs, state):
         tables = state.tables
         try:
-{params}\
+{checks}\
         except Exception:
             return None
-        used = [{entries}]
-        if {any_skipped}:
-            used = [entry for entry in used if entry is not None]
         epoch = state.epoch
-        for entry in used:
-            if entry.epoch != epoch:
-                state.touch(entry)
-        return used
+{touches}\
+        return {used}
     return allowed
 """
 
-_ABSENT: Final[Any] = object()
-_EMPTY: Final[Mapping[str, Entry]] = {}
 
+class WrittenChecks(NamedTuple):
+    """The allowed path of one tool's parameters, as source to embed in a function.
 
-def compile_allowed(fast: FastParams, read: bool) -> AllowedPath:
-    """The allowed path of one tool: :func:`allowed_entries` for ``fast``, written out.
-
-    Parameters that accept several kinds keep the general loop. Names and
-    kinds enter the code only as ``repr`` literals, normalisers and defaults
-    only as values bound to the function: nothing declared is ever run as code.
+    ``checks`` reads ``args``, ``kwargs`` and ``tables`` (the state's) and sets
+    ``entry0``, ``entry1``... (None: the argument is absent or None), raising
+    if any is not allowed outright; ``touches`` (after it, outside the ``try``)
+    marks the entries used in ``epoch``; ``used`` is the list of the entries.
+    Names and kinds enter the code only as ``repr`` literals, normalisers and
+    defaults only as the values ``bound`` names: nothing declared is ever run
+    as code.
     """
-    if not fast or any(others for _, _, _, _, others, _ in fast):
-        return lambda args, kwargs, state: allowed_entries(fast, read, args, kwargs, state)
+
+    checks: str
+    touches: str
+    used: str
+    bound: dict[str, Any]
+
+
+def written_checks(fast: FastParams, read: bool) -> WrittenChecks:
+    """The look-ups of :func:`allowed_entries` for ``fast``, one straight-line block per id.
+
+    For parameters of one kind each (see :func:`compile_allowed`).
+    """
     params = []
+    touches = []
     bound: dict[str, Any] = {}
     for i, (name, position, kind, normalize, _, default) in enumerate(fast):
-        given = None if default is NO_DEFAULT else default
         bound[f"normalize{i}"] = normalize
-        bound[f"default{i}"] = given
+        bound[f"default{i}"] = None if default is NO_DEFAULT else default
         positional = (
             f"args[{position}] if len(args) > {position} else default{i}"
             if position >= 0
@@ -178,19 +188,40 @@ def compile_allowed(fast: FastParams, read: bool) -> AllowedPath:
                 kind=str(kind),
                 i=i,
                 positional=positional,
-                refused="" if read else f" or not entry{i}.verified",
+                refused="" if read else _UNVERIFIED.format(i=i),
             )
         )
-    body = textwrap.indent("".join(params), " " * 12)
+        touches.append(
+            f"if entry{i} is not None and entry{i}.epoch != epoch:\n    state.touch(entry{i})\n"
+        )
+    entries = ", ".join(f"entry{i}" for i in range(len(fast)))
+    skipped = " or ".join(f"entry{i} is None" for i in range(len(fast)))
+    used = f"[{entries}] if not ({skipped}) else [e for e in ({entries},) if e is not None]"
+    return WrittenChecks("".join(params), "".join(touches), f"({used})", bound)
+
+
+def writes_out(fast: FastParams | None) -> bool:
+    """Whether :func:`written_checks` can write the allowed path of ``fast``."""
+    return bool(fast) and not any(others for _, _, _, _, others, _ in fast or ())
+
+
+def compile_allowed(fast: FastParams, read: bool) -> AllowedPath:
+    """The allowed path of one tool: :func:`allowed_entries` for ``fast``, written out.
+
+    Parameters that accept several kinds keep the general loop.
+    """
+    if not writes_out(fast):
+        return lambda args, kwargs, state: allowed_entries(fast, read, args, kwargs, state)
+    written = written_checks(fast, read)
     source = _FUNCTION.format(
-        normalizers=", ".join(bound),
-        params=body,
-        entries=", ".join(f"entry{i}" for i in range(len(fast))),
-        any_skipped=" or ".join(f"entry{i} is None" for i in range(len(fast))),
+        bound=", ".join(written.bound),
+        checks=textwrap.indent(written.checks, " " * 12),
+        touches=textwrap.indent(written.touches, " " * 8),
+        used=written.used,
     )
     namespace: dict[str, Any] = {}
     # The code holds no declared text but repr literals (see above): nothing of a program runs.
     code = compile(source, f"<guardrail allowed path of {len(fast)} id(s)>", "exec")
     exec(code, namespace)  # noqa: S102
-    allowed: AllowedPath = namespace["factory"](_ABSENT, _EMPTY, **bound)
+    allowed: AllowedPath = namespace["factory"](**written.bound)
     return allowed

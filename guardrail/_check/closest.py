@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 from guardrail._check.approvals import operator_listed
-from guardrail._check.nearmiss import near_miss, within_reach
+from guardrail._check.nearmiss import near_misses, within_reach
 from guardrail._check.reprompt import OPERATOR_DETAIL
 from guardrail._data.text import ARGUMENT_ELLIPSES
 from guardrail._data.verdict import Finding
@@ -42,9 +42,9 @@ def near_or_unknown(
         if cut is not None:
             return finding("truncated", kind, cut.role, cut.detail)
     for kind, key in near:
-        close = near_miss(kind, key, state)
+        close, *others = near_misses(kind, key, state)
         if close is not None:
-            second = near_miss(kind, key, state, hidden=close.entry.key)
+            second = others[0] if others else None
             if second is not None and second.entry.key != close.entry.key:
                 # Dense ids (L1001, L1002...): naming one would be a guess.
                 roles = f"[{close.entry.role}], [{second.entry.role}]"

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import Iterator, KeysView, Mapping, Sequence
+from collections.abc import KeysView, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
@@ -133,36 +133,98 @@ def near_miss(
     and costs nothing. ``hidden``: a key the search passes over (asked again
     without the entry it found, it tells one near entry from several).
     """
-    held = state.tables.get(kind.name)
-    if not held or not within_reach(kind, key, state):
-        return None
-    table: Mapping[str, Entry] = held if hidden is None else _Without(held, hidden)
-    folded = kind.key(skeleton(key))
-    if folded is not None and folded != key:
-        entry = table.get(folded)
-        if entry is not None:
-            return NearMiss(entry, "look-alike characters (homoglyphs)")
-    index = state.index.get(kind.name)
-    letters = sorted(state.alphabet(kind.name))
-    shared = (index.shared if index is not None else None) or ""
-    near: list[str] | None = None
-    cut = len(key) + 1
-    if index is not None:
-        # The keys that share the value's first characters are few once those reach past
-        # what every key shares: read them, and build variants only before that point.
-        spread = max(2, len(letters))
-        cut = len(shared) + max(1, math.ceil(math.log(max(1, len(table) / _NEAR), spread)))
-        with state.lock:
-            while cut <= len(key):
-                near = index.starting_with(key[:cut], held, _NEAR)
-                if near is not None:
-                    break
-                cut += 1
-    hit = _first_variant(key, letters, table.keys(), shared, cut, near or [])
-    if hit is None:
-        return None
-    candidate, detail = hit
-    return NearMiss(table[candidate], detail)
+    search = _Search.of(kind, key, state)
+    return None if search is None else search.find(hidden)
+
+
+def near_misses(kind: Kind, key: str, state: LedgerState) -> tuple[NearMiss | None, ...]:
+    """:func:`near_miss`, and when it finds one, the search again passing over it.
+
+    What the two calls give, with the keys near the value read once.
+    """
+    search = _Search.of(kind, key, state)
+    first = None if search is None else search.find()
+    if search is None or first is None:
+        return (first,)
+    return first, search.find(first.entry.key)
+
+
+class _Search(NamedTuple):
+    """What a near-miss search of one value reads before it looks for variants."""
+
+    kind: Kind
+    key: str
+    held: Mapping[str, Entry]
+    letters: list[str]
+    shared: str
+    cut: int
+    near: list[str]
+    far: list[str]
+    start: int
+
+    @classmethod
+    def of(cls, kind: Kind, key: str, state: LedgerState) -> _Search | None:
+        """The search of ``key`` as ``kind``; None when it is near no key (out of reach)."""
+        held = state.tables.get(kind.name)
+        if not held or not within_reach(kind, key, state):
+            return None
+        index = state.index.get(kind.name)
+        shared = (index.shared if index is not None else None) or ""
+        near: list[str] | None = None
+        far: list[str] | None = None
+        cut = len(key) + 1
+        start = 0
+        if index is None:
+            letters = sorted(state.alphabet(kind.name))
+        else:
+            with state.lock:
+                letters = index.letters()
+                # The keys that share the value's first characters are few once those reach
+                # past what every key shares: read them, and build variants only before that.
+                spread = max(2, len(letters))
+                cut = len(shared) + max(1, math.ceil(math.log(max(1, len(held) / _NEAR), spread)))
+                while cut <= len(key):
+                    near = index.starting_with(key[:cut], held, _NEAR)
+                    if near is not None:
+                        break
+                    cut += 1
+                # And the keys that end as the value does, for the edits before ``cut``: they
+                # leave the value's end as it is. Few keys share a long end.
+                start = min(cut, len(key) - 1)
+                for _ in range(_FAR_TRIES):
+                    if start <= len(shared):
+                        break
+                    far = index.ending_with(key[start:], held, _NEAR)
+                    if far is not None:
+                        break
+                    start -= 1
+        if far is None:
+            start = 0
+        return cls(kind, key, held, letters, shared, cut, near or [], far or [], start)
+
+    def find(self, hidden: str | None = None) -> NearMiss | None:
+        """The first near entry (passing over ``hidden``), else None."""
+        key, held = self.key, self.held
+        folded = self.kind.key(skeleton(key))
+        if folded is not None and folded not in (key, hidden):
+            entry = held.get(folded)
+            if entry is not None:
+                return NearMiss(entry, "look-alike characters (homoglyphs)")
+        hit = _first_variant(
+            key,
+            self.letters,
+            held.keys(),
+            self.shared,
+            self.cut,
+            self.near,
+            hidden,
+            self.far,
+            self.start,
+        )
+        if hit is None:
+            return None
+        candidate, detail = hit
+        return NearMiss(held[candidate], detail)
 
 
 def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
@@ -174,13 +236,16 @@ def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
     return len(key) <= state.longest_key(kind.name) + MARGIN
 
 
-def _first_variant(
+def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it is read)
     key: str,
     letters: list[str],
     keys: KeysView[str],
     shared: str = "",
     cut: int | None = None,
     near: Sequence[str] = (),
+    hidden: str | None = None,
+    far: Sequence[str] = (),
+    start: int = 0,
 ) -> tuple[str, str] | None:
     """The first variant of ``key`` one swap or one edit away that is one of ``keys``.
 
@@ -191,48 +256,61 @@ def _first_variant(
     read from ``near``, the keys starting with it, rather than built. The
     many variants of one position are built in one comprehension and tested
     against the keys at C speed; only a batch that holds a hit is looked at
-    one by one, and the detail text is built for the hit alone.
+    one by one, and the detail text is built for the hit alone. ``hidden``:
+    a key passed over, as if it were not one of ``keys``. With ``start``, a
+    character changed before ``start`` or missing up to it leaves
+    ``key[start:]`` as it is: such variants are read from ``far``, the keys
+    ending with it.
     """
     n = len(key)
     cut = n + 1 if cut is None else cut
     affordable = n * (n + 1) * len(letters) <= _BUDGET
-    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable)
+    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable, hidden)
+    far_changed, far_inserted = (
+        _read_far(key, start, far, keys, hidden) if start and affordable else (None, None)
+    )
     fixed = len(shared)
-    for i in range(min(n - 1, cut)):
+    # A value that starts as every key does has no swap within that start to try.
+    first = fixed if key.startswith(shared) else 0
+    for i in range(first, min(n - 1, cut)):
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
             candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
-            if candidate in keys:
+            if candidate in keys and candidate != hidden:
                 return candidate, "two neighbouring characters swapped"
     if neighbours is not None:
         return neighbours[3], "two neighbouring characters swapped"
     if n <= _ALL_SWAPS_UP_TO:
-        for i in range(min(n, cut)):
+        for i in range(first, min(n, cut)):
             for j in range(i + 2, n):
                 if key[i] != key[j] and (i >= fixed or key[j] == shared[i]):
                     candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
-                    if candidate in keys:
+                    if candidate in keys and candidate != hidden:
                         return candidate, "two characters swapped"
         if swapped is not None:
             return swapped[3], "two characters swapped"
-    for i in range(min(n, cut) if affordable else 0):
+    if far_changed is not None:
+        return far_changed[3], f"one character changed (position {far_changed[0] + 1})"
+    for i in range(start, min(n, cut) if affordable else 0):
         head, tail = key[:i], key[i + 1 :]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate[i] != key[i] and candidate in keys:
+                if candidate[i] != key[i] and candidate in keys and candidate != hidden:
                     return candidate, f"one character changed (position {i + 1})"
     if changed is not None:
         return changed[3], f"one character changed (position {changed[0] + 1})"
     for i in range(n):
         candidate = key[:i] + key[i + 1 :]
-        if candidate in keys:
+        if candidate in keys and candidate != hidden:
             return candidate, f"one character added (position {i + 1})"
-    for i in range(min(n + 1, cut) if affordable else 0):
+    if far_inserted is not None:
+        return far_inserted[3], f"one character missing (position {far_inserted[0] + 1})"
+    for i in range(start + 1 if start else 0, min(n + 1, cut) if affordable else 0):
         head, tail = key[:i], key[i:]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate in keys:
+                if candidate in keys and candidate != hidden:
                     return candidate, f"one character missing (position {i + 1})"
     if inserted is not None:
         return inserted[3], f"one character missing (position {inserted[0] + 1})"
@@ -241,6 +319,8 @@ def _first_variant(
 
 #: Most keys sharing a value's first characters read in place of building variants.
 _NEAR: Final = 16
+#: Most ends of a value tried before building the variants near its start instead.
+_FAR_TRIES: Final = 3
 
 #: A variant found among the keys near a value: its position (and a second one, for a swap),
 #: its letter (for a change or an insertion) and the key: ordered as the search meets them.
@@ -253,7 +333,12 @@ def _letters(letters: list[str], shared: str, i: int) -> list[str] | str:
 
 
 def _read_near(
-    key: str, cut: int, near: Sequence[str], keys: KeysView[str], affordable: bool
+    key: str,
+    cut: int,
+    near: Sequence[str],
+    keys: KeysView[str],
+    affordable: bool,
+    hidden: str | None = None,
 ) -> tuple[_Hit | None, _Hit | None, _Hit | None, _Hit | None]:
     """The first keys of ``near`` two neighbours swapped, two swapped, one changed, one missing.
 
@@ -270,7 +355,7 @@ def _read_near(
             found[slot] = hit
 
     for other in near:
-        if other not in keys:
+        if other not in keys or other == hidden:
             continue
         m = len(other)
         if m not in (n, n + 1):
@@ -307,23 +392,37 @@ def _read_near(
     return found[0], found[1], found[2], found[3]
 
 
-class _Without(Mapping[str, Entry]):
-    """A kind's table with one key passed over: what a second search may find."""
+def _read_far(
+    key: str, start: int, far: Sequence[str], keys: KeysView[str], hidden: str | None
+) -> tuple[_Hit | None, _Hit | None]:
+    """The first keys of ``far`` one character changed before ``start``, one missing up to it.
 
-    def __init__(self, table: Mapping[str, Entry], hidden: str) -> None:
-        self._table = table
-        self._hidden = hidden
-
-    def __getitem__(self, key: str) -> Entry:
-        if key == self._hidden:
-            raise KeyError(key)
-        return self._table[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key != self._hidden and key in self._table
-
-    def __iter__(self) -> Iterator[str]:
-        return (key for key in self._table if key != self._hidden)
-
-    def __len__(self) -> int:
-        return len(self._table) - (self._hidden in self._table)
+    Each is the variant the search would meet first (by position, then
+    letter): ``far`` ends with ``key[start:]``.
+    """
+    n = len(key)
+    changed: _Hit | None = None
+    inserted: _Hit | None = None
+    for other in far:
+        if other not in keys or other == hidden:
+            continue
+        m = len(other)
+        if m not in (n, n + 1):
+            continue
+        at = 0
+        while at < start and other[at] == key[at]:
+            at += 1
+        if m == n:
+            if at < start and other[at + 1 : start] == key[at + 1 : start]:
+                hit = (at, 0, other[at], other)
+                if changed is None or hit[:3] < changed[:3]:
+                    changed = hit
+        elif other[at + 1 : start + 1] == key[at:start]:
+            letter = other[at]
+            first = at  # the same letter put earlier in a run of it gives the same key
+            while first > 0 and key[first - 1] == letter:
+                first -= 1
+            hit = (first, 0, letter, other)
+            if inserted is None or hit[:3] < inserted[:3]:
+                inserted = hit
+    return changed, inserted

@@ -84,8 +84,14 @@ def compile_plan(
     lookups: Mapping[str, tuple[str, ...]],
     *,
     quiet: frozenset[type] = frozenset(),
+    previous: CheckPlan | None = None,
 ) -> CheckPlan:
-    """Resolve the kinds of every parameter of ``spec`` (which must all exist)."""
+    """Resolve the kinds of every parameter of ``spec`` (which must all exist).
+
+    ``previous``: the tool's plan before this compilation; its allowed path is
+    kept when it reads the same parameters the same way, so a guarded function
+    written with it (:mod:`guardrail._guard.decorator`) still takes it.
+    """
     params = []
     for param in spec.params:
         resolved = tuple(kinds[name] for name in param.kinds)
@@ -121,14 +127,21 @@ def compile_plan(
             )
             for param in params
         )
+    read = spec.effect == "read"
+    allowed: AllowedPath = refer
+    if fast is not None:
+        if previous is not None and previous.fast == fast and previous.read == read:
+            allowed = previous.allowed
+        else:
+            allowed = compile_allowed(fast, read)
     return CheckPlan(
         spec=spec,
         params=tuple(params),
-        read=spec.effect == "read",
+        read=read,
         lookups=lookups,
         fast=fast,
         weighs=weighs,
-        allowed=refer if fast is None else compile_allowed(fast, spec.effect == "read"),
+        allowed=allowed,
         quiet=quiet,
     )
 

@@ -159,8 +159,9 @@ def _fallback(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> s
 
 def _no_guess(tool: str, lookups: Mapping[str, tuple[str, ...]], finding: Finding) -> str | None:
     """The advice for a value close to several entries, or of a kind the operator lists, or None."""
-    if finding.nearest_role is not None:
-        return None
+    operator = finding.problem == "unknown" and finding.detail.startswith(OPERATOR_DETAIL)
+    if finding.nearest_role is not None or not (finding.problem == "mutated" or operator):
+        return None  # before quoting the value: most refusals are explained by _explain
     head = f"- {finding.param}={shorten(finding.value, quote=True)}"
     fallback = _fallback(tool, lookups, finding.kind)
     if finding.problem == "mutated":  # one edit from several entries: no guess
@@ -170,7 +171,7 @@ def _no_guess(tool: str, lookups: Mapping[str, tuple[str, ...]], finding: Findin
             f"meant cannot be told. Do not pick one: copy the {finding.kind} you mean exactly "
             f"from the ID LEDGER or the tool result that returned it; otherwise {fallback}."
         )
-    if finding.problem == "unknown" and finding.detail.startswith(OPERATOR_DETAIL):
+    if operator:
         return (
             f"{head} is {finding.detail}. Use one of those exactly as written, or ask the user "
             f"which {finding.kind} they mean; do not invent one."

@@ -14,10 +14,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import textwrap
 from collections.abc import Callable, Mapping
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from guardrail._check.allowed import writes_out, written_checks
 from guardrail._check.plan import CheckPlan
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
@@ -141,13 +143,57 @@ def guarded(
     return wrap(tool, function)
 
 
+#: The first characters with which :func:`~guardrail._provenance.harvest.plain_text` holds
+#: whatever follows (``""``: the empty text), so a ``str`` result starting with one is known
+#: plain without the call. Any other start asks :func:`plain_text`.
+PLAIN_HEADS: frozenset[str] = frozenset(
+    {""} | {chr(c) for c in range(0x21, 0x7F)} - set('{["-0123456789tfn')
+)
+
+#: The guarded function of a tool whose allowed path :mod:`guardrail._check.allowed` writes
+#: out, written out with it, so an allowed call runs in one frame: the session, the plan
+#: (when it is no longer the one this was written for, the call goes the general way), the
+#: look-ups, the tool, and the result's type. ``{a}``: ``async `` or nothing; ``{w}``:
+#: ``await `` or nothing. Everything else goes to ``call`` (:func:`wrap`'s general path).
+_GUARDED = """\
+{a}def guarded(*args, **kwargs):
+    state = session()
+    if state is None:
+        state = current()
+    plan = plans[name]
+    if plan.allowed is ALLOWED:
+        tables = state.tables
+        try:
+{checks}\
+        except Exception:
+            pass
+        else:
+            epoch = state.epoch
+{touches}\
+            if levels[allowed_level]:
+                engine.log_allowed(plan, state, {used})
+            result = {w}target(*args, **kwargs)
+            tp = type(result)
+            if (
+                tp not in plan.quiet
+                or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
+                or levels[DEBUG]
+            ):
+                after(plan, state, {used}, args, kwargs, result)
+            return result
+    return {w}call(state, args, kwargs)
+"""
+
+
 def wrap(tool: GuardedTool, function: F) -> F:
     """The guarded function: sync or async as ``function`` is, methods kept methods.
 
     The two forms differ only by ``await``. On the allowed path a call costs
-    the session look-up, :meth:`GuardedTool.before` and, for the few results
-    that may hold ids, :meth:`GuardedTool.after`. An allowed call runs with
-    its arguments exactly as given: the guard never rewrites one.
+    the session look-up, the plan's allowed path and, for the few results
+    that may hold ids, :meth:`GuardedTool.after`; a tool whose allowed path is
+    written out (:func:`guardrail._check.allowed.written_checks`) runs it all
+    in one function written with it. An allowed call runs with its arguments
+    exactly as given: the guard never rewrites one.
     """
     target = function.__func__ if isinstance(function, classmethod | staticmethod) else function
     engine = tool.engine
@@ -158,12 +204,10 @@ def wrap(tool: GuardedTool, function: F) -> F:
     name = tool.name
     allowed_level = tool.allowed_level
     wrapper: Callable[..., Any]
-    if inspect.iscoroutinefunction(target):
+    is_async = inspect.iscoroutinefunction(target)
+    if is_async:
 
-        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
-            state = session()
-            if state is None:
-                state = current()
+        async def call_async(state: LedgerState, args: Any, kwargs: Any) -> Any:
             plan = plans[name]
             used = plan.allowed(args, kwargs, state)
             if used is not None:
@@ -171,7 +215,11 @@ def wrap(tool: GuardedTool, function: F) -> F:
                     engine.log_allowed(plan, state, used)
                 result = await target(*args, **kwargs)
                 tp = type(result)
-                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
+                if (
+                    tp not in plan.quiet
+                    or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
+                    or levels[DEBUG]
+                ):
                     tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = await tool.enforce_async(state, args, kwargs)
@@ -181,13 +229,17 @@ def wrap(tool: GuardedTool, function: F) -> F:
             tool.record(state, arguments, verdict, result)
             return result
 
-        wrapper = guarded_async
-    else:
-
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        async def guarded_async(*args: Any, **kwargs: Any) -> Any:
             state = session()
             if state is None:
                 state = current()
+            return await call_async(state, args, kwargs)
+
+        call: Callable[..., Any] = call_async
+        wrapper = guarded_async
+    else:
+
+        def call_sync(state: LedgerState, args: Any, kwargs: Any) -> Any:
             plan = plans[name]
             used = plan.allowed(args, kwargs, state)
             if used is not None:
@@ -195,7 +247,11 @@ def wrap(tool: GuardedTool, function: F) -> F:
                     engine.log_allowed(plan, state, used)
                 result = target(*args, **kwargs)
                 tp = type(result)
-                if tp not in plan.quiet or (tp is str and not plain_text(result)) or levels[DEBUG]:
+                if (
+                    tp not in plan.quiet
+                    or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
+                    or levels[DEBUG]
+                ):
                     tool.after(plan, state, used, args, kwargs, result)
                 return result
             arguments, verdict = tool.enforce(state, args, kwargs)
@@ -205,7 +261,17 @@ def wrap(tool: GuardedTool, function: F) -> F:
             tool.record(state, arguments, verdict, result)
             return result
 
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            state = session()
+            if state is None:
+                state = current()
+            return call_sync(state, args, kwargs)
+
+        call = call_sync
         wrapper = guarded
+    plan = plans[name]
+    if writes_out(plan.fast):
+        wrapper = _written(tool, target, call, plan, is_async=is_async)
     functools.update_wrapper(wrapper, target)
     # Runtimes that check and record calls themselves (guardrail.integrations.loops) run
     # the function underneath instead, so a call is never checked twice.
@@ -215,3 +281,47 @@ def wrap(tool: GuardedTool, function: F) -> F:
     if isinstance(function, staticmethod):
         return cast(F, staticmethod(wrapper))
     return cast(F, wrapper)
+
+
+def _written(
+    tool: GuardedTool,
+    target: Callable[..., Any],
+    call: Callable[..., Any],
+    plan: CheckPlan,
+    *,
+    is_async: bool,
+) -> Callable[..., Any]:
+    """The guarded function of ``plan``'s tool with its allowed path written in (``_GUARDED``)."""
+    assert plan.fast is not None
+    written = written_checks(plan.fast, plan.read)
+    source = _GUARDED.format(
+        a="async " if is_async else "",
+        w="await " if is_async else "",
+        checks=textwrap.indent(written.checks, " " * 12),
+        touches=textwrap.indent(written.touches, " " * 12),
+        used=written.used,
+    )
+    # The function's globals are its own: what it reads per call, bound once (a global
+    # read costs no more than a closure's, and a call copies no cells).
+    namespace: dict[str, Any] = {
+        "session": tool.session,
+        "current": tool.current,
+        "plans": tool.plans,
+        "name": tool.name,
+        "ALLOWED": plan.allowed,
+        "levels": tool.levels,
+        "allowed_level": tool.allowed_level,
+        "DEBUG": DEBUG,
+        "engine": tool.engine,
+        "after": tool.after,
+        "target": target,
+        "call": call,
+        "PLAIN_HEADS": PLAIN_HEADS,
+        "plain_text": plain_text,
+        **written.bound,
+    }
+    # As in guardrail._check.allowed: declared names only as repr literals, nothing run.
+    code = compile(source, f"<guardrail guarded tool of {len(plan.fast)} id(s)>", "exec")
+    exec(code, namespace)  # noqa: S102
+    wrapper: Callable[..., Any] = namespace["guarded"]
+    return wrapper

@@ -416,7 +416,11 @@ class Registry:
             (
                 name,
                 compile_plan(
-                    spec, self.kinds, frozen, quiet=quiet_results(spec, mentions=mentions)
+                    spec,
+                    self.kinds,
+                    frozen,
+                    quiet=quiet_results(spec, mentions=mentions),
+                    previous=self.plans.get(name),
                 ),
             )
             for name, spec in self.specs.items()

@@ -1,17 +1,79 @@
 """Look-up aids for refusals: the characters a kind's keys use, and its keys in order.
 
 A ledger keeps one :class:`KeyIndex` per kind beside its entries. Adding a
-key costs an append; the sorting needed for prefix search (is this value a
-cut-short ledger value?) is paid on the refusal path, a little at a time.
+key costs an append; the sorting needed for the searches of a refusal (is
+this value a cut-short ledger value? which keys start or end as it does?)
+is paid on the refusal path, a little at a time: new keys are sorted into a
+short run of their own, and runs of like size merged, so a refusal sorts
+about the keys that arrived since the last one, never the whole index.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TypeVar
+import heapq
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Final, TypeVar
 
 E = TypeVar("E")
+
+#: A key read from its end (the order of :meth:`KeyIndex.ending_with`), at C speed.
+_REVERSED: Final = operator.itemgetter(slice(None, None, -1))
+#: Most new keys a search reads one by one rather than sorting them into a run first.
+_PENDING: Final = 64
+
+
+class _Runs:
+    """Keys in sorted runs (by ``key``: the keys themselves, or read from their end).
+
+    A new run is merged with the one before it while it is at least as
+    long (a binary counter: half the additions merge nothing), so there are
+    at most about log2 of the keys' number of runs, each key is merged that
+    many times over its life, and a run merge is one sort of two sorted
+    runs, in linear time at C speed. A key may sit in two runs (an
+    evicted key seen again): readers pass over repeats.
+    """
+
+    __slots__ = ("key", "runs")
+
+    def __init__(self, key: Callable[[str], str] | None = None) -> None:
+        self.key = key
+        self.runs: list[list[str]] = []
+
+    def add(self, keys: Iterable[str]) -> None:
+        """Sort ``keys`` into a run of their own, and merge runs of like size."""
+        run = sorted(keys, key=self.key)
+        if not run:
+            return
+        runs = self.runs
+        runs.append(run)
+        while len(runs) > 1 and len(runs[-1]) >= len(runs[-2]):
+            last = runs.pop()
+            merged = runs[-1] + last
+            merged.sort(key=self.key)  # two sorted runs: merged in linear time
+            runs[-1] = merged
+
+    def __iter__(self) -> Iterator[str]:
+        for run in self.runs:
+            yield from run
+
+    def from_(self, probe: str) -> Iterator[str]:
+        """The keys from the first one not below ``probe`` (as ``key`` reads them), in order.
+
+        Each key once, however many runs hold it.
+        """
+        key = self.key
+        tails = [
+            map(run.__getitem__, range(bisect.bisect_left(run, probe, key=key), len(run)))
+            for run in self.runs
+        ]
+        merged = tails[0] if len(tails) == 1 else heapq.merge(*tails, key=key)
+        last = None
+        for item in merged:
+            if item != last:
+                yield item
+                last = item
 
 
 class KeyIndex:
@@ -19,57 +81,44 @@ class KeyIndex:
 
     ``alphabet`` and ``longest`` (the length of the longest key) only grow:
     a superset is harmless, and beyond ``longest`` a value is near no key
-    at all, so its refusal needs no search. ``keys`` and ``recent``
-    are sorted, read together as one sorted list without repeats for prefix
-    search; new keys wait in ``pending``, are sorted into the small
-    ``recent`` when there are enough of them, and ``recent`` joins ``keys``
-    only when it has grown to a fraction of it, so a refusal after new ids
-    arrived sorts a few hundred keys, not the whole index. Evicted keys stay
-    until a rebuild, so adding an id stays O(1). ``shared`` is the prefix
-    every key ever added starts with (``"ord_"``), which only shrinks: the
-    near-miss search need not vary what every key has.
+    at all, so its refusal needs no search. ``starts`` holds the keys in
+    sorted runs (:class:`_Runs`) for prefix search, ``ends`` (None until a
+    search first asks) the same keys ordered from their last character, for
+    the keys ending as a value does: a key one edit from a value either
+    starts or ends with a long part of it. Both hold the key strings
+    themselves. New keys wait in ``pending``, read one by one while they are
+    few, then sorted into a run of each. Evicted keys stay until a rebuild,
+    so adding an id stays O(1). ``shared`` is the prefix every key ever added
+    starts with (``"ord_"``), which only shrinks: the near-miss search need
+    not vary what every key has.
     """
 
-    __slots__ = ("alphabet", "keys", "longest", "pending", "recent", "shared", "stale")
+    __slots__ = (
+        "_letters",
+        "alphabet",
+        "ends",
+        "longest",
+        "pending",
+        "shared",
+        "stale",
+        "starts",
+    )
 
     def __init__(self) -> None:
         self.alphabet: set[str] = set()
         self.longest = 0
-        self.keys: list[str] = []
-        self.recent: list[str] = []
+        self.starts = _Runs()
+        self.ends: _Runs | None = None
         self.pending: list[str] = []
         self.stale = 0
         self.shared: str | None = None  # None: no key yet
+        self._letters: list[str] = []
 
-    def sort_pending(self) -> None:
-        """Sort the pending keys into ``recent`` (and ``recent`` into ``keys`` when large)."""
-        recent = self.recent
-        fresh = [key for key in sorted(set(self.pending)) if not _has(recent, key)]
-        self.pending.clear()
-        recent = recent + fresh
-        recent.sort()  # two sorted runs: merged in linear time
-        if len(recent) > max(4096, len(self.keys) // 16):
-            merged = self.keys + recent
-            merged.sort()
-            # A key evicted and seen again may be in both: keep one of each.
-            self.keys = [key for i, key in enumerate(merged) if not i or merged[i - 1] != key]
-            self.recent = []
-        else:
-            self.recent = recent
-
-    def sorted_from(self, prefix: str) -> Iterator[str]:
-        """Indexed keys from the first one not below ``prefix``, sorted, each once."""
-        keys, recent = self.keys, self.recent
-        i, j = bisect.bisect_left(keys, prefix), bisect.bisect_left(recent, prefix)
-        while i < len(keys) or j < len(recent):
-            if j >= len(recent) or (i < len(keys) and keys[i] < recent[j]):
-                yield keys[i]
-                i += 1
-            else:
-                if i < len(keys) and keys[i] == recent[j]:
-                    i += 1
-                yield recent[j]
-                j += 1
+    def letters(self) -> list[str]:
+        """``alphabet`` sorted (sorted again only when it has grown)."""
+        if len(self._letters) != len(self.alphabet):
+            self._letters = sorted(self.alphabet)
+        return self._letters
 
     def add(self, keys: Iterable[str]) -> None:
         """Take in new keys (O(1) each: they wait in ``pending``)."""
@@ -84,24 +133,53 @@ class KeyIndex:
     def tidy(self, table: Mapping[str, object]) -> None:
         """Rebuild from ``table`` when evicted keys abound; sort the pending keys when many."""
         if self.stale > max(64, len(table)):
-            self.keys = sorted(table)
-            self.recent = []
-            self.pending.clear()
+            self.starts = _Runs()
+            self.starts.add(table)
+            self.ends = None
+            self.pending = []
             self.stale = 0
-        elif len(self.pending) > 256:
-            self.sort_pending()
+        elif len(self.pending) > _PENDING:
+            pending, self.pending = self.pending, []
+            self.starts.add(pending)
+            if self.ends is not None:
+                self.ends.add(pending)
 
     def starting_with(
         self, prefix: str, table: Mapping[str, object], limit: int
     ) -> list[str] | None:
         """Live keys of ``table`` starting with ``prefix`` (itself included); None: over ``limit``.
 
-        Costs at most ``limit`` keys read in order, plus the pending ones.
+        Costs one bisection per run and at most ``limit`` keys read (four
+        times that with evicted keys), plus the pending ones.
         """
         self.tidy(table)
+        return self._live(self.starts.from_(prefix), prefix, str.startswith, table, limit)
+
+    def ending_with(self, suffix: str, table: Mapping[str, object], limit: int) -> list[str] | None:
+        """Live keys of ``table`` ending with ``suffix``; None: over ``limit``.
+
+        Costs what :meth:`starting_with` costs; the first call orders the keys
+        from their end.
+        """
+        self.tidy(table)
+        ends = self.ends
+        if ends is None:
+            ends = self.ends = _Runs(_REVERSED)
+            ends.add(self.starts)
+        return self._live(ends.from_(suffix[::-1]), suffix, str.endswith, table, limit)
+
+    def _live(
+        self,
+        ordered: Iterator[str],
+        part: str,
+        holds: Callable[[str, str], bool],
+        table: Mapping[str, object],
+        limit: int,
+    ) -> list[str] | None:
+        """The live keys ``holds(key, part)`` of ``ordered`` (which has them first) and pending."""
         found: list[str] = []
-        for read, key in enumerate(self.sorted_from(prefix)):
-            if not key.startswith(prefix):
+        for read, key in enumerate(ordered):
+            if not holds(key, part):
                 break
             if read > 4 * limit:  # evicted keys, not yet rebuilt away
                 return None
@@ -110,7 +188,7 @@ class KeyIndex:
                     return None
                 found.append(key)
         for key in self.pending:
-            if key.startswith(prefix) and key in table and key not in found:
+            if holds(key, part) and key in table and key not in found:
                 if len(found) >= limit:
                     return None
                 found.append(key)
@@ -120,29 +198,18 @@ class KeyIndex:
         """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
         self.tidy(table)
         found: list[E] = []
-        for key in self.sorted_from(prefix):
+        for key in self.starts.from_(prefix):
             if not key.startswith(prefix) or len(found) >= limit:
                 break
             entry = table.get(key)
             if entry is not None and key != prefix and entry not in found:
                 found.append(entry)
         for key in self.pending:
-            entry = table.get(key)
-            if (
-                len(found) < limit
-                and entry is not None
-                and key != prefix
-                and key.startswith(prefix)
-                and entry not in found
-            ):
-                found.append(entry)
+            if key.startswith(prefix) and key != prefix and len(found) < limit:
+                entry = table.get(key)
+                if entry is not None and entry not in found:
+                    found.append(entry)
         return found
-
-
-def _has(ordered: list[str], key: str) -> bool:
-    """Whether the sorted list ``ordered`` holds ``key``."""
-    at = bisect.bisect_left(ordered, key)
-    return at < len(ordered) and ordered[at] == key
 
 
 def _common_prefix(first: str, last: str) -> str:
