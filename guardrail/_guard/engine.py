@@ -35,6 +35,7 @@ from guardrail._guard.registry import Registry
 from guardrail._provenance.failure import recordable
 from guardrail._provenance.harvest import Harvest, append_id, yields_nothing
 from guardrail._provenance.mentions import admit_mentions, mentioned_in
+from guardrail._provenance.recall import Recall
 from guardrail._provenance.taken import INTRODUCED, taken_ids
 from guardrail.errors import (
     ApprovalRequired,
@@ -334,8 +335,13 @@ class Engine:
         call_id: str | None = None,
         verdict: Verdict | None = None,
         trusted: bool = True,
+        recall: Recall | None = None,
     ) -> list[Entry]:
-        """Record one call's result, given the verdict it ran under (None: not checked here)."""
+        """Record one call's result, given the verdict it ran under (None: not checked here).
+
+        ``recall``: the plan's kept records (:mod:`guardrail._provenance.recall`); a
+        result equal to one of them is not walked again, and a plain one is kept.
+        """
         spec = plan.spec
         if error:
             self.audit.ids_recorded(
@@ -360,6 +366,14 @@ class Engine:
                 spec.mints or spec.confirms_arguments or mentions_wanted
             ):
                 harvested = Harvest([], [])
+            elif recall is not None and type(result) is dict:
+                kept = recall.get(result)
+                if kept is not None:
+                    harvested = Harvest(list(kept.batches), [])
+                else:
+                    harvested = recordable(spec, result, self.registry.kinds, rule_problems)
+                    if harvested is not None and not harvested.problems:
+                        recall.keep(result, harvested.batches)
             else:
                 harvested = recordable(spec, result, self.registry.kinds, rule_problems)
             if harvested is None:
