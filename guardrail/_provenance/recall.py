@@ -120,10 +120,10 @@ class Recall:
             notes = batch.notes if batch.notes is not None else repeat(None)
             for key, status, note in zip(batch.keys, statuses, notes, strict=False):
                 ids.append((batch.kind, key, status, note, batch.outside))
-        key = tuple(result.values())
+        values = tuple(result.values())
         with self._lock:
             kept = self._kept
-            kept.pop(key, None)
-            kept[key] = (_shape(result), Kept(tuple(batches), tuple(ids)))
+            kept.pop(values, None)
+            kept[values] = (_shape(result), Kept(tuple(batches), tuple(ids)))
             while len(kept) > MAX_KEPT:
                 del kept[next(iter(kept))]
