@@ -378,6 +378,8 @@ class Engine:
                         recall.keep(result, harvested.batches)
             else:
                 harvested, decoded = self._recordable(spec, result, rule_problems)
+            if not mentions_wanted:
+                decoded = None  # a large result's objects go now, not after the admission
             if harvested is None:
                 self.audit.ids_recorded(
                     state.session_id,
