@@ -340,8 +340,8 @@ class Engine:
     ) -> list[Entry]:
         """Record one call's result, given the verdict it ran under (None: not checked here).
 
-        ``recall``: the plan's kept records (:mod:`guardrail._provenance.recall`); a
-        result equal to one of them is not walked again, and a plain one is kept.
+        ``recall``: the plan's kept records (:mod:`guardrail._provenance.recall`): one
+        equal to the result is not walked again.
         """
         spec = plan.spec
         if error:
@@ -395,15 +395,10 @@ class Engine:
             mentions = None
             if trusted:
                 taken = taken_ids(self.registry.kinds, spec, arguments, verdict, problems, state)
-                if self.registry.mentions or self.registry.text_kinds:
+                if mentions_wanted:
+                    limit = self.max_ids_per_call
                     mentions = mentioned_in(
-                        spec,
-                        arguments,
-                        decoded,
-                        self.registry,
-                        state,
-                        call_id,
-                        limit=self.max_ids_per_call,
+                        spec, arguments, decoded, self.registry, state, call_id, limit=limit
                     )
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
@@ -453,8 +448,7 @@ class Engine:
     ) -> tuple[Harvest | None, Any]:
         """What a result yields (None: it failed, ``rule_problems`` says why), and its value.
 
-        Decoded once (a JSON text parsed once) for the failure rule, the harvest and the
-        mentions.
+        Decoded once for the failure rule, the harvest and the mentions.
         """
         problems: list[str] = []
         value, text = decode(result, problems)
