@@ -10,6 +10,7 @@ kind, a failure, an unverified or evicted entry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -371,3 +372,33 @@ def test_any_sequence_of_calls_leaves_both_ledgers_alike(
         else:
             pair.forget(what)
         pair.assert_same()
+
+
+async def _three_async_reads(recall: bool) -> Ledger:
+    """A held id read twice, then with a new status, through an async tool."""
+    guard = Guard(logger=_quiet_logger())
+    guard.add_kind("order", normalize="strip")
+    result = {"order_id": O1, "status": "paid"}
+
+    @guard.tool(effect="read", produces={"order_id": {"kind": "order", "status": "status"}})
+    async def get_order() -> dict[str, str]:
+        return dict(result)
+
+    if not recall:
+        guarded = get_order.__guardrail_tool__  # type: ignore[attr-defined]
+        guarded.recalled = (guarded.plans[guarded.name], None)
+    ledger = guard.new_ledger("s")
+    with guard.session("s", ledger=ledger):
+        await get_order()
+        guard.observe_user("next", ledger=ledger)
+        await get_order()
+        result["status"] = "refunded"
+        await get_order()
+    return ledger
+
+
+def test_an_async_read_takes_the_same_path(settled_calls: list[bool]) -> None:
+    ledgers = [asyncio.run(_three_async_reads(recall)) for recall in (True, False)]
+    assert _saved(ledgers[0]) == _saved(ledgers[1])
+    assert settled_calls == [True]
+    assert ledgers[0].get("order", O1).status == "refunded"  # type: ignore[union-attr]
