@@ -6,13 +6,12 @@ import dataclasses
 import functools
 import json
 import random
-import time
 
 from guardrail import Guard, Ledger
 
 from .common import Run, Sizes, ids, make_guard
 from .report import Row, Section, Target, ratio
-from .timing import Runner, calls, interleaved, once
+from .timing import Runner, calls, each, interleaved, once
 
 #: Bytes of JSON per record in the sizes cases, as in the 2 MB result (100 per 2 ids).
 RECORD_BYTES = 100
@@ -94,17 +93,8 @@ def _bench_two_megabytes(run: Run) -> None:
     )
 
 
-def _recorder(guard: Guard, text: str) -> Runner:
-    """Records ``text`` as a ``list_orders`` result into a fresh ledger per operation."""
-
-    def runner(number: int) -> float:
-        ledgers = [guard.new_ledger("harvest") for _ in range(number)]
-        start = time.perf_counter()
-        for ledger in ledgers:
-            guard.record("list_orders", {}, text, ledger=ledger)
-        return time.perf_counter() - start
-
-    return runner
+def _record(guard: Guard, text: str, ledger: Ledger) -> None:
+    guard.record("list_orders", {}, text, ledger=ledger)
 
 
 def bench_harvest_sizes(run: Run) -> None:
@@ -122,7 +112,9 @@ def bench_harvest_sizes(run: Run) -> None:
         if len(ledger) != ids_in:
             raise SystemExit(f"harvest set-up is wrong: {len(ledger)} entries, not {ids_in}")
         cases[f"json.loads, {count:,} records"] = calls(functools.partial(json.loads, text))
-        cases[f"guard.record, {count:,} records"] = _recorder(guard, text)
+        cases[f"guard.record, {count:,} records"] = each(
+            functools.partial(_record, guard, text), functools.partial(guard.new_ledger, "harvest")
+        )
     times = interleaved(cases, rounds=sizes.slow_rounds, sample=sizes.sample * 5)
     rows = {name: Row(name, samples) for name, samples in times.items()}
     section = Section(
