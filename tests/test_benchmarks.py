@@ -509,3 +509,18 @@ def test_a_quick_report_judges_no_target() -> None:
     full = render(report, "python benchmarks/run.py", quick=False)
     assert "| allowed sync | ≤ 1× | 0.9× | not judged |" in quick
     assert "| allowed sync | ≤ 1× | 0.9× | yes |" in full
+
+
+def test_the_harvest_cpu_script_prints_a_ratio_per_size() -> None:
+    """benchmarks/harvest_cpu.py records N records against json.loads and prints each ratio."""
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "harvest_cpu.py"), "--records", "10,20", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["10 records", "20 records"]
+    assert all(re.search(r"guard.record / json.loads [\d.]+×", line) for line in lines)

@@ -45,6 +45,7 @@ class Sizes:
     naive_rounds: int
     store_ledgers: tuple[int, ...] = (1_000, 10_000, 100_000)  # entries per stored session
     finished_sessions: int = 20_000  # conversations ended, for the memory a guard holds
+    harvest_records: tuple[int, ...] = (10, 1_000, 100_000)  # records per result, harvest sizes
 
 
 FULL = Sizes(
@@ -84,6 +85,7 @@ QUICK = Sizes(
     naive_rounds=1,
     store_ledgers=(100,),
     finished_sessions=100,
+    harvest_records=(10, 100),
 )
 
 

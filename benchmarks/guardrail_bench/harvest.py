@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import random
 
-from guardrail import Ledger
+from guardrail import Guard, Ledger
 
 from .common import Run, Sizes, ids, make_guard
 from .report import Row, Section, Target, ratio
-from .timing import once
+from .timing import Runner, calls, each, interleaved, once
+
+#: Bytes of JSON per record in the sizes cases, as in the 2 MB result (100 per 2 ids).
+RECORD_BYTES = 100
 
 
 def harvest_payload(sizes: Sizes, rng: random.Random) -> tuple[str, int]:
@@ -37,6 +42,12 @@ def harvest_payload(sizes: Sizes, rng: random.Random) -> tuple[str, int]:
 
 
 def bench_harvest(run: Run) -> None:
+    """Record a 2 MB result of 40,000 ids (parse, harvest and admit), then the sizes cases."""
+    _bench_two_megabytes(run)
+    bench_harvest_sizes(run)
+
+
+def _bench_two_megabytes(run: Run) -> None:
     """Record a 2 MB result of 40,000 ids: parse, harvest and admit."""
     sizes, report, rng = run.sizes, run.report, run.rng
     guard = make_guard()
@@ -80,3 +91,50 @@ def bench_harvest(run: Run) -> None:
             rate >= 5e5,
         )
     )
+
+
+def _record(guard: Guard, text: str, ledger: Ledger) -> None:
+    guard.record("list_orders", {}, text, ledger=ledger)
+
+
+def bench_harvest_sizes(run: Run) -> None:
+    """Record results of 10, 1,000 and 100,000 records, each against ``json.loads`` of it."""
+    sizes, report = run.sizes, run.report
+    guard = make_guard()
+    cases: dict[str, Runner] = {}
+    for count in sizes.harvest_records:
+        shaped = dataclasses.replace(
+            sizes, harvest_ids=2 * count, harvest_bytes=RECORD_BYTES * count
+        )
+        text, ids_in = harvest_payload(shaped, run.rng)
+        ledger = guard.new_ledger("check")
+        guard.record("list_orders", {}, text, ledger=ledger)
+        if len(ledger) != ids_in:
+            raise SystemExit(f"harvest set-up is wrong: {len(ledger)} entries, not {ids_in}")
+        cases[f"json.loads, {count:,} records"] = calls(functools.partial(json.loads, text))
+        cases[f"guard.record, {count:,} records"] = each(
+            functools.partial(_record, guard, text), functools.partial(guard.new_ledger, "harvest")
+        )
+    times = interleaved(cases, rounds=sizes.slow_rounds, sample=sizes.sample * 5)
+    rows = {name: Row(name, samples) for name, samples in times.items()}
+    section = Section(
+        f"Record one result of N records (2 ids each, {RECORD_BYTES} B of JSON a record) "
+        "into a fresh ledger, against json.loads of the same text"
+    )
+    section.rows = list(rows.values())
+    for count in sizes.harvest_records:
+        record = rows[f"guard.record, {count:,} records"]
+        loads = rows[f"json.loads, {count:,} records"]
+        times_over = ratio(record, loads)
+        section.ratios.append(
+            (f"guard.record / json.loads, {count:,} records", f"{times_over:.2f}×")
+        )
+        report.targets.append(
+            Target(
+                f"record / json.loads, {count:,} records",
+                "≤ 3×",
+                f"{times_over:.2f}×",
+                times_over <= 3,
+            )
+        )
+    report.sections.append(section)

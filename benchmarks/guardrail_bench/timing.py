@@ -121,6 +121,19 @@ def single(run: Callable[[], Any], setup: Callable[[], Any] | None = None) -> Ru
     return runner
 
 
+def each(call: Callable[[Any], Any], make: Callable[[], Any]) -> Runner:
+    """Calls ``call(thing)`` ``n`` times, each on a fresh ``make()`` made before (untimed)."""
+
+    def runner(number: int) -> float:
+        things = [make() for _ in range(number)]
+        start = time.perf_counter()
+        for thing in things:
+            call(thing)
+        return time.perf_counter() - start
+
+    return runner
+
+
 def calls(call: Callable[[], Any], context: Context | None = None) -> Runner:
     """Calls ``call()`` ``n`` times in a Python loop, optionally inside ``context()``."""
 

@@ -25,7 +25,9 @@ from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
 from guardrail._provenance.harvest import plain_text
+from guardrail._provenance.recall import Recall
 from guardrail.ledger import Entry
+from guardrail.ledger._settled import settled
 from guardrail.ledger._state import LedgerState
 
 if TYPE_CHECKING:
@@ -57,6 +59,7 @@ class GuardedTool:
         "levels",
         "name",
         "plans",
+        "recalled",
         "session",
         "spec",
     )
@@ -78,6 +81,18 @@ class GuardedTool:
         self.spec = spec
         self.heads = tuple(spec.positions.items())
         self.allowed_level = logging.INFO if spec.effect == "write" else logging.DEBUG
+        #: The plan the recall was made for, and the recall of its records (or None).
+        self.recalled: tuple[CheckPlan | None, Recall | None] = (None, None)
+
+    def recall(self, plan: CheckPlan) -> Recall | None:
+        """The records kept of this tool's results under ``plan`` (made at its first call)."""
+        made_for, recall = self.recalled
+        if made_for is not plan:
+            registry = self.engine.registry
+            mentions = bool(registry.mentions or registry.text_kinds)
+            recall = Recall.of(plan.spec, mentions=mentions)
+            self.recalled = (plan, recall)
+        return recall
 
     def bind(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """The identifier arguments of one call, by parameter name."""
@@ -110,7 +125,8 @@ class GuardedTool:
     ) -> None:
         """Record the result of a call that went through :meth:`enforce`."""
         plan = self.plans[self.name]
-        self.engine.record_call(plan, arguments, result, state, verdict=verdict)
+        recall = self.recall(plan)
+        self.engine.record_call(plan, arguments, result, state, verdict=verdict, recall=recall)
 
     def after(
         self,
@@ -124,10 +140,23 @@ class GuardedTool:
         """Record what a call allowed outright brought in, as the full path records it.
 
         The wrapper skips it for a result of a type the plan calls quiet,
-        unless DEBUG is on: then the record says what it found, as always.
+        unless DEBUG is on: then the record says what it found, as always. A
+        record kept from an earlier call (:mod:`guardrail._provenance.recall`)
+        whose ids the ledger holds as it would leave them
+        (:func:`guardrail.ledger._settled.settled`) only marks them used: the
+        full record would change nothing else and log nothing below DEBUG.
         """
+        made_for, recall = self.recalled
+        if made_for is not plan:
+            recall = self.recall(plan)
+        if recall is not None and type(result) is dict and not self.levels[DEBUG]:
+            kept = recall.get(result)
+            if kept is not None and settled(state, kept.ids):
+                return
         verdict = Verdict(self.name, True, used=tuple(used))
-        self.engine.record_call(plan, self.bind(args, kwargs), result, state, verdict=verdict)
+        self.engine.record_call(
+            plan, self.bind(args, kwargs), result, state, verdict=verdict, recall=recall
+        )
 
 
 def guarded(

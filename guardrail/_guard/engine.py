@@ -30,11 +30,13 @@ from guardrail._check.tokens import Keys, signed
 from guardrail._data.batch import Batch
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.arguments import parse_arguments
+from guardrail._declare.spec import ToolSpec
 from guardrail._guard.audit import Audit
 from guardrail._guard.registry import Registry
-from guardrail._provenance.failure import recordable
-from guardrail._provenance.harvest import Harvest, append_id, yields_nothing
+from guardrail._provenance.failure import decoded_failed
+from guardrail._provenance.harvest import Harvest, append_id, batches_of, decode, yields_nothing
 from guardrail._provenance.mentions import admit_mentions, mentioned_in
+from guardrail._provenance.recall import Recall
 from guardrail._provenance.taken import INTRODUCED, taken_ids
 from guardrail.errors import (
     ApprovalRequired,
@@ -334,8 +336,13 @@ class Engine:
         call_id: str | None = None,
         verdict: Verdict | None = None,
         trusted: bool = True,
+        recall: Recall | None = None,
     ) -> list[Entry]:
-        """Record one call's result, given the verdict it ran under (None: not checked here)."""
+        """Record one call's result, given the verdict it ran under (None: not checked here).
+
+        ``recall``: the plan's kept records (:mod:`guardrail._provenance.recall`): one
+        equal to the result is not walked again.
+        """
         spec = plan.spec
         if error:
             self.audit.ids_recorded(
@@ -355,13 +362,24 @@ class Engine:
             # could bring something in: a declared field, a mint, a confirmation, a mention.
             harvested: Harvest | None
             rule_problems: list[str] = []
+            decoded: Any = result  # the result decoded once, for the mentions too
             mentions_wanted = trusted and bool(self.registry.mentions or self.registry.text_kinds)
             if yields_nothing(spec, result) and not (
                 spec.mints or spec.confirms_arguments or mentions_wanted
             ):
                 harvested = Harvest([], [])
+            elif recall is not None and type(result) is dict:
+                kept = recall.get(result)
+                if kept is not None:
+                    harvested = Harvest(list(kept.batches), [])
+                else:
+                    harvested, decoded = self._recordable(spec, result, rule_problems)
+                    if harvested is not None and not harvested.problems:
+                        recall.keep(result, harvested.batches)
             else:
-                harvested = recordable(spec, result, self.registry.kinds, rule_problems)
+                harvested, decoded = self._recordable(spec, result, rule_problems)
+            if not mentions_wanted:
+                decoded = None  # a large result's objects go now, not after the admission
             if harvested is None:
                 self.audit.ids_recorded(
                     state.session_id,
@@ -377,15 +395,10 @@ class Engine:
             mentions = None
             if trusted:
                 taken = taken_ids(self.registry.kinds, spec, arguments, verdict, problems, state)
-                if self.registry.mentions or self.registry.text_kinds:
+                if mentions_wanted:
+                    limit = self.max_ids_per_call
                     mentions = mentioned_in(
-                        spec,
-                        arguments,
-                        result,
-                        self.registry,
-                        state,
-                        call_id,
-                        limit=self.max_ids_per_call,
+                        spec, arguments, decoded, self.registry, state, call_id, limit=limit
                     )
             else:
                 # Anyone could have written it: the ids it names, as if typed, and no more.
@@ -429,6 +442,19 @@ class Engine:
         if admitted.added or admitted.verified:
             state.persist()
         return admitted.added
+
+    def _recordable(
+        self, spec: ToolSpec, result: Any, rule_problems: list[str]
+    ) -> tuple[Harvest | None, Any]:
+        """What a result yields (None: it failed, ``rule_problems`` says why), and its value.
+
+        Decoded once for the failure rule, the harvest and the mentions.
+        """
+        problems: list[str] = []
+        value, text = decode(result, problems)
+        if decoded_failed(spec.fails, value, text, rule_problems):
+            return None, value
+        return batches_of(spec, value, text, problems, self.registry.kinds), value
 
     def log_nothing_recorded(
         self,

@@ -11,6 +11,8 @@
   from, so a model can tell one id from another (never harvested).
 - :mod:`~guardrail._provenance.mentions`: values of a kind's shape in a result's
   free text, kept apart from declared ids (tier ``mentioned``).
+- :mod:`~guardrail._provenance.recall`: the batches of a plain record a tool
+  returned before, taken again without walking it when it comes back equal.
 - :mod:`~guardrail._provenance.taken`: the ids a successful call vouches for by
   taking them (a write's mints, a verifying lookup's arguments).
 - :mod:`~guardrail._provenance.seal`: results a server recorded, told apart

@@ -23,6 +23,8 @@ from guardrail._declare.paths import EACH, KEY, Path
 from guardrail._declare.spec import Producer, ToolSpec, type_producers
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
+    _first_id,
+    _related,
     declared_note,
     default_note,
     relation,
@@ -233,8 +235,14 @@ def _as_json(match: re.Match[str]) -> str:
     return f'"{body}"' if '"' not in body else json.dumps(body, ensure_ascii=False)
 
 
-def leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
-    """The values a producer reaches, with the status beside each where it reads one."""
+def leaves(
+    producer: Producer, value: Any, text: str | None, firsts: dict[int, Any] | None = None
+) -> _Leaves:
+    """The values a producer reaches, with the status beside each where it reads one.
+
+    ``firsts``: the first id field of each record met so far in this result, by the
+    record's ``id()`` (shared by the producers of one harvest, which read the same records).
+    """
     if producer.regex is not None:
         if text is None:
             return _Leaves([], None)
@@ -256,6 +264,14 @@ def leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
     notes: list[str | None] | None = None if fields == () else []
     last_op, own = path.steps[-1]  # a default note describes the record whose own id this is
     own = own if last_op == KEY else None
+    kind = producer.kind
+    # Default notes of plain records, planned once per producer: the record's first id field
+    # is read once per record (and shared with the other producers), the label of a related
+    # record once per producer, and the root's relation once per result.
+    planned = fields is None and own is not None
+    firsts = {} if firsts is None else firsts
+    label = kind if not planned or _first_id((own,)) else str(own)
+    root_related: Any = _UNSEEN
     for leaf, holder in path.extract_with_parents(value):
         values.append(leaf)
         if statuses is not None:
@@ -264,19 +280,40 @@ def leaves(producer: Producer, value: Any, text: str | None) -> _Leaves:
             else:  # a model or dataclass holds its status as an attribute
                 status = getattr(holder, cast(str, producer.status), None)
             statuses.append(status if isinstance(status, str) else None)
-        if notes is not None:
-            # Text for the model only: a note is never harvested and never verifies. A bare id
-            # in a list (its holder the list) has no record: it keeps the note it has.
-            if fields is not None:
-                note = declared_note(holder, fields)
+        if notes is None:
+            continue
+        # Text for the model only: a note is never harvested and never verifies. A bare id
+        # in a list (its holder the list) has no record: it keeps the note it has.
+        if planned and type(holder) is dict:
+            first = firsts.get(id(holder), _UNSEEN)
+            if first is _UNSEEN:
+                first = firsts[id(holder)] = _first_id(holder)
+            # As default_note and relation read a record (see guardrail._provenance.notes).
+            note = default_note(holder, producer.status) if first == own else None
+            if first is not None and first != own:
+                related = _related(label, holder.get(first))
+            elif holder is value:
+                related = None
             else:
-                note = default_note(holder, producer.status, own)
-            if not isinstance(holder, (list, tuple)):
-                note = with_relation(note, relation(producer.kind, own, holder, value))
-            notes.append(note)
+                if root_related is _UNSEEN:
+                    root_related = relation(kind, None, None, value)
+                related = root_related
+            notes.append(with_relation(note, related))
+            continue
+        if fields is not None:
+            note = declared_note(holder, fields)
+        else:
+            note = default_note(holder, producer.status, own)
+        if not isinstance(holder, (list, tuple)):
+            note = with_relation(note, relation(kind, own, holder, value))
+        notes.append(note)
     if notes is not None and not any(notes):
         notes = None
     return _Leaves(values, statuses, notes)
+
+
+#: Not looked up yet.
+_UNSEEN: Any = object()
 
 
 def _structured_producers(value: Any, problems: list[str]) -> tuple[Producer, ...]:
@@ -321,6 +358,7 @@ def batches_of(
     if not plan:
         return Harvest([], problems)
     seen: dict[str, set[str]] = {}  # keys already found, per kind
+    firsts: dict[int, Any] = {}  # each record's first id field, read once for every producer
     batches: list[Batch] = []
     skipped = 0
     unreadable = 0  # values the kind's normaliser failed on: skipped, the rest still recorded
@@ -333,7 +371,7 @@ def batches_of(
         values: list[str] = []
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
-        reach = leaves(producer, value, text)
+        reach = leaves(producer, value, text, firsts)
         notes: list[str | None] | None = None if reach.notes is None else []
         found = reach.statuses if reach.statuses is not None else repeat(None)
         noted = reach.notes if reach.notes is not None else repeat(None)

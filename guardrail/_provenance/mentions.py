@@ -22,7 +22,7 @@ from guardrail._data.entry import Entry, Mention, Source
 from guardrail._data.text import excerpt, shorten
 from guardrail._declare.paths import EACH, INDEX, KEY, KEYS, VALUES, Step
 from guardrail._declare.spec import Producer, ToolSpec
-from guardrail._provenance.harvest import MAX_ID_LENGTH, decode
+from guardrail._provenance.harvest import MAX_ID_LENGTH
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
 from guardrail.ledger._texts import ResultText
@@ -167,7 +167,7 @@ class MentionKinds(Protocol):
 def mentioned_in(
     spec: ToolSpec,
     arguments: Mapping[str, Any],
-    result: Any,
+    value: Any,
     registry: MentionKinds,
     state: LedgerState,
     call_id: str | None,
@@ -176,12 +176,13 @@ def mentioned_in(
 ) -> tuple[list[Batch], list[Mention]] | None:
     """The mentions in a successful result of ``spec`` (None: nothing to read).
 
+    ``value``: the result decoded (:func:`~guardrail._provenance.harvest.decode`), as the
+    failure rule and the harvest read it: a JSON text is parsed once for all three.
     At most ``limit`` values are looked for (the most one call may add).
 
     Where a kind with no pattern takes mentions, the result's free texts are
     kept in the ledger's :class:`~guardrail.ledger._texts.ResultTexts`.
     """
-    value, _ = decode(result, [])
     if value is None:
         return None
     call = call_text(spec, arguments)

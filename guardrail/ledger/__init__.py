@@ -15,6 +15,8 @@ the ledger did not keep are remembered (bounded too) as dropped.
 - ``_records``: the ledger as records and meta, the one loader and the one
   merge (``absorb``) that read them back;
 - ``_rekey``: entries keyed again under a guard's normalisers;
+- ``_settled``: whether a result's ids are held as it would leave them (a read
+  that brings nothing new then only marks them used);
 - ``_state``: ``LedgerState``, the id tables the check, the engine, masking
   and the journal work on, with a named interface (``admit``, ``touch``,
   ``lookup``, ``tombstone``...);
