@@ -24,6 +24,7 @@ from guardrail._declare.spec import Producer, ToolSpec, type_producers
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
     _first_id,
+    _own_id,
     _related,
     declared_note,
     default_note,
@@ -236,11 +237,11 @@ def _as_json(match: re.Match[str]) -> str:
 
 
 def leaves(
-    producer: Producer, value: Any, text: str | None, firsts: dict[int, Any] | None = None
+    producer: Producer, value: Any, text: str | None, own_ids: dict[int, Any] | None = None
 ) -> _Leaves:
     """The values a producer reaches, with the status beside each where it reads one.
 
-    ``firsts``: the first id field of each record met so far in this result, by the
+    ``own_ids``: the field naming each record's own id met so far in this result, by the
     record's ``id()`` (shared by the producers of one harvest, which read the same records).
     """
     if producer.regex is not None:
@@ -265,11 +266,11 @@ def leaves(
     last_op, own = path.steps[-1]  # a default note describes the record whose own id this is
     own = own if last_op == KEY else None
     kind = producer.kind
-    # Default notes of plain records, planned once per producer: the record's first id field
+    # Default notes of plain records, planned once per producer: the record's own id field
     # is read once per record (and shared with the other producers), the label of a related
     # record once per producer, and the root's relation once per result.
     planned = fields is None and own is not None
-    firsts = {} if firsts is None else firsts
+    own_ids = {} if own_ids is None else own_ids
     label = kind if not planned or _first_id((own,)) else str(own)
     root_related: Any = _UNSEEN
     for leaf, holder in path.extract_with_parents(value):
@@ -285,13 +286,16 @@ def leaves(
         # Text for the model only: a note is never harvested and never verifies. A bare id
         # in a list (its holder the list) has no record: it keeps the note it has.
         if planned and type(holder) is dict:
-            first = firsts.get(id(holder), _UNSEEN)
-            if first is _UNSEEN:
-                first = firsts[id(holder)] = _first_id(holder)
-            # As default_note and relation read a record (see guardrail._provenance.notes).
+            name = own_ids.get(id(holder), _UNSEEN)
+            if name is _UNSEEN:
+                name = own_ids[id(holder)] = _own_id(holder)
+            # As default_note and relation read a record (see guardrail._provenance.notes):
+            # the note when the record's first id field holds this id, the relation when the
+            # record names itself otherwise (its own id field, else its ``..._number``).
+            first = name if name is not None and _first_id((name,)) else None
             note = default_note(holder, producer.status) if first == own else None
-            if first is not None and first != own:
-                related = _related(label, holder.get(first))
+            if name is not None and name != own:
+                related = _related(label, holder.get(name))
             elif holder is value:
                 related = None
             else:
@@ -358,7 +362,9 @@ def batches_of(
     if not plan:
         return Harvest([], problems)
     seen: dict[str, set[str]] = {}  # keys already found, per kind
-    firsts: dict[int, Any] = {}  # each record's first id field, read once for every producer
+    own_ids: dict[
+        int, Any
+    ] = {}  # the field naming each record's own id, read once for every producer
     batches: list[Batch] = []
     skipped = 0
     unreadable = 0  # values the kind's normaliser failed on: skipped, the rest still recorded
@@ -371,7 +377,7 @@ def batches_of(
         values: list[str] = []
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
-        reach = leaves(producer, value, text, firsts)
+        reach = leaves(producer, value, text, own_ids)
         notes: list[str | None] | None = None if reach.notes is None else []
         found = reach.statuses if reach.statuses is not None else repeat(None)
         noted = reach.notes if reach.notes is not None else repeat(None)
