@@ -68,7 +68,8 @@ ALLOWANCES: dict[str, tuple[int, str]] = {
         800,
         (
             "Guard is the one object a program holds: every public method lives on it, the "
-            "sync and async forms side by side"
+            "sync and async forms side by side; 311 of its lines are the public docstrings, "
+            "and moving the method bodies out leaves it near 700 lines"
         ),
     ),
     "guardrail/_guard/sessions.py": (
