@@ -69,21 +69,8 @@ def test_reading_near_keys_names_what_building_every_variant_names(
         dict.fromkeys(prefix + "".join(rng.choices(letters, k=length)) for _ in range(count))
     )
     state = _ledger(keys)
-    table = state.tables["order"]
     kind = Guard().add_kind("order")
-    alphabet = sorted(state.alphabet("order"))
-    for _ in range(150):
-        value = _edit(rng.choice(keys), rng, letters)
-        if value in table:
-            continue
-        found = near_miss(kind, value, state)
-        plain = _first_variant(value, alphabet, table.keys())
-        assert (None if found is None else (found.entry.key, found.detail)) == plain, value
-        if found is not None:  # the second search passes over the first hit
-            again = near_miss(kind, value, state, hidden=found.entry.key)
-            rest = {key: None for key in table if key != found.entry.key}
-            plain = _first_variant(value, alphabet, rest.keys())
-            assert (None if again is None else (again.entry.key, again.detail)) == plain, value
+    _search_like_plain(state, kind, [_edit(rng.choice(keys), rng, letters) for _ in range(150)])
 
 
 def test_keys_all_sharing_a_prefix_are_varied_only_after_it() -> None:
@@ -149,11 +136,27 @@ def test_keys_read_from_their_end_name_what_building_every_variant_names(
                 source=Source("t", None, "x", 0),
             )
             keys = list(table)
-        alphabet = sorted(state.alphabet("order"))
-        for _ in range(40):
-            value = _edit(rng.choice(keys), rng, letters)
-            if value in table:
-                continue
-            found = near_miss(kind, value, state)
-            plain = _first_variant(value, alphabet, table.keys())
-            assert (None if found is None else (found.entry.key, found.detail)) == plain, value
+        values = [_edit(rng.choice(keys), rng, letters) for _ in range(40)]
+        _search_like_plain(state, kind, values, again=False)
+
+
+def _search_like_plain(
+    state: LedgerState, kind: Kind, values: list[str], *, again: bool = True
+) -> None:
+    """Each value not held is named by the search as by building every variant.
+
+    ``again``: also the second search, which passes over the first hit.
+    """
+    table = state.tables["order"]
+    alphabet = sorted(state.alphabet("order"))
+    for value in values:
+        if value in table:
+            continue
+        found = near_miss(kind, value, state)
+        plain = _first_variant(value, alphabet, table.keys())
+        assert (None if found is None else (found.entry.key, found.detail)) == plain, value
+        if again and found is not None:
+            hidden = near_miss(kind, value, state, hidden=found.entry.key)
+            rest = {key: None for key in table if key != found.entry.key}
+            plain = _first_variant(value, alphabet, rest.keys())
+            assert (None if hidden is None else (hidden.entry.key, hidden.detail)) == plain, value
