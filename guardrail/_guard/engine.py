@@ -30,11 +30,10 @@ from guardrail._check.tokens import Keys, signed
 from guardrail._data.batch import Batch
 from guardrail._data.verdict import ApprovalRequest, Verdict
 from guardrail._declare.arguments import parse_arguments
-from guardrail._declare.spec import ToolSpec
 from guardrail._guard.audit import Audit
 from guardrail._guard.registry import Registry
-from guardrail._provenance.failure import decoded_failed
-from guardrail._provenance.harvest import Harvest, append_id, batches_of, decode, yields_nothing
+from guardrail._provenance.failure import recordable
+from guardrail._provenance.harvest import Harvest, append_id, yields_nothing
 from guardrail._provenance.mentions import admit_mentions, mentioned_in
 from guardrail._provenance.recall import Recall
 from guardrail._provenance.taken import INTRODUCED, taken_ids
@@ -373,11 +372,13 @@ class Engine:
                 if kept is not None:
                     harvested = Harvest(list(kept.batches), [])
                 else:
-                    harvested, decoded = self._recordable(spec, result, rule_problems)
+                    harvested, decoded = recordable(
+                        spec, result, self.registry.kinds, rule_problems
+                    )
                     if harvested is not None and not harvested.problems:
                         recall.keep(result, harvested.batches)
             else:
-                harvested, decoded = self._recordable(spec, result, rule_problems)
+                harvested, decoded = recordable(spec, result, self.registry.kinds, rule_problems)
             if not mentions_wanted:
                 decoded = None  # a large result's objects go now, not after the admission
             if harvested is None:
@@ -442,19 +443,6 @@ class Engine:
         if admitted.added or admitted.verified:
             state.persist()
         return admitted.added
-
-    def _recordable(
-        self, spec: ToolSpec, result: Any, rule_problems: list[str]
-    ) -> tuple[Harvest | None, Any]:
-        """What a result yields (None: it failed, ``rule_problems`` says why), and its value.
-
-        Decoded once for the failure rule, the harvest and the mentions.
-        """
-        problems: list[str] = []
-        value, text = decode(result, problems)
-        if decoded_failed(spec.fails, value, text, rule_problems):
-            return None, value
-        return batches_of(spec, value, text, problems, self.registry.kinds), value
 
     def log_nothing_recorded(
         self,

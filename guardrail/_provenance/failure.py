@@ -114,17 +114,18 @@ def _no_success(value: Any, text: str | None) -> bool:
 
 def recordable(
     spec: ToolSpec, result: Any, kinds: Mapping[str, Kind], problems: list[str] | None = None
-) -> Harvest | None:
-    """What a result yields (:func:`~guardrail._provenance.harvest.harvest`), or None: it failed.
+) -> tuple[Harvest | None, Any]:
+    """What a result yields (None: it failed), and its decoded value.
 
-    Decoded once for both. ``problems`` (if given) learns why a rule's
-    function made it a failure.
+    The yield is :func:`~guardrail._provenance.harvest.harvest`'s. Decoded
+    once for the failure rule, the harvest and the mentions. ``problems``
+    (if given) learns why a rule's function made it a failure.
     """
     found: list[str] = []
     value, text = decode(result, found)
     if decoded_failed(spec.fails, value, text, problems):
-        return None
-    return batches_of(spec, value, text, found, kinds)
+        return None, value
+    return batches_of(spec, value, text, found, kinds), value
 
 
 # -- results that read like errors ------------------------------------------------------------
