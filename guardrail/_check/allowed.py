@@ -128,6 +128,18 @@ else:
     raise LookupError
 """
 
+#: :data:`_PARAM` in a function whose parameters are the tool's own: the value is the local
+#: variable ``{name}`` (a parameter name, checked to be an identifier).
+_LOCAL_PARAM = """\
+value = {name}
+if type(value) is str:
+    entry{i} = tables[{kind!r}][normalize{i}(value)]{refused}
+elif value is None:
+    entry{i} = None
+else:
+    raise LookupError
+"""
+
 #: What a write adds to each look-up: an entry not verified is not allowed outright.
 _UNVERIFIED = "\n    if not entry{i}.verified:\n        raise LookupError"
 
@@ -166,31 +178,36 @@ class WrittenChecks(NamedTuple):
     bound: dict[str, Any]
 
 
-def written_checks(fast: FastParams, read: bool) -> WrittenChecks:
+def written_checks(fast: FastParams, read: bool, *, local: bool = False) -> WrittenChecks:
     """The look-ups of :func:`allowed_entries` for ``fast``, one straight-line block per id.
 
-    For parameters of one kind each (see :func:`compile_allowed`).
+    For parameters of one kind each (see :func:`compile_allowed`). With ``local``
+    each value is read from a local variable of the parameter's own name (code
+    embedded in a function with the tool's own parameters, which Python has
+    already bound, defaults included), not from ``args`` and ``kwargs``.
     """
     params = []
     touches = []
     bound: dict[str, Any] = {}
     for i, (name, position, kind, normalize, _, default) in enumerate(fast):
         bound[f"normalize{i}"] = normalize
-        bound[f"default{i}"] = None if default is NO_DEFAULT else default
-        positional = (
-            f"args[{position}] if len(args) > {position} else default{i}"
-            if position >= 0
-            else f"default{i}"
-        )
-        params.append(
-            _PARAM.format(
-                name=str(name),
-                kind=str(kind),
-                i=i,
-                positional=positional,
-                refused="" if read else _UNVERIFIED.format(i=i),
+        refused = "" if read else _UNVERIFIED.format(i=i)
+        if local:
+            if not str(name).isidentifier():
+                raise ValueError(f"{name!r} is not a parameter name")
+            params.append(_LOCAL_PARAM.format(name=name, kind=str(kind), i=i, refused=refused))
+        else:
+            bound[f"default{i}"] = None if default is NO_DEFAULT else default
+            positional = (
+                f"args[{position}] if len(args) > {position} else default{i}"
+                if position >= 0
+                else f"default{i}"
             )
-        )
+            params.append(
+                _PARAM.format(
+                    name=str(name), kind=str(kind), i=i, positional=positional, refused=refused
+                )
+            )
         touches.append(
             f"if entry{i} is not None and entry{i}.epoch != epoch:\n    state.touch(entry{i})\n"
         )

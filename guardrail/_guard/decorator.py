@@ -6,20 +6,25 @@ function in a plain function whose sync and async forms differ only by
 ``await``. A plain function rather than an object proxy: a call costs what a
 pass-through costs, and methods, class and static methods, signatures,
 annotations and ``iscoroutinefunction`` behave as the undecorated
-function's do. Nothing on the per-call path inspects anything.
+function's do. Nothing on the per-call path inspects anything. A plain
+Python tool's guarded function is written with the tool's own parameters
+(:func:`_own_parameters`), so a call is bound once, by Python, as the tool's
+own call would be.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import keyword
 import logging
 import textwrap
+import types
 from collections.abc import Callable, Mapping
 from logging import DEBUG
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
-from guardrail._check.allowed import writes_out, written_checks
+from guardrail._check.allowed import FastParams, writes_out, written_checks
 from guardrail._check.plan import CheckPlan
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
@@ -213,6 +218,116 @@ _GUARDED = """\
     return {w}call(state, args, kwargs)
 """
 
+#: :data:`_GUARDED` for a plain function whose parameters it can take as its own
+#: (:func:`_own_parameters`): Python binds the call straight into them, no ``*args`` tuple
+#: or ``**kwargs`` dict is built, and the tool is called with each value in the place the
+#: tool's own binding would have put it. ``{params}``: the parameter list; ``{call}``: the
+#: arguments of the tool's call; ``{args}`` and ``{kwargs}``: the same as a tuple and a
+#: dict, for the general path.
+_GUARDED_OWN = """\
+{a}def guarded({params}):
+    state = session()
+    if state is None:
+        state = current()
+    plan = plans[name]
+    if plan.allowed is ALLOWED:
+        tables = state.tables
+        try:
+{checks}\
+        except Exception:
+            pass
+        else:
+            epoch = state.epoch
+{touches}\
+            if levels[allowed_level]:
+                engine.log_allowed(plan, state, {used})
+            result = {w}target({call})
+            tp = type(result)
+            if (
+                tp not in plan.quiet
+                or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
+                or levels[DEBUG]
+            ):
+                after(plan, state, {used}, {args}, {kwargs}, result)
+            return result
+    return {w}call(state, {args}, {kwargs})
+"""
+
+#: Names the written functions use besides their parameters: a tool parameter with one of
+#: these names keeps the ``*args, **kwargs`` form (a local would hide the global).
+_TAKEN_NAMES: frozenset[str] = frozenset(
+    {"Exception", "LookupError", "type", "str", "len", "value", "tables", "epoch", "result"}
+    | {"tp", "state", "plan", "session", "current", "plans", "name", "ALLOWED", "levels"}
+    | {"allowed_level", "DEBUG", "engine", "after", "target", "call", "PLAIN_HEADS"}
+    | {"plain_text", "args", "kwargs", "guarded"}
+)
+
+
+class OwnParameters(NamedTuple):
+    """A tool's parameters as :data:`_GUARDED_OWN` takes them (see :func:`_own_parameters`)."""
+
+    params: str
+    call: str
+    args: str
+    kwargs: str
+    defaults: dict[str, Any]
+
+
+def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParameters | None:
+    """``target``'s parameters written out for :data:`_GUARDED_OWN`, or None to keep the rest.
+
+    Only for a plain Python function (not a callable object, not a wrapper of
+    another function, whose real parameters may differ from the signature it
+    shows) whose parameters are all positional-or-keyword or keyword-only, none
+    named as the written code's own names. Defaults are the function's own
+    objects. Such a function cannot tell whether an argument came by position
+    or by keyword, so calling it with each value in its own slot is calling it
+    with the arguments as given. An id parameter whose default is left
+    unchecked (``default_ok``) keeps the rest too: here an omitted argument
+    and one passed equal to the default look the same.
+    """
+    if type(target) is not types.FunctionType or hasattr(target, "__wrapped__"):
+        return None
+    signature = inspect.signature(target, follow_wrapped=False).parameters
+    for name, _, _, _, _, default in fast:
+        parameter = signature.get(name)
+        if parameter is None or (
+            parameter.default is not inspect.Parameter.empty and parameter.default is not default
+        ):
+            return None
+    params, call, positional, keywords = [], [], [], []
+    defaults: dict[str, Any] = {}
+    star = False
+    for parameter in signature.values():
+        name = parameter.name
+        if (
+            not name.isidentifier()
+            or keyword.iskeyword(name)
+            or name in _TAKEN_NAMES
+            or name.startswith(("entry", "normalize", "default"))
+        ):
+            return None
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
+            if not star:
+                params.append("*")
+                star = True
+            call.append(f"{name}={name}")
+            keywords.append(f"{name!r}: {name}")
+        elif parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD:
+            call.append(name)
+            positional.append(name)
+        else:
+            return None
+        if parameter.default is inspect.Parameter.empty:
+            params.append(name)
+        else:
+            defaults[f"default_{name}"] = parameter.default
+            params.append(f"{name}=default_{name}")
+    args = f"({', '.join(positional)},)" if positional else "()"
+    return OwnParameters(
+        ", ".join(params), ", ".join(call), args, "{" + ", ".join(keywords) + "}", defaults
+    )
+
 
 def wrap(tool: GuardedTool, function: F) -> F:
     """The guarded function: sync or async as ``function`` is, methods kept methods.
@@ -322,14 +437,21 @@ def _written(
 ) -> Callable[..., Any]:
     """The guarded function of ``plan``'s tool with its allowed path written in (``_GUARDED``)."""
     assert plan.fast is not None
-    written = written_checks(plan.fast, plan.read)
-    source = _GUARDED.format(
-        a="async " if is_async else "",
-        w="await " if is_async else "",
-        checks=textwrap.indent(written.checks, " " * 12),
-        touches=textwrap.indent(written.touches, " " * 12),
-        used=written.used,
-    )
+    own = _own_parameters(target, plan.fast)
+    written = written_checks(plan.fast, plan.read, local=own is not None)
+    parts = {
+        "a": "async " if is_async else "",
+        "w": "await " if is_async else "",
+        "checks": textwrap.indent(written.checks, " " * 12),
+        "touches": textwrap.indent(written.touches, " " * 12),
+        "used": written.used,
+    }
+    if own is None:
+        source = _GUARDED.format(**parts)
+    else:
+        source = _GUARDED_OWN.format(
+            **parts, params=own.params, call=own.call, args=own.args, kwargs=own.kwargs
+        )
     # The function's globals are its own: what it reads per call, bound once (a global
     # read costs no more than a closure's, and a call copies no cells).
     namespace: dict[str, Any] = {
@@ -348,6 +470,7 @@ def _written(
         "PLAIN_HEADS": PLAIN_HEADS,
         "plain_text": plain_text,
         **written.bound,
+        **(own.defaults if own is not None else {}),
     }
     # As in guardrail._check.allowed: declared names only as repr literals, nothing run.
     code = compile(source, f"<guardrail guarded tool of {len(plan.fast)} id(s)>", "exec")
