@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -176,18 +177,30 @@ def test_a_wrapped_function_or_a_variadic_one_keeps_the_general_form() -> None:
     def only(order_id: Order, /) -> str:
         return order_id
 
+    def raw(*args: Any, **kwargs: Any) -> str:
+        received.append((args, kwargs))
+        return "ok"
+
+    raw.__signature__ = inspect.signature(refund)  # type: ignore[attr-defined]
+    shown = guard.tool(effect="write", name="shown")(raw)
+
     assert not own_form(refund)
+    assert not own_form(shown)
     assert not own_form(notify)
     assert not own_form(only)
     with guard.session("s"):
         hold(guard)
         refund("cus_aaaa", order_id="ord_bbbb")
+        shown(customer_id="cus_aaaa", order_id="ord_cccc")
         assert notify("ord_bbbb", "a", b="c") == "ord_bbbb ('a',) {'b': 'c'}"
         assert only("ord_cccc") == "ord_cccc"
         with pytest.raises(IdentifierViolation):
             notify("ord_zzzz")
     # the arguments as given, positional and keyword, reach the wrapper underneath
-    assert received == [(("cus_aaaa",), {"order_id": "ord_bbbb"})]
+    assert received == [
+        (("cus_aaaa",), {"order_id": "ord_bbbb"}),
+        ((), {"customer_id": "cus_aaaa", "order_id": "ord_cccc"}),
+    ]
 
 
 def test_an_id_default_left_unchecked_keeps_the_general_form() -> None:

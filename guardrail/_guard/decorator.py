@@ -277,16 +277,22 @@ def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParamete
     """``target``'s parameters written out for :data:`_GUARDED_OWN`, or None to keep the rest.
 
     Only for a plain Python function (not a callable object, not a wrapper of
-    another function, whose real parameters may differ from the signature it
-    shows) whose parameters are all positional-or-keyword or keyword-only, none
-    named as the written code's own names. Defaults are the function's own
+    another function or one given a ``__signature__``, whose real parameters
+    may differ from the signature it shows) whose parameters are all
+    positional-or-keyword or keyword-only, none named as the written code's
+    own names. Defaults are the function's own
     objects. Such a function cannot tell whether an argument came by position
     or by keyword, so calling it with each value in its own slot is calling it
     with the arguments as given. An id parameter whose default is left
     unchecked (``default_ok``) keeps the rest too: here an omitted argument
     and one passed equal to the default look the same.
     """
-    if type(target) is not types.FunctionType or hasattr(target, "__wrapped__"):
+    if (
+        type(target) is not types.FunctionType
+        or hasattr(target, "__wrapped__")
+        or "__signature__" in target.__dict__  # shows parameters its code may not have
+        or target.__code__.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+    ):
         return None
     signature = inspect.signature(target, follow_wrapped=False).parameters
     for name, _, _, _, _, default in fast:
