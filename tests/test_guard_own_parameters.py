@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import traceback
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -239,3 +240,19 @@ def test_a_method_takes_its_own_parameters_with_self() -> None:
         assert Desk().refund(order_id="ord_cccc") == "desk ord_cccc"
         with pytest.raises(IdentifierViolation):
             Desk().refund("ord_zzzz")
+
+
+def test_a_traceback_through_the_written_function_shows_its_lines() -> None:
+    guard = shop()
+
+    @guard.tool(effect="write")
+    def refund(order_id: Order) -> str:
+        raise RuntimeError("the payment service is down")
+
+    with guard.session("s"):
+        hold(guard)
+        with pytest.raises(RuntimeError) as caught:
+            refund("ord_bbbb")
+    text = "".join(traceback.format_exception(caught.value))
+    assert "<guardrail guarded tool 'refund' #" in text
+    assert "result = target(order_id)" in text

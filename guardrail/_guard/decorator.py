@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import keyword
+import linecache
 import logging
 import textwrap
 import types
@@ -263,6 +265,10 @@ _TAKEN_NAMES: frozenset[str] = frozenset(
 )
 
 
+#: Numbers the written functions' file names, one per guarded tool written.
+_WRITTEN = itertools.count(1)
+
+
 class OwnParameters(NamedTuple):
     """A tool's parameters as :data:`_GUARDED_OWN` takes them (see :func:`_own_parameters`)."""
 
@@ -479,7 +485,10 @@ def _written(
         **(own.defaults if own is not None else {}),
     }
     # As in guardrail._check.allowed: declared names only as repr literals, nothing run.
-    code = compile(source, f"<guardrail guarded tool of {len(plan.fast)} id(s)>", "exec")
+    filename = f"<guardrail guarded tool {tool.name!r} #{next(_WRITTEN)}>"
+    code = compile(source, filename, "exec")
     exec(code, namespace)  # noqa: S102
+    # A traceback through the written function shows its lines, as dataclasses' do.
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     wrapper: Callable[..., Any] = namespace["guarded"]
     return wrapper
