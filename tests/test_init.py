@@ -45,6 +45,21 @@ DEFINITIONS: list[dict[str, Any]] = [
                         },
                     },
                     "reason": {"type": "string", "description": "why, in the user's words"},
+                    "legs": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "flight_number": {
+                                    "type": "string",
+                                    "description": "Flight number, such as 'HAT001'.",
+                                },
+                                "seat_number": {"type": "integer"},
+                            },
+                        },
+                    },
+                    "page_number": {"type": "integer", "description": "which page"},
+                    "trackingNumber": {"type": "string"},
                 },
             },
         },
@@ -63,7 +78,10 @@ def _init(tmp_path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tu
 def test_init_proposes_each_id_parameter_with_its_reason(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """By name (*_id, *_ids, id), by description (an identifier), nested; other parameters not."""
+    """By name (*_id, *_ids, id, a text *_number), by description (an identifier), nested.
+
+    Other parameters not: a reason in words, an integer page or seat number.
+    """
     code, out = _init(tmp_path, capsys)
     assert code == 0
     text = (tmp_path / "manifest.toml").read_text(encoding="utf-8")
@@ -77,11 +95,15 @@ def test_init_proposes_each_id_parameter_with_its_reason(
             ("order_id", ("order",)),
             ("item_ids[*]", ("item",)),
             ("payment.method", ("payment_method",)),
+            ("legs[*].flight_number", ("flight",)),
+            ("trackingNumber", ("tracking",)),
         ],
         "delete_ticket": [("id", ("ticket",))],
     }
     assert "its name 'order_id' ends in id; its description quotes '#W0000000'" in text
     assert "its description calls it an id" in text
+    assert "its name 'flight_number' ends in number and it takes text" in text
+    assert "[kinds.flight]" in text and '"HAT001"' in text
     assert "get_order_details.order_id -> order" in out
 
 

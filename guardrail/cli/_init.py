@@ -6,9 +6,11 @@ every parameter is named there, often with a description quoting an example
 id. ``guardrail init tools.json`` reads them and writes a TOML manifest that
 proposes, with the reason for each:
 
-- the identifier parameters: a name ending in ``_id``/``_ids`` (or ``id``), or a
-  description calling the value an id or identifier; nested ones too
-  (``payment_methods[*].payment_id``, ``item_ids[*]``);
+- the identifier parameters: a name ending in ``_id``/``_ids`` (or ``id``), a
+  text parameter whose name ends in ``_number`` (``flight_number``, not an
+  integer ``page_number``), or a description calling the value an id or
+  identifier; nested ones too (``payment_methods[*].payment_id``,
+  ``item_ids[*]``, ``flights[*].flight_number``);
 - a kind per id, named from the parameter (``order_id`` -> ``order``; ``id`` of
   ``get_order`` -> ``order``), with the values its descriptions quote as
   ``examples`` (placeholders a model may copy, which the guard refuses);
@@ -52,6 +54,9 @@ _ID_NAME = re.compile(
     r"^(?:(?P<stem>.+?)_)?(?:id|ids|Id|Ids|ID|IDs)$|^(?P<camel>.+?)(?:Id|Ids|ID)$"
 )
 _ID_WORDS = re.compile(r"\b(?:id|ids|identifier|identifiers)\b", re.IGNORECASE)
+#: ``flight_number``, ``trackingNumber``: a text that names one thing. Only when the schema
+#: says it is text: an integer ``page_number`` counts, it names nothing.
+_NUMBER_NAME = re.compile(r"^(?:(?P<stem>.+?)_)(?:number|numbers)$|^(?P<camel>.+?)Numbers?$")
 #: A value quoted in a description: '#W0000000', "sara_doe_496", `ord_123`.
 _QUOTED = re.compile(r"""['"`\u2018\u201c]([^'"`\u2019\u201d\s]{3,40})['"`\u2019\u201d]""")
 
@@ -132,6 +137,9 @@ def _walk(tool: str, path: str, name: str, schema: Mapping[str, Any]) -> Iterato
         stem = match.group("stem") or match.group("camel")
         kind = _kind_from(stem) if stem else _tool_noun(tool)
         reason = f"its name {name!r} ends in id"
+    elif kind_of == "string" and (number := _NUMBER_NAME.match(name)) is not None:
+        kind = _kind_from(number.group("stem") or number.group("camel"))
+        reason = f"its name {name!r} ends in number and it takes text"
     elif _ID_WORDS.search(description):
         kind = _kind_from(path.replace("[*]", "").replace(".", "_"))  # payment.method: both words
         reason = "its description calls it an id"
