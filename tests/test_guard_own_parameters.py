@@ -129,27 +129,54 @@ def test_a_wrong_call_fails_as_the_tool_would_and_nothing_runs() -> None:
     assert ran == []
 
 
-@pytest.mark.parametrize("taken", ["name", "state", "plan", "result", "value", "args", "entry0"])
-def test_a_parameter_named_as_the_written_code_s_own_names_keeps_the_general_form(
-    taken: str,
+@pytest.mark.parametrize(
+    "parameter",
+    [
+        *("name", "state", "plan", "result", "value", "args", "kwargs", "type", "str", "len"),
+        *("entry0", "tables", "epoch", "session", "target", "call", "guarded", "Exception"),
+    ],
+)
+def test_a_parameter_named_as_a_name_of_the_guard_s_code_is_taken_as_the_tool_s_own(
+    parameter: str,
 ) -> None:
-    """A parameter called ``state`` or ``plan`` would hide what the written function reads."""
+    """``state``, ``type`` or ``value`` hide none of the written function's names: all start _."""
     guard = shop()
-    namespace: dict[str, Any] = {"Order": Order}
-    # a tool with a chosen parameter name, written for the test
-    exec(
-        f"def lookup_one({taken}: str, order_id: Order) -> str:\n"
-        f"    return f'{{{taken}}} {{order_id}}'\n",
-        namespace,
-    )
-    tool = guard.tool(effect="write")(namespace["lookup_one"])
-    assert not own_form(tool)
+    tool = guard.tool(effect="write")(_tool_with(parameter))
+    assert own_form(tool)
     with guard.session("s"):
         hold(guard)
         assert tool("x", "ord_bbbb") == "x ord_bbbb"
-        assert tool(**{taken: "y", "order_id": "ord_cccc"}) == "y ord_cccc"
+        assert tool(**{parameter: "y", "order_id": "ord_cccc"}) == "y ord_cccc"
         with pytest.raises(IdentifierViolation):
             tool("x", order_id="ord_zzzz")
+        with pytest.raises(IdentifierViolation):
+            tool("x", order_id=7)
+
+
+@pytest.mark.parametrize("parameter", ["_value", "_state", "_private"])
+def test_a_parameter_named_with_a_leading_underscore_keeps_the_general_form(
+    parameter: str,
+) -> None:
+    guard = shop()
+    tool = guard.tool(effect="write")(_tool_with(parameter))
+    assert not own_form(tool)
+    with guard.session("s"):
+        hold(guard)
+        assert tool(**{parameter: "y", "order_id": "ord_cccc"}) == "y ord_cccc"
+        with pytest.raises(IdentifierViolation):
+            tool("x", order_id="ord_zzzz")
+
+
+def _tool_with(parameter: str) -> Callable[..., Any]:
+    """``lookup_one(<parameter>, order_id)``, returning both: a name chosen by the test."""
+    namespace: dict[str, Any] = {"Order": Order}
+    exec(
+        f"def lookup_one({parameter}: 'object', order_id: Order) -> str:\n"
+        f"    return f'{{{parameter}}} {{order_id}}'\n",
+        namespace,
+    )
+    function: Callable[..., Any] = namespace["lookup_one"]
+    return function
 
 
 def test_a_wrapped_function_or_a_variadic_one_keeps_the_general_form() -> None:
@@ -255,4 +282,4 @@ def test_a_traceback_through_the_written_function_shows_its_lines() -> None:
             refund("ord_bbbb")
     text = "".join(traceback.format_exception(caught.value))
     assert "<guardrail guarded tool 'refund' #" in text
-    assert "result = target(order_id)" in text
+    assert "_result = _target(order_id)" in text

@@ -116,44 +116,55 @@ def allowed_entries(
 #: not held, not verified on a write, not text, a normaliser that fails) means "not allowed
 #: outright": the code around it catches it and sends the call to the full check.
 _PARAM = """\
-if {name!r} in kwargs:
-    value = kwargs[{name!r}]
+if {name!r} in _kwargs:
+    _value = _kwargs[{name!r}]
 else:
-    value = {positional}
-if type(value) is str:
-    entry{i} = tables[{kind!r}][normalize{i}(value)]{refused}
-elif value is None:
-    entry{i} = None
+    _value = {positional}
+if _type(_value) is _str:
+    _entry{i} = _tables[{kind!r}][_normalize{i}(_value)]{refused}
+elif _value is None:
+    _entry{i} = None
 else:
-    raise LookupError
+    raise _LookupError
 """
 
 #: :data:`_PARAM` in a function whose parameters are the tool's own: the value is the local
-#: variable ``{name}`` (a parameter name, checked to be an identifier).
+#: variable ``{name}`` (a parameter name, checked to be an identifier). Every name the
+#: written code uses besides starts with ``_``, so no parameter hides one.
 _LOCAL_PARAM = """\
-value = {name}
-if type(value) is str:
-    entry{i} = tables[{kind!r}][normalize{i}(value)]{refused}
-elif value is None:
-    entry{i} = None
+_value = {name}
+if _type(_value) is _str:
+    _entry{i} = _tables[{kind!r}][_normalize{i}(_value)]{refused}
+elif _value is None:
+    _entry{i} = None
 else:
-    raise LookupError
+    raise _LookupError
 """
 
 #: What a write adds to each look-up: an entry not verified is not allowed outright.
-_UNVERIFIED = "\n    if not entry{i}.verified:\n        raise LookupError"
+_UNVERIFIED = "\n    if not _entry{i}.verified:\n        raise _LookupError"
+
+#: The built-ins the written code uses, under the names it uses them by (see
+#: :data:`_LOCAL_PARAM`): to bind in the globals of any function embedding it.
+BUILTINS: dict[str, Any] = {
+    "_type": type,
+    "_str": str,
+    "_len": len,
+    "_LookupError": LookupError,
+    "_Exception": Exception,
+}
 
 #: The function around the parameters: a normaliser that fails sends the call to the full
 #: check, as in :func:`allowed_entries`; the entries used are then touched.
 _FUNCTION = """\
 def factory({bound}):
-    def allowed(args, kwargs, state):
-        tables = state.tables
+    def allowed(_args, _kwargs, _state):
+        _tables = _state.tables
         try:
 {checks}\
-        except Exception:
+        except _Exception:
             return None
-        epoch = state.epoch
+        _epoch = _state.epoch
 {touches}\
         return {used}
     return allowed
@@ -163,13 +174,15 @@ def factory({bound}):
 class WrittenChecks(NamedTuple):
     """The allowed path of one tool's parameters, as source to embed in a function.
 
-    ``checks`` reads ``args``, ``kwargs`` and ``tables`` (the state's) and sets
-    ``entry0``, ``entry1``... (None: the argument is absent or None), raising
-    if any is not allowed outright; ``touches`` (after it, outside the ``try``)
-    marks the entries used in ``epoch``; ``used`` is the list of the entries.
-    Names and kinds enter the code only as ``repr`` literals, normalisers and
-    defaults only as the values ``bound`` names: nothing declared is ever run
-    as code.
+    ``checks`` reads ``_args``, ``_kwargs`` (or the parameters themselves) and
+    ``_tables`` (the state's) and sets ``_entry0``, ``_entry1``... (None: the
+    argument is absent or None), raising if any is not allowed outright;
+    ``touches`` (after it, outside the ``try``) marks the entries used in
+    ``_epoch`` of ``_state``; ``used`` is the list of the entries. Every name
+    the code uses starts with ``_``; the built-ins it uses are bound as
+    :data:`BUILTINS` names them. Names and kinds enter the code only as
+    ``repr`` literals, normalisers and defaults only as the values ``bound``
+    names: nothing declared is ever run as code.
     """
 
     checks: str
@@ -190,18 +203,18 @@ def written_checks(fast: FastParams, read: bool, *, local: bool = False) -> Writ
     touches = []
     bound: dict[str, Any] = {}
     for i, (name, position, kind, normalize, _, default) in enumerate(fast):
-        bound[f"normalize{i}"] = normalize
+        bound[f"_normalize{i}"] = normalize
         refused = "" if read else _UNVERIFIED.format(i=i)
         if local:
-            if not str(name).isidentifier():
-                raise ValueError(f"{name!r} is not a parameter name")
+            if not str(name).isidentifier() or str(name).startswith("_"):
+                raise ValueError(f"{name!r} is not a parameter name the written code can take")
             params.append(_LOCAL_PARAM.format(name=name, kind=str(kind), i=i, refused=refused))
         else:
-            bound[f"default{i}"] = None if default is NO_DEFAULT else default
+            bound[f"_default{i}"] = None if default is NO_DEFAULT else default
             positional = (
-                f"args[{position}] if len(args) > {position} else default{i}"
+                f"_args[{position}] if _len(_args) > {position} else _default{i}"
                 if position >= 0
-                else f"default{i}"
+                else f"_default{i}"
             )
             params.append(
                 _PARAM.format(
@@ -209,11 +222,12 @@ def written_checks(fast: FastParams, read: bool, *, local: bool = False) -> Writ
                 )
             )
         touches.append(
-            f"if entry{i} is not None and entry{i}.epoch != epoch:\n    state.touch(entry{i})\n"
+            f"if _entry{i} is not None and _entry{i}.epoch != _epoch:\n"
+            f"    _state.touch(_entry{i})\n"
         )
-    entries = ", ".join(f"entry{i}" for i in range(len(fast)))
-    skipped = " or ".join(f"entry{i} is None" for i in range(len(fast)))
-    used = f"[{entries}] if not ({skipped}) else [e for e in ({entries},) if e is not None]"
+    entries = ", ".join(f"_entry{i}" for i in range(len(fast)))
+    skipped = " or ".join(f"_entry{i} is None" for i in range(len(fast)))
+    used = f"[{entries}] if not ({skipped}) else [_e for _e in ({entries},) if _e is not None]"
     return WrittenChecks("".join(params), "".join(touches), f"({used})", bound)
 
 
@@ -236,7 +250,7 @@ def compile_allowed(fast: FastParams, read: bool) -> AllowedPath:
         touches=textwrap.indent(written.touches, " " * 8),
         used=written.used,
     )
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = dict(BUILTINS)
     # The code holds no declared text but repr literals (see above): nothing of a program runs.
     code = compile(source, f"<guardrail allowed path of {len(fast)} id(s)>", "exec")
     exec(code, namespace)  # noqa: S102

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from logging import DEBUG
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
-from guardrail._check.allowed import FastParams, writes_out, written_checks
+from guardrail._check.allowed import BUILTINS, FastParams, writes_out, written_checks
 from guardrail._check.plan import CheckPlan
 from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
@@ -192,32 +192,32 @@ PLAIN_HEADS: frozenset[str] = frozenset(
 #: look-ups, the tool, and the result's type. ``{a}``: ``async `` or nothing; ``{w}``:
 #: ``await `` or nothing. Everything else goes to ``call`` (:func:`wrap`'s general path).
 _GUARDED = """\
-{a}def guarded(*args, **kwargs):
-    state = session()
-    if state is None:
-        state = current()
-    plan = plans[name]
-    if plan.allowed is ALLOWED:
-        tables = state.tables
+{a}def guarded(*_args, **_kwargs):
+    _state = _session()
+    if _state is None:
+        _state = _current()
+    _plan = _plans[_name]
+    if _plan.allowed is _ALLOWED:
+        _tables = _state.tables
         try:
 {checks}\
-        except Exception:
+        except _Exception:
             pass
         else:
-            epoch = state.epoch
+            _epoch = _state.epoch
 {touches}\
-            if levels[allowed_level]:
-                engine.log_allowed(plan, state, {used})
-            result = {w}target(*args, **kwargs)
-            tp = type(result)
+            if _levels[_allowed_level]:
+                _engine.log_allowed(_plan, _state, {used})
+            _result = {w}_target(*_args, **_kwargs)
+            _tp = _type(_result)
             if (
-                tp not in plan.quiet
-                or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
-                or levels[DEBUG]
+                _tp not in _plan.quiet
+                or (_tp is _str and _result[:1] not in _PLAIN_HEADS and not _plain_text(_result))
+                or _levels[_DEBUG]
             ):
-                after(plan, state, {used}, args, kwargs, result)
-            return result
-    return {w}call(state, args, kwargs)
+                _after(_plan, _state, {used}, _args, _kwargs, _result)
+            return _result
+    return {w}_call(_state, _args, _kwargs)
 """
 
 #: :data:`_GUARDED` for a plain function whose parameters it can take as its own
@@ -225,45 +225,36 @@ _GUARDED = """\
 #: or ``**kwargs`` dict is built, and the tool is called with each value in the place the
 #: tool's own binding would have put it. ``{params}``: the parameter list; ``{call}``: the
 #: arguments of the tool's call; ``{args}`` and ``{kwargs}``: the same as a tuple and a
-#: dict, for the general path.
+#: dict, for the general path. Every other name it uses starts with ``_``, so no parameter
+#: hides one.
 _GUARDED_OWN = """\
 {a}def guarded({params}):
-    state = session()
-    if state is None:
-        state = current()
-    plan = plans[name]
-    if plan.allowed is ALLOWED:
-        tables = state.tables
+    _state = _session()
+    if _state is None:
+        _state = _current()
+    _plan = _plans[_name]
+    if _plan.allowed is _ALLOWED:
+        _tables = _state.tables
         try:
 {checks}\
-        except Exception:
+        except _Exception:
             pass
         else:
-            epoch = state.epoch
+            _epoch = _state.epoch
 {touches}\
-            if levels[allowed_level]:
-                engine.log_allowed(plan, state, {used})
-            result = {w}target({call})
-            tp = type(result)
+            if _levels[_allowed_level]:
+                _engine.log_allowed(_plan, _state, {used})
+            _result = {w}_target({call})
+            _tp = _type(_result)
             if (
-                tp not in plan.quiet
-                or (tp is str and result[:1] not in PLAIN_HEADS and not plain_text(result))
-                or levels[DEBUG]
+                _tp not in _plan.quiet
+                or (_tp is _str and _result[:1] not in _PLAIN_HEADS and not _plain_text(_result))
+                or _levels[_DEBUG]
             ):
-                after(plan, state, {used}, {args}, {kwargs}, result)
-            return result
-    return {w}call(state, {args}, {kwargs})
+                _after(_plan, _state, {used}, {args}, {kwargs}, _result)
+            return _result
+    return {w}_call(_state, {args}, {kwargs})
 """
-
-#: Names the written functions use besides their parameters: a tool parameter with one of
-#: these names keeps the ``*args, **kwargs`` form (a local would hide the global).
-_TAKEN_NAMES: frozenset[str] = frozenset(
-    {"Exception", "LookupError", "type", "str", "len", "value", "tables", "epoch", "result"}
-    | {"tp", "state", "plan", "session", "current", "plans", "name", "ALLOWED", "levels"}
-    | {"allowed_level", "DEBUG", "engine", "after", "target", "call", "PLAIN_HEADS"}
-    | {"plain_text", "args", "kwargs", "guarded"}
-)
-
 
 #: Numbers the written functions' file names, one per guarded tool written.
 _WRITTEN = itertools.count(1)
@@ -285,8 +276,8 @@ def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParamete
     Only for a plain Python function (not a callable object, not a wrapper of
     another function or one given a ``__signature__``, whose real parameters
     may differ from the signature it shows) whose parameters are all
-    positional-or-keyword or keyword-only, none named as the written code's
-    own names. Defaults are the function's own
+    positional-or-keyword or keyword-only, none starting with ``_`` (the
+    written code's own names do). Defaults are the function's own
     objects. Such a function cannot tell whether an argument came by position
     or by keyword, so calling it with each value in its own slot is calling it
     with the arguments as given. An id parameter whose default is left
@@ -312,12 +303,7 @@ def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParamete
     star = False
     for parameter in signature.values():
         name = parameter.name
-        if (
-            not name.isidentifier()
-            or keyword.iskeyword(name)
-            or name in _TAKEN_NAMES
-            or name.startswith(("entry", "normalize", "default"))
-        ):
+        if not name.isidentifier() or keyword.iskeyword(name) or name.startswith("_"):
             return None
         if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
             if not star:
@@ -333,8 +319,8 @@ def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParamete
         if parameter.default is inspect.Parameter.empty:
             params.append(name)
         else:
-            defaults[f"default_{name}"] = parameter.default
-            params.append(f"{name}=default_{name}")
+            defaults[f"_default_{name}"] = parameter.default
+            params.append(f"{name}=_default_{name}")
     args = f"({', '.join(positional)},)" if positional else "()"
     return OwnParameters(
         ", ".join(params), ", ".join(call), args, "{" + ", ".join(keywords) + "}", defaults
@@ -467,20 +453,21 @@ def _written(
     # The function's globals are its own: what it reads per call, bound once (a global
     # read costs no more than a closure's, and a call copies no cells).
     namespace: dict[str, Any] = {
-        "session": tool.session,
-        "current": tool.current,
-        "plans": tool.plans,
-        "name": tool.name,
-        "ALLOWED": plan.allowed,
-        "levels": tool.levels,
-        "allowed_level": tool.allowed_level,
-        "DEBUG": DEBUG,
-        "engine": tool.engine,
-        "after": tool.after,
-        "target": target,
-        "call": call,
-        "PLAIN_HEADS": PLAIN_HEADS,
-        "plain_text": plain_text,
+        **BUILTINS,
+        "_session": tool.session,
+        "_current": tool.current,
+        "_plans": tool.plans,
+        "_name": tool.name,
+        "_ALLOWED": plan.allowed,
+        "_levels": tool.levels,
+        "_allowed_level": tool.allowed_level,
+        "_DEBUG": DEBUG,
+        "_engine": tool.engine,
+        "_after": tool.after,
+        "_target": target,
+        "_call": call,
+        "_PLAIN_HEADS": PLAIN_HEADS,
+        "_plain_text": plain_text,
         **written.bound,
         **(own.defaults if own is not None else {}),
     }
