@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger, SQLiteStore
-from guardrail._guard import decorator
+from guardrail._guard import decorator, engine
 from guardrail._provenance.recall import Recall
 from guardrail.ledger._ledger import state_of
 
@@ -53,8 +53,14 @@ RESULTS: dict[str, Any] = {
     "nested new id": {**BASE, "lines": [{"order_id": O2}]},
     "example": {**BASE, "order_id": "#W0000000"},
     "json text": json.dumps(BASE),
+    "failed text": json.dumps({**BASE, "error": "order not found"}),
+    "literal text": str(BASE),
+    "list text": json.dumps([BASE]),
+    "padded text": json.dumps({**BASE, "pad": "x" * 20_000}),
     "none": {"order_id": None, "customer_id": C1, "status": "paid"},
 }
+#: How a read reaches the guard: its decorated tool, or ``Guard.record`` of what it returned.
+VIAS = ("tool", "record")
 #: What the user may type: ids that enter unverified.
 TEXTS = (f"where is {O1}?", f"and {O2} for {C2}", "hello")
 
@@ -62,7 +68,11 @@ TEXTS = (f"where is {O1}?", f"and {O2} for {C2}", "hello")
 class Pair:
     """Two guards alike but for the recall, each with its ledger, and the tools of each."""
 
-    def __init__(self, capacity: int = 1000, store_dir: Path | None = None) -> None:
+    def __init__(
+        self, capacity: int = 1000, store_dir: Path | None = None, *, via: str = "tool"
+    ) -> None:
+        #: "tool": each read calls the decorated tool; "record": ``Guard.record`` of its result.
+        self.via = via
         self.result: Any = None
         self.sides: list[tuple[Guard, Ledger, dict[str, Callable[[], Any]]]] = []
         for recall in (True, False):
@@ -108,6 +118,7 @@ class Pair:
                 for tool in tools.values():
                     guarded = tool.__guardrail_tool__  # type: ignore[attr-defined]
                     guarded.recalled = (guarded.plans[guarded.name], None)
+                    guard._engine.recalls[guarded.name] = guarded.recalled
             ledger = guard.new_ledger("s") if store is None else Ledger(session_id="s")
             self.sides.append((guard, ledger, tools))
 
@@ -119,7 +130,11 @@ class Pair:
         self.result = result
         for guard, ledger, tools in self.sides:
             with guard.session("s", ledger=ledger):
-                tools[tool]()
+                if self.via == "record":
+                    name = tools[tool].__guardrail_tool__.name  # type: ignore[attr-defined]
+                    guard.record(name, {}, result)
+                else:
+                    tools[tool]()
 
     def user(self, text: str) -> None:
         for guard, ledger, _ in self.sides:
@@ -163,11 +178,15 @@ def settled_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
         return calls[-1]
 
     monkeypatch.setattr(decorator, "settled", spy)
+    monkeypatch.setattr(engine, "settled", spy)
     return calls
 
 
-def test_a_repeated_read_of_held_ids_only_marks_them_used(settled_calls: list[bool]) -> None:
-    pair = Pair()
+@pytest.mark.parametrize("via", VIAS)
+def test_a_repeated_read_of_held_ids_only_marks_them_used(
+    settled_calls: list[bool], via: str
+) -> None:
+    pair = Pair(via=via)
     pair.read("get_order", BASE)
     pair.user("next turn")
     pair.read("get_order", dict(BASE))
@@ -179,12 +198,13 @@ def test_a_repeated_read_of_held_ids_only_marks_them_used(settled_calls: list[bo
 
 @pytest.mark.parametrize(
     "second",
-    [name for name in RESULTS if name not in ("base", "again", "json text")],
+    [name for name in RESULTS if name not in ("base", "again", "json text", "literal text")],
 )
+@pytest.mark.parametrize("via", VIAS)
 def test_a_record_that_differs_in_any_way_is_recorded_in_full(
-    second: str, settled_calls: list[bool]
+    second: str, settled_calls: list[bool], via: str
 ) -> None:
-    pair = Pair()
+    pair = Pair(via=via)
     pair.read("get_order", BASE)
     pair.read("get_order", BASE)
     pair.user("next turn")
@@ -358,11 +378,15 @@ _STEPS = st.one_of(
 
 
 @settings(max_examples=60, deadline=None)
-@given(steps=st.lists(_STEPS, max_size=14), capacity=st.sampled_from((2, 3, 1000)))
+@given(
+    steps=st.lists(_STEPS, max_size=14),
+    capacity=st.sampled_from((2, 3, 1000)),
+    via=st.sampled_from(VIAS),
+)
 def test_any_sequence_of_calls_leaves_both_ledgers_alike(
-    steps: list[tuple[str, str, str | None]], capacity: int
+    steps: list[tuple[str, str, str | None]], capacity: int, via: str
 ) -> None:
-    pair = Pair(capacity=capacity)
+    pair = Pair(capacity=capacity, via=via)
     for action, what, result in steps:
         if action == "read":
             assert result is not None
@@ -402,3 +426,66 @@ def test_an_async_read_takes_the_same_path(settled_calls: list[bool]) -> None:
     assert _saved(ledgers[0]) == _saved(ledgers[1])
     assert settled_calls == [True]
     assert ledgers[0].get("order", O1).status == "refunded"  # type: ignore[union-attr]
+
+
+# -- Guard.record: what a runtime reports ------------------------------------------------------
+
+
+def test_guard_record_of_a_settled_read_returns_nothing_added(settled_calls: list[bool]) -> None:
+    pair = Pair(via="record")
+    guard, ledger, _ = pair.sides[0]
+    with guard.session("s", ledger=ledger):
+        first = guard.record("get_order", {}, BASE, call_id="c1")
+        again = guard.record("get_order", {}, dict(BASE), call_id="c2")
+    assert [entry.key for entry in first] == [O1, C1]
+    assert again == []
+    assert settled_calls == [True]
+    entry = ledger.get("order", O1)
+    assert entry is not None and entry.source.call_id == "c1"
+
+
+def test_a_kept_record_reported_untrusted_verifies_nothing(settled_calls: list[bool]) -> None:
+    """A client's copy of a result (no seal) is not the tool's: a kept twin changes nothing."""
+    pair = Pair(via="record")
+    guard, _, _ = pair.sides[0]
+    with guard.session("s", ledger=guard.new_ledger("other")):
+        guard.record("get_order", {}, BASE)  # kept, in another session
+    fresh = guard.new_ledger("t")
+    guard.observe_user(f"where is {O1}?", ledger=fresh)
+    with guard.session("t", ledger=fresh):
+        guard.record("get_order", {}, dict(BASE), trusted=False)
+        guard.record("get_order", {}, dict(BASE), error=True)
+    entry = fresh.get("order", O1)
+    assert entry is not None and not entry.verified
+    assert fresh.get("customer", C1) is not None and not fresh.get("customer", C1).verified  # type: ignore[union-attr]
+    assert settled_calls == []
+
+
+def test_a_kept_record_of_a_call_observe_mode_would_refuse_records_nothing() -> None:
+    guard = Guard(mode="observe", logger=_quiet_logger())
+    guard.add_kind("order", pattern=r"#?W\d{7}", normalize=["strip", "prefix:#"])
+    guard.add_kind("customer", pattern=r"cus_[A-Za-z0-9]{6}")
+    guard.declare("get_order", produces={"order_id": "order", "customer_id": "customer"})
+    guard.declare("refund_lookup", ids={"order_id": "order"}, produces={"customer_id": "customer"})
+    with guard.session("s"):
+        guard.record("get_order", {}, BASE)
+        guard.record("refund_lookup", {"order_id": O1}, {"customer_id": C1})  # kept
+    ledger = guard.new_ledger("t")
+    with guard.session("t", ledger=ledger):
+        # O1 appears in no result of this session: observe lets the call run, records nothing
+        assert guard.record("refund_lookup", {"order_id": O1}, {"customer_id": C1}) == []
+    assert ledger.get("customer", C1) is None
+
+
+def test_guard_record_of_a_json_text_finds_the_record_its_object_left(
+    settled_calls: list[bool],
+) -> None:
+    """A runtime reporting results as JSON text reads as one reporting the dict."""
+    pair = Pair(via="record")
+    pair.read("get_order", json.dumps(BASE))
+    pair.read("get_order", BASE)
+    pair.read("get_order", json.dumps(BASE, indent=2))
+    pair.read("get_order", str(BASE))  # a Python literal: read, not recalled
+    pair.read("get_order", json.dumps({**BASE, "pad": "x" * 20_000}))  # too long to recall
+    pair.assert_same()
+    assert settled_calls == [True, True]

@@ -95,9 +95,7 @@ class GuardedTool:
         """The records kept of this tool's results under ``plan`` (made at its first call)."""
         made_for, recall = self.recalled
         if made_for is not plan:
-            registry = self.engine.registry
-            mentions = bool(registry.mentions or registry.text_kinds)
-            recall = Recall.of(plan.spec, mentions=mentions)
+            recall = self.engine.recall(plan)
             self.recalled = (plan, recall)
         return recall
 

@@ -13,6 +13,7 @@ of its :class:`~guardrail._guard.audit.Audit`.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -45,6 +46,7 @@ from guardrail.errors import (
 )
 from guardrail.kinds._words import COMMON_WORDS
 from guardrail.ledger import Entry, Source
+from guardrail.ledger._settled import settled
 from guardrail.ledger._state import LedgerState
 
 Mode = Literal["raise", "reprompt", "observe"]
@@ -119,6 +121,30 @@ def _touch_named(verdict: Verdict, state: LedgerState) -> None:
                 state.touch(entry)
 
 
+#: The longest text :func:`_small_object` decodes: past it no record could be recalled
+#: (:data:`~guardrail._provenance.recall.MAX_FIELDS` fields of at most
+#: :data:`~guardrail._provenance.recall.MAX_CHARS` characters), and a text is decoded once,
+#: by the record.
+_SMALL_TEXT = 16_384
+
+
+def _small_object(text: str) -> Any:
+    """The dict a short JSON object text holds, else the text as it is.
+
+    The record reads a JSON object text as the object it holds, the failure
+    rule and the harvest alike (:func:`~guardrail._provenance.harvest.decode`),
+    so a runtime that reports a read's result as JSON text finds its kept
+    records as one that reports the dict does.
+    """
+    if len(text) > _SMALL_TEXT or text[:1] != "{":
+        return text
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return value if type(value) is dict else text
+
+
 class Engine:
     """Checks and records calls against the ledger each method is given, in the guard's mode."""
 
@@ -146,6 +172,8 @@ class Engine:
         self._undeclared_lock = threading.Lock()
         #: Kinds whose pattern was seen taking plain words from user text (warned once each).
         self._broad_seen: set[str] = set()
+        #: Per tool, the plan its recall was made for and the recall (see :meth:`recall`).
+        self.recalls: dict[str, tuple[CheckPlan, Recall | None]] = {}
 
     # -- the check ------------------------------------------------------------------------
 
@@ -313,6 +341,22 @@ class Engine:
         # Observe mode lets a call it would refuse run; what that call touched or returned
         # belongs to someone else's record, so it is checked again and then left unrecorded.
         verdict = self.verdict(name, args, state) if self.mode == "observe" else None
+        recall = self.recall(plan)
+        if recall is not None and type(result) is str:
+            result = _small_object(result)
+        if (
+            recall is not None
+            and trusted
+            and not error
+            and type(result) is dict
+            and (verdict is None or verdict.allowed)
+            and not self.audit.enabled(logging.DEBUG)
+        ):
+            # A record kept from an earlier call whose ids the ledger holds as it would
+            # leave them: the full record would only mark them used, and log nothing.
+            kept = recall.get(result)
+            if kept is not None and settled(state, kept.ids):
+                return []
         return self.record_call(
             plan,
             args,
@@ -322,7 +366,23 @@ class Engine:
             call_id=call_id,
             verdict=verdict,
             trusted=trusted,
+            recall=recall,
         )
+
+    def recall(self, plan: CheckPlan) -> Recall | None:
+        """The records kept of ``plan``'s tool's results (:mod:`guardrail._provenance.recall`).
+
+        One per tool, shared by its decorated function and :meth:`record`; made
+        again when the tool's plan is compiled again (a kind or tool declared
+        later), so nothing kept under an older plan is read under a newer one.
+        """
+        name = plan.spec.name
+        made_for, recall = self.recalls.get(name, (None, None))
+        if made_for is not plan:
+            registry = self.registry
+            recall = Recall.of(plan.spec, mentions=bool(registry.mentions or registry.text_kinds))
+            self.recalls[name] = (plan, recall)
+        return recall
 
     def record_call(
         self,
