@@ -110,29 +110,25 @@ def allowed_entries(
 
 # -- one tool's allowed path, written out ---------------------------------------------------------
 
-#: What :func:`written_checks` writes for each parameter ``{i}``: its value from the
-#: keywords, else from its position (``{positional}``), else its default; then one look-up.
-#: An absent argument with no default, like ``None``, is not checked. Any exception (an id
-#: not held, not verified on a write, not text, a normaliser that fails) means "not allowed
-#: outright": the code around it catches it and sends the call to the full check.
+#: What :func:`written_checks` writes for each parameter: its value from the keywords, else
+#: from its position (``{positional}``), else its default; then :data:`_LOOKUP`.
 _PARAM = """\
 if {name!r} in _kwargs:
     _value = _kwargs[{name!r}]
 else:
     _value = {positional}
-if _type(_value) is _str:
-    _entry{i} = _tables[{kind!r}][_normalize{i}(_value)]{refused}
-elif _value is None:
-    _entry{i} = None
-else:
-    raise _LookupError
 """
 
 #: :data:`_PARAM` in a function whose parameters are the tool's own: the value is the local
 #: variable ``{name}`` (a parameter name, checked to be an identifier). Every name the
 #: written code uses besides starts with ``_``, so no parameter hides one.
-_LOCAL_PARAM = """\
-_value = {name}
+_LOCAL_PARAM = "_value = {name}\n"
+
+#: The look-up of the value ``{i}`` read by :data:`_PARAM` or :data:`_LOCAL_PARAM`. An
+#: absent argument with no default, like ``None``, is not checked. Any exception (an id
+#: not held, not verified on a write, not text, a normaliser that fails) means "not allowed
+#: outright": the code around it catches it and sends the call to the full check.
+_LOOKUP = """\
 if _type(_value) is _str:
     _entry{i} = _tables[{kind!r}][_normalize{i}(_value)]{refused}
 elif _value is None:
@@ -208,7 +204,7 @@ def written_checks(fast: FastParams, read: bool, *, local: bool = False) -> Writ
         if local:
             if not str(name).isidentifier() or str(name).startswith("_"):
                 raise ValueError(f"{name!r} is not a parameter name the written code can take")
-            params.append(_LOCAL_PARAM.format(name=name, kind=str(kind), i=i, refused=refused))
+            params.append(_LOCAL_PARAM.format(name=name))
         else:
             bound[f"_default{i}"] = None if default is NO_DEFAULT else default
             positional = (
@@ -216,11 +212,8 @@ def written_checks(fast: FastParams, read: bool, *, local: bool = False) -> Writ
                 if position >= 0
                 else f"_default{i}"
             )
-            params.append(
-                _PARAM.format(
-                    name=str(name), kind=str(kind), i=i, positional=positional, refused=refused
-                )
-            )
+            params.append(_PARAM.format(name=str(name), positional=positional))
+        params.append(_LOOKUP.format(kind=str(kind), i=i, refused=refused))
         touches.append(
             f"if _entry{i} is not None and _entry{i}.epoch != _epoch:\n"
             f"    _state.touch(_entry{i})\n"

@@ -188,44 +188,14 @@ PLAIN_HEADS: frozenset[str] = frozenset(
 #: out, written out with it, so an allowed call runs in one frame: the session, the plan
 #: (when it is no longer the one this was written for, the call goes the general way), the
 #: look-ups, the tool, and the result's type. ``{a}``: ``async `` or nothing; ``{w}``:
-#: ``await `` or nothing. Everything else goes to ``call`` (:func:`wrap`'s general path).
+#: ``await `` or nothing. Everything else goes to ``_call`` (:func:`wrap`'s general path).
+#: ``{params}``: the parameter list, ``*_args, **_kwargs`` or, for a plain function, the
+#: tool's own (:func:`_own_parameters`: Python binds the call straight into them and the
+#: tool is called with each value in the place its own binding would have put it);
+#: ``{call}``: the arguments of the tool's call; ``{args}`` and ``{kwargs}``: the same as
+#: a tuple and a dict. Every other name it uses starts with ``_``, so no parameter hides
+#: one.
 _GUARDED = """\
-{a}def guarded(*_args, **_kwargs):
-    _state = _session()
-    if _state is None:
-        _state = _current()
-    _plan = _plans[_name]
-    if _plan.allowed is _ALLOWED:
-        _tables = _state.tables
-        try:
-{checks}\
-        except _Exception:
-            pass
-        else:
-            _epoch = _state.epoch
-{touches}\
-            if _levels[_allowed_level]:
-                _engine.log_allowed(_plan, _state, {used})
-            _result = {w}_target(*_args, **_kwargs)
-            _tp = _type(_result)
-            if (
-                _tp not in _plan.quiet
-                or (_tp is _str and _result[:1] not in _PLAIN_HEADS and not _plain_text(_result))
-                or _levels[_DEBUG]
-            ):
-                _after(_plan, _state, {used}, _args, _kwargs, _result)
-            return _result
-    return {w}_call(_state, _args, _kwargs)
-"""
-
-#: :data:`_GUARDED` for a plain function whose parameters it can take as its own
-#: (:func:`_own_parameters`): Python binds the call straight into them, no ``*args`` tuple
-#: or ``**kwargs`` dict is built, and the tool is called with each value in the place the
-#: tool's own binding would have put it. ``{params}``: the parameter list; ``{call}``: the
-#: arguments of the tool's call; ``{args}`` and ``{kwargs}``: the same as a tuple and a
-#: dict, for the general path. Every other name it uses starts with ``_``, so no parameter
-#: hides one.
-_GUARDED_OWN = """\
 {a}def guarded({params}):
     _state = _session()
     if _state is None:
@@ -254,12 +224,16 @@ _GUARDED_OWN = """\
     return {w}_call(_state, {args}, {kwargs})
 """
 
+#: The parameters of :data:`_GUARDED` for any callable: ``*args, **kwargs``, passed on.
+_ANY_PARAMETERS = ("*_args, **_kwargs", "*_args, **_kwargs", "_args", "_kwargs")
+
+
 #: Numbers the written functions' file names, one per guarded tool written.
 _WRITTEN = itertools.count(1)
 
 
 class OwnParameters(NamedTuple):
-    """A tool's parameters as :data:`_GUARDED_OWN` takes them (see :func:`_own_parameters`)."""
+    """A tool's parameters as :data:`_GUARDED` takes them (see :func:`_own_parameters`)."""
 
     params: str
     call: str
@@ -269,7 +243,7 @@ class OwnParameters(NamedTuple):
 
 
 def _own_parameters(target: Callable[..., Any], fast: FastParams) -> OwnParameters | None:
-    """``target``'s parameters written out for :data:`_GUARDED_OWN`, or None to keep the rest.
+    """``target``'s parameters written out for :data:`_GUARDED`, or None to keep the rest.
 
     Only for a plain Python function (not a callable object, not a wrapper of
     another function or one given a ``__signature__``, whose real parameters
@@ -442,12 +416,8 @@ def _written(
         "touches": textwrap.indent(written.touches, " " * 12),
         "used": written.used,
     }
-    if own is None:
-        source = _GUARDED.format(**parts)
-    else:
-        source = _GUARDED_OWN.format(
-            **parts, params=own.params, call=own.call, args=own.args, kwargs=own.kwargs
-        )
+    params, call_with, args, kwargs = _ANY_PARAMETERS if own is None else own[:4]
+    source = _GUARDED.format(**parts, params=params, call=call_with, args=args, kwargs=kwargs)
     # The function's globals are its own: what it reads per call, bound once (a global
     # read costs no more than a closure's, and a call copies no cells).
     namespace: dict[str, Any] = {
