@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from guardrail._declare.spec import check_options
 from guardrail._guard.audit import Audit
-from guardrail._transcript.content import map_text, nesting_fault
+from guardrail._transcript.content import mask_content, nesting_fault, strings
 from guardrail._transcript.messages import (
     Repair,
     Shape,
@@ -50,6 +50,7 @@ from guardrail.compaction._outcome import (
     CompactionResult,
     M,
     Masked,
+    Texts,
     all_text,
     counted,
     counter,
@@ -323,11 +324,10 @@ def _compact(
 
     masker = Masker(state, carried)
     masked = Masked()
-    mask, count_masked = _mask_counting(masker, masked)
-
     left: list[str] = []  # the strings of the part that masking does not see
-    part = [map_text(raw, mask, left) for raw in originals[start:cut]]
-    count_masked()
+    texts = Texts(head=[strings(raw) for raw in originals[:start]])
+    part = _mask_part(masker, masked, originals[start:cut], left, texts.part)
+    texts.recent = strings(originals[cut:])
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     # The notes, worked out once for the summary and the block: the built-in summarizer
     # changes nothing in the ledger between the two (another summarizer might).
@@ -366,10 +366,11 @@ def _compact(
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
+    compacted_texts = strings(compacted)
     identifiers_before, tokens_before, identifiers_after = counted(
-        originals, kept, at, cut, compacted, left, masker, masked, count
+        texts, at, compacted_texts, left, masker, masked, count
     )
-    after = all_text(output)
+    after = texts.after(at, compacted_texts)
     report = CompactionReport(
         shape=shape,
         keep_recent=keep_recent,
@@ -397,40 +398,53 @@ def _compact(
     return CompactionResult(output, report)
 
 
-def _mask_counting(
-    masker: Masker, masked: Masked
-) -> tuple[Callable[[str], str], Callable[[], None]]:
-    """Masks one string of the part to summarise; then counts in ``masked`` what it saw.
+def _mask_part(
+    masker: Masker, masked: Masked, raws: Sequence[Any], left: list[str], every: list[str]
+) -> list[Any]:
+    """The masked copies of ``raws``, the part to summarise; counts in ``masked`` what masking saw.
 
     Keys and many values repeat across results ("flight_number", "economy"): each
     distinct string is masked once (masking reads the ledger only, which does not
     change meanwhile), and the strings given are counted once the part is masked.
+    ``left`` receives the strings masking leaves alone, ``every`` every string of the
+    part as :func:`~guardrail._transcript.content.strings` gives them.
     """
-    seen: dict[str, tuple[str, list[Written]]] = {}
-    given: list[str] = []  # every string given, repeats included
+    memo: dict[str, str] = {}
+    found: dict[str, list[Written]] = {}  # what was masked in each distinct string
+    given: list[str] = []  # every string masked, repeats included
 
-    def mask(text: str) -> str:
-        if type(text) is not str:  # a subclass of str: masked each time it comes
-            out, done = masker.mask(text)
-            _count(masked, text, done, 1)
-            return out
-        found = seen.get(text)
-        if found is None:
-            found = seen[text] = masker.mask(text)
-        given.append(text)
-        return found[0]
+    def miss(text: str) -> str:
+        out, done = masker.mask(text)
+        memo[text] = out
+        found[text] = done
+        return out
 
-    def count() -> None:
-        for text, times in Counter(given).items():
-            _count(masked, text, seen[text][1], times)
+    def odd(text: str) -> str:  # a subclass of str: masked each time it comes
+        out, done = masker.mask(text)
+        _count(masked, text, done, 1)
+        return out
 
-    return mask, count
+    part = [mask_content(raw, memo, miss, odd, left, given, every) for raw in raws]
+    masked.strings += len(given)
+    masked.chars += sum(map(len, given))
+    hits = [(text, done) for text, done in found.items() if done]
+    if hits:
+        times = Counter(given)
+        for text, done in hits:
+            _count(masked, text, done, times[text], counted=False)
+    return part
 
 
-def _count(masked: Masked, text: str, done: list[Written], times: int) -> None:
-    """Count in ``masked`` a string masked ``times`` times, and what was masked in it."""
+def _count(
+    masked: Masked, text: str, done: list[Written], times: int, *, counted: bool = True
+) -> None:
+    """Count in ``masked`` a string masked ``times`` times, and what was masked in it.
+
+    ``counted``: the string and its characters are counted in ``masked`` already.
+    """
     if done:
         masked.count += len(done) * times
         masked.roles.update(written.role for written in done)
-    masked.strings += times
-    masked.chars += len(text) * times
+    if counted:
+        masked.strings += times
+        masked.chars += len(text) * times
