@@ -284,6 +284,18 @@ def test_one_word_values_are_masked_as_the_alternation_does(
     agrees_with_reference(*case)
 
 
+@settings(max_examples=150, deadline=None)
+@given(masking_cases({}, alphabet=WORDS + "é²"))
+def test_one_word_values_in_text_beyond_ascii_are_masked_as_the_alternation_does(
+    case: tuple[Ledger, list[BlockLine], str],
+) -> None:
+    """One-word values, some not ASCII, in text that is not: the quick look for any value.
+
+    It reads the UTF-8 bytes, and finds what the alternation finds.
+    """
+    agrees_with_reference(*case)
+
+
 @settings(max_examples=100, deadline=None)
 @given(masking_cases({"code": "casefold", "order": ["strip", "prefix:#"]}, alphabet=WORDS))
 def test_one_word_values_of_normalising_kinds_are_masked_as_the_alternation_does(

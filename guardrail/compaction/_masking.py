@@ -194,8 +194,11 @@ class Masker:
             # Every exact form is one word: replace the words that are values, in place,
             # unless another written form (any case, a normalised spelling) is there too.
             whole = self._exact.whole
+            plain_ascii = text.isascii()
+            if not plain_ascii and not self._any_word(text):
+                return text, []  # the Unicode pattern is slow: most such texts name no id
             # Words shorter than every value are left in the pieces between: fewer pieces.
-            pieces = (self._long_ascii if text.isascii() else self._long).split(text)
+            pieces = (self._long_ascii if plain_ascii else self._long).split(text)
             runs = pieces[1::2]
             if whole.keys().isdisjoint(runs):
                 return text, []
@@ -216,9 +219,25 @@ class Masker:
         out.append(text[at:])
         return "".join(out), done
 
+    def _any_word(self, text: str) -> bool:
+        """Whether any one-word value is a whole run of word characters in ``text``.
+
+        What :func:`_words_of` finds, at C speed, stopping at the first found.
+        """
+        whole = self._exact.whole
+        if self._encoded is None:
+            self._encoded = {_utf8(form): form for form in whole}
+        pieces = _pieces_of(text)
+        if not self._encoded.keys().isdisjoint(pieces):
+            return True
+        return any(
+            not whole.keys().isdisjoint(_RUN.findall(piece.decode("utf-8", "surrogatepass")))
+            for piece in filterfalse(bytes.isascii, pieces)
+        )
+
     def _in_references(self, text: str, words: Iterable[str]) -> bool:
         """Whether any of ``words`` is written inside a ``[role]`` reference in ``text``."""
-        refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
+        refs = [role for role in ROLE_REF.findall(text) if role in self.roles]
         return bool(refs) and not set(words).isdisjoint(_RUN.findall(" ".join(refs)))
 
     def _normalised_spans(self, text: str) -> list[Span]:
