@@ -228,12 +228,13 @@ def rebuilt(text: str, spans: list[tuple[int, int, str]]) -> tuple[str, list[tup
 
 
 def agrees_with_reference(ledger: Ledger, carried: Sequence[BlockLine], text: str) -> None:
-    """spans(), roles_in() and mask() all say what the reference's spans say."""
+    """spans(), roles_in(), mask() and mask_roles() all say what the reference's spans say."""
     masker = Masker(state_of(ledger), carried)
     spans = reference_spans(ledger, carried, text)
     assert masker.spans(text) == spans
     assert masker.roles_in(text) == {role for _, _, role in spans}
     assert masker.mask(text) == rebuilt(text, spans)
+    assert masker.mask_roles(text) == (rebuilt(text, spans)[0], [role for _, _, role in spans])
 
 
 ALPHABET = "aAbB1_-#. [](é—"

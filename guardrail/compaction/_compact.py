@@ -44,7 +44,7 @@ from guardrail.compaction._block import (
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._lint import lint
-from guardrail.compaction._masking import Masker, Written
+from guardrail.compaction._masking import Masker
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
@@ -410,41 +410,42 @@ def _mask_part(
     part as :func:`~guardrail._transcript.content.strings` gives them.
     """
     memo: dict[str, str] = {}
-    found: dict[str, list[Written]] = {}  # what was masked in each distinct string
+    found: dict[str, list[str]] = {}  # the roles of the ids masked in each distinct string
     given: list[str] = []  # every string masked, repeats included
+    mask_roles = masker.mask_roles
 
     def miss(text: str) -> str:
-        out, done = masker.mask(text)
+        out, roles = mask_roles(text)
         memo[text] = out
-        found[text] = done
+        found[text] = roles
         return out
 
     def odd(text: str) -> str:  # a subclass of str: masked each time it comes
-        out, done = masker.mask(text)
-        _count(masked, text, done, 1)
+        out, roles = mask_roles(text)
+        _count(masked, text, roles, 1)
         return out
 
     part = [mask_content(raw, memo, miss, odd, left, given, every) for raw in raws]
     masked.strings += len(given)
     masked.chars += sum(map(len, given))
-    hits = [(text, done) for text, done in found.items() if done]
+    hits = [(text, roles) for text, roles in found.items() if roles]
     if hits:
         times = Counter(given)
-        for text, done in hits:
-            _count(masked, text, done, times[text], counted=False)
+        for text, roles in hits:
+            _count(masked, text, roles, times[text], counted=False)
     return part
 
 
 def _count(
-    masked: Masked, text: str, done: list[Written], times: int, *, counted: bool = True
+    masked: Masked, text: str, roles: list[str], times: int, *, counted: bool = True
 ) -> None:
-    """Count in ``masked`` a string masked ``times`` times, and what was masked in it.
+    """Count in ``masked`` a string masked ``times`` times, and the ``roles`` of the ids in it.
 
     ``counted``: the string and its characters are counted in ``masked`` already.
     """
-    if done:
-        masked.count += len(done) * times
-        masked.roles.update(written.role for written in done)
+    if roles:
+        masked.count += len(roles) * times
+        masked.roles.update(roles)
     if counted:
         masked.strings += times
         masked.chars += len(text) * times
