@@ -17,8 +17,10 @@ else, is text.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from guardrail._declare.spec import check_options
@@ -175,7 +177,8 @@ def compact(
     state = state_of(ledger, "compact()")
     _check_options("compact()", options, CompactOptions.__optional_keys__)
     try:
-        return _compact(messages, state, guard, options, whole=False)
+        with _Collector() as collector:
+            return _compact(messages, state, guard, options, collector, whole=False)
     except RecursionError:
         # Content that contains itself, or is nested absurdly deep: say which message.
         fault = nesting_fault(messages)
@@ -212,13 +215,55 @@ def compact_text(
     state = state_of(ledger, "compact_text()")
     _check_options("compact_text()", options, SummaryOptions.__optional_keys__)
     try:
-        report = _compact(messages, state, guard, cast(CompactOptions, options), whole=True).report
+        with _Collector() as collector:
+            report = _compact(
+                messages, state, guard, cast(CompactOptions, options), collector, whole=True
+            ).report
     except RecursionError:
         fault = nesting_fault(messages)
         if fault is None:
             raise
         raise fault from None
     return f"{report.ledger_block}\n\n{SUMMARY_HEADER}\n{report.summary}"
+
+
+class _Collector:
+    """The cyclic collector paused while a compaction runs, as a session's cold load pauses it.
+
+    A compaction makes a great many objects that live until it returns (the
+    transcript read twice, the masked copies, the strings of every message),
+    and the collector, run every few hundred of them, would walk them and the
+    ledger again and again: a tenth of a compaction's time on the airline
+    corpus. No cycle of a compaction needs collecting before it returns; the
+    collector runs again afterwards. A program's own summarizer (a model
+    call may take seconds, and other threads run meanwhile) runs with the
+    collector as the program had it (:meth:`resumed`); a collector the
+    program paused stays paused.
+    """
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def __enter__(self) -> _Collector:
+        self.paused = gc.isenabled()
+        if self.paused:
+            gc.disable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.paused:
+            gc.enable()
+
+    @contextlib.contextmanager
+    def resumed(self) -> Iterator[None]:
+        """The collector running again, if this pause stopped it, for what the block holds."""
+        if self.paused:
+            gc.enable()
+        try:
+            yield
+        finally:
+            if self.paused:
+                gc.disable()
 
 
 def _check_options(call: str, options: Mapping[str, Any], allowed: frozenset[str]) -> None:
@@ -239,6 +284,7 @@ def _compact(
     state: LedgerState,
     guard: Guard | None,
     options: CompactOptions,
+    collector: _Collector,
     *,
     whole: bool,
 ) -> CompactionResult[M]:
@@ -346,11 +392,13 @@ def _compact(
                 failed=guard.failed if guard is not None else None,
             )
         else:
-            summary = (
-                cast(Callable[..., str], summarize)(part, roles, notes=shown_notes(state, carried))
-                if takes_notes(summarize)
-                else summarize(part, roles)
-            )
+            noted_own = shown_notes(state, carried) if takes_notes(summarize) else None
+            with collector.resumed():
+                summary = (
+                    cast(Callable[..., str], summarize)(part, roles, notes=noted_own)
+                    if noted_own is not None
+                    else summarize(part, roles)
+                )
         if not isinstance(summary, str):
             raise GuardrailUsageError(f"a summarizer returns text, not {type(summary).__name__}")
     else:
