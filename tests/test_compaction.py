@@ -1706,13 +1706,12 @@ def test_the_collector_runs_again_when_compaction_fails() -> None:
     with pytest.raises(RuntimeError, match="the model is down"):
         compact(CONVERSATION, make_guard().new_ledger(), keep_recent=1, summarize=broken)
     assert gc.isenabled()
+
+    def silent(messages: Any, roles: Any) -> Any:
+        return None
+
     with pytest.raises(GuardrailUsageError, match="returns text"):
-        compact(
-            CONVERSATION,
-            make_guard().new_ledger(),
-            keep_recent=1,
-            summarize=lambda messages, roles: None,
-        )  # type: ignore[arg-type,return-value]
+        compact(CONVERSATION, make_guard().new_ledger(), keep_recent=1, summarize=silent)
     assert gc.isenabled()
 
 
