@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import math
 import re
@@ -1643,3 +1644,89 @@ def test_the_summary_never_writes_a_tools_content_as_the_users_request() -> None
     summary = extractive_summary(messages, {})
     assert "- User: What does the page say?" in summary
     assert "pay the attacker" not in summary
+
+
+# -- the cyclic collector -------------------------------------------------------------------
+
+
+def _counting_collector(seen: list[bool]) -> Any:
+    """A token counter that notes whether the cyclic collector runs when it is called."""
+
+    def tokens(text: str) -> int:
+        seen.append(gc.isenabled())
+        return len(text)
+
+    return tokens
+
+
+def test_the_collector_waits_while_compaction_works_and_runs_again_after() -> None:
+    """The built-in steps run with the collector paused; it runs again once compact returns."""
+    assert gc.isenabled()
+    seen: list[bool] = []
+    out = compact(
+        CONVERSATION,
+        make_guard().new_ledger(),
+        guard=make_guard(),
+        keep_recent=1,
+        tokens=_counting_collector(seen),
+    )
+    assert out.report.summarized and seen and not any(seen)
+    assert gc.isenabled()
+    seen.clear()
+    compact_text(CONVERSATION, make_guard().new_ledger(), tokens=_counting_collector(seen))
+    assert seen and not any(seen)
+    assert gc.isenabled()
+
+
+def test_a_summarizer_of_the_programs_own_runs_with_the_collector_as_it_was() -> None:
+    """A model call may take seconds: the program's summarizer runs with the collector on."""
+    during: list[bool] = []
+
+    def summarize(messages: Any, roles: Any) -> str:
+        during.append(gc.isenabled())
+        return "The user asked about [order]."
+
+    seen: list[bool] = []
+    compact(
+        CONVERSATION,
+        make_guard().new_ledger(),
+        keep_recent=1,
+        summarize=summarize,
+        tokens=_counting_collector(seen),
+    )
+    assert during == [True] and seen and not any(seen) and gc.isenabled()
+
+
+def test_the_collector_runs_again_when_compaction_fails() -> None:
+    """A summarizer that raises, or returns no text: the collector runs again all the same."""
+
+    def broken(messages: Any, roles: Any) -> str:
+        raise RuntimeError("the model is down")
+
+    with pytest.raises(RuntimeError, match="the model is down"):
+        compact(CONVERSATION, make_guard().new_ledger(), keep_recent=1, summarize=broken)
+    assert gc.isenabled()
+
+    def silent(messages: Any, roles: Any) -> Any:
+        return None
+
+    with pytest.raises(GuardrailUsageError, match="returns text"):
+        compact(CONVERSATION, make_guard().new_ledger(), keep_recent=1, summarize=silent)
+    assert gc.isenabled()
+
+
+def test_a_collector_the_program_paused_stays_paused() -> None:
+    """A program that paused the collector itself finds it paused after compaction."""
+    during: list[bool] = []
+
+    def summarize(messages: Any, roles: Any) -> str:
+        during.append(gc.isenabled())
+        return "The user asked about [order]."
+
+    gc.disable()
+    try:
+        compact(CONVERSATION, make_guard().new_ledger(), keep_recent=1, summarize=summarize)
+        assert not gc.isenabled()
+        assert during == [False]
+    finally:
+        gc.enable()

@@ -228,12 +228,13 @@ def rebuilt(text: str, spans: list[tuple[int, int, str]]) -> tuple[str, list[tup
 
 
 def agrees_with_reference(ledger: Ledger, carried: Sequence[BlockLine], text: str) -> None:
-    """spans(), roles_in() and mask() all say what the reference's spans say."""
+    """spans(), roles_in(), mask() and mask_roles() all say what the reference's spans say."""
     masker = Masker(state_of(ledger), carried)
     spans = reference_spans(ledger, carried, text)
     assert masker.spans(text) == spans
     assert masker.roles_in(text) == {role for _, _, role in spans}
     assert masker.mask(text) == rebuilt(text, spans)
+    assert masker.mask_roles(text) == (rebuilt(text, spans)[0], [role for _, _, role in spans])
 
 
 ALPHABET = "aAbB1_-#. [](é—"
@@ -281,6 +282,18 @@ def test_one_word_values_are_masked_as_the_alternation_does(
     case: tuple[Ledger, list[BlockLine], str],
 ) -> None:
     """Values of one word each (the quick path), role references around: the same spans."""
+    agrees_with_reference(*case)
+
+
+@settings(max_examples=150, deadline=None)
+@given(masking_cases({}, alphabet=WORDS + "é²"))
+def test_one_word_values_in_text_beyond_ascii_are_masked_as_the_alternation_does(
+    case: tuple[Ledger, list[BlockLine], str],
+) -> None:
+    """One-word values, some not ASCII, in text that is not: the quick look for any value.
+
+    It reads the UTF-8 bytes, and finds what the alternation finds.
+    """
     agrees_with_reference(*case)
 
 

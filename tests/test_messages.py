@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from guardrail import Guard, Rejection
 from guardrail._guard.audit import SilentLogger
-from guardrail._transcript.content import MAX_DEPTH, map_text, nesting_fault, strings
+from guardrail._transcript.content import (
+    MAX_DEPTH,
+    map_text,
+    mask_content,
+    nesting_fault,
+    strings,
+)
 from guardrail._transcript.messages import (
     SHAPES,
     Shape,
@@ -863,3 +869,84 @@ def test_every_corpus_trace_round_trips_and_pairs() -> None:
         assert all(call.result is not None for call in calls)
         reused += sum(n - 1 for n in Counter(call.id for call in calls).values())
     assert reused == 73
+
+
+class _Text(str):
+    """A subclass of str, as some SDKs' message types hold."""
+
+
+#: Content as it comes: JSON values, and in them odd things (a subclass of str, a tuple, a
+#: frozenset, bytes, a mapping that is no dict, a key that is no string).
+_ODD_LEAVES = (
+    SCALARS | TEXT.map(_Text) | st.binary(max_size=4) | st.frozensets(st.integers(0, 9), max_size=2)
+)
+_ODD_CONTENT = st.recursive(
+    _ODD_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=2).map(tuple)
+        | st.dictionaries(TEXT | TEXT.map(_Text) | st.integers(0, 3), inner, max_size=3)
+        | st.dictionaries(TEXT, inner, max_size=2).map(MappingProxyType)
+        | st.fixed_dictionaries(
+            {"role": st.sampled_from(["user", "tool"]), "content": inner},
+            optional={"name": inner, "tool_calls": inner, "type": TEXT, "result": inner},
+        )
+    ),
+    max_leaves=14,
+)
+
+
+def _twin_mapped(message: Any) -> None:
+    """mask_content gives what map_text and strings give, masking each string once."""
+    seen: list[str] = []
+
+    def fn(text: str) -> str:
+        seen.append(text)
+        return f"<{text.upper()}>"
+
+    left_before: list[str] = []
+    before = map_text(message, fn, left_before)
+    memo: dict[str, str] = {}
+    misses: list[str] = []
+    odd: list[str] = []
+    left: list[str] = []
+    given_: list[str] = []
+    every: list[str] = []
+
+    def miss(text: str) -> str:
+        misses.append(text)
+        memo[text] = f"<{text.upper()}>"
+        return memo[text]
+
+    def odd_fn(text: str) -> str:
+        odd.append(text)
+        return f"<{text.upper()}>"
+
+    after = mask_content(message, memo, miss, odd_fn, left, given_, every)
+    assert repr(after) == repr(before)  # key order too
+    assert left == left_before
+    assert every == strings(message)
+    assert given_ == [text for text in seen if type(text) is str]
+    assert odd == [text for text in seen if type(text) is not str]
+    assert misses == list(dict.fromkeys(given_))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ODD_CONTENT)
+def test_mask_content_is_map_text_and_strings_in_one_walk(message: Any) -> None:
+    """The one walk compaction masks with gives the copy, left and strings of the two walks."""
+    _twin_mapped(message)
+
+
+@settings(max_examples=100, deadline=None)
+@given(shaped_lists())
+def test_mask_content_of_conversations_is_map_text_and_strings(shaped: Any) -> None:
+    """The same for messages of every shape, calls and results included."""
+    for message in shaped[1]:
+        _twin_mapped(message)
+
+
+@pytest.mark.parametrize("message", [*CHAT, *RESPONSES, *ANTHROPIC])
+def test_mask_content_of_each_shape_is_map_text_and_strings(message: Any) -> None:
+    """The same for the messages of each shape written out here."""
+    _twin_mapped(message)

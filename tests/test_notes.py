@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, GuardrailUsageError, Id, Ledger, compact, model_summarizer
+from guardrail._data.batch import Batch
 from guardrail._guard.audit import SilentLogger
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
@@ -24,6 +25,7 @@ from guardrail._provenance.notes import (
     clean,
     parts,
 )
+from guardrail.compaction import _block as block
 from guardrail.compaction import ledger_facts
 from guardrail.compaction._block import (
     BLOCK_HEADER,
@@ -33,9 +35,12 @@ from guardrail.compaction._block import (
     seal,
     unseal,
 )
+from guardrail.ledger import Source
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._merge import merge_record
 from guardrail.stores import MemoryStore, SQLiteStore
+
+from .conftest import AIRLINE_MANIFEST, corpus_conversations, needs_corpus
 
 SECRET = b"the server's own secret"
 KETTLE = "W1000001"
@@ -792,3 +797,47 @@ def test_many_lines_alike_are_told_apart_by_their_rarest_part() -> None:
     assert MAX_RIVALS < 3000
     assert shown["order_7"] == "Kettle K2; 2025-03-0007"
     assert len(set(shown.values())) == 3000  # every one told apart
+
+
+def _notes_both_ways(state: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """shown_notes() as it runs, and with every word looked up by the ledger's own lookup."""
+    fast = block.shown_notes(state)
+    with monkeypatch.context() as patched:
+        patched.setattr(block, "_trimmed_keys", lambda state: False)
+        slow = block.shown_notes(state)
+    return fast, slow
+
+
+@needs_corpus
+def test_notes_look_words_up_as_the_ledger_does_on_the_corpus(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kinds keyed by the value trimmed: the notes name the very roles state.lookup() gives."""
+    guard = Guard.from_manifest(AIRLINE_MANIFEST, logger=SilentLogger())
+    compared = 0
+    for messages in corpus_conversations()[:60:3]:
+        ledger = guard.new_ledger()
+        compact(messages, ledger, guard=guard, keep_recent=0, tokens=len)
+        state = state_of(ledger)
+        assert block._trimmed_keys(state)
+        fast, slow = _notes_both_ways(state, monkeypatch)
+        assert fast == slow
+        compared += "[" in "".join(fast.values())
+    assert compared  # some notes name another entry by its role
+
+
+def test_a_normalising_kind_looks_words_up_through_its_normaliser(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A kind that ignores case names its entry in a note written in another case."""
+    guard = shop(note=("items[*].name", "replaces"))
+    guard.add_kind("sku", normalize="casefold")
+    ledger = guard.new_ledger("conv")
+    state = state_of(ledger)
+    state.admit([Batch.one("sku", "AbC9", "abc9", "x")], source=Source("t", None, "x", 0))
+    extra = {"order_id": "W1000003", "items": [{"name": "ABC9 kettle"}], "replaces": KETTLE}
+    compact(conversation(guard, orders(extra)), ledger, keep_recent=1, guard=guard)
+    assert not block._trimmed_keys(state)
+    fast, slow = _notes_both_ways(state, monkeypatch)
+    assert fast == slow
+    assert "[sku] kettle" in fast[state.get("order", "W1000003").role]  # type: ignore[union-attr]

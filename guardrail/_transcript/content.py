@@ -2,8 +2,9 @@
 
 Shape-blind: a message, an item or a content block is a dict whose keys say
 what its strings are (a role, a type, an id, or text). Compaction masks the
-text of the part it summarises with :func:`map_text`; the context's text
-for counting ids and tokens is :func:`strings`; :func:`nesting_fault`
+text of the part it summarises with :func:`mask_content` (:func:`map_text`
+and :func:`strings` in one walk); the context's text for counting ids and
+tokens is :func:`strings`; :func:`nesting_fault`
 names the message whose content contains itself or nests absurdly deep.
 """
 
@@ -127,7 +128,7 @@ def _structure(value: Any, fn: Callable[[str], str], left: list[str] | None) -> 
             return _data(value, fn)
         out: dict[str, Any] = {}
         if left is not None:
-            left += [key for key in value if isinstance(key, str)]
+            left.extend([key for key in value if isinstance(key, str)])
         for key, item in value.items():
             if type(item) is str:  # most of them: a role, a type, an id, or text to map
                 if key in _STRUCTURE:
@@ -176,6 +177,116 @@ def _data(value: Any, fn: Callable[[str], str]) -> Any:
 
 
 _SCALARS = frozenset({bool, int, float})
+
+
+def mask_content(
+    raw: Any,
+    memo: dict[str, str],
+    miss: Callable[[str], str],
+    odd: Callable[[str], str],
+    left: list[str],
+    given: list[str],
+    every: list[str],
+) -> Any:
+    """:func:`map_text` of one message and :func:`strings` of it, in one walk, masking by memo.
+
+    The copy and ``left`` are what ``map_text(raw, fn, left)`` gives; ``every``
+    receives what ``strings(raw)`` gives, in its order. A string to map is
+    looked up in ``memo`` (``miss(text)`` maps one not there and keeps it in
+    ``memo``) and appended to ``given``, repeats included; a subclass of str
+    is mapped by ``odd`` each time, and not put in ``given``. No call is made
+    for a string seen before: most strings of a conversation repeat.
+    """
+
+    def mask(text: str) -> str:
+        if type(text) is str:
+            out = memo.get(text)
+            if out is None:
+                out = miss(text)
+            given.append(text)
+            return out
+        return odd(text)
+
+    def structure(value: Any) -> Any:
+        if type(value) is dict or isinstance(value, Mapping):
+            if _SHAPED.isdisjoint(value):
+                return data(value)
+            out: dict[str, Any] = {}
+            left.extend([key for key in value if isinstance(key, str)])
+            for key, item in value.items():
+                if isinstance(key, str):
+                    every.append(key)
+                if type(item) is str:
+                    every.append(item)
+                    if key in _STRUCTURE:
+                        out[key] = item
+                        left.append(item)
+                    else:
+                        masked = memo.get(item)
+                        if masked is None:
+                            masked = miss(item)
+                        given.append(item)
+                        out[key] = masked
+                elif key in _STRUCTURE and not _nested(item):
+                    out[key] = item
+                    _collect(item, left)
+                    _collect(item, every)
+                elif key in _CONTAINERS and _nested(item):
+                    out[key] = structure(item)
+                else:
+                    out[key] = data(item)
+            return out
+        if isinstance(value, list):
+            return [structure(item) for item in value]
+        return data(value)
+
+    def data(value: Any) -> Any:
+        if isinstance(value, str):
+            every.append(value)
+            return mask(value)
+        if value is None or type(value) in _SCALARS:
+            return value
+        if type(value) is dict or isinstance(value, Mapping):
+            out = {}
+            for key, item in value.items():
+                if type(key) is str:
+                    every.append(key)
+                    masked = memo.get(key)
+                    if masked is None:
+                        masked = miss(key)
+                    given.append(key)
+                    key = masked
+                elif isinstance(key, str):
+                    every.append(key)
+                    key = odd(key)
+                if type(item) is str:
+                    every.append(item)
+                    masked = memo.get(item)
+                    if masked is None:
+                        masked = miss(item)
+                    given.append(item)
+                    out[key] = masked
+                elif item is None or type(item) in _SCALARS:
+                    out[key] = item
+                else:
+                    out[key] = data(item)
+            return out
+        if isinstance(value, (list, tuple)):
+            items = []
+            for item in value:
+                if type(item) is str:
+                    every.append(item)
+                    masked = memo.get(item)
+                    if masked is None:
+                        masked = miss(item)
+                    given.append(item)
+                    items.append(masked)
+                else:
+                    items.append(data(item))
+            return items
+        return value
+
+    return structure(raw)
 
 
 def strings(value: Any) -> list[str]:

@@ -184,11 +184,22 @@ def shown_notes(
     """
     carried_roles = {line.value: line.role for line in carried}
     known: dict[str, str | None] = {}  # words repeat across notes: each looked up once
+    tables = list(state.tables.values()) if _trimmed_keys(state) else None
 
     def role_of(word: str) -> str | None:
         if word not in known:
-            found = state.lookup(word)
-            known[word] = found[0].role if found else carried_roles.get(word)
+            if tables is not None:  # state.lookup(word)[0], with no normaliser to call
+                key = word.strip()
+                for table in tables:
+                    entry = table.get(key)
+                    if entry is not None:
+                        known[word] = entry.role
+                        break
+                else:
+                    known[word] = carried_roles.get(word)
+            else:
+                found = state.lookup(word)
+                known[word] = found[0].role if found else carried_roles.get(word)
         return known[word]
 
     read = {} if parts is None else parts
@@ -214,6 +225,14 @@ def shown_notes(
         if c.note
     ]
     return choose(lines)
+
+
+def _trimmed_keys(state: LedgerState) -> bool:
+    """Whether the ledger keys every kind it holds by the value trimmed (no normaliser else)."""
+    kinds = state.kinds
+    return all(
+        (kind := kinds.get(name)) is None or kind.normalize is str.strip for name in state.tables
+    )
 
 
 def _with_named(parts: list[str]) -> list[str]:

@@ -17,13 +17,15 @@ else, is text.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast, overload
 
 from guardrail._declare.spec import check_options
 from guardrail._guard.audit import Audit
-from guardrail._transcript.content import map_text, nesting_fault
+from guardrail._transcript.content import mask_content, nesting_fault, strings
 from guardrail._transcript.messages import (
     Repair,
     Shape,
@@ -44,12 +46,13 @@ from guardrail.compaction._block import (
 )
 from guardrail.compaction._cut import choose_cut, earlier, harvest_results
 from guardrail.compaction._lint import lint
-from guardrail.compaction._masking import Masker, Written
+from guardrail.compaction._masking import Masker
 from guardrail.compaction._outcome import (
     CompactionReport,
     CompactionResult,
     M,
     Masked,
+    Texts,
     all_text,
     counted,
     counter,
@@ -174,7 +177,8 @@ def compact(
     state = state_of(ledger, "compact()")
     _check_options("compact()", options, CompactOptions.__optional_keys__)
     try:
-        return _compact(messages, state, guard, options, whole=False)
+        with _Collector() as collector:
+            return _compact(messages, state, guard, options, collector, whole=False)
     except RecursionError:
         # Content that contains itself, or is nested absurdly deep: say which message.
         fault = nesting_fault(messages)
@@ -211,13 +215,55 @@ def compact_text(
     state = state_of(ledger, "compact_text()")
     _check_options("compact_text()", options, SummaryOptions.__optional_keys__)
     try:
-        report = _compact(messages, state, guard, cast(CompactOptions, options), whole=True).report
+        with _Collector() as collector:
+            report = _compact(
+                messages, state, guard, cast(CompactOptions, options), collector, whole=True
+            ).report
     except RecursionError:
         fault = nesting_fault(messages)
         if fault is None:
             raise
         raise fault from None
     return f"{report.ledger_block}\n\n{SUMMARY_HEADER}\n{report.summary}"
+
+
+class _Collector:
+    """The cyclic collector paused while a compaction runs, as a session's cold load pauses it.
+
+    A compaction makes a great many objects that live until it returns (the
+    transcript read twice, the masked copies, the strings of every message),
+    and the collector, run every few hundred of them, would walk them and the
+    ledger again and again: a tenth of a compaction's time on the airline
+    corpus. No cycle of a compaction needs collecting before it returns; the
+    collector runs again afterwards. A program's own summarizer (a model
+    call may take seconds, and other threads run meanwhile) runs with the
+    collector as the program had it (:meth:`resumed`); a collector the
+    program paused stays paused.
+    """
+
+    def __init__(self) -> None:
+        self.paused = False
+
+    def __enter__(self) -> _Collector:
+        self.paused = gc.isenabled()
+        if self.paused:
+            gc.disable()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.paused:
+            gc.enable()
+
+    @contextlib.contextmanager
+    def resumed(self) -> Iterator[None]:
+        """The collector running again, if this pause stopped it, for what the block holds."""
+        if self.paused:
+            gc.enable()
+        try:
+            yield
+        finally:
+            if self.paused:
+                gc.disable()
 
 
 def _check_options(call: str, options: Mapping[str, Any], allowed: frozenset[str]) -> None:
@@ -238,6 +284,7 @@ def _compact(
     state: LedgerState,
     guard: Guard | None,
     options: CompactOptions,
+    collector: _Collector,
     *,
     whole: bool,
 ) -> CompactionResult[M]:
@@ -323,11 +370,10 @@ def _compact(
 
     masker = Masker(state, carried)
     masked = Masked()
-    mask, count_masked = _mask_counting(masker, masked)
-
     left: list[str] = []  # the strings of the part that masking does not see
-    part = [map_text(raw, mask, left) for raw in originals[start:cut]]
-    count_masked()
+    texts = Texts(head=[strings(raw) for raw in originals[:start]])
+    part = _mask_part(masker, masked, originals[start:cut], left, texts.part)
+    texts.recent = strings(originals[cut:])
     roles = {r: masker.kind_of[r] for r in sorted(masker.roles)}
     # The notes, worked out once for the summary and the block: the built-in summarizer
     # changes nothing in the ledger between the two (another summarizer might).
@@ -346,11 +392,13 @@ def _compact(
                 failed=guard.failed if guard is not None else None,
             )
         else:
-            summary = (
-                cast(Callable[..., str], summarize)(part, roles, notes=shown_notes(state, carried))
-                if takes_notes(summarize)
-                else summarize(part, roles)
-            )
+            noted_own = shown_notes(state, carried) if takes_notes(summarize) else None
+            with collector.resumed():
+                summary = (
+                    cast(Callable[..., str], summarize)(part, roles, notes=noted_own)
+                    if noted_own is not None
+                    else summarize(part, roles)
+                )
         if not isinstance(summary, str):
             raise GuardrailUsageError(f"a summarizer returns text, not {type(summary).__name__}")
     else:
@@ -366,10 +414,11 @@ def _compact(
     kept = [message for index, message in enumerate(originals[:lead]) if index != at]
     output = [*kept, compacted, *originals[cut:]]
     scrubbed = sum(issue.action == "scrubbed" for issue in issues)
+    compacted_texts = strings(compacted)
     identifiers_before, tokens_before, identifiers_after = counted(
-        originals, kept, at, cut, compacted, left, masker, masked, count
+        texts, at, compacted_texts, left, masker, masked, count
     )
-    after = all_text(output)
+    after = texts.after(at, compacted_texts)
     report = CompactionReport(
         shape=shape,
         keep_recent=keep_recent,
@@ -397,40 +446,54 @@ def _compact(
     return CompactionResult(output, report)
 
 
-def _mask_counting(
-    masker: Masker, masked: Masked
-) -> tuple[Callable[[str], str], Callable[[], None]]:
-    """Masks one string of the part to summarise; then counts in ``masked`` what it saw.
+def _mask_part(
+    masker: Masker, masked: Masked, raws: Sequence[Any], left: list[str], every: list[str]
+) -> list[Any]:
+    """The masked copies of ``raws``, the part to summarise; counts in ``masked`` what masking saw.
 
     Keys and many values repeat across results ("flight_number", "economy"): each
     distinct string is masked once (masking reads the ledger only, which does not
     change meanwhile), and the strings given are counted once the part is masked.
+    ``left`` receives the strings masking leaves alone, ``every`` every string of the
+    part as :func:`~guardrail._transcript.content.strings` gives them.
     """
-    seen: dict[str, tuple[str, list[Written]]] = {}
-    given: list[str] = []  # every string given, repeats included
+    memo: dict[str, str] = {}
+    found: dict[str, list[str]] = {}  # the roles of the ids masked in each distinct string
+    given: list[str] = []  # every string masked, repeats included
+    mask_roles = masker.mask_roles
 
-    def mask(text: str) -> str:
-        if type(text) is not str:  # a subclass of str: masked each time it comes
-            out, done = masker.mask(text)
-            _count(masked, text, done, 1)
-            return out
-        found = seen.get(text)
-        if found is None:
-            found = seen[text] = masker.mask(text)
-        given.append(text)
-        return found[0]
+    def miss(text: str) -> str:
+        out, roles = mask_roles(text)
+        memo[text] = out
+        found[text] = roles
+        return out
 
-    def count() -> None:
-        for text, times in Counter(given).items():
-            _count(masked, text, seen[text][1], times)
+    def odd(text: str) -> str:  # a subclass of str: masked each time it comes
+        out, roles = mask_roles(text)
+        _count(masked, text, roles, 1)
+        return out
 
-    return mask, count
+    part = [mask_content(raw, memo, miss, odd, left, given, every) for raw in raws]
+    masked.strings += len(given)
+    masked.chars += sum(map(len, given))
+    hits = [(text, roles) for text, roles in found.items() if roles]
+    if hits:
+        times = Counter(given)
+        for text, roles in hits:
+            _count(masked, text, roles, times[text], counted=False)
+    return part
 
 
-def _count(masked: Masked, text: str, done: list[Written], times: int) -> None:
-    """Count in ``masked`` a string masked ``times`` times, and what was masked in it."""
-    if done:
-        masked.count += len(done) * times
-        masked.roles.update(written.role for written in done)
-    masked.strings += times
-    masked.chars += len(text) * times
+def _count(
+    masked: Masked, text: str, roles: list[str], times: int, *, counted: bool = True
+) -> None:
+    """Count in ``masked`` a string masked ``times`` times, and the ``roles`` of the ids in it.
+
+    ``counted``: the string and its characters are counted in ``masked`` already.
+    """
+    if roles:
+        masked.count += len(roles) * times
+        masked.roles.update(roles)
+    if counted:
+        masked.strings += times
+        masked.chars += len(text) * times

@@ -53,7 +53,7 @@ def lint(summary: str, masker: Masker) -> tuple[str, list[LintIssue]]:
     # name, so a token written only there is left out.
     tokens = TOKEN.findall(text)
     outside = Counter(tokens)
-    outside.subtract(m.group(1) for m in ROLE_REF.finditer(text))
+    outside.subtract(ROLE_REF.findall(text))
     judged: dict[str, LintIssue | None] = {}
     # Each token's pieces at fault, with their offsets and issues.
     at_fault: dict[str, list[tuple[int, str, LintIssue]]] = {}
@@ -172,10 +172,11 @@ class _Judge:
         self.patterned = [kind for kind in enforced if kind.has_pattern]
         self.any_shape = _any_shape(self.patterned)
         self.held = [kind for kind in enforced if state.tables.get(kind.name)]
-        self.ends = {kind.name: {key[-2:] for key in state.tables[kind.name]} for kind in self.held}
-        # The first two characters of every key of each kind: a key starting otherwise starts
-        # no key, with no search of the ledger's index.
-        self.heads = {name: {key[:2] for key in table} for name, table in state.tables.items()}
+        # The last two characters of every key of each kind held, and the first two (a key
+        # starting otherwise starts no key, with no search of the ledger's index): each
+        # worked out the first time a token asks (most summaries ask of no kind, or of few).
+        self._ends: dict[str, set[str]] = {}
+        self._heads: dict[str, set[str]] = {}
         #: Tokens fine whatever the ledger holds, shared by every judge of the same shapes.
         self.fine = _fine_words(self.any_shape)
 
@@ -224,7 +225,8 @@ class _Judge:
         for kind in self.held:
             key = kind.key(token)
             if key is not None and (
-                self._with_prefix(kind.name, key[:2], limit=1) or key[-2:] in self.ends[kind.name]
+                self._with_prefix(kind.name, key[:2], limit=1)
+                or key[-2:] in self._ends_of(kind.name)
             ):
                 candidates.append(kind)
         return self.truncated(token, token, cut=False) or self._near(token, candidates)
@@ -242,9 +244,23 @@ class _Judge:
                 return LintIssue("near_miss", token, hit.entry.role, "scrubbed", hit.detail)
         return None
 
+    def _ends_of(self, kind: str) -> set[str]:
+        """The last two characters of every key of ``kind`` the ledger holds."""
+        ends = self._ends.get(kind)
+        if ends is None:
+            ends = self._ends[kind] = {key[-2:] for key in self.state.tables.get(kind, ())}
+        return ends
+
+    def _heads_of(self, kind: str) -> set[str]:
+        """The first two characters of every key of ``kind`` the ledger holds."""
+        heads = self._heads.get(kind)
+        if heads is None:
+            heads = self._heads[kind] = {key[:2] for key in self.state.tables.get(kind, ())}
+        return heads
+
     def _with_prefix(self, kind: str, prefix: str, *, limit: int) -> list[Entry]:
         """The ledger's live entries of ``kind`` whose key starts with ``prefix`` and is longer."""
-        if len(prefix) >= 2 and prefix[:2] not in self.heads.get(kind, ()):
+        if len(prefix) >= 2 and prefix[:2] not in self._heads_of(kind):
             return []
         return self.state.keys_with_prefix(kind, prefix, limit=limit)
 

@@ -180,13 +180,23 @@ class Masker:
 
     def mask(self, text: str) -> tuple[str, list[Written]]:
         """``text`` with every identifier replaced by ``[role]``, and what was masked by which."""
+        out, words, roles = self._mask(text)
+        return out, list(map(Written, words, roles))
+
+    def mask_roles(self, text: str) -> tuple[str, list[str]]:
+        """:meth:`mask`, with the role of each id masked instead of what was masked by which."""
+        out, _, roles = self._mask(text)
+        return out, roles
+
+    def _mask(self, text: str) -> tuple[str, list[str], list[str]]:
+        """The masked text, the identifiers masked as written, and the role of each."""
         runs_of_text: list[str] | None = None
         more: list[Span] = []
         if self._plain and _RUN.fullmatch(text):
             # One word (a key, a name, an id alone: most strings of a result): it is a value
             # or it is not.
             role = self._exact.whole.get(text)
-            return (text, []) if role is None else (self._masked[text], [Written(text, role)])
+            return (text, [], []) if role is None else (self._masked[text], [text], [role])
         if not self._plain:
             runs_of_text = _runs(text)
             more = self._more_spans(text, runs_of_text)
@@ -194,31 +204,51 @@ class Masker:
             # Every exact form is one word: replace the words that are values, in place,
             # unless another written form (any case, a normalised spelling) is there too.
             whole = self._exact.whole
+            plain_ascii = text.isascii()
+            if not plain_ascii and not self._any_word(text):
+                return text, [], []  # the Unicode pattern is slow: most such texts name no id
             # Words shorter than every value are left in the pieces between: fewer pieces.
-            pieces = (self._long_ascii if text.isascii() else self._long).split(text)
+            pieces = (self._long_ascii if plain_ascii else self._long).split(text)
             runs = pieces[1::2]
             if whole.keys().isdisjoint(runs):
-                return text, []
+                return text, [], []
             written = list(compress(runs, map(whole.__contains__, runs)))
             if "[" not in text or not self._in_references(text, written):
                 pieces[1::2] = map(self._masked.get, runs, runs)
-                return "".join(pieces), [Written(word, whole[word]) for word in written]
+                return "".join(pieces), written, list(map(whole.__getitem__, written))
         if runs_of_text is None:
             runs_of_text = _runs(text)
         spans = self._spans(text, runs_of_text, more)
         if not spans:
-            return text, []
-        out, done, at = [], [], 0
+            return text, [], []
+        out, words, roles, at = [], [], [], 0
         for start, end, role in spans:
             out += [text[at:start], f"[{role}]"]
-            done.append(Written(text[start:end], role))
+            words.append(text[start:end])
+            roles.append(role)
             at = end
         out.append(text[at:])
-        return "".join(out), done
+        return "".join(out), words, roles
+
+    def _any_word(self, text: str) -> bool:
+        """Whether any one-word value is a whole run of word characters in ``text``.
+
+        What :func:`_words_of` finds, at C speed, stopping at the first found.
+        """
+        whole = self._exact.whole
+        if self._encoded is None:
+            self._encoded = {_utf8(form): form for form in whole}
+        pieces = _pieces_of(text)
+        if not self._encoded.keys().isdisjoint(pieces):
+            return True
+        return any(
+            not whole.keys().isdisjoint(_RUN.findall(piece.decode("utf-8", "surrogatepass")))
+            for piece in filterfalse(bytes.isascii, pieces)
+        )
 
     def _in_references(self, text: str, words: Iterable[str]) -> bool:
         """Whether any of ``words`` is written inside a ``[role]`` reference in ``text``."""
-        refs = [m.group(1) for m in ROLE_REF.finditer(text) if m.group(1) in self.roles]
+        refs = [role for role in ROLE_REF.findall(text) if role in self.roles]
         return bool(refs) and not set(words).isdisjoint(_RUN.findall(" ".join(refs)))
 
     def _normalised_spans(self, text: str) -> list[Span]:

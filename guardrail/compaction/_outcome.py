@@ -111,12 +111,38 @@ class Masked:
     roles: set[str] = field(default_factory=set)
 
 
+@dataclass
+class Texts:
+    """The strings of a conversation's messages as compaction walks them, each message once.
+
+    ``head``: those of each message before the part to summarise (the leading
+    system messages, and the earlier compacted message); ``part``: those of
+    the part, in order; ``recent``: those of the messages kept raw after it.
+    """
+
+    head: list[list[str]]
+    part: list[str] = field(default_factory=list)
+    recent: list[str] = field(default_factory=list)
+
+    def kept(self, earlier: int | None) -> list[str]:
+        """The strings of the leading messages kept, all but the ``earlier`` compacted one."""
+        return [text for index, texts in enumerate(self.head) if index != earlier for text in texts]
+
+    def before(self) -> str:
+        """The whole context before compaction, its strings joined by line breaks."""
+        return "\n".join(
+            [*(text for texts in self.head for text in texts), *self.part, *self.recent]
+        )
+
+    def after(self, earlier: int | None, compacted: list[str]) -> str:
+        """The context after: the leading messages kept, the ``compacted`` message, the recent."""
+        return "\n".join([*self.kept(earlier), *compacted, *self.recent])
+
+
 def counted(
-    originals: list[Any],
-    kept: list[Any],
+    texts: Texts,
     earlier: int | None,
-    cut: int,
-    compacted: Any,
+    compacted: list[str],
     left: list[str],
     masker: Masker,
     masked: Masked,
@@ -124,25 +150,26 @@ def counted(
 ) -> tuple[int, int, int]:
     """Identifiers and tokens of the whole context before, and identifiers after.
 
-    Before is ``originals``; after is ``kept`` (the leading messages less the
-    ``earlier`` compacted one), the ``compacted`` message, then ``originals[cut:]``.
-    Each context's text is every string of its messages joined by line breaks.
-    The strings of the summarised part were searched while they were masked;
-    when no value holds a line break, no identifier spans two strings, so the
-    rest is searched part by part, and the leading and recent messages, which
-    both contexts share, once for both. Characters / 4 needs only the length.
+    Before is every message; after is the leading messages less the
+    ``earlier`` compacted one, the ``compacted`` message (its strings), then
+    the recent ones. Each context's text is every string of its messages
+    joined by line breaks. The strings of the summarised part were searched
+    while they were masked; when no value holds a line break, no identifier
+    spans two strings, so the rest is searched part by part, and the leading
+    and recent messages, which both contexts share, once for both.
+    Characters / 4 needs only the length.
     """
     if not masker.one_line:
-        text = all_text(originals)
-        after = all_text([*kept, compacted, *originals[cut:]])
+        text = texts.before()
+        after = texts.after(earlier, compacted)
         return identifiers(masker, text), count(text), identifiers(masker, after)
-    lead, recent = strings(kept), strings(originals[cut:])
-    others = [*left, *(strings(originals[earlier]) if earlier is not None else ())]
+    lead, recent = texts.kept(earlier), texts.recent
+    others = [*left, *(texts.head[earlier] if earlier is not None else ())]
     shared = _roles_in(masker, lead) | _roles_in(masker, recent)
     found = len(masked.roles | shared | _roles_in(masker, others))
-    found_after = len(shared | _roles_in(masker, strings(compacted)))
+    found_after = len(shared | _roles_in(masker, compacted))
     if count is not quarter:
-        return found, count(all_text(originals)), found_after
+        return found, count(texts.before()), found_after
     rest = len(lead) + len(recent) + len(others)
     size = masked.chars + sum(map(len, (*lead, *recent, *others)))
     size += max(masked.strings + rest - 1, 0)
