@@ -22,9 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardrail import Guard, Ledger, SQLiteStore
-from guardrail._guard import decorator, engine
+from guardrail._provenance import recall as recall_module
 from guardrail._provenance.recall import Recall
 from guardrail.ledger._ledger import state_of
+from guardrail.ledger._settled import settled
 
 O1, O2, O3 = "W1000001", "W1000002", "W1000003"
 C1, C2 = "cus_AAAAAA", "cus_BBBBBB"
@@ -118,7 +119,7 @@ class Pair:
                 for tool in tools.values():
                     guarded = tool.__guardrail_tool__  # type: ignore[attr-defined]
                     guarded.recalled = (guarded.plans[guarded.name], None)
-                    guard._engine.recalls[guarded.name] = guarded.recalled
+                    guard._engine.recalls.turn_off(guarded.name, guarded.recalled[0])
             ledger = guard.new_ledger("s") if store is None else Ledger(session_id="s")
             self.sides.append((guard, ledger, tools))
 
@@ -171,14 +172,13 @@ def _quiet_logger() -> logging.Logger:
 def settled_calls(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """What each look at a kept record found: True where it only marked the ids used."""
     calls: list[bool] = []
-    real = decorator.settled  # type: ignore[attr-defined]
+    real = settled
 
     def spy(state: Any, ids: Any) -> bool:
         calls.append(real(state, ids))
         return calls[-1]
 
-    monkeypatch.setattr(decorator, "settled", spy)
-    monkeypatch.setattr(engine, "settled", spy)
+    monkeypatch.setattr(recall_module, "settled", spy)
     return calls
 
 

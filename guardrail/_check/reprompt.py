@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
     from pydantic_core import CoreSchema, SchemaSerializer
 
+    from guardrail.ledger._state import LedgerState
+
 
 def refusal_head(tool: str) -> str:
     """The first line of the text of a refused call to ``tool``."""
@@ -344,3 +346,27 @@ class Rejection(Refusal):
     def __repr__(self) -> str:
         problems = ", ".join(f.problem for f in self.verdict.findings)
         return f"<Rejection {self.verdict.tool}: {problems}>"
+
+
+#: The findings whose re-prompt tells the model to copy a ledger entry's value.
+_NAMES_AN_ENTRY = frozenset({"mutated", "truncated", "wrong_kind"})
+
+
+def touch_named(verdict: Verdict, state: LedgerState) -> None:
+    """Mark used the entries a refusal points the model at ("copy it from the ID LEDGER").
+
+    The ledger block given to the model at every turn shows the entries used
+    last: the one a re-prompt names is shown at the next model call. A new
+    epoch first, so it is the latest use even among entries used this epoch.
+    """
+    named = [
+        entry
+        for finding in verdict.findings
+        if finding.problem in _NAMES_AN_ENTRY and finding.nearest_role
+        if (entry := state.roles.get(finding.nearest_role)) is not None
+    ]
+    if named:
+        with state.lock:
+            state.epoch += 1
+            for entry in named:
+                state.touch(entry)

@@ -32,9 +32,8 @@ from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
 from guardrail._provenance.harvest import plain_text
-from guardrail._provenance.recall import Recall
+from guardrail._provenance.recall import Recall, settles
 from guardrail.ledger import Entry
-from guardrail.ledger._settled import settled
 from guardrail.ledger._state import LedgerState
 
 if TYPE_CHECKING:
@@ -154,10 +153,8 @@ class GuardedTool:
         made_for, recall = self.recalled
         if made_for is not plan:
             recall = self.recall(plan)
-        if recall is not None and type(result) is dict and not self.levels[DEBUG]:
-            kept = recall.get(result)
-            if kept is not None and settled(state, kept.ids):
-                return
+        if recall is not None and not self.levels[DEBUG] and settles(recall, result, state):
+            return
         verdict = Verdict(self.name, True, used=tuple(used))
         self.engine.record_call(
             plan, self.bind(args, kwargs), result, state, verdict=verdict, recall=recall

@@ -13,7 +13,6 @@ of its :class:`~guardrail._guard.audit.Audit`.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -27,6 +26,7 @@ from guardrail._check.plan import (
     malformed_arguments,
     undeclared_verdict,
 )
+from guardrail._check.reprompt import touch_named
 from guardrail._check.tokens import Keys, signed
 from guardrail._data.batch import Batch
 from guardrail._data.verdict import ApprovalRequest, Verdict
@@ -36,7 +36,7 @@ from guardrail._guard.registry import Registry
 from guardrail._provenance.failure import recordable
 from guardrail._provenance.harvest import Harvest, append_id, yields_nothing
 from guardrail._provenance.mentions import admit_mentions, mentioned_in
-from guardrail._provenance.recall import Recall
+from guardrail._provenance.recall import Recall, Recalls, as_record, settles
 from guardrail._provenance.taken import INTRODUCED, taken_ids
 from guardrail.errors import (
     ApprovalRequired,
@@ -46,7 +46,6 @@ from guardrail.errors import (
 )
 from guardrail.kinds._words import COMMON_WORDS
 from guardrail.ledger import Entry, Source
-from guardrail.ledger._settled import settled
 from guardrail.ledger._state import LedgerState
 
 Mode = Literal["raise", "reprompt", "observe"]
@@ -97,54 +96,6 @@ class Options:
         return cls(cast(Mode, mode), max_reprompts, refuse_undeclared, max_ids_per_call)
 
 
-#: The findings whose re-prompt tells the model to copy a ledger entry's value.
-_NAMES_AN_ENTRY = frozenset({"mutated", "truncated", "wrong_kind"})
-
-
-def _touch_named(verdict: Verdict, state: LedgerState) -> None:
-    """Mark used the entries a refusal points the model at ("copy it from the ID LEDGER").
-
-    The ledger block given to the model at every turn shows the entries used
-    last: the one a re-prompt names is shown at the next model call. A new
-    epoch first, so it is the latest use even among entries used this epoch.
-    """
-    named = [
-        entry
-        for finding in verdict.findings
-        if finding.problem in _NAMES_AN_ENTRY and finding.nearest_role
-        if (entry := state.roles.get(finding.nearest_role)) is not None
-    ]
-    if named:
-        with state.lock:
-            state.epoch += 1
-            for entry in named:
-                state.touch(entry)
-
-
-#: The longest text :func:`_small_object` decodes: past it no record could be recalled
-#: (:data:`~guardrail._provenance.recall.MAX_FIELDS` fields of at most
-#: :data:`~guardrail._provenance.recall.MAX_CHARS` characters), and a text is decoded once,
-#: by the record.
-_SMALL_TEXT = 16_384
-
-
-def _small_object(text: str) -> Any:
-    """The dict a short JSON object text holds, else the text as it is.
-
-    The record reads a JSON object text as the object it holds, the failure
-    rule and the harvest alike (:func:`~guardrail._provenance.harvest.decode`),
-    so a runtime that reports a read's result as JSON text finds its kept
-    records as one that reports the dict does.
-    """
-    if len(text) > _SMALL_TEXT or text[:1] != "{":
-        return text
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    return value if type(value) is dict else text
-
-
 class Engine:
     """Checks and records calls against the ledger each method is given, in the guard's mode."""
 
@@ -172,8 +123,8 @@ class Engine:
         self._undeclared_lock = threading.Lock()
         #: Kinds whose pattern was seen taking plain words from user text (warned once each).
         self._broad_seen: set[str] = set()
-        #: Per tool, the plan its recall was made for and the recall (see :meth:`recall`).
-        self.recalls: dict[str, tuple[CheckPlan, Recall | None]] = {}
+        #: Each tool's kept records (see :meth:`recall`).
+        self.recalls = Recalls()
 
     # -- the check ------------------------------------------------------------------------
 
@@ -266,7 +217,7 @@ class Engine:
             self.audit.call_checked(session, verdict, effect=effect, mode="observe", outcome=would)
             return verdict
         count = state.reprompts.add(name, state.turn)
-        _touch_named(verdict, state)
+        touch_named(verdict, state)
         self.audit.call_checked(session, verdict, effect=effect, mode=self.mode, outcome=outcome)
         if self.mode == "raise":
             raise ApprovalRequired(verdict) if outcome == "ask" else IdentifierViolation(verdict)
@@ -342,20 +293,15 @@ class Engine:
         # belongs to someone else's record, so it is checked again and then left unrecorded.
         verdict = self.verdict(name, args, state) if self.mode == "observe" else None
         recall = self.recall(plan)
-        if recall is not None and type(result) is str:
-            result = _small_object(result)
-        if (
-            recall is not None
-            and trusted
-            and not error
-            and type(result) is dict
-            and (verdict is None or verdict.allowed)
-            and not self.audit.enabled(logging.DEBUG)
-        ):
-            # A record kept from an earlier call whose ids the ledger holds as it would
-            # leave them: the full record would only mark them used, and log nothing.
-            kept = recall.get(result)
-            if kept is not None and settled(state, kept.ids):
+        if recall is not None:
+            result = as_record(result)
+            if (
+                trusted
+                and not error
+                and (verdict is None or verdict.allowed)
+                and not self.audit.enabled(logging.DEBUG)
+                and settles(recall, result, state)
+            ):
                 return []
         return self.record_call(
             plan,
@@ -372,17 +318,11 @@ class Engine:
     def recall(self, plan: CheckPlan) -> Recall | None:
         """The records kept of ``plan``'s tool's results (:mod:`guardrail._provenance.recall`).
 
-        One per tool, shared by its decorated function and :meth:`record`; made
-        again when the tool's plan is compiled again (a kind or tool declared
-        later), so nothing kept under an older plan is read under a newer one.
+        One per tool, shared by its decorated function and :meth:`record`.
         """
-        name = plan.spec.name
-        made_for, recall = self.recalls.get(name, (None, None))
-        if made_for is not plan:
-            registry = self.registry
-            recall = Recall.of(plan.spec, mentions=bool(registry.mentions or registry.text_kinds))
-            self.recalls[name] = (plan, recall)
-        return recall
+        registry = self.registry
+        mentions = bool(registry.mentions or registry.text_kinds)
+        return self.recalls.of(plan.spec, plan, mentions=mentions)
 
     def record_call(
         self,

@@ -24,6 +24,7 @@ Whether the ids need recording at all is the ledger's question
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Sequence
 from itertools import repeat
@@ -32,7 +33,8 @@ from typing import Any, NamedTuple
 from guardrail._data.batch import Batch
 from guardrail._declare.paths import KEY
 from guardrail._declare.spec import ToolSpec
-from guardrail.ledger._settled import Held
+from guardrail.ledger._settled import Held, settled
+from guardrail.ledger._state import LedgerState
 
 #: At most this many fields in a record kept (a wider one is walked each time).
 MAX_FIELDS = 32
@@ -40,6 +42,10 @@ MAX_FIELDS = 32
 MAX_CHARS = 256
 #: At most this many records kept per tool (the oldest goes first).
 MAX_KEPT = 64
+#: The longest text :func:`as_record` decodes: past it no record could be recalled (at most
+#: :data:`MAX_FIELDS` fields of :data:`MAX_CHARS` characters), and a text is decoded once,
+#: by the record.
+SMALL_TEXT = 16_384
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
@@ -127,3 +133,59 @@ class Recall:
             kept[values] = (_shape(result), Kept(tuple(batches), tuple(ids)))
             while len(kept) > MAX_KEPT:
                 del kept[next(iter(kept))]
+
+
+def as_record(result: Any) -> Any:
+    """The dict a short JSON object text holds, else ``result`` as it is.
+
+    The record reads a JSON object text as the object it holds, the failure
+    rule and the harvest alike (:func:`~guardrail._provenance.harvest.decode`),
+    so a runtime that reports a read's result as JSON text finds its kept
+    records as one that reports the dict does.
+    """
+    if type(result) is not str or len(result) > SMALL_TEXT or result[:1] != "{":
+        return result
+    try:
+        value = json.loads(result)
+    except (ValueError, RecursionError):
+        return result
+    return value if type(value) is dict else result
+
+
+def settles(recall: Recall, result: Any, state: LedgerState) -> bool:
+    """Whether ``result`` equals a kept record whose ids ``state`` holds as it would leave them.
+
+    If so, they are marked used (:func:`~guardrail.ledger._settled.settled`) and
+    the record is done: the full record would change nothing else and, below
+    DEBUG, log nothing. The caller sees to the rest (a trusted, successful
+    result of an allowed call; DEBUG off).
+    """
+    if type(result) is not dict:
+        return False
+    kept = recall.get(result)
+    return kept is not None and settled(state, kept.ids)
+
+
+class Recalls:
+    """One :class:`Recall` per tool, made again when the tool's plan is compiled again.
+
+    So nothing kept under an older plan (another kind's normaliser, another
+    declaration) is read under a newer one.
+    """
+
+    __slots__ = ("_by_tool",)
+
+    def __init__(self) -> None:
+        self._by_tool: dict[str, tuple[object, Recall | None]] = {}
+
+    def of(self, spec: ToolSpec, plan: object, *, mentions: bool) -> Recall | None:
+        """The recall of ``spec``'s tool under ``plan`` (made at its first use)."""
+        made_for, recall = self._by_tool.get(spec.name, (None, None))
+        if made_for is not plan:
+            recall = Recall.of(spec, mentions=mentions)
+            self._by_tool[spec.name] = (plan, recall)
+        return recall
+
+    def turn_off(self, name: str, plan: object) -> None:
+        """No recall for ``name`` under ``plan``: its records are walked every time."""
+        self._by_tool[name] = (plan, None)
