@@ -12,38 +12,42 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, TypeVar
 
 E = TypeVar("E")
 
-#: A key read from its end (the order of :meth:`KeyIndex.ending_with`), at C speed.
+#: A key read from its end (as :attr:`KeyIndex.ends` holds it), at C speed.
 _REVERSED: Final = operator.itemgetter(slice(None, None, -1))
 #: Most new keys a search reads one by one rather than sorting them into a run first.
 _PENDING: Final = 64
 
 
 class _Runs:
-    """Keys in sorted runs (by ``key``: the keys themselves, or read from their end).
+    """Keys in sorted runs: the keys themselves, or (``reverse``) each read from its end.
 
     A new run is merged with the one before it while it is at least as
     long (a binary counter: half the additions merge nothing), so there are
     at most about log2 of the keys' number of runs, each key is merged that
     many times over its life, and a run merge is one sort of two sorted
     runs, in linear time at C speed. A key may sit in two runs (an
-    evicted key seen again): readers pass over repeats.
+    evicted key seen again): readers pass over repeats. With ``reverse``
+    the runs hold the reversed strings, so sorting and merging them compare
+    plain strings, with no key function building a reversed copy of every
+    key of a run at each merge.
     """
 
-    __slots__ = ("key", "runs")
+    __slots__ = ("reverse", "runs")
 
-    def __init__(self, key: Callable[[str], str] | None = None) -> None:
-        self.key = key
+    def __init__(self, *, reverse: bool = False) -> None:
+        self.reverse = reverse
         self.runs: list[list[str]] = []
 
     def add(self, keys: Iterable[str]) -> None:
         """Sort ``keys`` into a run of their own, and merge runs of like size."""
-        run = sorted(keys, key=self.key)
+        run = sorted(map(_REVERSED, keys)) if self.reverse else sorted(keys)
         if not run:
             return
         runs = self.runs
@@ -51,29 +55,55 @@ class _Runs:
         while len(runs) > 1 and len(runs[-1]) >= len(runs[-2]):
             last = runs.pop()
             merged = runs[-1] + last
-            merged.sort(key=self.key)  # two sorted runs: merged in linear time
+            merged.sort()  # two sorted runs: merged in linear time
             runs[-1] = merged
 
     def __iter__(self) -> Iterator[str]:
+        """The keys as stored (reversed, with ``reverse``), run by run."""
         for run in self.runs:
             yield from run
 
     def from_(self, probe: str) -> Iterator[str]:
-        """The keys from the first one not below ``probe`` (as ``key`` reads them), in order.
+        """The keys (as stored) from the first one not below ``probe``, in order.
 
         Each key once, however many runs hold it.
         """
-        key = self.key
         tails = [
-            map(run.__getitem__, range(bisect.bisect_left(run, probe, key=key), len(run)))
+            map(run.__getitem__, range(bisect.bisect_left(run, probe), len(run)))
             for run in self.runs
         ]
-        merged = tails[0] if len(tails) == 1 else heapq.merge(*tails, key=key)
+        merged = tails[0] if len(tails) == 1 else heapq.merge(*tails)
         last = None
         for item in merged:
             if item != last:
                 yield item
                 last = item
+
+    def starting(self, part: str, most: int) -> list[str] | None:
+        """The first ``most`` keys (as stored) starting with ``part``, in order, each once.
+
+        All of them when fewer. A bisection and a slice per run, without
+        the merge of :meth:`from_`; None where a run repeats a key among the
+        ``most`` read of it (then more keys than read may belong in the
+        answer: the caller reads :meth:`from_`).
+        """
+        found: list[str] = []
+        for run in self.runs:
+            at = bisect.bisect_left(run, part)
+            end = min(len(run), at + most)
+            stop = at
+            while stop < end and run[stop].startswith(part):
+                stop += 1
+            if stop > at:
+                read = run[at:stop]
+                if stop - at == most and len(set(read)) < most:
+                    return None
+                found += read
+        if len(self.runs) > 1:
+            found.sort()
+        if len(found) > 1:
+            found = list(dict.fromkeys(found))  # sorted: a repeat follows its first
+        return found[:most]
 
 
 class KeyIndex:
@@ -85,8 +115,8 @@ class KeyIndex:
     sorted runs (:class:`_Runs`) for prefix search, ``ends`` (None until a
     search first asks) the same keys ordered from their last character, for
     the keys ending as a value does: a key one edit from a value either
-    starts or ends with a long part of it. Both hold the key strings
-    themselves. New keys wait in ``pending``, read one by one while they are
+    starts or ends with a long part of it. ``starts`` holds the key strings
+    themselves, ``ends`` them reversed. New keys wait in ``pending``, read one by one while they are
     few, then sorted into a run of each. Evicted keys stay until a rebuild,
     so adding an id stays O(1). ``shared`` is the prefix every key ever added
     starts with (``"ord_"``), which only shrinks: the near-miss search need
@@ -153,7 +183,10 @@ class KeyIndex:
         times that with evicted keys), plus the pending ones.
         """
         self.tidy(table)
-        return self._live(self.starts.from_(prefix), prefix, str.startswith, table, limit)
+        first = self.starts.starting(prefix, 4 * limit + 2)
+        if first is None:
+            first = list(itertools.islice(_holding(self.starts.from_(prefix), prefix), 4 * limit + 2))
+        return self._live(first, str.startswith, prefix, table, limit)
 
     def ending_with(self, suffix: str, table: Mapping[str, object], limit: int) -> list[str] | None:
         """Live keys of ``table`` ending with ``suffix``; None: over ``limit``.
@@ -164,23 +197,29 @@ class KeyIndex:
         self.tidy(table)
         ends = self.ends
         if ends is None:
-            ends = self.ends = _Runs(_REVERSED)
+            ends = self.ends = _Runs(reverse=True)
             ends.add(self.starts)
-        return self._live(ends.from_(suffix[::-1]), suffix, str.endswith, table, limit)
+        back = suffix[::-1]
+        first = ends.starting(back, 4 * limit + 2)
+        if first is None:
+            first = list(itertools.islice(_holding(ends.from_(back), back), 4 * limit + 2))
+        return self._live(list(map(_REVERSED, first)), str.endswith, suffix, table, limit)
 
     def _live(
         self,
-        ordered: Iterator[str],
-        part: str,
+        first: list[str],
         holds: Callable[[str, str], bool],
+        part: str,
         table: Mapping[str, object],
         limit: int,
     ) -> list[str] | None:
-        """The live keys ``holds(key, part)`` of ``ordered`` (which has them first) and pending."""
+        """The live keys of ``first`` (the first keys holding ``part``, in order) and pending.
+
+        ``first`` names up to ``4 * limit + 2`` keys: enough to tell when
+        more than ``4 * limit + 1`` are read, evicted ones included.
+        """
         found: list[str] = []
-        for read, key in enumerate(ordered):
-            if not holds(key, part):
-                break
+        for read, key in enumerate(first):
             if read > 4 * limit:  # evicted keys, not yet rebuilt away
                 return None
             if key in table:
@@ -198,7 +237,14 @@ class KeyIndex:
         """Live entries of ``table`` whose key starts with ``prefix`` and is longer."""
         self.tidy(table)
         found: list[E] = []
-        for key in self.starts.from_(prefix):
+        most = 4 * limit + 2
+        first = self.starts.starting(prefix, most)
+        # All the keys starting with ``prefix``, or enough of them to find ``limit`` entries:
+        # else (many evicted keys among them) read on through every run.
+        ordered: Iterable[str] = first
+        if first is None or len(first) == most:
+            ordered = self.starts.from_(prefix)
+        for key in ordered:
             if not key.startswith(prefix) or len(found) >= limit:
                 break
             entry = table.get(key)
@@ -210,6 +256,11 @@ class KeyIndex:
                 if entry is not None and entry not in found:
                     found.append(entry)
         return found
+
+
+def _holding(ordered: Iterator[str], part: str) -> Iterator[str]:
+    """The keys of ``ordered`` up to the first one not starting with ``part``."""
+    return itertools.takewhile(lambda key: key.startswith(part), ordered)
 
 
 def _common_prefix(first: str, last: str) -> str:
