@@ -9,12 +9,13 @@ key and the edit the plain search (every variant, in order) names.
 from __future__ import annotations
 
 import random
+import unicodedata
 from typing import Any
 
 import pytest
 
 from guardrail import Guard
-from guardrail._check.nearmiss import _first_variant, near_miss
+from guardrail._check.nearmiss import _CONFUSABLES, _first_variant, near_miss, skeleton
 from guardrail._data.batch import Batch
 from guardrail.kinds import Kind
 from guardrail.ledger import Source
@@ -199,7 +200,7 @@ def test_key_index_answers_as_reading_every_key_in_order(seed: int) -> None:
     index = KeyIndex()
     table: dict[str, int] = {}
     seen: list[str] = []
-    for round_ in range(40):
+    for _ in range(40):
         size = rng.choice([1, 3, 40, 65, 70, 200])
         fresh = ["".join(rng.choices("abc", k=rng.choice([3, 4, 5]))) for _ in range(size)]
         if seen and rng.random() < 0.3:
@@ -234,3 +235,12 @@ def test_key_index_answers_as_reading_every_key_in_order(seed: int) -> None:
                     if entry is not None and entry not in plain:
                         plain.append(entry)
             assert entries == plain
+
+
+def test_the_skeleton_of_ascii_text_is_the_text_itself() -> None:
+    """ASCII text skips the folding, so the folding must leave every ASCII character alone."""
+    texts = [chr(c) for c in range(128)] + ["ord_28e6aKAQW1", "W885\t \x00~", ""]
+    for text in texts:
+        assert skeleton(text) == unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
+        assert skeleton(text) == text
+    assert skeleton("ord_\u0430\uff42") == "ord_ab"  # Cyrillic a, full-width b: folded

@@ -111,6 +111,8 @@ _CONFUSABLES: Final = str.maketrans(
 
 def skeleton(text: str) -> str:
     """``text`` with full-width forms folded and look-alike letters mapped to Latin ones."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and the table maps no ASCII character
+        return text
     return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
 
 

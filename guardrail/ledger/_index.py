@@ -183,9 +183,10 @@ class KeyIndex:
         times that with evicted keys), plus the pending ones.
         """
         self.tidy(table)
-        first = self.starts.starting(prefix, 4 * limit + 2)
+        most = 4 * limit + 2
+        first = self.starts.starting(prefix, most)
         if first is None:
-            first = list(itertools.islice(_holding(self.starts.from_(prefix), prefix), 4 * limit + 2))
+            first = list(itertools.islice(_holding(self.starts.from_(prefix), prefix), most))
         return self._live(first, str.startswith, prefix, table, limit)
 
     def ending_with(self, suffix: str, table: Mapping[str, object], limit: int) -> list[str] | None:
@@ -199,10 +200,10 @@ class KeyIndex:
         if ends is None:
             ends = self.ends = _Runs(reverse=True)
             ends.add(self.starts)
-        back = suffix[::-1]
-        first = ends.starting(back, 4 * limit + 2)
+        back, most = suffix[::-1], 4 * limit + 2
+        first = ends.starting(back, most)
         if first is None:
-            first = list(itertools.islice(_holding(ends.from_(back), back), 4 * limit + 2))
+            first = list(itertools.islice(_holding(ends.from_(back), back), most))
         return self._live(list(map(_REVERSED, first)), str.endswith, suffix, table, limit)
 
     def _live(
@@ -241,9 +242,9 @@ class KeyIndex:
         first = self.starts.starting(prefix, most)
         # All the keys starting with ``prefix``, or enough of them to find ``limit`` entries:
         # else (many evicted keys among them) read on through every run.
-        ordered: Iterable[str] = first
-        if first is None or len(first) == most:
-            ordered = self.starts.from_(prefix)
+        ordered: Iterable[str] = self.starts.from_(prefix)
+        if first is not None and len(first) < most:
+            ordered = first
         for key in ordered:
             if not key.startswith(prefix) or len(found) >= limit:
                 break
