@@ -304,7 +304,7 @@ def _variants(  # noqa: PLR0912 (one branch per class of edit and where it is re
     # A value that starts as every key does has no swap within that start to try.
     first = fixed if key.startswith(shared) else 0
     batch = [
-        key[:i] + key[i + 1] + key[i] + key[i + 2 :]
+        f"{key[:i]}{key[i + 1]}{key[i]}{key[i + 2 :]}"
         for i in range(first, min(n - 1, cut))
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i])
     ]
@@ -318,7 +318,7 @@ def _variants(  # noqa: PLR0912 (one branch per class of edit and where it is re
         for i in range(first, min(n, cut)):
             head, here, after = key[:i], key[i], i + 1
             batch = [
-                head + key[j] + key[after:j] + here + key[j + 1 :]
+                f"{head}{key[j]}{key[after:j]}{here}{key[j + 1 :]}"  # one string built, not four
                 for j in range(i + 2, n)
                 if here != key[j] and (i >= fixed or key[j] == shared[i])
             ]
