@@ -186,15 +186,18 @@ def _first_live(
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_key_index_answers_as_reading_every_key_in_order(seed: int) -> None:
+@pytest.mark.parametrize("odd_keys", [False, True])
+def test_key_index_answers_as_reading_every_key_in_order(seed: int, odd_keys: bool) -> None:
     """Prefix and suffix look-ups give what sorting every key and reading them in order gives.
 
     Keys arrive in batches of every size (several sorted runs, some pending),
     some are evicted (left in the index, gone from the table), some come
     again (one key in two runs, or twice in one), and few letters make many
-    keys share a start or an end: the look-ups that bisect each run must
-    agree with the plain reading, and fall back to it where a run repeats a
-    key.
+    keys share a start or an end: the look-ups that bisect each run, or scan
+    the text of the keys not yet sorted, must agree with the plain reading,
+    and fall back to it where a run repeats a key. ``odd_keys``: now and then
+    a key holding a line break (what separates keys in that text), which
+    sends the scan back to reading the keys one by one.
     """
     rng = random.Random(seed)
     index = KeyIndex()
@@ -202,9 +205,11 @@ def test_key_index_answers_as_reading_every_key_in_order(seed: int) -> None:
     seen: list[str] = []
     for _ in range(40):
         size = rng.choice([1, 3, 40, 65, 70, 200])
-        fresh = ["".join(rng.choices("abc", k=rng.choice([3, 4, 5]))) for _ in range(size)]
+        fresh = ["".join(rng.choices("abc", k=rng.choice([1, 2, 3, 4, 5]))) for _ in range(size)]
         if seen and rng.random() < 0.3:
             fresh += rng.choices(seen, k=5)
+        if odd_keys and rng.random() < 0.2:
+            fresh.append(rng.choice(["a\nb", "ab\n", "\nab", "\n"]))
         index.add(fresh)
         seen += fresh
         for key in fresh:
@@ -213,7 +218,7 @@ def test_key_index_answers_as_reading_every_key_in_order(seed: int) -> None:
             del table[key]
             index.stale += 1
         for _ in range(8):
-            part = "".join(rng.choices("abc", k=rng.choice([0, 1, 2, 3])))
+            part = "".join(rng.choices("abc\n", [4, 4, 4, 1], k=rng.choice([0, 1, 2, 3])))
             limit = rng.choice([1, 2, 16])
             got = index.starting_with(part, table, limit)
             runs = sorted(set(index.starts))  # read after the look-up: it may sort pending keys

@@ -5,7 +5,10 @@ key costs an append; the sorting needed for the searches of a refusal (is
 this value a cut-short ledger value? which keys start or end as it does?)
 is paid on the refusal path, a little at a time: new keys are sorted into a
 short run of their own, and runs of like size merged, so a refusal sorts
-about the keys that arrived since the last one, never the whole index.
+about the keys that arrived since the last one, never the whole index. Up to
+a bound, new keys are not sorted at once but found by a scan of their text,
+and sorted once the scans have cost about what sorting them does: a
+conversation that adds ids between refusals pays for no sort at most of them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import bisect
 import heapq
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, TypeVar
 
 E = TypeVar("E")
@@ -23,6 +26,14 @@ E = TypeVar("E")
 _REVERSED: Final = operator.itemgetter(slice(None, None, -1))
 #: Most new keys a search reads one by one rather than sorting them into a run first.
 _PENDING: Final = 64
+#: Most new keys left unsorted past :data:`_PENDING`: a search finds those it wants by a scan
+#: of their text, at C speed, until the scans have read them :data:`_SCANS` times (about what
+#: sorting them into both orders costs), then they are sorted into runs.
+_TAIL: Final = 2048
+_SCANS: Final = 8
+#: What separates the new keys in their text; a key holding it sends the search back to
+#: reading them one by one.
+_SEP: Final = "\n"
 
 
 class _Runs:
@@ -116,8 +127,9 @@ class KeyIndex:
     search first asks) the same keys ordered from their last character, for
     the keys ending as a value does: a key one edit from a value either
     starts or ends with a long part of it. ``starts`` holds the key strings
-    themselves, ``ends`` them reversed. New keys wait in ``pending``, read one by one while they are
-    few, then sorted into a run of each. Evicted keys stay until a rebuild,
+    themselves, ``ends`` them reversed. New keys wait in ``pending``, read
+    one by one while they are few, then found by a scan of their text, then
+    sorted into a run of each. Evicted keys stay until a rebuild,
     so adding an id stays O(1). ``shared`` is the prefix every key ever added
     starts with (``"ord_"``), which only shrinks: the near-miss search need
     not vary what every key has.
@@ -125,6 +137,9 @@ class KeyIndex:
 
     __slots__ = (
         "_letters",
+        "_scanned",
+        "_text",
+        "_texted",
         "alphabet",
         "ends",
         "longest",
@@ -143,6 +158,7 @@ class KeyIndex:
         self.stale = 0
         self.shared: str | None = None  # None: no key yet
         self._letters: list[str] = []
+        self._untext()
 
     def letters(self) -> list[str]:
         """``alphabet`` sorted (sorted again only when it has grown)."""
@@ -168,11 +184,66 @@ class KeyIndex:
             self.ends = None
             self.pending = []
             self.stale = 0
-        elif len(self.pending) > _PENDING:
+            self._untext()
+        elif len(self.pending) > _PENDING and (
+            len(self.pending) > _TAIL
+            or self._scanned >= _SCANS * len(self.pending)
+            or self._tail() is None
+        ):
             pending, self.pending = self.pending, []
             self.starts.add(pending)
             if self.ends is not None:
                 self.ends.add(pending)
+            self._untext()
+
+    def _untext(self) -> None:
+        """Forget the text of the new keys (none are left, or they are read one by one)."""
+        self._text: str | None = _SEP
+        self._texted = 0  # how many of the new keys the text holds
+        self._scanned = 0  # keys read by scans of it since
+
+    def _tail(self) -> str | None:
+        """The new keys as one text, each between two :data:`_SEP`; None if one holds it."""
+        text, pending = self._text, self.pending
+        if text is not None and self._texted < len(pending):
+            fresh = pending[self._texted :]
+            chunk = _SEP.join(fresh)
+            if chunk.count(_SEP) != len(fresh) - 1:  # a key holds the separator
+                self._text = None
+                return None
+            text = self._text = f"{text}{chunk}{_SEP}"
+            self._texted = len(pending)
+        return text
+
+    def _pending_with(self, part: str, ends: bool) -> list[str]:
+        """The new keys (not yet sorted) starting, or with ``ends`` ending, with ``part``.
+
+        In the order they came, repeats included: what reading them one by one gives.
+        """
+        pending = self.pending
+        text = self._tail() if len(pending) > _PENDING and part else None
+        if text is None:
+            holds = str.endswith if ends else str.startswith
+            return [key for key in pending if holds(key, part)]
+        self._scanned += len(pending)
+        found: list[str] = []
+        if _SEP in part:  # no new key holds the separator
+            return found
+        if ends:
+            needle = part + _SEP
+            at = text.find(needle, 1)
+            while at >= 0:
+                end = at + len(part)
+                found.append(text[text.rfind(_SEP, 0, at) + 1 : end])
+                at = text.find(needle, end + 1)
+        else:
+            needle = _SEP + part
+            at = text.find(needle)
+            while at >= 0:
+                end = text.index(_SEP, at + 1)
+                found.append(text[at + 1 : end])
+                at = text.find(needle, end)
+        return found
 
     def starting_with(
         self, prefix: str, table: Mapping[str, object], limit: int
@@ -187,7 +258,7 @@ class KeyIndex:
         first = self.starts.starting(prefix, most)
         if first is None:
             first = list(itertools.islice(_holding(self.starts.from_(prefix), prefix), most))
-        return self._live(first, str.startswith, prefix, table, limit)
+        return self._live(first, False, prefix, table, limit)
 
     def ending_with(self, suffix: str, table: Mapping[str, object], limit: int) -> list[str] | None:
         """Live keys of ``table`` ending with ``suffix``; None: over ``limit``.
@@ -204,17 +275,19 @@ class KeyIndex:
         first = ends.starting(back, most)
         if first is None:
             first = list(itertools.islice(_holding(ends.from_(back), back), most))
-        return self._live(list(map(_REVERSED, first)), str.endswith, suffix, table, limit)
+        return self._live(list(map(_REVERSED, first)), True, suffix, table, limit)
 
     def _live(
         self,
         first: list[str],
-        holds: Callable[[str, str], bool],
+        ends: bool,
         part: str,
         table: Mapping[str, object],
         limit: int,
     ) -> list[str] | None:
-        """The live keys of ``first`` (the first keys holding ``part``, in order) and pending.
+        """The live keys of ``first`` (the first keys holding ``part``, in order) and new ones.
+
+        ``ends``: the keys end with ``part`` (else start with it).
 
         ``first`` names up to ``4 * limit + 2`` keys: enough to tell when
         more than ``4 * limit + 1`` are read, evicted ones included.
@@ -227,8 +300,8 @@ class KeyIndex:
                 if len(found) >= limit:
                     return None
                 found.append(key)
-        for key in self.pending:
-            if holds(key, part) and key in table and key not in found:
+        for key in self._pending_with(part, ends):
+            if key in table and key not in found:
                 if len(found) >= limit:
                     return None
                 found.append(key)
@@ -251,8 +324,8 @@ class KeyIndex:
             entry = table.get(key)
             if entry is not None and key != prefix and entry not in found:
                 found.append(entry)
-        for key in self.pending:
-            if key.startswith(prefix) and key != prefix and len(found) < limit:
+        for key in self._pending_with(prefix, False):
+            if key != prefix and len(found) < limit:
                 entry = table.get(key)
                 if entry is not None and entry not in found:
                     found.append(entry)
