@@ -221,6 +221,8 @@ class KeyIndex:
         In the order they came, repeats included: what reading them one by one gives.
         """
         pending = self.pending
+        if not pending:
+            return []
         text = self._tail() if len(pending) > _PENDING and part else None
         if text is None:
             holds = str.endswith if ends else str.startswith
