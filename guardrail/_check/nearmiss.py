@@ -296,16 +296,22 @@ def _variants(  # noqa: PLR0912 (one branch per class of edit and where it is re
     n = len(key)
     cut = n + 1 if cut is None else cut
     affordable = n * (n + 1) * len(letters) <= _BUDGET
-    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable)
-    far_changed, far_inserted = (
-        _read_far(key, start, far, keys) if start and affordable else ([], [])
+    neighbours, swapped, changed, inserted, dropped = _read_near(key, cut, near, keys, affordable)
+    # The variants before ``start`` are read from ``far`` (read only when affordable), the
+    # rest built: from ``start`` on (from 0 when ``far`` is not read).
+    read_far = bool(start) and affordable
+    far_neighbours, far_changed, far_dropped, far_inserted = (
+        _read_far(key, start, far, keys) if read_far else ([], [], [], [])
     )
+    built = start if read_far else 0
     fixed = len(shared)
     # A value that starts as every key does has no swap within that start to try.
     first = fixed if key.startswith(shared) else 0
+    for hit in far_neighbours:
+        yield hit[3], "two neighbouring characters swapped"
     batch = [
         f"{key[:i]}{key[i + 1]}{key[i]}{key[i + 2 :]}"
-        for i in range(first, min(n - 1, cut))
+        for i in range(max(first, built - 1), min(n - 1, cut))
         if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i])
     ]
     if not keys.isdisjoint(batch):
@@ -339,11 +345,15 @@ def _variants(  # noqa: PLR0912 (one branch per class of edit and where it is re
                     yield candidate, f"one character changed (position {i + 1})"
     for hit in changed:
         yield hit[3], f"one character changed (position {hit[0] + 1})"
-    batch = [key[:i] + key[i + 1 :] for i in range(n)]
+    for hit in far_dropped:
+        yield hit[3], f"one character added (position {hit[0] + 1})"
+    batch = [key[:i] + key[i + 1 :] for i in range(built, min(n, cut))]
     if not keys.isdisjoint(batch):
-        for i, candidate in enumerate(batch):
+        for i, candidate in enumerate(batch, built):
             if candidate in keys:
                 yield candidate, f"one character added (position {i + 1})"
+    for hit in dropped:
+        yield hit[3], f"one character added (position {hit[0] + 1})"
     for hit in far_inserted:
         yield hit[3], f"one character missing (position {hit[0] + 1})"
     for i in range(start + 1 if start else 0, min(n + 1, cut) if affordable else 0):
@@ -374,19 +384,24 @@ def _letters(letters: list[str], shared: str, i: int) -> list[str] | str:
 
 def _read_near(
     key: str, cut: int, near: Sequence[str], keys: KeysView[str], affordable: bool
-) -> tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit]]:
-    """The keys of ``near`` two neighbours swapped, two swapped, one changed, one missing.
+) -> tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit], list[_Hit]]:
+    """The keys of ``near`` two neighbours swapped, two swapped, one changed, missing or added.
 
     Each list in the order the search would meet them (by position, then
     letter) among the edits at ``cut`` or after: ``near`` starts with
     ``key[:cut]``. One character changed or missing only when ``affordable``.
     """
     n = len(key)
-    found: tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit]] = ([], [], [], [])
+    found: tuple[list[_Hit], ...] = ([], [], [], [], [])
     for other in near:
         if other not in keys:
             continue
         m = len(other)
+        if m == n - 1:
+            at = _dropped_at(key, other, cut)
+            if at is not None and at >= cut:  # before ``cut``: a variant built, or read from far
+                found[4].append((at, 0, "", other))
+            continue
         if m not in (n, n + 1):
             continue
         at = cut
@@ -421,24 +436,47 @@ def _read_near(
     for hits in found:
         if len(hits) > 1:
             hits.sort()
-    return found
+    return found[0], found[1], found[2], found[3], found[4]
+
+
+def _dropped_at(key: str, other: str, start: int = 0) -> int | None:
+    """Where one character of ``key`` dropped gives ``other`` (first such place), else None.
+
+    ``other`` and ``key`` agree up to ``start``.
+    """
+    n = len(key)
+    at = start
+    while at < n - 1 and other[at] == key[at]:
+        at += 1
+    if other[at:] != key[at + 1 :]:
+        return None
+    while at > 0 and key[at - 1] == key[at]:  # the same letter dropped earlier in its run
+        at -= 1
+    return at
 
 
 def _read_far(
     key: str, start: int, far: Sequence[str], keys: KeysView[str]
-) -> tuple[list[_Hit], list[_Hit]]:
-    """The keys of ``far`` one character changed before ``start``, one missing up to it.
+) -> tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit]]:
+    """The keys of ``far`` two neighbours swapped, one changed, one added, before ``start``.
 
-    Each list in the order the search would meet them (by position, then
-    letter): ``far`` ends with ``key[start:]``.
+    And one missing up to ``start``. Each list in the order the search would
+    meet them (by position, then letter): ``far`` ends with ``key[start:]``.
     """
     n = len(key)
+    neighbours: list[_Hit] = []
     changed: list[_Hit] = []
+    dropped: list[_Hit] = []
     inserted: list[_Hit] = []
     for other in far:
         if other not in keys:
             continue
         m = len(other)
+        if m == n - 1:
+            at = _dropped_at(key, other)
+            if at is not None and at < start:  # from ``start`` on: built, or read from near
+                dropped.append((at, 0, "", other))
+            continue
         if m not in (n, n + 1):
             continue
         at = 0
@@ -447,12 +485,19 @@ def _read_far(
         if m == n:
             if at < start and other[at + 1 : start] == key[at + 1 : start]:
                 changed.append((at, 0, other[at], other))
+            elif (
+                at + 1 < start
+                and other[at] == key[at + 1]
+                and other[at + 1] == key[at]
+                and other[at + 2 : start] == key[at + 2 : start]
+            ):
+                neighbours.append((at, at + 1, "", other))
         elif other[at + 1 : start + 1] == key[at:start]:
             letter = other[at]
             first = at  # the same letter put earlier in a run of it gives the same key
             while first > 0 and key[first - 1] == letter:
                 first -= 1
             inserted.append((first, 0, letter, other))
-    changed.sort()
-    inserted.sort()
-    return changed, inserted
+    for hits in (neighbours, changed, dropped, inserted):
+        hits.sort()
+    return neighbours, changed, dropped, inserted
