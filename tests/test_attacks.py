@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
-from collections.abc import Callable, KeysView
+from collections.abc import Callable, Iterator, KeysView
 from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any, cast
@@ -777,15 +777,15 @@ def test_a_32k_character_id_is_refused_without_any_near_miss_search(
 ) -> None:
     """An id far longer than any ledger key is unknown at once: no variant is ever built."""
     searched: list[str] = []
-    real = nearmiss._first_variant
+    real = nearmiss._variants
 
     def counting(
         key: str, letters: list[str], keys: KeysView[str], *near: Any
-    ) -> tuple[str, str] | None:
+    ) -> Iterator[tuple[str, str]]:
         searched.append(key)
         return real(key, letters, keys, *near)
 
-    monkeypatch.setattr(nearmiss, "_first_variant", counting)
+    monkeypatch.setattr(nearmiss, "_variants", counting)
     guard = shop_guard()
     refund, ran = _refund_tool(guard)
     with guard.session("s"):

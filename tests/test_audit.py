@@ -452,3 +452,21 @@ def test_a_pattern_taking_plain_words_from_user_text_is_a_warning_once_per_kind(
     assert broad[0]["kind"] == "ticket"
     assert broad[0]["words"] == ["Please", "close", "issue"]
     assert "like='email'" in broad[0]["advice"]
+
+
+@pytest.mark.parametrize("redact", [None, "k3y"])
+def test_a_refusal_of_one_value_logs_the_fields_of_the_general_event(redact: str | None) -> None:
+    """One finding (built directly) gives the keys, order and values several findings give."""
+    from guardrail._data.verdict import Finding
+    from guardrail._guard.audit import Audit
+
+    audit = Audit(redact=redact)
+    one = Finding("mutated", "refund", "order_id", "W885" * 60, "order", "order_2", "x")
+    two = Finding("unknown", "refund", "item_id", "it_9", "item")
+    single, double = audit._findings([one]), audit._findings([one, two])
+    general = {
+        key: value[:1] if isinstance(value, list) else value for key, value in double.items()
+    }
+    general["findings"] = 1
+    assert list(single.items()) == list(general.items())
+    assert single["value"] == audit.value(one.value) != one.value  # cut short, or a hash

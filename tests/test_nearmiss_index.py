@@ -9,14 +9,17 @@ key and the edit the plain search (every variant, in order) names.
 from __future__ import annotations
 
 import random
+import unicodedata
+from typing import Any
 
 import pytest
 
 from guardrail import Guard
-from guardrail._check.nearmiss import _first_variant, near_miss
+from guardrail._check.nearmiss import _CONFUSABLES, _first_variant, near_miss, skeleton
 from guardrail._data.batch import Batch
 from guardrail.kinds import Kind
 from guardrail.ledger import Source
+from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._state import LedgerState
 
@@ -160,3 +163,89 @@ def _search_like_plain(
             rest = {key: None for key in table if key != found.entry.key}
             plain = _first_variant(value, alphabet, rest.keys())
             assert (None if hidden is None else (hidden.entry.key, hidden.detail)) == plain, value
+
+
+def _first_live(
+    ordered: list[str], holds: Any, part: str, pending: list[str], table: dict[str, int], limit: int
+) -> list[str] | None:
+    """What a key index answers, read the plain way: every sorted key, then the pending ones."""
+    found: list[str] = []
+    for read, key in enumerate(key for key in ordered if holds(key, part)):
+        if read > 4 * limit:
+            return None
+        if key in table:
+            if len(found) >= limit:
+                return None
+            found.append(key)
+    for key in pending:
+        if holds(key, part) and key in table and key not in found:
+            if len(found) >= limit:
+                return None
+            found.append(key)
+    return found
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("odd_keys", [False, True])
+def test_key_index_answers_as_reading_every_key_in_order(seed: int, odd_keys: bool) -> None:
+    """Prefix and suffix look-ups give what sorting every key and reading them in order gives.
+
+    Keys arrive in batches of every size (several sorted runs, some pending),
+    some are evicted (left in the index, gone from the table), some come
+    again (one key in two runs, or twice in one), and few letters make many
+    keys share a start or an end: the look-ups that bisect each run, or scan
+    the text of the keys not yet sorted, must agree with the plain reading,
+    and fall back to it where a run repeats a key. ``odd_keys``: now and then
+    a key holding a line break (what separates keys in that text), which
+    sends the scan back to reading the keys one by one.
+    """
+    rng = random.Random(seed)
+    index = KeyIndex()
+    table: dict[str, int] = {}
+    seen: list[str] = []
+    for _ in range(40):
+        size = rng.choice([1, 3, 40, 65, 70, 200])
+        fresh = ["".join(rng.choices("abc", k=rng.choice([1, 2, 3, 4, 5]))) for _ in range(size)]
+        if seen and rng.random() < 0.3:
+            fresh += rng.choices(seen, k=5)
+        if odd_keys and rng.random() < 0.2:
+            fresh.append(rng.choice(["a\nb", "ab\n", "\nab", "\n"]))
+        index.add(fresh)
+        seen += fresh
+        for key in fresh:
+            table[key] = rng.randrange(50)  # at times one entry for two keys
+        for key in rng.sample(sorted(table), k=min(len(table), rng.choice([0, 2, 10, 150]))):
+            del table[key]
+            index.stale += 1
+        for _ in range(8):
+            part = "".join(rng.choices("abc\n", [4, 4, 4, 1], k=rng.choice([0, 1, 2, 3])))
+            limit = rng.choice([1, 2, 16])
+            got = index.starting_with(part, table, limit)
+            runs = sorted(set(index.starts))  # read after the look-up: it may sort pending keys
+            assert got == _first_live(runs, str.startswith, part, index.pending, table, limit)
+            got = index.ending_with(part, table, limit)
+            assert index.ends is not None
+            ends = [key[::-1] for key in sorted(set(index.ends))]
+            assert got == _first_live(ends, str.endswith, part, index.pending, table, limit)
+            entries = index.with_prefix(part, table, limit)
+            plain: list[int] = []
+            for key in sorted(set(index.starts)):
+                if key.startswith(part) and len(plain) < limit:
+                    entry = table.get(key)
+                    if entry is not None and key != part and entry not in plain:
+                        plain.append(entry)
+            for key in index.pending:
+                if key.startswith(part) and key != part and len(plain) < limit:
+                    entry = table.get(key)
+                    if entry is not None and entry not in plain:
+                        plain.append(entry)
+            assert entries == plain
+
+
+def test_the_skeleton_of_ascii_text_is_the_text_itself() -> None:
+    """ASCII text skips the folding, so the folding must leave every ASCII character alone."""
+    texts = [chr(c) for c in range(128)] + ["ord_28e6aKAQW1", "W885\t \x00~", ""]
+    for text in texts:
+        assert skeleton(text) == unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
+        assert skeleton(text) == text
+    assert skeleton("ord_\u0430\uff42") == "ord_ab"  # Cyrillic a, full-width b: folded

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -28,6 +29,15 @@ def test_short_values_are_shown_whole() -> None:
     assert shorten("W8855135") == "W8855135"
     assert shorten("W8855135", quote=True) == '"W8855135"'
     assert shorten("x" * 200) == "x" * 200
+
+
+@settings(max_examples=300)
+@given(st.text(st.characters(codec=None, exclude_categories=())))
+def test_a_quoted_value_is_what_json_dumps_gives(value: str) -> None:
+    """Quoting (re-prompts quote values) is json.dumps with non-ASCII kept, for any text."""
+    assert shorten(value, quote=True, limit=10_000) == json.dumps(value, ensure_ascii=False)
+    for tricky in ['a"b\\c', "\x00\x1f\n\t", "\ud800", "\u2028\u0430", "\U0001f600"]:
+        assert shorten(tricky, quote=True) == json.dumps(tricky, ensure_ascii=False)
 
 
 def test_long_values_are_cut_with_an_ellipsis_and_their_length() -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import unicodedata
-from collections.abc import KeysView, Mapping, Sequence
+from collections.abc import Iterator, KeysView, Mapping, Sequence
 from typing import Final, NamedTuple
 
 from guardrail.kinds import Kind
@@ -111,6 +111,8 @@ _CONFUSABLES: Final = str.maketrans(
 
 def skeleton(text: str) -> str:
     """``text`` with full-width forms folded and look-alike letters mapped to Latin ones."""
+    if text.isascii():  # NFKC leaves ASCII as it is, and the table maps no ASCII character
+        return text
     return unicodedata.normalize("NFKC", text).translate(_CONFUSABLES)
 
 
@@ -134,19 +136,26 @@ def near_miss(
     without the entry it found, it tells one near entry from several).
     """
     search = _Search.of(kind, key, state)
-    return None if search is None else search.find(hidden)
+    return None if search is None else next(search.hits(hidden), None)
 
 
 def near_misses(kind: Kind, key: str, state: LedgerState) -> tuple[NearMiss | None, ...]:
     """:func:`near_miss`, and when it finds one, the search again passing over it.
 
-    What the two calls give, with the keys near the value read once.
+    What the two calls give, with the keys near the value read once, and the
+    second search resumed where the first stopped: the variants are met in
+    one fixed order, so the first one after the first hit that names another
+    key is what a search passing over that key finds first.
     """
     search = _Search.of(kind, key, state)
-    first = None if search is None else search.find()
-    if search is None or first is None:
+    if search is None:
+        return (None,)
+    hits = search.hits()
+    first = next(hits, None)
+    if first is None:
         return (first,)
-    return first, search.find(first.entry.key)
+    found = first.entry.key
+    return first, next((hit for hit in hits if hit.entry.key != found), None)
 
 
 class _Search(NamedTuple):
@@ -202,29 +211,31 @@ class _Search(NamedTuple):
             start = 0
         return cls(kind, key, held, letters, shared, cut, near or [], far or [], start)
 
-    def find(self, hidden: str | None = None) -> NearMiss | None:
-        """The first near entry (passing over ``hidden``), else None."""
+    def hits(self, hidden: str | None = None) -> Iterator[NearMiss]:
+        """The near entries in the order the search meets them (passing over ``hidden``).
+
+        A key may come more than once (the same letter dropped at two places
+        of a run of it).
+        """
         key, held = self.key, self.held
         folded = self.kind.key(skeleton(key))
         if folded is not None and folded not in (key, hidden):
             entry = held.get(folded)
             if entry is not None:
-                return NearMiss(entry, "look-alike characters (homoglyphs)")
-        hit = _first_variant(
+                yield NearMiss(entry, "look-alike characters (homoglyphs)")
+        variants = _variants(
             key,
             self.letters,
             held.keys(),
             self.shared,
             self.cut,
             self.near,
-            hidden,
             self.far,
             self.start,
         )
-        if hit is None:
-            return None
-        candidate, detail = hit
-        return NearMiss(held[candidate], detail)
+        for candidate, detail in variants:
+            if candidate != hidden:
+                yield NearMiss(held[candidate], detail)
 
 
 def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
@@ -236,7 +247,7 @@ def within_reach(kind: Kind, key: str, state: LedgerState) -> bool:
     return len(key) <= state.longest_key(kind.name) + MARGIN
 
 
-def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it is read)
+def _first_variant(
     key: str,
     letters: list[str],
     keys: KeysView[str],
@@ -247,74 +258,113 @@ def _first_variant(  # noqa: PLR0912 (one branch per class of edit and where it 
     far: Sequence[str] = (),
     start: int = 0,
 ) -> tuple[str, str] | None:
-    """The first variant of ``key`` one swap or one edit away that is one of ``keys``.
+    """The first variant of :func:`_variants` that is not ``hidden``, else None.
 
-    The variants are tried in a fixed order: swaps, a character changed, one
+    Called with ``key``, ``letters`` and ``keys`` alone, it builds every
+    variant: the plain search the faster readings must agree with.
+    """
+    variants = _variants(key, letters, keys, shared, cut, near, far, start)
+    return next((hit for hit in variants if hit[0] != hidden), None)
+
+
+def _variants(  # noqa: PLR0912 (one branch per class of edit and where it is read)
+    key: str,
+    letters: list[str],
+    keys: KeysView[str],
+    shared: str = "",
+    cut: int | None = None,
+    near: Sequence[str] = (),
+    far: Sequence[str] = (),
+    start: int = 0,
+) -> Iterator[tuple[str, str]]:
+    """The variants of ``key`` one swap or one edit away that are ``keys``, with how they differ.
+
+    The variants are met in a fixed order: swaps, a character changed, one
     added, one missing, each by position, then by letter. Every key starts
     with ``shared``, so a position within it takes one letter only. An edit
     at ``cut`` or after leaves ``key[:cut]`` as it is: such variants are
     read from ``near``, the keys starting with it, rather than built. The
     many variants of one position are built in one comprehension and tested
     against the keys at C speed; only a batch that holds a hit is looked at
-    one by one, and the detail text is built for the hit alone. ``hidden``:
-    a key passed over, as if it were not one of ``keys``. With ``start``, a
-    character changed before ``start`` or missing up to it leaves
-    ``key[start:]`` as it is: such variants are read from ``far``, the keys
-    ending with it.
+    one by one, and the detail text is built for the hits alone. With
+    ``start``, a character changed before ``start`` or missing up to it
+    leaves ``key[start:]`` as it is: such variants are read from ``far``,
+    the keys ending with it. A generator: a caller that wants the next hit
+    after the first (one passing over a key) resumes it rather than starting
+    again.
     """
     n = len(key)
     cut = n + 1 if cut is None else cut
     affordable = n * (n + 1) * len(letters) <= _BUDGET
-    neighbours, swapped, changed, inserted = _read_near(key, cut, near, keys, affordable, hidden)
-    far_changed, far_inserted = (
-        _read_far(key, start, far, keys, hidden) if start and affordable else (None, None)
+    neighbours, swapped, changed, inserted, dropped = _read_near(key, cut, near, keys, affordable)
+    # The variants before ``start`` are read from ``far`` (read only when affordable), the
+    # rest built: from ``start`` on (from 0 when ``far`` is not read).
+    read_far = bool(start) and affordable
+    far_neighbours, far_changed, far_dropped, far_inserted = (
+        _read_far(key, start, far, keys) if read_far else ([], [], [], [])
     )
+    built = start if read_far else 0
     fixed = len(shared)
     # A value that starts as every key does has no swap within that start to try.
     first = fixed if key.startswith(shared) else 0
-    for i in range(first, min(n - 1, cut)):
-        if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i]):
-            candidate = key[:i] + key[i + 1] + key[i] + key[i + 2 :]
-            if candidate in keys and candidate != hidden:
-                return candidate, "two neighbouring characters swapped"
-    if neighbours is not None:
-        return neighbours[3], "two neighbouring characters swapped"
+    for hit in far_neighbours:
+        yield hit[3], "two neighbouring characters swapped"
+    batch = [
+        f"{key[:i]}{key[i + 1]}{key[i]}{key[i + 2 :]}"
+        for i in range(max(first, built - 1), min(n - 1, cut))
+        if key[i] != key[i + 1] and (i >= fixed or key[i + 1] == shared[i])
+    ]
+    if not keys.isdisjoint(batch):
+        for candidate in batch:
+            if candidate in keys:
+                yield candidate, "two neighbouring characters swapped"
+    for hit in neighbours:
+        yield hit[3], "two neighbouring characters swapped"
     if n <= _ALL_SWAPS_UP_TO:
         for i in range(first, min(n, cut)):
-            for j in range(i + 2, n):
-                if key[i] != key[j] and (i >= fixed or key[j] == shared[i]):
-                    candidate = key[:i] + key[j] + key[i + 1 : j] + key[i] + key[j + 1 :]
-                    if candidate in keys and candidate != hidden:
-                        return candidate, "two characters swapped"
-        if swapped is not None:
-            return swapped[3], "two characters swapped"
-    if far_changed is not None:
-        return far_changed[3], f"one character changed (position {far_changed[0] + 1})"
+            head, here, after = key[:i], key[i], i + 1
+            batch = [
+                f"{head}{key[j]}{key[after:j]}{here}{key[j + 1 :]}"  # one string built, not four
+                for j in range(i + 2, n)
+                if here != key[j] and (i >= fixed or key[j] == shared[i])
+            ]
+            if not keys.isdisjoint(batch):
+                for candidate in batch:
+                    if candidate in keys:
+                        yield candidate, "two characters swapped"
+        for hit in swapped:
+            yield hit[3], "two characters swapped"
+    for hit in far_changed:
+        yield hit[3], f"one character changed (position {hit[0] + 1})"
     for i in range(start, min(n, cut) if affordable else 0):
         head, tail = key[:i], key[i + 1 :]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate[i] != key[i] and candidate in keys and candidate != hidden:
-                    return candidate, f"one character changed (position {i + 1})"
-    if changed is not None:
-        return changed[3], f"one character changed (position {changed[0] + 1})"
-    for i in range(n):
-        candidate = key[:i] + key[i + 1 :]
-        if candidate in keys and candidate != hidden:
-            return candidate, f"one character added (position {i + 1})"
-    if far_inserted is not None:
-        return far_inserted[3], f"one character missing (position {far_inserted[0] + 1})"
+                if candidate[i] != key[i] and candidate in keys:
+                    yield candidate, f"one character changed (position {i + 1})"
+    for hit in changed:
+        yield hit[3], f"one character changed (position {hit[0] + 1})"
+    for hit in far_dropped:
+        yield hit[3], f"one character added (position {hit[0] + 1})"
+    batch = [key[:i] + key[i + 1 :] for i in range(built, min(n, cut))]
+    if not keys.isdisjoint(batch):
+        for i, candidate in enumerate(batch, built):
+            if candidate in keys:
+                yield candidate, f"one character added (position {i + 1})"
+    for hit in dropped:
+        yield hit[3], f"one character added (position {hit[0] + 1})"
+    for hit in far_inserted:
+        yield hit[3], f"one character missing (position {hit[0] + 1})"
     for i in range(start + 1 if start else 0, min(n + 1, cut) if affordable else 0):
         head, tail = key[:i], key[i:]
         batch = [f"{head}{letter}{tail}" for letter in _letters(letters, shared, i)]
         if not keys.isdisjoint(batch):
             for candidate in batch:
-                if candidate in keys and candidate != hidden:
-                    return candidate, f"one character missing (position {i + 1})"
-    if inserted is not None:
-        return inserted[3], f"one character missing (position {inserted[0] + 1})"
-    return None
+                if candidate in keys:
+                    yield candidate, f"one character missing (position {i + 1})"
+    for hit in inserted:
+        yield hit[3], f"one character missing (position {hit[0] + 1})"
 
 
 #: Most keys sharing a value's first characters read in place of building variants.
@@ -333,31 +383,25 @@ def _letters(letters: list[str], shared: str, i: int) -> list[str] | str:
 
 
 def _read_near(
-    key: str,
-    cut: int,
-    near: Sequence[str],
-    keys: KeysView[str],
-    affordable: bool,
-    hidden: str | None = None,
-) -> tuple[_Hit | None, _Hit | None, _Hit | None, _Hit | None]:
-    """The first keys of ``near`` two neighbours swapped, two swapped, one changed, one missing.
+    key: str, cut: int, near: Sequence[str], keys: KeysView[str], affordable: bool
+) -> tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit], list[_Hit]]:
+    """The keys of ``near`` two neighbours swapped, two swapped, one changed, missing or added.
 
-    Each is the variant the search would meet first (by position, then
+    Each list in the order the search would meet them (by position, then
     letter) among the edits at ``cut`` or after: ``near`` starts with
     ``key[:cut]``. One character changed or missing only when ``affordable``.
     """
     n = len(key)
-    found: list[_Hit | None] = [None, None, None, None]
-
-    def keep(slot: int, hit: _Hit) -> None:
-        held = found[slot]
-        if held is None or hit[:3] < held[:3]:
-            found[slot] = hit
-
+    found: tuple[list[_Hit], ...] = ([], [], [], [], [])
     for other in near:
-        if other not in keys or other == hidden:
+        if other not in keys:
             continue
         m = len(other)
+        if m == n - 1:
+            at = _dropped_at(key, other, cut)
+            if at is not None and at >= cut:  # before ``cut``: a variant built, or read from far
+                found[4].append((at, 0, "", other))
+            continue
         if m not in (n, n + 1):
             continue
         at = cut
@@ -369,7 +413,7 @@ def _read_near(
             rest = other[at + 1 :]
             if rest == key[at + 1 :]:
                 if affordable:
-                    keep(2, (at, 0, other[at], other))
+                    found[2].append((at, 0, other[at], other))
                 continue
             # Two swapped: the first difference and one later, the rest alike.
             later = next((j for j in range(at + 1, n) if other[j] != key[j]), n)
@@ -380,33 +424,59 @@ def _read_near(
                 and other[later + 1 :] == key[later + 1 :]
             ):
                 if later == at + 1:
-                    keep(0, (at, at + 1, "", other))
+                    found[0].append((at, at + 1, "", other))
                 elif n <= _ALL_SWAPS_UP_TO:
-                    keep(1, (at, later, "", other))
+                    found[1].append((at, later, "", other))
         elif affordable and other[at + 1 :] == key[at:]:
             letter = other[at]
             first = at  # the same letter put earlier in a run of it gives the same key
             while first > 0 and key[first - 1] == letter:
                 first -= 1
-            keep(3, (first, 0, letter, other))
-    return found[0], found[1], found[2], found[3]
+            found[3].append((first, 0, letter, other))
+    for hits in found:
+        if len(hits) > 1:
+            hits.sort()
+    return found[0], found[1], found[2], found[3], found[4]
+
+
+def _dropped_at(key: str, other: str, start: int = 0) -> int | None:
+    """Where one character of ``key`` dropped gives ``other`` (first such place), else None.
+
+    ``other`` and ``key`` agree up to ``start``.
+    """
+    n = len(key)
+    at = start
+    while at < n - 1 and other[at] == key[at]:
+        at += 1
+    if other[at:] != key[at + 1 :]:
+        return None
+    while at > 0 and key[at - 1] == key[at]:  # the same letter dropped earlier in its run
+        at -= 1
+    return at
 
 
 def _read_far(
-    key: str, start: int, far: Sequence[str], keys: KeysView[str], hidden: str | None
-) -> tuple[_Hit | None, _Hit | None]:
-    """The first keys of ``far`` one character changed before ``start``, one missing up to it.
+    key: str, start: int, far: Sequence[str], keys: KeysView[str]
+) -> tuple[list[_Hit], list[_Hit], list[_Hit], list[_Hit]]:
+    """The keys of ``far`` two neighbours swapped, one changed, one added, before ``start``.
 
-    Each is the variant the search would meet first (by position, then
-    letter): ``far`` ends with ``key[start:]``.
+    And one missing up to ``start``. Each list in the order the search would
+    meet them (by position, then letter): ``far`` ends with ``key[start:]``.
     """
     n = len(key)
-    changed: _Hit | None = None
-    inserted: _Hit | None = None
+    neighbours: list[_Hit] = []
+    changed: list[_Hit] = []
+    dropped: list[_Hit] = []
+    inserted: list[_Hit] = []
     for other in far:
-        if other not in keys or other == hidden:
+        if other not in keys:
             continue
         m = len(other)
+        if m == n - 1:
+            at = _dropped_at(key, other)
+            if at is not None and at < start:  # from ``start`` on: built, or read from near
+                dropped.append((at, 0, "", other))
+            continue
         if m not in (n, n + 1):
             continue
         at = 0
@@ -414,15 +484,20 @@ def _read_far(
             at += 1
         if m == n:
             if at < start and other[at + 1 : start] == key[at + 1 : start]:
-                hit = (at, 0, other[at], other)
-                if changed is None or hit[:3] < changed[:3]:
-                    changed = hit
+                changed.append((at, 0, other[at], other))
+            elif (
+                at + 1 < start
+                and other[at] == key[at + 1]
+                and other[at + 1] == key[at]
+                and other[at + 2 : start] == key[at + 2 : start]
+            ):
+                neighbours.append((at, at + 1, "", other))
         elif other[at + 1 : start + 1] == key[at:start]:
             letter = other[at]
             first = at  # the same letter put earlier in a run of it gives the same key
             while first > 0 and key[first - 1] == letter:
                 first -= 1
-            hit = (first, 0, letter, other)
-            if inserted is None or hit[:3] < inserted[:3]:
-                inserted = hit
-    return changed, inserted
+            inserted.append((first, 0, letter, other))
+    for hits in (neighbours, changed, dropped, inserted):
+        hits.sort()
+    return neighbours, changed, dropped, inserted

@@ -75,7 +75,7 @@ def _explain(
     head = f"- {finding.param}={shorten(finding.value, quote=True)}"
     role = f"[{finding.nearest_role}]" if finding.nearest_role else None
     tools = _lookup_tools(tool, lookups, finding.kind)
-    fallback = _fallback(tool, lookups, finding.kind)
+    fallback = _fallback_to(tool, lookups, finding.kind, tools)
     problem = finding.problem
     if problem == "mutated":
         return (
@@ -151,7 +151,13 @@ def _fallback(tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str) -> s
 
     Saying that no tool can keeps the model from trying the tools it has one by one.
     """
-    tools = _lookup_tools(tool, lookups, kind)
+    return _fallback_to(tool, lookups, kind, _lookup_tools(tool, lookups, kind))
+
+
+def _fallback_to(
+    tool: str, lookups: Mapping[str, tuple[str, ...]], kind: str, tools: str | None
+) -> str:
+    """:func:`_fallback`, given what :func:`_lookup_tools` gives."""
     if tools:
         return f"look it up with {tools}, or ask the user"
     if tool in lookups.get(kind, ()):  # this very call is the lookup

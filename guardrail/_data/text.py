@@ -18,6 +18,11 @@ from typing import Final
 SHOWN: Final = 200
 
 
+#: A string as a JSON string, non-ASCII kept: ``json.dumps(value, ensure_ascii=False)`` without
+#: building an encoder at each call (json.dumps reuses its own only with the default options).
+_quoted: Final = json.JSONEncoder(ensure_ascii=False).encode
+
+
 def shorten(value: str, limit: int = SHOWN, *, quote: bool = False) -> str:
     """``value`` itself when short; else its first ``limit`` characters, "…" and its length.
 
@@ -25,11 +30,11 @@ def shorten(value: str, limit: int = SHOWN, *, quote: bool = False) -> str:
     length after the closing quote: ``"W885…" (32,000 characters)``.
     """
     if len(value) <= limit:
-        return json.dumps(value, ensure_ascii=False) if quote else value
+        return _quoted(value) if quote else value
     head = value[:limit] + "…"
     size = f"({len(value):,} characters)"
     if quote:
-        return f"{json.dumps(head, ensure_ascii=False)} {size}"
+        return f"{_quoted(head)} {size}"
     return f"{head} {size}"
 
 

@@ -42,7 +42,7 @@ Problem = Literal[
 PROBLEMS: Final[tuple[str, ...]] = get_args(Problem)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Finding:
     """Why one identifier argument was not allowed.
 
@@ -59,6 +59,29 @@ class Finding:
     nearest_role: str | None = None
     detail: str = ""
     enforced: bool = True
+
+    def __init__(
+        self,
+        problem: Problem,
+        tool: str,
+        param: str,
+        value: str,
+        kind: str,
+        nearest_role: str | None = None,
+        detail: str = "",
+        enforced: bool = True,
+    ) -> None:
+        # One update of the instance dict, as Verdict does: a refusal builds one per value.
+        self.__dict__.update(
+            problem=problem,
+            tool=tool,
+            param=param,
+            value=value,
+            kind=kind,
+            nearest_role=nearest_role,
+            detail=detail,
+            enforced=enforced,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Flat, JSON-safe fields; the value cut short (:func:`~guardrail._data.text.shorten`).

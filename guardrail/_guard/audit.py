@@ -402,18 +402,18 @@ class Audit:
         }
 
     def _findings(self, findings: Sequence[Finding]) -> dict[str, Any]:
-        first = findings[0]
-        shown = listed(findings)
+        first, shown = findings[0], listed(findings)
+        value = self.value(first.value)  # the first of "values" too: cut short (or hashed) once
         return {
             "problem": first.problem,
             "param": first.param,
             "kind": first.kind,
-            "value": self.value(first.value),
+            "value": value,
             "nearest_role": first.nearest_role,
             "findings": len(findings),
             "problems": [f.problem for f in shown],
             "params": [f.param for f in shown],
-            "values": self.values(f.value for f in shown),
+            "values": [value, *self.values(f.value for f in shown[1:])],
             "nearest_roles": [f.nearest_role for f in shown],
             **omitted(len(findings)),
         }
