@@ -35,8 +35,6 @@ from typing import Any
 
 from guardrail._data.batch import Batch, Related
 from guardrail._data.entry import (
-    NO_SEALS,
-    NOTHING,
     UNWRITTEN_PATHS,
     Admitted,
     Dropped,
@@ -49,6 +47,7 @@ from guardrail._data.entry import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._calls import HeldCalls
+from guardrail.ledger._fresh import admit_fresh
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -322,30 +321,19 @@ class LedgerState:
                 # Default roles with no tombstone to honour: number them here, in a local.
                 plain = not template and not self.tombstones
                 start = number = counters.get(kind, 0)
+                if plain and not marks and room >= len(keys):  # all new, mostly: in one go
+                    made = admit_fresh(self, batch, table, where, (level, outside), verified)
+                    if made is not None:
+                        room -= len(made)
+                        added += made
+                        continue
                 for value, key, status in zip(
                     values, keys, statuses if statuses is not None else repeat(None), strict=False
                 ):
                     entry = table.get(key)
                     if entry is not None:
-                        # Believed again: verified, or (see upgrade) spelled as the tool wrote it.
-                        if (
-                            verified
-                            and (
-                                not entry.verified
-                                or entry.tier != "produced"
-                                or entry.source.path in UNWRITTEN_PATHS
-                            )
-                            and self.upgrade(
-                                entry, value, where, spelled=tool_written(level, where.path)
-                            )
-                        ):
+                        if self.again(entry, value, status, where, (level, outside), verified):
                             upgraded.append(entry)
-                        fresh_status = status is not None and status != entry.status
-                        if fresh_status:
-                            entry.status = status
-                        if raise_tier(entry, level, outside) or fresh_status:
-                            self.changed(kind, key)
-                        self.touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
                         skipped[(kind, key)] = value
@@ -368,14 +356,14 @@ class LedgerState:
                     entry.source = where
                     entry.first_seen = turn
                     entry.last_used = turn
-                    entry.verified = verified
+                    if verified is not True:  # the rare fields keep their class defaults
+                        entry.verified = verified
                     entry.status = status
                     entry.note = None  # given below with the rest of the batch's notes
-                    # epoch 0 as Entry() has it until the admission ends
-                    entry.pinned, entry.aliases, entry.epoch = False, (), 0
-                    entry.tier, entry.outside, entry.mention = level, outside, None
-                    entry.approved = entry.declined = NOTHING
-                    entry.seals = NO_SEALS
+                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    entry.tier = level
+                    if outside:
+                        entry.outside = outside
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -403,6 +391,29 @@ class LedgerState:
             taken = take_back(self, added, revived)
             dropped = mark_dropped(self, taken, skipped, tool, source)
         return Admitted(added, upgraded, evicted, dropped)
+
+    def again(
+        self,
+        entry: Entry,
+        value: str,
+        status: str | None,
+        where: Source,
+        provenance: tuple[str, bool],
+        verified: bool,
+    ) -> bool:
+        """An id held, named again by an admission (see :meth:`admit`); True: that verified it."""
+        level, outside = provenance
+        upgraded = verified and (
+            (not entry.verified or entry.tier != "produced" or entry.source.path in UNWRITTEN_PATHS)
+            and self.upgrade(entry, value, where, spelled=tool_written(level, where.path))
+        )
+        fresh_status = status is not None and status != entry.status
+        if fresh_status:
+            entry.status = status
+        if raise_tier(entry, level, outside) or fresh_status:
+            self.changed(entry.kind, entry.key)
+        self.touch(entry)
+        return upgraded
 
     def upgrade(self, entry: Entry, value: str, source: Source, *, spelled: bool) -> bool:
         """A believed result returned ``entry``'s id as ``value``; True if that verified it.
