@@ -1,0 +1,216 @@
+"""Columns: the ids one field of a list of plain records holds, read a column at a time.
+
+Most results are a list of JSON records, and most producers a path that ends
+in one field of each (``orders[*].order_id``). For such a producer, where
+every record is a plain dict holding the field as text, :func:`plain_columns`
+reads the values, their keys (the kind's normaliser run over the column), the
+statuses and the default notes as whole columns, each record's shape (its
+field names, in order) worked out once per shape rather than once per
+record. It gives exactly what :func:`~guardrail._provenance.harvest.leaves`
+and the loop of :func:`~guardrail._provenance.harvest.batches_of` give, or
+None where the result is not of that form (a record without the field, a
+value that is not text, an empty or over-long one, one the normaliser fails
+on or that is an example, a declared note): the general path then reads the
+producer from the start. Only the declared field is read as an id, as there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Set
+from itertools import compress
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+from guardrail._declare.paths import KEY, Path, _walk
+from guardrail._declare.spec import Producer
+from guardrail._provenance.notes import (
+    DEFAULT_NOTES,
+    FIELD_CHARS,
+    _first_id,
+    _own_id,
+    _scalar,
+    clean,
+    compose,
+    default_fields,
+    part_of,
+    relation,
+    with_relation,
+)
+
+#: Longest string accepted as one identifier; longer values are reported, not recorded.
+MAX_ID_LENGTH = 2048
+
+
+class Shape(NamedTuple):
+    """What the default notes read of a record of one shape (its field names, in order).
+
+    ``own``: the field naming the record's own id (its first id field, else
+    its first ``..._number``), or None; ``first``: whether that field is an id
+    field (``id``, ``..._id``...); ``fields``: the default note fields it has,
+    in the order notes read them.
+    """
+
+    own: Any
+    first: bool
+    fields: tuple[str, ...]
+
+
+#: Shapes worked out, by their field names in order (cleared when full).
+_SHAPES: dict[tuple[Any, ...], Shape] = {}
+_SHAPES_KEPT = 256
+
+
+def shape_of(names: tuple[Any, ...]) -> Shape:
+    """The :class:`Shape` of records whose field names are ``names``, in order (kept)."""
+    shape = _SHAPES.get(names)
+    if shape is None:
+        own = _own_id(names)
+        first = own is not None and _first_id((own,)) is not None
+        shape = Shape(own, first, default_fields(names))
+        if len(_SHAPES) >= _SHAPES_KEPT:
+            _SHAPES.clear()
+        _SHAPES[names] = shape
+    return shape
+
+
+class Columns(NamedTuple):
+    """What a producer yields from plain records: a batch's columns, each id once."""
+
+    values: list[str]
+    keys: list[str]
+    statuses: list[str | None] | None
+    notes: list[str | None] | None
+
+
+#: The records a path's parent steps reach in one result, by those steps (None: not all
+#: plain dicts), shared by the producers of one harvest.
+Walked = dict[tuple[Any, ...], "list[dict[Any, Any]] | None"]
+
+
+def records_at(path: Path, value: Any, walked: Walked) -> list[dict[Any, Any]] | None:
+    """The records holding ``path``'s last field in ``value``, or None: not all plain dicts."""
+    steps = path.steps[:-1]
+    if steps in walked:
+        return walked[steps]
+    holders = _walk(steps, [value], False)
+    plain = holders if not holders or set(map(type, holders)) == {dict} else None
+    walked[steps] = plain
+    return plain
+
+
+def plain_columns(
+    producer: Producer,
+    value: Any,
+    walked: Walked,
+    normalize: Callable[[str], Any],
+    excluded: tuple[Set[str], set[str]],
+) -> Columns | None:
+    """The columns ``producer`` yields from ``value``, or None: not plain records (see above).
+
+    ``excluded``: the kind's example keys, never harvested, and the keys of
+    the kind this harvest found already (the new ones are added to it when
+    columns are given; nothing changes otherwise).
+    """
+    path, fields, status = producer.path, producer.note, producer.status
+    if path is None or producer.regex is not None or not path.steps or fields not in ((), None):
+        return None
+    op, field = path.steps[-1]
+    holders = records_at(path, value, walked) if op == KEY else None
+    if holders is None:
+        return None
+    try:
+        leaves = list(map(itemgetter(field), holders))
+    except KeyError:  # a record without the field: the general path passes it by
+        return None
+    if not leaves:
+        return Columns([], [], None, None)
+    lengths = set(map(len, leaves)) if set(map(type, leaves)) == {str} else {0}
+    if min(lengths) == 0 or max(lengths) > MAX_ID_LENGTH:
+        return None
+    try:
+        keys = list(map(normalize, leaves))
+    except Exception:  # the general path counts what it could not read
+        return None
+    examples, known = excluded
+    found = set(keys)
+    if set(map(type, keys)) != {str} or "" in found or not examples.isdisjoint(found):
+        return None
+    statuses = None if status is None else [_text(holder.get(status)) for holder in holders]
+    notes = None
+    if fields is None and (status is not None or len(leaves) <= DEFAULT_NOTES):
+        notes = default_notes(producer, holders, value)
+        if not any(notes):
+            notes = None
+    if len(found) == len(keys) and known.isdisjoint(found):
+        known |= found
+        return Columns(leaves, keys, statuses, notes)
+    kept = []  # each id once, where first found, and none another producer of its kind found
+    for key in keys:
+        fresh = key not in known
+        if fresh:
+            known.add(key)
+        kept.append(fresh)
+    return Columns(
+        list(compress(leaves, kept)),
+        list(compress(keys, kept)),
+        None if statuses is None else list(compress(statuses, kept)),
+        None if notes is None else list(compress(notes, kept)),
+    )
+
+
+def _text(status: Any) -> str | None:
+    return status if isinstance(status, str) else None
+
+
+def default_notes(producer: Producer, holders: list[dict[Any, Any]], root: Any) -> list[Any]:
+    """The default notes of the ids at ``producer``'s field of ``holders`` (each holds it).
+
+    As :func:`~guardrail._provenance.harvest.leaves` plans them: the record's
+    own fields where the producer's field is the record's own id field, then
+    which record holds the id (the record's own id, else the root's).
+    """
+    assert producer.path is not None
+    own = producer.path.steps[-1][1]
+    kind, skip = producer.kind, producer.status
+    label = kind if _first_id((own,)) else str(own)
+    prefix = f"{clean(label)[:FIELD_CHARS]} of "
+    root_related: Any = _UNSEEN
+    notes: list[Any] = []
+    append = notes.append
+    for holder in holders:
+        shape = _SHAPES.get(tuple(holder)) or shape_of(tuple(holder))
+        name = shape.own
+        note = None
+        if shape.first and name == own and shape.fields:
+            note = _own_note(holder, shape.fields, skip)
+        if name is not None and name != own:
+            parent = holder.get(name)
+            text = parent if type(parent) is str else _scalar(parent)
+            related = prefix + clean(text) if text and len(text) <= FIELD_CHARS else None
+        elif holder is root:
+            related = None
+        else:
+            if root_related is _UNSEEN:
+                root_related = relation(kind, None, None, root)
+            related = root_related
+        append(with_relation(note, related))
+    return notes
+
+
+def _own_note(holder: dict[Any, Any], fields: tuple[str, ...], skip: str | None) -> str | None:
+    """The note of a record from its default fields (all of which it has), ``skip`` apart."""
+    parts = []
+    for name in fields:
+        if name == skip:
+            continue
+        field = holder[name]
+        text = field if type(field) is str else None if field is None else _scalar(field)
+        if text and len(text) <= FIELD_CHARS:
+            parts.append(text)
+    if len(parts) == 1:
+        return part_of(parts[0])
+    return compose(parts) if parts else None
+
+
+#: Not worked out yet.
+_UNSEEN: Any = object()
