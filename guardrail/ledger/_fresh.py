@@ -5,16 +5,17 @@ ids: every id is new, takes the next default role of its kind, and nothing
 is refreshed, revived or remembered as dropped. :func:`admit_fresh` makes
 the entries in one pass and puts them into the tables with one update each,
 exactly as :meth:`~guardrail.ledger._state.LedgerState.admit` would one by
-one; a batch that is not such a batch is left to that loop, untouched.
+one; a batch that is not such a batch is left to that loop, untouched. That
+loop gives the ids already held their notes after (:func:`take_notes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from itertools import repeat
 from typing import Any, Protocol
 
-from guardrail._data.batch import Batch
+from guardrail._data.batch import Batch, Related
 from guardrail._data.entry import Entry, Source
 
 _allocate = object.__new__
@@ -118,3 +119,30 @@ def admit_fresh(
     state.size += count
     state.index[kind].add(keys)
     return made
+
+
+def take_notes(
+    table: dict[str, Entry],
+    keys: Sequence[str],
+    notes: Sequence[str | None] | None,
+    changed: set[tuple[str, str]] | None,
+) -> None:
+    """Give each entry of ``keys`` still in ``table`` its note from ``notes`` (None: keep its own).
+
+    An id seen again with another note takes the new one, as it takes a new
+    status (a :class:`~guardrail._data.batch.Related` note only where it has
+    none); each entry changed is added to ``changed`` (the journal, for the
+    store; None: no store keeps the ledger). ``notes`` None: the batch read none.
+    """
+    if notes is None:
+        return
+    for key, note in zip(keys, notes, strict=False):
+        if note is None:
+            continue
+        entry = table.get(key)
+        if entry is not None and type(note) is Related and entry.note is not None:
+            continue  # which record names it: no description, never one in place of a note
+        if entry is not None and entry.note != note:
+            entry.note = note
+            if changed is not None:
+                changed.add((entry.kind, entry.key))

@@ -25,15 +25,16 @@ Records, loading, merging: :mod:`guardrail.ledger._records`; journal:
 
 from __future__ import annotations
 
+import gc
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from guardrail._data.batch import Batch, Related
+from guardrail._data.batch import Batch
 from guardrail._data.entry import (
     UNWRITTEN_PATHS,
     Admitted,
@@ -47,7 +48,7 @@ from guardrail._data.entry import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._calls import HeldCalls
-from guardrail.ledger._fresh import admit_fresh
+from guardrail.ledger._fresh import admit_fresh, take_notes
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -299,6 +300,28 @@ class LedgerState:
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
+        # The cyclic collector waits while the entries are made (as a cold load does, see
+        # guardrail._guard.journal.opened): run over and over as a result's tens of thousands
+        # of entries are made, it would walk them again and again. It runs again after.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._admit(batches, source, verified, limit, tool, tier)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _admit(
+        self,
+        batches: Iterable[Batch],
+        source: Source | Mapping[str, Source],
+        verified: bool,
+        limit: int | None,
+        tool: str | None,
+        tier: str | None,
+    ) -> Admitted:
+        """:meth:`admit`'s work, with the collector paused."""
         added: list[Entry] = []
         upgraded: list[Entry] = []
         skipped: dict[Name, str] = {}  # (kind, key) -> value of new ids beyond limit
@@ -375,7 +398,7 @@ class LedgerState:
                     if marks:  # in the ledger for real now: no longer "not kept"
                         marks.pop((kind, key), None)
                     added.append(entry)
-                _take_notes(table, keys, notes, self.journal)  # new ids take theirs too
+                take_notes(table, keys, notes, self.journal)  # new ids take theirs too
                 if number != start:
                     counters[kind] = number
                 if fresh:
@@ -631,30 +654,3 @@ class LedgerState:
             self.remove(victim)
             evicted.append(victim)
         return evicted
-
-
-def _take_notes(
-    table: dict[str, Entry],
-    keys: Sequence[str],
-    notes: Sequence[str | None] | None,
-    changed: set[tuple[str, str]] | None,
-) -> None:
-    """Give each entry of ``keys`` still in ``table`` its note from ``notes`` (None: keep its own).
-
-    An id seen again with another note takes the new one, as it takes a new
-    status (a :class:`~guardrail._data.batch.Related` note only where it has
-    none); each entry changed is added to ``changed`` (the journal, for the
-    store; None: no store keeps the ledger). ``notes`` None: the batch read none.
-    """
-    if notes is None:
-        return
-    for key, note in zip(keys, notes, strict=False):
-        if note is None:
-            continue
-        entry = table.get(key)
-        if entry is not None and type(note) is Related and entry.note is not None:
-            continue  # which record names it: no description, never one in place of a note
-        if entry is not None and entry.note != note:
-            entry.note = note
-            if changed is not None:
-                changed.add((entry.kind, entry.key))
