@@ -176,3 +176,32 @@ def test_a_value_no_declared_field_holds_is_never_taken() -> None:
     for held in (records, records[:1]):  # the general path, then the columns
         found = harvest(guard.specs["list_orders"], {"orders": held}, guard.kinds)
         assert [b.values for b in found.batches] == [["W5"]]
+
+
+STATUS_ORDERS = {
+    "orders[*].order_id": Id("order", status="status"),
+    "orders[*].customer_id": "customer",
+}
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"order_id": "W1", "status": "paid"}],  # the status is no part of the note
+        [{"order_id": "W1", "status": "paid", "name": "Kettle"}],
+        [{"order_id": "W1", "name": ""}, {"order_id": "W4", "name": "x" * 41}],
+        [{"order_id": "W1", "name": "  a\tb [c] "}, {"order_id": "W4", "name": 12}],
+        [{"order_id": "W1", "name": None, "date": "2024"}, {"order_id": "W4", "name": True}],
+        [{"customer_id": "c1", "order_id": "W1", "name": "n"}],  # the order is not its own
+        [{"flight_number": "F1", "order_id": "W1"}, {"order_id": "W4", "flight_number": 7}],
+        [{"order_id": "W1", "customer_id": "c[1]"}, {"order_id": "W4", "customer_id": "c  2"}],
+        [{"order_id": "W1", "customer_id": "c1", "id": "x"}],
+    ],
+)
+def test_columns_read_notes_as_the_general_path(records: list[dict[str, Any]]) -> None:
+    """Records whose note takes each turn of the column reader's planned notes."""
+    for produces in (STATUS_ORDERS, {"orders[*].order_id": "order", "orders[*].id": "customer"}):
+        guard = _guard(produces)
+        for result in ({"orders": records}, {"orders": records, "order_id": "W9"}, records[0]):
+            fast, slow = _both(guard, result)
+            assert fast == slow

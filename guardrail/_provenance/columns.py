@@ -21,6 +21,7 @@ from itertools import compress
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from guardrail._data.batch import Related
 from guardrail._declare.paths import KEY, Path, _walk
 from guardrail._declare.spec import Producer
 from guardrail._provenance.notes import (
@@ -34,7 +35,6 @@ from guardrail._provenance.notes import (
     default_fields,
     part_of,
     relation,
-    with_relation,
 )
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
@@ -82,20 +82,33 @@ class Columns(NamedTuple):
     notes: list[str | None] | None
 
 
-#: The records a path's parent steps reach in one result, by those steps (None: not all
-#: plain dicts), shared by the producers of one harvest.
-Walked = dict[tuple[Any, ...], "list[dict[Any, Any]] | None"]
+class Records:
+    """The records a path's parent steps reach in one result, shared by its producers.
+
+    ``holders`` is None where any of them is not a plain dict; ``shapes``,
+    each one's :class:`Shape`, is worked out when a default note needs it.
+    """
+
+    __slots__ = ("holders", "shapes")
+
+    def __init__(self, holders: list[dict[Any, Any]] | None) -> None:
+        self.holders = holders
+        self.shapes: list[Shape] | None = None
 
 
-def records_at(path: Path, value: Any, walked: Walked) -> list[dict[Any, Any]] | None:
-    """The records holding ``path``'s last field in ``value``, or None: not all plain dicts."""
+#: The :class:`Records` of one result, by the parent steps that reach them.
+Walked = dict[tuple[Any, ...], Records]
+
+
+def records_at(path: Path, value: Any, walked: Walked) -> Records:
+    """The records holding ``path``'s last field in ``value`` (walked once per parent steps)."""
     steps = path.steps[:-1]
-    if steps in walked:
-        return walked[steps]
-    holders = _walk(steps, [value], False)
-    plain = holders if not holders or set(map(type, holders)) == {dict} else None
-    walked[steps] = plain
-    return plain
+    found = walked.get(steps)
+    if found is None:
+        holders = _walk(steps, [value], False)
+        plain = not holders or set(map(type, holders)) == {dict}
+        found = walked[steps] = Records(holders if plain else None)
+    return found
 
 
 def plain_columns(
@@ -115,8 +128,9 @@ def plain_columns(
     if path is None or producer.regex is not None or not path.steps or fields not in ((), None):
         return None
     op, field = path.steps[-1]
-    holders = records_at(path, value, walked) if op == KEY else None
-    if holders is None:
+    records = records_at(path, value, walked) if op == KEY else None
+    holders = None if records is None else records.holders
+    if records is None or holders is None:
         return None
     try:
         leaves = list(map(itemgetter(field), holders))
@@ -138,7 +152,11 @@ def plain_columns(
     statuses = None if status is None else [_text(holder.get(status)) for holder in holders]
     notes = None
     if fields is None and (status is not None or len(leaves) <= DEFAULT_NOTES):
-        notes = default_notes(producer, holders, value)
+        if records.shapes is None:
+            records.shapes = [
+                _SHAPES.get(names) or shape_of(names) for names in map(tuple, holders)
+            ]
+        notes = default_notes(producer, holders, records.shapes, value)
         if not any(notes):
             notes = None
     if len(found) == len(keys) and known.isdisjoint(found):
@@ -162,12 +180,15 @@ def _text(status: Any) -> str | None:
     return status if isinstance(status, str) else None
 
 
-def default_notes(producer: Producer, holders: list[dict[Any, Any]], root: Any) -> list[Any]:
+def default_notes(
+    producer: Producer, holders: list[dict[Any, Any]], shapes: list[Shape], root: Any
+) -> list[Any]:
     """The default notes of the ids at ``producer``'s field of ``holders`` (each holds it).
 
     As :func:`~guardrail._provenance.harvest.leaves` plans them: the record's
     own fields where the producer's field is the record's own id field, then
-    which record holds the id (the record's own id, else the root's).
+    which record holds the id (the record's own id, else the root's), as
+    :func:`~guardrail._provenance.notes.with_relation` joins them.
     """
     assert producer.path is not None
     own = producer.path.steps[-1][1]
@@ -177,23 +198,34 @@ def default_notes(producer: Producer, holders: list[dict[Any, Any]], root: Any) 
     root_related: Any = _UNSEEN
     notes: list[Any] = []
     append = notes.append
-    for holder in holders:
-        shape = _SHAPES.get(tuple(holder)) or shape_of(tuple(holder))
+    for holder, shape in zip(holders, shapes, strict=True):
         name = shape.own
-        note = None
-        if shape.first and name == own and shape.fields:
-            note = _own_note(holder, shape.fields, skip)
-        if name is not None and name != own:
+        note = related = None
+        if name == own:  # the record's own id: its own fields describe it
+            fields = shape.fields
+            if not shape.first or not fields:
+                pass
+            elif len(fields) == 1 and fields[0] != skip and type(holder[fields[0]]) is str:
+                text = holder[fields[0]]  # one field (a status), the usual case
+                note = part_of(text) if 0 < len(text) <= FIELD_CHARS else None
+            else:
+                note = _own_note(holder, fields, skip)
+        elif name is not None:  # which record holds it: that record's own id
             parent = holder.get(name)
             text = parent if type(parent) is str else _scalar(parent)
-            related = prefix + clean(text) if text and len(text) <= FIELD_CHARS else None
-        elif holder is root:
-            related = None
-        else:
+            if text and len(text) <= FIELD_CHARS:
+                if text.isprintable() and "[" not in text and "]" not in text and "  " not in text:
+                    related = prefix + text.strip()  # clean() of the usual text, inline
+                else:
+                    related = prefix + clean(text)
+        if (name is None or name == own) and holder is not root:  # the root's record holds it
             if root_related is _UNSEEN:
                 root_related = relation(kind, None, None, root)
             related = root_related
-        append(with_relation(note, related))
+        if related is None:
+            append(note)
+        else:
+            append(Related(related) if note is None else f"{note}; {related}")
     return notes
 
 
