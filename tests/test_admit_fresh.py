@@ -27,7 +27,7 @@ from guardrail.ledger._ledger import state_of
 from guardrail.ledger._records import meta_of, records
 from guardrail.ledger._state import LedgerState
 
-KINDS = ("order", "customer")
+KINDS = ("order", "customer", "c{0}%s")  # braces and a percent sign: roles as written
 KEYS = tuple(f"k{i}" for i in range(12))
 NOTES = (None, "delivered", Related("customer of k1"), "pending; order of k2")
 

@@ -193,8 +193,13 @@ def default_notes(
     assert producer.path is not None
     own = producer.path.steps[-1][1]
     kind, skip = producer.kind, producer.status
-    label = kind if _first_id((own,)) else str(own)
-    prefix = f"{clean(label)[:FIELD_CHARS]} of "
+    prefix = _PREFIXES.get((kind, own))
+    if prefix is None:
+        label = kind if _first_id((own,)) else str(own)
+        prefix = f"{clean(label)[:FIELD_CHARS]} of "
+        if len(_PREFIXES) >= _SHAPES_KEPT:
+            _PREFIXES.clear()
+        _PREFIXES[(kind, own)] = prefix
     root_related: Any = _UNSEEN
     notes: list[Any] = []
     append = notes.append
@@ -243,6 +248,9 @@ def _own_note(holder: dict[Any, Any], fields: tuple[str, ...], skip: str | None)
         return part_of(parts[0])
     return compose(parts) if parts else None
 
+
+#: How a note names the record holding an id of a kind at a field: ``customer of ``, by both.
+_PREFIXES: dict[tuple[str, Any], str] = {}
 
 #: Not worked out yet.
 _UNSEEN: Any = object()
