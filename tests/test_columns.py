@@ -124,11 +124,15 @@ def _both(guard: Guard, result: Any) -> tuple[Any, Any]:
     produces=PRODUCES,
     records=RECORDS,
     shape=st.sampled_from(["orders", "list", "one", "json"]),
+    uniform=st.booleans(),
 )
 def test_columns_yield_what_the_general_path_yields(
-    produces: dict[str, Any], records: list[dict[str, Any]], shape: str
+    produces: dict[str, Any], records: list[dict[str, Any]], shape: str, uniform: bool
 ) -> None:
     guard = _guard(produces)
+    if uniform and records:  # every record of the first one's fields, in its order
+        first = records[0]
+        records = [{name: held.get(name, first[name]) for name in first} for held in records]
     result: Any = {"orders": records, "order_id": "W9"}
     if shape == "list":
         result = records
@@ -196,11 +200,25 @@ STATUS_ORDERS = {
         [{"flight_number": "F1", "order_id": "W1"}, {"order_id": "W4", "flight_number": 7}],
         [{"order_id": "W1", "customer_id": "c[1]"}, {"order_id": "W4", "customer_id": "c  2"}],
         [{"order_id": "W1", "customer_id": "c1", "id": "x"}],
+        [{"order_id": "W1", "customer_id": "c 1 "}, {"order_id": "W4", "customer_id": " c2"}],
+        [{"order_id": "W1", "customer_id": "c1 "}, {"order_id": "W4", "customer_id": " c2"}],
+        [{"order_id": "W1", "customer_id": "c\u200e1"}, {"order_id": "W4", "customer_id": ""}],
+        [{"order_id": "W1", "status": "paid"}, {"order_id": "W4", "status": "x" * 41}],
+        [{"order_id": "W1", "status": ""}, {"order_id": "W4", "status": 3}],
+        [{"id": "W1", "order_id": "W2"}, {"id": "W3", "order_id": "W4"}],
+        [{"order_id": " W1", "customer_id": "c1"}, {"order_id": "W4 ", "customer_id": "c2"}],
+        [{"order_id": "W]1", "customer_id": "c1"}, {"order_id": "W4", "customer_id": "c2"}],
+        [{"flight_number": "F1", "name": "n"}, {"flight_number": "F2", "name": "m"}],
+        [{"order_id": "W1", "flight_number": "F1", "name": "n"}],
     ],
 )
 def test_columns_read_notes_as_the_general_path(records: list[dict[str, Any]]) -> None:
     """Records whose note takes each turn of the column reader's planned notes."""
-    for produces in (STATUS_ORDERS, {"orders[*].order_id": "order", "orders[*].id": "customer"}):
+    for produces in (
+        STATUS_ORDERS,
+        {"orders[*].order_id": "order", "orders[*].id": "customer"},
+        {"orders[*].flight_number": "order", "orders[*].order_id": "customer"},
+    ):
         guard = _guard(produces)
         for result in ({"orders": records}, {"orders": records, "order_id": "W9"}, records[0]):
             fast, slow = _both(guard, result)

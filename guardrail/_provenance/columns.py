@@ -86,14 +86,16 @@ class Records:
     """The records a path's parent steps reach in one result, shared by its producers.
 
     ``holders`` is None where any of them is not a plain dict; ``shapes``,
-    each one's :class:`Shape`, is worked out when a default note needs it.
+    each one's :class:`Shape`, is worked out when a default note needs it,
+    and ``single`` then, the shape of them all where they share one.
     """
 
-    __slots__ = ("holders", "shapes")
+    __slots__ = ("holders", "shapes", "single")
 
     def __init__(self, holders: list[dict[Any, Any]] | None) -> None:
         self.holders = holders
         self.shapes: list[Shape] | None = None
+        self.single: Shape | None = None  # the shape of every one, where they have one
 
 
 #: The :class:`Records` of one result, by the parent steps that reach them.
@@ -153,10 +155,16 @@ def plain_columns(
     notes = None
     if fields is None and (status is not None or len(leaves) <= DEFAULT_NOTES):
         if records.shapes is None:
-            records.shapes = [
-                _SHAPES.get(names) or shape_of(names) for names in map(tuple, holders)
-            ]
-        notes = default_notes(producer, holders, records.shapes, value)
+            names = list(map(tuple, holders))
+            if len(set(names)) == 1:  # one shape, the usual list: its notes read as columns
+                records.single = shape_of(names[0])
+                records.shapes = [records.single] * len(names)
+            else:
+                records.shapes = [_SHAPES.get(held) or shape_of(held) for held in names]
+        single = records.single
+        notes = None if single is None else column_notes(producer, holders, single, value)
+        if notes is None:
+            notes = default_notes(producer, holders, records.shapes, value)
         if not any(notes):
             notes = None
     if len(found) == len(keys) and known.isdisjoint(found):
@@ -193,13 +201,7 @@ def default_notes(
     assert producer.path is not None
     own = producer.path.steps[-1][1]
     kind, skip = producer.kind, producer.status
-    prefix = _PREFIXES.get((kind, own))
-    if prefix is None:
-        label = kind if _first_id((own,)) else str(own)
-        prefix = f"{clean(label)[:FIELD_CHARS]} of "
-        if len(_PREFIXES) >= _SHAPES_KEPT:
-            _PREFIXES.clear()
-        _PREFIXES[(kind, own)] = prefix
+    prefix = holder_prefix(kind, own)
     root_related: Any = _UNSEEN
     notes: list[Any] = []
     append = notes.append
@@ -232,6 +234,68 @@ def default_notes(
         else:
             append(Related(related) if note is None else f"{note}; {related}")
     return notes
+
+
+def column_notes(
+    producer: Producer, holders: list[dict[Any, Any]], shape: Shape, root: Any
+) -> list[Any] | None:
+    """:func:`default_notes` of records that all have ``shape``, a column at a time; or None.
+
+    None where a record's values need the record-by-record reading: a note
+    of several fields, a value that is not text, a holder's id to clean or
+    to leave out, the root among the records.
+    """
+    assert producer.path is not None
+    own = producer.path.steps[-1][1]
+    name, fields = shape.own, shape.fields
+    if id(root) in set(map(id, holders)):
+        return None  # the root holds an id of its own: no relation (the general loop)
+    if name is not None and name != own:  # each id is of the record that holds it
+        parents = list(map(itemgetter(name), holders))
+        if set(map(type, parents)) != {str}:
+            return None
+        lengths = set(map(len, parents))
+        joined = "".join(parents)  # all printable, no bracket, no double space: clean() strips
+        if min(lengths) == 0 or max(lengths) > FIELD_CHARS or joined != clean_joined(joined):
+            return None
+        prefix = holder_prefix(producer.kind, own)
+        return list(map(Related, map(prefix.__add__, map(str.strip, parents))))
+    notes: list[Any]
+    if name is None or not shape.first or not fields or fields == (producer.status,):
+        notes = [None] * len(holders)  # no note of its own
+    elif len(fields) == 1:  # one describing field (a date, a name), the usual case
+        texts = list(map(itemgetter(fields[0]), holders))
+        if set(map(type, texts)) != {str}:
+            return None
+        shown = {
+            text: part_of(text) if 0 < len(text) <= FIELD_CHARS else None for text in set(texts)
+        }
+        notes = list(map(shown.__getitem__, texts))
+    else:
+        return None
+    related = relation(producer.kind, None, None, root)  # the root's record holds each
+    if related is None:
+        return notes
+    return [Related(related) if note is None else f"{note}; {related}" for note in notes]
+
+
+def clean_joined(text: str) -> str:
+    """``text`` where :func:`~guardrail._provenance.notes.clean` only strips its parts; else ""."""
+    if text.isprintable() and "[" not in text and "]" not in text and "  " not in text:
+        return text
+    return ""
+
+
+def holder_prefix(kind: str, own: Any) -> str:
+    """How a note names the record holding an id of ``kind`` at field ``own``: ``customer of ``."""
+    prefix = _PREFIXES.get((kind, own))
+    if prefix is None:
+        label = kind if _first_id((own,)) else str(own)
+        prefix = f"{clean(label)[:FIELD_CHARS]} of "
+        if len(_PREFIXES) >= _SHAPES_KEPT:
+            _PREFIXES.clear()
+        _PREFIXES[(kind, own)] = prefix
+    return prefix
 
 
 def _own_note(holder: dict[Any, Any], fields: tuple[str, ...], skip: str | None) -> str | None:
