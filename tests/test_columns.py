@@ -223,3 +223,16 @@ def test_columns_read_notes_as_the_general_path(records: list[dict[str, Any]]) -
         for result in ({"orders": records}, {"orders": records, "order_id": "W9"}, records[0]):
             fast, slow = _both(guard, result)
             assert fast == slow
+
+
+def test_a_failed_or_odd_result_brings_no_id_by_the_column_way() -> None:
+    """What an attacker may put in a list of records: nothing enters but declared text ids."""
+    guard = _guard({"orders[*].order_id": "order"})
+    ledger = guard.new_ledger("attack")
+    odd = [{"order_id": ["W1", "W2"]}, {"order_id": {"id": "W3"}}, {"order_id": True}]
+    guard.record("list_orders", {}, {"orders": odd}, ledger=ledger)
+    guard.record("list_orders", {}, {"error": "no", "orders": [{"order_id": "W4"}]}, ledger=ledger)
+    guard.record("list_orders", {}, {"orders": [{"order_id": "W5"}]}, error=True, ledger=ledger)
+    assert [entry.value for entry in ledger] == []
+    guard.record("list_orders", {}, {"orders": [{"order_id": "W6", "x": "W7"}]}, ledger=ledger)
+    assert [(entry.value, entry.verified) for entry in ledger] == [("W6", True)]
