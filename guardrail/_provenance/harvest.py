@@ -21,7 +21,8 @@ from typing import Any, NamedTuple, cast
 from guardrail._data.batch import Batch
 from guardrail._declare.paths import EACH, KEY, Path
 from guardrail._declare.spec import Producer, ToolSpec, type_producers
-from guardrail._provenance.columns import MAX_ID_LENGTH, Walked, plain_columns
+from guardrail._provenance import columns
+from guardrail._provenance.columns import Walked, plain_columns
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
     _first_id,
@@ -35,6 +36,8 @@ from guardrail._provenance.notes import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
 
+#: Longest string accepted as one identifier; longer values are reported, not recorded.
+MAX_ID_LENGTH = columns.MAX_ID_LENGTH
 #: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
 #: runtimes send a tool's return value); a longer one is read as plain text. Reading one
 #: costs ten times or more what JSON of its size does, so the bound is well below any for JSON.
