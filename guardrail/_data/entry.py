@@ -169,29 +169,45 @@ class Mention:
 
 
 class Entry:
-    """One identifier in the ledger."""
+    """One identifier in the ledger.
+
+    The fields most entries leave as they are (``verified``, ``aliases``,
+    ``pinned``, ``outside``, ``mention``, ``approved``, ``declined``,
+    ``seals``) are
+    class-level defaults: an entry holds one of them only once it is set to
+    something else, so a ledger of 100,000 plain entries keeps none of them.
+    """
 
     __slots__ = (
-        "aliases",
-        "approved",
-        "declined",
+        "__dict__",  # the rare fields an entry sets (see the class docstring)
         "epoch",
         "first_seen",
         "key",
         "kind",
         "last_used",
-        "mention",
         "note",
-        "outside",
-        "pinned",
         "role",
-        "seals",
         "source",
         "status",
         "tier",
         "value",
-        "verified",
     )
+
+    #: Vouched for by a successful call (most are; those typed by the user wait for one).
+    verified: bool = True
+    #: Other names the entry answers to (its roles before a rename).
+    aliases: tuple[str, ...] = ()
+    #: Kept whatever the capacity.
+    pinned: bool = False
+    #: Produced by a field an outside party chooses.
+    outside: bool = False
+    #: Where it was seen in a result's text, if it was.
+    mention: Mention | None = None
+    #: The tools the user approved (or declined) this value for, by request.
+    approved: frozenset[str] = NOTHING
+    declined: frozenset[str] = NOTHING
+    #: The MAC of each answer, in a session of a guard with a secret (see ``seal_name``).
+    seals: Mapping[str, str] = NO_SEALS
 
     def __init__(
         self,
@@ -223,23 +239,23 @@ class Entry:
         self.source = source
         self.first_seen = first_seen
         self.last_used = last_used
-        self.verified = verified
         self.status = status
-        self.pinned = pinned
-        self.aliases = aliases
         self.epoch = epoch
         #: A few words from the record the id came from, for the model (never an id source).
         self.note = note
-        #: The provenance tier (see :data:`TIERS`); ``outside``: produced by a field an
-        #: outside party chooses; ``mention``: where it was seen in a result's text, if it was.
+        #: The provenance tier (see :data:`TIERS`).
         self.tier = tier if tier is not None else implied_tier(verified, source.tool)
-        self.outside = outside
-        self.mention = mention
-        #: The tools the user approved (or declined) this value for, by request.
-        self.approved = approved
-        self.declined = declined
-        #: The MAC of each answer, in a session of a guard with a secret (see ``seal_name``).
-        self.seals = seals
+        set_rare(
+            self,
+            verified=verified,
+            pinned=pinned,
+            aliases=aliases,
+            outside=outside,
+            mention=mention,
+            approved=approved,
+            declined=declined,
+            seals=seals,
+        )
 
     @property
     def confirmed(self) -> bool:
@@ -361,33 +377,72 @@ def entry_of(record: Record, sources: dict[tuple[Any, ...], Source] | None = Non
     entry.kind = record["kind"]
     entry.key = record["key"]
     entry.role = record["role"]
-    entry.aliases = tuple(record["aliases"])
     entry.source = source
     entry.first_seen = record["first_seen"]
     entry.last_used = record["last_used"]
-    entry.verified = record["verified"]
+    if record["verified"] is not True:
+        entry.verified = record["verified"]
     entry.status = record["status"]
-    entry.pinned = record["pinned"]
     entry.epoch = record["epoch"]
     entry.note = record.get("note")
     entry.tier = record.get("tier") or implied_tier(entry.verified, source.tool)
-    entry.outside = bool(record.get("outside", False))
+    # The rare fields only where they are not the default (see Entry).
+    if record["aliases"]:
+        entry.aliases = tuple(record["aliases"])
+    if record["pinned"]:
+        entry.pinned = record["pinned"]
+    if record.get("outside", False):
+        entry.outside = True
     mention = record.get("mention")
-    entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
+    if mention is not None:
+        entry.mention = Mention(mention["call"], mention["excerpt"])
     approved, declined = record.get("approved"), record.get("declined")
-    entry.approved = frozenset(approved) if approved else NOTHING
-    entry.declined = frozenset(declined) if declined else NOTHING
+    if approved:
+        entry.approved = frozenset(approved)
+    if declined:
+        entry.declined = frozenset(declined)
     seals = record.get("seals")
-    entry.seals = dict(seals) if seals else NO_SEALS
+    if seals:
+        entry.seals = dict(seals)
     return entry
 
 
 def copy_entry(entry: Entry) -> Entry:
     """A private copy of an entry, for another ledger to take in."""
     copy = _allocate(Entry)
-    for name in Entry.__slots__:
+    for name in _SLOTS:
         setattr(copy, name, getattr(entry, name))
+    set_rare(copy, **{name: getattr(entry, name) for name in RARE_DEFAULTS})
     return copy
+
+
+#: The fields every entry holds itself (the rare ones are in its ``__dict__``, when set).
+_SLOTS = tuple(name for name in Entry.__slots__ if name != "__dict__")
+#: The rare fields' defaults (see :class:`Entry`).
+RARE_DEFAULTS: Mapping[str, Any] = MappingProxyType(
+    {
+        "verified": True,
+        "aliases": (),
+        "pinned": False,
+        "outside": False,
+        "mention": None,
+        "approved": NOTHING,
+        "declined": NOTHING,
+        "seals": NO_SEALS,
+    }
+)
+
+
+def set_rare(entry: Entry, **fields: Any) -> None:
+    """Set rare fields of an entry of no ledger yet: only those that differ from the default.
+
+    An entry whose rare fields are all their defaults holds no ``__dict__``
+    (reading ``entry.__dict__`` would make one: it is never read here).
+    """
+    for name, value in fields.items():
+        default = RARE_DEFAULTS[name]
+        if value is not default and not (value == default and type(value) is type(default)):
+            setattr(entry, name, value)
 
 
 def evicted_record(tomb: Tombstone) -> dict[str, Any]:

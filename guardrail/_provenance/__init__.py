@@ -4,6 +4,8 @@
   something in a result, and where a value sits in one.
 - :mod:`~guardrail._provenance.harvest`: a result in, the ids at its declared
   places out (JSON paths, ``Id`` fields, a ``$`` or ``re:`` producer).
+- :mod:`~guardrail._provenance.columns`: the ids one field of a list of plain
+  records holds, with their statuses and notes, read a column at a time.
 - :mod:`~guardrail._provenance.failure`: whether a result is a failure, by the
   tool's failure rule (``fails=``): the one rule every reader of results
   follows; a failed result yields nothing.

@@ -21,6 +21,8 @@ from typing import Any, NamedTuple, cast
 from guardrail._data.batch import Batch
 from guardrail._declare.paths import EACH, KEY, Path
 from guardrail._declare.spec import Producer, ToolSpec, type_producers
+from guardrail._provenance import columns
+from guardrail._provenance.columns import Walked, plain_columns
 from guardrail._provenance.notes import (
     DEFAULT_NOTES,
     _first_id,
@@ -35,7 +37,7 @@ from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind, id_text
 
 #: Longest string accepted as one identifier; longer values are reported, not recorded.
-MAX_ID_LENGTH = 2048
+MAX_ID_LENGTH = columns.MAX_ID_LENGTH
 #: Longest result text read as a Python literal (``{'order_id': '#W1'}``, as some agent
 #: runtimes send a tool's return value); a longer one is read as plain text. Reading one
 #: costs ten times or more what JSON of its size does, so the bound is well below any for JSON.
@@ -368,12 +370,19 @@ def batches_of(
     batches: list[Batch] = []
     skipped = 0
     unreadable = 0  # values the kind's normaliser failed on: skipped, the rest still recorded
+    walked: Walked = {}  # the records each path's parent steps reach, walked once
     for producer in plan:
         name = producer.kind
         kind = kinds[name]
         normalize = kind.normalize
         examples = kind.examples
         known = seen.setdefault(name, set())
+        # A field of a list of plain records, read a column at a time where it can be.
+        columns = plain_columns(producer, value, walked, normalize, (examples, known))
+        if columns is not None:
+            if columns.values:
+                batches.append(_batch(spec, producer, *columns))
+            continue
         values: list[str] = []
         keys: list[str] = []
         statuses: list[str | None] | None = None if producer.status is None else []
@@ -406,18 +415,7 @@ def batches_of(
             if notes is not None:
                 notes.append(note)
         if values:
-            batches.append(
-                Batch(
-                    name,
-                    producer.source,
-                    producer.role,
-                    values,
-                    keys,
-                    statuses,
-                    notes,
-                    outside=producer.outside or spec.outside,
-                )
-            )
+            batches.append(_batch(spec, producer, values, keys, statuses, notes))
     if skipped:
         problems.append(
             f"{skipped} value(s) at declared paths were not identifiers "
@@ -426,6 +424,28 @@ def batches_of(
     if unreadable:
         problems.append(unreadable_problem(unreadable))
     return Harvest(batches, problems)
+
+
+def _batch(
+    spec: ToolSpec,
+    producer: Producer,
+    values: list[str],
+    keys: list[str],
+    statuses: list[str | None] | None,
+    notes: list[str | None] | None,
+) -> Batch:
+    """The batch of what ``producer`` of ``spec`` found."""
+    outside = producer.outside or spec.outside
+    return Batch(
+        producer.kind,
+        producer.source,
+        producer.role,
+        values,
+        keys,
+        statuses,
+        notes,
+        outside=outside,
+    )
 
 
 def unreadable_problem(count: int) -> str:

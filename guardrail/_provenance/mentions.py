@@ -22,7 +22,7 @@ from guardrail._data.entry import Entry, Mention, Source
 from guardrail._data.text import excerpt, shorten
 from guardrail._declare.paths import EACH, INDEX, KEY, KEYS, VALUES, Step
 from guardrail._declare.spec import Producer, ToolSpec
-from guardrail._provenance.harvest import MAX_ID_LENGTH
+from guardrail._provenance.columns import MAX_ID_LENGTH
 from guardrail.kinds import Kind
 from guardrail.ledger._state import LedgerState
 from guardrail.ledger._texts import ResultText

@@ -232,8 +232,32 @@ def default_note(holder: Any, skip: str | None, key: str | None = None) -> str |
         if text and len(text) <= FIELD_CHARS:
             parts.append(text)
     if len(parts) == 1:
-        return _part(parts[0]) or None  # one field (a status), the usual case
+        return part_of(parts[0])  # one field (a status), the usual case
     return compose(parts) if parts else None
+
+
+def default_fields(names: Iterable[Any]) -> tuple[str, ...]:
+    """The :data:`DEFAULT_FIELDS` among a record's field ``names``, in the order notes read them."""
+    held = _DEFAULT_SET.intersection(names)
+    return tuple(name for name in DEFAULT_FIELDS if name in held) if held else ()
+
+
+#: One field's value as a note shows it, by the value (statuses, dates and names repeat).
+_PARTS: dict[str, str | None] = {}
+_PARTS_KEPT = 4096
+_UNREAD = "\x00"  # no note: a part is cleaned of characters that do not print
+
+
+def part_of(text: str) -> str | None:
+    """A note of one field's value (:func:`_part`, None when nothing is left), kept per value."""
+    note = _PARTS.get(text, _UNREAD)
+    if note is not _UNREAD:  # (a get, not `in` and a lookup: another thread may clear it)
+        return note
+    note = _part(text) or None
+    if len(_PARTS) >= _PARTS_KEPT:
+        _PARTS.clear()
+    _PARTS[text] = note
+    return note
 
 
 def _first_id(fields: Iterable[Any]) -> Any:

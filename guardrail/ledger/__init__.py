@@ -21,6 +21,8 @@ the ledger did not keep are remembered (bounded too) as dropped.
   and the journal work on, with a named interface (``admit``, ``touch``,
   ``lookup``, ``tombstone``...);
 - ``_texts``: the user's last texts and result texts kept beside the tables;
+- ``_fresh``: a batch of ids all new to the ledger, admitted in one pass, and
+  the notes a batch gives the entries it names;
 - ``_calls`` (the calls held for the user's answer, each run once), ``_index``
   (each kind's keys in order, for prefix search), ``_merge`` (the
   merge rule every store follows), ``_overflow`` (what one admission could

@@ -19,8 +19,6 @@ from typing import Any, NamedTuple
 
 from guardrail._data.entry import (
     LIVE_OPTIONAL,
-    NO_SEALS,
-    NOTHING,
     RETIRED_FIELDS,
     TIERS,
     Entry,
@@ -176,21 +174,20 @@ def _entry(
     entry.kind = kind
     entry.key = key
     entry.role = role
-    entry.aliases = tuple(aliases)
+    if aliases:  # the rare fields only where they are not the default (see Entry)
+        entry.aliases = tuple(aliases)
     entry.source = source
     entry.first_seen = first_seen
     entry.last_used = last_used
-    entry.verified = verified
+    if not verified:
+        entry.verified = verified
     entry.status = status
-    entry.pinned = pinned
+    if pinned:
+        entry.pinned = pinned
     entry.epoch = epoch
     if extra is None:
         entry.note = None
         entry.tier = implied_tier(verified, tool)
-        entry.outside = False
-        entry.mention = None
-        entry.approved = entry.declined = NOTHING
-        entry.seals = NO_SEALS
         return entry
     return entry if _provenance(entry, extra) else None
 
@@ -233,11 +230,16 @@ def _provenance(entry: Entry, record: dict[str, Any]) -> bool:
         return False
     entry.note = note
     entry.tier = tier or implied_tier(entry.verified, entry.source.tool)
-    entry.outside = outside
-    entry.mention = None if mention is None else Mention(mention["call"], mention["excerpt"])
-    entry.approved = frozenset(approved) if approved else NOTHING
-    entry.declined = frozenset(declined) if declined else NOTHING
-    entry.seals = seals or NO_SEALS
+    if outside:
+        entry.outside = outside
+    if mention is not None:
+        entry.mention = Mention(mention["call"], mention["excerpt"])
+    if approved:
+        entry.approved = frozenset(approved)
+    if declined:
+        entry.declined = frozenset(declined)
+    if seals:
+        entry.seals = seals
     return True
 
 

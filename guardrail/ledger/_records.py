@@ -174,7 +174,8 @@ def place(
                 named.append(entry)
         for entry in named:
             free = tuple(name for name in entry.aliases if not state.role_taken(name))
-            entry.aliases = free
+            if free != entry.aliases:
+                entry.aliases = free
             for name in free:
                 roles[name] = entry
         for kind, added in keys.items():
@@ -310,7 +311,9 @@ def _adopt(state: LedgerState, entry: Entry) -> None:
     free = [name for name in (entry.role, *entry.aliases) if not state.role_taken(name)]
     if entry.role not in free:
         entry.role = state.new_role(entry.kind, entry.key, None, entry.status, entry.source)
-    entry.aliases = tuple(name for name in free if name != entry.role)
+    aliases = tuple(name for name in free if name != entry.role)
+    if aliases != entry.aliases:  # an entry with none keeps none of its own (see Entry)
+        entry.aliases = aliases
     state.insert(entry)
     state.dropped.pop((entry.kind, entry.key), None)
 

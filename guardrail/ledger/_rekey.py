@@ -71,7 +71,8 @@ def _rekey(state: LedgerState, kind: str, keys: list[str | None]) -> None:
         keep, lose = (held, entry) if _rank(held) >= _rank(entry) else (entry, held)
         keep.key = key
         keep.first_seen = min(keep.first_seen, lose.first_seen)
-        keep.pinned = keep.pinned or lose.pinned
+        if lose.pinned and not keep.pinned:
+            keep.pinned = True
         for name in (lose.role, *lose.aliases):
             if state.roles.get(name) is lose:
                 state.roles[name] = keep

@@ -25,18 +25,17 @@ Records, loading, merging: :mod:`guardrail.ledger._records`; journal:
 
 from __future__ import annotations
 
+import gc
 import secrets
 import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import repeat
 from operator import attrgetter
 from typing import Any
 
-from guardrail._data.batch import Batch, Related
+from guardrail._data.batch import Batch
 from guardrail._data.entry import (
-    NO_SEALS,
-    NOTHING,
     UNWRITTEN_PATHS,
     Admitted,
     Dropped,
@@ -49,6 +48,7 @@ from guardrail._data.entry import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._calls import HeldCalls
+from guardrail.ledger._fresh import admit_fresh, take_notes
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -300,6 +300,28 @@ class LedgerState:
         """
         if limit is not None and (type(limit) is not int or limit < 0):
             raise GuardrailUsageError(f"limit must be an integer >= 0 or None, not {limit!r}")
+        # The cyclic collector waits while the entries are made (as a cold load does, see
+        # guardrail._guard.journal.opened): run over and over as a result's tens of thousands
+        # of entries are made, it would walk them again and again. It runs again after.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._admit(batches, source, verified, limit, tool, tier)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _admit(
+        self,
+        batches: Iterable[Batch],
+        source: Source | Mapping[str, Source],
+        verified: bool,
+        limit: int | None,
+        tool: str | None,
+        tier: str | None,
+    ) -> Admitted:
+        """:meth:`admit`'s work, with the collector paused."""
         added: list[Entry] = []
         upgraded: list[Entry] = []
         skipped: dict[Name, str] = {}  # (kind, key) -> value of new ids beyond limit
@@ -322,30 +344,19 @@ class LedgerState:
                 # Default roles with no tombstone to honour: number them here, in a local.
                 plain = not template and not self.tombstones
                 start = number = counters.get(kind, 0)
+                if plain and not marks and room >= len(keys):  # all new, mostly: in one go
+                    made = admit_fresh(self, batch, table, where, (level, outside), verified)
+                    if made is not None:
+                        room -= len(made)
+                        added += made
+                        continue
                 for value, key, status in zip(
                     values, keys, statuses if statuses is not None else repeat(None), strict=False
                 ):
                     entry = table.get(key)
                     if entry is not None:
-                        # Believed again: verified, or (see upgrade) spelled as the tool wrote it.
-                        if (
-                            verified
-                            and (
-                                not entry.verified
-                                or entry.tier != "produced"
-                                or entry.source.path in UNWRITTEN_PATHS
-                            )
-                            and self.upgrade(
-                                entry, value, where, spelled=tool_written(level, where.path)
-                            )
-                        ):
+                        if self.again(entry, value, status, where, (level, outside), verified):
                             upgraded.append(entry)
-                        fresh_status = status is not None and status != entry.status
-                        if fresh_status:
-                            entry.status = status
-                        if raise_tier(entry, level, outside) or fresh_status:
-                            self.changed(kind, key)
-                        self.touch(entry)
                         continue
                     if not room:  # beyond what one call may add: remembered, not kept
                         skipped[(kind, key)] = value
@@ -368,14 +379,14 @@ class LedgerState:
                     entry.source = where
                     entry.first_seen = turn
                     entry.last_used = turn
-                    entry.verified = verified
+                    if verified is not True:  # the rare fields keep their class defaults
+                        entry.verified = verified
                     entry.status = status
                     entry.note = None  # given below with the rest of the batch's notes
-                    # epoch 0 as Entry() has it until the admission ends
-                    entry.pinned, entry.aliases, entry.epoch = False, (), 0
-                    entry.tier, entry.outside, entry.mention = level, outside, None
-                    entry.approved = entry.declined = NOTHING
-                    entry.seals = NO_SEALS
+                    entry.epoch = 0  # as Entry() has it until the admission ends
+                    entry.tier = level
+                    if outside:
+                        entry.outside = outside
                     table[key] = entry
                     roles[role] = entry
                     fresh.append(key)
@@ -387,7 +398,7 @@ class LedgerState:
                     if marks:  # in the ledger for real now: no longer "not kept"
                         marks.pop((kind, key), None)
                     added.append(entry)
-                _take_notes(table, keys, notes, self.journal)  # new ids take theirs too
+                take_notes(table, keys, notes, self.journal)  # new ids take theirs too
                 if number != start:
                     counters[kind] = number
                 if fresh:
@@ -403,6 +414,29 @@ class LedgerState:
             taken = take_back(self, added, revived)
             dropped = mark_dropped(self, taken, skipped, tool, source)
         return Admitted(added, upgraded, evicted, dropped)
+
+    def again(
+        self,
+        entry: Entry,
+        value: str,
+        status: str | None,
+        where: Source,
+        provenance: tuple[str, bool],
+        verified: bool,
+    ) -> bool:
+        """An id held, named again by an admission (see :meth:`admit`); True: that verified it."""
+        level, outside = provenance
+        upgraded = verified and (
+            (not entry.verified or entry.tier != "produced" or entry.source.path in UNWRITTEN_PATHS)
+            and self.upgrade(entry, value, where, spelled=tool_written(level, where.path))
+        )
+        fresh_status = status is not None and status != entry.status
+        if fresh_status:
+            entry.status = status
+        if raise_tier(entry, level, outside) or fresh_status:
+            self.changed(entry.kind, entry.key)
+        self.touch(entry)
+        return upgraded
 
     def upgrade(self, entry: Entry, value: str, source: Source, *, spelled: bool) -> bool:
         """A believed result returned ``entry``'s id as ``value``; True if that verified it.
@@ -620,30 +654,3 @@ class LedgerState:
             self.remove(victim)
             evicted.append(victim)
         return evicted
-
-
-def _take_notes(
-    table: dict[str, Entry],
-    keys: Sequence[str],
-    notes: Sequence[str | None] | None,
-    changed: set[tuple[str, str]] | None,
-) -> None:
-    """Give each entry of ``keys`` still in ``table`` its note from ``notes`` (None: keep its own).
-
-    An id seen again with another note takes the new one, as it takes a new
-    status (a :class:`~guardrail._data.batch.Related` note only where it has
-    none); each entry changed is added to ``changed`` (the journal, for the
-    store; None: no store keeps the ledger). ``notes`` None: the batch read none.
-    """
-    if notes is None:
-        return
-    for key, note in zip(keys, notes, strict=False):
-        if note is None:
-            continue
-        entry = table.get(key)
-        if entry is not None and type(note) is Related and entry.note is not None:
-            continue  # which record names it: no description, never one in place of a note
-        if entry is not None and entry.note != note:
-            entry.note = note
-            if changed is not None:
-                changed.add((entry.kind, entry.key))
