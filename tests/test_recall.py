@@ -119,7 +119,7 @@ class Pair:
                 for tool in tools.values():
                     guarded = tool.__guardrail_tool__  # type: ignore[attr-defined]
                     guarded.recalled = (guarded.plans[guarded.name], None)
-                    guard._engine.recalls.turn_off(guarded.name, guarded.recalled[0])
+                    guard._engine.recalls._by_tool[guarded.name] = guarded.recalled
             ledger = guard.new_ledger("s") if store is None else Ledger(session_id="s")
             self.sides.append((guard, ledger, tools))
 

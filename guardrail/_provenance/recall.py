@@ -185,7 +185,3 @@ class Recalls:
             recall = Recall.of(spec, mentions=mentions)
             self._by_tool[spec.name] = (plan, recall)
         return recall
-
-    def turn_off(self, name: str, plan: object) -> None:
-        """No recall for ``name`` under ``plan``: its records are walked every time."""
-        self._by_tool[name] = (plan, None)
