@@ -23,7 +23,7 @@ from guardrail import Ledger
 from guardrail._data.batch import Batch, Related
 from guardrail._data.entry import NO_SEALS, Entry, Source, copy_entry, live_record
 from guardrail.ledger import _state
-from guardrail.ledger._fresh import admit_fresh
+from guardrail.ledger._fresh import FRESH_AT_LEAST, admit_fresh
 from guardrail.ledger._ledger import state_of
 from guardrail.ledger._records import meta_of, records
 from guardrail.ledger._state import LedgerState
@@ -121,7 +121,9 @@ def test_one_pass_admission_leaves_what_the_loop_leaves(
     if journaled:
         fast.journal, slow.journal = set(), set()
     for step in steps:
-        got = _apply(fast, step)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_state, "FRESH_AT_LEAST", 1)  # every batch tries the one pass
+            got = _apply(fast, step)
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(_state, "admit_fresh", lambda *args: None)
             expected = _apply(slow, step)
@@ -142,9 +144,17 @@ def test_a_fresh_batch_takes_the_one_pass() -> None:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_state, "admit_fresh", spy)
-        batch = Batch("order", "orders[*].order_id", None, ["A", "B"], ["a", "b"], None)
-        state.admit([batch], source=Source("t", None, "orders[*].order_id", 0))
-    assert [[e.role for e in made] for made in calls] == [["order", "order_2"]]
+        values = [f"A{i}" for i in range(FRESH_AT_LEAST)]
+        keys = [value.lower() for value in values]
+        small = Batch("customer", "customer_id", None, ["C"], ["c"], None)
+        batch = Batch("order", "orders[*].order_id", None, values, keys, None)
+        source = Source("t", None, "orders[*].order_id", 0)
+        state.admit([small, batch], source=source)
+    # A batch of fewer ids takes the id-by-id loop: trying the one pass costs it more.
+    assert [[e.role for e in made] for made in calls] == [
+        ["order", *(f"order_{i}" for i in range(2, FRESH_AT_LEAST + 1))]
+    ]
+    assert state.roles["customer"].key == "c"
 
 
 def test_plain_entries_hold_no_rare_fields() -> None:

@@ -20,6 +20,11 @@ from guardrail._data.entry import Entry, Source
 
 _allocate = object.__new__
 
+#: The fewest ids a batch has for :func:`admit_fresh` to be tried: below it, the checks that
+#: it is a batch of new ids cost more than the id-by-id loop saves (a read's few ids, most
+#: often held already, the usual result in a conversation).
+FRESH_AT_LEAST = 8
+
 
 def fresh_roles(kind: str, start: int, count: int) -> list[str]:
     """The default roles ``count`` new ids of ``kind`` take after ``start`` were numbered."""

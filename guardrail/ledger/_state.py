@@ -48,7 +48,7 @@ from guardrail._data.entry import (
 from guardrail.errors import GuardrailUsageError
 from guardrail.kinds import Kind
 from guardrail.ledger._calls import HeldCalls
-from guardrail.ledger._fresh import admit_fresh, take_notes
+from guardrail.ledger._fresh import FRESH_AT_LEAST, admit_fresh, take_notes
 from guardrail.ledger._index import KeyIndex
 from guardrail.ledger._overflow import mark_dropped, take_back
 from guardrail.ledger._reprompts import Reprompts
@@ -344,7 +344,7 @@ class LedgerState:
                 # Default roles with no tombstone to honour: number them here, in a local.
                 plain = not template and not self.tombstones
                 start = number = counters.get(kind, 0)
-                if plain and not marks and room >= len(keys):  # all new, mostly: in one go
+                if plain and not marks and FRESH_AT_LEAST <= len(keys) <= room:  # in one go
                     made = admit_fresh(self, batch, table, where, (level, outside), verified)
                     if made is not None:
                         room -= len(made)
