@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -896,8 +897,59 @@ _ODD_CONTENT = st.recursive(
 )
 
 
+# -- the plain reading the one walk must agree with: each string mapped where it stands ---------
+
+_STRUCTURE = frozenset(
+    {"role", "type", "id", "call_id", "tool_call_id", "tool_use_id", "name", "status", "is_error"}
+)
+_CONTAINERS = frozenset({"tool_calls", "function", "content"})
+_SHAPED = frozenset(
+    {"role", "type", "function", "arguments", "input", "tool_call_id", "call_id", "tool_use_id"}
+)
+
+
+def _plain_map(value: Any, fn: Callable[[str], str], left: list[str]) -> Any:
+    """A message mapped by ``fn`` string by string, structure left alone and put in ``left``."""
+    if isinstance(value, Mapping):
+        if _SHAPED.isdisjoint(value):
+            return _plain_data(value, fn)
+        out: dict[Any, Any] = {}
+        left.extend(key for key in value if isinstance(key, str))
+        for key, item in value.items():
+            if type(item) is str:
+                if key in _STRUCTURE:
+                    out[key] = item
+                    left.append(item)
+                else:
+                    out[key] = fn(item)
+            elif key in _STRUCTURE and not isinstance(item, (Mapping, list)):
+                out[key] = item
+                left.extend(strings(item))
+            elif key in _CONTAINERS and isinstance(item, (Mapping, list)):
+                out[key] = _plain_map(item, fn, left)
+            else:
+                out[key] = _plain_data(item, fn)
+        return out
+    if isinstance(value, list):
+        return [_plain_map(item, fn, left) for item in value]
+    return _plain_data(value, fn)
+
+
+def _plain_data(value: Any, fn: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return fn(value)
+    if isinstance(value, Mapping):
+        return {
+            fn(k) if isinstance(k, str) else k: fn(v) if type(v) is str else _plain_data(v, fn)
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [fn(item) if type(item) is str else _plain_data(item, fn) for item in value]
+    return value
+
+
 def _twin_mapped(message: Any) -> None:
-    """mask_content gives what map_text and strings give, masking each string once."""
+    """mask_content gives what the plain reading and strings give, masking each string once."""
     seen: list[str] = []
 
     def fn(text: str) -> str:
@@ -905,7 +957,7 @@ def _twin_mapped(message: Any) -> None:
         return f"<{text.upper()}>"
 
     left_before: list[str] = []
-    before = map_text(message, fn, left_before)
+    before = _plain_map(message, fn, left_before)
     memo: dict[str, str] = {}
     misses: list[str] = []
     odd: list[str] = []

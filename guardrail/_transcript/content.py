@@ -2,8 +2,8 @@
 
 Shape-blind: a message, an item or a content block is a dict whose keys say
 what its strings are (a role, a type, an id, or text). Compaction masks the
-text of the part it summarises with :func:`mask_content` (:func:`map_text`
-and :func:`strings` in one walk); the context's text for counting ids and
+text of the part it summarises with :func:`mask_content` (the copy
+:func:`map_text` gives and :func:`strings` in one walk); the context's text for counting ids and
 tokens is :func:`strings`; :func:`nesting_fault`
 names the message whose content contains itself or nests absurdly deep.
 """
@@ -117,38 +117,16 @@ def map_text(raw: Any, fn: Callable[[str], str], left: list[str] | None = None) 
     shape survive; inside arguments and results every string is mapped,
     dict keys included (ids are sometimes keys). ``left``, when given,
     receives the strings left alone: with those mapped, they are every
-    string of :func:`strings`, each once.
+    string of :func:`strings`, each once. ``fn`` runs once per distinct
+    string (and for each subclass of ``str``): it is a mapping of text.
     """
-    return _structure(raw, fn, left)
+    memo: dict[str, str] = {}
 
-
-def _structure(value: Any, fn: Callable[[str], str], left: list[str] | None) -> Any:
-    if type(value) is dict or isinstance(value, Mapping):
-        if _SHAPED.isdisjoint(value):
-            return _data(value, fn)
-        out: dict[str, Any] = {}
-        if left is not None:
-            left.extend([key for key in value if isinstance(key, str)])
-        for key, item in value.items():
-            if type(item) is str:  # most of them: a role, a type, an id, or text to map
-                if key in _STRUCTURE:
-                    out[key] = item
-                    if left is not None:
-                        left.append(item)
-                else:
-                    out[key] = fn(item)
-            elif key in _STRUCTURE and not _nested(item):
-                out[key] = item
-                if left is not None:
-                    _collect(item, left)
-            elif key in _CONTAINERS and _nested(item):
-                out[key] = _structure(item, fn, left)
-            else:
-                out[key] = _data(item, fn)
+    def miss(text: str) -> str:
+        out = memo[text] = fn(text)
         return out
-    if isinstance(value, list):
-        return [_structure(item, fn, left) for item in value]
-    return _data(value, fn)
+
+    return mask_content(raw, memo, miss, fn, [] if left is None else left, [], [])
 
 
 def _nested(item: Any) -> bool:
@@ -159,21 +137,6 @@ def _nested(item: Any) -> bool:
     if item is None or kind in _SCALARS:
         return False
     return isinstance(item, (Mapping, list))
-
-
-def _data(value: Any, fn: Callable[[str], str]) -> Any:
-    if isinstance(value, str):
-        return fn(value)
-    if value is None or type(value) in _SCALARS:
-        return value
-    if type(value) is dict or isinstance(value, Mapping):
-        return {
-            fn(k) if isinstance(k, str) else k: fn(v) if type(v) is str else _data(v, fn)
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [fn(item) if type(item) is str else _data(item, fn) for item in value]
-    return value
 
 
 _SCALARS = frozenset({bool, int, float})
