@@ -29,10 +29,10 @@ from guardrail._provenance.notes import (
     FIELD_CHARS,
     _first_id,
     _own_id,
-    _scalar,
-    clean,
-    compose,
+    _related,
     default_fields,
+    holder_prefix,
+    note_of,
     part_of,
     relation,
 )
@@ -216,15 +216,9 @@ def default_notes(
                 text = holder[fields[0]]  # one field (a status), the usual case
                 note = part_of(text) if 0 < len(text) <= FIELD_CHARS else None
             else:
-                note = _own_note(holder, fields, skip)
+                note = note_of(holder[name] for name in fields if name != skip)
         elif name is not None:  # which record holds it: that record's own id
-            parent = holder.get(name)
-            text = parent if type(parent) is str else _scalar(parent)
-            if text and len(text) <= FIELD_CHARS:
-                if text.isprintable() and "[" not in text and "]" not in text and "  " not in text:
-                    related = prefix + text.strip()  # clean() of the usual text, inline
-                else:
-                    related = prefix + clean(text)
+            related = _related(prefix, holder.get(name))
         if (name is None or name == own) and holder is not root:  # the root's record holds it
             if root_related is _UNSEEN:
                 root_related = relation(kind, None, None, root)
@@ -285,36 +279,6 @@ def clean_joined(text: str) -> str:
         return text
     return ""
 
-
-def holder_prefix(kind: str, own: Any) -> str:
-    """How a note names the record holding an id of ``kind`` at field ``own``: ``customer of ``."""
-    prefix = _PREFIXES.get((kind, own))
-    if prefix is None:
-        label = kind if _first_id((own,)) else str(own)
-        prefix = f"{clean(label)[:FIELD_CHARS]} of "
-        if len(_PREFIXES) >= _SHAPES_KEPT:
-            _PREFIXES.clear()
-        _PREFIXES[(kind, own)] = prefix
-    return prefix
-
-
-def _own_note(holder: dict[Any, Any], fields: tuple[str, ...], skip: str | None) -> str | None:
-    """The note of a record from its default fields (all of which it has), ``skip`` apart."""
-    parts = []
-    for name in fields:
-        if name == skip:
-            continue
-        field = holder[name]
-        text = field if type(field) is str else None if field is None else _scalar(field)
-        if text and len(text) <= FIELD_CHARS:
-            parts.append(text)
-    if len(parts) == 1:
-        return part_of(parts[0])
-    return compose(parts) if parts else None
-
-
-#: How a note names the record holding an id of a kind at a field: ``customer of ``, by both.
-_PREFIXES: dict[tuple[str, Any], str] = {}
 
 #: Not worked out yet.
 _UNSEEN: Any = object()

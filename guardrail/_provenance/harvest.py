@@ -30,6 +30,7 @@ from guardrail._provenance.notes import (
     _related,
     declared_note,
     default_note,
+    holder_prefix,
     relation,
     with_relation,
 )
@@ -269,11 +270,11 @@ def leaves(
     own = own if last_op == KEY else None
     kind = producer.kind
     # Default notes of plain records, planned once per producer: the record's own id field
-    # is read once per record (and shared with the other producers), the label of a related
-    # record once per producer, and the root's relation once per result.
+    # is read once per record (and shared with the other producers), how a related record
+    # is named once per producer, and the root's relation once per result.
     planned = fields is None and own is not None
     own_ids = {} if own_ids is None else own_ids
-    label = kind if not planned or _first_id((own,)) else str(own)
+    prefix = holder_prefix(kind, own) if planned else ""
     root_related: Any = _UNSEEN
     for leaf, holder in path.extract_with_parents(value):
         values.append(leaf)
@@ -297,7 +298,7 @@ def leaves(
             first = name if name is not None and _first_id((name,)) else None
             note = default_note(holder, producer.status) if first == own else None
             if name is not None and name != own:
-                related = _related(label, holder.get(name))
+                related = _related(prefix, holder.get(name))
             elif holder is value:
                 related = None
             else:

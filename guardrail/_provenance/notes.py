@@ -144,12 +144,33 @@ def relation(kind: str, field: str | None, holder: Any, root: Any) -> str | None
     if field is not None and isinstance(holder, Mapping):
         name = _own_id(holder.keys())
         if name is not None and name != field:
-            # An id field (``customer_id``) says its kind; another (``origin``) says its name.
-            return _related(kind if _first_id((field,)) else field, holder.get(name))
+            return _related(holder_prefix(kind, field), holder.get(name))
     if holder is root or not isinstance(root, Mapping):
         return None
     name = _first_id(root.keys())
-    return _related(kind, root.get(name)) if name is not None else None
+    return _related(holder_prefix(kind, None), root.get(name)) if name is not None else None
+
+
+def holder_prefix(kind: str, field: Any) -> str:
+    """How a note names the record holding an id of ``kind`` found at ``field``: ``origin of ``.
+
+    An id field (``customer_id``) says its kind; another (``origin``) says its
+    name; None (an id of a record nested in the root's) says the kind. Kept
+    per kind and field: every id of a column shares one.
+    """
+    prefix = _PREFIXES.get((kind, field))
+    if prefix is None:
+        label = kind if field is None or _first_id((field,)) else str(field)
+        prefix = f"{clean(label)[:FIELD_CHARS]} of "
+        if len(_PREFIXES) >= _PREFIXES_KEPT:
+            _PREFIXES.clear()
+        _PREFIXES[(kind, field)] = prefix
+    return prefix
+
+
+#: :func:`holder_prefix` by kind and field (cleared when full).
+_PREFIXES: dict[tuple[str, Any], str] = {}
+_PREFIXES_KEPT = 256
 
 
 def _own_id(fields: Iterable[Any]) -> Any:
@@ -169,11 +190,11 @@ def _own_id(fields: Iterable[Any]) -> Any:
     return number
 
 
-def _related(label: str, parent: Any) -> str | None:
+def _related(prefix: str, parent: Any) -> str | None:
     text = _scalar(parent)
     if not text or len(text) > FIELD_CHARS:
         return None
-    return f"{clean(label)[:FIELD_CHARS]} of {clean(text)}"
+    return prefix + clean(text)
 
 
 def with_relation(note: str | None, related: str | None) -> str | None:
@@ -226,6 +247,11 @@ def default_note(holder: Any, skip: str | None, key: str | None = None) -> str |
         values = [getattr(holder, name, None) for name in DEFAULT_FIELDS if name != skip]
     else:
         return None
+    return note_of(values)
+
+
+def note_of(values: Iterable[Any]) -> str | None:
+    """The note of a record's default field ``values``, in order: the short texts and numbers."""
     parts = []
     for value in values:
         text = _scalar(value) if value is not None else None
