@@ -489,3 +489,17 @@ def test_guard_record_of_a_json_text_finds_the_record_its_object_left(
     pair.read("get_order", json.dumps({**BASE, "pad": "x" * 20_000}))  # too long to recall
     pair.assert_same()
     assert settled_calls == [True, True]
+
+
+def test_a_decorated_read_returning_json_text_finds_its_kept_record(
+    settled_calls: list[bool],
+) -> None:
+    """A tool that returns its record as JSON text is recalled as one returning the dict."""
+    pair = Pair()
+    pair.read("get_order", json.dumps(BASE))
+    pair.read("get_order", json.dumps(BASE))
+    pair.read("get_order", BASE)
+    pair.read("get_order", json.dumps({**BASE, "status": "refunded"}))  # another status: in full
+    pair.assert_same()
+    assert settled_calls == [True, True]
+    assert pair.sides[0][1].get("order", O1).status == "refunded"  # type: ignore[union-attr]

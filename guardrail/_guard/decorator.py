@@ -32,7 +32,7 @@ from guardrail._check.reprompt import Rejection
 from guardrail._data.verdict import Verdict
 from guardrail._declare.spec import ToolSpec
 from guardrail._provenance.harvest import plain_text
-from guardrail._provenance.recall import Recall, settles
+from guardrail._provenance.recall import Recall, as_record, settles
 from guardrail.ledger import Entry
 from guardrail.ledger._state import LedgerState
 
@@ -153,8 +153,10 @@ class GuardedTool:
         made_for, recall = self.recalled
         if made_for is not plan:
             recall = self.recall(plan)
-        if recall is not None and not self.levels[DEBUG] and settles(recall, result, state):
-            return
+        if recall is not None:
+            result = as_record(result)
+            if not self.levels[DEBUG] and settles(recall, result, state):
+                return
         verdict = Verdict(self.name, True, used=tuple(used))
         self.engine.record_call(
             plan, self.bind(args, kwargs), result, state, verdict=verdict, recall=recall

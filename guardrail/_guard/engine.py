@@ -340,9 +340,12 @@ class Engine:
         """Record one call's result, given the verdict it ran under (None: not checked here).
 
         ``recall``: the plan's kept records (:mod:`guardrail._provenance.recall`): one
-        equal to the result is not walked again.
+        equal to the result (or to the object its short JSON text holds) is not walked
+        again.
         """
         spec = plan.spec
+        if recall is not None:
+            result = as_record(result)  # what the record reads a JSON object text as
         if error:
             self.audit.ids_recorded(
                 state.session_id, spec.name, call_id=call_id, added=(), verified=(), error=True

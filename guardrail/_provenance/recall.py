@@ -158,7 +158,8 @@ def settles(recall: Recall, result: Any, state: LedgerState) -> bool:
     If so, they are marked used (:func:`~guardrail.ledger._settled.settled`) and
     the record is done: the full record would change nothing else and, below
     DEBUG, log nothing. The caller sees to the rest (a trusted, successful
-    result of an allowed call; DEBUG off).
+    result of an allowed call; DEBUG off) and reads a JSON text with
+    :func:`as_record` first.
     """
     if type(result) is not dict:
         return False
