@@ -472,9 +472,18 @@ def test_a_kept_record_of_a_call_observe_mode_would_refuse_records_nothing() -> 
         guard.record("refund_lookup", {"order_id": O1}, {"customer_id": C1})  # kept
     ledger = guard.new_ledger("t")
     with guard.session("t", ledger=ledger):
-        # O1 appears in no result of this session: observe lets the call run, records nothing
+        guard.record("get_order", {}, {"order_id": O2, "customer_id": C1})  # C1 held, not O1
+        guard.observe_user("and the other order?")
+        # O1 appears in no result of this session: observe lets the call run, records nothing,
+        # not even a use of C1, which the kept record would settle were the call allowed
         assert guard.record("refund_lookup", {"order_id": O1}, {"customer_id": C1}) == []
-    assert ledger.get("customer", C1) is None
+        guard.record("refund_lookup", {"order_id": O2}, {"customer_id": C1})  # allowed: a use
+    entry = ledger.get("customer", C1)
+    assert entry is not None and entry.last_used == 1
+    with guard.session("t", ledger=ledger):
+        guard.observe_user("next")
+        guard.record("refund_lookup", {"order_id": O1}, {"customer_id": C1})
+    assert entry.last_used == 1
 
 
 def test_guard_record_of_a_json_text_finds_the_record_its_object_left(
